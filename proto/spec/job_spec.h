@@ -1,0 +1,46 @@
+// The job spec: YAML parsing, defaults, validation and size estimates.
+// One implementation shared by fsdpctl (parse), fsdpd (validate, admit) and the worker.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/spec.pb.h"
+
+namespace fsdpd {
+
+struct FieldError {
+  std::string field;  // dotted path, e.g. "model.dim"
+  std::string message;
+};
+
+// The defaults of DESIGN.md's job spec (the seed's workload), with an empty name.
+v1::JobSpec DefaultJobSpec();
+
+// Parses a YAML job spec over the defaults. Unknown keys and wrongly typed values are
+// errors that name the field. The result is not yet validated.
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text);
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+// Renders a spec back to YAML (what `fsdpctl status --spec` and logs show).
+std::string JobSpecToYaml(const v1::JobSpec& spec);
+
+// Checks every field's type-independent bounds. Empty means valid.
+std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec);
+
+// "model.dim: must be divisible by model.heads (got 100 and 3); ..." on one line.
+std::string FormatFieldErrors(const std::vector<FieldError>& errors);
+
+// Parameter count of MiniLLM for this config (the seed's 735,199,232 for the defaults).
+int64_t ParameterCount(const v1::ModelSpec& model);
+
+// Training FLOPs per token with the anchor's convention: 6·N + 12·layers·seq·dim.
+double FlopsPerToken(const v1::JobSpec& spec);
+
+// A conservative estimate of the bytes one rank needs on its device: the fp32 master shard,
+// gradient shard and AdamW state, two unsharded units (current and prefetched), and activations.
+double EstimateRankDeviceBytes(const v1::JobSpec& spec);
+
+}  // namespace fsdpd

@@ -1,0 +1,57 @@
+// Sharded checkpoints. Layout under a job's checkpoint directory:
+//   step-00000010/rank-00000.bin   one file per rank: its flat shards and its state
+//   step-00000010/MANIFEST.json    written last, by rank 0, after every rank's file is durable
+//   LATEST                         (optional hint) the newest committed step
+// A checkpoint counts only once its manifest exists; the manifest lists each rank file's size
+// and CRC32C so a corrupt or truncated shard is detected at load, and loading then falls back
+// to the previous complete checkpoint. Every file is written to a temp name, fsynced, renamed,
+// and the directory fsynced.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fsdpd {
+
+struct ShardBuffer {
+  std::string name;  // e.g. "unit.3.param", "unit.3.adam_m"
+  std::vector<float> values;
+};
+
+struct RankCheckpoint {
+  int64_t step = 0;  // steps completed
+  int rank = 0;
+  int world_size = 1;
+  std::string rng_state;     // opaque engine RNG state
+  int64_t data_position = 0; // next data step
+  std::vector<ShardBuffer> buffers;
+};
+
+// Writes this rank's file for `step` (durable on return). Does not commit.
+absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state);
+
+// Rank 0, after all ranks returned from WriteRankCheckpoint (a barrier): writes the manifest
+// for `step`, then deletes the oldest complete checkpoints beyond `keep` and any incomplete
+// step directories older than `step`.
+absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size,
+                              int keep);
+
+// Steps with a manifest, newest first.
+absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& job_dir);
+
+// Loads this rank's state from the newest committed checkpoint whose manifest and this
+// rank's file verify (size, CRC, world size); skips corrupt ones with a reason in
+// `skipped` (if given). std::nullopt when there is none.
+absl::StatusOr<std::optional<RankCheckpoint>> LoadLatestRankCheckpoint(
+    const std::string& job_dir, int rank, int world_size, std::vector<std::string>* skipped);
+
+// Loads one specific committed step for this rank.
+absl::StatusOr<RankCheckpoint> LoadRankCheckpoint(const std::string& job_dir, int64_t step,
+                                                  int rank, int world_size);
+
+}  // namespace fsdpd

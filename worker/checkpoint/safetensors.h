@@ -1,0 +1,30 @@
+// Reading and writing safetensors files (the format of the `safetensors` Python package):
+// an 8-byte little-endian header length, a JSON header of {name: {dtype, shape,
+// data_offsets}} with optional "__metadata__", then the raw little-endian data.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fsdpd {
+
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // fp32 in memory; the file dtype is F32, or BF16/F16 on read
+};
+
+// Writes fp32 tensors atomically (temp file, fsync, rename).
+absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor, converting BF16/F16/F32 to fp32. A malformed header, overlapping or
+// out-of-range offsets, or an unsupported dtype is a clear error, never a crash.
+absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(const std::string& path);
+
+}  // namespace fsdpd

@@ -1,0 +1,55 @@
+// The entry point of the training engine: runs one rank of one attempt of a job to the end.
+// The worker's session calls it on a thread of its own; the engine's tests call it directly.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/common.pb.h"
+#include "fsdpd/v1/spec.pb.h"
+#include "worker/comm/key_value_store.h"
+
+namespace fsdpd {
+
+struct RankContext {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int world_size = 1;
+  // Where this job's checkpoints live: <checkpoint_root>/<job_id>/. All ranks of a job must
+  // see the same directory (a shared filesystem across hosts).
+  std::string checkpoint_dir;
+  // Roots that data, init and checkpoint paths must stay inside (empty: no restriction).
+  std::vector<std::string> allowed_roots;
+  // Rendezvous for the collectives, already scoped to (job, attempt).
+  KeyValueStore* store = nullptr;
+  // The address peers reach this rank on (Gloo binds it); loopback by default.
+  std::string bind_address = "127.0.0.1";
+  std::string device = "cpu";  // cpu | cuda:N
+};
+
+struct TrainerHooks {
+  std::function<void(const v1::StepReport&)> on_step;
+  std::function<void(const std::string& level, const std::string& text)> on_log;
+  // Set by the session to stop the run promptly; the trainer checks it between steps
+  // and aborts its collectives.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+struct TrainResult {
+  int64_t final_step = 0;
+  double final_loss = 0.0;
+  // On rank 0 of a successful run: the consolidated safetensors file with PyTorch's names.
+  std::string exported_model_path;
+};
+
+// Runs the job to its last step, resuming from the latest complete checkpoint in
+// context.checkpoint_dir if there is one. Returns CANCELLED when hooks.cancelled was set.
+absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContext& context,
+                                       const TrainerHooks& hooks);
+
+}  // namespace fsdpd
