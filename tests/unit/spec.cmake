@@ -1,0 +1,3 @@
+fsdpd_test(spec_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/spec_test.cc
+  LIBS fsdpd_spec)

@@ -1,0 +1,150 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/spec/job_spec.h"
+
+namespace fsdpd {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Errors(const v1::JobSpec& spec) { return FormatFieldErrors(ValidateJobSpec(spec)); }
+
+v1::JobSpec ParseOk(const std::string& yaml) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.value_or(v1::JobSpec());
+}
+
+TEST(JobSpec, DefaultsAreTheSeedWorkload) {
+  v1::JobSpec spec = ParseOk("name: minillm-seed\n");
+  EXPECT_EQ(spec.model().vocab(), 32000);
+  EXPECT_EQ(spec.model().dim(), 2048);
+  EXPECT_EQ(spec.model().layers(), 12);
+  EXPECT_EQ(spec.model().heads(), 16);
+  EXPECT_EQ(spec.data().seq_len(), 1024);
+  EXPECT_EQ(spec.train().batch_size(), 8);
+  EXPECT_DOUBLE_EQ(spec.train().lr(), 3e-4);
+  EXPECT_DOUBLE_EQ(spec.train().beta2(), 0.999);
+  EXPECT_EQ(spec.parallel().world_size(), 4);
+  EXPECT_TRUE(spec.parallel().reshard_after_forward());
+  EXPECT_EQ(spec.max_restarts(), 3);
+  EXPECT_EQ(Errors(spec), "");
+  // The seed's MiniLLM has 735,199,232 parameters (anchors/README.md).
+  EXPECT_EQ(ParameterCount(spec.model()), 735199232);
+}
+
+TEST(JobSpec, ParsesEveryDesignField) {
+  v1::JobSpec spec = ParseOk(R"(
+name: demo
+model: {vocab: 256, dim: 64, layers: 2, heads: 4, ffn_mult: 4, causal: true}
+data: {source: text, path: /data/corpus.txt, seq_len: 64}
+train: {batch_size: 4, steps: 50, lr: 1.0e-3, weight_decay: 0.0, betas: [0.8, 0.95], seed: 7}
+parallel: {world_size: 2, device: cpu, param_dtype: fp32, reduce_dtype: fp32, reshard_after_forward: false}
+checkpoint: {every_steps: 10, keep: 2, init_from: null}
+profile: {start_step: 5, steps: 2, counters: false}
+max_restarts: 1
+priority: 5
+)");
+  EXPECT_EQ(spec.model().dim(), 64);
+  EXPECT_TRUE(spec.model().causal());
+  EXPECT_EQ(spec.data().path(), "/data/corpus.txt");
+  EXPECT_DOUBLE_EQ(spec.train().beta1(), 0.8);
+  EXPECT_EQ(spec.train().seed(), 7u);
+  EXPECT_FALSE(spec.parallel().reshard_after_forward());
+  EXPECT_EQ(spec.checkpoint().init_from(), "");
+  EXPECT_EQ(spec.priority(), 5);
+  EXPECT_EQ(Errors(spec), "");
+}
+
+TEST(JobSpec, ParseErrorsNameTheField) {
+  EXPECT_THAT(ParseJobSpecYaml("name: a\nmodel: {dim: abc}\n").status().message(),
+              HasSubstr("model.dim: expected an integer, got 'abc'"));
+  EXPECT_THAT(ParseJobSpecYaml("name: a\ntrain: {stepz: 3}\n").status().message(),
+              HasSubstr("train.stepz: unknown field"));
+  EXPECT_THAT(ParseJobSpecYaml("name: a\ntrain: {betas: [0.9]}\n").status().message(),
+              HasSubstr("train.betas: expected a list of two numbers"));
+  EXPECT_THAT(ParseJobSpecYaml("name: a\nmodel: 3\n").status().message(),
+              HasSubstr("model: expected a mapping"));
+  EXPECT_THAT(ParseJobSpecYaml("name: [a\n").status().message(), HasSubstr("not valid YAML"));
+  EXPECT_THAT(ParseJobSpecYaml("- a\n- b\n").status().message(), HasSubstr("YAML mapping"));
+}
+
+TEST(JobSpec, ValidationNamesEachFieldAndWhy) {
+  v1::JobSpec spec = DefaultJobSpec();
+  EXPECT_EQ(Errors(spec), "name: is required");
+
+  spec.set_name("bad name!");
+  EXPECT_THAT(Errors(spec), HasSubstr("name: may hold only letters"));
+
+  spec = DefaultJobSpec();
+  spec.set_name("x");
+  spec.mutable_model()->set_dim(100);
+  spec.mutable_model()->set_heads(3);
+  EXPECT_THAT(Errors(spec),
+              HasSubstr("model.dim: must be divisible by model.heads (got 100 and 3)"));
+
+  spec = DefaultJobSpec();
+  spec.set_name("x");
+  spec.mutable_train()->set_steps(0);
+  spec.mutable_parallel()->set_world_size(0);
+  spec.mutable_parallel()->set_device("tpu");
+  std::string errors = Errors(spec);
+  EXPECT_THAT(errors, HasSubstr("train.steps: must be between 1 and"));
+  EXPECT_THAT(errors, HasSubstr("parallel.world_size: must be between 1 and"));
+  EXPECT_THAT(errors, HasSubstr("parallel.device: must be cpu or cuda (got 'tpu')"));
+}
+
+TEST(JobSpec, DataRules) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("x");
+  spec.mutable_data()->set_source("tokens");
+  EXPECT_THAT(Errors(spec), HasSubstr("data.path: is required when data.source is tokens"));
+  spec.mutable_data()->set_path("/x.bin");
+  spec.mutable_model()->set_vocab(100000);
+  EXPECT_THAT(Errors(spec), HasSubstr("data.token_bytes: uint16 tokens cannot address"));
+  spec.mutable_data()->set_token_bytes(4);
+  EXPECT_EQ(Errors(spec), "");
+  spec.mutable_data()->set_source("text");
+  spec.mutable_model()->set_vocab(100);
+  EXPECT_THAT(Errors(spec),
+              HasSubstr("model.vocab: the byte-level text tokenizer needs vocab >= 256"));
+}
+
+TEST(JobSpec, NumbersMustBeFiniteAndInRange) {
+  v1::JobSpec spec = ParseOk("name: x\ntrain: {lr: .nan, betas: [1.0, 0.5]}\n");
+  std::string errors = Errors(spec);
+  EXPECT_THAT(errors, HasSubstr("train.lr: must be a number in (0, 10]"));
+  EXPECT_THAT(errors, HasSubstr("train.betas[0]: must be in [0, 1)"));
+}
+
+TEST(JobSpec, CudaHeadDimLimit) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("x");
+  spec.mutable_model()->set_heads(8);  // head_dim 256
+  EXPECT_THAT(Errors(spec), HasSubstr("head_dim up to 128 (got 256)"));
+  spec.mutable_parallel()->set_device("cpu");
+  EXPECT_EQ(Errors(spec), "");
+}
+
+TEST(JobSpec, SizeEstimatesGrowWithTheModelAndShrinkWithShards) {
+  v1::JobSpec spec = DefaultJobSpec();
+  double four_ranks = EstimateRankDeviceBytes(spec);
+  spec.mutable_parallel()->set_world_size(1);
+  double one_rank = EstimateRankDeviceBytes(spec);
+  EXPECT_GT(one_rank, four_ranks);
+  // 735M parameters × 16 bytes of fp32 state on one rank is at least 11.7 GB.
+  EXPECT_GT(one_rank, 16.0 * 735199232);
+  EXPECT_DOUBLE_EQ(FlopsPerToken(spec), 6.0 * 735199232 + 12.0 * 12 * 1024 * 2048);
+}
+
+TEST(JobSpec, YamlRoundTrip) {
+  v1::JobSpec spec = ParseOk("name: rt\nmodel: {dim: 64, heads: 4}\ntrain: {betas: [0.5, 0.6]}\n");
+  v1::JobSpec again = ParseOk(JobSpecToYaml(spec));
+  EXPECT_EQ(again.model().dim(), 64);
+  EXPECT_DOUBLE_EQ(again.train().beta1(), 0.5);
+  EXPECT_EQ(again.name(), "rt");
+}
+
+}  // namespace
+}  // namespace fsdpd
