@@ -27,8 +27,8 @@ struct RankCheckpoint {
   int64_t step = 0;  // steps completed
   int rank = 0;
   int world_size = 1;
-  std::string rng_state;     // opaque engine RNG state
-  int64_t data_position = 0; // next data step
+  std::string rng_state;      // opaque engine RNG state
+  int64_t data_position = 0;  // next data step
   std::vector<ShardBuffer> buffers;
 };
 
@@ -38,12 +38,14 @@ absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoin
 // Rank 0, after all ranks returned from WriteRankCheckpoint (a barrier): writes the manifest
 // for `step`, then deletes the oldest complete checkpoints beyond `keep` and any incomplete
 // step directories older than `step`.
-absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size,
-                              int keep);
+absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep);
 
 // Steps with a manifest, newest first.
 absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& job_dir);
 
+// Ranks verify independently, so one rank's corrupt shard can make ranks pick different
+// steps: a multi-rank caller agrees on a step (as the trainer does with an all-reduce) and
+// uses LoadRankCheckpoint, or checks that every rank returned the same step.
 // Loads this rank's state from the newest committed checkpoint whose manifest and this
 // rank's file verify (size, CRC, world size); skips corrupt ones with a reason in
 // `skipped` (if given). std::nullopt when there is none.

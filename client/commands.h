@@ -1,0 +1,31 @@
+// The fsdpctl verbs. Each returns the process exit status and prints its own errors.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "client/client_context.h"
+
+namespace fsdpd::client {
+
+// submit_command.cc
+int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch, bool dry_run);
+
+// job_commands.cc
+int RunList(const ClientOptions& options, const std::string& state_filter);
+int RunStatus(const ClientOptions& options, const std::string& job_id);
+int RunCancel(const ClientOptions& options, const std::string& job_id);
+
+// watch_command.cc: exits 0 only if the job SUCCEEDED.
+int RunWatch(const ClientOptions& options, const std::string& job_id);
+// logs_command.cc
+int RunLogs(const ClientOptions& options, const std::string& job_id, bool follow, int64_t tail);
+
+// worker_commands.cc
+int RunWorkers(const ClientOptions& options);
+
+// export_command.cc
+int RunExport(const ClientOptions& options, const std::string& job_id,
+              const std::string& output_path);
+
+}  // namespace fsdpd::client

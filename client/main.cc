@@ -1,0 +1,63 @@
+// fsdpctl: submits and watches fsdpd training jobs.
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  fsdpd::client::ClientOptions options;
+  CLI::App app{"fsdpctl: submit, watch and manage fsdpd training jobs"};
+  app.require_subcommand(1);
+  // Lets --coordinator and --json go before or after the verb.
+  app.fallthrough();
+  app.add_option("--coordinator", options.coordinator, "coordinator address host:port")
+      ->envname("FSDPD_COORDINATOR")
+      ->capture_default_str();
+  app.add_flag("--json", options.json, "machine-readable output");
+
+  std::string spec_path, job_id, state_filter, output_path;
+  bool watch = false, dry_run = false, follow = false;
+  int64_t tail = 0;
+
+  CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
+  submit->add_option("FILE", spec_path, "job spec")->required();
+  submit->add_flag("--watch", watch, "follow the job until it ends");
+  submit->add_flag("--dry-run", dry_run, "check the spec; store nothing");
+
+  CLI::App* list = app.add_subcommand("list", "list jobs");
+  list->add_option("--state", state_filter, "only jobs in this state");
+
+  CLI::App* status = app.add_subcommand("status", "show one job");
+  status->add_option("JOB", job_id, "job id")->required();
+
+  CLI::App* watch_verb = app.add_subcommand("watch", "follow a job's progress until it ends");
+  watch_verb->add_option("JOB", job_id, "job id")->required();
+
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("JOB", job_id, "job id")->required();
+
+  CLI::App* logs = app.add_subcommand("logs", "print a job's log lines");
+  logs->add_option("JOB", job_id, "job id")->required();
+  logs->add_flag("-f,--follow", follow, "keep printing new lines until the job ends");
+  logs->add_option("--tail", tail, "only the last N lines (0: all)");
+
+  CLI::App* workers = app.add_subcommand("workers", "list the workers");
+
+  CLI::App* export_verb =
+      app.add_subcommand("export", "download a finished job's weights (safetensors)");
+  export_verb->add_option("JOB", job_id, "job id")->required();
+  export_verb->add_option("-o,--output", output_path, "output file")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  using namespace fsdpd::client;
+  if (submit->parsed()) return RunSubmit(options, spec_path, watch, dry_run);
+  if (list->parsed()) return RunList(options, state_filter);
+  if (status->parsed()) return RunStatus(options, job_id);
+  if (watch_verb->parsed()) return RunWatch(options, job_id);
+  if (cancel->parsed()) return RunCancel(options, job_id);
+  if (logs->parsed()) return RunLogs(options, job_id, follow, tail);
+  if (workers->parsed()) return RunWorkers(options);
+  if (export_verb->parsed()) return RunExport(options, job_id, output_path);
+  return 1;
+}

@@ -1,0 +1,82 @@
+#include <filesystem>
+#include <iostream>
+#include <system_error>
+
+#include "client/commands.h"
+#include "client/output.h"
+#include "fsdpd/v1/jobs.grpc.pb.h"
+#include "proto/spec/job_spec.h"
+
+namespace fsdpd::client {
+namespace {
+
+// Workers resolve paths on their own hosts, so a path relative to the spec file is made
+// absolute here, against the spec file's folder.
+void ResolveRelativePaths(const std::string& spec_path, v1::JobSpec* spec) {
+  std::error_code error;
+  const std::filesystem::path folder =
+      std::filesystem::absolute(spec_path, error).parent_path().lexically_normal();
+  if (error) return;
+  auto resolve = [&](std::string* path) {
+    if (path->empty() || std::filesystem::path(*path).is_absolute()) return;
+    *path = (folder / *path).lexically_normal().string();
+  };
+  resolve(spec->mutable_data()->mutable_path());
+  resolve(spec->mutable_checkpoint()->mutable_init_from());
+}
+
+}  // namespace
+
+int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch,
+              bool dry_run) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path);
+  if (!spec.ok()) {
+    return Fail("invalid spec " + spec_path + ": " + std::string(spec.status().message()));
+  }
+  ResolveRelativePaths(spec_path, &*spec);
+
+  auto stub = v1::JobService::NewStub(Connect(options));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *spec;
+  request.set_dry_run(dry_run);
+  v1::SubmitJobResponse response;
+  grpc::ClientContext context;
+  SetUnaryDeadline(&context);
+  grpc::Status status = stub->SubmitJob(&context, request, &response);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      return Fail("invalid spec " + spec_path + ": " + status.error_message());
+    }
+    return Fail(DescribeError(status, options));
+  }
+
+  if (dry_run) {
+    nlohmann::json violations = nlohmann::json::array();
+    for (const v1::FieldViolation& violation : response.violations()) {
+      violations.push_back(
+          {{"field", violation.field()}, {"description", violation.description()}});
+    }
+    const bool valid = response.violations_size() == 0;
+    if (options.json) {
+      std::cout << nlohmann::json{{"valid", valid}, {"violations", violations}}.dump() << std::endl;
+    } else if (valid) {
+      std::cout << "spec " << spec_path << " is valid (nothing was submitted)" << std::endl;
+    } else {
+      std::cerr << "fsdpctl: invalid spec " << spec_path << ":" << std::endl;
+      for (const v1::FieldViolation& violation : response.violations()) {
+        std::cerr << "  " << violation.field() << ": " << violation.description() << std::endl;
+      }
+    }
+    return valid ? 0 : 1;
+  }
+
+  if (options.json) {
+    std::cout << nlohmann::json{{"id", response.id()}}.dump() << std::endl;
+  } else {
+    std::cout << "submitted job " << response.id() << " (" << spec->name() << ")" << std::endl;
+  }
+  if (watch) return RunWatch(options, response.id());
+  return 0;
+}
+
+}  // namespace fsdpd::client

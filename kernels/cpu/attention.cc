@@ -1,0 +1,138 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace fsdpd::cpu {
+namespace {
+
+// Pointers to one (batch, head) slice of the packed tensors; rows are strided.
+struct HeadSlices {
+  int64_t head_dim;
+  int64_t qkv_stride;  // 3·dim
+  int64_t out_stride;  // dim
+  int64_t qkv_offset;  // of q; k and v follow at +dim and +2·dim
+  int64_t out_offset;
+};
+
+HeadSlices Slices(const AttentionShape& shape, int64_t b, int64_t h) {
+  const int64_t head_dim = shape.dim / shape.heads;
+  return HeadSlices{head_dim, 3 * shape.dim, shape.dim,
+                    b * shape.seq * 3 * shape.dim + h * head_dim,
+                    b * shape.seq * shape.dim + h * head_dim};
+}
+
+// scores[seq, seq] = scale · q·kᵀ.
+void Scores(const float* q, const float* k, int64_t stride, int64_t seq, int64_t head_dim,
+            float scale, float* scores) {
+  Gemm(false, true, seq, seq, head_dim, scale, q, stride, k, stride, 0.0f, scores, seq);
+}
+
+int64_t VisibleColumns(bool causal, int64_t row, int64_t seq) { return causal ? row + 1 : seq; }
+
+// Each row's log-sum-exp over its visible columns.
+void RowLogSumExp(const float* scores, int64_t seq, bool causal, float* lse) {
+  for (int64_t i = 0; i < seq; ++i) {
+    const float* row = scores + i * seq;
+    const int64_t visible = VisibleColumns(causal, i, seq);
+    float maximum = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < visible; ++j) maximum = std::max(maximum, row[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < visible; ++j) sum += std::exp(row[j] - maximum);
+    lse[i] = maximum + static_cast<float>(std::log(sum));
+  }
+}
+
+// scores → softmax probabilities in place, from each row's log-sum-exp; masked entries are
+// exactly zero.
+void ExponentiateRows(const float* lse, int64_t seq, bool causal, float* scores) {
+  for (int64_t i = 0; i < seq; ++i) {
+    float* row = scores + i * seq;
+    const int64_t visible = VisibleColumns(causal, i, seq);
+    for (int64_t j = 0; j < visible; ++j) row[j] = std::exp(row[j] - lse[i]);
+    for (int64_t j = visible; j < seq; ++j) row[j] = 0.0f;
+  }
+}
+
+}  // namespace
+
+void AttentionForward(const float* qkv, const AttentionShape& shape, bool causal, float* out,
+                      float* lse) {
+  const int64_t seq = shape.seq;
+  std::vector<float> scores(static_cast<size_t>(seq * seq));
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t h = 0; h < shape.heads; ++h) {
+      const HeadSlices slices = Slices(shape, b, h);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(slices.head_dim));
+      const float* q = qkv + slices.qkv_offset;
+      const float* k = q + shape.dim;
+      const float* v = q + 2 * shape.dim;
+      float* row_lse = lse + (b * shape.heads + h) * seq;
+      Scores(q, k, slices.qkv_stride, seq, slices.head_dim, scale, scores.data());
+      RowLogSumExp(scores.data(), seq, causal, row_lse);
+      ExponentiateRows(row_lse, seq, causal, scores.data());
+      Gemm(false, false, seq, slices.head_dim, seq, 1.0f, scores.data(), seq, v, slices.qkv_stride,
+           0.0f, out + slices.out_offset, slices.out_stride);
+    }
+  }
+}
+
+void AttentionBackward(const float* dout, const float* qkv, const float* out, const float* lse,
+                       const AttentionShape& shape, bool causal, float* dqkv) {
+  const int64_t seq = shape.seq;
+  std::vector<float> probabilities(static_cast<size_t>(seq * seq));
+  std::vector<float> score_gradient(static_cast<size_t>(seq * seq));
+  std::vector<float> row_dot(static_cast<size_t>(seq));
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t h = 0; h < shape.heads; ++h) {
+      const HeadSlices slices = Slices(shape, b, h);
+      const int64_t head_dim = slices.head_dim;
+      const int64_t stride = slices.qkv_stride;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const float* q = qkv + slices.qkv_offset;
+      const float* k = q + shape.dim;
+      const float* v = q + 2 * shape.dim;
+      float* dq = dqkv + slices.qkv_offset;
+      float* dk = dq + shape.dim;
+      float* dv = dq + 2 * shape.dim;
+      const float* head_dout = dout + slices.out_offset;
+      const float* head_out = out + slices.out_offset;
+      // P is recomputed from the saved log-sum-exp rather than stored by forward.
+      Scores(q, k, stride, seq, head_dim, scale, probabilities.data());
+      ExponentiateRows(lse + (b * shape.heads + h) * seq, seq, causal, probabilities.data());
+
+      // dv = Pᵀ · dout; dP = dout · vᵀ.
+      Gemm(true, false, seq, head_dim, seq, 1.0f, probabilities.data(), seq, head_dout,
+           slices.out_stride, 0.0f, dv, stride);
+      Gemm(false, true, seq, seq, head_dim, 1.0f, head_dout, slices.out_stride, v, stride, 0.0f,
+           score_gradient.data(), seq);
+      // Softmax backward: dS = P ∘ (dP − rowsum(dout ∘ out)), since Σ_j P_ij dP_ij = dout_i·out_i.
+      for (int64_t i = 0; i < seq; ++i) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          dot += static_cast<double>(head_dout[i * slices.out_stride + d]) *
+                 head_out[i * slices.out_stride + d];
+        }
+        row_dot[i] = static_cast<float>(dot);
+      }
+      for (int64_t i = 0; i < seq; ++i) {
+        float* gradient_row = score_gradient.data() + i * seq;
+        const float* probability_row = probabilities.data() + i * seq;
+        for (int64_t j = 0; j < seq; ++j) {
+          gradient_row[j] = probability_row[j] * (gradient_row[j] - row_dot[i]);
+        }
+      }
+      // scores = scale · q·kᵀ, so dq = scale · dS · k and dk = scale · dSᵀ · q.
+      Gemm(false, false, seq, head_dim, seq, scale, score_gradient.data(), seq, k, stride, 0.0f, dq,
+           stride);
+      Gemm(true, false, seq, head_dim, seq, scale, score_gradient.data(), seq, q, stride, 0.0f, dk,
+           stride);
+    }
+  }
+}
+
+}  // namespace fsdpd::cpu

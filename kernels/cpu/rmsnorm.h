@@ -1,0 +1,16 @@
+// RMSNorm in fp32 (nn.RMSNorm with elementwise affine): y = x · rsqrt(mean(x²) + eps) · w.
+#pragma once
+
+#include <cstdint>
+
+namespace fsdpd::cpu {
+
+// x, out [rows, dim]; weight [dim]; rstd [rows] saved for backward.
+void RmsNormForward(const float* x, const float* weight, int64_t rows, int64_t dim, double eps,
+                    float* out, float* rstd);
+
+// dx [rows, dim] overwritten; dweight [dim] accumulated.
+void RmsNormBackward(const float* dout, const float* x, const float* weight, const float* rstd,
+                     int64_t rows, int64_t dim, float* dx, float* dweight);
+
+}  // namespace fsdpd::cpu

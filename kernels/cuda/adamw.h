@@ -1,0 +1,28 @@
+// torch.optim.AdamW's update (single-tensor path) fused over a flat fp32 shard.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace fsdpd::cuda {
+
+struct AdamWStepParams {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  int64_t step = 1;  // 1-based
+};
+
+// p ·= 1 − lr·wd; m = m + (1 − β1)·(g − m); v = β2·v + (1 − β2)·g²;
+// p −= lr/(1 − β1^t) · m / (√v / √(1 − β2^t) + eps). Scalars are formed in double on the host
+// and the update runs in fp32 without fused multiply-adds, in the reference's order, so it
+// matches the CPU backend bit for bit.
+absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       int64_t count, const AdamWStepParams& params, cudaStream_t stream);
+
+}  // namespace fsdpd::cuda

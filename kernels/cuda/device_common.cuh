@@ -1,0 +1,80 @@
+// Device-side helpers shared by the kernel families (included by .cu files only).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+#define FSDPD_KERNEL_RETURN_IF_ERROR(expression)                            \
+  do {                                                                      \
+    if (absl::Status status_ = (expression); !status_.ok()) return status_; \
+  } while (false)
+
+namespace fsdpd::cuda {
+
+// Loads and stores that let one kernel body serve fp32 and bf16 tensors.
+__device__ __forceinline__ float ToFloat(float value) { return value; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <typename T>
+__device__ __forceinline__ T FromFloat(float value);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float value) {
+  return value;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+
+__device__ __forceinline__ float WarpSum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+__device__ __forceinline__ float WarpMax(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+// Sum over the whole block, returned to every thread. `scratch` holds 32 floats; the block is a
+// multiple of 32 threads. The order of additions is fixed, so results are reproducible.
+__device__ __forceinline__ float BlockSum(float value, float* scratch) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  value = WarpSum(value);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  value = lane < warps ? scratch[lane] : 0.0f;
+  return WarpSum(value);
+}
+
+__device__ __forceinline__ float BlockMax(float value, float* scratch) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  value = WarpMax(value);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  value = lane < warps ? scratch[lane] : -INFINITY;
+  return WarpMax(value);
+}
+
+// Grid size for a grid-stride loop over `count` elements.
+inline unsigned GridFor(int64_t count, int threads, int64_t max_blocks = 132 * 16) {
+  int64_t blocks = (count + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > max_blocks) blocks = max_blocks;
+  return static_cast<unsigned>(blocks);
+}
+
+}  // namespace fsdpd::cuda

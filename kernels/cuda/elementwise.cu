@@ -1,0 +1,183 @@
+#include "kernels/cuda/elementwise.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_common.cuh"
+#include "worker/backend/cuda_check.h"
+
+namespace fsdpd::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSumBlocks = 1024;
+
+template <typename T>
+__global__ void AddKernel(const T* a, const T* b, int64_t count, T* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = FromFloat<T>(ToFloat(a[i]) + ToFloat(b[i]));
+  }
+}
+
+template <typename From, typename To>
+__global__ void CastKernel(const From* src, int64_t count, To* dst) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = FromFloat<To>(ToFloat(src[i]));
+  }
+}
+
+__global__ void RoundKernel(float* x, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+  }
+}
+
+template <typename T>
+__global__ void FillKernel(T* x, int64_t count, float value) {
+  const T stored = FromFloat<T>(value);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = stored;
+  }
+}
+
+template <typename T>
+__global__ void ScaleKernel(T* x, int64_t count, float factor) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = FromFloat<T>(ToFloat(x[i]) * factor);
+  }
+}
+
+// First pass: each block's share of the grid-stride loop, summed in a fixed order.
+template <typename T>
+__global__ void SumOfSquaresPartialKernel(const T* x, int64_t count, float* partials) {
+  __shared__ float scratch[32];
+  float sum = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float value = ToFloat(x[i]);
+    sum = fmaf(value, value, sum);
+  }
+  sum = BlockSum(sum, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void SumPartialsKernel(const float* partials, int count, float* result) {
+  __shared__ float scratch[32];
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  sum = BlockSum(sum, scratch);
+  if (threadIdx.x == 0) *result = sum;
+}
+
+absl::Status CheckCount(const char* op, const void* a, const void* b, int64_t count) {
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": negative count ", count));
+  if (count > 0 && (a == nullptr || b == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer for ", count, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchAdd(const T* a, const T* b, int64_t count, T* out, cudaStream_t stream) {
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Add", a, out, count));
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Add", b, out, count));
+  if (count == 0) return absl::OkStatus();
+  AddKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(a, b, count, out);
+  CUDA_CHECK_LAUNCH("AddKernel");
+  return absl::OkStatus();
+}
+
+template <typename From, typename To>
+absl::Status LaunchCast(const From* src, int64_t count, To* dst, cudaStream_t stream) {
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Cast", src, dst, count));
+  if (count == 0) return absl::OkStatus();
+  CastKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(src, count, dst);
+  CUDA_CHECK_LAUNCH("CastKernel");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchFill(T* x, int64_t count, float value, cudaStream_t stream) {
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Fill", x, x, count));
+  if (count == 0) return absl::OkStatus();
+  FillKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count, value);
+  CUDA_CHECK_LAUNCH("FillKernel");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchScale(T* x, int64_t count, float factor, cudaStream_t stream) {
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Scale", x, x, count));
+  if (count == 0) return absl::OkStatus();
+  ScaleKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count, factor);
+  CUDA_CHECK_LAUNCH("ScaleKernel");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchSumOfSquares(const T* x, int64_t count, float* partials, float* result,
+                                cudaStream_t stream) {
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("SumOfSquares", partials, result, 1));
+  if (count > 0 && x == nullptr) {
+    return absl::InvalidArgumentError("SumOfSquares: null input");
+  }
+  if (count < 0) return absl::InvalidArgumentError("SumOfSquares: negative count");
+  // Always the same number of blocks, so the reduction order depends on the count only.
+  SumOfSquaresPartialKernel<<<kSumBlocks, kThreads, 0, stream>>>(x, count, partials);
+  CUDA_CHECK_LAUNCH("SumOfSquaresPartialKernel");
+  SumPartialsKernel<<<1, 1024, 0, stream>>>(partials, kSumBlocks, result);
+  CUDA_CHECK_LAUNCH("SumPartialsKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AddBf16(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t count,
+                     __nv_bfloat16* out, cudaStream_t stream) {
+  return LaunchAdd(a, b, count, out, stream);
+}
+absl::Status AddFloat(const float* a, const float* b, int64_t count, float* out,
+                      cudaStream_t stream) {
+  return LaunchAdd(a, b, count, out, stream);
+}
+absl::Status CastFloatToBf16(const float* src, int64_t count, __nv_bfloat16* dst,
+                             cudaStream_t stream) {
+  return LaunchCast(src, count, dst, stream);
+}
+absl::Status CastBf16ToFloat(const __nv_bfloat16* src, int64_t count, float* dst,
+                             cudaStream_t stream) {
+  return LaunchCast(src, count, dst, stream);
+}
+absl::Status RoundFloatToBf16(float* x, int64_t count, cudaStream_t stream) {
+  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("RoundToBf16", x, x, count));
+  if (count == 0) return absl::OkStatus();
+  RoundKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count);
+  CUDA_CHECK_LAUNCH("RoundKernel");
+  return absl::OkStatus();
+}
+absl::Status FillFloat(float* x, int64_t count, float value, cudaStream_t stream) {
+  return LaunchFill(x, count, value, stream);
+}
+absl::Status FillBf16(__nv_bfloat16* x, int64_t count, float value, cudaStream_t stream) {
+  return LaunchFill(x, count, value, stream);
+}
+absl::Status ScaleFloat(float* x, int64_t count, float factor, cudaStream_t stream) {
+  return LaunchScale(x, count, factor, stream);
+}
+absl::Status ScaleBf16(__nv_bfloat16* x, int64_t count, float factor, cudaStream_t stream) {
+  return LaunchScale(x, count, factor, stream);
+}
+int64_t SumOfSquaresScratchFloats() { return kSumBlocks; }
+absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, float* result,
+                               cudaStream_t stream) {
+  return LaunchSumOfSquares(x, count, partials, result, stream);
+}
+absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials,
+                              float* result, cudaStream_t stream) {
+  return LaunchSumOfSquares(x, count, partials, result, stream);
+}
+
+}  // namespace fsdpd::cuda

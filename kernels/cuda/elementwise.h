@@ -1,0 +1,42 @@
+// Elementwise kernels and reductions over flat tensors: the residual add, fp32 ↔ bf16 casts,
+// fill, scale, and the sum of squares behind the global gradient norm. Host launchers only:
+// each checks its arguments, runs on the given stream and checks the launch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace fsdpd::cuda {
+
+// out = a + b; out may alias a or b.
+absl::Status AddBf16(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t count,
+                     __nv_bfloat16* out, cudaStream_t stream);
+absl::Status AddFloat(const float* a, const float* b, int64_t count, float* out,
+                      cudaStream_t stream);
+
+// Round to nearest even.
+absl::Status CastFloatToBf16(const float* src, int64_t count, __nv_bfloat16* dst,
+                             cudaStream_t stream);
+absl::Status CastBf16ToFloat(const __nv_bfloat16* src, int64_t count, float* dst,
+                             cudaStream_t stream);
+// x = float(bf16(x)) in place.
+absl::Status RoundFloatToBf16(float* x, int64_t count, cudaStream_t stream);
+
+absl::Status FillFloat(float* x, int64_t count, float value, cudaStream_t stream);
+absl::Status FillBf16(__nv_bfloat16* x, int64_t count, float value, cudaStream_t stream);
+absl::Status ScaleFloat(float* x, int64_t count, float factor, cudaStream_t stream);
+absl::Status ScaleBf16(__nv_bfloat16* x, int64_t count, float factor, cudaStream_t stream);
+
+// result[0] = Σ x² in fp32, reduced in a fixed order (the same input gives the same bits).
+// `partials` is device scratch of SumOfSquaresScratchFloats() floats.
+int64_t SumOfSquaresScratchFloats();
+absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, float* result,
+                               cudaStream_t stream);
+absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials,
+                              float* result, cudaStream_t stream);
+
+}  // namespace fsdpd::cuda

@@ -1,0 +1,29 @@
+// RMSNorm (nn.RMSNorm with an elementwise affine weight) on bf16 activations with fp32
+// statistics: out = x · rstd · weight, rstd = (mean(x²) + eps)^-½ kept in fp32 for backward.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace fsdpd::cuda {
+
+// x, out [rows, dim] bf16; weight [dim] bf16; rstd [rows] fp32.
+absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight, int64_t rows,
+                            int64_t dim, float eps, __nv_bfloat16* out, float* rstd,
+                            cudaStream_t stream);
+
+// Device scratch (floats) that RmsNormBackward needs for rows × dim.
+int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim);
+
+// dx [rows, dim] bf16 overwritten; dweight [dim] fp32 accumulated. The weight gradient is
+// summed per block of rows into `scratch`, then over blocks in a fixed order: deterministic.
+absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
+                             const __nv_bfloat16* weight, const float* rstd, int64_t rows,
+                             int64_t dim, __nv_bfloat16* dx, float* dweight, float* scratch,
+                             cudaStream_t stream);
+
+}  // namespace fsdpd::cuda

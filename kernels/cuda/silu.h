@@ -1,0 +1,19 @@
+// SiLU on bf16 activations with fp32 math: out = x · sigmoid(x).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace fsdpd::cuda {
+
+absl::Status SiluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* out,
+                         cudaStream_t stream);
+// dx = dout · sigmoid(x) · (1 + x · (1 − sigmoid(x))), overwritten.
+absl::Status SiluBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x, int64_t count,
+                          __nv_bfloat16* dx, cudaStream_t stream);
+
+}  // namespace fsdpd::cuda

@@ -1,0 +1,84 @@
+#include "server/artifact_store.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace fsdpd::server {
+
+namespace fs = std::filesystem;
+
+absl::Status ArtifactStore::CheckName(const std::string& name) {
+  // Names come from workers: keep them to one plain file name inside the job's directory.
+  if (name.empty() || name == "." || name == ".." || absl::StrContains(name, "/") ||
+      absl::StrContains(name, "\\") || absl::EndsWith(name, ".partial")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact name \"", name, "\" is not a plain file name"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ArtifactStore::Directory(const std::string& job_id) const {
+  return (fs::path(root_) / job_id).string();
+}
+
+absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk) {
+  const std::string name = chunk.name().empty() ? "model.safetensors" : chunk.name();
+  if (absl::Status status = CheckName(name); !status.ok()) return status;
+  if (chunk.job_id().empty() || absl::StrContains(chunk.job_id(), "/")) {
+    return absl::InvalidArgumentError("artifact chunk has no valid job_id");
+  }
+  if (chunk.chunk().offset() < 0) {
+    return absl::InvalidArgumentError("artifact chunk offset must not be negative");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const fs::path directory = Directory(chunk.job_id());
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", directory.string(), ": ", error.message()));
+  }
+  const fs::path partial = directory / (name + ".partial");
+  if (chunk.chunk().offset() == 0) fs::remove(partial, error);
+  {
+    std::fstream file(partial, std::ios::in | std::ios::out | std::ios::binary);
+    if (!file.is_open()) file.open(partial, std::ios::out | std::ios::binary);
+    if (!file.is_open()) {
+      return absl::InternalError(absl::StrCat("cannot open ", partial.string()));
+    }
+    file.seekp(chunk.chunk().offset());
+    file.write(chunk.chunk().data().data(), static_cast<std::streamsize>(chunk.chunk().data().size()));
+    file.flush();
+    if (!file) return absl::InternalError(absl::StrCat("cannot write ", partial.string()));
+  }
+  if (!chunk.last()) return absl::OkStatus();
+  const int64_t size = static_cast<int64_t>(fs::file_size(partial, error));
+  if (chunk.chunk().total_bytes() > 0 && size != chunk.chunk().total_bytes()) {
+    fs::remove(partial, error);
+    return absl::DataLossError(absl::StrCat("artifact ", name, " of ", chunk.job_id(), " has ",
+                                            size, " bytes but the worker announced ",
+                                            chunk.chunk().total_bytes()));
+  }
+  fs::rename(partial, directory / name, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot rename ", partial.string(), ": ",
+                                            error.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ArtifactStore::Find(const std::string& job_id,
+                                                const std::string& name) const {
+  const fs::path path = fs::path(Directory(job_id)) / name;
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " has no exported ", name,
+                                            " (rank 0 uploads it when the job succeeds)"));
+  }
+  return path.string();
+}
+
+}  // namespace fsdpd::server

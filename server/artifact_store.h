@@ -1,0 +1,32 @@
+// Files that rank 0 uploads at the end of a successful attempt (model.safetensors), kept under
+// <artifact_dir>/<job>/. Chunks go to a temporary file that is renamed on the last chunk, so a
+// reader never sees a partial artifact.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/worker.pb.h"
+
+namespace fsdpd::server {
+
+class ArtifactStore {
+ public:
+  explicit ArtifactStore(std::string root) : root_(std::move(root)) {}
+
+  absl::Status WriteChunk(const v1::ArtifactChunk& chunk);
+  // The path of a complete artifact; NOT_FOUND when the job has none.
+  absl::StatusOr<std::string> Find(const std::string& job_id, const std::string& name) const;
+  static absl::Status CheckName(const std::string& name);
+
+ private:
+  std::string Directory(const std::string& job_id) const;
+  const std::string root_;
+  std::mutex mutex_;
+};
+
+}  // namespace fsdpd::server

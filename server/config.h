@@ -1,0 +1,69 @@
+// Every tunable of the coordinator in one place: one small Config per component, gathered in
+// CoordinatorConfig, each checked at startup so a bad value fails with a clear message.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fsdpd::server {
+
+struct JobStoreConfig {
+  std::string database_path;  // <state-dir>/fsdpd.db
+  // Step reports and logs are written in batches; a batch is written when it holds this many
+  // rows, when flush_interval passes, and always on shutdown.
+  int batch_rows = 256;
+  std::chrono::milliseconds flush_interval{1000};
+  absl::Status Check() const;
+};
+
+struct WorkerRegistryConfig {
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  std::chrono::milliseconds heartbeat_interval{1000};  // what workers are told to use
+  absl::Status Check() const;
+};
+
+struct RendezvousConfig {
+  std::chrono::milliseconds default_get_timeout{30000};  // used when a Get asks for none
+  std::chrono::milliseconds max_get_timeout{600000};
+  int64_t max_value_bytes = 1 << 20;
+  int max_keys_per_scope = 4096;
+  absl::Status Check() const;
+};
+
+struct JobManagerConfig {
+  int max_world_size = 1024;
+  std::string artifact_dir;  // <state-dir>/artifacts
+  absl::Status Check() const;
+};
+
+struct MetricsConfig {
+  std::string listen;  // empty: no HTTP endpoint (the registry still collects)
+  absl::Status Check() const;
+};
+
+struct CoordinatorConfig {
+  std::string listen = "127.0.0.1:7070";
+  bool insecure = false;  // allows a non-loopback listen address until TLS exists
+  std::string state_dir;
+  JobStoreConfig store;
+  WorkerRegistryConfig workers;
+  RendezvousConfig rendezvous;
+  JobManagerConfig jobs;
+  MetricsConfig metrics;
+
+  // Derives the paths under state_dir that were left empty.
+  void FillPaths();
+  absl::Status Check() const;
+};
+
+// "10s", "500ms", "2m" or a bare number of seconds ("10", "0.5").
+absl::StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text);
+
+// True when the host part of "host:port" is a loopback address or localhost.
+bool IsLoopbackAddress(const std::string& address);
+
+}  // namespace fsdpd::server

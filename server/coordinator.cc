@@ -1,0 +1,120 @@
+#include "server/coordinator.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/sqlite_job_store.h"
+#include "spdlog/spdlog.h"
+
+namespace fsdpd::server {
+
+Coordinator::Coordinator(CoordinatorConfig config) : config_(std::move(config)) {
+  config_.FillPaths();
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+absl::Status Coordinator::Start() {
+  if (absl::Status status = config_.Check(); !status.ok()) return status;
+  std::error_code error;
+  for (const std::string& directory : {config_.state_dir, config_.jobs.artifact_dir}) {
+    std::filesystem::create_directories(directory, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("state-dir: cannot create ", directory, ": ", error.message()));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_.store);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  workers_ = std::make_unique<WorkerRegistry>(config_.workers);
+  rendezvous_ = std::make_unique<RendezvousStore>(config_.rendezvous);
+  jobs_ = std::make_unique<JobManager>(config_.jobs, *store_, *workers_, *rendezvous_);
+  if (absl::Status status = jobs_->Load(); !status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("loading ", config_.store.database_path, ": ",
+                                     status.message()));
+  }
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
+      MetricsExporter::Create(config_.metrics, *jobs_, *workers_);
+  if (!metrics.ok()) return metrics.status();
+  metrics_ = std::move(*metrics);
+  job_service_ = std::make_unique<JobServiceImpl>(*jobs_, *workers_, metrics_.get());
+  worker_service_ = std::make_unique<WorkerServiceImpl>(*jobs_, metrics_.get());
+  rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_, metrics_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(job_service_.get());
+  builder.RegisterService(worker_service_.get());
+  builder.RegisterService(rendezvous_service_.get());
+  // Artifacts arrive in chunks well under this; specs and reports are small.
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat("listen: cannot serve on ", config_.listen,
+                                               " (address in use or not local?)"));
+  }
+  listen_address_ = absl::StrCat(config_.listen.substr(0, config_.listen.rfind(':')), ":", port);
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+  }
+  ticker_ = std::thread([this] { RunTicker(); });
+  return absl::OkStatus();
+}
+
+void Coordinator::RunTicker() {
+  using Clock = std::chrono::steady_clock;
+  // Timeouts are checked several times per heartbeat timeout; flushes follow the store config.
+  const auto tick = std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(200), config_.workers.heartbeat_timeout / 4);
+  Clock::time_point next_flush = Clock::now() + config_.store.flush_interval;
+  std::unique_lock<std::mutex> lock(ticker_mutex_);
+  while (!stopping_) {
+    ticker_wakeup_.wait_for(lock, tick);
+    if (stopping_) break;
+    lock.unlock();
+    jobs_->Tick();
+    if (Clock::now() >= next_flush) {
+      if (absl::Status status = store_->Flush(); !status.ok()) {
+        spdlog::error("job store: flush failed: {}", status.ToString());
+      }
+      next_flush = Clock::now() + config_.store.flush_interval;
+    }
+    lock.lock();
+  }
+}
+
+void Coordinator::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(ticker_mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+  }
+  ticker_wakeup_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+  if (server_ != nullptr) {
+    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+    }
+  }
+  // Ends every long-lived stream first, so the server's shutdown does not wait on them.
+  if (jobs_ != nullptr) jobs_->Shutdown();
+  if (rendezvous_ != nullptr) rendezvous_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_.reset();
+  }
+  if (store_ != nullptr) {
+    if (absl::Status status = store_->Flush(); !status.ok()) {
+      spdlog::error("job store: final flush failed: {}", status.ToString());
+    }
+  }
+}
+
+}  // namespace fsdpd::server

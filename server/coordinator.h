@@ -1,0 +1,63 @@
+// The coordinator process minus flags and signals: owns every component in dependency order
+// (store → workers → rendezvous → jobs → metrics → services → gRPC server) and the ticker thread
+// that drives timeouts and batched writes.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "server/config.h"
+#include "server/job_manager.h"
+#include "server/job_service.h"
+#include "server/job_store.h"
+#include "server/metrics_exporter.h"
+#include "server/rendezvous_service.h"
+#include "server/rendezvous_store.h"
+#include "server/worker_registry.h"
+#include "server/worker_service.h"
+
+namespace fsdpd::server {
+
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorConfig config);
+  ~Coordinator();
+
+  // Opens the store, loads jobs, binds the ports and starts serving.
+  absl::Status Start();
+  // Graceful: sessions close with UNAVAILABLE, jobs keep their state, the store is flushed.
+  void Shutdown();
+
+  // "127.0.0.1:7070" with the port actually bound (the config may ask for port 0).
+  const std::string& listen_address() const { return listen_address_; }
+  MetricsExporter* metrics() { return metrics_.get(); }
+  JobManager* jobs() { return jobs_.get(); }
+
+ private:
+  void RunTicker();
+
+  CoordinatorConfig config_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<WorkerRegistry> workers_;
+  std::unique_ptr<RendezvousStore> rendezvous_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<MetricsExporter> metrics_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<RendezvousServiceImpl> rendezvous_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string listen_address_;
+
+  std::mutex ticker_mutex_;
+  std::condition_variable ticker_wakeup_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::thread ticker_;
+};
+
+}  // namespace fsdpd::server

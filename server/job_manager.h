@@ -1,0 +1,167 @@
+// The job state machine and the assignment flow. Owns no threads: gRPC services call it with
+// what clients and workers send, and the coordinator calls Tick() periodically for timeouts.
+//
+//   PENDING ─▶ SCHEDULED ─▶ RUNNING ─▶ SUCCEEDED | FAILED | CANCELLED
+//      ▲           │           │
+//      └─ RETRYING ◀───────────┘   (an attempt failed and attempt <= max_restarts)
+//
+// A job becomes SCHEDULED when its gang is placed and its assignments are stored, and RUNNING
+// on the first StepReport of that attempt. Every transition is stored with a time and a reason.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/jobs.pb.h"
+#include "fsdpd/v1/worker.pb.h"
+#include "proto/spec/job_spec.h"
+#include "server/artifact_store.h"
+#include "server/config.h"
+#include "server/job_store.h"
+#include "server/rendezvous_store.h"
+#include "server/worker_registry.h"
+
+namespace fsdpd::server {
+
+// A WatchJob or GetJobLogs stream. Called under the job manager's lock: must not block.
+class JobSubscriber {
+ public:
+  virtual ~JobSubscriber() = default;
+  virtual void OnEvent(const v1::JobEvent& event) = 0;
+  virtual void OnLog(const v1::LogLine& line) = 0;
+  // The job ended (OK) or the coordinator is shutting down (UNAVAILABLE).
+  virtual void OnEnd(const absl::Status& status) = 0;
+};
+
+// Receives training figures (the metrics exporter). Called under the job manager's lock.
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  virtual void OnRankStep(const v1::StepReport& report, const v1::Worker& worker) = 0;
+  virtual void OnAggregateStep(const v1::StepReport& aggregate) = 0;
+  virtual void OnJobFinished(const std::string& job_id) = 0;
+};
+
+class JobManager {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  JobManager(JobManagerConfig config, JobStore& store, WorkerRegistry& workers,
+             RendezvousStore& rendezvous, std::function<Clock::time_point()> now = Clock::now);
+
+  // Loads the stored jobs. Attempts that were SCHEDULED or RUNNING wait up to the heartbeat
+  // timeout for their workers to register again before they fail.
+  absl::Status Load();
+
+  // Field errors of the spec, including the coordinator's own limits (world size, memory).
+  std::vector<FieldError> CheckSpec(const v1::JobSpec& spec) const;
+  // INVALID_ARGUMENT naming each bad field, or the new job's id.
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  std::map<v1::JobState, int> CountByState() const;
+
+  // Returns the stored history; subscribes for what follows unless the job already ended
+  // (then `ended` is true and the subscriber is not kept).
+  struct History {
+    std::vector<v1::JobEvent> events;
+    std::vector<v1::LogLine> logs;
+    bool ended = false;
+  };
+  absl::StatusOr<History> Watch(const std::string& job_id,
+                                const std::shared_ptr<JobSubscriber>& subscriber);
+  absl::StatusOr<History> Logs(const std::string& job_id, int64_t tail,
+                               const std::shared_ptr<JobSubscriber>& subscriber);
+  void Unsubscribe(const std::string& job_id, const JobSubscriber* subscriber);
+
+  // Worker side.
+  absl::StatusOr<v1::RegisterResponse> RegisterWorker(const v1::RegisterRequest& request);
+  absl::Status OpenSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session);
+  void CloseSession(const std::string& worker_id, const WorkerSession* session);
+  void OnWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
+
+  // Expires silent workers and unrecovered attempts, then schedules.
+  void Tick();
+  // Ends every subscriber stream and closes worker sessions; jobs keep their state.
+  void Shutdown();
+
+  void SetObserver(JobObserver* observer);
+  ArtifactStore& artifacts() { return artifacts_; }
+
+ private:
+  // One step's reports until every rank has sent it.
+  struct StepAccumulator {
+    int reported = 0;
+    std::vector<bool> ranks;
+    v1::StepReport rank_zero;
+    double tokens_per_second = 0;
+    double mfu_sum = 0;
+    double step_seconds = 0;
+    int64_t memory_peak_bytes = 0;
+    int64_t memory_current_bytes = 0;
+  };
+  struct ActiveAttempt {
+    int attempt = 0;
+    std::vector<std::string> worker_ids;  // by rank
+    std::vector<bool> finished;
+    // After a coordinator restart: which ranks have registered again, and until when.
+    std::vector<bool> reattached;
+    std::optional<Clock::time_point> recovery_deadline;
+    std::map<int64_t, StepAccumulator> steps;
+  };
+  struct JobRecord {
+    v1::Job job;
+    int64_t submit_order = 0;
+    int64_t next_sequence = 1;
+    std::optional<ActiveAttempt> active;
+    std::vector<std::shared_ptr<JobSubscriber>> subscribers;
+  };
+
+  JobRecord* FindLocked(const std::string& job_id);
+  const JobRecord* FindLocked(const std::string& job_id) const;
+  void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason);
+  void ScheduleLocked();
+  void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids);
+  // Cancels the ranks that have not reported, frees the rendezvous scope and stores the end.
+  void EndAttemptLocked(JobRecord& record, bool ok, const std::string& reason);
+  void FailAttemptLocked(JobRecord& record, const std::string& reason);
+  void ReconcileRegistrationLocked(const std::string& worker_id, const RankAssignment& previous,
+                                   const v1::RegisterRequest& request);
+  void OnStepLocked(const std::string& worker_id, const v1::StepReport& report);
+  void OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result);
+  void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
+  void OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
+  // The active attempt this worker runs as the given job/attempt/rank, or null.
+  JobRecord* ActiveRecordForLocked(const std::string& worker_id, const std::string& job_id,
+                                   int attempt, int rank);
+  void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
+                        const std::string& reason);
+  void LogStoreError(const absl::Status& status, const char* what) const;
+
+  const JobManagerConfig config_;
+  JobStore& store_;
+  WorkerRegistry& workers_;
+  RendezvousStore& rendezvous_;
+  ArtifactStore artifacts_;
+  const std::function<Clock::time_point()> now_;
+
+  mutable std::mutex mutex_;
+  std::map<std::string, JobRecord> jobs_;
+  // Cancellations for work a worker reported at registration that no longer counts; sent
+  // when its session opens.
+  std::map<std::string, v1::Cancellation> pending_cancellations_;
+  JobObserver* observer_ = nullptr;
+  bool shutting_down_ = false;
+};
+
+bool IsTerminal(v1::JobState state);
+
+}  // namespace fsdpd::server

@@ -1,0 +1,244 @@
+// The worker half of the job manager: registration and reconciliation, and what workers send on
+// their session streams (heartbeats, step reports, logs, results, artifacts).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/job_manager.h"
+#include "spdlog/spdlog.h"
+
+namespace fsdpd::server {
+
+absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(
+    const v1::RegisterRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
+  absl::StatusOr<std::pair<std::string, RankAssignment>> registered =
+      workers_.Register(request, now_());
+  if (!registered.ok()) return registered.status();
+  const auto& [worker_id, previous] = *registered;
+  ReconcileRegistrationLocked(worker_id, previous, request);
+  spdlog::info("worker {} registered: {} {}:{} ({} MiB){}", worker_id, request.hostname(),
+               request.device_kind(), request.gpu_index(), request.memory_bytes() >> 20,
+               request.running_job_id().empty()
+                   ? ""
+                   : absl::StrCat(", running ", request.running_job_id(), " attempt ",
+                                  request.running_attempt(), " rank ", request.running_rank()));
+  v1::RegisterResponse response;
+  response.set_worker_id(worker_id);
+  response.set_heartbeat_interval_millis(workers_.config().heartbeat_interval.count());
+  return response;
+}
+
+void JobManager::ReconcileRegistrationLocked(const std::string& worker_id,
+                                             const RankAssignment& previous,
+                                             const v1::RegisterRequest& request) {
+  pending_cancellations_.erase(worker_id);
+  const bool runs_previous = previous.active() && previous.job_id == request.running_job_id() &&
+                             previous.attempt == request.running_attempt() &&
+                             previous.rank == request.running_rank();
+  if (previous.active() && !runs_previous) {
+    // The worker process restarted and no longer runs the rank we gave it.
+    if (JobRecord* record =
+            ActiveRecordForLocked(worker_id, previous.job_id, previous.attempt, previous.rank)) {
+      FailAttemptLocked(*record, absl::StrCat("worker ", worker_id, " restarted and lost rank ",
+                                              previous.rank));
+    }
+  }
+  if (request.running_job_id().empty()) return;
+  JobRecord* record = ActiveRecordForLocked(worker_id, request.running_job_id(),
+                                            request.running_attempt(), request.running_rank());
+  if (record != nullptr) {
+    record->active->reattached[request.running_rank()] = true;
+    return;
+  }
+  // Work that no longer counts (the attempt ended while the worker was away): stop it. The
+  // worker stays busy until it reports the cancellation.
+  v1::Cancellation cancellation;
+  cancellation.set_job_id(request.running_job_id());
+  cancellation.set_attempt(request.running_attempt());
+  cancellation.set_reason("the attempt is no longer active on the coordinator");
+  pending_cancellations_[worker_id] = cancellation;
+}
+
+absl::Status JobManager::OpenSession(const std::string& worker_id,
+                                     std::shared_ptr<WorkerSession> session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
+  if (!workers_.AttachSession(worker_id, std::move(session))) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown worker \"", worker_id, "\"; call Register before Session"));
+  }
+  workers_.Heartbeat(worker_id, now_());
+  if (auto pending = pending_cancellations_.find(worker_id);
+      pending != pending_cancellations_.end()) {
+    v1::CoordinatorMessage message;
+    *message.mutable_cancellation() = pending->second;
+    workers_.Send(worker_id, message);
+    pending_cancellations_.erase(pending);
+  }
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+void JobManager::CloseSession(const std::string& worker_id, const WorkerSession* session) {
+  // Nothing fails here: the worker may reconnect within the heartbeat timeout and keep its work.
+  workers_.DetachSession(worker_id, session);
+}
+
+void JobManager::OnWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_) return;
+  workers_.Heartbeat(worker_id, now_());
+  switch (message.payload_case()) {
+    case v1::WorkerMessage::kHeartbeat: {
+      v1::CoordinatorMessage ack;
+      ack.mutable_heartbeat_ack()->set_unix_millis(absl::ToUnixMillis(absl::Now()));
+      workers_.Send(worker_id, ack);
+      break;
+    }
+    case v1::WorkerMessage::kStep:
+      OnStepLocked(worker_id, message.step());
+      break;
+    case v1::WorkerMessage::kLog:
+      OnLogLocked(worker_id, message.log());
+      break;
+    case v1::WorkerMessage::kResult:
+      OnResultLocked(worker_id, message.result());
+      break;
+    case v1::WorkerMessage::kArtifact:
+      OnArtifactLocked(worker_id, message.artifact());
+      break;
+    case v1::WorkerMessage::PAYLOAD_NOT_SET:
+      break;
+  }
+}
+
+JobManager::JobRecord* JobManager::ActiveRecordForLocked(const std::string& worker_id,
+                                                         const std::string& job_id, int attempt,
+                                                         int rank) {
+  JobRecord* record = FindLocked(job_id);
+  if (record == nullptr || !record->active.has_value()) return nullptr;
+  const ActiveAttempt& active = *record->active;
+  if (active.attempt != attempt || rank < 0 ||
+      rank >= static_cast<int>(active.worker_ids.size()) || active.worker_ids[rank] != worker_id ||
+      active.finished[rank]) {
+    return nullptr;
+  }
+  return record;
+}
+
+void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport& report) {
+  JobRecord* record = ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(),
+                                            report.rank());
+  if (record == nullptr) {
+    spdlog::debug("ignoring a step report of {} attempt {} rank {} from worker {}",
+                  report.job_id(), report.attempt(), report.rank(), worker_id);
+    return;
+  }
+  LogStoreError(store_.AppendStepReport(report), "step report");
+  if (observer_ != nullptr) {
+    if (std::optional<WorkerSnapshot> worker = workers_.Find(worker_id)) {
+      observer_->OnRankStep(report, worker->info);
+    }
+  }
+  if (record->job.state() == v1::SCHEDULED) {
+    TransitionLocked(*record, v1::RUNNING, "first step reported");
+  }
+  ActiveAttempt& active = *record->active;
+  const int world_size = static_cast<int>(active.worker_ids.size());
+  StepAccumulator& step = active.steps[report.step()];
+  if (step.ranks.empty()) step.ranks.assign(world_size, false);
+  if (step.ranks[report.rank()]) return;  // a duplicate sent again after a reconnect
+  step.ranks[report.rank()] = true;
+  ++step.reported;
+  if (report.rank() == 0) step.rank_zero = report;
+  step.tokens_per_second += report.tokens_per_second();
+  step.mfu_sum += report.mfu_ratio();
+  step.step_seconds = std::max(step.step_seconds, report.step_seconds());
+  step.memory_peak_bytes = std::max(step.memory_peak_bytes, report.memory_peak_bytes());
+  step.memory_current_bytes = std::max(step.memory_current_bytes, report.memory_current_bytes());
+  if (step.reported < world_size) return;
+
+  // Ranks all-reduce the loss, so rank 0's is the global mean; throughput adds up over ranks.
+  v1::StepReport aggregate = step.rank_zero;
+  aggregate.set_tokens_per_second(step.tokens_per_second);
+  aggregate.set_mfu_ratio(step.mfu_sum / world_size);
+  aggregate.set_step_seconds(step.step_seconds);
+  aggregate.set_memory_peak_bytes(step.memory_peak_bytes);
+  aggregate.set_memory_current_bytes(step.memory_current_bytes);
+  active.steps.erase(report.step());
+
+  v1::Job& job = record->job;
+  job.set_step(aggregate.step());
+  job.set_loss(aggregate.loss());
+  job.set_tokens_per_second(aggregate.tokens_per_second());
+  LogStoreError(store_.AppendStepEvent(job.id(), record->next_sequence++, aggregate), "step event");
+  LogStoreError(store_.UpdateProgress(job), "progress");
+  v1::JobEvent event;
+  *event.mutable_step() = aggregate;
+  for (const auto& subscriber : record->subscribers) subscriber->OnEvent(event);
+  if (observer_ != nullptr) observer_->OnAggregateStep(aggregate);
+}
+
+void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result) {
+  workers_.Release(worker_id, result.job_id(), result.attempt());
+  JobRecord* record = ActiveRecordForLocked(worker_id, result.job_id(), result.attempt(),
+                                            result.rank());
+  if (record == nullptr) {
+    // The result of an attempt that already ended (cancelled, failed elsewhere): the worker
+    // is free again and nothing else changes.
+    ScheduleLocked();
+    return;
+  }
+  ActiveAttempt& active = *record->active;
+  active.finished[result.rank()] = true;
+  if (!result.ok()) {
+    const std::string error = result.cancelled() ? "stopped before the end" : result.error();
+    FailAttemptLocked(*record, absl::StrCat("rank ", result.rank(), " (worker ", worker_id,
+                                            ") failed: ", error.empty() ? "no error given" : error));
+  } else if (std::all_of(active.finished.begin(), active.finished.end(),
+                         [](bool finished) { return finished; })) {
+    const int world_size = static_cast<int>(active.worker_ids.size());
+    v1::Job& job = record->job;
+    if (result.final_step() >= job.step()) {
+      job.set_step(result.final_step());
+      if (result.rank() == 0 || job.loss() == 0) job.set_loss(result.final_loss());
+    }
+    const std::string reason =
+        absl::StrCat("all ", world_size, " ranks finished at step ", job.step());
+    EndAttemptLocked(*record, true, reason);
+    TransitionLocked(*record, v1::SUCCEEDED, reason);
+  }
+  ScheduleLocked();
+}
+
+void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& line) {
+  JobRecord* record = FindLocked(line.job_id());
+  std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
+  const bool assigned = worker.has_value() && worker->assignment.job_id == line.job_id();
+  if (record == nullptr || !(assigned || ActiveRecordForLocked(worker_id, line.job_id(),
+                                                               line.attempt(), line.rank()))) {
+    return;
+  }
+  v1::LogLine stored = line;
+  if (stored.unix_millis() == 0) stored.set_unix_millis(absl::ToUnixMillis(absl::Now()));
+  if (stored.level().empty()) stored.set_level("info");
+  LogStoreError(store_.AppendLog(stored), "log line");
+  for (const auto& subscriber : record->subscribers) subscriber->OnLog(stored);
+}
+
+void JobManager::OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk) {
+  if (ActiveRecordForLocked(worker_id, chunk.job_id(), chunk.attempt(), 0) == nullptr) {
+    spdlog::warn("ignoring an artifact chunk of {} attempt {} from worker {}: not its rank 0",
+                 chunk.job_id(), chunk.attempt(), worker_id);
+    return;
+  }
+  if (absl::Status status = artifacts_.WriteChunk(chunk); !status.ok()) {
+    spdlog::error("{}: artifact upload failed: {}", chunk.job_id(), status.ToString());
+  } else if (chunk.last()) {
+    spdlog::info("{}: artifact {} stored", chunk.job_id(), chunk.name());
+  }
+}
+
+}  // namespace fsdpd::server

@@ -1,0 +1,264 @@
+#include "server/job_service.h"
+
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_util.h"
+
+namespace fsdpd::server {
+namespace {
+
+// A WatchJob or GetJobLogs stream: buffers live events until the stored history has been
+// queued, so the client sees history and live events in order with no gap and no duplicate.
+template <typename Message>
+class Forwarder : public JobSubscriber {
+ public:
+  using Writer = QueuedWriteReactor<grpc::ServerWriteReactor<Message>, Message>;
+  explicit Forwarder(Writer* writer) : writer_(writer) {}
+
+  void OnEvent(const v1::JobEvent& event) override {
+    if constexpr (std::is_same_v<Message, v1::JobEvent>) Forward(event);
+  }
+  void OnLog(const v1::LogLine& line) override {
+    if constexpr (std::is_same_v<Message, v1::LogLine>) Forward(line);
+  }
+  void OnEnd(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!live_) {
+      end_ = status;
+      ended_ = true;
+    } else if (writer_ != nullptr) {
+      writer_->FinishAfterDrain(ToGrpcStatus(status));
+    }
+  }
+
+  // Queues the history, then whatever arrived meanwhile, and goes live.
+  void Start(const std::vector<Message>& history, bool ended) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (writer_ == nullptr) return;
+    for (const Message& message : history) writer_->Enqueue(message);
+    for (Message& message : backlog_) writer_->Enqueue(std::move(message));
+    backlog_.clear();
+    live_ = true;
+    if (ended) {
+      writer_->FinishAfterDrain(grpc::Status::OK);
+    } else if (ended_) {
+      writer_->FinishAfterDrain(ToGrpcStatus(end_));
+    }
+  }
+
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    writer_ = nullptr;
+  }
+
+ private:
+  void Forward(const Message& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!live_) {
+      backlog_.push_back(message);
+    } else if (writer_ != nullptr) {
+      writer_->Enqueue(message);
+    }
+  }
+
+  std::mutex mutex_;
+  Writer* writer_;
+  bool live_ = false;
+  bool ended_ = false;
+  absl::Status end_;
+  std::vector<Message> backlog_;
+};
+
+template <typename Message>
+class FollowStream : public QueuedWriteReactor<grpc::ServerWriteReactor<Message>, Message> {
+ public:
+  FollowStream(JobManager& jobs, std::string job_id)
+      : jobs_(jobs),
+        job_id_(std::move(job_id)),
+        forwarder_(std::make_shared<Forwarder<Message>>(this)) {}
+  std::shared_ptr<Forwarder<Message>> forwarder() const { return forwarder_; }
+
+  void OnDone() override {
+    forwarder_->Detach();
+    jobs_.Unsubscribe(job_id_, forwarder_.get());
+    delete this;
+  }
+
+ private:
+  JobManager& jobs_;
+  const std::string job_id_;
+  std::shared_ptr<Forwarder<Message>> forwarder_;
+};
+
+// Streams one file in chunks, reading the next chunk when the previous one is written.
+class FileStream : public grpc::ServerWriteReactor<v1::FileChunk> {
+ public:
+  FileStream(const std::string& path, std::function<void(grpc::StatusCode)> on_finish)
+      : file_(path, std::ios::binary), on_finish_(std::move(on_finish)) {
+    file_.seekg(0, std::ios::end);
+    total_ = file_.tellg();
+    file_.seekg(0);
+    WriteNext();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Done(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    WriteNext();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  static constexpr int64_t kChunkBytes = 1 << 20;
+  void WriteNext() {
+    if (sent_any_ && offset_ >= total_) return Done(grpc::Status::OK);
+    std::string data(static_cast<size_t>(std::min(kChunkBytes, total_ - offset_)), '\0');
+    file_.read(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!file_) return Done(grpc::Status(grpc::StatusCode::DATA_LOSS, "cannot read the artifact"));
+    chunk_.set_data(std::move(data));
+    chunk_.set_offset(offset_);
+    chunk_.set_total_bytes(total_);
+    offset_ += static_cast<int64_t>(chunk_.data().size());
+    sent_any_ = true;  // an empty file is sent as one empty chunk
+    StartWrite(&chunk_);
+  }
+  void Done(const grpc::Status& status) {
+    if (on_finish_) on_finish_(status.error_code());
+    Finish(status);
+  }
+  std::ifstream file_;
+  int64_t total_ = 0;
+  int64_t offset_ = 0;
+  bool sent_any_ = false;
+  v1::FileChunk chunk_;
+  std::function<void(grpc::StatusCode)> on_finish_;
+};
+
+template <typename Message>
+grpc::ServerWriteReactor<Message>* FailedStream(const grpc::Status& status,
+                                                std::function<void(grpc::StatusCode)> count) {
+  class Failed : public grpc::ServerWriteReactor<Message> {
+   public:
+    explicit Failed(const grpc::Status& status) { this->Finish(status); }
+    void OnDone() override { delete this; }
+  };
+  if (count) count(status.error_code());
+  return new Failed(status);
+}
+
+}  // namespace
+
+std::function<void(grpc::StatusCode)> JobServiceImpl::Counter(const char* method) {
+  if (metrics_ == nullptr) return nullptr;
+  MetricsExporter* metrics = metrics_;
+  return [metrics, method](grpc::StatusCode code) { metrics->CountRpc(method, code); };
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::Reply(grpc::CallbackServerContext* context,
+                                                const char* method, const grpc::Status& status) {
+  if (metrics_ != nullptr) metrics_->CountRpc(method, status.error_code());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
+                                                    const v1::SubmitJobRequest* request,
+                                                    v1::SubmitJobResponse* response) {
+  if (request->dry_run()) {
+    // A dry run answers OK and lists the violations, so a client can show all of them.
+    for (const FieldError& error : jobs_.CheckSpec(request->spec())) {
+      v1::FieldViolation* violation = response->add_violations();
+      violation->set_field(error.field);
+      violation->set_description(error.message);
+    }
+    return Reply(context, "SubmitJob", grpc::Status::OK);
+  }
+  absl::StatusOr<std::string> id = jobs_.Submit(request->spec());
+  if (id.ok()) response->set_id(*id);
+  return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
+                                                 const v1::GetJobRequest* request,
+                                                 v1::Job* response) {
+  absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
+  if (job.ok()) *response = std::move(*job);
+  return Reply(context, "GetJob", ToGrpcStatus(job.status()));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
+                                                   const v1::ListJobsRequest* request,
+                                                   v1::ListJobsResponse* response) {
+  if (request->limit() < 0) {
+    return Reply(context, "ListJobs",
+                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "limit: must not be negative"));
+  }
+  std::vector<v1::JobState> states;
+  for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
+  for (v1::Job& job : jobs_.List(states, request->limit())) {
+    *response->add_jobs() = std::move(job);
+  }
+  return Reply(context, "ListJobs", grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
+                                                    const v1::CancelJobRequest* request,
+                                                    v1::Job* response) {
+  absl::StatusOr<v1::Job> job = jobs_.Cancel(request->id(), request->reason());
+  if (job.ok()) *response = std::move(*job);
+  return Reply(context, "CancelJob", ToGrpcStatus(job.status()));
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  auto* stream = new FollowStream<v1::JobEvent>(jobs_, request->id());
+  stream->SetOnFinish(Counter("WatchJob"));
+  absl::StatusOr<JobManager::History> history = jobs_.Watch(request->id(), stream->forwarder());
+  if (!history.ok()) {
+    stream->FinishAfterDrain(ToGrpcStatus(history.status()));
+    return stream;
+  }
+  stream->forwarder()->Start(history->events, history->ended);
+  return stream;
+}
+
+grpc::ServerWriteReactor<v1::LogLine>* JobServiceImpl::GetJobLogs(
+    grpc::CallbackServerContext* context, const v1::GetJobLogsRequest* request) {
+  if (request->tail() < 0) {
+    return FailedStream<v1::LogLine>(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "tail: must not be negative"),
+        Counter("GetJobLogs"));
+  }
+  auto* stream = new FollowStream<v1::LogLine>(jobs_, request->id());
+  stream->SetOnFinish(Counter("GetJobLogs"));
+  absl::StatusOr<JobManager::History> history = jobs_.Logs(
+      request->id(), request->tail(), request->follow() ? stream->forwarder() : nullptr);
+  if (!history.ok()) {
+    stream->FinishAfterDrain(ToGrpcStatus(history.status()));
+    return stream;
+  }
+  stream->forwarder()->Start(history->logs, history->ended || !request->follow());
+  return stream;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContext* context,
+                                                      const v1::ListWorkersRequest* request,
+                                                      v1::ListWorkersResponse* response) {
+  for (v1::Worker& worker : workers_.List()) *response->add_workers() = std::move(worker);
+  return Reply(context, "ListWorkers", grpc::Status::OK);
+}
+
+grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
+    grpc::CallbackServerContext* context, const v1::ExportJobRequest* request) {
+  absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
+  if (!job.ok()) return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
+  absl::StatusOr<std::string> path = jobs_.artifacts().Find(request->id(), "model.safetensors");
+  if (!path.ok()) {
+    return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("ExportJob"));
+  }
+  return new FileStream(*path, Counter("ExportJob"));
+}
+
+}  // namespace fsdpd::server

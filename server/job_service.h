@@ -1,0 +1,48 @@
+// JobService, the API fsdpctl speaks, on the gRPC callback API.
+#pragma once
+
+#include "fsdpd/v1/jobs.grpc.pb.h"
+#include "server/job_manager.h"
+#include "server/metrics_exporter.h"
+#include "server/worker_registry.h"
+
+namespace fsdpd::server {
+
+class JobServiceImpl : public v1::JobService::CallbackService {
+ public:
+  // metrics may be null (tests).
+  JobServiceImpl(JobManager& jobs, WorkerRegistry& workers, MetricsExporter* metrics)
+      : jobs_(jobs), workers_(workers), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<v1::LogLine>* GetJobLogs(grpc::CallbackServerContext* context,
+                                                    const v1::GetJobLogsRequest* request) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
+  grpc::ServerWriteReactor<v1::FileChunk>* ExportJob(grpc::CallbackServerContext* context,
+                                                     const v1::ExportJobRequest* request) override;
+
+ private:
+  grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
+                                  const grpc::Status& status);
+  std::function<void(grpc::StatusCode)> Counter(const char* method);
+
+  JobManager& jobs_;
+  WorkerRegistry& workers_;
+  MetricsExporter* metrics_;
+};
+
+}  // namespace fsdpd::server

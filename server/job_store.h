@@ -1,0 +1,71 @@
+// Durable state of the coordinator behind one interface, so the job manager can be tested with
+// any implementation and the SQLite one can be swapped later. Every call is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/jobs.pb.h"
+
+namespace fsdpd::server {
+
+// Which worker runs one rank of one attempt.
+struct AssignmentRecord {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  std::string worker_id;
+};
+
+// One entry of a job's history in the order it happened: a state change or an aggregated step.
+struct StoredEvent {
+  int64_t sequence = 0;
+  v1::JobEvent event;
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // "job-000001", "job-000002", ...: monotonic across restarts.
+  virtual absl::StatusOr<std::string> NextJobId() = 0;
+
+  // Stores a new job (state, spec, timestamps; its transitions are stored separately).
+  virtual absl::Status InsertJob(const v1::Job& job) = 0;
+  // Rewrites the job's row and appends the transition, atomically.
+  virtual absl::Status RecordTransition(const v1::Job& job, int64_t sequence,
+                                        const v1::StateChange& change) = 0;
+  // All jobs with their transitions, in id order.
+  virtual absl::StatusOr<std::vector<v1::Job>> LoadJobs() = 0;
+
+  virtual absl::Status InsertAttempt(const std::string& job_id, int attempt,
+                                     const std::vector<AssignmentRecord>& assignments,
+                                     int64_t start_unix_millis) = 0;
+  virtual absl::Status FinishAttempt(const std::string& job_id, int attempt, bool ok,
+                                     const std::string& reason, int64_t end_unix_millis) = 0;
+  virtual absl::StatusOr<std::vector<AssignmentRecord>> LoadAssignments(const std::string& job_id,
+                                                                        int attempt) = 0;
+
+  // These may be buffered until Flush (or the store's own batching) writes them.
+  virtual absl::Status AppendStepReport(const v1::StepReport& report) = 0;
+  virtual absl::Status AppendStepEvent(const std::string& job_id, int64_t sequence,
+                                       const v1::StepReport& aggregate) = 0;
+  virtual absl::Status UpdateProgress(const v1::Job& job) = 0;
+  virtual absl::Status AppendLog(const v1::LogLine& line) = 0;
+
+  virtual absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(
+      const std::string& job_id) = 0;
+  // Transitions and aggregated steps merged by sequence.
+  virtual absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id) = 0;
+  // The last `tail` lines (all when tail <= 0), oldest first.
+  virtual absl::StatusOr<std::vector<v1::LogLine>> LoadLogs(const std::string& job_id,
+                                                            int64_t tail) = 0;
+
+  // Writes everything buffered.
+  virtual absl::Status Flush() = 0;
+};
+
+}  // namespace fsdpd::server

@@ -1,0 +1,176 @@
+#include "server/metrics_exporter.h"
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "fsdpd/v1/common.pb.h"
+#include "grpcpp/support/status_code_enum.h"
+#include "prometheus/collectable.h"
+#include "prometheus/text_serializer.h"
+
+namespace fsdpd::server {
+namespace {
+
+// fsdpd_jobs{state} and fsdpd_workers{state}, counted when Prometheus scrapes.
+class StateCounts : public prometheus::Collectable {
+ public:
+  StateCounts(JobManager& jobs, WorkerRegistry& workers) : jobs_(jobs), workers_(workers) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::MetricFamily job_family{"fsdpd_jobs", "Jobs by state.",
+                                        prometheus::MetricType::Gauge, {}};
+    const std::map<v1::JobState, int> job_counts = jobs_.CountByState();
+    for (int state = v1::PENDING; state <= v1::RETRYING; ++state) {
+      auto found = job_counts.find(static_cast<v1::JobState>(state));
+      job_family.metric.push_back(
+          Gauge("state", v1::JobState_Name(static_cast<v1::JobState>(state)),
+                found == job_counts.end() ? 0 : found->second));
+    }
+    prometheus::MetricFamily worker_family{"fsdpd_workers", "Workers by state.",
+                                           prometheus::MetricType::Gauge, {}};
+    const std::map<v1::WorkerState, int> worker_counts = workers_.CountByState();
+    for (int state = v1::IDLE; state <= v1::DRAINING; ++state) {
+      auto found = worker_counts.find(static_cast<v1::WorkerState>(state));
+      worker_family.metric.push_back(
+          Gauge("state", v1::WorkerState_Name(static_cast<v1::WorkerState>(state)),
+                found == worker_counts.end() ? 0 : found->second));
+    }
+    return {job_family, worker_family};
+  }
+
+ private:
+  static prometheus::ClientMetric Gauge(const std::string& label, const std::string& value,
+                                        double count) {
+    prometheus::ClientMetric metric;
+    metric.label.push_back({label, value});
+    metric.gauge.value = count;
+    return metric;
+  }
+  JobManager& jobs_;
+  WorkerRegistry& workers_;
+};
+
+const char* CodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",          "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",   "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",      "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+}  // namespace
+
+MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers)
+    : jobs_(jobs),
+      workers_(workers),
+      registry_(std::make_shared<prometheus::Registry>()),
+      state_counts_(std::make_shared<StateCounts>(jobs, workers)),
+      train_loss_(prometheus::BuildGauge()
+                      .Name("fsdpd_train_loss")
+                      .Help("Training loss of the latest step (rank 0's global mean).")
+                      .Register(*registry_)),
+      train_step_(prometheus::BuildGauge()
+                      .Name("fsdpd_train_step")
+                      .Help("Latest step every rank finished.")
+                      .Register(*registry_)),
+      train_tokens_per_second_(prometheus::BuildGauge()
+                                   .Name("fsdpd_train_tokens_per_second")
+                                   .Help("Training throughput summed over ranks.")
+                                   .Register(*registry_)),
+      train_mfu_(prometheus::BuildGauge()
+                     .Name("fsdpd_train_mfu_ratio")
+                     .Help("Model FLOPs utilisation (0 to 1), mean over ranks.")
+                     .Register(*registry_)),
+      step_duration_(prometheus::BuildHistogram()
+                         .Name("fsdpd_train_step_duration_seconds")
+                         .Help("Wall time of one training step (slowest rank).")
+                         .Register(*registry_)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{
+                                      0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
+      memory_peak_(prometheus::BuildGauge()
+                       .Name("fsdpd_gpu_memory_peak_bytes")
+                       .Help("Peak device memory of one rank.")
+                       .Register(*registry_)),
+      comm_exposed_(prometheus::BuildCounter()
+                        .Name("fsdpd_comm_exposed_seconds_total")
+                        .Help("Communication time not hidden behind compute.")
+                        .Register(*registry_)),
+      rpc_requests_(prometheus::BuildCounter()
+                        .Name("fsdpd_rpc_requests_total")
+                        .Help("Finished gRPC requests by method and status code.")
+                        .Register(*registry_)) {}
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Create(
+    const MetricsConfig& config, JobManager& jobs, WorkerRegistry& workers) {
+  if (absl::Status status = config.Check(); !status.ok()) return status;
+  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter(jobs, workers));
+  if (!config.listen.empty()) {
+    try {
+      exporter->exposer_ = std::make_unique<prometheus::Exposer>(config.listen);
+    } catch (const std::exception& error) {
+      return absl::UnavailableError(
+          absl::StrCat("metrics-listen: cannot serve ", config.listen, ": ", error.what()));
+    }
+    exporter->exposer_->RegisterCollectable(exporter->registry_);
+    exporter->exposer_->RegisterCollectable(exporter->state_counts_);
+  }
+  jobs.SetObserver(exporter.get());
+  return exporter;
+}
+
+MetricsExporter::~MetricsExporter() {
+  jobs_.SetObserver(nullptr);
+  exposer_.reset();
+}
+
+int MetricsExporter::port() const {
+  if (exposer_ == nullptr) return 0;
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void MetricsExporter::CountRpc(const std::string& method, int grpc_code) {
+  rpc_requests_.Add({{"method", method}, {"code", CodeName(grpc_code)}}).Increment();
+}
+
+std::string MetricsExporter::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& family : state_counts_->Collect()) {
+    families.push_back(std::move(family));
+  }
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker& worker) {
+  const std::string rank = absl::StrCat(report.rank());
+  memory_peak_
+      .Add({{"job", report.job_id()},
+            {"rank", rank},
+            {"hostname", worker.hostname()},
+            {"gpu", absl::StrCat(worker.gpu_index())},
+            {"UUID", worker.gpu_uuid()}})
+      .Set(static_cast<double>(report.memory_peak_bytes()));
+  if (report.exposed_comm_seconds() > 0) {
+    comm_exposed_.Add({{"job", report.job_id()}, {"rank", rank}, {"op", "all"}})
+        .Increment(report.exposed_comm_seconds());
+  }
+}
+
+void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
+  const prometheus::Labels job{{"job", aggregate.job_id()}};
+  train_loss_.Add(job).Set(aggregate.loss());
+  train_step_.Add(job).Set(static_cast<double>(aggregate.step()));
+  train_tokens_per_second_.Add(job).Set(aggregate.tokens_per_second());
+  train_mfu_.Add(job).Set(aggregate.mfu_ratio());
+  if (aggregate.step_seconds() > 0) step_duration_.Observe(aggregate.step_seconds());
+}
+
+void MetricsExporter::OnJobFinished(const std::string& job_id) {
+  // The last figures of a finished job stay visible; nothing to drop yet.
+}
+
+}  // namespace fsdpd::server

@@ -1,0 +1,52 @@
+#include "server/rendezvous_service.h"
+
+#include <chrono>
+
+#include "server/grpc_util.h"
+
+namespace fsdpd::server {
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Reply(grpc::CallbackServerContext* context,
+                                                       const char* method,
+                                                       const absl::Status& status) {
+  if (metrics_ != nullptr) metrics_->CountRpc(method, static_cast<int>(status.code()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* context,
+                                                     const v1::SetRequest* request,
+                                                     v1::SetResponse* response) {
+  return Reply(context, "Set",
+               store_.Set(request->scope().job_id(), request->scope().attempt(), request->key(),
+                          request->value()));
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* context,
+                                                     const v1::GetRequest* request,
+                                                     v1::GetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  MetricsExporter* metrics = metrics_;
+  store_.Get(request->scope().job_id(), request->scope().attempt(), request->key(),
+             std::chrono::milliseconds(request->timeout_millis()),
+             [reactor, response, metrics](absl::StatusOr<std::string> value) {
+               if (value.ok()) response->set_value(std::move(*value));
+               if (metrics != nullptr) {
+                 metrics->CountRpc("Get", static_cast<int>(value.status().code()));
+               }
+               reactor->Finish(ToGrpcStatus(value.status()));
+             });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* context,
+                                                     const v1::AddRequest* request,
+                                                     v1::AddResponse* response) {
+  absl::StatusOr<int64_t> value = store_.Add(request->scope().job_id(), request->scope().attempt(),
+                                             request->key(), request->delta());
+  if (value.ok()) response->set_value(*value);
+  return Reply(context, "Add", value.status());
+}
+
+}  // namespace fsdpd::server

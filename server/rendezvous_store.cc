@@ -1,0 +1,196 @@
+#include "server/rendezvous_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace fsdpd::server {
+
+RendezvousStore::RendezvousStore(RendezvousConfig config)
+    : config_(std::move(config)), timer_([this] { RunTimer(); }) {}
+
+RendezvousStore::~RendezvousStore() {
+  Shutdown();
+  timer_.join();
+}
+
+void RendezvousStore::Shutdown() {
+  std::vector<GetCallback> aborted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    for (auto& [name, scope] : scopes_) {
+      for (Waiter& waiter : scope.waiters) aborted.push_back(std::move(waiter.done));
+      scope.waiters.clear();
+    }
+  }
+  timer_wakeup_.notify_all();
+  for (GetCallback& done : aborted) done(absl::UnavailableError("coordinator shutting down"));
+}
+
+std::string RendezvousStore::ScopeName(const std::string& job_id, int attempt) {
+  return absl::StrCat(job_id, "/", attempt);
+}
+
+void RendezvousStore::OpenScope(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  scopes_.try_emplace(ScopeName(job_id, attempt));
+}
+
+void RendezvousStore::DropScope(const std::string& job_id, int attempt) {
+  std::vector<GetCallback> aborted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = scopes_.find(ScopeName(job_id, attempt));
+    if (found == scopes_.end()) return;
+    for (Waiter& waiter : found->second.waiters) aborted.push_back(std::move(waiter.done));
+    scopes_.erase(found);
+  }
+  for (GetCallback& done : aborted) {
+    done(absl::AbortedError(
+        absl::StrCat("attempt ", ScopeName(job_id, attempt), " ended while waiting for a key")));
+  }
+}
+
+bool RendezvousStore::HasScope(const std::string& job_id, int attempt) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scopes_.count(ScopeName(job_id, attempt)) > 0;
+}
+
+size_t RendezvousStore::ScopeCount() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scopes_.size();
+}
+
+absl::Status RendezvousStore::CheckKeyLocked(const Scope& scope, const std::string& key) const {
+  if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
+  if (scope.values.count(key) == 0 &&
+      static_cast<int>(scope.values.size()) >= config_.max_keys_per_scope) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rendezvous scope holds the maximum of ", config_.max_keys_per_scope,
+                     " keys"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::Set(const std::string& job_id, int attempt, const std::string& key,
+                                  const std::string& value) {
+  if (static_cast<int64_t>(value.size()) > config_.max_value_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous value for key \"", key, "\" is ",
+                                                   value.size(), " bytes; the limit is ",
+                                                   config_.max_value_bytes));
+  }
+  std::vector<GetCallback> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = scopes_.find(ScopeName(job_id, attempt));
+    if (found == scopes_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
+    }
+    Scope& scope = found->second;
+    if (absl::Status status = CheckKeyLocked(scope, key); !status.ok()) return status;
+    scope.values[key] = value;
+    auto waiting = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
+                                         [&](const Waiter& waiter) { return waiter.key != key; });
+    for (auto it = waiting; it != scope.waiters.end(); ++it) ready.push_back(std::move(it->done));
+    scope.waiters.erase(waiting, scope.waiters.end());
+  }
+  for (GetCallback& done : ready) done(value);
+  return absl::OkStatus();
+}
+
+void RendezvousStore::Get(const std::string& job_id, int attempt, const std::string& key,
+                          std::chrono::milliseconds timeout, GetCallback done) {
+  if (timeout.count() <= 0) timeout = config_.default_get_timeout;
+  timeout = std::min(timeout, config_.max_get_timeout);
+  absl::StatusOr<std::string> immediate;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = scopes_.find(ScopeName(job_id, attempt));
+    if (stopping_) {
+      immediate = absl::UnavailableError("coordinator shutting down");
+    } else if (found == scopes_.end()) {
+      immediate = absl::FailedPreconditionError(
+          absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
+    } else if (key.empty()) {
+      immediate = absl::InvalidArgumentError("rendezvous key must not be empty");
+    } else if (auto value = found->second.values.find(key); value != found->second.values.end()) {
+      immediate = value->second;
+    } else {
+      found->second.waiters.push_back(
+          {key, Clock::now() + timeout, std::move(done)});
+      timer_wakeup_.notify_all();
+      return;
+    }
+  }
+  done(std::move(immediate));
+}
+
+absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int attempt,
+                                             const std::string& key, int64_t delta) {
+  std::vector<GetCallback> ready;
+  std::string text;
+  int64_t value = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = scopes_.find(ScopeName(job_id, attempt));
+    if (found == scopes_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
+    }
+    Scope& scope = found->second;
+    if (absl::Status status = CheckKeyLocked(scope, key); !status.ok()) return status;
+    // Counters live in the same map as decimal text, so a Get of a counter sees its value.
+    auto existing = scope.values.find(key);
+    if (existing != scope.values.end() && !absl::SimpleAtoi(existing->second, &value)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rendezvous key \"", key, "\" holds a value that is not an integer"));
+    }
+    value += delta;
+    text = absl::StrCat(value);
+    scope.values[key] = text;
+    auto waiting = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
+                                         [&](const Waiter& waiter) { return waiter.key != key; });
+    for (auto it = waiting; it != scope.waiters.end(); ++it) ready.push_back(std::move(it->done));
+    scope.waiters.erase(waiting, scope.waiters.end());
+  }
+  for (GetCallback& done : ready) done(text);
+  return value;
+}
+
+void RendezvousStore::RunTimer() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    Clock::time_point earliest = Clock::time_point::max();
+    for (const auto& [name, scope] : scopes_) {
+      for (const Waiter& waiter : scope.waiters) earliest = std::min(earliest, waiter.deadline);
+    }
+    if (earliest == Clock::time_point::max()) {
+      timer_wakeup_.wait(lock);
+    } else {
+      timer_wakeup_.wait_until(lock, earliest);
+    }
+    if (stopping_) break;
+    const Clock::time_point now = Clock::now();
+    std::vector<std::pair<std::string, GetCallback>> expired;
+    for (auto& [name, scope] : scopes_) {
+      auto live = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
+                                        [&](const Waiter& waiter) { return waiter.deadline > now; });
+      for (auto it = live; it != scope.waiters.end(); ++it) {
+        expired.emplace_back(absl::StrCat("key \"", it->key, "\" of ", name), std::move(it->done));
+      }
+      scope.waiters.erase(live, scope.waiters.end());
+    }
+    if (expired.empty()) continue;
+    lock.unlock();
+    for (auto& [what, done] : expired) {
+      done(absl::DeadlineExceededError(absl::StrCat(what, " was not set in time")));
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace fsdpd::server

@@ -1,0 +1,204 @@
+#include "server/worker_registry.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace fsdpd::server {
+
+std::string WorkerRegistry::NewIdLocked() {
+  // A random prefix keeps ids unique across coordinator restarts, where the counter restarts.
+  static const uint32_t prefix = std::random_device{}();
+  std::string id;
+  do {
+    id = absl::StrFormat("worker-%08x-%d", prefix, next_number_++);
+  } while (workers_.count(id) > 0);
+  return id;
+}
+
+absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
+    const v1::RegisterRequest& request, Clock::time_point now) {
+  if (request.device_kind() != "cpu" && request.device_kind() != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_kind: must be \"cpu\" or \"cuda\", got \"", request.device_kind(), "\""));
+  }
+  if (request.hostname().empty()) {
+    return absl::InvalidArgumentError("hostname: must not be empty");
+  }
+  if (request.memory_bytes() < 0 || request.gpu_index() < 0) {
+    return absl::InvalidArgumentError("memory_bytes and gpu_index must not be negative");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string id = request.worker_id().empty() ? NewIdLocked() : request.worker_id();
+  Entry& entry = workers_[id];
+  RankAssignment previous = entry.assignment;
+  entry.info.set_id(id);
+  entry.info.set_hostname(request.hostname());
+  entry.info.set_device_kind(request.device_kind());
+  entry.info.set_gpu_index(request.gpu_index());
+  entry.info.set_gpu_name(request.gpu_name());
+  entry.info.set_gpu_uuid(request.gpu_uuid());
+  entry.info.set_memory_bytes(request.memory_bytes());
+  entry.info.set_address(request.address());
+  entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
+  entry.last_heartbeat = now;
+  // What the worker says it runs wins; the job manager decides whether that work still counts.
+  entry.assignment = {};
+  if (!request.running_job_id().empty()) {
+    entry.assignment = {request.running_job_id(), request.running_attempt(),
+                        request.running_rank()};
+  }
+  entry.info.set_state(entry.assignment.active() ? v1::BUSY : v1::IDLE);
+  entry.info.set_job_id(entry.assignment.job_id);
+  entry.info.set_rank(entry.assignment.active() ? entry.assignment.rank : 0);
+  return std::make_pair(id, previous);
+}
+
+WorkerSnapshot WorkerRegistry::SnapshotLocked(const Entry& entry) const {
+  return {entry.info, entry.assignment, entry.session != nullptr};
+}
+
+std::optional<WorkerSnapshot> WorkerRegistry::Find(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end()) return std::nullopt;
+  return SnapshotLocked(found->second);
+}
+
+std::vector<v1::Worker> WorkerRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<v1::Worker> workers;
+  for (const auto& [id, entry] : workers_) workers.push_back(entry.info);
+  return workers;
+}
+
+std::vector<IdleWorker> WorkerRegistry::IdleWorkers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<IdleWorker> idle;
+  for (const auto& [id, entry] : workers_) {
+    if (entry.info.state() != v1::IDLE || entry.session == nullptr) continue;
+    idle.push_back({id, entry.info.hostname(), entry.info.device_kind(), entry.info.gpu_index()});
+  }
+  return idle;
+}
+
+int64_t WorkerRegistry::LargestMemory(const std::string& device_kind) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t largest = 0;
+  for (const auto& [id, entry] : workers_) {
+    if (entry.info.device_kind() == device_kind && entry.info.state() != v1::LOST) {
+      largest = std::max(largest, entry.info.memory_bytes());
+    }
+  }
+  return largest;
+}
+
+std::map<v1::WorkerState, int> WorkerRegistry::CountByState() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<v1::WorkerState, int> counts;
+  for (const auto& [id, entry] : workers_) ++counts[entry.info.state()];
+  return counts;
+}
+
+void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& assignment) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end()) return;
+  Entry& entry = found->second;
+  entry.assignment = assignment;
+  if (entry.info.state() != v1::LOST) entry.info.set_state(v1::BUSY);
+  entry.info.set_job_id(assignment.job_id);
+  entry.info.set_rank(assignment.rank);
+}
+
+void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id,
+                             int attempt) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end()) return;
+  Entry& entry = found->second;
+  if (entry.assignment.job_id != job_id || entry.assignment.attempt != attempt) return;
+  entry.assignment = {};
+  if (entry.info.state() != v1::LOST) entry.info.set_state(v1::IDLE);
+  entry.info.clear_job_id();
+  entry.info.clear_rank();
+}
+
+bool WorkerRegistry::AttachSession(const std::string& worker_id,
+                                   std::shared_ptr<WorkerSession> session) {
+  std::shared_ptr<WorkerSession> replaced;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = workers_.find(worker_id);
+    if (found == workers_.end()) return false;
+    replaced = std::exchange(found->second.session, std::move(session));
+  }
+  if (replaced != nullptr) {
+    replaced->Close(absl::AbortedError("a newer session of this worker replaced this one"));
+  }
+  return true;
+}
+
+void WorkerRegistry::DetachSession(const std::string& worker_id, const WorkerSession* session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found != workers_.end() && found->second.session.get() == session) {
+    found->second.session.reset();
+  }
+}
+
+bool WorkerRegistry::Heartbeat(const std::string& worker_id, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end()) return false;
+  Entry& entry = found->second;
+  entry.last_heartbeat = now;
+  entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
+  if (entry.info.state() == v1::LOST) {
+    entry.info.set_state(entry.assignment.active() ? v1::BUSY : v1::IDLE);
+  }
+  return true;
+}
+
+bool WorkerRegistry::Send(const std::string& worker_id, const v1::CoordinatorMessage& message) {
+  std::shared_ptr<WorkerSession> session;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = workers_.find(worker_id);
+    if (found == workers_.end() || found->second.session == nullptr) return false;
+    session = found->second.session;
+  }
+  session->Send(message);
+  return true;
+}
+
+void WorkerRegistry::CloseAllSessions(const absl::Status& status) {
+  std::vector<std::shared_ptr<WorkerSession>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, entry] : workers_) {
+      if (entry.session != nullptr) sessions.push_back(std::move(entry.session));
+    }
+  }
+  for (const auto& session : sessions) session->Close(status);
+}
+
+std::vector<WorkerSnapshot> WorkerRegistry::ExpireSilentWorkers(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<WorkerSnapshot> expired;
+  for (auto& [id, entry] : workers_) {
+    if (entry.info.state() == v1::LOST) continue;
+    if (now - entry.last_heartbeat <= config_.heartbeat_timeout) continue;
+    entry.info.set_state(v1::LOST);
+    expired.push_back(SnapshotLocked(entry));
+    // Whatever it ran is failed by the job manager; if it comes back it starts idle.
+    entry.assignment = {};
+    entry.info.clear_job_id();
+    entry.info.clear_rank();
+  }
+  return expired;
+}
+
+}  // namespace fsdpd::server

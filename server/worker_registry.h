@@ -1,0 +1,99 @@
+// The workers the coordinator knows: their devices, liveness, session stream and the rank they
+// run. Registration is in memory only: after a coordinator restart workers register again and
+// say what they are running, and the job manager reconciles that with the stored attempts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/jobs.pb.h"
+#include "fsdpd/v1/worker.pb.h"
+#include "server/config.h"
+#include "server/scheduler.h"
+
+namespace fsdpd::server {
+
+// The coordinator's end of one worker's Session stream. Send never blocks: messages are queued.
+class WorkerSession {
+ public:
+  virtual ~WorkerSession() = default;
+  virtual void Send(const v1::CoordinatorMessage& message) = 0;
+  // Ends the stream with this status once queued messages are written.
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+// The rank of one attempt that a worker runs (rank < 0: none).
+struct RankAssignment {
+  std::string job_id;
+  int attempt = 0;
+  int rank = -1;
+  bool active() const { return rank >= 0; }
+};
+
+struct WorkerSnapshot {
+  v1::Worker info;
+  RankAssignment assignment;
+  bool connected = false;
+};
+
+class WorkerRegistry {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit WorkerRegistry(WorkerRegistryConfig config) : config_(std::move(config)) {}
+  const WorkerRegistryConfig& config() const { return config_; }
+
+  // Registers a new worker or refreshes a known one; keeps the id the worker sent back.
+  // Returns the worker's id and the assignment the registry held for it before this call.
+  absl::StatusOr<std::pair<std::string, RankAssignment>> Register(
+      const v1::RegisterRequest& request, Clock::time_point now);
+
+  std::optional<WorkerSnapshot> Find(const std::string& worker_id) const;
+  std::vector<v1::Worker> List() const;
+  // Idle, connected workers: what the scheduler may place ranks on.
+  std::vector<IdleWorker> IdleWorkers() const;
+  // The largest memory_bytes among registered workers of this kind (0: none known).
+  int64_t LargestMemory(const std::string& device_kind) const;
+  std::map<v1::WorkerState, int> CountByState() const;
+
+  void Assign(const std::string& worker_id, const RankAssignment& assignment);
+  // Frees the worker (BUSY → IDLE) if it still runs that attempt.
+  void Release(const std::string& worker_id, const std::string& job_id, int attempt);
+
+  // Returns false when the worker is unknown.
+  bool AttachSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session);
+  void DetachSession(const std::string& worker_id, const WorkerSession* session);
+  bool Heartbeat(const std::string& worker_id, Clock::time_point now);
+  // Returns false when the worker is unknown or has no open session.
+  bool Send(const std::string& worker_id, const v1::CoordinatorMessage& message);
+  void CloseAllSessions(const absl::Status& status);
+
+  // Marks LOST every worker whose last heartbeat is older than the timeout and returns them
+  // (with the assignment they had, which the job manager must fail).
+  std::vector<WorkerSnapshot> ExpireSilentWorkers(Clock::time_point now);
+
+ private:
+  struct Entry {
+    v1::Worker info;
+    RankAssignment assignment;
+    std::shared_ptr<WorkerSession> session;
+    Clock::time_point last_heartbeat;
+  };
+  WorkerSnapshot SnapshotLocked(const Entry& entry) const;
+  std::string NewIdLocked();
+
+  const WorkerRegistryConfig config_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry> workers_;
+  uint64_t next_number_ = 1;
+};
+
+}  // namespace fsdpd::server

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Checks deploy/grafana/fsdpd.json offline: its structure, that every query parses as PromQL
+(promtool), that per-job panels follow the `job` variable, and that the metrics operators need
+are all on it. tests/deploy/prometheus_dashboard_test.sh runs the same queries against a live
+Prometheus.
+
+  dashboard_test.py SOURCE_DIR
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dashboard_queries  # noqa: E402
+
+SOURCE_DIR = os.environ.get("FSDPD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
+DASHBOARD = os.path.join(SOURCE_DIR, "deploy/grafana/fsdpd.json")
+QUERIES_SCRIPT = os.path.join(SOURCE_DIR, "tests/deploy/dashboard_queries.py")
+
+# Series without a `job` label of their own: coordinator-wide counts.
+COORDINATOR_METRICS = {"fsdpd_jobs", "fsdpd_workers", "fsdpd_rpc_requests_total"}
+# What the dashboard must show (DESIGN.md's metric list).
+REQUIRED_METRICS = {
+    "fsdpd_train_loss", "fsdpd_train_tokens_per_second", "fsdpd_train_mfu_ratio",
+    "fsdpd_train_step_duration_seconds_sum", "fsdpd_train_step_duration_seconds_count",
+    "fsdpd_train_step_duration_seconds_bucket", "fsdpd_comm_exposed_seconds_total",
+    "fsdpd_gpu_memory_peak_bytes", "fsdpd_kernel_gpu_seconds_total",
+    "fsdpd_kernel_sm_throughput_ratio", "fsdpd_kernel_dram_throughput_ratio", "fsdpd_jobs",
+    "fsdpd_workers",
+}
+SELECTOR = re.compile(r"\b(fsdpd_\w+)\s*(\{[^}]*\})?")
+
+
+def promtool_check(expressions):
+    """Runs promtool over the expressions as recording rules; returns (ok, output)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "queries.rules.yml")
+        rules = [{"record": f"dashboard:query_{index}", "expr": expr}
+                 for index, expr in enumerate(expressions)]
+        with open(path, "w", encoding="utf-8") as file:
+            # JSON is YAML, so no YAML library is needed to write the rule file.
+            json.dump({"groups": [{"name": "dashboard", "rules": rules}]}, file)
+        result = subprocess.run(["promtool", "check", "rules", path], capture_output=True,
+                                text=True, check=False)
+        return result.returncode == 0, result.stdout + result.stderr
+
+
+class DashboardTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(DASHBOARD, encoding="utf-8") as file:
+            cls.dashboard = json.load(file)
+        cls.queries = dashboard_queries.extract(cls.dashboard)
+        cls.raw_expressions = [
+            target["expr"]
+            for panel in dashboard_queries.iterate_panels(cls.dashboard["panels"])
+            for target in panel.get("targets", [])
+        ]
+
+    def test_job_variable_selects_jobs_by_regex(self):
+        variables = {v["name"]: v for v in self.dashboard["templating"]["list"]}
+        self.assertIn("job", variables)
+        job = variables["job"]
+        self.assertEqual(job["type"], "query")
+        self.assertIn("label_values(", job["definition"])
+        self.assertTrue(job["definition"].rstrip().endswith("job)"), job["definition"])
+        self.assertTrue(job["multi"] and job["includeAll"])
+        self.assertEqual(job["allValue"], ".*")
+        self.assertIn("datasource", variables)
+
+    def test_every_panel_has_a_query_and_a_unique_id(self):
+        ids = [p["id"] for p in dashboard_queries.iterate_panels(self.dashboard["panels"])]
+        self.assertEqual(len(ids), len(set(ids)), "panel ids repeat")
+        titled = {q["panel"] for q in self.queries}
+        for panel in dashboard_queries.iterate_panels(self.dashboard["panels"]):
+            if panel["type"] != "row":
+                self.assertIn(panel["title"], titled)
+
+    def test_panels_do_not_overlap(self):
+        cells = {}
+        for panel in dashboard_queries.iterate_panels(self.dashboard["panels"]):
+            grid = panel["gridPos"]
+            self.assertLessEqual(grid["x"] + grid["w"], 24, panel["title"])
+            for x in range(grid["x"], grid["x"] + grid["w"]):
+                for y in range(grid["y"], grid["y"] + grid["h"]):
+                    self.assertNotIn((x, y), cells,
+                                     f'"{panel["title"]}" overlaps "{cells.get((x, y))}"')
+                    cells[(x, y)] = panel["title"]
+
+    def test_required_metrics_are_shown(self):
+        shown = {m.group(1) for e in self.raw_expressions for m in SELECTOR.finditer(e)}
+        self.assertEqual(REQUIRED_METRICS - shown, set())
+
+    def test_per_job_series_follow_the_job_variable(self):
+        for expr in self.raw_expressions:
+            for match in SELECTOR.finditer(expr):
+                if match.group(1) in COORDINATOR_METRICS:
+                    continue
+                self.assertIn('job=~"$job"', match.group(2) or "",
+                              f"{match.group(1)} ignores $job in: {expr}")
+
+    def test_kernel_panels_are_marked(self):
+        requires = {(q["panel"], q["ref"]): q["requires"] for q in self.queries}
+        self.assertEqual(requires[("Top kernels by GPU time", "A")], "profile")
+        self.assertEqual(requires[("SM vs HBM throughput per kernel", "Verdict")], "counters")
+        self.assertIsNone(requires[("Loss", "A")])
+
+    def test_queries_parse_as_promql(self):
+        expressions = [q["expr"] for q in self.queries]
+        ok, output = promtool_check(expressions)
+        self.assertTrue(ok, output)
+        self.assertIn(f"SUCCESS: {len(expressions)} rules found", output)
+
+    def test_promtool_check_rejects_a_broken_query(self):
+        # Shows that test_queries_parse_as_promql would catch a typo.
+        ok, output = promtool_check(['sum by (job) (rate(fsdpd_train_loss{job=~".+"}[30s])'])
+        self.assertFalse(ok, output)
+
+
+class DashboardQueriesScriptTest(unittest.TestCase):
+    def run_script(self, dashboard, *arguments):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "dashboard.json")
+            with open(path, "w", encoding="utf-8") as file:
+                json.dump(dashboard, file)
+            return subprocess.run([sys.executable, QUERIES_SCRIPT, path, *arguments],
+                                  capture_output=True, text=True, check=False)
+
+    def test_replaces_job_with_the_given_regex(self):
+        dashboard = {"panels": [{"id": 1, "type": "timeseries", "title": "Loss", "targets": [
+            {"refId": "A", "expr": 'rate(fsdpd_train_step{job=~"$job"}[$__rate_interval])'}]}]}
+        result = self.run_script(dashboard, "--job", "job-1|job-2", "--rate-interval", "5s")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        queries = json.loads(result.stdout)
+        self.assertEqual(queries[0]["expr"], 'rate(fsdpd_train_step{job=~"job-1|job-2"}[5s])')
+
+    def test_panel_without_query_is_an_error(self):
+        dashboard = {"panels": [{"id": 1, "type": "timeseries", "title": "Empty", "targets": []}]}
+        result = self.run_script(dashboard)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('panel "Empty" has no query', result.stderr)
+
+    def test_unknown_variable_is_an_error(self):
+        dashboard = {"panels": [{"id": 1, "type": "stat", "title": "Rank", "targets": [
+            {"refId": "A", "expr": 'fsdpd_gpu_memory_peak_bytes{rank="$rank"}'}]}]}
+        result = self.run_script(dashboard)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("$rank", result.stderr)
+
+    def test_unreadable_dashboard_is_an_error(self):
+        result = subprocess.run([sys.executable, QUERIES_SCRIPT, "/nonexistent/dashboard.json"],
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("/nonexistent/dashboard.json", result.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
+        SOURCE_DIR = sys.argv.pop(1)
+        DASHBOARD = os.path.join(SOURCE_DIR, "deploy/grafana/fsdpd.json")
+        QUERIES_SCRIPT = os.path.join(SOURCE_DIR, "tests/deploy/dashboard_queries.py")
+    if shutil.which("promtool") is None:
+        print("dashboard_test: promtool not found (Debian package prometheus)", file=sys.stderr)
+        sys.exit(1)
+    unittest.main(verbosity=2)

@@ -1,0 +1,77 @@
+// The coordinator is killed with SIGKILL in the middle of a job and started again on the same
+// state dir: the job and its history survive, the workers reconnect, and the job finishes.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <set>
+#include <thread>
+
+#include "tests/integration/process_harness.h"
+
+namespace fsdpd::testing {
+namespace {
+
+using std::chrono::seconds;
+
+TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
+  Cluster cluster(2);
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorkers());
+  nlohmann::json workers_before = cluster.CtlJson({"workers"});
+  ASSERT_FALSE(workers_before.is_null());
+  std::set<std::string> worker_ids;
+  for (const auto& worker : workers_before["workers"]) worker_ids.insert(worker["id"]);
+
+  constexpr int kSteps = 400;
+  const std::string id =
+      cluster.SubmitJob(cluster.WriteSpec("survivor", TinySpec("survivor", kSteps)));
+  ASSERT_FALSE(id.empty());
+  nlohmann::json before = cluster.WaitForJob(
+      id,
+      [](const nlohmann::json& status) {
+        return status.value("state", "") == "RUNNING" && status.value("step", 0) >= 3;
+      },
+      seconds(60));
+  ASSERT_EQ(before.value("state", ""), "RUNNING") << before.dump() << cluster.Logs();
+  const int64_t step_before_kill = before["step"];
+
+  cluster.KillCoordinator(SIGKILL);
+  // Training goes on while the coordinator is away; the workers buffer their reports.
+  std::this_thread::sleep_for(seconds(1));
+  ASSERT_TRUE(cluster.StartCoordinator());
+
+  nlohmann::json listed = cluster.CtlJson({"list"});
+  ASSERT_FALSE(listed.is_null());
+  ASSERT_EQ(listed["jobs"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["jobs"][0]["id"], id);
+
+  nlohmann::json done = cluster.WaitForState(id, "SUCCEEDED", seconds(120));
+  ASSERT_EQ(done.value("state", ""), "SUCCEEDED") << done.dump() << cluster.Logs();
+  EXPECT_EQ(done["step"], kSteps);
+
+  // The history from before the kill is still there, in order, up to the last step.
+  int exit_code = -1;
+  std::vector<nlohmann::json> events = cluster.WatchEvents(id, &exit_code, seconds(30));
+  EXPECT_EQ(exit_code, 0);
+  std::vector<int64_t> steps;
+  for (const auto& event : events) {
+    if (event.value("type", "") == "step") steps.push_back(event["step"]);
+  }
+  ASSERT_FALSE(steps.empty());
+  EXPECT_LE(steps.front(), step_before_kill);
+  EXPECT_EQ(steps.back(), kSteps);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_LT(steps[i - 1], steps[i]);
+
+  // The same two workers came back, under their old ids, and are free again.
+  ASSERT_TRUE(cluster.WaitForWorkers(2, "IDLE", seconds(30)));
+  nlohmann::json workers_after = cluster.CtlJson({"workers"});
+  std::set<std::string> ids_after;
+  for (const auto& worker : workers_after["workers"]) {
+    if (worker.value("state", "") == "IDLE") ids_after.insert(worker["id"]);
+  }
+  EXPECT_EQ(ids_after, worker_ids);
+  if (HasFailure()) std::cerr << cluster.Logs();
+}
+
+}  // namespace
+}  // namespace fsdpd::testing

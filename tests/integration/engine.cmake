@@ -1,0 +1,10 @@
+# The engine across processes: fsdpd-train ranks on loopback, and the PyTorch trajectory.
+fsdpd_test(engine_multiprocess_test LABEL integration TIMEOUT 600
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_multiprocess_test.cc
+  LIBS fsdpd_engine nlohmann_json::nlohmann_json)
+target_compile_definitions(engine_multiprocess_test PRIVATE
+  FSDPD_TRAIN_BINARY="$<TARGET_FILE:fsdpd-train>")
+add_dependencies(engine_multiprocess_test fsdpd-train)
+fsdpd_test(engine_golden_trajectory_test LABEL integration TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_golden_trajectory_test.cc
+  LIBS fsdpd_engine nlohmann_json::nlohmann_json)

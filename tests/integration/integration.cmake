@@ -1,0 +1,16 @@
+# Integration tests: real fsdpd, fsdpd-worker and fsdpctl processes on loopback. They need all
+# three binaries, so they are defined only once every area provides its target.
+if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
+  add_library(fsdpd_process_harness STATIC ${CMAKE_CURRENT_LIST_DIR}/process_harness.cc)
+  target_link_libraries(fsdpd_process_harness PUBLIC
+    nlohmann_json::nlohmann_json GTest::gtest Threads::Threads)
+
+  foreach(test_name job_lifecycle coordinator_restart spec_rejection)
+    fsdpd_test(${test_name}_integration_test LABEL integration
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc
+      LIBS fsdpd_process_harness
+      TIMEOUT 180)
+    # The tests run the binaries, so building a test builds them too.
+    add_dependencies(${test_name}_integration_test fsdpd fsdpd-worker fsdpctl)
+  endforeach()
+endif()

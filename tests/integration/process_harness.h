@@ -1,0 +1,121 @@
+// Starts real fsdpd, fsdpd-worker and fsdpctl processes on loopback for the integration tests.
+// Every process is killed and every temporary directory removed when its owner goes away.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace fsdpd::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreeTcpPort();
+
+// <FSDPD_BUILD_DIR>/<relative>, e.g. "server/fsdpd".
+std::string BuildPath(const std::string& relative);
+std::string SourcePath(const std::string& relative);
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& text);
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A child process whose stdout and stderr go to a log file.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, std::string log_path);
+  ~ChildProcess();  // SIGKILL, then reaps it
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool Running();
+  void Signal(int signal_number);
+  // Returns false if it is still running after `timeout`.
+  bool WaitForExit(std::chrono::milliseconds timeout);
+  // Waits until the log contains `text`; false on timeout or if the process exits first.
+  bool WaitForLog(const std::string& text, std::chrono::milliseconds timeout);
+  const std::string& log_path() const { return log_path_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string log_path_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // -1: killed on timeout or by a signal
+  std::string out;
+  std::string err;
+};
+
+CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+// One coordinator and a number of CPU workers, all on loopback, with their own state.
+class Cluster {
+ public:
+  explicit Cluster(int workers);
+  ~Cluster();
+
+  // Starts (or restarts, on the same ports and state dir) the coordinator and waits until it
+  // serves. Returns false, with the log in the test output, if it does not.
+  bool StartCoordinator();
+  void KillCoordinator(int signal_number);
+  bool StartWorkers();
+  // Waits until the coordinator lists `count` workers in `state` (e.g. "IDLE").
+  bool WaitForWorkers(int count, const std::string& state, std::chrono::milliseconds timeout);
+
+  // fsdpctl --coordinator ADDR <args>.
+  CommandResult Ctl(const std::vector<std::string>& args,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  // fsdpctl --json <args>, with its output parsed; null (and a test failure) if it failed.
+  nlohmann::json CtlJson(const std::vector<std::string>& args);
+  // Every line of `fsdpctl --json watch ID`, and its exit code.
+  std::vector<nlohmann::json> WatchEvents(const std::string& job_id, int* exit_code,
+                                          std::chrono::milliseconds timeout);
+
+  // Writes a spec file into the cluster's directory and returns its path.
+  std::string WriteSpec(const std::string& name, const std::string& yaml);
+  std::string SubmitJob(const std::string& spec_path);  // the id, or "" (and a test failure)
+  nlohmann::json Status(const std::string& job_id);
+  // Polls status until `predicate` holds; returns the last status either way.
+  nlohmann::json WaitForJob(const std::string& job_id,
+                            const std::function<bool(const nlohmann::json&)>& predicate,
+                            std::chrono::milliseconds timeout);
+  nlohmann::json WaitForState(const std::string& job_id, const std::string& state,
+                              std::chrono::milliseconds timeout);
+
+  // Every process's log, for a failure message.
+  std::string Logs() const;
+  const std::string& address() const { return address_; }
+  const std::string& dir() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+  int worker_count_;
+  std::string address_;
+  std::string metrics_address_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  int coordinator_starts_ = 0;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+};
+
+// A MiniLLM spec small enough to train in seconds on two cores.
+std::string TinySpec(const std::string& name, int64_t steps, int world_size = 2);
+
+}  // namespace fsdpd::testing

@@ -1,0 +1,104 @@
+// Bad specs are refused with a message that names the field, and nothing is stored.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/integration/process_harness.h"
+
+namespace fsdpd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SpecRejectionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new Cluster(2);
+    ASSERT_TRUE(cluster_->StartCoordinator());
+    ASSERT_TRUE(cluster_->StartWorkers());
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  // Submits the spec, expects a failure whose message contains every fragment, and checks
+  // that the coordinator stored no job.
+  void ExpectRejected(const std::string& name, const std::string& yaml,
+                      const std::vector<std::string>& fragments) {
+    const std::string path = cluster_->WriteSpec(name, yaml);
+    CommandResult submitted = cluster_->Ctl({"--json", "submit", path});
+    EXPECT_NE(submitted.exit_code, 0) << name << " was accepted: " << submitted.out;
+    for (const std::string& fragment : fragments) {
+      EXPECT_THAT(submitted.err, HasSubstr(fragment)) << name;
+    }
+    nlohmann::json listed = cluster_->CtlJson({"list"});
+    ASSERT_FALSE(listed.is_null());
+    EXPECT_TRUE(listed["jobs"].empty()) << name << " left a job behind: " << listed.dump();
+  }
+
+  static Cluster* cluster_;
+};
+
+Cluster* SpecRejectionTest::cluster_ = nullptr;
+
+TEST_F(SpecRejectionTest, MalformedYaml) {
+  ExpectRejected("malformed", "name: broken\nmodel: {dim: 32, layers: [\n", {"invalid spec"});
+}
+
+TEST_F(SpecRejectionTest, UnknownField) {
+  ExpectRejected("unknown", TinySpec("unknown", 3) + "modle: {dim: 32}\n", {"modle"});
+}
+
+TEST_F(SpecRejectionTest, WronglyTypedValue) {
+  ExpectRejected("typed", "name: typed\nmodel: {dim: lots}\n", {"model.dim"});
+}
+
+TEST_F(SpecRejectionTest, MissingName) {
+  ExpectRejected("nameless", "model: {vocab: 64, dim: 32, layers: 1, heads: 2}\n", {"name"});
+}
+
+TEST_F(SpecRejectionTest, HeadsThatDoNotDivideTheWidth) {
+  ExpectRejected("heads",
+                 "name: heads\nmodel: {vocab: 64, dim: 30, layers: 1, heads: 4}\n"
+                 "data: {source: synthetic, seq_len: 16}\n"
+                 "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"model.dim"});
+}
+
+TEST_F(SpecRejectionTest, ModelTooLargeForAnyWorker) {
+  // Far more parameters than any host's memory can hold.
+  ExpectRejected("huge",
+                 "name: huge\nmodel: {vocab: 32000, dim: 65536, layers: 512, heads: 64}\n"
+                 "data: {source: synthetic, seq_len: 1024}\n"
+                 "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"memory"});
+}
+
+TEST_F(SpecRejectionTest, DryRunOfAGoodSpecStoresNothing) {
+  const std::string path = cluster_->WriteSpec("dry", TinySpec("dry", 3));
+  nlohmann::json checked = cluster_->CtlJson({"submit", "--dry-run", path});
+  ASSERT_FALSE(checked.is_null());
+  EXPECT_EQ(checked["valid"], true);
+  nlohmann::json listed = cluster_->CtlJson({"list"});
+  ASSERT_FALSE(listed.is_null());
+  EXPECT_TRUE(listed["jobs"].empty());
+}
+
+TEST_F(SpecRejectionTest, UnknownJobIsNamed) {
+  CommandResult status = cluster_->Ctl({"--json", "status", "no-such-job"});
+  EXPECT_NE(status.exit_code, 0);
+  EXPECT_THAT(status.err, HasSubstr("no-such-job"));
+  EXPECT_THAT(status.err, HasSubstr("not found"));
+}
+
+TEST(UnreachableCoordinatorTest, SaysWhichAddressFailed) {
+  const std::string address = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  CommandResult listed =
+      RunCommand({BuildPath("client/fsdpctl"), "--coordinator", address, "--json", "list"},
+                 std::chrono::seconds(30));
+  EXPECT_NE(listed.exit_code, 0);
+  EXPECT_THAT(listed.err, HasSubstr("cannot reach the coordinator at " + address));
+}
+
+}  // namespace
+}  // namespace fsdpd::testing

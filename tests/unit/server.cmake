@@ -1,0 +1,12 @@
+# The coordinator's unit tests: pure logic and components with real SQLite in temp directories,
+# plus one test that serves the gRPC services on a loopback port inside the test process.
+fsdpd_test(server_scheduler_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_scheduler_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_store_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_store_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_rendezvous_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_rendezvous_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_job_manager_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_coordinator_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_coordinator_test.cc LIBS fsdpd_server_lib)

@@ -1,0 +1,403 @@
+// The job state machine end to end against a real SQLite store, with fake worker sessions and a
+// hand-driven clock.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "server/job_manager.h"
+#include "server/sqlite_job_store.h"
+
+namespace fsdpd::server {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+class FakeSession : public WorkerSession {
+ public:
+  void Send(const v1::CoordinatorMessage& message) override { messages.push_back(message); }
+  void Close(const absl::Status& status) override { closed = status; }
+  std::vector<v1::Assignment> Assignments() const {
+    std::vector<v1::Assignment> found;
+    for (const auto& message : messages) {
+      if (message.has_assignment()) found.push_back(message.assignment());
+    }
+    return found;
+  }
+  int Cancellations() const {
+    int count = 0;
+    for (const auto& message : messages) count += message.has_cancellation() ? 1 : 0;
+    return count;
+  }
+  std::vector<v1::CoordinatorMessage> messages;
+  std::optional<absl::Status> closed;
+};
+
+class FakeSubscriber : public JobSubscriber {
+ public:
+  void OnEvent(const v1::JobEvent& event) override { events.push_back(event); }
+  void OnLog(const v1::LogLine& line) override { logs.push_back(line); }
+  void OnEnd(const absl::Status& status) override { ended = status; }
+  std::vector<v1::JobEvent> events;
+  std::vector<v1::LogLine> logs;
+  std::optional<absl::Status> ended;
+};
+
+v1::JobSpec SmallSpec(int world_size, int max_restarts) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("tiny");
+  spec.mutable_model()->set_vocab(256);
+  spec.mutable_model()->set_dim(64);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_heads(4);
+  spec.mutable_data()->set_seq_len(32);
+  spec.mutable_train()->set_batch_size(2);
+  spec.mutable_train()->set_steps(10);
+  spec.mutable_parallel()->set_world_size(world_size);
+  spec.mutable_parallel()->set_device("cpu");
+  spec.mutable_parallel()->set_param_dtype("fp32");
+  spec.set_max_restarts(max_restarts);
+  return spec;
+}
+
+// One coordinator's worth of components; Restart() drops the in-memory ones as a crash would.
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/fsdpd-jobs-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    directory_ = pattern;
+    Start();
+  }
+  void TearDown() override {
+    Stop();
+    std::filesystem::remove_all(directory_);
+  }
+
+  void Start() {
+    JobStoreConfig store_config;
+    store_config.database_path = directory_ + "/fsdpd.db";
+    store_ = std::move(*SqliteJobStore::Open(store_config));
+    registry_ = std::make_unique<WorkerRegistry>(WorkerRegistryConfig{});
+    rendezvous_ = std::make_unique<RendezvousStore>(RendezvousConfig{});
+    JobManagerConfig config;
+    config.artifact_dir = directory_ + "/artifacts";
+    config.max_world_size = 8;
+    jobs_ = std::make_unique<JobManager>(config, *store_, *registry_, *rendezvous_,
+                                         [this] { return now_; });
+    ASSERT_TRUE(jobs_->Load().ok());
+  }
+  void Stop() {
+    jobs_.reset();
+    rendezvous_.reset();
+    registry_.reset();
+    store_.reset();
+  }
+  void Restart() {
+    Stop();
+    sessions_.clear();
+    Start();
+  }
+
+  // Registers a worker and opens its session; returns its id.
+  std::string AddWorker(const std::string& host, int gpu, const std::string& id = "",
+                        const RankAssignment& running = {}, int64_t memory = 8ll << 30) {
+    v1::RegisterRequest request;
+    request.set_worker_id(id);
+    request.set_hostname(host);
+    request.set_device_kind("cpu");
+    request.set_gpu_index(gpu);
+    request.set_memory_bytes(memory);
+    if (running.active()) {
+      request.set_running_job_id(running.job_id);
+      request.set_running_attempt(running.attempt);
+      request.set_running_rank(running.rank);
+    }
+    absl::StatusOr<v1::RegisterResponse> response = jobs_->RegisterWorker(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    auto session = std::make_shared<FakeSession>();
+    EXPECT_TRUE(jobs_->OpenSession(response->worker_id(), session).ok());
+    sessions_[response->worker_id()] = session;
+    return response->worker_id();
+  }
+
+  void Step(const std::string& worker, const std::string& job, int attempt, int rank, int step,
+            double loss, double tokens_per_second, int64_t memory_peak = 0) {
+    v1::WorkerMessage message;
+    v1::StepReport* report = message.mutable_step();
+    report->set_job_id(job);
+    report->set_attempt(attempt);
+    report->set_rank(rank);
+    report->set_step(step);
+    report->set_loss(loss);
+    report->set_tokens_per_second(tokens_per_second);
+    report->set_memory_peak_bytes(memory_peak);
+    jobs_->OnWorkerMessage(worker, message);
+  }
+
+  void Result(const std::string& worker, const std::string& job, int attempt, int rank, bool ok,
+              const std::string& error = "", bool cancelled = false) {
+    v1::WorkerMessage message;
+    v1::AttemptResult* result = message.mutable_result();
+    result->set_job_id(job);
+    result->set_attempt(attempt);
+    result->set_rank(rank);
+    result->set_ok(ok);
+    result->set_error(error);
+    result->set_cancelled(cancelled);
+    result->set_final_step(10);
+    jobs_->OnWorkerMessage(worker, message);
+  }
+
+  void Heartbeat(const std::string& worker) {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_unix_millis(1);
+    jobs_->OnWorkerMessage(worker, message);
+  }
+
+  v1::Job GetJob(const std::string& id) { return *jobs_->Get(id); }
+  v1::WorkerState StateOf(const std::string& worker) {
+    return registry_->Find(worker)->info.state();
+  }
+
+  std::string directory_;
+  Clock::time_point now_ = Clock::time_point(std::chrono::hours(1));
+  std::unique_ptr<SqliteJobStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<RendezvousStore> rendezvous_;
+  std::unique_ptr<JobManager> jobs_;
+  std::map<std::string, std::shared_ptr<FakeSession>> sessions_;
+};
+
+TEST_F(JobManagerTest, BadSpecsAreRejectedByFieldAndNothingIsStored) {
+  v1::JobSpec spec = SmallSpec(2, 0);
+  spec.mutable_model()->set_heads(3);  // 64 is not divisible by 3
+  absl::StatusOr<std::string> id = jobs_->Submit(spec);
+  ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(id.status().message()), HasSubstr("model."));
+
+  id = jobs_->Submit(SmallSpec(16, 0));  // above max_world_size = 8
+  ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(id.status().message()), HasSubstr("parallel.world_size"));
+
+  AddWorker("small-host", 0, "", {}, /*memory=*/1024);
+  id = jobs_->Submit(SmallSpec(1, 0));
+  ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(id.status().message()), HasSubstr("parallel.device"));
+
+  EXPECT_TRUE(jobs_->List({}, 0).empty());
+  EXPECT_TRUE(store_->LoadJobs()->empty());
+}
+
+TEST_F(JobManagerTest, GangRunsToSuccessWithAggregatedSteps) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 0));
+  EXPECT_EQ(id, "job-000001");
+
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.attempt(), 1);
+  ASSERT_EQ(job.worker_ids_size(), 2);
+  EXPECT_EQ(job.worker_ids(0), w0);
+  ASSERT_EQ(sessions_[w0]->Assignments().size(), 1u);
+  const v1::Assignment assignment = sessions_[w1]->Assignments().front();
+  EXPECT_EQ(assignment.rank(), 1);
+  EXPECT_EQ(assignment.world_size(), 2);
+  EXPECT_EQ(assignment.rendezvous_scope(), id + "/1");
+  EXPECT_EQ(assignment.spec().name(), "tiny");
+  EXPECT_TRUE(rendezvous_->HasScope(id, 1));
+  EXPECT_EQ(StateOf(w0), v1::BUSY);
+
+  auto watcher = std::make_shared<FakeSubscriber>();
+  ASSERT_TRUE(jobs_->Watch(id, watcher).ok());
+
+  Step(w0, id, 1, 0, 1, 5.5, 100, 1000);
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  EXPECT_EQ(GetJob(id).step(), 0);  // rank 1 has not reported step 1 yet
+  Step(w1, id, 1, 1, 1, 9.9, 150, 3000);
+  job = GetJob(id);
+  EXPECT_EQ(job.step(), 1);
+  EXPECT_DOUBLE_EQ(job.loss(), 5.5);               // rank 0's (already all-reduced) loss
+  EXPECT_DOUBLE_EQ(job.tokens_per_second(), 250);  // summed over ranks
+
+  Result(w0, id, 1, 0, true);
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  Result(w1, id, 1, 1, true);
+  job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_GT(job.finished_unix_millis(), 0);
+  EXPECT_EQ(StateOf(w0), v1::IDLE);
+  EXPECT_EQ(StateOf(w1), v1::IDLE);
+  EXPECT_FALSE(rendezvous_->HasScope(id, 1));
+
+  std::vector<v1::JobState> states;
+  for (const v1::StateChange& change : job.transitions()) {
+    states.push_back(change.state());
+    EXPECT_FALSE(change.reason().empty());
+    EXPECT_GT(change.unix_millis(), 0);
+  }
+  EXPECT_THAT(states,
+              ::testing::ElementsAre(v1::PENDING, v1::SCHEDULED, v1::RUNNING, v1::SUCCEEDED));
+
+  // The watcher saw RUNNING, one aggregated step with the max memory, then SUCCEEDED and end.
+  ASSERT_EQ(watcher->events.size(), 3u);
+  EXPECT_EQ(watcher->events[0].state().state(), v1::RUNNING);
+  EXPECT_EQ(watcher->events[1].step().memory_peak_bytes(), 3000);
+  EXPECT_EQ(watcher->events[2].state().state(), v1::SUCCEEDED);
+  ASSERT_TRUE(watcher->ended.has_value());
+  EXPECT_TRUE(watcher->ended->ok());
+
+  // A later watcher gets the same history from the store, in order, and no subscription.
+  auto late = std::make_shared<FakeSubscriber>();
+  absl::StatusOr<JobManager::History> history = jobs_->Watch(id, late);
+  ASSERT_TRUE(history.ok());
+  EXPECT_TRUE(history->ended);
+  ASSERT_EQ(history->events.size(), 5u);
+  EXPECT_EQ(history->events[0].state().state(), v1::PENDING);
+  EXPECT_TRUE(history->events[3].has_step());
+  EXPECT_EQ(history->events[4].state().state(), v1::SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, RankErrorRetriesAndFailsAfterMaxRestarts) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, /*max_restarts=*/1));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+
+  Result(w1, id, 1, 1, false, "out of memory in layer 3");
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr("out of memory in layer 3"));
+  EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
+  // Rank 0 is busy until it confirms the cancellation; then attempt 2 starts on both.
+  EXPECT_EQ(StateOf(w0), v1::BUSY);
+  EXPECT_FALSE(rendezvous_->HasScope(id, 1));
+  Result(w0, id, 1, 0, false, "", /*cancelled=*/true);
+  job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(sessions_[w0]->Assignments().back().attempt(), 2);
+
+  Result(w0, id, 2, 0, false, "NaN loss at step 4");
+  job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("NaN loss at step 4"));
+}
+
+TEST_F(JobManagerTest, CancelStopsRanksAndFreesWorkersWhenTheyReport) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string pending_id = *jobs_->Submit(SmallSpec(2, 0));  // cannot be placed yet
+  EXPECT_EQ(GetJob(pending_id).state(), v1::PENDING);
+  absl::StatusOr<v1::Job> cancelled = jobs_->Cancel(pending_id, "");
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+
+  const std::string id = *jobs_->Submit(SmallSpec(1, 3));
+  EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
+  cancelled = jobs_->Cancel(id, "wrong learning rate");
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_EQ(cancelled->reason(), "wrong learning rate");
+  EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
+  EXPECT_EQ(StateOf(w0), v1::BUSY);
+  Result(w0, id, 1, 0, false, "", true);
+  EXPECT_EQ(StateOf(w0), v1::IDLE);
+  EXPECT_EQ(GetJob(id).state(), v1::CANCELLED);  // a late result changes nothing
+
+  EXPECT_EQ(jobs_->Cancel("job-999999", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, SilentWorkerIsLostAndItsAttemptRetries) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-b", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 2));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+
+  now_ += std::chrono::seconds(6);
+  Heartbeat(w0);
+  jobs_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);  // within the 10 s timeout
+  now_ += std::chrono::seconds(6);
+  Heartbeat(w0);
+  jobs_->Tick();
+  EXPECT_EQ(StateOf(w1), v1::LOST);
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr("worker " + w1 + " lost"));
+  EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
+}
+
+TEST_F(JobManagerTest, RunningAttemptSurvivesACoordinatorRestartWhenAllRanksReturn) {
+  std::string w0 = AddWorker("host-a", 0);
+  std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 0));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+  Step(w1, id, 1, 1, 1, 5.0, 10);
+  Restart();
+
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  EXPECT_EQ(GetJob(id).step(), 1);
+  AddWorker("host-a", 0, w0, {id, 1, 0});
+  AddWorker("host-a", 1, w1, {id, 1, 1});
+  EXPECT_EQ(StateOf(w0), v1::BUSY);
+  now_ += std::chrono::seconds(11);
+  Heartbeat(w0);
+  Heartbeat(w1);
+  jobs_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  Step(w0, id, 1, 0, 2, 4.0, 10);
+  Step(w1, id, 1, 1, 2, 4.0, 10);
+  EXPECT_EQ(GetJob(id).step(), 2);
+  Result(w0, id, 1, 0, true);
+  Result(w1, id, 1, 1, true);
+  EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, AttemptFailsWhenARankDoesNotReturnAfterRestart) {
+  std::string w0 = AddWorker("host-a", 0);
+  std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 1));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+  Restart();
+
+  AddWorker("host-a", 0, w0, {id, 1, 0});
+  now_ += std::chrono::seconds(5);
+  jobs_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  now_ += std::chrono::seconds(6);
+  Heartbeat(w0);
+  jobs_->Tick();
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr(w1));
+  EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
+}
+
+TEST_F(JobManagerTest, LogsAreStoredAndFollowed) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  v1::WorkerMessage message;
+  message.mutable_log()->set_job_id(id);
+  message.mutable_log()->set_attempt(1);
+  message.mutable_log()->set_text("building the model");
+  jobs_->OnWorkerMessage(w0, message);
+
+  auto follower = std::make_shared<FakeSubscriber>();
+  absl::StatusOr<JobManager::History> history = jobs_->Logs(id, 0, follower);
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->logs.size(), 1u);
+  EXPECT_EQ(history->logs[0].text(), "building the model");
+  EXPECT_FALSE(history->ended);
+  message.mutable_log()->set_text("step 1");
+  jobs_->OnWorkerMessage(w0, message);
+  ASSERT_EQ(follower->logs.size(), 1u);
+  EXPECT_EQ(follower->logs[0].text(), "step 1");
+  Result(w0, id, 1, 0, true);
+  ASSERT_TRUE(follower->ended.has_value());
+}
+
+}  // namespace
+}  // namespace fsdpd::server

@@ -1,0 +1,107 @@
+#include "server/rendezvous_store.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+namespace fsdpd::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct Result {
+  std::promise<absl::StatusOr<std::string>> promise;
+  std::future<absl::StatusOr<std::string>> future = promise.get_future();
+  RendezvousStore::GetCallback callback() {
+    return [this](absl::StatusOr<std::string> value) { promise.set_value(std::move(value)); };
+  }
+};
+
+TEST(RendezvousTest, GetReturnsAValueThatIsAlreadySet) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  ASSERT_TRUE(store.Set("job-000001", 1, "addr/0", "10.0.0.1:5000").ok());
+  Result result;
+  store.Get("job-000001", 1, "addr/0", milliseconds(1000), result.callback());
+  ASSERT_EQ(result.future.wait_for(milliseconds(0)), std::future_status::ready);
+  EXPECT_EQ(*result.future.get(), "10.0.0.1:5000");
+}
+
+TEST(RendezvousTest, GetWaitsForALaterSetWithoutBlockingTheCaller) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  Result result;
+  const auto before = std::chrono::steady_clock::now();
+  store.Get("job-000001", 1, "nccl-id", milliseconds(5000), result.callback());
+  EXPECT_LT(std::chrono::steady_clock::now() - before, milliseconds(500));
+  EXPECT_EQ(result.future.wait_for(milliseconds(50)), std::future_status::timeout);
+  std::thread setter([&] { ASSERT_TRUE(store.Set("job-000001", 1, "nccl-id", "bytes").ok()); });
+  ASSERT_EQ(result.future.wait_for(milliseconds(2000)), std::future_status::ready);
+  EXPECT_EQ(*result.future.get(), "bytes");
+  setter.join();
+}
+
+TEST(RendezvousTest, GetTimesOutWithDeadlineExceeded) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  Result result;
+  const auto before = std::chrono::steady_clock::now();
+  store.Get("job-000001", 1, "never", milliseconds(100), result.callback());
+  ASSERT_EQ(result.future.wait_for(milliseconds(3000)), std::future_status::ready);
+  EXPECT_GE(std::chrono::steady_clock::now() - before, milliseconds(100));
+  absl::StatusOr<std::string> value = result.future.get();
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kDeadlineExceeded) << value.status();
+}
+
+TEST(RendezvousTest, AddIsAnAtomicCounterVisibleToGet) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 2);
+  constexpr int kThreads = 8;
+  constexpr int kAdds = 100;
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < kThreads; ++thread) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(store.Add("job-000001", 2, "count", 1).ok());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(*store.Add("job-000001", 2, "count", 0), kThreads * kAdds);
+  EXPECT_EQ(*store.Add("job-000001", 2, "count", -5), kThreads * kAdds - 5);
+  Result result;
+  store.Get("job-000001", 2, "count", milliseconds(100), result.callback());
+  EXPECT_EQ(*result.future.get(), std::to_string(kThreads * kAdds - 5));
+  ASSERT_TRUE(store.Set("job-000001", 2, "text", "abc").ok());
+  EXPECT_EQ(store.Add("job-000001", 2, "text", 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RendezvousTest, ScopesAreIsolatedAndDroppedWithTheirAttempt) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  store.OpenScope("job-000001", 2);
+  ASSERT_TRUE(store.Set("job-000001", 1, "key", "old").ok());
+  Result other_attempt;
+  store.Get("job-000001", 2, "key", milliseconds(5000), other_attempt.callback());
+  EXPECT_EQ(other_attempt.future.wait_for(milliseconds(50)), std::future_status::timeout);
+
+  store.DropScope("job-000001", 2);
+  ASSERT_EQ(other_attempt.future.wait_for(milliseconds(1000)), std::future_status::ready);
+  EXPECT_EQ(other_attempt.future.get().status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store.Set("job-000001", 2, "key", "x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.ScopeCount(), 1u);
+}
+
+TEST(RendezvousTest, ShutdownCompletesParkedGets) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  Result result;
+  store.Get("job-000001", 1, "key", milliseconds(60000), result.callback());
+  store.Shutdown();
+  ASSERT_EQ(result.future.wait_for(milliseconds(1000)), std::future_status::ready);
+  EXPECT_EQ(result.future.get().status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace fsdpd::server

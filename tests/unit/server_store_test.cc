@@ -1,0 +1,175 @@
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "server/sqlite_job_store.h"
+
+namespace fsdpd::server {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/fsdpd-store-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    directory_ = pattern;
+    config_.database_path = directory_ + "/fsdpd.db";
+    config_.batch_rows = 1000;  // nothing is written before Flush or a load
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  std::unique_ptr<SqliteJobStore> Open() {
+    absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  std::string directory_;
+  JobStoreConfig config_;
+};
+
+v1::Job MakeJob(const std::string& id, v1::JobState state) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.mutable_spec()->set_name("model-" + id);
+  job.mutable_spec()->mutable_parallel()->set_world_size(2);
+  job.set_created_unix_millis(1000);
+  return job;
+}
+
+v1::StateChange Change(const std::string& id, v1::JobState state, const std::string& reason) {
+  v1::StateChange change;
+  change.set_job_id(id);
+  change.set_state(state);
+  change.set_reason(reason);
+  change.set_attempt(1);
+  change.set_unix_millis(2000);
+  return change;
+}
+
+TEST_F(StoreTest, JobIdsAreMonotonicAcrossReopening) {
+  {
+    auto store = Open();
+    EXPECT_EQ(*store->NextJobId(), "job-000001");
+    EXPECT_EQ(*store->NextJobId(), "job-000002");
+  }
+  auto store = Open();
+  EXPECT_EQ(*store->NextJobId(), "job-000003");
+}
+
+TEST_F(StoreTest, EverythingSurvivesReopening) {
+  {
+    auto store = Open();
+    v1::Job job = MakeJob("job-000001", v1::PENDING);
+    ASSERT_TRUE(store->InsertJob(job).ok());
+    ASSERT_TRUE(store->RecordTransition(job, 1, Change(job.id(), v1::PENDING, "submitted")).ok());
+    job.set_state(v1::SCHEDULED);
+    job.set_attempt(1);
+    job.add_worker_ids("w0");
+    job.add_worker_ids("w1");
+    ASSERT_TRUE(store->InsertAttempt(job.id(), 1, {{job.id(), 1, 0, "w0"}, {job.id(), 1, 1, "w1"}},
+                                     2000)
+                    .ok());
+    ASSERT_TRUE(store->RecordTransition(job, 2, Change(job.id(), v1::SCHEDULED, "placed")).ok());
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::StepReport report;
+      report.set_job_id(job.id());
+      report.set_attempt(1);
+      report.set_rank(rank);
+      report.set_step(1);
+      report.set_loss(10.5);
+      ASSERT_TRUE(store->AppendStepReport(report).ok());
+    }
+    v1::StepReport aggregate;
+    aggregate.set_job_id(job.id());
+    aggregate.set_step(1);
+    aggregate.set_loss(10.5);
+    aggregate.set_tokens_per_second(123);
+    ASSERT_TRUE(store->AppendStepEvent(job.id(), 3, aggregate).ok());
+    job.set_step(1);
+    job.set_loss(10.5);
+    ASSERT_TRUE(store->UpdateProgress(job).ok());
+    for (const char* text : {"first", "second", "third"}) {
+      v1::LogLine line;
+      line.set_job_id(job.id());
+      line.set_text(text);
+      line.set_level("info");
+      ASSERT_TRUE(store->AppendLog(line).ok());
+    }
+    // No explicit Flush: closing the store must write the batch.
+  }
+  auto store = Open();
+  absl::StatusOr<std::vector<v1::Job>> jobs = store->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  const v1::Job& job = jobs->front();
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.spec().name(), "model-job-000001");
+  EXPECT_EQ(job.step(), 1);
+  EXPECT_DOUBLE_EQ(job.loss(), 10.5);
+  ASSERT_EQ(job.worker_ids_size(), 2);
+  ASSERT_EQ(job.transitions_size(), 2);
+  EXPECT_EQ(job.transitions(0).state(), v1::PENDING);
+  EXPECT_EQ(job.transitions(1).reason(), "placed");
+
+  absl::StatusOr<std::vector<AssignmentRecord>> assignments =
+      store->LoadAssignments("job-000001", 1);
+  ASSERT_TRUE(assignments.ok());
+  ASSERT_EQ(assignments->size(), 2u);
+  EXPECT_EQ((*assignments)[1].worker_id, "w1");
+
+  EXPECT_EQ(store->LoadStepReports("job-000001")->size(), 2u);
+  absl::StatusOr<std::vector<StoredEvent>> events = store->LoadEvents("job-000001");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_TRUE((*events)[0].event.has_state());
+  EXPECT_TRUE((*events)[1].event.has_state());
+  ASSERT_TRUE((*events)[2].event.has_step());
+  EXPECT_DOUBLE_EQ((*events)[2].event.step().tokens_per_second(), 123);
+
+  absl::StatusOr<std::vector<v1::LogLine>> logs = store->LoadLogs("job-000001", 0);
+  ASSERT_EQ(logs->size(), 3u);
+  EXPECT_EQ((*logs)[0].text(), "first");
+  logs = store->LoadLogs("job-000001", 2);
+  ASSERT_EQ(logs->size(), 2u);
+  EXPECT_EQ((*logs)[0].text(), "second");
+  EXPECT_EQ((*logs)[1].text(), "third");
+}
+
+TEST_F(StoreTest, TransitionIsNotOverwrittenByOlderBufferedProgress) {
+  auto store = Open();
+  v1::Job job = MakeJob("job-000001", v1::RUNNING);
+  ASSERT_TRUE(store->InsertJob(job).ok());
+  job.set_step(5);
+  ASSERT_TRUE(store->UpdateProgress(job).ok());
+  job.set_state(v1::SUCCEEDED);
+  ASSERT_TRUE(store->RecordTransition(job, 1, Change(job.id(), v1::SUCCEEDED, "done")).ok());
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->LoadJobs()->front().state(), v1::SUCCEEDED);
+}
+
+TEST_F(StoreTest, UsesWalAndRefusesANewerSchema) {
+  { auto store = Open(); }
+  sqlite3* database = nullptr;
+  ASSERT_EQ(sqlite3_open(config_.database_path.c_str(), &database), SQLITE_OK);
+  sqlite3_stmt* statement = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(database, "PRAGMA journal_mode", -1, &statement, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(statement), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)), "wal");
+  sqlite3_finalize(statement);
+  ASSERT_EQ(sqlite3_exec(database, "PRAGMA user_version = 99", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(database);
+
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("newer"), std::string::npos) << store.status();
+}
+
+}  // namespace
+}  // namespace fsdpd::server

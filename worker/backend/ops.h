@@ -1,0 +1,101 @@
+// The compute ops the model is written against, once, for every backend. The CPU backend
+// computes in fp32 (kernels/cpu); the CUDA backend computes bf16 with fp32 accumulation
+// (kernels/cuda). Activations use the backend's activation_dtype(); statistics that backward
+// needs (RMSNorm's rstd, attention's log-sum-exp) are always fp32. Every op runs on the stream
+// it is given, checks its shapes and dtypes, and returns a clear error on a mismatch.
+//
+// "Accumulate" outputs add into what is there (gradients of parameters used more than once);
+// all other outputs are overwritten.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/backend/tensor.h"
+
+namespace fsdpd {
+
+class Stream;
+
+struct AdamWParams {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // out[T, D] = weight[V, D][tokens[T]]
+  virtual absl::Status EmbeddingForward(const Tensor& weight, const Tensor& tokens,
+                                        const Tensor& out, Stream& stream) = 0;
+  // dweight[V, D] += scatter of dout[T, D] by tokens (accumulate)
+  virtual absl::Status EmbeddingBackward(const Tensor& dout, const Tensor& tokens,
+                                         const Tensor& dweight, Stream& stream) = 0;
+
+  // out = x · rsqrt(mean(x²) + eps) · weight over the last dim; rstd[T] saved (fp32).
+  virtual absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
+                                      const Tensor& out, const Tensor& rstd, Stream& stream) = 0;
+  // dx overwritten; dweight accumulated.
+  virtual absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                                       Stream& stream) = 0;
+
+  // out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N] if bias.data != nullptr)
+  virtual absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& out, Stream& stream) = 0;
+  // dx[M, K] = dout · weight (overwritten; skipped if dx.data == nullptr);
+  // dweight[N, K] += doutᵀ · x; dbias[N] += Σ_rows dout (skipped if dbias.data == nullptr).
+  virtual absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                      const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                      Stream& stream) = 0;
+
+  // qkv[B, S, 3·D] packed as nn.MultiheadAttention's in_proj output (q | k | v, heads split
+  // along D). out[B, S, D] = softmax(q·kᵀ/√head_dim [+ causal mask]) · v per head;
+  // lse[B, heads, S] (fp32) saved for backward.
+  virtual absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
+                                        const Tensor& out, const Tensor& lse, Stream& stream) = 0;
+  // dqkv[B, S, 3·D] overwritten.
+  virtual absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                         const Tensor& lse, int64_t heads, bool causal,
+                                         const Tensor& dqkv, Stream& stream) = 0;
+
+  virtual absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) = 0;
+  // dx overwritten.
+  virtual absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
+                                    Stream& stream) = 0;
+
+  // out = a + b (out may alias a or b).
+  virtual absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) = 0;
+
+  // The head fused with mean cross-entropy over T = B·S tokens, without ever materialising
+  // fp32 logits for all tokens at once: logits = x[T, D] · head[V, D]ᵀ, loss (fp32 scalar
+  // tensor) = mean_t(logsumexp(logits_t) − logits_t[target_t]). Also writes dx[T, D]
+  // (overwritten) and accumulates dhead[V, D], the gradients of that mean loss scaled by
+  // loss_scale.
+  virtual absl::Status HeadCrossEntropy(const Tensor& x, const Tensor& head, const Tensor& targets,
+                                        double loss_scale, const Tensor& loss, const Tensor& dx,
+                                        const Tensor& dhead, Stream& stream) = 0;
+
+  // dst = src converted to dst's dtype (fp32 → bf16 rounds to nearest even). On CPU with
+  // param_dtype bf16, `RoundToBf16` keeps fp32 storage but rounds the values through bf16.
+  virtual absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) = 0;
+  virtual absl::Status RoundToBf16(const Tensor& x, Stream& stream) = 0;
+
+  virtual absl::Status Fill(const Tensor& x, float value, Stream& stream) = 0;
+  virtual absl::Status Scale(const Tensor& x, float factor, Stream& stream) = 0;
+  // result (fp32 scalar tensor) = Σ x² (for the global grad norm across shards).
+  virtual absl::Status SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) = 0;
+
+  // PyTorch's AdamW (decoupled weight decay, bias correction, eps outside the sqrt) over
+  // a flat fp32 shard: param, grad, exp_avg, exp_avg_sq all of the same length.
+  virtual absl::Status AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                             const Tensor& exp_avg_sq, const AdamWParams& params,
+                             Stream& stream) = 0;
+};
+
+}  // namespace fsdpd

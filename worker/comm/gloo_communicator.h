@@ -1,0 +1,52 @@
+// Collectives over Gloo's TCP transport for the CPU backend. Ranks rendezvous through a
+// KeyValueStore (gloo::rendezvous::Context::connectFullMesh); all-gather and all-reduce use
+// Gloo's algorithms, reduce-scatter is a ring over Gloo's unbound buffers, since Gloo's only
+// reduce-scatter (halving-doubling) needs per-call pair setup. Every operation is bounded by the
+// timeout, so a dead peer is an error, never a hang.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "gloo/context.h"
+#include "worker/comm/communicator.h"
+
+namespace fsdpd {
+
+class GlooCommunicator : public Communicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
+      const CommunicatorOptions& options, KeyValueStore* store);
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  absl::Status AllGather(const Tensor& shard, const Tensor& full, Stream& stream) override;
+  absl::Status ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
+                             Stream& stream) override;
+  absl::Status AllReduce(const Tensor& values, ReduceOp op, Stream& stream) override;
+  absl::Status Barrier() override;
+  void Abort() override;
+  CommunicatorStats stats() const override;
+
+ private:
+  GlooCommunicator(const CommunicatorOptions& options, std::shared_ptr<gloo::Context> context)
+      : options_(options), context_(std::move(context)) {}
+
+  // Runs one collective: checks for an abort, times it, and turns Gloo's exceptions into a
+  // Status naming the operation and this rank.
+  template <typename Body>
+  absl::Status Run(const char* operation, int64_t bytes, Body&& body);
+  void RingReduceScatter(const float* full, float* shard, int64_t shard_numel);
+
+  CommunicatorOptions options_;
+  std::shared_ptr<gloo::Context> context_;
+  std::atomic<bool> aborted_{false};
+  uint32_t next_tag_ = 0;
+  std::vector<float> receive_scratch_;
+  mutable std::mutex stats_mutex_;
+  CommunicatorStats stats_;
+};
+
+}  // namespace fsdpd

@@ -1,0 +1,105 @@
+#include "worker/data/data_loader.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "worker/data/synthetic_tokens.h"
+#include "worker/data/window_data_loader.h"
+
+namespace fsdpd {
+namespace {
+
+class SyntheticDataLoader : public DataLoader {
+ public:
+  explicit SyntheticDataLoader(const DataLoaderOptions& options) : options_(options) {}
+
+  absl::Status Batch(int64_t step, int32_t* inputs, int32_t* targets) override {
+    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative data step ", step));
+    if (inputs == nullptr || targets == nullptr) {
+      return absl::InvalidArgumentError("Batch needs input and target buffers");
+    }
+    const int64_t seq_len = options_.data.seq_len();
+    for (int64_t row = 0; row < options_.batch_size; ++row) {
+      // Wrapping at 2^64 rows is harmless: rows only need to be distinct within a run.
+      const uint64_t global_row =
+          (static_cast<uint64_t>(step) * static_cast<uint64_t>(options_.world_size) +
+           static_cast<uint64_t>(options_.rank)) *
+              static_cast<uint64_t>(options_.batch_size) +
+          static_cast<uint64_t>(row);
+      for (int64_t position = 0; position < seq_len; ++position) {
+        inputs[row * seq_len + position] =
+            SyntheticToken(options_.seed, global_row, SyntheticStream::kInputs,
+                           static_cast<uint64_t>(position), options_.vocab);
+        targets[row * seq_len + position] =
+            SyntheticToken(options_.seed, global_row, SyntheticStream::kTargets,
+                           static_cast<uint64_t>(position), options_.vocab);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t num_tokens() const override { return -1; }
+
+ private:
+  DataLoaderOptions options_;
+};
+
+absl::Status CheckOptions(const DataLoaderOptions& options) {
+  if (options.vocab <= 0 || options.vocab > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.vocab must be between 1 and 2147483647 for int32 token ids (got ",
+                     options.vocab, ")"));
+  }
+  if (options.data.seq_len() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.seq_len must be positive (got ", options.data.seq_len(), ")"));
+  }
+  if (options.batch_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.batch_size must be positive (got ", options.batch_size, ")"));
+  }
+  if (options.world_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.world_size must be positive (got ", options.world_size, ")"));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside world size ", options.world_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataLoader>> CreateDataLoader(const DataLoaderOptions& options) {
+  if (auto status = CheckOptions(options); !status.ok()) return status;
+  const std::string& source = options.data.source();
+  if (source == "synthetic") {
+    return std::unique_ptr<DataLoader>(new SyntheticDataLoader(options));
+  }
+  if (source == "tokens" || source == "text") {
+    if (options.data.path().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.source '", source, "' needs data.path (the file to read)"));
+    }
+    if (source == "text") {
+      if (options.vocab < 256) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.source 'text' uses a byte-level tokenizer and needs model.vocab >= 256 (got ",
+            options.vocab, ")"));
+      }
+      return CreateWindowDataLoader(options, 1);
+    }
+    const int token_bytes = options.data.token_bytes();
+    if (token_bytes != 2 && token_bytes != 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.token_bytes must be 2 (uint16) or 4 (uint32) for data.source 'tokens' (got ",
+          token_bytes, ")"));
+    }
+    return CreateWindowDataLoader(options, token_bytes);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("data.source must be 'synthetic', 'tokens' or 'text' (got '", source, "')"));
+}
+
+}  // namespace fsdpd

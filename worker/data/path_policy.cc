@@ -1,0 +1,61 @@
+#include "worker/data/path_policy.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace fsdpd {
+namespace {
+
+absl::StatusOr<std::filesystem::path> Canonicalize(const std::string& path) {
+  std::error_code error;
+  std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve path '", path, "': ", error.message()));
+  }
+  std::filesystem::path canonical = std::filesystem::weakly_canonical(absolute, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve path '", path, "': ", error.message()));
+  }
+  return canonical.lexically_normal();
+}
+
+// Component-wise, so that "/data2" is not taken to be inside "/data".
+bool IsWithin(const std::filesystem::path& path, const std::filesystem::path& root) {
+  auto path_part = path.begin();
+  for (auto root_part = root.begin(); root_part != root.end(); ++root_part) {
+    // A trailing separator shows up as an empty last component; it matches anything.
+    if (root_part->empty()) continue;
+    if (path_part == path.end() || *path_part != *root_part) return false;
+    ++path_part;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
+                                                const std::vector<std::string>& allowed_roots) {
+  if (path.empty()) return absl::InvalidArgumentError("empty path");
+  auto resolved = Canonicalize(path);
+  if (!resolved.ok()) return resolved.status();
+  if (allowed_roots.empty()) return resolved->string();
+  std::vector<std::string> canonical_roots;
+  for (const std::string& root : allowed_roots) {
+    if (root.empty()) continue;
+    auto canonical_root = Canonicalize(root);
+    if (!canonical_root.ok()) return canonical_root.status();
+    if (IsWithin(*resolved, *canonical_root)) return resolved->string();
+    canonical_roots.push_back(canonical_root->string());
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("path '", path, "' resolves to '", resolved->string(),
+                   "', which is outside the allowed roots: ",
+                   canonical_roots.empty() ? "(none)" : absl::StrJoin(canonical_roots, ", ")));
+}
+
+}  // namespace fsdpd

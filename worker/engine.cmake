@@ -1,0 +1,22 @@
+# The training engine: collectives (Gloo), FSDP, the optimizer and the trainer loop, plus the
+# standalone `fsdpd-train` binary that runs one rank of a job from a spec file.
+add_library(fsdpd_engine STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/comm/file_key_value_store.cc
+  ${CMAKE_CURRENT_LIST_DIR}/comm/gloo_communicator.cc
+  ${CMAKE_CURRENT_LIST_DIR}/comm/gloo_store_adapter.cc
+  ${CMAKE_CURRENT_LIST_DIR}/comm/local_communicator.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fsdp/flat_shard_layout.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fsdp/fsdp_state.cc
+  ${CMAKE_CURRENT_LIST_DIR}/optim/lr_schedule.cc
+  ${CMAKE_CURRENT_LIST_DIR}/optim/sharded_adamw.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_checkpoint.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_support.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc)
+target_include_directories(fsdpd_engine PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(fsdpd_engine PUBLIC
+  fsdpd_model fsdpd_io fsdpd_spec fsdpd_proto gloo
+  absl::status absl::statusor absl::strings spdlog::spdlog Threads::Threads)
+
+add_executable(fsdpd-train ${CMAKE_CURRENT_LIST_DIR}/train_main.cc)
+target_link_libraries(fsdpd-train PRIVATE fsdpd_engine CLI11::CLI11 nlohmann_json::nlohmann_json)

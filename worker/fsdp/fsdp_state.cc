@@ -1,0 +1,179 @@
+#include "worker/fsdp/fsdp_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/fsdp/status_macros.h"
+
+namespace fsdpd {
+
+absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<UnitLayout>& units,
+                                                             Backend* backend,
+                                                             Communicator* communicator,
+                                                             const FsdpOptions& options) {
+  std::unique_ptr<FsdpState> state(new FsdpState(units, backend, communicator, options));
+  state->unsharded_.resize(units.size());
+  Stream& stream = backend->compute_stream();
+  for (const UnitLayout& unit : units) {
+    UnitShard shard;
+    shard.layout = ComputeFlatShardLayout(unit.numel, communicator->world_size(),
+                                          communicator->rank());
+    const int64_t bytes = shard.layout.shard_numel * DTypeSize(DType::kF32);
+    for (std::unique_ptr<Buffer>* buffer :
+         {&shard.master, &shard.grad, &shard.exp_avg, &shard.exp_avg_sq}) {
+      absl::StatusOr<std::unique_ptr<Buffer>> allocated = backend->Allocate(bytes);
+      if (!allocated.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "FSDP shard of unit ", unit.name, ": ", allocated.status().message()));
+      }
+      *buffer = std::move(*allocated);
+      ENGINE_RETURN_IF_ERROR(backend->ops().Fill(
+          (*buffer)->View(DType::kF32, {shard.layout.shard_numel}), 0.0f, stream));
+    }
+    state->shards_.push_back(std::move(shard));
+  }
+  return state;
+}
+
+Tensor FsdpState::Params(int unit) const {
+  return unsharded_[unit].params->View(options_.param_storage_dtype, {units_[unit].numel});
+}
+
+Tensor FsdpState::Grads(int unit) const {
+  return unsharded_[unit].grads->View(DType::kF32, {units_[unit].numel});
+}
+
+absl::Status FsdpState::IssueGather(int unit) {
+  Unsharded& target = unsharded_[unit];
+  if (target.params != nullptr) return absl::OkStatus();
+  const FlatShardLayout& layout = shards_[unit].layout;
+  const DType dtype = options_.param_storage_dtype;
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
+      backend_->Allocate(layout.padded_numel * DTypeSize(dtype));
+  if (!buffer.ok()) return buffer.status();
+  target.params = std::move(*buffer);
+  if (target.params_ready == nullptr) {
+    absl::StatusOr<std::unique_ptr<Event>> event = backend_->CreateEvent();
+    if (!event.ok()) return event.status();
+    target.params_ready = std::move(*event);
+  }
+  // The cast to the parameter dtype writes this rank's slice in place, so the all-gather
+  // lands every slice straight in the buffer the kernels read: no copy-in or copy-out.
+  Stream& comm = backend_->comm_stream();
+  const Tensor own_slice = target.params->View(dtype, {layout.shard_numel},
+                                               layout.shard_offset * DTypeSize(dtype));
+  ENGINE_RETURN_IF_ERROR(backend_->ops().Cast(shards_[unit].Master(), own_slice, comm));
+  if (options_.round_params_to_bf16) {
+    ENGINE_RETURN_IF_ERROR(backend_->ops().RoundToBf16(own_slice, comm));
+  }
+  const Tensor full = target.params->View(dtype, {layout.padded_numel});
+  ENGINE_RETURN_IF_ERROR(communicator_->AllGather(own_slice, full, comm));
+  return target.params_ready->Record(comm);
+}
+
+absl::Status FsdpState::AwaitParams(int unit) {
+  ENGINE_RETURN_IF_ERROR(IssueGather(unit));
+  return unsharded_[unit].params_ready->WaitOn(backend_->compute_stream());
+}
+
+void FsdpState::ReleaseParams(int unit) {
+  // The backend's allocator is stream-ordered, so freeing here lets the next gather reuse the
+  // memory only after the compute already queued on it.
+  unsharded_[unit].params.reset();
+}
+
+absl::Status FsdpState::AllocateGrads(int unit) {
+  const FlatShardLayout& layout = shards_[unit].layout;
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
+      backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32));
+  if (!buffer.ok()) return buffer.status();
+  unsharded_[unit].grads = std::move(*buffer);
+  // Zero including the padding: the padding's reduce-scattered gradient must stay zero.
+  return backend_->ops().Fill(unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel}),
+                              0.0f, backend_->compute_stream());
+}
+
+absl::Status FsdpState::ReduceScatterGrads(int unit) {
+  const FlatShardLayout& layout = shards_[unit].layout;
+  Stream& comm = backend_->comm_stream();
+  absl::StatusOr<std::unique_ptr<Event>> computed = backend_->CreateEvent();
+  if (!computed.ok()) return computed.status();
+  ENGINE_RETURN_IF_ERROR((*computed)->Record(backend_->compute_stream()));
+  ENGINE_RETURN_IF_ERROR((*computed)->WaitOn(comm));
+  const Tensor full = unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel});
+  ENGINE_RETURN_IF_ERROR(
+      communicator_->ReduceScatter(full, shards_[unit].Grad(), ReduceOp::kAverage, comm));
+  unsharded_[unit].grads.reset();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* tokens,
+                                                 const int32_t* targets) {
+  const int root = num_units() - 1;
+  const int layers = root;
+  ENGINE_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
+
+  // Forward: the root stays gathered through forward, since the head needs it again at the end.
+  ENGINE_RETURN_IF_ERROR(AwaitParams(root));
+  if (layers > 0) ENGINE_RETURN_IF_ERROR(IssueGather(0));
+  ENGINE_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
+  for (int layer = 0; layer < layers; ++layer) {
+    if (layer + 1 < layers) ENGINE_RETURN_IF_ERROR(IssueGather(layer + 1));
+    ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
+    ENGINE_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
+    // The last block is needed first in backward; freeing and regathering it would only cost.
+    if (options_.reshard_after_forward && layer + 1 < layers) ReleaseParams(layer);
+  }
+
+  // The head's forward and backward are fused; reduce-scatter averages, so no loss scaling.
+  ENGINE_RETURN_IF_ERROR(AllocateGrads(root));
+  absl::StatusOr<float> loss = model.HeadForwardBackward(Params(root), Grads(root), 1.0);
+  if (!loss.ok()) return loss.status();
+  ReleaseParams(root);
+
+  for (int layer = layers - 1; layer >= 0; --layer) {
+    if (layer > 0) ENGINE_RETURN_IF_ERROR(IssueGather(layer - 1));
+    ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
+    ENGINE_RETURN_IF_ERROR(AllocateGrads(layer));
+    ENGINE_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
+    ReleaseParams(layer);
+    ENGINE_RETURN_IF_ERROR(ReduceScatterGrads(layer));
+  }
+  ENGINE_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
+  ENGINE_RETURN_IF_ERROR(ReduceScatterGrads(root));
+
+  // The optimizer runs on the compute stream; it must see every reduced gradient.
+  absl::StatusOr<std::unique_ptr<Event>> reduced = backend_->CreateEvent();
+  if (!reduced.ok()) return reduced.status();
+  ENGINE_RETURN_IF_ERROR((*reduced)->Record(backend_->comm_stream()));
+  ENGINE_RETURN_IF_ERROR((*reduced)->WaitOn(backend_->compute_stream()));
+  return *loss;
+}
+
+absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values) {
+  const FlatShardLayout& layout = shards_[unit].layout;
+  absl::StatusOr<std::unique_ptr<Buffer>> full_buffer =
+      backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32));
+  if (!full_buffer.ok()) return full_buffer.status();
+  const Tensor full = (*full_buffer)->View(DType::kF32, {layout.padded_numel});
+  Stream& comm = backend_->comm_stream();
+  ENGINE_RETURN_IF_ERROR(communicator_->AllGather(shards_[unit].Master(), full, comm));
+  std::vector<float> padded(static_cast<size_t>(layout.padded_numel));
+  ENGINE_RETURN_IF_ERROR(backend_->CopyToHost(full, padded.data(), comm));
+  padded.resize(static_cast<size_t>(layout.numel));
+  *values = std::move(padded);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpState::LoadMasterFromHost(int unit, const std::vector<float>& values) {
+  const FlatShardLayout& layout = shards_[unit].layout;
+  if (static_cast<int64_t>(values.size()) != layout.numel) {
+    return absl::InvalidArgumentError(absl::StrCat("unit ", units_[unit].name, " has ",
+                                                   layout.numel, " parameters, got ",
+                                                   values.size(), " values"));
+  }
+  std::vector<float> slice(static_cast<size_t>(layout.shard_numel), 0.0f);
+  std::copy(values.begin() + layout.shard_offset,
+            values.begin() + layout.shard_offset + layout.valid_shard_numel, slice.begin());
+  return backend_->CopyToDevice(slice.data(), shards_[unit].Master(), backend_->compute_stream());
+}
+
+}  // namespace fsdpd

@@ -1,0 +1,103 @@
+// Fully sharded data parallelism over the model's units (DESIGN "FSDP in the worker").
+// Each unit has one flat fp32 master buffer padded to a multiple of the world size; this rank
+// owns a contiguous slice of it together with the slice's gradient and AdamW moments. For
+// compute a unit is all-gathered into an unsharded buffer of the parameter dtype whose views
+// at UnitLayout's offsets are the parameters, then freed again. Gathers and reduce-scatters run
+// on the backend's comm stream and are ordered against the compute stream with events only, so
+// on a GPU the gather of unit i+1 overlaps the compute of unit i; on the CPU backend streams
+// run inline but the issue order, events and buffer lifetimes are the same.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+#include "worker/comm/communicator.h"
+#include "worker/fsdp/flat_shard_layout.h"
+#include "worker/model/minillm.h"
+#include "worker/model/model_config.h"
+
+namespace fsdpd {
+
+struct FsdpOptions {
+  bool reshard_after_forward = true;
+  // Storage dtype of the unsharded parameters. kF32 with round_params_to_bf16 emulates bf16
+  // parameters on an fp32 backend: values rounded through bf16, kept in fp32 storage.
+  DType param_storage_dtype = DType::kF32;
+  bool round_params_to_bf16 = false;
+};
+
+// This rank's slice of one unit and everything the optimizer keeps for it (fp32).
+struct UnitShard {
+  FlatShardLayout layout;
+  std::unique_ptr<Buffer> master;
+  std::unique_ptr<Buffer> grad;
+  std::unique_ptr<Buffer> exp_avg;
+  std::unique_ptr<Buffer> exp_avg_sq;
+
+  Tensor Master() const { return master->View(DType::kF32, {layout.shard_numel}); }
+  Tensor Grad() const { return grad->View(DType::kF32, {layout.shard_numel}); }
+  Tensor ExpAvg() const { return exp_avg->View(DType::kF32, {layout.shard_numel}); }
+  Tensor ExpAvgSq() const { return exp_avg_sq->View(DType::kF32, {layout.shard_numel}); }
+};
+
+class FsdpState {
+ public:
+  // Allocates every unit's shard buffers (zeroed) on the backend.
+  static absl::StatusOr<std::unique_ptr<FsdpState>> Create(const std::vector<UnitLayout>& units,
+                                                           Backend* backend,
+                                                           Communicator* communicator,
+                                                           const FsdpOptions& options);
+
+  int num_units() const { return static_cast<int>(shards_.size()); }
+  const UnitLayout& unit(int index) const { return units_[index]; }
+  UnitShard& shard(int index) { return shards_[index]; }
+
+  // One forward and backward of `model` on this rank's batch. Returns this rank's mean loss;
+  // afterwards every unit's grad shard holds the gradient averaged over ranks, so the
+  // optimizer sees the gradient of the global batch's mean loss.
+  absl::StatusOr<float> ForwardBackward(MiniLLM& model, const int32_t* tokens,
+                                        const int32_t* targets);
+
+  // Collective: every rank must call it. Leaves the whole unpadded fp32 master of `unit` in
+  // `values` on every rank.
+  absl::Status GatherMasterToHost(int unit, std::vector<float>* values);
+
+  // Copies unpadded values of a whole unit (host) into this rank's master slice; padding stays
+  // zero. Not collective.
+  absl::Status LoadMasterFromHost(int unit, const std::vector<float>& values);
+
+ private:
+  struct Unsharded {
+    std::unique_ptr<Buffer> params;
+    std::unique_ptr<Event> params_ready;
+    std::unique_ptr<Buffer> grads;
+  };
+
+  FsdpState(std::vector<UnitLayout> units, Backend* backend, Communicator* communicator,
+            const FsdpOptions& options)
+      : units_(std::move(units)),
+        backend_(backend),
+        communicator_(communicator),
+        options_(options) {}
+
+  absl::Status IssueGather(int unit);
+  // Makes the compute stream wait for the gather (issuing it first if needed).
+  absl::Status AwaitParams(int unit);
+  void ReleaseParams(int unit);
+  absl::Status AllocateGrads(int unit);
+  // Reduce-scatters the unit's unsharded gradient into its grad shard on the comm stream.
+  absl::Status ReduceScatterGrads(int unit);
+  Tensor Params(int unit) const;
+  Tensor Grads(int unit) const;
+
+  std::vector<UnitLayout> units_;
+  Backend* backend_;
+  Communicator* communicator_;
+  FsdpOptions options_;
+  std::vector<UnitShard> shards_;
+  std::vector<Unsharded> unsharded_;
+};
+
+}  // namespace fsdpd

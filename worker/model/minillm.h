@@ -1,0 +1,61 @@
+// MiniLLM's forward and backward, one FSDP unit at a time, against the Backend interface.
+// FSDP owns the parameters: it hands each call the unit's unsharded parameters (a flat view
+// in the compute dtype, laid out by UnitLayout) and, in backward, the unit's unsharded
+// gradient buffer to accumulate into. The model owns the activations it saves for backward.
+//
+// One training step, as the FSDP runner drives it:
+//   BeginStep(tokens, targets)
+//   EmbedForward(root)                         root unit gathered first
+//   BlockForward(i, block_i) for i = 0..L-1    each block gathered (prefetch i+1), then freed
+//   loss = HeadForwardBackward(root, root_grad)  fused head + cross-entropy + its backward
+//   BlockBackward(i, block_i, grad_i) for i = L-1..0
+//   EmbedBackward(root_grad)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+#include "worker/model/model_config.h"
+
+namespace fsdpd {
+
+class MiniLLM {
+ public:
+  // Allocates the activation workspace for batch × seq tokens on the backend.
+  static absl::StatusOr<std::unique_ptr<MiniLLM>> Create(const ModelConfig& config, int64_t batch,
+                                                         int64_t seq, Backend* backend);
+  virtual ~MiniLLM() = default;
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<UnitLayout>& units() const { return units_; }
+  int root_unit() const { return static_cast<int>(units_.size()) - 1; }
+
+  // tokens and targets: batch·seq int32 on the host.
+  virtual absl::Status BeginStep(const int32_t* tokens, const int32_t* targets) = 0;
+  virtual absl::Status EmbedForward(const Tensor& root_params) = 0;
+  virtual absl::Status BlockForward(int layer, const Tensor& block_params) = 0;
+  // Returns the mean loss (fp32, synced to the host). Accumulates root gradients (head,
+  // final norm) into root_grads, scaled by loss_scale (1/world_size folds FSDP's average in
+  // when reduce-scatter sums; 1.0 when it averages).
+  virtual absl::StatusOr<float> HeadForwardBackward(const Tensor& root_params,
+                                                    const Tensor& root_grads,
+                                                    double loss_scale) = 0;
+  virtual absl::Status BlockBackward(int layer, const Tensor& block_params,
+                                     const Tensor& block_grads) = 0;
+  virtual absl::Status EmbedBackward(const Tensor& root_grads) = 0;
+
+  // Forward only, for tests and evaluation: logits [batch·seq, vocab] in fp32 on the host.
+  virtual absl::Status Logits(const std::vector<Tensor>& unit_params,
+                              std::vector<float>* logits) = 0;
+
+ protected:
+  MiniLLM(ModelConfig config) : config_(config), units_(BuildUnitLayouts(config)) {}
+  ModelConfig config_;
+  std::vector<UnitLayout> units_;
+};
+
+}  // namespace fsdpd

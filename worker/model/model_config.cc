@@ -1,0 +1,162 @@
+#include "worker/model/model_config.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace fsdpd {
+namespace {
+
+// splitmix64's finaliser: decorrelates nearby (seed, unit) pairs before they seed the engine.
+uint64_t Mix(uint64_t value) {
+  value += 0x9e3779b97f4a7c15ull;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
+}
+
+// Distributions written out rather than std::*_distribution, whose algorithms differ between
+// standard libraries: the same seed must give the same model on every build.
+class ParameterRandom {
+ public:
+  ParameterRandom(uint64_t seed, int unit_index)
+      : engine_(Mix(seed ^ Mix(static_cast<uint64_t>(unit_index) + 1))) {}
+
+  // Uniform in [0, 1) with 53 random bits.
+  double Unit() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+
+  float Uniform(double bound) { return static_cast<float>((2.0 * Unit() - 1.0) * bound); }
+
+  // Standard normal by Box–Muller (1 − u keeps the logarithm finite).
+  float Normal() {
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - Unit()));
+    const double angle = 2.0 * M_PI * Unit();
+    return static_cast<float>(radius * std::cos(angle));
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+bool EndsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void AddParameter(UnitLayout* unit, std::string name, std::vector<int64_t> shape) {
+  ParameterInfo info;
+  info.name = std::move(name);
+  info.shape = std::move(shape);
+  info.numel = 1;
+  for (int64_t d : info.shape) info.numel *= d;
+  info.offset = unit->numel;
+  unit->numel += info.numel;
+  unit->parameters.push_back(std::move(info));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec) {
+  auto positive = [](const char* field, int64_t value) -> absl::Status {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": must be positive, got ", value));
+    }
+    return absl::OkStatus();
+  };
+  for (const auto& [field, value] : {std::pair<const char*, int64_t>{"model.vocab", spec.vocab()},
+                                     {"model.dim", spec.dim()},
+                                     {"model.layers", spec.layers()},
+                                     {"model.heads", spec.heads()},
+                                     {"model.ffn_mult", spec.ffn_mult()}}) {
+    if (absl::Status status = positive(field, value); !status.ok()) return status;
+  }
+  if (spec.vocab() > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.vocab: token ids are int32, so vocab must be at most ",
+                     std::numeric_limits<int32_t>::max(), ", got ", spec.vocab()));
+  }
+  if (spec.dim() % spec.heads() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.dim: must be divisible by model.heads (got ", spec.dim(), " and ",
+                     spec.heads(), ")"));
+  }
+  if (!(spec.norm_eps() >= 0.0) || !std::isfinite(spec.norm_eps())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.norm_eps: must be finite and >= 0, got ", spec.norm_eps()));
+  }
+  ModelConfig config;
+  config.vocab = spec.vocab();
+  config.dim = spec.dim();
+  config.layers = spec.layers();
+  config.heads = spec.heads();
+  config.ffn_hidden = spec.ffn_mult() * spec.dim();
+  config.causal = spec.causal();
+  config.final_norm = spec.final_norm();
+  if (spec.norm_eps() > 0.0) config.norm_eps = spec.norm_eps();
+  return config;
+}
+
+const ParameterInfo& UnitLayout::Find(const std::string& parameter_name) const {
+  for (const ParameterInfo& info : parameters) {
+    if (info.name == parameter_name) return info;
+  }
+  spdlog::critical("unit {} has no parameter named {}", name, parameter_name);
+  std::abort();
+}
+
+std::vector<UnitLayout> BuildUnitLayouts(const ModelConfig& config) {
+  const int64_t dim = config.dim;
+  std::vector<UnitLayout> units;
+  units.reserve(static_cast<size_t>(config.layers) + 1);
+  for (int64_t layer = 0; layer < config.layers; ++layer) {
+    UnitLayout unit;
+    unit.name = absl::StrCat("layers.", layer);
+    const std::string prefix = unit.name + ".";
+    AddParameter(&unit, prefix + "norm1.weight", {dim});
+    AddParameter(&unit, prefix + "attn.in_proj_weight", {3 * dim, dim});
+    AddParameter(&unit, prefix + "attn.in_proj_bias", {3 * dim});
+    AddParameter(&unit, prefix + "attn.out_proj.weight", {dim, dim});
+    AddParameter(&unit, prefix + "attn.out_proj.bias", {dim});
+    AddParameter(&unit, prefix + "norm2.weight", {dim});
+    AddParameter(&unit, prefix + "ffn.0.weight", {config.ffn_hidden, dim});
+    AddParameter(&unit, prefix + "ffn.2.weight", {dim, config.ffn_hidden});
+    units.push_back(std::move(unit));
+  }
+  UnitLayout root;
+  root.name = "root";
+  AddParameter(&root, "embed.weight", {config.vocab, dim});
+  AddParameter(&root, "head.weight", {config.vocab, dim});
+  if (config.final_norm) AddParameter(&root, "norm.weight", {dim});
+  units.push_back(std::move(root));
+  return units;
+}
+
+void InitializeUnit(const ModelConfig& config, const UnitLayout& unit, int unit_index,
+                    uint64_t seed, float* flat) {
+  ParameterRandom random(seed, unit_index);
+  for (const ParameterInfo& info : unit.parameters) {
+    float* values = flat + info.offset;
+    const std::string& name = info.name;
+    if (EndsWith(name, "norm1.weight") || EndsWith(name, "norm2.weight") || name == "norm.weight") {
+      for (int64_t i = 0; i < info.numel; ++i) values[i] = 1.0f;
+    } else if (EndsWith(name, "in_proj_bias") || EndsWith(name, "out_proj.bias")) {
+      for (int64_t i = 0; i < info.numel; ++i) values[i] = 0.0f;
+    } else if (name == "embed.weight") {
+      for (int64_t i = 0; i < info.numel; ++i) values[i] = random.Normal();
+    } else if (EndsWith(name, "in_proj_weight")) {
+      // nn.MultiheadAttention: xavier_uniform_ on the packed [3·dim, dim] matrix.
+      const double bound = std::sqrt(6.0 / static_cast<double>(info.shape[0] + info.shape[1]));
+      for (int64_t i = 0; i < info.numel; ++i) values[i] = random.Uniform(bound);
+    } else {
+      // nn.Linear's kaiming_uniform_(a=√5) is U(±1/√fan_in), fan_in the second dimension.
+      const double bound = 1.0 / std::sqrt(static_cast<double>(info.shape[1]));
+      for (int64_t i = 0; i < info.numel; ++i) values[i] = random.Uniform(bound);
+    }
+  }
+}
+
+}  // namespace fsdpd

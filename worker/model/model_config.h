@@ -1,0 +1,53 @@
+// MiniLLM's shape and the layout of its parameters in FSDP units.
+// Units: blocks 0..layers-1 (one TransformerBlock each), then the root unit (embedding, head,
+// and the final norm when enabled). Within a unit, parameters follow PyTorch's state_dict
+// order and names, each a contiguous view at a fixed offset of the unit's flat buffer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/spec.pb.h"
+
+namespace fsdpd {
+
+struct ModelConfig {
+  int64_t vocab = 32000;
+  int64_t dim = 2048;
+  int64_t layers = 12;
+  int64_t heads = 16;
+  int64_t ffn_hidden = 8192;  // ffn_mult · dim
+  bool causal = false;
+  bool final_norm = false;
+  double norm_eps = 1.1920928955078125e-07;  // fp32 machine epsilon, PyTorch's default
+};
+
+absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec);
+
+struct ParameterInfo {
+  std::string name;  // PyTorch state_dict name, e.g. "layers.3.attn.in_proj_weight"
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // elements from the start of the unit's flat buffer
+  int64_t numel = 0;
+};
+
+struct UnitLayout {
+  std::string name;  // "layers.3" or "root"
+  std::vector<ParameterInfo> parameters;
+  int64_t numel = 0;                                         // unpadded
+  const ParameterInfo& Find(const std::string& name) const;  // aborts on a programming error
+};
+
+// blocks first (index = layer), the root unit last.
+std::vector<UnitLayout> BuildUnitLayouts(const ModelConfig& config);
+
+// PyTorch's default initialisation of one unit into `flat` (unit.numel fp32 values):
+// Embedding N(0, 1); Linear weights U(±1/√fan_in); in_proj_weight Xavier-uniform;
+// in_proj_bias and out_proj.bias zeros; RMSNorm weights ones. Deterministic in (seed, unit
+// index), and independent of the world size.
+void InitializeUnit(const ModelConfig& config, const UnitLayout& unit, int unit_index,
+                    uint64_t seed, float* flat);
+
+}  // namespace fsdpd

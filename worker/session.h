@@ -1,0 +1,96 @@
+// The worker's side of the coordinator protocol: register, keep one Session stream open, run
+// the assignments that arrive on it, and survive a lost coordinator.
+//
+// On a lost stream the worker reconnects with capped, jittered exponential backoff and
+// registers again with its previous worker id and the job it is running, so the coordinator can
+// reconcile. A running job keeps training meanwhile; its reports wait in the bounded outbox
+// (session_outbox.h) and are flushed once the session is back.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "fsdpd/v1/worker.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "worker/session_device.h"
+#include "worker/session_job.h"
+#include "worker/session_outbox.h"
+
+namespace fsdpd {
+
+struct WorkerConfig {
+  std::string coordinator_address = "127.0.0.1:7070";
+  std::string device = "cpu";
+  std::string checkpoint_root;
+  std::string hostname;
+  std::string address = "127.0.0.1";  // where peers reach this worker
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::vector<std::string> allowed_roots;
+  // Step reports and log lines kept while the coordinator is unreachable.
+  size_t telemetry_buffer_capacity = 20000;
+  std::chrono::milliseconds reconnect_initial_backoff{250};
+  std::chrono::milliseconds reconnect_max_backoff{5000};
+  // How long shutdown waits for a cancelled job to report its result.
+  std::chrono::milliseconds shutdown_grace{10000};
+};
+
+// Names the first bad field, e.g. "--heartbeat-interval: must be positive".
+absl::Status ValidateWorkerConfig(const WorkerConfig& config);
+
+class WorkerSession {
+ public:
+  WorkerSession(WorkerConfig config, DeviceInfo device);
+  ~WorkerSession();
+
+  // Serves until Shutdown(); reconnects on its own. Returns an error only for problems that
+  // retrying cannot fix.
+  absl::Status Run();
+  // Thread-safe: cancels a running job, sends its result if the session is up, and makes Run
+  // return.
+  void Shutdown();
+
+ private:
+  absl::Status Register();
+  // One Session stream, from opening to its end.
+  void RunStream();
+  void WriteLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                 std::atomic<bool>* broken);
+  bool WriteFinished(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                     const FinishedAttempt& finished);
+  void HandleMessage(const v1::CoordinatorMessage& message);
+  void HandleAssignment(const v1::Assignment& assignment);
+  void HandleCancellation(const v1::Cancellation& cancellation);
+  bool JobRunning();
+  bool ReadyToClose();
+  void SleepBeforeReconnect(std::chrono::milliseconds backoff);
+
+  const WorkerConfig config_;
+  const DeviceInfo device_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  Outbox outbox_;
+
+  std::atomic<bool> shutting_down_{false};
+  std::chrono::steady_clock::time_point shutdown_deadline_;
+  std::mutex sleep_mutex_;
+  std::condition_variable sleep_changed_;
+
+  std::mutex state_mutex_;
+  std::string worker_id_;
+  std::chrono::milliseconds heartbeat_interval_;
+  grpc::ClientContext* stream_context_ = nullptr;  // the open stream's, for Shutdown
+  std::unique_ptr<JobRun> job_;
+  // The last attempt this worker finished, so a re-sent assignment is not run twice.
+  std::string finished_job_id_;
+  int finished_attempt_ = -1;
+};
+
+}  // namespace fsdpd

@@ -1,0 +1,65 @@
+// One rank of one attempt, run by the worker on a thread of its own. The trainer's reports and
+// log lines go to the outbox; so does the attempt's result once RunTrainer returns.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "fsdpd/v1/worker.pb.h"
+#include "grpcpp/channel.h"
+#include "worker/session_outbox.h"
+
+namespace fsdpd {
+
+struct JobRunOptions {
+  std::string checkpoint_root;  // the job's directory is <checkpoint_root>/<job_id>
+  std::vector<std::string> allowed_roots;
+  std::string bind_address;
+  std::string device;
+};
+
+class JobRun {
+ public:
+  // `channel` reaches the coordinator's rendezvous service; `outbox` must outlive the run.
+  JobRun(v1::Assignment assignment, JobRunOptions options, std::shared_ptr<grpc::Channel> channel,
+         Outbox* outbox);
+  ~JobRun();  // cancels and joins a run that is still going
+  JobRun(const JobRun&) = delete;
+  JobRun& operator=(const JobRun&) = delete;
+
+  void Start();
+  // Asks the trainer to stop; it checks the flag between steps.
+  void Cancel(const std::string& reason);
+  bool Finished() const { return finished_.load(); }
+  void Join();
+
+  const std::string& job_id() const { return assignment_.job_id(); }
+  int attempt() const { return assignment_.attempt(); }
+  int rank() const { return assignment_.rank(); }
+
+ private:
+  void Body();
+  FinishedAttempt Train();
+  void Log(const std::string& level, const std::string& text);
+
+  const v1::Assignment assignment_;
+  const JobRunOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  Outbox* outbox_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> finished_{false};
+  std::mutex cancel_reason_mutex_;
+  std::string cancel_reason_;
+  std::thread thread_;
+};
+
+// Checks that the spec's data and init paths lie inside one of the roots (empty: anything
+// goes). Paths are compared after resolving "..", so a spec cannot escape a root with them.
+absl::Status CheckPathsAllowed(const v1::JobSpec& spec, const std::vector<std::string>& roots);
+
+}  // namespace fsdpd

@@ -1,0 +1,82 @@
+#include "worker/session_outbox.h"
+
+#include <utility>
+
+namespace fsdpd {
+
+Outbox::Outbox(size_t telemetry_capacity)
+    : telemetry_capacity_(telemetry_capacity == 0 ? 1 : telemetry_capacity) {}
+
+void Outbox::PushTelemetry(v1::WorkerMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (telemetry_.size() >= telemetry_capacity_) {
+      const v1::WorkerMessage& oldest = telemetry_.front();
+      dropped_.count++;
+      dropped_.job_id = oldest.has_step() ? oldest.step().job_id() : oldest.log().job_id();
+      telemetry_.pop_front();
+    }
+    telemetry_.push_back(std::move(message));
+  }
+  changed_.notify_all();
+}
+
+void Outbox::PushFinished(FinishedAttempt attempt) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_.push_back(std::move(attempt));
+  }
+  changed_.notify_all();
+}
+
+void Outbox::WaitForWork(std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_until(lock, until,
+                      [&] { return woken_ || !telemetry_.empty() || !finished_.empty(); });
+  woken_ = false;
+}
+
+void Outbox::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
+  changed_.notify_all();
+}
+
+std::optional<v1::WorkerMessage> Outbox::FrontTelemetry() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (telemetry_.empty()) return std::nullopt;
+  return telemetry_.front();
+}
+
+void Outbox::PopTelemetry() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!telemetry_.empty()) telemetry_.pop_front();
+}
+
+std::optional<FinishedAttempt> Outbox::FrontFinished() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A result goes out only after every report queued before it.
+  if (finished_.empty() || !telemetry_.empty()) return std::nullopt;
+  return finished_.front();
+}
+
+void Outbox::PopFinished() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!finished_.empty()) finished_.pop_front();
+}
+
+bool Outbox::Empty() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return telemetry_.empty() && finished_.empty();
+}
+
+Outbox::Dropped Outbox::TakeDropped() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Dropped taken = dropped_;
+  dropped_ = Dropped{};
+  return taken;
+}
+
+}  // namespace fsdpd

@@ -1,0 +1,66 @@
+// Everything the worker sends to the coordinator passes through the outbox, so a running job
+// never blocks on the network and its reports survive a lost session.
+//
+// Telemetry (step reports and log lines) is bounded: while the coordinator is unreachable the
+// outbox keeps the newest `telemetry_capacity` messages and drops the oldest, counting them so
+// the loss is reported once the session is back. Attempt results (with rank 0's exported
+// model) are never dropped; they are sent after the telemetry queued before them.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "fsdpd/v1/worker.pb.h"
+
+namespace fsdpd {
+
+struct FinishedAttempt {
+  v1::AttemptResult result;
+  // Rank 0's consolidated safetensors file, uploaded before the result; empty otherwise.
+  std::string artifact_path;
+};
+
+class Outbox {
+ public:
+  explicit Outbox(size_t telemetry_capacity);
+
+  // Queues a step report or log line; drops the oldest one when full.
+  void PushTelemetry(v1::WorkerMessage message);
+  void PushFinished(FinishedAttempt attempt);
+
+  // Blocks until something is queued, `until` passes, or Wake() is called.
+  void WaitForWork(std::chrono::steady_clock::time_point until);
+  void Wake();
+
+  // The writer peeks, sends, and pops only once the send worked, so nothing is lost to a
+  // write that fails.
+  std::optional<v1::WorkerMessage> FrontTelemetry();
+  void PopTelemetry();
+  std::optional<FinishedAttempt> FrontFinished();
+  void PopFinished();
+  bool Empty();
+
+  struct Dropped {
+    int64_t count = 0;
+    std::string job_id;  // the job whose messages were dropped last
+  };
+  // Returns and resets the number of messages dropped since the last call.
+  Dropped TakeDropped();
+
+ private:
+  const size_t telemetry_capacity_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool woken_ = false;
+  std::deque<v1::WorkerMessage> telemetry_;
+  std::deque<FinishedAttempt> finished_;
+  Dropped dropped_;
+};
+
+}  // namespace fsdpd

@@ -1,0 +1,185 @@
+#include "worker/trainer_checkpoint.h"
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/fsdp/status_macros.h"
+#include "worker/trainer_support.h"
+
+namespace fsdpd {
+namespace {
+
+// What each unit contributes to a rank's checkpoint file, in a fixed order.
+struct ShardPart {
+  const char* suffix;
+  std::unique_ptr<Buffer> UnitShard::*buffer;
+};
+constexpr ShardPart kShardParts[] = {
+    {"param", &UnitShard::master},
+    {"adam_m", &UnitShard::exp_avg},
+    {"adam_v", &UnitShard::exp_avg_sq},
+};
+
+std::string BufferName(int unit, const char* suffix) {
+  return absl::StrCat("unit.", unit, ".", suffix);
+}
+
+// A file that verified can still belong to another model: check it holds exactly our shards.
+absl::Status CheckMatchesState(const RankCheckpoint& checkpoint, FsdpState& state) {
+  const size_t expected = static_cast<size_t>(state.num_units()) * std::size(kShardParts);
+  if (checkpoint.buffers.size() != expected) {
+    return absl::FailedPreconditionError(absl::StrCat("holds ", checkpoint.buffers.size(),
+                                                      " buffers, this model needs ", expected));
+  }
+  size_t index = 0;
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    for (const ShardPart& part : kShardParts) {
+      const ShardBuffer& buffer = checkpoint.buffers[index++];
+      const std::string name = BufferName(unit, part.suffix);
+      if (buffer.name != name ||
+          static_cast<int64_t>(buffer.values.size()) != state.shard(unit).layout.shard_numel) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "buffer ", buffer.name, " (", buffer.values.size(), " values) where ", name, " (",
+            state.shard(unit).layout.shard_numel, " values) was expected"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyCheckpoint(const RankCheckpoint& checkpoint, FsdpState& state,
+                             Backend& backend) {
+  size_t index = 0;
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    UnitShard& shard = state.shard(unit);
+    for (const ShardPart& part : kShardParts) {
+      const Tensor device =
+          (shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel});
+      ENGINE_RETURN_IF_ERROR(backend.CopyToDevice(checkpoint.buffers[index++].values.data(),
+                                                  device, backend.compute_stream()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpState& state,
+                                             Communicator& communicator, Backend& backend,
+                                             const EngineLog& log) {
+  const int rank = communicator.rank();
+  const int world_size = communicator.world_size();
+  std::vector<int64_t> steps;
+  absl::StatusOr<std::vector<int64_t>> listed = ListCommittedSteps(job_dir);
+  if (listed.ok()) {
+    steps = *listed;
+  } else {
+    log("warning", absl::StrCat("cannot list checkpoints in ", job_dir, ": ",
+                                listed.status().message(), "; starting from scratch"));
+  }
+  // Every rank walks its list newest first in lockstep; each round agrees on one step through
+  // an all-reduce(min) of [this rank verified it, step, −step].
+  for (size_t round = 0;; ++round) {
+    const int64_t step = round < steps.size() ? steps[round] : -1;
+    if (step > std::numeric_limits<int32_t>::max()) {
+      return absl::OutOfRangeError(absl::StrCat("checkpoint step ", step, " is too large"));
+    }
+    std::optional<RankCheckpoint> loaded;
+    std::string reason;
+    if (step >= 0) {
+      absl::StatusOr<RankCheckpoint> checkpoint =
+          LoadRankCheckpoint(job_dir, step, rank, world_size);
+      absl::Status usable = checkpoint.ok() ? CheckMatchesState(*checkpoint, state)
+                                            : checkpoint.status();
+      if (usable.ok()) {
+        loaded = std::move(*checkpoint);
+      } else {
+        reason = std::string(usable.message());
+      }
+    }
+    std::vector<int32_t> agreement = {loaded.has_value() ? 1 : 0, static_cast<int32_t>(step),
+                                      static_cast<int32_t>(-step)};
+    ENGINE_RETURN_IF_ERROR(
+        AllReduceHostInts(communicator, backend, &agreement, ReduceOp::kMin));
+    const int64_t lowest = agreement[1];
+    const int64_t highest = -static_cast<int64_t>(agreement[2]);
+    if (lowest < 0) {
+      if (round > 0 || highest >= 0) {
+        log("warning", "no checkpoint verifies on every rank; starting from scratch");
+      }
+      return 0;
+    }
+    if (lowest != highest) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ranks see different checkpoints in ", job_dir, " (steps ", lowest, " to ", highest,
+          "): is the checkpoint directory shared by every rank?"));
+    }
+    if (agreement[0] == 1) {
+      ENGINE_RETURN_IF_ERROR(ApplyCheckpoint(*loaded, state, backend));
+      log("info", absl::StrCat("resumed from the checkpoint of step ", step));
+      return step;
+    }
+    if (!reason.empty()) {
+      log("warning", absl::StrCat("rank ", rank, ": skipping the checkpoint of step ", step, ": ",
+                                  reason));
+    } else {
+      log("warning", absl::StrCat("skipping the checkpoint of step ", step,
+                                  ": it does not verify on another rank"));
+    }
+  }
+}
+
+absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep,
+                            FsdpState& state, Communicator& communicator, Backend& backend) {
+  RankCheckpoint checkpoint;
+  checkpoint.step = step;
+  checkpoint.rank = communicator.rank();
+  checkpoint.world_size = communicator.world_size();
+  checkpoint.data_position = step;
+  absl::Status written;
+  for (int unit = 0; unit < state.num_units() && written.ok(); ++unit) {
+    UnitShard& shard = state.shard(unit);
+    for (const ShardPart& part : kShardParts) {
+      ShardBuffer buffer;
+      buffer.name = BufferName(unit, part.suffix);
+      buffer.values.resize(static_cast<size_t>(shard.layout.shard_numel));
+      written = backend.CopyToHost((shard.*(part.buffer))->View(DType::kF32,
+                                                                {shard.layout.shard_numel}),
+                                   buffer.values.data(), backend.compute_stream());
+      if (!written.ok()) break;
+      checkpoint.buffers.push_back(std::move(buffer));
+    }
+  }
+  if (written.ok()) written = WriteRankCheckpoint(job_dir, checkpoint);
+  // Doubles as the barrier before the commit: nobody commits until every file is durable.
+  std::vector<int32_t> all_written = {written.ok() ? 1 : 0};
+  ENGINE_RETURN_IF_ERROR(
+      AllReduceHostInts(communicator, backend, &all_written, ReduceOp::kMin));
+  if (!written.ok()) {
+    return absl::InternalError(absl::StrCat("writing the checkpoint of step ", step,
+                                            " failed on rank ", communicator.rank(), ": ",
+                                            written.message()));
+  }
+  if (all_written[0] == 0) {
+    return absl::InternalError(absl::StrCat("writing the checkpoint of step ", step,
+                                            " failed on another rank; not committed"));
+  }
+  absl::Status committed;
+  if (communicator.rank() == 0) {
+    committed = CommitCheckpoint(job_dir, step, communicator.world_size(), keep);
+  }
+  std::vector<int32_t> all_committed = {committed.ok() ? 1 : 0};
+  ENGINE_RETURN_IF_ERROR(
+      AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));
+  if (all_committed[0] == 0) {
+    return absl::InternalError(absl::StrCat(
+        "committing the checkpoint of step ", step, " failed",
+        committed.ok() ? "" : absl::StrCat(": ", committed.message())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fsdpd

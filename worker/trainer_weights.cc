@@ -1,0 +1,127 @@
+#include "worker/trainer_weights.h"
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/checkpoint/safetensors.h"
+#include "worker/fsdp/status_macros.h"
+
+namespace fsdpd {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// At most a few names, so an error about a wrong file stays readable.
+std::string NameList(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 5;
+  std::vector<std::string> shown(names.begin(),
+                                 names.begin() + std::min(names.size(), kShown));
+  std::string text = absl::StrJoin(shown, ", ");
+  if (names.size() > kShown) absl::StrAppend(&text, " and ", names.size() - kShown, " more");
+  return text;
+}
+
+}  // namespace
+
+absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
+                                       FsdpState& state) {
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    std::vector<float> values(static_cast<size_t>(state.unit(unit).numel));
+    InitializeUnit(config, state.unit(unit), unit, seed, values.data());
+    ENGINE_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, values));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state) {
+  absl::StatusOr<std::vector<NamedTensor>> tensors = ReadSafetensors(path);
+  if (!tensors.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint.init_from: cannot read ", path,
+                                                   ": ", tensors.status().message()));
+  }
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& tensor : *tensors) by_name[tensor.name] = &tensor;
+
+  std::vector<std::string> missing, wrong_shape;
+  std::set<std::string> known;
+  std::vector<std::vector<float>> unit_values(state.num_units());
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    unit_values[unit].assign(static_cast<size_t>(state.unit(unit).numel), 0.0f);
+    for (const ParameterInfo& parameter : state.unit(unit).parameters) {
+      known.insert(parameter.name);
+      auto found = by_name.find(parameter.name);
+      if (found == by_name.end()) {
+        missing.push_back(parameter.name);
+        continue;
+      }
+      const NamedTensor& tensor = *found->second;
+      if (tensor.shape != parameter.shape ||
+          static_cast<int64_t>(tensor.values.size()) != parameter.numel) {
+        wrong_shape.push_back(absl::StrCat(parameter.name, " is ", ShapeText(tensor.shape),
+                                           ", the model needs ", ShapeText(parameter.shape)));
+        continue;
+      }
+      std::copy(tensor.values.begin(), tensor.values.end(),
+                unit_values[unit].begin() + parameter.offset);
+    }
+  }
+  std::vector<std::string> unknown;
+  for (const auto& [name, tensor] : by_name) {
+    if (known.count(name) == 0) unknown.push_back(name);
+  }
+  std::vector<std::string> problems;
+  if (!unknown.empty()) {
+    problems.push_back(absl::StrCat(unknown.size(), " tensor(s) the model does not have: ",
+                                    NameList(unknown)));
+  }
+  if (!missing.empty()) {
+    problems.push_back(absl::StrCat(missing.size(), " parameter(s) missing from the file: ",
+                                    NameList(missing)));
+  }
+  if (!wrong_shape.empty()) {
+    problems.push_back(absl::StrCat("wrong shapes: ", NameList(wrong_shape)));
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.init_from: ", path, " does not match the model: ",
+        absl::StrJoin(problems, "; ")));
+  }
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    ENGINE_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, unit_values[unit]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
+                                                    FsdpState& state,
+                                                    Communicator& communicator) {
+  std::vector<NamedTensor> tensors;
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    std::vector<float> values;
+    ENGINE_RETURN_IF_ERROR(state.GatherMasterToHost(unit, &values));
+    if (communicator.rank() != 0) continue;
+    for (const ParameterInfo& parameter : state.unit(unit).parameters) {
+      NamedTensor tensor;
+      tensor.name = parameter.name;
+      tensor.shape = parameter.shape;
+      tensor.values.assign(values.begin() + parameter.offset,
+                           values.begin() + parameter.offset + parameter.numel);
+      tensors.push_back(std::move(tensor));
+    }
+  }
+  if (communicator.rank() != 0) return std::string();
+  absl::Status written =
+      WriteSafetensors(path, tensors, {{"format", "pt"}, {"step", absl::StrCat(step)}});
+  if (!written.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot write the exported model to ", path, ": ", written.message()));
+  }
+  return path;
+}
+
+}  // namespace fsdpd

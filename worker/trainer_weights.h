@@ -1,0 +1,31 @@
+// The model's weights as whole tensors with PyTorch's names: initial weights (PyTorch's
+// initialisation, or a safetensors file from `checkpoint.init_from`) and the consolidated
+// export at the end of a run.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/comm/communicator.h"
+#include "worker/fsdp/fsdp_state.h"
+#include "worker/model/model_config.h"
+
+namespace fsdpd {
+
+// PyTorch's default initialisation of every unit, seeded with `seed`; independent of the
+// world size. Not collective.
+absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
+                                       FsdpState& state);
+
+// Loads every parameter from a safetensors file with PyTorch's names (the path is already
+// confined). Names the model does not have, parameters the file lacks, and wrong shapes are
+// INVALID_ARGUMENT listing them. Not collective.
+absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state);
+
+// Collective: gathers every unit's fp32 master; rank 0 then writes one safetensors file of
+// the whole model with PyTorch's names to `path` (atomically). Returns `path` on rank 0 and
+// an empty string elsewhere.
+absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
+                                                    FsdpState& state, Communicator& communicator);
+
+}  // namespace fsdpd
