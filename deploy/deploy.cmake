@@ -2,8 +2,8 @@
 # CMakeLists.txt after every target exists.
 include(GNUInstallDirs)
 
-# The binaries, wherever their areas define them.
-foreach(binary fsdpd fsdpd-worker fsdpctl)
+# The binaries whose areas do not install them themselves (server/ installs fsdpd).
+foreach(binary fsdpd-worker fsdpctl)
   if(TARGET ${binary})
     install(TARGETS ${binary} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()

@@ -50,7 +50,8 @@ absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk) {
       return absl::InternalError(absl::StrCat("cannot open ", partial.string()));
     }
     file.seekp(chunk.chunk().offset());
-    file.write(chunk.chunk().data().data(), static_cast<std::streamsize>(chunk.chunk().data().size()));
+    file.write(chunk.chunk().data().data(),
+               static_cast<std::streamsize>(chunk.chunk().data().size()));
     file.flush();
     if (!file) return absl::InternalError(absl::StrCat("cannot write ", partial.string()));
   }
@@ -64,8 +65,8 @@ absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk) {
   }
   fs::rename(partial, directory / name, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot rename ", partial.string(), ": ",
-                                            error.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", partial.string(), ": ", error.message()));
   }
   return absl::OkStatus();
 }

@@ -34,14 +34,14 @@ absl::Status JobStoreConfig::Check() const {
 
 absl::Status WorkerRegistryConfig::Check() const {
   if (heartbeat_timeout.count() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heartbeat-timeout: must be positive, got ", heartbeat_timeout.count(), "ms"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat-timeout: must be positive, got ", heartbeat_timeout.count(), "ms"));
   }
   if (heartbeat_interval.count() <= 0 || heartbeat_interval >= heartbeat_timeout) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heartbeat interval (", heartbeat_interval.count(),
-        "ms) must be positive and shorter than the heartbeat timeout (", heartbeat_timeout.count(),
-        "ms)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat interval (", heartbeat_interval.count(),
+                     "ms) must be positive and shorter than the heartbeat timeout (",
+                     heartbeat_timeout.count(), "ms)"));
   }
   return absl::OkStatus();
 }
@@ -85,8 +85,8 @@ absl::Status CoordinatorConfig::Check() const {
         "serve it anyway"));
   }
   if (state_dir.empty()) return absl::InvalidArgumentError("state-dir: must not be empty");
-  for (const absl::Status& status : {store.Check(), workers.Check(), rendezvous.Check(),
-                                     jobs.Check(), metrics.Check()}) {
+  for (const absl::Status& status :
+       {store.Check(), workers.Check(), rendezvous.Check(), jobs.Check(), metrics.Check()}) {
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -106,8 +106,8 @@ absl::StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text)
   }
   double value = 0;
   if (number.empty() || !absl::SimpleAtod(number, &value) || value < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected a duration like 10s, 500ms or 2m, got \"", text, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a duration like 10s, 500ms or 2m, got \"", text, "\""));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(value * scale + 0.5));
 }

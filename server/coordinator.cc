@@ -32,9 +32,8 @@ absl::Status Coordinator::Start() {
   rendezvous_ = std::make_unique<RendezvousStore>(config_.rendezvous);
   jobs_ = std::make_unique<JobManager>(config_.jobs, *store_, *workers_, *rendezvous_);
   if (absl::Status status = jobs_->Load(); !status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("loading ", config_.store.database_path, ": ",
-                                     status.message()));
+    return absl::Status(status.code(), absl::StrCat("loading ", config_.store.database_path, ": ",
+                                                    status.message()));
   }
   absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
       MetricsExporter::Create(config_.metrics, *jobs_, *workers_);
@@ -70,8 +69,8 @@ absl::Status Coordinator::Start() {
 void Coordinator::RunTicker() {
   using Clock = std::chrono::steady_clock;
   // Timeouts are checked several times per heartbeat timeout; flushes follow the store config.
-  const auto tick = std::min<std::chrono::milliseconds>(
-      std::chrono::milliseconds(200), config_.workers.heartbeat_timeout / 4);
+  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200),
+                                                        config_.workers.heartbeat_timeout / 4);
   Clock::time_point next_flush = Clock::now() + config_.store.flush_interval;
   std::unique_lock<std::mutex> lock(ticker_mutex_);
   while (!stopping_) {

@@ -15,8 +15,7 @@ namespace fsdpd::server {
 
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 // Base is grpc::ServerWriteReactor<Message> or grpc::ServerBidiReactor<Request, Message>.

@@ -33,6 +33,7 @@ JobManager::JobManager(JobManagerConfig config, JobStore& store, WorkerRegistry&
       workers_(workers),
       rendezvous_(rendezvous),
       artifacts_(config_.artifact_dir),
+      profiles_(config_.artifact_dir),
       now_(std::move(now)) {}
 
 void JobManager::LogStoreError(const absl::Status& status, const char* what) const {
@@ -74,6 +75,7 @@ absl::Status JobManager::Load() {
       active.finished.assign(ranks, false);
       active.reattached.assign(ranks, false);
       active.recovery_deadline = deadline;
+      active.last_aggregated_step = record.job.step();
       if (ranks == 0) broken.push_back(id);
       rendezvous_.OpenScope(id, active.attempt);
       record.active = std::move(active);
@@ -91,10 +93,10 @@ std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec) const {
   std::vector<FieldError> errors = ValidateJobSpec(spec);
   if (!errors.empty()) return errors;
   if (spec.parallel().world_size() > config_.max_world_size) {
-    errors.push_back({"parallel.world_size",
-                      absl::StrCat("must be at most ", config_.max_world_size,
-                                   " (the coordinator's --max-world-size), got ",
-                                   spec.parallel().world_size())});
+    errors.push_back(
+        {"parallel.world_size", absl::StrCat("must be at most ", config_.max_world_size,
+                                             " (the coordinator's --max-world-size), got ",
+                                             spec.parallel().world_size())});
   }
   const int64_t largest = workers_.LargestMemory(spec.parallel().device());
   const double needed = EstimateRankDeviceBytes(spec);
@@ -102,8 +104,8 @@ std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec) const {
     errors.push_back(
         {"parallel.device",
          absl::StrCat("one rank needs about ", static_cast<int64_t>(needed / (1 << 20)),
-                      " MiB but the largest registered ", spec.parallel().device(),
-                      " worker has ", largest / (1 << 20),
+                      " MiB but the largest registered ", spec.parallel().device(), " worker has ",
+                      largest / (1 << 20),
                       " MiB; raise parallel.world_size or shrink the model or batch")});
   }
   return errors;
@@ -146,7 +148,8 @@ const JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) c
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const JobRecord* record = FindLocked(job_id);
-  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  if (record == nullptr)
+    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   return record->job;
 }
 
@@ -174,7 +177,8 @@ std::map<v1::JobState, int> JobManager::CountByState() const {
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord* record = FindLocked(job_id);
-  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  if (record == nullptr)
+    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   const v1::JobState state = record->job.state();
   if (state == v1::CANCELLED) return record->job;
   if (IsTerminal(state)) {
@@ -188,11 +192,37 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   return record->job;
 }
 
+absl::Status JobManager::StartProfile(const v1::ProfileRequest& request) {
+  if (request.steps() <= 0 || request.start_step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "steps: must be positive and start_step not negative, got steps=", request.steps(),
+        " start_step=", request.start_step()));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobRecord* record = FindLocked(request.job_id());
+  if (record == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job with id \"", request.job_id(), "\""));
+  }
+  if (!record->active.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " is ", v1::JobState_Name(record->job.state()),
+                     "; only a scheduled or running job can be profiled"));
+  }
+  v1::CoordinatorMessage message;
+  *message.mutable_profile_request() = request;
+  message.mutable_profile_request()->set_attempt(record->active->attempt);
+  for (const std::string& worker_id : record->active->worker_ids) {
+    workers_.Send(worker_id, message);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobManager::History> JobManager::Watch(
     const std::string& job_id, const std::shared_ptr<JobSubscriber>& subscriber) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord* record = FindLocked(job_id);
-  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  if (record == nullptr)
+    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
   // Reading the history and subscribing under one lock: no event falls between the two.
   absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(job_id);
@@ -208,7 +238,8 @@ absl::StatusOr<JobManager::History> JobManager::Logs(
     const std::string& job_id, int64_t tail, const std::shared_ptr<JobSubscriber>& subscriber) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord* record = FindLocked(job_id);
-  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
+  if (record == nullptr)
+    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   absl::StatusOr<std::vector<v1::LogLine>> logs = store_.LoadLogs(job_id, tail);
   if (!logs.ok()) return logs.status();
   History history;
@@ -362,10 +393,10 @@ void JobManager::Tick() {
                  lost.info.hostname(), workers_.config().heartbeat_timeout.count());
     const RankAssignment& assignment = lost.assignment;
     if (!assignment.active()) continue;
-    JobRecord* record =
-        ActiveRecordForLocked(lost.info.id(), assignment.job_id, assignment.attempt,
-                              assignment.rank);
-    if (record != nullptr) FailAttemptLocked(*record, absl::StrCat("worker ", lost.info.id(), " lost"));
+    JobRecord* record = ActiveRecordForLocked(lost.info.id(), assignment.job_id, assignment.attempt,
+                                              assignment.rank);
+    if (record != nullptr)
+      FailAttemptLocked(*record, absl::StrCat("worker ", lost.info.id(), " lost"));
   }
   const Clock::time_point now = now_();
   for (auto& [id, record] : jobs_) {

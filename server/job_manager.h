@@ -25,6 +25,7 @@
 #include "server/artifact_store.h"
 #include "server/config.h"
 #include "server/job_store.h"
+#include "server/profile_store.h"
 #include "server/rendezvous_store.h"
 #include "server/worker_registry.h"
 
@@ -47,6 +48,7 @@ class JobObserver {
   virtual void OnRankStep(const v1::StepReport& report, const v1::Worker& worker) = 0;
   virtual void OnAggregateStep(const v1::StepReport& aggregate) = 0;
   virtual void OnJobFinished(const std::string& job_id) = 0;
+  virtual void OnProfile(const v1::ProfileReport& report) = 0;
 };
 
 class JobManager {
@@ -68,6 +70,8 @@ class JobManager {
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   std::map<v1::JobState, int> CountByState() const;
+  // Asks every rank of the job's running attempt to profile a window.
+  absl::Status StartProfile(const v1::ProfileRequest& request);
 
   // Returns the stored history; subscribes for what follows unless the job already ended
   // (then `ended` is true and the subscriber is not kept).
@@ -95,6 +99,7 @@ class JobManager {
 
   void SetObserver(JobObserver* observer);
   ArtifactStore& artifacts() { return artifacts_; }
+  ProfileStore& profiles() { return profiles_; }
 
  private:
   // One step's reports until every rank has sent it.
@@ -116,6 +121,9 @@ class JobManager {
     std::vector<bool> reattached;
     std::optional<Clock::time_point> recovery_deadline;
     std::map<int64_t, StepAccumulator> steps;
+    // Reports at or below this step are stored but not aggregated again: workers resend what
+    // they buffered while the coordinator was away.
+    int64_t last_aggregated_step = 0;
   };
   struct JobRecord {
     v1::Job job;
@@ -139,6 +147,7 @@ class JobManager {
   void OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result);
   void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
   void OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
+  void OnProfileLocked(const std::string& worker_id, const v1::ProfileReport& report);
   // The active attempt this worker runs as the given job/attempt/rank, or null.
   JobRecord* ActiveRecordForLocked(const std::string& worker_id, const std::string& job_id,
                                    int attempt, int rank);
@@ -151,6 +160,7 @@ class JobManager {
   WorkerRegistry& workers_;
   RendezvousStore& rendezvous_;
   ArtifactStore artifacts_;
+  ProfileStore profiles_;
   const std::function<Clock::time_point()> now_;
 
   mutable std::mutex mutex_;

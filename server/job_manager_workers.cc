@@ -41,8 +41,8 @@ void JobManager::ReconcileRegistrationLocked(const std::string& worker_id,
     // The worker process restarted and no longer runs the rank we gave it.
     if (JobRecord* record =
             ActiveRecordForLocked(worker_id, previous.job_id, previous.attempt, previous.rank)) {
-      FailAttemptLocked(*record, absl::StrCat("worker ", worker_id, " restarted and lost rank ",
-                                              previous.rank));
+      FailAttemptLocked(
+          *record, absl::StrCat("worker ", worker_id, " restarted and lost rank ", previous.rank));
     }
   }
   if (request.running_job_id().empty()) return;
@@ -109,6 +109,9 @@ void JobManager::OnWorkerMessage(const std::string& worker_id, const v1::WorkerM
     case v1::WorkerMessage::kArtifact:
       OnArtifactLocked(worker_id, message.artifact());
       break;
+    case v1::WorkerMessage::kProfile:
+      OnProfileLocked(worker_id, message.profile());
+      break;
     case v1::WorkerMessage::PAYLOAD_NOT_SET:
       break;
   }
@@ -120,20 +123,19 @@ JobManager::JobRecord* JobManager::ActiveRecordForLocked(const std::string& work
   JobRecord* record = FindLocked(job_id);
   if (record == nullptr || !record->active.has_value()) return nullptr;
   const ActiveAttempt& active = *record->active;
-  if (active.attempt != attempt || rank < 0 ||
-      rank >= static_cast<int>(active.worker_ids.size()) || active.worker_ids[rank] != worker_id ||
-      active.finished[rank]) {
+  if (active.attempt != attempt || rank < 0 || rank >= static_cast<int>(active.worker_ids.size()) ||
+      active.worker_ids[rank] != worker_id || active.finished[rank]) {
     return nullptr;
   }
   return record;
 }
 
 void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport& report) {
-  JobRecord* record = ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(),
-                                            report.rank());
+  JobRecord* record =
+      ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(), report.rank());
   if (record == nullptr) {
-    spdlog::debug("ignoring a step report of {} attempt {} rank {} from worker {}",
-                  report.job_id(), report.attempt(), report.rank(), worker_id);
+    spdlog::debug("ignoring a step report of {} attempt {} rank {} from worker {}", report.job_id(),
+                  report.attempt(), report.rank(), worker_id);
     return;
   }
   LogStoreError(store_.AppendStepReport(report), "step report");
@@ -146,6 +148,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
     TransitionLocked(*record, v1::RUNNING, "first step reported");
   }
   ActiveAttempt& active = *record->active;
+  if (report.step() <= active.last_aggregated_step) return;
   const int world_size = static_cast<int>(active.worker_ids.size());
   StepAccumulator& step = active.steps[report.step()];
   if (step.ranks.empty()) step.ranks.assign(world_size, false);
@@ -167,7 +170,9 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   aggregate.set_step_seconds(step.step_seconds);
   aggregate.set_memory_peak_bytes(step.memory_peak_bytes);
   aggregate.set_memory_current_bytes(step.memory_current_bytes);
-  active.steps.erase(report.step());
+  active.last_aggregated_step = report.step();
+  // Steps below this one can no longer complete in order; drop what they collected.
+  active.steps.erase(active.steps.begin(), active.steps.upper_bound(report.step()));
 
   v1::Job& job = record->job;
   job.set_step(aggregate.step());
@@ -183,8 +188,8 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
 
 void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result) {
   workers_.Release(worker_id, result.job_id(), result.attempt());
-  JobRecord* record = ActiveRecordForLocked(worker_id, result.job_id(), result.attempt(),
-                                            result.rank());
+  JobRecord* record =
+      ActiveRecordForLocked(worker_id, result.job_id(), result.attempt(), result.rank());
   if (record == nullptr) {
     // The result of an attempt that already ended (cancelled, failed elsewhere): the worker
     // is free again and nothing else changes.
@@ -195,8 +200,9 @@ void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptR
   active.finished[result.rank()] = true;
   if (!result.ok()) {
     const std::string error = result.cancelled() ? "stopped before the end" : result.error();
-    FailAttemptLocked(*record, absl::StrCat("rank ", result.rank(), " (worker ", worker_id,
-                                            ") failed: ", error.empty() ? "no error given" : error));
+    FailAttemptLocked(*record,
+                      absl::StrCat("rank ", result.rank(), " (worker ", worker_id,
+                                   ") failed: ", error.empty() ? "no error given" : error));
   } else if (std::all_of(active.finished.begin(), active.finished.end(),
                          [](bool finished) { return finished; })) {
     const int world_size = static_cast<int>(active.worker_ids.size());
@@ -217,8 +223,8 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
   JobRecord* record = FindLocked(line.job_id());
   std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
   const bool assigned = worker.has_value() && worker->assignment.job_id == line.job_id();
-  if (record == nullptr || !(assigned || ActiveRecordForLocked(worker_id, line.job_id(),
-                                                               line.attempt(), line.rank()))) {
+  if (record == nullptr ||
+      !(assigned || ActiveRecordForLocked(worker_id, line.job_id(), line.attempt(), line.rank()))) {
     return;
   }
   v1::LogLine stored = line;
@@ -239,6 +245,21 @@ void JobManager::OnArtifactLocked(const std::string& worker_id, const v1::Artifa
   } else if (chunk.last()) {
     spdlog::info("{}: artifact {} stored", chunk.job_id(), chunk.name());
   }
+}
+
+void JobManager::OnProfileLocked(const std::string& worker_id, const v1::ProfileReport& report) {
+  if (ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(), report.rank()) ==
+      nullptr) {
+    spdlog::debug("ignoring a profile of {} attempt {} rank {} from worker {}", report.job_id(),
+                  report.attempt(), report.rank(), worker_id);
+    return;
+  }
+  if (absl::Status status = profiles_.Write(report); !status.ok()) {
+    spdlog::error("{}: storing the profile of rank {} failed: {}", report.job_id(),
+                  report.rank(), status.ToString());
+    return;
+  }
+  if (report.kernels_size() > 0 && observer_ != nullptr) observer_->OnProfile(report);
 }
 
 }  // namespace fsdpd::server

@@ -233,8 +233,8 @@ grpc::ServerWriteReactor<v1::LogLine>* JobServiceImpl::GetJobLogs(
   }
   auto* stream = new FollowStream<v1::LogLine>(jobs_, request->id());
   stream->SetOnFinish(Counter("GetJobLogs"));
-  absl::StatusOr<JobManager::History> history = jobs_.Logs(
-      request->id(), request->tail(), request->follow() ? stream->forwarder() : nullptr);
+  absl::StatusOr<JobManager::History> history =
+      jobs_.Logs(request->id(), request->tail(), request->follow() ? stream->forwarder() : nullptr);
   if (!history.ok()) {
     stream->FinishAfterDrain(ToGrpcStatus(history.status()));
     return stream;
@@ -253,12 +253,41 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContex
 grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
     grpc::CallbackServerContext* context, const v1::ExportJobRequest* request) {
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
-  if (!job.ok()) return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
+  if (!job.ok())
+    return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
   absl::StatusOr<std::string> path = jobs_.artifacts().Find(request->id(), "model.safetensors");
   if (!path.ok()) {
     return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("ExportJob"));
   }
   return new FileStream(*path, Counter("ExportJob"));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::StartProfile(grpc::CallbackServerContext* context,
+                                                       const v1::ProfileRequest* request,
+                                                       v1::StartProfileResponse* response) {
+  return Reply(context, "StartProfile", ToGrpcStatus(jobs_.StartProfile(*request)));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext* context,
+                                                     const v1::GetProfileRequest* request,
+                                                     v1::ProfileReport* response) {
+  absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
+  if (!job.ok()) return Reply(context, "GetProfile", ToGrpcStatus(job.status()));
+  absl::StatusOr<v1::ProfileReport> report =
+      jobs_.profiles().KernelTable(request->id(), request->rank());
+  if (report.ok()) *response = std::move(*report);
+  return Reply(context, "GetProfile", ToGrpcStatus(report.status()));
+}
+
+grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::GetTrace(
+    grpc::CallbackServerContext* context, const v1::GetProfileRequest* request) {
+  absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
+  if (!job.ok()) return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("GetTrace"));
+  absl::StatusOr<std::string> path = jobs_.profiles().TracePath(request->id(), request->rank());
+  if (!path.ok()) {
+    return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("GetTrace"));
+  }
+  return new FileStream(*path, Counter("GetTrace"));
 }
 
 }  // namespace fsdpd::server

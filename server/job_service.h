@@ -34,6 +34,14 @@ class JobServiceImpl : public v1::JobService::CallbackService {
                                         v1::ListWorkersResponse* response) override;
   grpc::ServerWriteReactor<v1::FileChunk>* ExportJob(grpc::CallbackServerContext* context,
                                                      const v1::ExportJobRequest* request) override;
+  grpc::ServerUnaryReactor* StartProfile(grpc::CallbackServerContext* context,
+                                         const v1::ProfileRequest* request,
+                                         v1::StartProfileResponse* response) override;
+  grpc::ServerUnaryReactor* GetProfile(grpc::CallbackServerContext* context,
+                                       const v1::GetProfileRequest* request,
+                                       v1::ProfileReport* response) override;
+  grpc::ServerWriteReactor<v1::FileChunk>* GetTrace(grpc::CallbackServerContext* context,
+                                                    const v1::GetProfileRequest* request) override;
 
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,

@@ -13,8 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "server/config.h"
 #include "server/coordinator.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "yaml-cpp/yaml.h"
+
+#ifdef FSDPD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 namespace {
 
@@ -87,6 +92,22 @@ void ApplyEnvironment(Settings& settings) {
   if (const char* value = std::getenv("FSDPD_STATE_DIR")) settings.state_dir = value;
 }
 
+// systemd's Type=notify protocol; does nothing outside systemd or without libsystemd.
+void Notify(const char* state) {
+#ifdef FSDPD_HAVE_SYSTEMD
+  sd_notify(0, state);
+#endif
+}
+
+// How often to send WATCHDOG=1 (zero: no watchdog): a third of WatchdogSec, for margin.
+std::chrono::microseconds WatchdogPeriod() {
+#ifdef FSDPD_HAVE_SYSTEMD
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) return std::chrono::microseconds(usec / 3);
+#endif
+  return std::chrono::microseconds(0);
+}
+
 void Overlay(const Settings& from, Settings& onto) {
   if (from.listen) onto.listen = from.listen;
   if (from.metrics_listen) onto.metrics_listen = from.metrics_listen;
@@ -112,8 +133,7 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
     }
     config.workers.heartbeat_timeout = *timeout;
     // Workers beat several times per timeout so one late beat is not a loss.
-    config.workers.heartbeat_interval =
-        std::max(std::chrono::milliseconds(1), *timeout / 5);
+    config.workers.heartbeat_interval = std::max(std::chrono::milliseconds(1), *timeout / 5);
   }
   config.FillPaths();
   if (absl::Status status = config.Check(); !status.ok()) return status;
@@ -123,6 +143,8 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // stdout carries only the "listening" line that scripts wait for; logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("fsdpd"));
   CLI::App app{"fsdpd: the coordinator of fsdpd training jobs"};
   Settings flags;
   std::string config_file;
@@ -132,8 +154,8 @@ int main(int argc, char** argv) {
   auto* listen_option = app.add_option("--listen", listen, "gRPC address (127.0.0.1:7070)");
   auto* metrics_option =
       app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics (127.0.0.1:7071)");
-  auto* state_option = app.add_option(
-      "--state-dir", state_dir, "database and artifacts ($XDG_STATE_HOME/fsdpd)");
+  auto* state_option =
+      app.add_option("--state-dir", state_dir, "database and artifacts ($XDG_STATE_HOME/fsdpd)");
   auto* heartbeat_option = app.add_option("--heartbeat-timeout", heartbeat_timeout,
                                           "a worker silent this long is lost (10s)");
   auto* world_option =
@@ -182,8 +204,23 @@ int main(int argc, char** argv) {
                config->metrics.listen.empty() ? "(off)" : config->metrics.listen);
   std::cout << "fsdpd listening on " << coordinator.listen_address() << std::endl;
 
+  Notify("READY=1");
+
+  // Waits for SIGTERM/SIGINT; with a systemd watchdog, wakes up to ping it in between.
+  const std::chrono::microseconds watchdog = WatchdogPeriod();
   int received = 0;
-  sigwait(&signals, &received);
+  while (true) {
+    if (watchdog.count() == 0) {
+      if (sigwait(&signals, &received) == 0) break;
+      continue;
+    }
+    timespec timeout{static_cast<time_t>(watchdog.count() / 1000000),
+                     static_cast<long>(watchdog.count() % 1000000) * 1000};
+    received = sigtimedwait(&signals, nullptr, &timeout);
+    if (received > 0) break;
+    Notify("WATCHDOG=1");
+  }
+  Notify("STOPPING=1");
   spdlog::info("{} received: shutting down", received == SIGTERM ? "SIGTERM" : "SIGINT");
   coordinator.Shutdown();
   spdlog::info("stopped");

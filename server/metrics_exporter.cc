@@ -1,5 +1,7 @@
 #include "server/metrics_exporter.h"
 
+#include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -17,17 +19,17 @@ class StateCounts : public prometheus::Collectable {
   StateCounts(JobManager& jobs, WorkerRegistry& workers) : jobs_(jobs), workers_(workers) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
-    prometheus::MetricFamily job_family{"fsdpd_jobs", "Jobs by state.",
-                                        prometheus::MetricType::Gauge, {}};
+    prometheus::MetricFamily job_family{
+        "fsdpd_jobs", "Jobs by state.", prometheus::MetricType::Gauge, {}};
     const std::map<v1::JobState, int> job_counts = jobs_.CountByState();
     for (int state = v1::PENDING; state <= v1::RETRYING; ++state) {
       auto found = job_counts.find(static_cast<v1::JobState>(state));
-      job_family.metric.push_back(
-          Gauge("state", v1::JobState_Name(static_cast<v1::JobState>(state)),
-                found == job_counts.end() ? 0 : found->second));
+      job_family.metric.push_back(Gauge("state",
+                                        v1::JobState_Name(static_cast<v1::JobState>(state)),
+                                        found == job_counts.end() ? 0 : found->second));
     }
-    prometheus::MetricFamily worker_family{"fsdpd_workers", "Workers by state.",
-                                           prometheus::MetricType::Gauge, {}};
+    prometheus::MetricFamily worker_family{
+        "fsdpd_workers", "Workers by state.", prometheus::MetricType::Gauge, {}};
     const std::map<v1::WorkerState, int> worker_counts = workers_.CountByState();
     for (int state = v1::IDLE; state <= v1::DRAINING; ++state) {
       auto found = worker_counts.find(static_cast<v1::WorkerState>(state));
@@ -51,12 +53,23 @@ class StateCounts : public prometheus::Collectable {
 };
 
 const char* CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",          "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
@@ -83,12 +96,13 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers)
                      .Name("fsdpd_train_mfu_ratio")
                      .Help("Model FLOPs utilisation (0 to 1), mean over ranks.")
                      .Register(*registry_)),
-      step_duration_(prometheus::BuildHistogram()
-                         .Name("fsdpd_train_step_duration_seconds")
-                         .Help("Wall time of one training step (slowest rank).")
-                         .Register(*registry_)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{
-                                      0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
+      step_duration_(
+          prometheus::BuildHistogram()
+              .Name("fsdpd_train_step_duration_seconds")
+              .Help("Wall time of one training step (slowest rank).")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                               2.5, 5, 10, 30, 60})),
       memory_peak_(prometheus::BuildGauge()
                        .Name("fsdpd_gpu_memory_peak_bytes")
                        .Help("Peak device memory of one rank.")
@@ -100,7 +114,19 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers)
       rpc_requests_(prometheus::BuildCounter()
                         .Name("fsdpd_rpc_requests_total")
                         .Help("Finished gRPC requests by method and status code.")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)),
+      kernel_seconds_(prometheus::BuildCounter()
+                          .Name("fsdpd_kernel_gpu_seconds_total")
+                          .Help("Kernel time in profiling windows, summed over ranks.")
+                          .Register(*registry_)),
+      kernel_sm_ratio_(prometheus::BuildGauge()
+                           .Name("fsdpd_kernel_sm_throughput_ratio")
+                           .Help("SM throughput of a kernel as a fraction of peak (rank 0).")
+                           .Register(*registry_)),
+      kernel_dram_ratio_(prometheus::BuildGauge()
+                             .Name("fsdpd_kernel_dram_throughput_ratio")
+                             .Help("DRAM throughput of a kernel as a fraction of peak (rank 0).")
+                             .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Create(
     const MetricsConfig& config, JobManager& jobs, WorkerRegistry& workers) {
@@ -171,6 +197,40 @@ void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
 
 void MetricsExporter::OnJobFinished(const std::string& job_id) {
   // The last figures of a finished job stay visible; nothing to drop yet.
+}
+
+void MetricsExporter::OnProfile(const v1::ProfileReport& report) {
+  // Kernel labels stay bounded: the top kernels by time by name, the rest summed as "other".
+  constexpr size_t kTopKernels = 10;
+  std::map<std::string, double> seconds_by_name;
+  std::map<std::string, const v1::KernelStat*> first_row;
+  for (const v1::KernelStat& kernel : report.kernels()) {
+    seconds_by_name[kernel.name()] += kernel.total_seconds();
+    first_row.try_emplace(kernel.name(), &kernel);
+  }
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const auto& [name, seconds] : seconds_by_name) ranked.emplace_back(seconds, name);
+  std::sort(ranked.rbegin(), ranked.rend());
+  double other_seconds = 0;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const auto& [seconds, name] = ranked[i];
+    if (i >= kTopKernels) {
+      other_seconds += seconds;
+      continue;
+    }
+    const prometheus::Labels labels{{"job", report.job_id()}, {"kernel", name}};
+    if (seconds > 0) kernel_seconds_.Add(labels).Increment(seconds);
+    const v1::KernelStat& row = *first_row.at(name);
+    if (report.rank() == 0 && row.sm_throughput_ratio() >= 0) {
+      kernel_sm_ratio_.Add(labels).Set(row.sm_throughput_ratio());
+    }
+    if (report.rank() == 0 && row.dram_throughput_ratio() >= 0) {
+      kernel_dram_ratio_.Add(labels).Set(row.dram_throughput_ratio());
+    }
+  }
+  if (other_seconds > 0) {
+    kernel_seconds_.Add({{"job", report.job_id()}, {"kernel", "other"}}).Increment(other_seconds);
+  }
 }
 
 }  // namespace fsdpd::server

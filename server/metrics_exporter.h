@@ -37,6 +37,7 @@ class MetricsExporter : public JobObserver {
   void OnRankStep(const v1::StepReport& report, const v1::Worker& worker) override;
   void OnAggregateStep(const v1::StepReport& aggregate) override;
   void OnJobFinished(const std::string& job_id) override;
+  void OnProfile(const v1::ProfileReport& report) override;
 
  private:
   MetricsExporter(JobManager& jobs, WorkerRegistry& workers);
@@ -53,6 +54,9 @@ class MetricsExporter : public JobObserver {
   prometheus::Family<prometheus::Gauge>& memory_peak_;
   prometheus::Family<prometheus::Counter>& comm_exposed_;
   prometheus::Family<prometheus::Counter>& rpc_requests_;
+  prometheus::Family<prometheus::Counter>& kernel_seconds_;
+  prometheus::Family<prometheus::Gauge>& kernel_sm_ratio_;
+  prometheus::Family<prometheus::Gauge>& kernel_dram_ratio_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

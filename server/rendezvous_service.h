@@ -13,12 +13,12 @@ class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
   RendezvousServiceImpl(RendezvousStore& store, MetricsExporter* metrics)
       : store_(store), metrics_(metrics) {}
 
-  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
-                                const v1::SetRequest* request, v1::SetResponse* response) override;
-  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
-                                const v1::GetRequest* request, v1::GetResponse* response) override;
-  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* context,
-                                const v1::AddRequest* request, v1::AddResponse* response) override;
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
+                                v1::SetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context, const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* context, const v1::AddRequest* request,
+                                v1::AddResponse* response) override;
 
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,

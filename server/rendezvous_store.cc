@@ -68,9 +68,8 @@ absl::Status RendezvousStore::CheckKeyLocked(const Scope& scope, const std::stri
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
   if (scope.values.count(key) == 0 &&
       static_cast<int>(scope.values.size()) >= config_.max_keys_per_scope) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rendezvous scope holds the maximum of ", config_.max_keys_per_scope,
-                     " keys"));
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous scope holds the maximum of ",
+                                                     config_.max_keys_per_scope, " keys"));
   }
   return absl::OkStatus();
 }
@@ -120,8 +119,7 @@ void RendezvousStore::Get(const std::string& job_id, int attempt, const std::str
     } else if (auto value = found->second.values.find(key); value != found->second.values.end()) {
       immediate = value->second;
     } else {
-      found->second.waiters.push_back(
-          {key, Clock::now() + timeout, std::move(done)});
+      found->second.waiters.push_back({key, Clock::now() + timeout, std::move(done)});
       timer_wakeup_.notify_all();
       return;
     }
@@ -177,8 +175,9 @@ void RendezvousStore::RunTimer() {
     const Clock::time_point now = Clock::now();
     std::vector<std::pair<std::string, GetCallback>> expired;
     for (auto& [name, scope] : scopes_) {
-      auto live = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
-                                        [&](const Waiter& waiter) { return waiter.deadline > now; });
+      auto live =
+          std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
+                                [&](const Waiter& waiter) { return waiter.deadline > now; });
       for (auto it = live; it != scope.waiters.end(); ++it) {
         expired.emplace_back(absl::StrCat("key \"", it->key, "\" of ", name), std::move(it->done));
       }

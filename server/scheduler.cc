@@ -15,9 +15,8 @@ std::vector<std::string> PackOntoHosts(std::vector<IdleWorker>& pool, int world_
   std::vector<std::pair<std::string, std::vector<IdleWorker>>> hosts(by_host.begin(),
                                                                      by_host.end());
   // Most idle workers first; the host name breaks ties so placement is deterministic.
-  std::stable_sort(hosts.begin(), hosts.end(), [](const auto& a, const auto& b) {
-    return a.second.size() > b.second.size();
-  });
+  std::stable_sort(hosts.begin(), hosts.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
   std::vector<std::string> chosen;
   pool.clear();
   for (auto& [hostname, workers] : hosts) {

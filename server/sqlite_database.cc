@@ -89,17 +89,16 @@ std::string SqliteStatement::ColumnText(int index) const {
 
 std::string SqliteStatement::ColumnBlob(int index) const {
   const void* blob = sqlite3_column_blob(statement_, index);
-  return blob == nullptr ? std::string()
-                         : std::string(static_cast<const char*>(blob),
-                                       sqlite3_column_bytes(statement_, index));
+  return blob == nullptr
+             ? std::string()
+             : std::string(static_cast<const char*>(blob), sqlite3_column_bytes(statement_, index));
 }
 
 absl::StatusOr<SqliteDatabase> SqliteDatabase::Open(const std::string& path) {
   sqlite3* handle = nullptr;
-  const int code = sqlite3_open_v2(path.c_str(), &handle,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                       SQLITE_OPEN_FULLMUTEX,
-                                   nullptr);
+  const int code =
+      sqlite3_open_v2(path.c_str(), &handle,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (code != SQLITE_OK) {
     std::string message = handle != nullptr ? sqlite3_errmsg(handle) : sqlite3_errstr(code);
     sqlite3_close(handle);
@@ -108,8 +107,8 @@ absl::StatusOr<SqliteDatabase> SqliteDatabase::Open(const std::string& path) {
   SqliteDatabase database(handle);
   sqlite3_busy_timeout(handle, 5000);
   // WAL lets readers and the writer proceed together and survives a crash mid-write.
-  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL",
-                             "PRAGMA foreign_keys=ON"}) {
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"}) {
     if (absl::Status status = database.Execute(pragma); !status.ok()) {
       return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
     }
@@ -159,9 +158,9 @@ absl::Status SqliteDatabase::Migrate(const std::vector<std::string>& migrations)
   const int64_t version = *row ? query->ColumnInt(0) : 0;
   const int64_t known = static_cast<int64_t>(migrations.size());
   if (version > known) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("database schema version ", version,
-                     " is newer than this fsdpd understands (", known, "); upgrade fsdpd"));
+    return absl::FailedPreconditionError(absl::StrCat("database schema version ", version,
+                                                      " is newer than this fsdpd understands (",
+                                                      known, "); upgrade fsdpd"));
   }
   for (int64_t next = version; next < known; ++next) {
     SqliteTransaction transaction(*this);

@@ -89,14 +89,12 @@ absl::StatusOr<Message> ParseBlob(const std::string& bytes, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(
-    const JobStoreConfig& config) {
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const JobStoreConfig& config) {
   if (absl::Status status = config.Check(); !status.ok()) return status;
   absl::StatusOr<SqliteDatabase> database = SqliteDatabase::Open(config.database_path);
   if (!database.ok()) return database.status();
   if (absl::Status status = database->Migrate(Migrations()); !status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat(config.database_path, ": ", status.message()));
+    return absl::Status(status.code(), absl::StrCat(config.database_path, ": ", status.message()));
   }
   return std::unique_ptr<SqliteJobStore>(new SqliteJobStore(config, std::move(*database)));
 }
@@ -267,8 +265,8 @@ absl::StatusOr<std::vector<AssignmentRecord>> SqliteJobStore::LoadAssignments(
     absl::StatusOr<bool> row = select->Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
-    assignments.push_back({job_id, attempt, static_cast<int>(select->ColumnInt(0)),
-                           select->ColumnText(1)});
+    assignments.push_back(
+        {job_id, attempt, static_cast<int>(select->ColumnInt(0)), select->ColumnText(1)});
   }
   return assignments;
 }

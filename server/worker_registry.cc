@@ -113,8 +113,7 @@ void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& 
   entry.info.set_rank(assignment.rank);
 }
 
-void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id,
-                             int attempt) {
+void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id, int attempt) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = workers_.find(worker_id);
   if (found == workers_.end()) return;

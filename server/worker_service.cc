@@ -8,8 +8,9 @@
 namespace fsdpd::server {
 namespace {
 
-using SessionBase = QueuedWriteReactor<
-    grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>, v1::CoordinatorMessage>;
+using SessionBase =
+    QueuedWriteReactor<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+                       v1::CoordinatorMessage>;
 
 // What the registry holds for a session. It outlives the reactor, so it forwards only while
 // the reactor exists.

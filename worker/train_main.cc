@@ -39,8 +39,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--store-dir", store_dir,
                  "directory shared by the ranks for rendezvous (needed when world size > 1)");
-  app.add_option("--checkpoint-dir", checkpoint_dir, "the job's checkpoint directory")
-      ->required();
+  app.add_option("--checkpoint-dir", checkpoint_dir, "the job's checkpoint directory")->required();
   app.add_option("--job-id", job_id, "job id in reports");
   app.add_option("--attempt", attempt, "attempt number: separates rendezvous keys of restarts");
   app.add_option("--bind-address", bind_address, "address Gloo binds and peers connect to");
@@ -65,8 +64,7 @@ int main(int argc, char** argv) {
       std::cerr << "fsdpd-train: --store-dir is needed when --world-size > 1\n";
       return 2;
     }
-    auto opened =
-        fsdpd::FileKeyValueStore::Open(store_dir + "/attempt-" + std::to_string(attempt));
+    auto opened = fsdpd::FileKeyValueStore::Open(store_dir + "/attempt-" + std::to_string(attempt));
     if (!opened.ok()) {
       std::cerr << "fsdpd-train: " << opened.status().message() << "\n";
       return 2;

@@ -53,14 +53,13 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
         "is not available yet"));
   }
   if (context.world_size != spec.parallel().world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the job asks for parallel.world_size ", spec.parallel().world_size(),
-        " but this rank was started in a world of ", context.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job asks for parallel.world_size ", spec.parallel().world_size(),
+                     " but this rank was started in a world of ", context.world_size));
   }
   if (context.rank < 0 || context.rank >= context.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", context.rank,
-                                                   " is outside world size ",
-                                                   context.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", context.rank, " is outside world size ", context.world_size));
   }
   if (context.world_size > 1 && context.store == nullptr) {
     return absl::InvalidArgumentError("a world of more than one rank needs a rendezvous store");
@@ -70,13 +69,13 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
   }
   const std::string& param_dtype = spec.parallel().param_dtype();
   if (param_dtype != "bf16" && param_dtype != "fp32") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallel.param_dtype: must be 'bf16' or 'fp32' (got '", param_dtype, "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.param_dtype: must be 'bf16' or 'fp32' (got '", param_dtype, "')"));
   }
   if (spec.parallel().reduce_dtype() != "fp32" && !spec.parallel().reduce_dtype().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallel.reduce_dtype: only 'fp32' is supported (got '",
-        spec.parallel().reduce_dtype(), "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.reduce_dtype: only 'fp32' is supported (got '",
+                     spec.parallel().reduce_dtype(), "')"));
   }
   return absl::OkStatus();
 }
@@ -116,8 +115,8 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     std::error_code error;
     std::filesystem::create_directories(job_dir, error);
     if (error) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot create the checkpoint directory ", job_dir, ": ", error.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create the checkpoint directory ", job_dir, ": ", error.message()));
     }
   }
   std::string init_path;
@@ -165,8 +164,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   ENGINE_ASSIGN_OR_RETURN(engine.state, FsdpState::Create(engine.model->units(), &backend,
                                                           &communicator, fsdp_options));
   FsdpState& state = *engine.state;
-  ENGINE_ASSIGN_OR_RETURN(engine.optimizer,
-                          ShardedAdamW::Create(&backend, &communicator, &state));
+  ENGINE_ASSIGN_OR_RETURN(engine.optimizer, ShardedAdamW::Create(&backend, &communicator, &state));
 
   DataLoaderOptions data_options;
   data_options.data = data_spec;
@@ -191,11 +189,11 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   const double flops_per_token = FlopsPerToken(spec);
   const int64_t total_steps = spec.train().steps();
   const int64_t tokens_per_rank_step = batch * seq;
-  log("info", absl::StrFormat(
-                  "training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step, "
-                  "peak %.3g FLOP/s per rank for MFU",
-                  spec.name(), ParameterCount(spec.model()), context.world_size,
-                  start_step + 1, total_steps, tokens_per_rank_step, peak_flops));
+  log("info",
+      absl::StrFormat("training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step, "
+                      "peak %.3g FLOP/s per rank for MFU",
+                      spec.name(), ParameterCount(spec.model()), context.world_size, start_step + 1,
+                      total_steps, tokens_per_rank_step, peak_flops));
 
   std::vector<int32_t> inputs(static_cast<size_t>(tokens_per_rank_step));
   std::vector<int32_t> targets(static_cast<size_t>(tokens_per_rank_step));
@@ -247,11 +245,11 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     report.set_unix_millis(UnixMillis());
     if (hooks.on_step) hooks.on_step(report);
     if (step <= 3 || step % 10 == 0 || step == total_steps) {
-      log("info", absl::StrFormat("step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s "
-                                  "| %.1f ms (comm %.1f ms) | peak %.1f MiB",
-                                  step, loss[0], adamw.lr, grad_norm,
-                                  report.tokens_per_second(), step_seconds * 1e3,
-                                  exposed_comm * 1e3, memory.peak_bytes / 1048576.0));
+      log("info",
+          absl::StrFormat("step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s "
+                          "| %.1f ms (comm %.1f ms) | peak %.1f MiB",
+                          step, loss[0], adamw.lr, grad_norm, report.tokens_per_second(),
+                          step_seconds * 1e3, exposed_comm * 1e3, memory.peak_bytes / 1048576.0));
     }
     if (!std::isfinite(loss[0])) {
       return absl::InternalError(absl::StrCat("the loss is not finite at step ", step));
@@ -267,10 +265,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     }
   }
 
-  ENGINE_ASSIGN_OR_RETURN(
-      result.exported_model_path,
-      ExportConsolidatedModel(job_dir + "/model.safetensors", result.final_step, state,
-                              communicator));
+  ENGINE_ASSIGN_OR_RETURN(result.exported_model_path,
+                          ExportConsolidatedModel(job_dir + "/model.safetensors", result.final_step,
+                                                  state, communicator));
   if (!result.exported_model_path.empty()) {
     log("info", absl::StrCat("exported the model to ", result.exported_model_path));
   }

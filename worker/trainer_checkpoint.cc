@@ -31,8 +31,8 @@ std::string BufferName(int unit, const char* suffix) {
 absl::Status CheckMatchesState(const RankCheckpoint& checkpoint, FsdpState& state) {
   const size_t expected = static_cast<size_t>(state.num_units()) * std::size(kShardParts);
   if (checkpoint.buffers.size() != expected) {
-    return absl::FailedPreconditionError(absl::StrCat("holds ", checkpoint.buffers.size(),
-                                                      " buffers, this model needs ", expected));
+    return absl::FailedPreconditionError(
+        absl::StrCat("holds ", checkpoint.buffers.size(), " buffers, this model needs ", expected));
   }
   size_t index = 0;
   for (int unit = 0; unit < state.num_units(); ++unit) {
@@ -50,16 +50,14 @@ absl::Status CheckMatchesState(const RankCheckpoint& checkpoint, FsdpState& stat
   return absl::OkStatus();
 }
 
-absl::Status ApplyCheckpoint(const RankCheckpoint& checkpoint, FsdpState& state,
-                             Backend& backend) {
+absl::Status ApplyCheckpoint(const RankCheckpoint& checkpoint, FsdpState& state, Backend& backend) {
   size_t index = 0;
   for (int unit = 0; unit < state.num_units(); ++unit) {
     UnitShard& shard = state.shard(unit);
     for (const ShardPart& part : kShardParts) {
-      const Tensor device =
-          (shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel});
-      ENGINE_RETURN_IF_ERROR(backend.CopyToDevice(checkpoint.buffers[index++].values.data(),
-                                                  device, backend.compute_stream()));
+      const Tensor device = (shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel});
+      ENGINE_RETURN_IF_ERROR(backend.CopyToDevice(checkpoint.buffers[index++].values.data(), device,
+                                                  backend.compute_stream()));
     }
   }
   return absl::OkStatus();
@@ -92,8 +90,8 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
     if (step >= 0) {
       absl::StatusOr<RankCheckpoint> checkpoint =
           LoadRankCheckpoint(job_dir, step, rank, world_size);
-      absl::Status usable = checkpoint.ok() ? CheckMatchesState(*checkpoint, state)
-                                            : checkpoint.status();
+      absl::Status usable =
+          checkpoint.ok() ? CheckMatchesState(*checkpoint, state) : checkpoint.status();
       if (usable.ok()) {
         loaded = std::move(*checkpoint);
       } else {
@@ -102,8 +100,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
     }
     std::vector<int32_t> agreement = {loaded.has_value() ? 1 : 0, static_cast<int32_t>(step),
                                       static_cast<int32_t>(-step)};
-    ENGINE_RETURN_IF_ERROR(
-        AllReduceHostInts(communicator, backend, &agreement, ReduceOp::kMin));
+    ENGINE_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &agreement, ReduceOp::kMin));
     const int64_t lowest = agreement[1];
     const int64_t highest = -static_cast<int64_t>(agreement[2]);
     if (lowest < 0) {
@@ -113,9 +110,9 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
       return 0;
     }
     if (lowest != highest) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ranks see different checkpoints in ", job_dir, " (steps ", lowest, " to ", highest,
-          "): is the checkpoint directory shared by every rank?"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ranks see different checkpoints in ", job_dir, " (steps ", lowest, " to ",
+                       highest, "): is the checkpoint directory shared by every rank?"));
     }
     if (agreement[0] == 1) {
       ENGINE_RETURN_IF_ERROR(ApplyCheckpoint(*loaded, state, backend));
@@ -123,8 +120,8 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
       return step;
     }
     if (!reason.empty()) {
-      log("warning", absl::StrCat("rank ", rank, ": skipping the checkpoint of step ", step, ": ",
-                                  reason));
+      log("warning",
+          absl::StrCat("rank ", rank, ": skipping the checkpoint of step ", step, ": ", reason));
     } else {
       log("warning", absl::StrCat("skipping the checkpoint of step ", step,
                                   ": it does not verify on another rank"));
@@ -132,8 +129,8 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
   }
 }
 
-absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep,
-                            FsdpState& state, Communicator& communicator, Backend& backend) {
+absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, FsdpState& state,
+                            Communicator& communicator, Backend& backend) {
   RankCheckpoint checkpoint;
   checkpoint.step = step;
   checkpoint.rank = communicator.rank();
@@ -146,9 +143,9 @@ absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep,
       ShardBuffer buffer;
       buffer.name = BufferName(unit, part.suffix);
       buffer.values.resize(static_cast<size_t>(shard.layout.shard_numel));
-      written = backend.CopyToHost((shard.*(part.buffer))->View(DType::kF32,
-                                                                {shard.layout.shard_numel}),
-                                   buffer.values.data(), backend.compute_stream());
+      written =
+          backend.CopyToHost((shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel}),
+                             buffer.values.data(), backend.compute_stream());
       if (!written.ok()) break;
       checkpoint.buffers.push_back(std::move(buffer));
     }
@@ -156,8 +153,7 @@ absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep,
   if (written.ok()) written = WriteRankCheckpoint(job_dir, checkpoint);
   // Doubles as the barrier before the commit: nobody commits until every file is durable.
   std::vector<int32_t> all_written = {written.ok() ? 1 : 0};
-  ENGINE_RETURN_IF_ERROR(
-      AllReduceHostInts(communicator, backend, &all_written, ReduceOp::kMin));
+  ENGINE_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_written, ReduceOp::kMin));
   if (!written.ok()) {
     return absl::InternalError(absl::StrCat("writing the checkpoint of step ", step,
                                             " failed on rank ", communicator.rank(), ": ",
@@ -172,12 +168,11 @@ absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep,
     committed = CommitCheckpoint(job_dir, step, communicator.world_size(), keep);
   }
   std::vector<int32_t> all_committed = {committed.ok() ? 1 : 0};
-  ENGINE_RETURN_IF_ERROR(
-      AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));
+  ENGINE_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));
   if (all_committed[0] == 0) {
-    return absl::InternalError(absl::StrCat(
-        "committing the checkpoint of step ", step, " failed",
-        committed.ok() ? "" : absl::StrCat(": ", committed.message())));
+    return absl::InternalError(
+        absl::StrCat("committing the checkpoint of step ", step, " failed",
+                     committed.ok() ? "" : absl::StrCat(": ", committed.message())));
   }
   return absl::OkStatus();
 }

@@ -23,7 +23,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
 
 // Collective. Every rank writes its file; if any rank failed, every rank returns the error
 // (the previous checkpoint stays intact). Then rank 0 commits and prunes to `keep`.
-absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep,
-                            FsdpState& state, Communicator& communicator, Backend& backend);
+absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, FsdpState& state,
+                            Communicator& communicator, Backend& backend);
 
 }  // namespace fsdpd

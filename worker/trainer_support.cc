@@ -64,9 +64,9 @@ absl::StatusOr<double> PeakFlopsPerRank(Backend& backend) {
     ENGINE_RETURN_IF_ERROR(
         backend.ops().LinearForward(x_view, weight_view, Tensor{}, out_view, stream));
     ENGINE_RETURN_IF_ERROR(stream.Synchronize());
-    best_seconds = std::min(
-        best_seconds,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best_seconds =
+        std::min(best_seconds,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return 2.0 * kSize * kSize * kSize / std::max(best_seconds, 1e-9);
 }

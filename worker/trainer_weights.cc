@@ -19,8 +19,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 // At most a few names, so an error about a wrong file stays readable.
 std::string NameList(const std::vector<std::string>& names) {
   constexpr size_t kShown = 5;
-  std::vector<std::string> shown(names.begin(),
-                                 names.begin() + std::min(names.size(), kShown));
+  std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
   std::string text = absl::StrJoin(shown, ", ");
   if (names.size() > kShown) absl::StrAppend(&text, " and ", names.size() - kShown, " more");
   return text;
@@ -28,8 +27,7 @@ std::string NameList(const std::vector<std::string>& names) {
 
 }  // namespace
 
-absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
-                                       FsdpState& state) {
+absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed, FsdpState& state) {
   for (int unit = 0; unit < state.num_units(); ++unit) {
     std::vector<float> values(static_cast<size_t>(state.unit(unit).numel));
     InitializeUnit(config, state.unit(unit), unit, seed, values.data());
@@ -41,8 +39,8 @@ absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
 absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state) {
   absl::StatusOr<std::vector<NamedTensor>> tensors = ReadSafetensors(path);
   if (!tensors.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint.init_from: cannot read ", path,
-                                                   ": ", tensors.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.init_from: cannot read ", path, ": ", tensors.status().message()));
   }
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : *tensors) by_name[tensor.name] = &tensor;
@@ -76,20 +74,20 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
   }
   std::vector<std::string> problems;
   if (!unknown.empty()) {
-    problems.push_back(absl::StrCat(unknown.size(), " tensor(s) the model does not have: ",
-                                    NameList(unknown)));
+    problems.push_back(
+        absl::StrCat(unknown.size(), " tensor(s) the model does not have: ", NameList(unknown)));
   }
   if (!missing.empty()) {
-    problems.push_back(absl::StrCat(missing.size(), " parameter(s) missing from the file: ",
-                                    NameList(missing)));
+    problems.push_back(
+        absl::StrCat(missing.size(), " parameter(s) missing from the file: ", NameList(missing)));
   }
   if (!wrong_shape.empty()) {
     problems.push_back(absl::StrCat("wrong shapes: ", NameList(wrong_shape)));
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint.init_from: ", path, " does not match the model: ",
-        absl::StrJoin(problems, "; ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.init_from: ", path,
+                     " does not match the model: ", absl::StrJoin(problems, "; ")));
   }
   for (int unit = 0; unit < state.num_units(); ++unit) {
     ENGINE_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, unit_values[unit]));
@@ -98,8 +96,7 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
 }
 
 absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
-                                                    FsdpState& state,
-                                                    Communicator& communicator) {
+                                                    FsdpState& state, Communicator& communicator) {
   std::vector<NamedTensor> tensors;
   for (int unit = 0; unit < state.num_units(); ++unit) {
     std::vector<float> values;

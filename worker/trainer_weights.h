@@ -14,8 +14,7 @@ namespace fsdpd {
 
 // PyTorch's default initialisation of every unit, seeded with `seed`; independent of the
 // world size. Not collective.
-absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
-                                       FsdpState& state);
+absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed, FsdpState& state);
 
 // Loads every parameter from a safetensors file with PyTorch's names (the path is already
 // confined). Names the model does not have, parameters the file lacks, and wrong shapes are

@@ -1,6 +1,6 @@
 # Tests of deploy/: systemd units, Prometheus configuration and alert rules, the Grafana
 # dashboard, and the Kubernetes manifests. They run the real tools (systemd-analyze, promtool,
-# kubectl kustomize) and need no daemon, except the integration test at the end.
+# kubectl kustomize) and need no daemon, except the integration tests at the end.
 find_program(FSDPD_PYTHON3 NAMES python3)
 if(NOT FSDPD_PYTHON3)
   set(FSDPD_PYTHON3 python3)  # the tests then fail with the shell's "not found"
@@ -41,16 +41,28 @@ set_tests_properties(
   deploy_prometheus_rules_fire deploy_grafana_dashboard deploy_kubernetes_manifests
   deploy_kubernetes_worker_entrypoint
   PROPERTIES LABELS unit TIMEOUT 120
-             ENVIRONMENT "FSDPD_SOURCE_DIR=${deploy_source_dir};FSDPD_BUILD_DIR=${CMAKE_BINARY_DIR}")
+             ENVIRONMENT
+             "FSDPD_SOURCE_DIR=${deploy_source_dir};FSDPD_BUILD_DIR=${CMAKE_BINARY_DIR}")
 if(deploy_unit_binaries)
   set_property(TEST deploy_systemd_units APPEND PROPERTY ENVIRONMENT ${deploy_unit_binaries})
+endif()
+
+# fsdpd itself keeps the Type=notify / WatchdogSec contract of fsdpd.service.
+if(TARGET fsdpd)
+  add_test(NAME deploy_systemd_notify
+           COMMAND ${FSDPD_PYTHON3} ${deploy_tests_dir}/systemd_notify_test.py
+                   $<TARGET_FILE:fsdpd>)
+  set_tests_properties(deploy_systemd_notify PROPERTIES LABELS integration TIMEOUT 120)
 endif()
 
 # Every dashboard query against a real Prometheus scraping a real fsdpd while a CPU job trains.
 if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
   add_test(NAME deploy_prometheus_dashboard
            COMMAND bash ${deploy_tests_dir}/prometheus_dashboard_test.sh)
+  set(dashboard_test_environment
+      "FSDPD_SOURCE_DIR=${deploy_source_dir}" "FSDPD_BUILD_DIR=${CMAKE_BINARY_DIR}"
+      "FSDPD_BINARY=$<TARGET_FILE:fsdpd>" "FSDPD_WORKER_BINARY=$<TARGET_FILE:fsdpd-worker>"
+      "FSDPCTL_BINARY=$<TARGET_FILE:fsdpctl>")
   set_tests_properties(deploy_prometheus_dashboard PROPERTIES
-    LABELS integration TIMEOUT 600 RUN_SERIAL TRUE
-    ENVIRONMENT "FSDPD_SOURCE_DIR=${deploy_source_dir};FSDPD_BUILD_DIR=${CMAKE_BINARY_DIR};FSDPD_BINARY=$<TARGET_FILE:fsdpd>;FSDPD_WORKER_BINARY=$<TARGET_FILE:fsdpd-worker>;FSDPCTL_BINARY=$<TARGET_FILE:fsdpctl>")
+    LABELS integration TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "${dashboard_test_environment}")
 endif()

@@ -7,7 +7,8 @@
 # a profiling window, waits until it has trained past the window, then queries each panel with
 # /api/v1/query. A panel with no series fails the test, except the kernel throughput panels
 # (SM %, HBM %, verdicts) when the backend reports no hardware counters: those are listed as
-# skipped, with the reason. Finally cancels the job and checks that the state panels see it.
+# skipped, with the reason. Finally cancels the job, checks that the state panels see it and
+# that the job's per-job series end with it (what the stall alert relies on).
 #
 # Binaries: $FSDPD_BINARY, $FSDPD_WORKER_BINARY, $FSDPCTL_BINARY, or found under
 # $FSDPD_BUILD_DIR. Sources: $FSDPD_SOURCE_DIR (default: this script's repository).
@@ -57,7 +58,8 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 grpc_port=$(free_port)
 metrics_port=$(free_port)
@@ -136,7 +138,8 @@ checkpoint: {every_steps: 0, keep: 1}
 profile: {start_step: $profile_start, steps: $profile_steps, counters: true}
 max_restarts: 0
 SPEC
-job_id=$("$fsdpctl" submit "$work/job.yaml" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+job_id=$("$fsdpctl" submit "$work/job.yaml" --json |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 echo "submitted job $job_id"
 
 job_field() {  # job_field FIELD → the field of `fsdpctl status --json` (states without prefix)
@@ -230,9 +233,19 @@ fi
 # Cancelling shows up on the jobs-by-state panel.
 "$fsdpctl" cancel "$job_id" >/dev/null
 cancelled_job_counted() {
-  curl -sf "$prometheus_url/api/v1/query" --data-urlencode 'query=sum(fsdpd_jobs{state="CANCELLED"}) >= 1' |
+  curl -sf "$prometheus_url/api/v1/query" \
+    --data-urlencode 'query=sum(fsdpd_jobs{state="CANCELLED"}) >= 1' |
     python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["data"]["result"] else 1)'
 }
 wait_until 30 "fsdpd_jobs{state=\"CANCELLED\"} to count the cancelled job" cancelled_job_counted
+# FsdpdTrainingStalled tells finished jobs from stalled ones by their per-job series going
+# away when the job ends, so the exporter must drop them.
+finished_job_series_gone() {
+  curl -sf "$prometheus_url/api/v1/query" \
+    --data-urlencode "query=fsdpd_train_step{job=\"$job_id\"}" |
+    python3 -c 'import json, sys; sys.exit(1 if json.load(sys.stdin)["data"]["result"] else 0)'
+}
+wait_until 30 "fsdpd_train_step{job=\"$job_id\"} to go away after the job ended" \
+  finished_job_series_gone
 job_id=
 echo "dashboard: every panel has data from a live fsdpd"

@@ -38,17 +38,20 @@ for file in lib/systemd/system/fsdpd.service lib/systemd/system/fsdpd-worker@.se
   share/fsdpd/grafana/fsdpd.json; do
   [ -f "$prefix/$file" ] || fail "cmake --install did not install $file"
 done
-[ -f "$unit_dir/fsdpd.service" ] && [ -f "$unit_dir/fsdpd-worker@.service" ] || {
+if [ ! -f "$unit_dir/fsdpd.service" ] || [ ! -f "$unit_dir/fsdpd-worker@.service" ]; then
   cat "$work/install.log" >&2
   exit 1
-}
+fi
 
 # The installed units must start the binaries of the prefix they were installed to.
 grep -qx "ExecStart=$prefix/bin/fsdpd \$FSDPD_OPTIONS" "$unit_dir/fsdpd.service" ||
-  fail "installed fsdpd.service does not start $prefix/bin/fsdpd: $(grep ^ExecStart= "$unit_dir/fsdpd.service")"
+  fail "installed fsdpd.service does not start $prefix/bin/fsdpd:" \
+    "$(grep ^ExecStart= "$unit_dir/fsdpd.service")"
 grep -q "^ExecStart=$prefix/bin/fsdpd-worker " "$unit_dir/fsdpd-worker@.service" ||
   fail "installed fsdpd-worker@.service does not start $prefix/bin/fsdpd-worker"
-if grep -q /usr/local/bin "$unit_dir"/*.service; then fail "installed units still name /usr/local/bin"; fi
+if grep -q /usr/local/bin "$unit_dir"/*.service; then
+  fail "installed units still name /usr/local/bin"
+fi
 
 place_binary() {  # place_binary NAME BUILT_PATH
   local target=$prefix/bin/$1
@@ -78,7 +81,8 @@ verify_unit() {  # verify_unit UNIT_PATH → 0 when verify passes silently
 
 # A template is verified through an instance; the template file beside it is what is read.
 verify_unit "$unit_dir/fsdpd.service" || fail "systemd-analyze verify fsdpd.service"
-verify_unit "$unit_dir/fsdpd-worker@0.service" || fail "systemd-analyze verify fsdpd-worker@0.service"
+verify_unit "$unit_dir/fsdpd-worker@0.service" ||
+  fail "systemd-analyze verify fsdpd-worker@0.service"
 
 # The check above must be able to fail: a unit with a bad value and a missing binary.
 broken=$work/broken
@@ -123,7 +127,8 @@ for line in Restart=on-failure User=fsdpd StateDirectory=fsdpd-worker ProtectSys
   EnvironmentFile=-/etc/fsdpd/fsdpd-worker.env WantedBy=multi-user.target; do
   require_line "$worker" "$line"
 done
-grep -q -- '--device cuda:%i ' "$worker" || fail "fsdpd-worker@.service does not pass --device cuda:%i"
+grep -q -- '--device cuda:%i ' "$worker" ||
+  fail "fsdpd-worker@.service does not pass --device cuda:%i"
 if grep -q '^PrivateDevices=yes' "$worker"; then fail "PrivateDevices=yes hides /dev/nvidia*"; fi
 if grep -q '^MemoryDenyWriteExecute=yes' "$worker"; then
   fail "MemoryDenyWriteExecute=yes breaks the CUDA driver's PTX compilation"

@@ -76,15 +76,16 @@ start_entrypoint() {  # start_entrypoint DIR DEVICES [ENV...]; sets entrypoint_p
 run=$work/die
 start_entrypoint "$run" "cuda:0,cuda:1 cuda:2"
 if wait_for 10 all_started "$run" cuda-0 cuda-1 cuda-2; then
-  expected=$'--device\ncuda:1\n--checkpoint-root\n/checkpoints\n--hostname\nnode-7\n--address\n10.1.2.3\n--log-level\ndebug'
-  [ "$(cat "$run/args-cuda-1")" = "$expected" ] ||
+  expected="--device cuda:1 --checkpoint-root /checkpoints --hostname node-7"
+  expected+=" --address 10.1.2.3 --log-level debug"
+  [ "$(tr '\n' ' ' <"$run/args-cuda-1")" = "$expected " ] ||
     fail "worker arguments were: $(tr '\n' ' ' <"$run/args-cuda-1")"
   touch "$run/exit-cuda-1"
   if wait_for 10 exited "$entrypoint_pid"; then
     wait "$entrypoint_pid"
     status=$?
     [ $status -eq 3 ] || fail "entrypoint exited with $status after a worker exited with 3"
-    [ -e "$run/term-cuda-0" ] && [ -e "$run/term-cuda-2" ] ||
+    { [ -e "$run/term-cuda-0" ] && [ -e "$run/term-cuda-2" ]; } ||
       fail "the other workers were not stopped when cuda:1 died"
     grep -q '^\[cuda:2\] worker cuda:2 running$' "$run/output" ||
       fail "worker output is not tagged with its device: $(cat "$run/output")"
@@ -108,7 +109,7 @@ if wait_for 10 all_started "$run" cuda-0 cuda-1; then
     wait "$entrypoint_pid"
     status=$?
     [ $status -eq 0 ] || fail "entrypoint exited with $status on SIGTERM"
-    [ -e "$run/term-cuda-0" ] && [ -e "$run/term-cuda-1" ] ||
+    { [ -e "$run/term-cuda-0" ] && [ -e "$run/term-cuda-1" ]; } ||
       fail "SIGTERM did not reach every worker"
   else
     fail "entrypoint ignored SIGTERM"
@@ -121,8 +122,12 @@ entrypoint_pid=
 # 3. auto without a GPU list asks nvidia-smi.
 run=$work/smi
 mkdir -p "$work/bin"
-printf '#!/bin/sh\necho "GPU 0: NVIDIA H200 (UUID: GPU-1)"\necho "GPU 1: NVIDIA H200 (UUID: GPU-2)"\necho "GPU 2: NVIDIA H200 (UUID: GPU-3)"\n' \
-  >"$work/bin/nvidia-smi"
+cat >"$work/bin/nvidia-smi" <<'SMI'
+#!/bin/sh
+echo "GPU 0: NVIDIA H200 (UUID: GPU-1)"
+echo "GPU 1: NVIDIA H200 (UUID: GPU-2)"
+echo "GPU 2: NVIDIA H200 (UUID: GPU-3)"
+SMI
 chmod +x "$work/bin/nvidia-smi"
 start_entrypoint "$run" auto NVIDIA_VISIBLE_DEVICES=all PATH="$work/bin:$PATH"
 wait_for 10 all_started "$run" cuda-0 cuda-1 cuda-2 ||
@@ -143,7 +148,8 @@ expect_refusal() {  # expect_refusal DEVICES MESSAGE [ENV...]
 }
 expect_refusal "cuda:0,gpu1" '"gpu1" is not cpu or cuda:N'
 expect_refusal " , " "no device to run a worker on"
-expect_refusal auto "nvidia-smi is missing" NVIDIA_VISIBLE_DEVICES=all PATH=/nonexistent:/usr/bin:/bin
+expect_refusal auto "nvidia-smi is missing" NVIDIA_VISIBLE_DEVICES=all \
+  PATH=/nonexistent:/usr/bin:/bin
 
 if [ $failures -ne 0 ]; then
   echo "worker entrypoint: $failures failure(s)" >&2

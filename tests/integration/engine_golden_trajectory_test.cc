@@ -17,7 +17,7 @@ namespace {
 
 std::string GoldenDir() {
   const char* source = std::getenv("FSDPD_SOURCE_DIR");
-  return std::string(source != nullptr ? source : ".") + "/tests/golden/tiny";
+  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/tiny";
 }
 
 TEST(EngineGoldenTrajectoryTest, FollowsPyTorchsLossesForTwentyAdamWSteps) {

@@ -1,10 +1,12 @@
 // Separate fsdpd-train processes, Gloo over loopback, a FileKeyValueStore in a temp directory:
 // world-size invariance, resume after a kill, bad inputs, a corrupt checkpoint, a dead peer.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/engine_process_support.h"
@@ -50,10 +52,12 @@ class EngineMultiProcessTest : public ::testing::Test {
                           seconds timeout = seconds(120)) {
     std::vector<RankRun> runs;
     for (int rank = 0; rank < world; ++rank) {
-      std::vector<std::string> args = {
-          "--spec", spec, "--rank", std::to_string(rank), "--world-size", std::to_string(world),
-          "--store-dir", Path(label + "-store"), "--checkpoint-dir", checkpoint_dir,
-          "--attempt", std::to_string(attempt)};
+      std::vector<std::string> args = {"--spec",           spec,
+                                       "--rank",           std::to_string(rank),
+                                       "--world-size",     std::to_string(world),
+                                       "--store-dir",      Path(label + "-store"),
+                                       "--checkpoint-dir", checkpoint_dir,
+                                       "--attempt",        std::to_string(attempt)};
       if (rank < static_cast<int>(per_rank_args.size())) {
         args.insert(args.end(), per_rank_args[rank].begin(), per_rank_args[rank].end());
       }
@@ -109,13 +113,23 @@ TEST_F(EngineMultiProcessTest, SameJobAtWorldOneTwoAndFourGivesTheSameLossTrajec
       EXPECT_NEAR(trajectories[run][step], trajectories[0][step], kLossTolerance)
           << "run " << run << " step " << step + 1;
     }
+    // Weights are compared per tensor in relative L2. The key third of in_proj_bias is left out:
+    // softmax is invariant to it, so its exact gradient is zero and what reaches AdamW is pure
+    // rounding noise, which AdamW's division by √v turns into updates of up to lr.
     ASSERT_EQ(models[run].size(), models[0].size());
     for (size_t t = 0; t < models[0].size(); ++t) {
       ASSERT_EQ(models[run][t].name, models[0][t].name);
+      const bool in_proj_bias = absl::EndsWith(models[0][t].name, "in_proj_bias");
+      const size_t third = models[0][t].values.size() / 3;
+      double difference = 0.0, reference = 0.0;
       for (size_t i = 0; i < models[0][t].values.size(); ++i) {
-        ASSERT_NEAR(models[run][t].values[i], models[0][t].values[i], 1e-4)
-            << models[0][t].name << "[" << i << "] run " << run;
+        if (in_proj_bias && i >= third && i < 2 * third) continue;
+        const double delta = models[run][t].values[i] - models[0][t].values[i];
+        difference += delta * delta;
+        reference += static_cast<double>(models[0][t].values[i]) * models[0][t].values[i];
       }
+      EXPECT_LT(std::sqrt(difference), 1e-3 * std::sqrt(reference) + 1e-6)
+          << models[0][t].name << " run " << run;
     }
   }
   // And the trajectory is not trivially constant.
@@ -137,8 +151,9 @@ TEST_F(EngineMultiProcessTest, ResumeAfterAKillEndsWithTheSameWeightsAsAStraight
   const std::vector<int64_t> steps = testing::Steps(Output("resumed", 1, 0, "out"));
   ASSERT_FALSE(steps.empty());
   EXPECT_EQ(steps.front(), 11) << "the run must continue after the checkpoint of step 10";
-  EXPECT_NE(testing::ReadText(Output("resumed", 1, 0, "err")).find("resumed from the checkpoint "
-                                                                   "of step 10"),
+  EXPECT_NE(testing::ReadText(Output("resumed", 1, 0, "err"))
+                .find("resumed from the checkpoint "
+                      "of step 10"),
             std::string::npos);
   const std::vector<double> straight_losses = testing::Losses(Output("straight", 0, 0, "out"));
   const std::vector<double> resumed_losses = testing::Losses(Output("resumed", 1, 0, "out"));
@@ -204,8 +219,8 @@ TEST_F(EngineMultiProcessTest, AMismatchedInitFileIsAClearErrorNamingTheProblem)
   tensors.push_back({"embed.weight", {64, 16}, std::vector<float>(64 * 16, 0.1f)});
   tensors.push_back({"layers.9.attn.in_proj_weight", {2}, {1.0f, 2.0f}});
   ASSERT_TRUE(WriteSafetensors(Path("bad-init.safetensors"), tensors).ok());
-  const std::string spec = WriteSpec(
-      "bad-init.yaml", TinySpec(2, 2, 0, ", init_from: " + Path("bad-init.safetensors")));
+  const std::string spec =
+      WriteSpec("bad-init.yaml", TinySpec(2, 2, 0, ", init_from: " + Path("bad-init.safetensors")));
   const std::vector<int> statuses = RunJob(spec, 1, Path("bad-init-ckpt"), "bad-init");
   EXPECT_EQ(statuses[0], 2);
   const std::string error = testing::ReadText(Output("bad-init", 0, 0, "err"));
@@ -221,8 +236,8 @@ TEST_F(EngineMultiProcessTest, AnInitFileOutsideTheAllowedRootsIsRefused) {
   const std::string spec =
       WriteSpec("escape.yaml", TinySpec(2, 2, 0, ", init_from: " + Path("jail/../outside.st")));
   std::filesystem::create_directories(Path("jail"));
-  const std::vector<int> statuses = RunJob(spec, 1, Path("jail/ckpt"), "escape", 0,
-                                           {{"--allowed-root", Path("jail")}});
+  const std::vector<int> statuses =
+      RunJob(spec, 1, Path("jail/ckpt"), "escape", 0, {{"--allowed-root", Path("jail")}});
   EXPECT_NE(statuses[0], 0);
   const std::string error = testing::ReadText(Output("escape", 0, 0, "err"));
   EXPECT_NE(error.find("checkpoint.init_from"), std::string::npos) << error;

@@ -68,8 +68,7 @@ TEST_P(CommunicatorWorldTest, ReduceScatterSumsAndAveragesEachRanksSlice) {
         ASSERT_FLOAT_EQ(shard[i], expected) << "index " << i;
       }
       ASSERT_TRUE(
-          communicator.ReduceScatter(Floats(full), Floats(shard), ReduceOp::kAverage, stream)
-              .ok());
+          communicator.ReduceScatter(Floats(full), Floats(shard), ReduceOp::kAverage, stream).ok());
       for (int64_t i = 0; i < shard_numel; i += 97) {
         float expected = 0.0f;
         for (int r = 0; r < world; ++r) expected += Value(r, rank * shard_numel + i);

@@ -35,8 +35,8 @@ TEST(LearningRateScheduleTest, CosineDecaysFromThePeakToTheFloor) {
   EXPECT_DOUBLE_EQ(LearningRateAt(train, 11), 1e-3);
   EXPECT_NEAR(LearningRateAt(train, 110), 1e-4, 1e-15);
   // Step 60 is 49 of the 99 decay intervals in.
-  EXPECT_NEAR(LearningRateAt(train, 60), 1e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 49 / 99.0))),
-              1e-15);
+  EXPECT_NEAR(LearningRateAt(train, 60),
+              1e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 49 / 99.0))), 1e-15);
   double previous = LearningRateAt(train, 11);
   for (int64_t step = 12; step <= 110; ++step) {
     const double lr = LearningRateAt(train, step);

@@ -35,8 +35,8 @@ struct Reference {
 };
 
 // torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW, written out.
-double ReferenceStep(Reference& state, std::vector<std::vector<double>> grads,
-                     const AdamWParams& p, double max_norm) {
+double ReferenceStep(Reference& state, std::vector<std::vector<double>> grads, const AdamWParams& p,
+                     double max_norm) {
   double sum = 0.0;
   for (const auto& g : grads) {
     for (double x : g) sum += x * x;

@@ -22,8 +22,7 @@ namespace fsdpd::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "fsdpd-engine-XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "fsdpd-engine-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data());
   }
   ~TempDir() {
@@ -38,8 +37,7 @@ class TempDir {
 
 // Runs body(communicator) on `world_size` threads, one rank each; fails the test if a rank
 // cannot connect.
-inline void RunRanks(int world_size,
-                     const std::function<void(Communicator& communicator)>& body,
+inline void RunRanks(int world_size, const std::function<void(Communicator& communicator)>& body,
                      std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   TempDir store_dir;
   auto store = FileKeyValueStore::Open(store_dir.path());

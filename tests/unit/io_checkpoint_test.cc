@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/crc32c.h"
 #include "worker/checkpoint/durable_file.h"
+#include "worker/checkpoint/rank_file.h"
 
 namespace fsdpd {
 namespace {
@@ -169,7 +172,12 @@ TEST(CheckpointTest, RetentionKeepsNewestAndDropsStaleIncompleteSteps) {
   // Step 25 was cut short by a crash; step 40 belongs to a write still in progress.
   ASSERT_TRUE(WriteRankCheckpoint(job_dir, MakeState(25, 0, 2)).ok());
   ASSERT_TRUE(WriteRankCheckpoint(job_dir, MakeState(40, 1, 2)).ok());
+  // Leftovers of writers that crashed before renaming.
+  WriteBytes(RankFile(job_dir, 30, 0) + ".tmp-999999", "partial");
+  WriteBytes(job_dir + "/LATEST.tmp-999999", "2");
   WriteAndCommit(job_dir, 30, 2, 2);
+  EXPECT_FALSE(fs::exists(RankFile(job_dir, 30, 0) + ".tmp-999999"));
+  EXPECT_FALSE(fs::exists(job_dir + "/LATEST.tmp-999999"));
   auto steps = ListCommittedSteps(job_dir);
   ASSERT_TRUE(steps.ok());
   EXPECT_THAT(*steps, ElementsAre(30, 20));
@@ -340,6 +348,38 @@ TEST(CheckpointTest, RewritingACommittedStepWithdrawsItsManifestUntilRecommitted
   auto loaded = LoadRankCheckpoint(job_dir, 10, 0, 2);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->data_position, 999);
+}
+
+TEST(RankFileTest, CorruptStructureBehindAValidChecksumNeverCrashes) {
+  TempDirectory directory;
+  const std::string job_dir = directory.path();
+  ASSERT_TRUE(WriteRankCheckpoint(job_dir, MakeState(3, 0, 1)).ok());
+  const std::string original = ReadBytes(RankFile(job_dir, 3, 0));
+  auto parsed = ParseRankFile(original);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameState(*parsed, MakeState(3, 0, 1));
+  // Mutate the structure, then re-seal the trailer so the parser itself has to catch it.
+  std::mt19937_64 random(7);
+  int rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string payload = original.substr(0, original.size() - 12);
+    const size_t limit = std::min<size_t>(payload.size(), 200);  // header and buffer table
+    payload[random() % limit] = static_cast<char>(random());
+    if (random() % 4 == 0) payload.resize(random() % payload.size());
+    const uint32_t crc = Crc32c(payload);
+    std::string bytes = payload;
+    bytes.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+    bytes.append("FSDPDEND");
+    auto result = ParseRankFile(bytes);
+    if (!result.ok()) {
+      ++rejected;
+      EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss);
+    }
+  }
+  EXPECT_GT(rejected, 500);
+  std::string bad_trailer = original;
+  bad_trailer[bad_trailer.size() - 1] = 'X';
+  EXPECT_THAT(ParseRankFile(bad_trailer).status().message(), HasSubstr("trailer is missing"));
 }
 
 TEST(CheckpointTest, InvalidStatesAreRejected) {

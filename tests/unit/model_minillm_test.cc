@@ -295,6 +295,34 @@ TEST(ModelMiniLLMTest, LogitsAgreeWithLoss) {
   EXPECT_NEAR(total / harness.targets_.size(), loss, 1e-5);
 }
 
+// With the causal mask a position's logits depend only on tokens at or before it; without it,
+// changing the last token changes every position's logits.
+TEST(ModelMiniLLMTest, CausalMaskHidesLaterTokens) {
+  for (const bool causal : {true, false}) {
+    ModelConfig config = TinyConfig();
+    config.causal = causal;
+    Harness harness(config, 1, 6);
+    std::vector<Tensor> params;
+    for (size_t u = 0; u < harness.params_.size(); ++u) {
+      params.push_back(harness.Params(static_cast<int>(u)));
+    }
+    std::vector<float> before, after;
+    ASSERT_TRUE(harness.model_->BeginStep(harness.tokens_.data(), harness.targets_.data()).ok());
+    ASSERT_TRUE(harness.model_->Logits(params, &before).ok());
+    harness.tokens_.back() = (harness.tokens_.back() + 1) % static_cast<int32_t>(config.vocab);
+    ASSERT_TRUE(harness.model_->BeginStep(harness.tokens_.data(), harness.targets_.data()).ok());
+    ASSERT_TRUE(harness.model_->Logits(params, &after).ok());
+    const size_t earlier = 5 * static_cast<size_t>(config.vocab);  // positions 0..4
+    double change = 0.0;
+    for (size_t i = 0; i < earlier; ++i) change += std::fabs(after[i] - before[i]);
+    if (causal) {
+      EXPECT_EQ(change, 0.0);
+    } else {
+      EXPECT_GT(change, 1e-3);
+    }
+  }
+}
+
 TEST(ModelMiniLLMTest, TrainsOnAFixedBatch) {
   ModelConfig config = TinyConfig();
   config.vocab = 32;
@@ -344,6 +372,9 @@ TEST(ModelMiniLLMTest, CallsOutOfOrderAreRefused) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(harness.model_->EmbedBackward(harness.Grads(root)).code(),
             absl::StatusCode::kFailedPrecondition);
+  std::vector<float> logits;
+  EXPECT_EQ(harness.model_->Logits({harness.Params(0)}, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
   // A unit buffer too small for its layout.
   std::vector<float> small(10);
   EXPECT_THAT(std::string(harness.model_->BlockForward(0, Harness::View(small)).message()),

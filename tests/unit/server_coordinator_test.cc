@@ -11,10 +11,10 @@
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "fsdpd/v1/rendezvous.grpc.pb.h"
 #include "fsdpd/v1/worker.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/spec/job_spec.h"
 #include "server/coordinator.h"
-#include "grpcpp/generic/generic_stub.h"
 
 namespace fsdpd::server {
 namespace {
@@ -49,8 +49,8 @@ class CoordinatorTest : public ::testing::Test {
     coordinator_ = std::make_unique<Coordinator>(config);
     absl::Status started = coordinator_->Start();
     ASSERT_TRUE(started.ok()) << started;
-    channel_ = grpc::CreateChannel(coordinator_->listen_address(),
-                                   grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel(coordinator_->listen_address(), grpc::InsecureChannelCredentials());
     jobs_ = v1::JobService::NewStub(channel_);
     workers_ = v1::WorkerService::NewStub(channel_);
     rendezvous_ = v1::RendezvousService::NewStub(channel_);
@@ -104,11 +104,12 @@ TEST_F(CoordinatorTest, HealthServiceReportsServing) {
   // HealthCheckResponse{status: SERVING} encodes as the two bytes 0x08 0x01.
   grpc::GenericStub stub(channel_);
   grpc::ClientContext context;
-  grpc::ByteBuffer request;
+  grpc::Slice empty("", 0);
+  grpc::ByteBuffer request(&empty, 1);
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status status) { done.set_value(status); });
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status status) { done.set_value(status); });
   ASSERT_TRUE(done.get_future().get().ok());
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());

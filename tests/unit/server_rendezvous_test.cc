@@ -1,10 +1,10 @@
-#include "server/rendezvous_store.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <future>
 #include <thread>
+
+#include "server/rendezvous_store.h"
 
 namespace fsdpd::server {
 namespace {

@@ -71,9 +71,9 @@ TEST_F(StoreTest, EverythingSurvivesReopening) {
     job.set_attempt(1);
     job.add_worker_ids("w0");
     job.add_worker_ids("w1");
-    ASSERT_TRUE(store->InsertAttempt(job.id(), 1, {{job.id(), 1, 0, "w0"}, {job.id(), 1, 1, "w1"}},
-                                     2000)
-                    .ok());
+    ASSERT_TRUE(
+        store->InsertAttempt(job.id(), 1, {{job.id(), 1, 0, "w0"}, {job.id(), 1, 1, "w1"}}, 2000)
+            .ok());
     ASSERT_TRUE(store->RecordTransition(job, 2, Change(job.id(), v1::SCHEDULED, "placed")).ok());
     for (int rank = 0; rank < 2; ++rank) {
       v1::StepReport report;

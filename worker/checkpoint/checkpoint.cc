@@ -101,6 +101,19 @@ void RemoveStepDirectory(const StepDirectoryEntry& entry) {
   }
 }
 
+// Temp files left by writers that crashed before their rename. Called only by the committing
+// rank after the barrier, when no other writer is active in these directories.
+void RemoveStaleTempFiles(const std::string& directory) {
+  std::error_code error;
+  fs::directory_iterator iterator(directory, error);
+  if (error) return;
+  for (const fs::directory_entry& entry : iterator) {
+    if (entry.path().filename().string().find(".tmp-") == std::string::npos) continue;
+    std::error_code remove_error;
+    fs::remove(entry.path(), remove_error);
+  }
+}
+
 }  // namespace
 
 absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state) {
@@ -167,6 +180,9 @@ absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int worl
       !status.ok()) {
     spdlog::warn("{}cannot update {}: {}", prefix, kLatestName, std::string(status.message()));
   }
+
+  RemoveStaleTempFiles(step_dir);
+  RemoveStaleTempFiles(job_dir);
 
   auto entries = ScanStepDirectories(job_dir);
   if (!entries.ok()) {

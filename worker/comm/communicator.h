@@ -67,7 +67,7 @@ struct CommunicatorOptions {
 
 // World size 1: a communicator that needs no store and no network. Otherwise Gloo over TCP,
 // rendezvousing through `store` (already scoped to the job and attempt).
-absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
-    const CommunicatorOptions& options, KeyValueStore* store);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options,
+                                                                 KeyValueStore* store);
 
 }  // namespace fsdpd

@@ -116,9 +116,8 @@ absl::StatusOr<std::string> FileKeyValueStore::Get(const std::string& key,
     absl::StatusOr<std::string> value = ReadWholeFile(*path);
     if (value.ok()) return value;
     if (std::chrono::steady_clock::now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("key '", key, "' did not appear in ",
-                                                      directory_, " within ", timeout.count(),
-                                                      " ms"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "key '", key, "' did not appear in ", directory_, " within ", timeout.count(), " ms"));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(20));

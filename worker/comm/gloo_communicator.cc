@@ -61,8 +61,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     context->connectFullMesh(adapter, device);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(options, std::move(context)));
   } catch (const std::exception& error) {
-    return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ",
-                                               options.world_size,
+    return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                                " could not connect to its peers over Gloo (",
                                                options.bind_address, "): ", error.what()));
   }
@@ -78,10 +77,9 @@ absl::Status GlooCommunicator::Run(const char* operation, int64_t bytes, Body&& 
   try {
     body();
   } catch (const std::exception& error) {
-    status = absl::UnavailableError(absl::StrCat(operation, " failed on rank ", options_.rank,
-                                                 " of ", options_.world_size,
-                                                 " (a peer died or timed out after ",
-                                                 options_.timeout.count(), " ms): ", error.what()));
+    status = absl::UnavailableError(absl::StrCat(
+        operation, " failed on rank ", options_.rank, " of ", options_.world_size,
+        " (a peer died or timed out after ", options_.timeout.count(), " ms): ", error.what()));
   }
   if (status.ok() && aborted_.load()) {
     status = absl::CancelledError(absl::StrCat(operation, ": communicator was aborted"));
@@ -95,8 +93,7 @@ absl::Status GlooCommunicator::Run(const char* operation, int64_t bytes, Body&& 
   return status;
 }
 
-absl::Status GlooCommunicator::AllGather(const Tensor& shard, const Tensor& full,
-                                         Stream& stream) {
+absl::Status GlooCommunicator::AllGather(const Tensor& shard, const Tensor& full, Stream& stream) {
   if (shard.dtype != full.dtype || !SameElementCount(shard, full, world_size())) {
     return absl::InvalidArgumentError(absl::StrCat("AllGather: shard ", shard.Describe(),
                                                    " × world size ", world_size(),
@@ -154,14 +151,14 @@ void GlooCommunicator::RingReduceScatter(const float* full, float* shard, int64_
   }
 }
 
-absl::Status GlooCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard,
-                                             ReduceOp op, Stream& stream) {
+absl::Status GlooCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
+                                             Stream& stream) {
   if (full.dtype != DType::kF32 || shard.dtype != DType::kF32 ||
       !SameElementCount(shard, full, world_size())) {
-    return absl::InvalidArgumentError(absl::StrCat("ReduceScatter: needs fp32 with shard × world "
-                                                   "size = full; got shard ",
-                                                   shard.Describe(), ", full ", full.Describe(),
-                                                   ", world size ", world_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReduceScatter: needs fp32 with shard × world "
+                     "size = full; got shard ",
+                     shard.Describe(), ", full ", full.Describe(), ", world size ", world_size()));
   }
   if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
     return absl::InvalidArgumentError("ReduceScatter supports only sum and average");

@@ -28,8 +28,7 @@ void GlooStoreAdapter::wait(const std::vector<std::string>& keys,
     if (left.count() < 0) left = std::chrono::milliseconds(0);
     absl::StatusOr<std::string> value = store_->Get(prefix_ + key, left);
     if (!value.ok()) {
-      throw gloo::IoException("rendezvous store wait '" + key + "': " +
-                              value.status().ToString());
+      throw gloo::IoException("rendezvous store wait '" + key + "': " + value.status().ToString());
     }
   }
 }

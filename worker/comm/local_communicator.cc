@@ -15,20 +15,19 @@ absl::Status Aborted(const char* operation) {
 
 }  // namespace
 
-absl::Status LocalCommunicator::AllGather(const Tensor& shard, const Tensor& full,
-                                          Stream& stream) {
+absl::Status LocalCommunicator::AllGather(const Tensor& shard, const Tensor& full, Stream& stream) {
   if (aborted_) return Aborted("AllGather");
   if (shard.dtype != full.dtype || shard.numel() != full.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("AllGather: shard ", shard.Describe(),
-                                                   " does not match ", full.Describe()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllGather: shard ", shard.Describe(), " does not match ", full.Describe()));
   }
   if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
   if (shard.data != full.data) std::memmove(full.data, shard.data, full.bytes());
   return absl::OkStatus();
 }
 
-absl::Status LocalCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard,
-                                              ReduceOp op, Stream& stream) {
+absl::Status LocalCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
+                                              Stream& stream) {
   if (aborted_) return Aborted("ReduceScatter");
   if (full.dtype != DType::kF32 || shard.dtype != DType::kF32 || shard.numel() != full.numel()) {
     return absl::InvalidArgumentError(absl::StrCat("ReduceScatter: shard ", shard.Describe(),
@@ -56,8 +55,8 @@ absl::Status LocalCommunicator::Barrier() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
-    const CommunicatorOptions& options, KeyValueStore* store) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options,
+                                                                 KeyValueStore* store) {
   if (options.world_size == 1 && options.rank == 0) {
     return std::unique_ptr<Communicator>(std::make_unique<LocalCommunicator>());
   }

@@ -14,15 +14,15 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
   Stream& stream = backend->compute_stream();
   for (const UnitLayout& unit : units) {
     UnitShard shard;
-    shard.layout = ComputeFlatShardLayout(unit.numel, communicator->world_size(),
-                                          communicator->rank());
+    shard.layout =
+        ComputeFlatShardLayout(unit.numel, communicator->world_size(), communicator->rank());
     const int64_t bytes = shard.layout.shard_numel * DTypeSize(DType::kF32);
     for (std::unique_ptr<Buffer>* buffer :
          {&shard.master, &shard.grad, &shard.exp_avg, &shard.exp_avg_sq}) {
       absl::StatusOr<std::unique_ptr<Buffer>> allocated = backend->Allocate(bytes);
       if (!allocated.ok()) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "FSDP shard of unit ", unit.name, ": ", allocated.status().message()));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("FSDP shard of unit ", unit.name, ": ", allocated.status().message()));
       }
       *buffer = std::move(*allocated);
       ENGINE_RETURN_IF_ERROR(backend->ops().Fill(
@@ -58,8 +58,8 @@ absl::Status FsdpState::IssueGather(int unit) {
   // The cast to the parameter dtype writes this rank's slice in place, so the all-gather
   // lands every slice straight in the buffer the kernels read: no copy-in or copy-out.
   Stream& comm = backend_->comm_stream();
-  const Tensor own_slice = target.params->View(dtype, {layout.shard_numel},
-                                               layout.shard_offset * DTypeSize(dtype));
+  const Tensor own_slice =
+      target.params->View(dtype, {layout.shard_numel}, layout.shard_offset * DTypeSize(dtype));
   ENGINE_RETURN_IF_ERROR(backend_->ops().Cast(shards_[unit].Master(), own_slice, comm));
   if (options_.round_params_to_bf16) {
     ENGINE_RETURN_IF_ERROR(backend_->ops().RoundToBf16(own_slice, comm));
@@ -167,8 +167,8 @@ absl::Status FsdpState::LoadMasterFromHost(int unit, const std::vector<float>& v
   const FlatShardLayout& layout = shards_[unit].layout;
   if (static_cast<int64_t>(values.size()) != layout.numel) {
     return absl::InvalidArgumentError(absl::StrCat("unit ", units_[unit].name, " has ",
-                                                   layout.numel, " parameters, got ",
-                                                   values.size(), " values"));
+                                                   layout.numel, " parameters, got ", values.size(),
+                                                   " values"));
   }
   std::vector<float> slice(static_cast<size_t>(layout.shard_numel), 0.0f);
   std::copy(values.begin() + layout.shard_offset,

@@ -13,18 +13,18 @@ namespace {
     if (absl::Status status_ = (expression); !status_.ok()) return status_; \
   } while (false)
 
-// What one block's forward keeps for its backward (activation recompute is not used, except
-// for the SiLU output, which is cheap to recompute and as large as the FFN's hidden layer).
+// What one block's forward keeps for its backward. The two RMSNorm outputs and the SiLU
+// output are not kept: backward recomputes them from what is kept (elementwise work, no
+// matrix products), so a block holds 10·dim values per token (with its residual input)
+// instead of 16.
 struct BlockActivations {
-  Tensor normed_attention_input;  // norm1(x)      [T, D]
-  Tensor attention_rstd;          // norm1's rstd  [T] fp32
-  Tensor qkv;                     // [B, S, 3D]
-  Tensor attention;               // heads concatenated, before out_proj  [B, S, D]
-  Tensor lse;                     // [B, H, S] fp32
-  Tensor middle;                  // x + attention branch  [T, D]
-  Tensor normed_ffn_input;        // norm2(middle) [T, D]
-  Tensor ffn_rstd;                // norm2's rstd  [T] fp32
-  Tensor ffn_hidden;              // ffn.0 output before SiLU  [T, F]
+  Tensor attention_rstd;  // norm1's rstd  [T] fp32
+  Tensor qkv;             // [B, S, 3D]
+  Tensor attention;       // heads concatenated, before out_proj  [B, S, D]
+  Tensor lse;             // [B, H, S] fp32
+  Tensor middle;          // x + attention branch  [T, D]
+  Tensor ffn_rstd;        // norm2's rstd  [T] fp32
+  Tensor ffn_hidden;      // ffn.0 output before SiLU  [T, F]
 };
 
 class BackendMiniLLM : public MiniLLM {
@@ -88,7 +88,9 @@ class BackendMiniLLM : public MiniLLM {
   Tensor activated_;           // silu(ffn_hidden), recomputed [T, F]
   Tensor activated_gradient_;  // [T, F]
   Tensor hidden_gradient_;     // [T, F]
-  Tensor branch_output_;       // out_proj or ffn.2 output before the residual add [T, D]
+  // [T, D], holding in turn: a norm's output (forward, and recomputed in backward), then the
+  // out_proj or ffn.2 output before its residual add.
+  Tensor row_scratch_;
 
   Phase phase_ = Phase::kIdle;
   int next_layer_ = 0;
@@ -130,13 +132,11 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   for (Tensor& residual : residuals_) FSDPD_NEW(residual, act, rows_by_dim);
   blocks_.resize(static_cast<size_t>(config_.layers));
   for (BlockActivations& block : blocks_) {
-    FSDPD_NEW(block.normed_attention_input, act, rows_by_dim);
     FSDPD_NEW(block.attention_rstd, DType::kF32, (std::vector<int64_t>{tokens_}));
     FSDPD_NEW(block.qkv, act, sequence_by_qkv);
     FSDPD_NEW(block.attention, act, sequence_by_dim);
     FSDPD_NEW(block.lse, DType::kF32, (std::vector<int64_t>{batch_, config_.heads, seq_}));
     FSDPD_NEW(block.middle, act, rows_by_dim);
-    FSDPD_NEW(block.normed_ffn_input, act, rows_by_dim);
     FSDPD_NEW(block.ffn_rstd, DType::kF32, (std::vector<int64_t>{tokens_}));
     FSDPD_NEW(block.ffn_hidden, act, rows_by_hidden);
   }
@@ -152,7 +152,7 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   FSDPD_NEW(activated_, act, rows_by_hidden);
   FSDPD_NEW(activated_gradient_, act, rows_by_hidden);
   FSDPD_NEW(hidden_gradient_, act, rows_by_hidden);
-  FSDPD_NEW(branch_output_, act, rows_by_dim);
+  FSDPD_NEW(row_scratch_, act, rows_by_dim);
 #undef FSDPD_NEW
   return absl::OkStatus();
 }
@@ -226,28 +226,26 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
   const Tensor& output = residuals_[static_cast<size_t>(layer) + 1];
 
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
-                                                  saved.normed_attention_input,
-                                                  saved.attention_rstd, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(saved.normed_attention_input,
-                                                 weight("attn.in_proj_weight"),
+                                                  row_scratch_, saved.attention_rstd, stream_));
+  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("attn.in_proj_weight"),
                                                  weight("attn.in_proj_bias"), saved.qkv, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads, config_.causal,
                                                     saved.attention, saved.lse, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight("attn.out_proj.weight"),
-                                                 weight("attn.out_proj.bias"), branch_output_,
+                                                 weight("attn.out_proj.bias"), row_scratch_,
                                                  stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.Add(input, branch_output_, saved.middle, stream_));
+  FSDPD_MODEL_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));
 
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
-                                                  config_.norm_eps, saved.normed_ffn_input,
-                                                  saved.ffn_rstd, stream_));
+                                                  config_.norm_eps, row_scratch_, saved.ffn_rstd,
+                                                  stream_));
   const Tensor no_bias;
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(saved.normed_ffn_input, weight("ffn.0.weight"),
-                                                 no_bias, saved.ffn_hidden, stream_));
+  FSDPD_MODEL_RETURN_IF_ERROR(
+      ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias, saved.ffn_hidden, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(
-      ops_.LinearForward(activated_, weight("ffn.2.weight"), no_bias, branch_output_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.Add(saved.middle, branch_output_, output, stream_));
+      ops_.LinearForward(activated_, weight("ffn.2.weight"), no_bias, row_scratch_, stream_));
+  FSDPD_MODEL_RETURN_IF_ERROR(ops_.Add(saved.middle, row_scratch_, output, stream_));
   ++next_layer_;
   return absl::OkStatus();
 }
@@ -319,7 +317,11 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                                                   gradient("ffn.2.weight"), no_bias, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(
       ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient_, saved.normed_ffn_input,
+  // norm2's output, recomputed (its rstd is rewritten with the very same values).
+  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+                                                  config_.norm_eps, row_scratch_, saved.ffn_rstd,
+                                                  stream_));
+  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient_, row_scratch_,
                                                   weight("ffn.0.weight"), normed_gradient_,
                                                   gradient("ffn.0.weight"), no_bias, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(
@@ -335,8 +337,10 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv,
                                                      saved.attention, saved.lse, config_.heads,
                                                      config_.causal, qkv_gradient_, stream_));
+  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
+                                                  row_scratch_, saved.attention_rstd, stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(
-      qkv_gradient_, saved.normed_attention_input, weight("attn.in_proj_weight"), normed_gradient_,
+      qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
       gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), stream_));
   FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight("norm1.weight"),
                                                    saved.attention_rstd, branch_gradient_,

@@ -7,8 +7,8 @@
 namespace fsdpd {
 
 absl::StatusOr<std::unique_ptr<ShardedAdamW>> ShardedAdamW::Create(Backend* backend,
-                                                                  Communicator* communicator,
-                                                                  FsdpState* state) {
+                                                                   Communicator* communicator,
+                                                                   FsdpState* state) {
   ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> scalar, backend->Allocate(sizeof(float)));
   return std::unique_ptr<ShardedAdamW>(
       new ShardedAdamW(backend, communicator, state, std::move(scalar)));
@@ -54,9 +54,8 @@ absl::StatusOr<double> ShardedAdamW::Step(const AdamWParams& params, double max_
           backend_->ops().Scale(grad, static_cast<float>(clip_coefficient), stream));
     }
     ENGINE_RETURN_IF_ERROR(backend_->ops().AdamW(
-        shard.master->View(DType::kF32, {valid}), grad,
-        shard.exp_avg->View(DType::kF32, {valid}), shard.exp_avg_sq->View(DType::kF32, {valid}),
-        params, stream));
+        shard.master->View(DType::kF32, {valid}), grad, shard.exp_avg->View(DType::kF32, {valid}),
+        shard.exp_avg_sq->View(DType::kF32, {valid}), params, stream));
   }
   return norm;
 }

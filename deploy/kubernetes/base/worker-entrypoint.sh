@@ -80,6 +80,7 @@ terminating=0
 stop_all() {
   kill -TERM "${pids[@]}" 2>/dev/null
 }
+# shellcheck disable=SC2317  # called by the trap below
 on_signal() {
   terminating=1
   stop_all

@@ -1,0 +1,32 @@
+// The latest profiling window of each rank of a job, kept under <artifact_dir>/<job>/ as
+// profile-rank-R.pb (the kernel table, a ProfileReport without trace bytes) and
+// trace-rank-R.json (the Chrome trace, assembled from its chunks and renamed when complete).
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/profile.pb.h"
+
+namespace fsdpd::server {
+
+class ProfileStore {
+ public:
+  explicit ProfileStore(std::string root) : root_(std::move(root)) {}
+
+  // Stores what the report carries: its kernel table (when it has one) and its trace chunk.
+  absl::Status Write(const v1::ProfileReport& report);
+  absl::StatusOr<v1::ProfileReport> KernelTable(const std::string& job_id, int rank) const;
+  // The path of the latest complete trace.
+  absl::StatusOr<std::string> TracePath(const std::string& job_id, int rank) const;
+
+ private:
+  std::string Path(const std::string& job_id, const std::string& name, int rank,
+                   const std::string& suffix) const;
+  const std::string root_;
+  std::mutex mutex_;
+};
+
+}  // namespace fsdpd::server

@@ -1,0 +1,82 @@
+// Flash-style attention forward and backward against the CPU's exact softmax attention.
+#include "tests/gpu/cuda_test_support.h"
+
+namespace fsdpd::testing {
+namespace {
+
+struct AttentionCase {
+  int64_t batch, seq, heads, head_dim;
+  bool causal;
+};
+
+class CudaAttentionTest : public CudaTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// Everything runs in fp32 from the same bf16 inputs; only the summation order and the online
+// softmax's rescaling differ from the CPU, so before the final bf16 rounding the outputs agree
+// to ~1e-5. The bf16 outputs get one rounding (2^-9 relative, 2^-8 allowed) and an absolute
+// allowance of 1% of the output's root mean square for values that cancel to near zero.
+TEST_P(CudaAttentionTest, ForwardAndBackwardMatchTheCpu) {
+  const AttentionCase c = GetParam();
+  const int64_t dim = c.heads * c.head_dim;
+  const int64_t b = c.batch, s = c.seq;
+  std::vector<float> qkv = RoundedToBf16(RandomValues(random_, b * s * 3 * dim));
+  std::vector<float> dout = RoundedToBf16(RandomValues(random_, b * s * dim));
+
+  Tensor device_qkv = Upload(qkv, DType::kBF16, {b, s, 3 * dim});
+  Tensor out = Poisoned(DType::kBF16, {b, s, dim});
+  Tensor lse = Poisoned(DType::kF32, {b, c.heads, s});
+  ASSERT_TRUE(gpu().AttentionForward(device_qkv, c.heads, c.causal, out, lse, gpu_stream()).ok());
+  std::vector<float> expected_out(b * s * dim), expected_lse(b * c.heads * s);
+  ASSERT_TRUE(cpu_ops().AttentionForward(Host(qkv, {b, s, 3 * dim}), c.heads, c.causal,
+                                         Host(expected_out, {b, s, dim}),
+                                         Host(expected_lse, {b, c.heads, s}), cpu_stream()).ok());
+  const std::vector<float> gpu_out = Download(out);
+  std::vector<float> gpu_lse = Download(lse);
+  EXPECT_TRUE(AllClose(gpu_lse, expected_lse, 1e-4, 1e-5));
+  EXPECT_TRUE(AllClose(gpu_out, expected_out, 0.01 * RootMeanSquare(expected_out), 1.0 / 128));
+
+  // Backward from the GPU's own saved output and lse, given to both sides, so that the
+  // comparison measures the backward kernels alone.
+  Tensor device_dout = Upload(dout, DType::kBF16, {b, s, dim});
+  Tensor dqkv = Poisoned(DType::kBF16, {b, s, 3 * dim});
+  ASSERT_TRUE(gpu().AttentionBackward(device_dout, device_qkv, out, lse, c.heads, c.causal, dqkv,
+                                      gpu_stream()).ok());
+  std::vector<float> host_out = gpu_out;
+  std::vector<float> expected_dqkv(b * s * 3 * dim);
+  ASSERT_TRUE(cpu_ops().AttentionBackward(Host(dout, {b, s, dim}), Host(qkv, {b, s, 3 * dim}),
+                                          Host(host_out, {b, s, dim}),
+                                          Host(gpu_lse, {b, c.heads, s}), c.heads, c.causal,
+                                          Host(expected_dqkv, {b, s, 3 * dim}),
+                                          cpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(dqkv), expected_dqkv, 0.01 * RootMeanSquare(expected_dqkv),
+                       1.0 / 128));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    ::testing::Values(AttentionCase{2, 16, 4, 8, false},     // the tiny golden model
+                      AttentionCase{2, 70, 3, 32, false},    // sequence not a tile multiple
+                      AttentionCase{2, 70, 3, 32, true},
+                      AttentionCase{1, 130, 2, 64, true},
+                      AttentionCase{1, 200, 2, 128, false},  // the seed's head_dim
+                      AttentionCase{1, 129, 2, 128, true},
+                      AttentionCase{1, 40, 2, 48, false}));  // head_dim below a template size
+
+TEST(CudaAttentionArguments, HeadDimAboveTheLimitIsRejected) {
+  if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create({});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto qkv = (*backend)->Allocate(2 * 4 * 3 * 256);
+  auto out = (*backend)->Allocate(2 * 4 * 256);
+  auto lse = (*backend)->Allocate(4 * 4);
+  ASSERT_TRUE(qkv.ok() && out.ok() && lse.ok());
+  const absl::Status status = (*backend)->ops().AttentionForward(
+      (*qkv)->View(DType::kBF16, {1, 4, 3 * 256}), 1, false,
+      (*out)->View(DType::kBF16, {1, 4, 256}), (*lse)->View(DType::kF32, {1, 1, 4}),
+      (*backend)->compute_stream());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("head_dim 256"), std::string::npos) << status;
+}
+
+}  // namespace
+}  // namespace fsdpd::testing

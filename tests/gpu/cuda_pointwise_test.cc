@@ -1,0 +1,220 @@
+// The CUDA backend's pointwise and normalisation ops against the CPU reference: residual add,
+// casts, fill, scale, sum of squares, SiLU, RMSNorm, embedding, AdamW.
+#include <cstring>
+
+#include "tests/gpu/cuda_test_support.h"
+
+namespace fsdpd::testing {
+namespace {
+
+// bf16 keeps 8 significant bits: one rounding of a result is off by at most 2^-9 of it. Outputs
+// computed in fp32 and rounded once get 2^-8 relative (twice the bound, for the CPU's own
+// ordering differences) plus a small absolute term for results that cancel to near zero.
+constexpr double kBf16Relative = 1.0 / 256;
+
+using CudaPointwiseTest = CudaTest;
+
+TEST_F(CudaPointwiseTest, AddBf16MatchesCpuAndMayAlias) {
+  const int64_t count = 10007;  // not a multiple of any block size
+  std::vector<float> a = RoundedToBf16(RandomValues(random_, count));
+  std::vector<float> b = RoundedToBf16(RandomValues(random_, count));
+  Tensor device_a = Upload(a, DType::kBF16, {count});
+  Tensor device_b = Upload(b, DType::kBF16, {count});
+  Tensor out = Poisoned(DType::kBF16, {count});
+  ASSERT_TRUE(gpu().Add(device_a, device_b, out, gpu_stream()).ok());
+  std::vector<float> expected(count);
+  Tensor host_out = Host(expected, {count});
+  ASSERT_TRUE(cpu_ops().Add(Host(a, {count}), Host(b, {count}), host_out, cpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(out), expected, 1e-6, kBf16Relative));
+  // In place, as the model accumulates the residual gradient.
+  ASSERT_TRUE(gpu().Add(device_a, device_b, device_a, gpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(device_a), expected, 1e-6, kBf16Relative));
+}
+
+TEST_F(CudaPointwiseTest, CastsRoundToNearestEvenLikeTheCpu) {
+  const int64_t count = 4099;
+  std::vector<float> values = RandomValues(random_, count, 100.0f);
+  Tensor source = Upload(values, DType::kF32, {count});
+  Tensor narrow = Poisoned(DType::kBF16, {count});
+  Tensor wide = Poisoned(DType::kF32, {count});
+  ASSERT_TRUE(gpu().Cast(source, narrow, gpu_stream()).ok());
+  ASSERT_TRUE(gpu().Cast(narrow, wide, gpu_stream()).ok());
+  // Both sides round the same fp32 values to nearest even: the results are identical.
+  EXPECT_TRUE(AllClose(Download(wide), RoundedToBf16(values), 0.0, 0.0));
+  ASSERT_TRUE(gpu().RoundToBf16(source, gpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(source), RoundedToBf16(values), 0.0, 0.0));
+  Tensor ids = NewDevice(DType::kI32, {count});
+  EXPECT_EQ(gpu().Cast(source, ids, gpu_stream()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaPointwiseTest, FillScaleAndSumOfSquares) {
+  const int64_t count = 300001;
+  Tensor values = Poisoned(DType::kF32, {count});
+  ASSERT_TRUE(gpu().Fill(values, 0.5f, gpu_stream()).ok());
+  ASSERT_TRUE(gpu().Scale(values, 3.0f, gpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(values), std::vector<float>(count, 1.5f), 0.0, 0.0));
+
+  std::vector<float> random_values = RandomValues(random_, count);
+  std::vector<float> rounded = RoundedToBf16(random_values);
+  Tensor f32 = Upload(random_values, DType::kF32, {count});
+  Tensor bf16 = Upload(random_values, DType::kBF16, {count});
+  Tensor result = Poisoned(DType::kF32, {1});
+  std::vector<float> expected(1);
+  // fp32 partial sums of ~300k squares against the CPU's double sum: a few ulps per partial.
+  ASSERT_TRUE(gpu().SumOfSquares(f32, result, gpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops().SumOfSquares(Host(random_values, {count}), Host(expected, {1}),
+                                     cpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(result), expected, 0.0, 1e-5));
+  const std::vector<float> first = Download(result);
+  ASSERT_TRUE(gpu().SumOfSquares(bf16, result, gpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops().SumOfSquares(Host(rounded, {count}), Host(expected, {1}),
+                                     cpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(result), expected, 0.0, 1e-5));
+  // The reduction order is fixed: the same input gives the same bits.
+  ASSERT_TRUE(gpu().SumOfSquares(f32, result, gpu_stream()).ok());
+  EXPECT_EQ(std::memcmp(first.data(), Download(result).data(), sizeof(float)), 0);
+}
+
+TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
+  const int64_t rows = 33, width = 515;
+  std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * width, 3.0f));
+  std::vector<float> dout = RoundedToBf16(RandomValues(random_, rows * width));
+  Tensor device_x = Upload(x, DType::kBF16, {rows, width});
+  Tensor device_dout = Upload(dout, DType::kBF16, {rows, width});
+  Tensor out = Poisoned(DType::kBF16, {rows, width});
+  Tensor dx = Poisoned(DType::kBF16, {rows, width});
+  ASSERT_TRUE(gpu().SiluForward(device_x, out, gpu_stream()).ok());
+  ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, gpu_stream()).ok());
+  std::vector<float> expected_out(rows * width), expected_dx(rows * width);
+  ASSERT_TRUE(cpu_ops().SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}),
+                                    cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops().SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
+                                     Host(expected_dx, {rows, width}), cpu_stream()).ok());
+  // __expf differs from expf by a couple of ulps, far below one bf16 rounding.
+  EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-5, kBf16Relative));
+  EXPECT_TRUE(AllClose(Download(dx), expected_dx, 1e-5, kBf16Relative));
+}
+
+TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {
+  const int64_t rows = 300, dim = 200;  // more rows than the backward's blocks
+  const double eps = 1.1920928955078125e-07;
+  std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * dim, 2.0f));
+  std::vector<float> weight = RoundedToBf16(RandomValues(random_, dim));
+  std::vector<float> dout = RoundedToBf16(RandomValues(random_, rows * dim));
+  std::vector<float> dweight_start = RandomValues(random_, dim);
+
+  Tensor device_x = Upload(x, DType::kBF16, {rows, dim});
+  Tensor device_weight = Upload(weight, DType::kBF16, {dim});
+  Tensor device_dout = Upload(dout, DType::kBF16, {rows, dim});
+  Tensor out = Poisoned(DType::kBF16, {rows, dim});
+  Tensor rstd = Poisoned(DType::kF32, {rows});
+  Tensor dx = Poisoned(DType::kBF16, {rows, dim});
+  Tensor dweight = Upload(dweight_start, DType::kF32, {dim});
+  ASSERT_TRUE(gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, gpu_stream()).ok());
+  ASSERT_TRUE(gpu().RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, dweight,
+                                    gpu_stream()).ok());
+
+  std::vector<float> expected_out(rows * dim), expected_rstd(rows), expected_dx(rows * dim);
+  std::vector<float> expected_dweight = dweight_start;
+  ASSERT_TRUE(cpu_ops().RmsNormForward(Host(x, {rows, dim}), Host(weight, {dim}), eps,
+                                       Host(expected_out, {rows, dim}),
+                                       Host(expected_rstd, {rows}), cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops().RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
+                                        Host(weight, {dim}), Host(expected_rstd, {rows}),
+                                        Host(expected_dx, {rows, dim}),
+                                        Host(expected_dweight, {dim}), cpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(rstd), expected_rstd, 0.0, 1e-5));  // fp32 throughout
+  EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-4, kBf16Relative));
+  // dx subtracts a projection term, so cancellation calls for an absolute term at the scale
+  // of the gradient (its values are around 1).
+  EXPECT_TRUE(AllClose(Download(dx), expected_dx, 2e-2, kBf16Relative));
+  // fp32 sums of 300 products against the CPU's double sums.
+  EXPECT_TRUE(AllClose(Download(dweight), expected_dweight, 1e-3, 1e-4));
+
+  // Deterministic weight gradient: the same accumulation again gives the same bits.
+  const std::vector<float> once = Download(dweight);
+  Tensor again = Upload(dweight_start, DType::kF32, {dim});
+  ASSERT_TRUE(gpu().RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, again,
+                                    gpu_stream()).ok());
+  EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), dim * sizeof(float)), 0);
+}
+
+TEST_F(CudaPointwiseTest, EmbeddingForwardAndDeterministicBackward) {
+  const int64_t vocab = 50, dim = 70, tokens = 513;
+  std::vector<float> weight = RoundedToBf16(RandomValues(random_, vocab * dim));
+  std::vector<int32_t> ids(tokens);
+  std::uniform_int_distribution<int32_t> pick(0, 9);  // few distinct ids: many repeats
+  for (int32_t& id : ids) id = pick(random_) * 5;
+  std::vector<float> dout = RoundedToBf16(RandomValues(random_, tokens * dim));
+  std::vector<float> dweight_start = RandomValues(random_, vocab * dim);
+
+  Tensor device_weight = Upload(weight, DType::kBF16, {vocab, dim});
+  Tensor device_ids = UploadIds(ids, {tokens});
+  Tensor out = Poisoned(DType::kBF16, {tokens, dim});
+  ASSERT_TRUE(gpu().EmbeddingForward(device_weight, device_ids, out, gpu_stream()).ok());
+  std::vector<float> expected_out(tokens * dim);
+  ASSERT_TRUE(cpu_ops().EmbeddingForward(Host(weight, {vocab, dim}), HostIds(ids, {tokens}),
+                                         Host(expected_out, {tokens, dim}), cpu_stream()).ok());
+  EXPECT_TRUE(AllClose(Download(out), expected_out, 0.0, 0.0));  // a copy
+
+  Tensor device_dout = Upload(dout, DType::kBF16, {tokens, dim});
+  Tensor dweight = Upload(dweight_start, DType::kF32, {vocab, dim});
+  ASSERT_TRUE(gpu().EmbeddingBackward(device_dout, device_ids, dweight, gpu_stream()).ok());
+  std::vector<float> expected_dweight = dweight_start;
+  ASSERT_TRUE(cpu_ops().EmbeddingBackward(Host(dout, {tokens, dim}), HostIds(ids, {tokens}),
+                                          Host(expected_dweight, {vocab, dim}),
+                                          cpu_stream()).ok());
+  // fp32 sums of ~50 values each, in another association than the CPU's running sum.
+  const std::vector<float> once = Download(dweight);
+  EXPECT_TRUE(AllClose(once, expected_dweight, 1e-5, 1e-5));
+  Tensor again = Upload(dweight_start, DType::kF32, {vocab, dim});
+  ASSERT_TRUE(gpu().EmbeddingBackward(device_dout, device_ids, again, gpu_stream()).ok());
+  EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), once.size() * sizeof(float)), 0);
+}
+
+TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
+  const int64_t count = 100003;
+  std::vector<float> param = RandomValues(random_, count);
+  std::vector<float> grad = RandomValues(random_, count, 0.1f);
+  std::vector<float> exp_avg = RandomValues(random_, count, 0.01f);
+  std::vector<float> exp_avg_sq = RandomValues(random_, count, 0.001f);
+  for (float& v : exp_avg_sq) v = std::fabs(v);
+  Tensor device_param = Upload(param, DType::kF32, {count});
+  Tensor device_grad = Upload(grad, DType::kF32, {count});
+  Tensor device_avg = Upload(exp_avg, DType::kF32, {count});
+  Tensor device_avg_sq = Upload(exp_avg_sq, DType::kF32, {count});
+  AdamWParams params;
+  params.lr = 1e-3;
+  params.weight_decay = 0.1;
+  params.step = 7;
+  ASSERT_TRUE(gpu().AdamW(device_param, device_grad, device_avg, device_avg_sq, params,
+                          gpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops().AdamW(Host(param, {count}), Host(grad, {count}), Host(exp_avg, {count}),
+                              Host(exp_avg_sq, {count}), params, cpu_stream()).ok());
+  // Same fp32 operations in the same order without fused multiply-adds: equal up to the odd
+  // ulp where a compiler still reassociates.
+  EXPECT_TRUE(AllClose(Download(device_param), param, 0.0, 1e-6));
+  EXPECT_TRUE(AllClose(Download(device_avg), exp_avg, 0.0, 1e-6));
+  EXPECT_TRUE(AllClose(Download(device_avg_sq), exp_avg_sq, 0.0, 1e-6));
+
+  params.step = 0;
+  EXPECT_EQ(gpu().AdamW(device_param, device_grad, device_avg, device_avg_sq, params,
+                        gpu_stream()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaPointwiseTest, WrongDtypesAreRejectedWithTheArgumentNamed) {
+  Tensor x = NewDevice(DType::kF32, {4, 8});
+  Tensor weight = NewDevice(DType::kBF16, {8});
+  Tensor out = NewDevice(DType::kBF16, {4, 8});
+  Tensor rstd = NewDevice(DType::kF32, {4});
+  absl::Status status = gpu().RmsNormForward(x, weight, 1e-6, out, rstd, gpu_stream());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("x must be bf16"), std::string::npos) << status;
+  // A stream of another backend is refused rather than misused.
+  status = gpu().Fill(out, 1.0f, cpu_stream());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+}  // namespace
+}  // namespace fsdpd::testing

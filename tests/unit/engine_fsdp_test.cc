@@ -1,0 +1,123 @@
+// FSDP's forward/backward on real MiniLLM units: at world 2 and 3 (units that do not divide
+// evenly), with each rank holding its part of the global batch, the reduce-scattered gradient
+// shards must put together the world-1 gradient of the whole batch, and the mean loss must be
+// the same; with and without resharding after forward.
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/engine_test_support.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/fsdp/fsdp_state.h"
+#include "worker/model/minillm.h"
+#include "worker/trainer_weights.h"
+
+namespace fsdpd {
+namespace {
+
+constexpr int64_t kGlobalBatch = 6;
+constexpr int64_t kSeq = 8;
+
+ModelConfig TinyConfig() {
+  ModelConfig config;
+  config.vocab = 37;
+  config.dim = 16;
+  config.layers = 2;
+  config.heads = 2;
+  config.ffn_hidden = 24;
+  return config;
+}
+
+struct StepResult {
+  double loss = 0.0;
+  std::vector<std::vector<float>> gradients;  // per unit, unpadded
+};
+
+StepResult RunStep(int world, const FsdpOptions& options) {
+  const ModelConfig config = TinyConfig();
+  std::vector<int32_t> tokens(kGlobalBatch * kSeq), targets(kGlobalBatch * kSeq);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7 + 3) % config.vocab);
+    targets[i] = static_cast<int32_t>((i * 11 + 5) % config.vocab);
+  }
+  StepResult result;
+  std::mutex mutex;
+  testing::RunRanks(world, [&](Communicator& communicator) {
+    CpuBackend backend;
+    const int64_t batch = kGlobalBatch / world;
+    auto model = MiniLLM::Create(config, batch, kSeq, &backend);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto state = FsdpState::Create((*model)->units(), &backend, &communicator, options);
+    ASSERT_TRUE(state.ok()) << state.status();
+    ASSERT_TRUE(InitializeWeightsFromSeed(config, 11, **state).ok());
+    const int64_t offset = communicator.rank() * batch * kSeq;
+    const int64_t bytes_before = backend.memory_stats().current_bytes;
+    auto loss = (*state)->ForwardBackward(**model, tokens.data() + offset, targets.data() + offset);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    // Every gathered unit and unsharded gradient was freed again; they did exist meanwhile.
+    EXPECT_EQ(backend.memory_stats().current_bytes, bytes_before);
+    EXPECT_GT(backend.memory_stats().peak_bytes, bytes_before);
+    std::vector<float> mean_loss = {*loss};
+    Tensor loss_tensor{mean_loss.data(), DType::kF32, {1}};
+    ASSERT_TRUE(
+        communicator.AllReduce(loss_tensor, ReduceOp::kAverage, backend.compute_stream()).ok());
+    std::vector<std::vector<float>> gradients;
+    for (int unit = 0; unit < (*state)->num_units(); ++unit) {
+      UnitShard& shard = (*state)->shard(unit);
+      std::vector<float> full(shard.layout.padded_numel);
+      Tensor full_tensor{full.data(), DType::kF32, {shard.layout.padded_numel}};
+      ASSERT_TRUE(communicator.AllGather(shard.Grad(), full_tensor, backend.comm_stream()).ok());
+      for (int64_t i = shard.layout.numel; i < shard.layout.padded_numel; ++i) {
+        ASSERT_EQ(full[i], 0.0f) << "padding gradient must be zero";
+      }
+      full.resize(shard.layout.numel);
+      gradients.push_back(std::move(full));
+    }
+    if (communicator.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      result.loss = mean_loss[0];
+      result.gradients = std::move(gradients);
+    }
+  });
+  return result;
+}
+
+void ExpectSameGradients(const StepResult& actual, const StepResult& expected,
+                         const std::string& label) {
+  EXPECT_NEAR(actual.loss, expected.loss, 1e-6) << label;
+  ASSERT_EQ(actual.gradients.size(), expected.gradients.size());
+  for (size_t unit = 0; unit < expected.gradients.size(); ++unit) {
+    ASSERT_EQ(actual.gradients[unit].size(), expected.gradients[unit].size());
+    float largest = 0.0f;
+    for (float g : expected.gradients[unit]) largest = std::max(largest, std::abs(g));
+    ASSERT_GT(largest, 0.0f) << "unit " << unit << " got no gradient";
+    for (size_t i = 0; i < expected.gradients[unit].size(); ++i) {
+      ASSERT_NEAR(actual.gradients[unit][i], expected.gradients[unit][i], 1e-5f * largest)
+          << label << " unit " << unit << " element " << i;
+    }
+  }
+}
+
+TEST(FsdpStateTest, ShardedGradientsAtAnyWorldSizeEqualTheWholeBatchGradient) {
+  FsdpOptions options;
+  const StepResult single = RunStep(1, options);
+  ExpectSameGradients(RunStep(2, options), single, "world 2");
+  ExpectSameGradients(RunStep(3, options), single, "world 3");
+  options.reshard_after_forward = false;
+  ExpectSameGradients(RunStep(2, options), single, "world 2 without reshard");
+}
+
+TEST(FsdpStateTest, Bf16ParametersChangeTheLossButNotItsWorldInvariance) {
+  FsdpOptions bf16;
+  bf16.round_params_to_bf16 = true;
+  const StepResult fp32 = RunStep(1, FsdpOptions{});
+  const StepResult single = RunStep(1, bf16);
+  EXPECT_NE(single.loss, fp32.loss) << "rounding the gathered parameters must show";
+  EXPECT_NEAR(single.loss, fp32.loss, 1e-2);
+  ExpectSameGradients(RunStep(2, bf16), single, "bf16 world 2");
+}
+
+}  // namespace
+}  // namespace fsdpd
