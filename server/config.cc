@@ -43,6 +43,10 @@ absl::Status WorkerRegistryConfig::Check() const {
                      "ms) must be positive and shorter than the heartbeat timeout (",
                      heartbeat_timeout.count(), "ms)"));
   }
+  if (lost_retention < heartbeat_timeout) {
+    return absl::InvalidArgumentError(
+        "lost worker retention must be at least the heartbeat timeout");
+  }
   return absl::OkStatus();
 }
 

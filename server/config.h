@@ -23,6 +23,8 @@ struct JobStoreConfig {
 struct WorkerRegistryConfig {
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{1000};  // what workers are told to use
+  // How long a LOST worker stays listed (alerts watch it) before it is forgotten.
+  std::chrono::milliseconds lost_retention{3600 * 1000};
   absl::Status Check() const;
 };
 

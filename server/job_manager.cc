@@ -402,13 +402,15 @@ void JobManager::Tick() {
   for (auto& [id, record] : jobs_) {
     if (!record.active.has_value() || !record.active->recovery_deadline.has_value()) continue;
     ActiveAttempt& active = *record.active;
-    const auto missing = std::find(active.reattached.begin(), active.reattached.end(), false);
-    if (missing == active.reattached.end()) {
+    size_t rank = 0;
+    while (rank < active.reattached.size() && (active.reattached[rank] || active.finished[rank])) {
+      ++rank;
+    }
+    if (rank == active.reattached.size()) {
       active.recovery_deadline.reset();
       continue;
     }
     if (now < *active.recovery_deadline) continue;
-    const size_t rank = missing - active.reattached.begin();
     FailAttemptLocked(record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
                                            ") did not come back after a coordinator restart"));
   }

@@ -138,6 +138,8 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
                   report.attempt(), report.rank(), worker_id);
     return;
   }
+  // A report proves the rank is alive, whatever the worker said when it registered.
+  record->active->reattached[report.rank()] = true;
   LogStoreError(store_.AppendStepReport(report), "step report");
   if (observer_ != nullptr) {
     if (std::optional<WorkerSnapshot> worker = workers_.Find(worker_id)) {
@@ -255,8 +257,8 @@ void JobManager::OnProfileLocked(const std::string& worker_id, const v1::Profile
     return;
   }
   if (absl::Status status = profiles_.Write(report); !status.ok()) {
-    spdlog::error("{}: storing the profile of rank {} failed: {}", report.job_id(),
-                  report.rank(), status.ToString());
+    spdlog::error("{}: storing the profile of rank {} failed: {}", report.job_id(), report.rank(),
+                  status.ToString());
     return;
   }
   if (report.kernels_size() > 0 && observer_ != nullptr) observer_->OnProfile(report);

@@ -282,7 +282,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext
 grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::GetTrace(
     grpc::CallbackServerContext* context, const v1::GetProfileRequest* request) {
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
-  if (!job.ok()) return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("GetTrace"));
+  if (!job.ok())
+    return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("GetTrace"));
   absl::StatusOr<std::string> path = jobs_.profiles().TracePath(request->id(), request->rank());
   if (!path.ok()) {
     return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("GetTrace"));

@@ -23,7 +23,8 @@ absl::Status ProfileStore::Write(const v1::ProfileReport& report) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::error_code error;
   fs::create_directories(fs::path(root_) / report.job_id(), error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create profile directory: ", error.message()));
+  if (error)
+    return absl::InternalError(absl::StrCat("cannot create profile directory: ", error.message()));
   if (report.kernels_size() > 0) {
     v1::ProfileReport table = report;
     table.clear_trace_chunk();
@@ -37,22 +38,24 @@ absl::Status ProfileStore::Write(const v1::ProfileReport& report) {
       }
     }
     fs::rename(path + ".partial", path, error);
-    if (error) return absl::InternalError(absl::StrCat("cannot rename ", path, ": ", error.message()));
+    if (error)
+      return absl::InternalError(absl::StrCat("cannot rename ", path, ": ", error.message()));
   }
   if (report.trace_chunk().empty() && !report.trace_last()) return absl::OkStatus();
   const std::string trace = Path(report.job_id(), "trace", report.rank(), ".json");
   {
     // Chunk 0 starts a new trace; later chunks append in the order they arrive.
-    std::ofstream file(trace + ".partial", std::ios::binary | (report.trace_chunk_index() == 0
-                                                                   ? std::ios::trunc
-                                                                   : std::ios::app));
+    std::ofstream file(
+        trace + ".partial",
+        std::ios::binary | (report.trace_chunk_index() == 0 ? std::ios::trunc : std::ios::app));
     file.write(report.trace_chunk().data(),
                static_cast<std::streamsize>(report.trace_chunk().size()));
     if (!file.flush()) return absl::InternalError(absl::StrCat("cannot write ", trace));
   }
   if (report.trace_last()) {
     fs::rename(trace + ".partial", trace, error);
-    if (error) return absl::InternalError(absl::StrCat("cannot rename ", trace, ": ", error.message()));
+    if (error)
+      return absl::InternalError(absl::StrCat("cannot rename ", trace, ": ", error.message()));
   }
   return absl::OkStatus();
 }
@@ -61,9 +64,9 @@ absl::StatusOr<v1::ProfileReport> ProfileStore::KernelTable(const std::string& j
                                                             int rank) const {
   std::ifstream file(Path(job_id, "profile", rank, ".pb"), std::ios::binary);
   if (!file) {
-    return absl::NotFoundError(absl::StrCat(
-        "job ", job_id, " has no profile from rank ", rank,
-        " yet: profile a window with `fsdpctl profile` or profile.steps in the spec"));
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, " has no profile from rank ", rank,
+                     " yet: profile a window with `fsdpctl profile` or profile.steps in the spec"));
   }
   v1::ProfileReport report;
   if (!report.ParseFromIstream(&file)) {

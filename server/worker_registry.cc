@@ -27,8 +27,13 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   if (request.hostname().empty()) {
     return absl::InvalidArgumentError("hostname: must not be empty");
   }
-  if (request.memory_bytes() < 0 || request.gpu_index() < 0) {
-    return absl::InvalidArgumentError("memory_bytes and gpu_index must not be negative");
+  if (request.memory_bytes() < 0) {
+    return absl::InvalidArgumentError("memory_bytes: must not be negative");
+  }
+  // -1 is how a CPU worker says it has no GPU.
+  if (request.gpu_index() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu_index: must be -1 (no GPU) or a device index, got ", request.gpu_index()));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   std::string id = request.worker_id().empty() ? NewIdLocked() : request.worker_id();
@@ -187,6 +192,12 @@ void WorkerRegistry::CloseAllSessions(const absl::Status& status) {
 std::vector<WorkerSnapshot> WorkerRegistry::ExpireSilentWorkers(Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<WorkerSnapshot> expired;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const Entry& entry = it->second;
+    const bool forgotten = entry.info.state() == v1::LOST && entry.session == nullptr &&
+                           now - entry.last_heartbeat > config_.lost_retention;
+    it = forgotten ? workers_.erase(it) : std::next(it);
+  }
   for (auto& [id, entry] : workers_) {
     if (entry.info.state() == v1::LOST) continue;
     if (now - entry.last_heartbeat <= config_.heartbeat_timeout) continue;

@@ -77,7 +77,8 @@ class WorkerRegistry {
   void CloseAllSessions(const absl::Status& status);
 
   // Marks LOST every worker whose last heartbeat is older than the timeout and returns them
-  // (with the assignment they had, which the job manager must fail).
+  // (with the assignment they had, which the job manager must fail). Forgets workers LOST for
+  // longer than the retention.
   std::vector<WorkerSnapshot> ExpireSilentWorkers(Clock::time_point now);
 
  private:

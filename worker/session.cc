@@ -97,9 +97,14 @@ absl::Status WorkerSession::Register() {
   v1::RegisterResponse response;
   grpc::Status status = stub_->Register(&context, request, &response);
   if (!status.ok()) {
-    return absl::UnavailableError(absl::StrCat("register with the coordinator at ",
-                                               config_.coordinator_address, ": ",
-                                               status.error_message()));
+    const std::string why = absl::StrCat("register with the coordinator at ",
+                                         config_.coordinator_address, ": ",
+                                         status.error_message());
+    // The coordinator refusing what we send will not change by retrying.
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      return absl::InvalidArgumentError(why);
+    }
+    return absl::UnavailableError(why);
   }
   std::lock_guard<std::mutex> lock(state_mutex_);
   if (!worker_id_.empty() && worker_id_ != response.worker_id()) {
@@ -120,8 +125,14 @@ absl::Status WorkerSession::Register() {
 
 absl::Status WorkerSession::Run() {
   std::chrono::milliseconds backoff = config_.reconnect_initial_backoff;
+  absl::Status fatal;
   while (!shutting_down_.load()) {
     absl::Status registered = Register();
+    if (absl::IsInvalidArgument(registered)) {
+      fatal = registered;
+      Shutdown();
+      break;
+    }
     if (!registered.ok()) {
       spdlog::warn("{}; retrying", std::string(registered.message()));
       SleepBeforeReconnect(backoff);
@@ -149,7 +160,7 @@ absl::Status WorkerSession::Run() {
   if (!outbox_.Empty()) {
     spdlog::warn("shutting down with reports the coordinator has not received");
   }
-  return absl::OkStatus();
+  return fatal;
 }
 
 void WorkerSession::Shutdown() {

@@ -10,7 +10,7 @@ namespace fsdpd {
 
 struct DeviceInfo {
   std::string kind;    // cpu | cuda
-  int gpu_index = -1;  // -1 for cpu
+  int gpu_index = 0;  // 0 for cpu, which has no index
   std::string gpu_name;
   std::string gpu_uuid;
   int64_t memory_bytes = 0;

@@ -80,6 +80,46 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
   return absl::OkStatus();
 }
 
+// Paths from the spec and context, resolved and confined to context.allowed_roots.
+struct JobPaths {
+  std::string job_dir;
+  std::string init_path;  // empty: PyTorch's initialisation from train.seed
+  v1::DataSpec data;      // with its path resolved
+};
+
+absl::StatusOr<std::string> ResolveField(const char* field, const std::string& path,
+                                         const RankContext& context) {
+  absl::StatusOr<std::string> resolved = ResolveConfinedPath(path, context.allowed_roots);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat(field, ": ", resolved.status().message()));
+  }
+  return resolved;
+}
+
+absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankContext& context) {
+  JobPaths paths;
+  ENGINE_ASSIGN_OR_RETURN(paths.job_dir,
+                          ResolveField("checkpoint directory", context.checkpoint_dir, context));
+  std::error_code error;
+  std::filesystem::create_directories(paths.job_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot create the checkpoint directory ",
+                                                      paths.job_dir, ": ", error.message()));
+  }
+  if (!spec.checkpoint().init_from().empty()) {
+    ENGINE_ASSIGN_OR_RETURN(paths.init_path, ResolveField("checkpoint.init_from",
+                                                          spec.checkpoint().init_from(), context));
+  }
+  paths.data = spec.data();
+  if (!paths.data.path().empty()) {
+    ENGINE_ASSIGN_OR_RETURN(const std::string data_path,
+                            ResolveField("data.path", paths.data.path(), context));
+    paths.data.set_path(data_path);
+  }
+  return paths;
+}
+
 // One rank's engine: everything RunTrainer builds, in dependency order.
 struct Engine {
   std::unique_ptr<Backend> backend;
@@ -89,6 +129,54 @@ struct Engine {
   std::unique_ptr<ShardedAdamW> optimizer;
   std::unique_ptr<DataLoader> data;
 };
+
+absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& context,
+                                   const ModelConfig& config, const v1::DataSpec& data) {
+  Engine engine;
+  engine.backend = std::make_unique<CpuBackend>();
+  CommunicatorOptions communicator_options;
+  communicator_options.rank = context.rank;
+  communicator_options.world_size = context.world_size;
+  communicator_options.bind_address = context.bind_address;
+  communicator_options.timeout =
+      context.collective_timeout.count() > 0 ? context.collective_timeout : CommunicatorTimeout();
+  ENGINE_ASSIGN_OR_RETURN(engine.communicator,
+                          CreateCommunicator(communicator_options, context.store));
+  const int64_t batch = spec.train().batch_size();
+  ENGINE_ASSIGN_OR_RETURN(engine.model,
+                          MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
+  FsdpOptions fsdp_options;
+  fsdp_options.reshard_after_forward = spec.parallel().reshard_after_forward();
+  // The CPU backend computes in fp32: bf16 parameters are fp32 storage rounded through bf16.
+  fsdp_options.param_storage_dtype = DType::kF32;
+  fsdp_options.round_params_to_bf16 = spec.parallel().param_dtype() == "bf16";
+  ENGINE_ASSIGN_OR_RETURN(engine.state,
+                          FsdpState::Create(engine.model->units(), engine.backend.get(),
+                                            engine.communicator.get(), fsdp_options));
+  ENGINE_ASSIGN_OR_RETURN(
+      engine.optimizer,
+      ShardedAdamW::Create(engine.backend.get(), engine.communicator.get(), engine.state.get()));
+  DataLoaderOptions data_options;
+  data_options.data = data;
+  data_options.vocab = config.vocab;
+  data_options.batch_size = batch;
+  data_options.rank = context.rank;
+  data_options.world_size = context.world_size;
+  data_options.seed = spec.train().seed();
+  ENGINE_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
+  return engine;
+}
+
+AdamWParams AdamWFor(const v1::TrainSpec& train, int64_t step) {
+  AdamWParams adamw;
+  adamw.lr = LearningRateAt(train, step);
+  adamw.beta1 = train.beta1();
+  adamw.beta2 = train.beta2();
+  adamw.eps = train.eps();
+  adamw.weight_decay = train.weight_decay();
+  adamw.step = step;
+  return adamw;
+}
 
 }  // namespace
 
@@ -108,87 +196,27 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   auto cancelled = [&] { return hooks.cancelled != nullptr && hooks.cancelled->load(); };
 
   ENGINE_RETURN_IF_ERROR(CheckRunnable(spec, context));
-  ENGINE_ASSIGN_OR_RETURN(ModelConfig config, ModelConfigFromSpec(spec.model()));
-  ENGINE_ASSIGN_OR_RETURN(const std::string job_dir,
-                          ResolveConfinedPath(context.checkpoint_dir, context.allowed_roots));
-  {
-    std::error_code error;
-    std::filesystem::create_directories(job_dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create the checkpoint directory ", job_dir, ": ", error.message()));
-    }
-  }
-  std::string init_path;
-  if (!spec.checkpoint().init_from().empty()) {
-    absl::StatusOr<std::string> resolved =
-        ResolveConfinedPath(spec.checkpoint().init_from(), context.allowed_roots);
-    if (!resolved.ok()) {
-      return absl::Status(resolved.status().code(),
-                          absl::StrCat("checkpoint.init_from: ", resolved.status().message()));
-    }
-    init_path = *resolved;
-  }
-  v1::DataSpec data_spec = spec.data();
-  if (!data_spec.path().empty()) {
-    absl::StatusOr<std::string> resolved =
-        ResolveConfinedPath(data_spec.path(), context.allowed_roots);
-    if (!resolved.ok()) {
-      return absl::Status(resolved.status().code(),
-                          absl::StrCat("data.path: ", resolved.status().message()));
-    }
-    data_spec.set_path(*resolved);
-  }
-
-  Engine engine;
-  engine.backend = std::make_unique<CpuBackend>();
+  ENGINE_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromSpec(spec.model()));
+  ENGINE_ASSIGN_OR_RETURN(const JobPaths paths, ResolveJobPaths(spec, context));
+  ENGINE_ASSIGN_OR_RETURN(Engine engine, BuildEngine(spec, context, config, paths.data));
   Backend& backend = *engine.backend;
-
-  CommunicatorOptions communicator_options;
-  communicator_options.rank = context.rank;
-  communicator_options.world_size = context.world_size;
-  communicator_options.bind_address = context.bind_address;
-  communicator_options.timeout = CommunicatorTimeout();
-  ENGINE_ASSIGN_OR_RETURN(engine.communicator,
-                          CreateCommunicator(communicator_options, context.store));
   Communicator& communicator = *engine.communicator;
-
-  const int64_t batch = spec.train().batch_size();
-  const int64_t seq = data_spec.seq_len();
-  ENGINE_ASSIGN_OR_RETURN(engine.model, MiniLLM::Create(config, batch, seq, &backend));
-
-  FsdpOptions fsdp_options;
-  fsdp_options.reshard_after_forward = spec.parallel().reshard_after_forward();
-  fsdp_options.param_storage_dtype = DType::kF32;
-  fsdp_options.round_params_to_bf16 = spec.parallel().param_dtype() == "bf16";
-  ENGINE_ASSIGN_OR_RETURN(engine.state, FsdpState::Create(engine.model->units(), &backend,
-                                                          &communicator, fsdp_options));
   FsdpState& state = *engine.state;
-  ENGINE_ASSIGN_OR_RETURN(engine.optimizer, ShardedAdamW::Create(&backend, &communicator, &state));
-
-  DataLoaderOptions data_options;
-  data_options.data = data_spec;
-  data_options.vocab = config.vocab;
-  data_options.batch_size = batch;
-  data_options.rank = context.rank;
-  data_options.world_size = context.world_size;
-  data_options.seed = spec.train().seed();
-  ENGINE_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
 
   // Initial weights first, so a resume overwrites them; a bad init file fails even on resume.
-  if (!init_path.empty()) {
-    ENGINE_RETURN_IF_ERROR(InitializeWeightsFromFile(init_path, state));
-    log("info", absl::StrCat("initial weights from ", init_path));
+  if (!paths.init_path.empty()) {
+    ENGINE_RETURN_IF_ERROR(InitializeWeightsFromFile(paths.init_path, state));
+    log("info", absl::StrCat("initial weights from ", paths.init_path));
   } else {
     ENGINE_RETURN_IF_ERROR(InitializeWeightsFromSeed(config, spec.train().seed(), state));
   }
   ENGINE_ASSIGN_OR_RETURN(const int64_t start_step,
-                          ResumeFromCheckpoint(job_dir, state, communicator, backend, log));
+                          ResumeFromCheckpoint(paths.job_dir, state, communicator, backend, log));
 
   ENGINE_ASSIGN_OR_RETURN(const double peak_flops, PeakFlopsPerRank(backend));
   const double flops_per_token = FlopsPerToken(spec);
   const int64_t total_steps = spec.train().steps();
-  const int64_t tokens_per_rank_step = batch * seq;
+  const int64_t tokens_per_rank_step = spec.train().batch_size() * paths.data.seq_len();
   log("info",
       absl::StrFormat("training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step, "
                       "peak %.3g FLOP/s per rank for MFU",
@@ -211,15 +239,10 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     ENGINE_RETURN_IF_ERROR(engine.data->Batch(step - 1, inputs.data(), targets.data()));
     ENGINE_ASSIGN_OR_RETURN(const float local_loss,
                             state.ForwardBackward(*engine.model, inputs.data(), targets.data()));
-    AdamWParams adamw;
-    adamw.lr = LearningRateAt(spec.train(), step);
-    adamw.beta1 = spec.train().beta1();
-    adamw.beta2 = spec.train().beta2();
-    adamw.eps = spec.train().eps();
-    adamw.weight_decay = spec.train().weight_decay();
-    adamw.step = step;
+    const AdamWParams adamw = AdamWFor(spec.train(), step);
     ENGINE_ASSIGN_OR_RETURN(const double grad_norm,
                             engine.optimizer->Step(adamw, spec.train().grad_clip()));
+    // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
     std::vector<float> loss = {local_loss};
     ENGINE_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
     ENGINE_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
@@ -259,15 +282,16 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
 
     const int64_t every = spec.checkpoint().every_steps();
     if (every > 0 && step % every == 0) {
-      ENGINE_RETURN_IF_ERROR(SaveCheckpoint(job_dir, step, std::max(spec.checkpoint().keep(), 1),
-                                            state, communicator, backend));
+      ENGINE_RETURN_IF_ERROR(SaveCheckpoint(paths.job_dir, step,
+                                            std::max(spec.checkpoint().keep(), 1), state,
+                                            communicator, backend));
       log("info", absl::StrCat("checkpoint of step ", step, " committed"));
     }
   }
 
   ENGINE_ASSIGN_OR_RETURN(result.exported_model_path,
-                          ExportConsolidatedModel(job_dir + "/model.safetensors", result.final_step,
-                                                  state, communicator));
+                          ExportConsolidatedModel(paths.job_dir + "/model.safetensors",
+                                                  result.final_step, state, communicator));
   if (!result.exported_model_path.empty()) {
     log("info", absl::StrCat("exported the model to ", result.exported_model_path));
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ struct RankContext {
   KeyValueStore* store = nullptr;
   // The address peers reach this rank on (Gloo binds it); loopback by default.
   std::string bind_address = "127.0.0.1";
+  // Bounds every collective and the rendezvous, so a dead peer fails the attempt instead of
+  // hanging it; 0 means the engine default (60 s, or FSDPD_COMM_TIMEOUT_SECONDS).
+  std::chrono::milliseconds collective_timeout{0};
   std::string device = "cpu";  // cpu | cuda:N
 };
 

@@ -1,8 +1,7 @@
-#include "kernels/cuda/adamw.h"
-
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/device_common.cuh"
 #include "worker/backend/cuda_check.h"
 
@@ -61,8 +60,8 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
   scalars.step_size = static_cast<float>(params.lr / bias_correction1);
   scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   scalars.eps = static_cast<float>(params.eps);
-  AdamWKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(param, grad, exp_avg,
-                                                                 exp_avg_sq, count, scalars);
+  AdamWKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq,
+                                                                 count, scalars);
   CUDA_CHECK_LAUNCH("AdamWKernel");
   return absl::OkStatus();
 }

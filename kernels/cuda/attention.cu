@@ -1,9 +1,10 @@
-#include "kernels/cuda/attention.h"
-
 #include <cmath>
+#include <initializer_list>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tensor_core.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "worker/backend/cuda_check.h"
 
@@ -41,11 +42,11 @@ __device__ void LoadTile(const __nv_bfloat16* base, int64_t row_stride, int64_t 
 
 template <int HD>
 __global__ void __launch_bounds__(kRows)
-    AttentionForwardKernel(const __nv_bfloat16* qkv, Geometry g, bool causal,
-                           __nv_bfloat16* out, float* lse) {
+    AttentionForwardKernel(const __nv_bfloat16* qkv, Geometry g, bool causal, __nv_bfloat16* out,
+                           float* lse) {
   extern __shared__ float shared[];
-  float* q_tile = shared;                      // kRows × (HD + 1): each thread's own row
-  float* k_tile = q_tile + kRows * (HD + 1);   // kTile × HD, read by every thread
+  float* q_tile = shared;                     // kRows × (HD + 1): each thread's own row
+  float* k_tile = q_tile + kRows * (HD + 1);  // kTile × HD, read by every thread
   float* v_tile = k_tile + kTile * HD;
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
@@ -137,10 +138,10 @@ __global__ void __launch_bounds__(kRows)
                                  const float* lse, const float* delta, Geometry g, bool causal,
                                  __nv_bfloat16* dqkv) {
   extern __shared__ float shared[];
-  float* q_tile = shared;                             // kRows × (HD + 1)
-  float* dout_tile = q_tile + kRows * (HD + 1);       // kRows × (HD + 1)
-  float* k_tile = dout_tile + kRows * (HD + 1);       // kTile × HD
-  float* v_tile = k_tile + kTile * HD;                // kTile × HD
+  float* q_tile = shared;                        // kRows × (HD + 1)
+  float* dout_tile = q_tile + kRows * (HD + 1);  // kRows × (HD + 1)
+  float* k_tile = dout_tile + kRows * (HD + 1);  // kTile × HD
+  float* v_tile = k_tile + kTile * HD;           // kTile × HD
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
   const int64_t q_first = int64_t{blockIdx.x} * kRows;
@@ -205,16 +206,16 @@ __global__ void __launch_bounds__(kRows)
 template <int HD>
 __global__ void __launch_bounds__(kRows)
     AttentionKeyValueGradientKernel(const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                    const float* lse, const float* delta, Geometry g,
-                                    bool causal, __nv_bfloat16* dqkv) {
+                                    const float* lse, const float* delta, Geometry g, bool causal,
+                                    __nv_bfloat16* dqkv) {
   extern __shared__ float shared[];
-  float* k_tile = shared;                           // kRows × (HD + 1)
-  float* v_tile = k_tile + kRows * (HD + 1);        // kRows × (HD + 1)
-  float* dv_tile = v_tile + kRows * (HD + 1);       // kRows × (HD + 1), accumulators
-  float* q_tile = dv_tile + kRows * (HD + 1);       // kTile × HD
-  float* dout_tile = q_tile + kTile * HD;           // kTile × HD
-  float* lse_tile = dout_tile + kTile * HD;         // kTile
-  float* delta_tile = lse_tile + kTile;             // kTile
+  float* k_tile = shared;                      // kRows × (HD + 1)
+  float* v_tile = k_tile + kRows * (HD + 1);   // kRows × (HD + 1)
+  float* dv_tile = v_tile + kRows * (HD + 1);  // kRows × (HD + 1), accumulators
+  float* q_tile = dv_tile + kRows * (HD + 1);  // kTile × HD
+  float* dout_tile = q_tile + kTile * HD;      // kTile × HD
+  float* lse_tile = dout_tile + kTile * HD;    // kTile
+  float* delta_tile = lse_tile + kTile;        // kTile
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
   const int64_t k_first = int64_t{blockIdx.x} * kRows;
@@ -281,22 +282,24 @@ __global__ void __launch_bounds__(kRows)
 absl::StatusOr<Geometry> CheckDims(const char* op, const AttentionDims& dims) {
   if (dims.batch <= 0 || dims.seq <= 0 || dims.heads <= 0 || dims.dim <= 0 ||
       dims.dim % dims.heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": batch, seq, heads and dim must be positive and heads must divide dim;",
-                     " got batch ", dims.batch, ", seq ", dims.seq, ", heads ", dims.heads,
-                     ", dim ", dims.dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": batch, seq, heads and dim must be positive and heads must divide dim;",
+        " got batch ", dims.batch, ", seq ", dims.seq, ", heads ", dims.heads, ", dim ", dims.dim));
   }
   const int64_t head_dim = dims.dim / dims.heads;
   if (head_dim > kMaxAttentionHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": head_dim ", head_dim,
-                                                   " exceeds the supported ",
-                                                   kMaxAttentionHeadDim));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": head_dim ", head_dim, " exceeds the supported ", kMaxAttentionHeadDim));
   }
   if (dims.batch * dims.heads > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": batch · heads = ", dims.batch * dims.heads, " exceeds 65535"));
   }
-  Geometry g{dims.batch, dims.seq, dims.heads, dims.dim, static_cast<int>(head_dim),
+  Geometry g{dims.batch,
+             dims.seq,
+             dims.heads,
+             dims.dim,
+             static_cast<int>(head_dim),
              static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
   return g;
 }
@@ -316,27 +319,37 @@ absl::Status LaunchForward(const __nv_bfloat16* qkv, const Geometry& g, bool cau
 }
 
 template <int HD>
-absl::Status LaunchBackward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                            const float* lse, const float* delta, const Geometry& g, bool causal,
-                            __nv_bfloat16* dqkv, cudaStream_t stream) {
+absl::Status LaunchBackward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
+                            const float* delta, const Geometry& g, bool causal, __nv_bfloat16* dqkv,
+                            cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((g.seq + kRows - 1) / kRows),
                   static_cast<unsigned>(g.batch * g.heads));
   const size_t query_shared = sizeof(float) * (2 * kRows * (HD + 1) + 2 * kTile * HD);
   CUDA_CHECK(cudaFuncSetAttribute(AttentionQueryGradientKernel<HD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(query_shared)));
-  AttentionQueryGradientKernel<HD><<<grid, kRows, query_shared, stream>>>(dout, qkv, lse, delta,
-                                                                          g, causal, dqkv);
+  AttentionQueryGradientKernel<HD>
+      <<<grid, kRows, query_shared, stream>>>(dout, qkv, lse, delta, g, causal, dqkv);
   CUDA_CHECK_LAUNCH("AttentionQueryGradientKernel");
-  const size_t key_shared =
-      sizeof(float) * (3 * kRows * (HD + 1) + 2 * kTile * HD + 2 * kTile);
+  const size_t key_shared = sizeof(float) * (3 * kRows * (HD + 1) + 2 * kTile * HD + 2 * kTile);
   CUDA_CHECK(cudaFuncSetAttribute(AttentionKeyValueGradientKernel<HD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(key_shared)));
-  AttentionKeyValueGradientKernel<HD><<<grid, kRows, key_shared, stream>>>(dout, qkv, lse, delta,
-                                                                           g, causal, dqkv);
+  AttentionKeyValueGradientKernel<HD>
+      <<<grid, kRows, key_shared, stream>>>(dout, qkv, lse, delta, g, causal, dqkv);
   CUDA_CHECK_LAUNCH("AttentionKeyValueGradientKernel");
   return absl::OkStatus();
+}
+
+bool Aligned(std::initializer_list<const void*> pointers) {
+  for (const void* pointer : pointers) {
+    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) return false;
+  }
+  return true;
+}
+
+tensor_core::FlashGeometry FlashGeometryOf(const Geometry& g) {
+  return tensor_core::FlashGeometry{g.batch, g.seq, g.heads, g.dim, g.scale};
 }
 
 }  // namespace
@@ -347,6 +360,9 @@ absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dim
   if (!g.ok()) return g.status();
   if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return absl::InvalidArgumentError("AttentionForward: null pointer argument");
+  }
+  if (dims.tensor_cores && tensor_core::Supports(g->head_dim) && Aligned({qkv, out})) {
+    return tensor_core::Forward(qkv, FlashGeometryOf(*g), g->head_dim, causal, out, lse, stream);
   }
   if (g->head_dim <= 32) return LaunchForward<32>(qkv, *g, causal, out, lse, stream);
   if (g->head_dim <= 64) return LaunchForward<64>(qkv, *g, causal, out, lse, stream);
@@ -368,15 +384,19 @@ absl::Status AttentionBackward(const __nv_bfloat16* dout, const __nv_bfloat16* q
     return absl::InvalidArgumentError("AttentionBackward: null pointer argument");
   }
   if (scratch_bytes < AttentionBackwardScratchBytes(dims)) {
-    return absl::InvalidArgumentError(absl::StrCat("AttentionBackward: scratch of ",
-                                                   scratch_bytes, " bytes, need ",
+    return absl::InvalidArgumentError(absl::StrCat("AttentionBackward: scratch of ", scratch_bytes,
+                                                   " bytes, need ",
                                                    AttentionBackwardScratchBytes(dims)));
   }
   auto* delta = static_cast<float*>(scratch);
   const int64_t rows = g->batch * g->heads * g->seq;
-  AttentionDeltaKernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(dout, out,
-                                                                                     *g, delta);
+  AttentionDeltaKernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(dout, out, *g,
+                                                                                      delta);
   CUDA_CHECK_LAUNCH("AttentionDeltaKernel");
+  if (dims.tensor_cores && tensor_core::Supports(g->head_dim) && Aligned({dout, qkv, dqkv})) {
+    return tensor_core::Backward(dout, qkv, lse, delta, FlashGeometryOf(*g), g->head_dim, causal,
+                                 dqkv, stream);
+  }
   if (g->head_dim <= 32) {
     return LaunchBackward<32>(dout, qkv, lse, delta, *g, causal, dqkv, stream);
   }

@@ -18,6 +18,9 @@ struct AttentionDims {
   int64_t seq = 0;
   int64_t heads = 0;
   int64_t dim = 0;  // heads · head_dim; head_dim at most kMaxAttentionHeadDim
+  // Tensor-core kernels (WMMA) serve head_dim 32, 64 and 128 with 16-byte aligned tensors;
+  // everything else, or tensor_cores = false, runs the fp32 CUDA-core kernels.
+  bool tensor_cores = true;
 };
 
 inline constexpr int64_t kMaxAttentionHeadDim = 128;

@@ -1,8 +1,7 @@
-#include "kernels/cuda/cross_entropy.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/device_common.cuh"
 #include "worker/backend/cuda_check.h"
 
@@ -19,8 +18,8 @@ int64_t AlignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * 
 // then the row's loss term, then (when wanted) the logits overwritten by
 // gradient_scale · (softmax − one_hot(target)).
 __global__ void SoftmaxCrossEntropyKernel(__nv_bfloat16* logits, const int32_t* targets,
-                                          int64_t vocab, float gradient_scale,
-                                          bool write_gradient, float* row_losses) {
+                                          int64_t vocab, float gradient_scale, bool write_gradient,
+                                          float* row_losses) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   __nv_bfloat16* values = logits + row * vocab;
@@ -84,8 +83,8 @@ absl::Status HeadCrossEntropy(Gemm& gemm, const __nv_bfloat16* x, const __nv_bfl
   }
   const int64_t needed = HeadCrossEntropyScratchBytes(tokens, vocab);
   if (scratch_bytes < needed) {
-    return absl::InvalidArgumentError(absl::StrCat("HeadCrossEntropy: scratch of ",
-                                                   scratch_bytes, " bytes, need ", needed));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HeadCrossEntropy: scratch of ", scratch_bytes, " bytes, need ", needed));
   }
   const int64_t chunk_rows = CrossEntropyChunkRows(tokens, vocab);
   auto* logits = static_cast<__nv_bfloat16*>(scratch);

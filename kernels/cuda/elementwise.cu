@@ -1,7 +1,6 @@
-#include "kernels/cuda/elementwise.h"
-
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/elementwise.h"
 #include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
@@ -175,8 +174,8 @@ absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, f
                                cudaStream_t stream) {
   return LaunchSumOfSquares(x, count, partials, result, stream);
 }
-absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials,
-                              float* result, cudaStream_t stream) {
+absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials, float* result,
+                              cudaStream_t stream) {
   return LaunchSumOfSquares(x, count, partials, result, stream);
 }
 

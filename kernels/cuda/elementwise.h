@@ -36,7 +36,7 @@ absl::Status ScaleBf16(__nv_bfloat16* x, int64_t count, float factor, cudaStream
 int64_t SumOfSquaresScratchFloats();
 absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, float* result,
                                cudaStream_t stream);
-absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials,
-                              float* result, cudaStream_t stream);
+absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials, float* result,
+                              cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

@@ -1,9 +1,8 @@
-#include "kernels/cuda/embedding.h"
-
 #include <cub/device/device_radix_sort.cuh>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/embedding.h"
 #include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
@@ -73,8 +72,8 @@ absl::Status EmbeddingForward(const __nv_bfloat16* weight, const int32_t* tokens
   if (weight == nullptr || tokens == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("EmbeddingForward: null pointer argument");
   }
-  EmbeddingForwardKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(weight, tokens,
-                                                                                dim, out);
+  EmbeddingForwardKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(weight, tokens, dim,
+                                                                                out);
   CUDA_CHECK_LAUNCH("EmbeddingForwardKernel");
   return absl::OkStatus();
 }
@@ -97,8 +96,8 @@ absl::Status EmbeddingBackward(const __nv_bfloat16* dout, const int32_t* tokens,
   }
   const int64_t needed = EmbeddingBackwardScratchBytes(count);
   if (scratch_bytes < needed) {
-    return absl::InvalidArgumentError(absl::StrCat("EmbeddingBackward: scratch of ",
-                                                   scratch_bytes, " bytes, need ", needed));
+    return absl::InvalidArgumentError(
+        absl::StrCat("EmbeddingBackward: scratch of ", scratch_bytes, " bytes, need ", needed));
   }
   const int64_t ids = AlignUp(count * 4);
   char* base = static_cast<char*>(scratch);

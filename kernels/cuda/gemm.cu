@@ -1,5 +1,3 @@
-#include "kernels/cuda/gemm.h"
-
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cuda_check.h"
 
@@ -107,10 +106,10 @@ struct Gemm::State {
 
 absl::Status Gemm::State::BuildPlan(const Problem& p, Plan* plan) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                              &p.trans_a, sizeof(p.trans_a)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                              &p.trans_b, sizeof(p.trans_b)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &p.trans_a,
+                                              sizeof(p.trans_a)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &p.trans_b,
+                                              sizeof(p.trans_b)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                               &p.epilogue, sizeof(p.epilogue)));
   const bool a_transposed = p.trans_a != CUBLAS_OP_N;
@@ -141,9 +140,9 @@ absl::Status Gemm::State::ChooseAlgorithm(const Problem& p, const void* a, const
                                        &align_d, sizeof(align_d));
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(config.candidates));
   int returned = 0;
-  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
-      handle, plan->desc, plan->a, plan->b, plan->d, plan->d, preference, config.candidates,
-      results.data(), &returned);
+  const cublasStatus_t heuristic =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                     preference, config.candidates, results.data(), &returned);
   cublasLtMatmulPreferenceDestroy(preference);
   if (heuristic != CUBLAS_STATUS_SUCCESS || returned == 0) {
     plan->available = false;
@@ -165,13 +164,13 @@ absl::Status Gemm::State::ChooseAlgorithm(const Problem& p, const void* a, const
        cudaMalloc(&scratch_bias, static_cast<size_t>(std::max(p.m, p.n) * 4)) != cudaSuccess)) {
     cudaGetLastError();
     if (scratch_d != nullptr) cudaFree(scratch_d);
-    spdlog::warn("gemm: no memory to time algorithms for m={} n={} k={}; using the first", p.m,
-                 p.n, p.k);
+    spdlog::warn("gemm: no memory to time algorithms for m={} n={} k={}; using the first", p.m, p.n,
+                 p.k);
     return absl::OkStatus();
   }
   if (scratch_bias != nullptr) {
-    CUDA_CHECK(cudaMemsetAsync(scratch_bias, 0, static_cast<size_t>(std::max(p.m, p.n) * 4),
-                               stream));
+    CUDA_CHECK(
+        cudaMemsetAsync(scratch_bias, 0, static_cast<size_t>(std::max(p.m, p.n) * 4), stream));
   }
   cudaEvent_t start = nullptr, stop = nullptr;
   absl::Status status = absl::OkStatus();
@@ -199,8 +198,8 @@ absl::Status Gemm::State::ChooseAlgorithm(const Problem& p, const void* a, const
     }
     cudaEventRecord(stop, stream);
     if (cudaEventSynchronize(stop) != cudaSuccess) {
-      status.Update(absl::InternalError(absl::StrCat("gemm: timing candidate ", i, " failed: ",
-                                                     cudaGetErrorString(cudaGetLastError()))));
+      status.Update(absl::InternalError(absl::StrCat(
+          "gemm: timing candidate ", i, " failed: ", cudaGetErrorString(cudaGetLastError()))));
       break;
     }
     float ms = 0.0f;
@@ -236,8 +235,8 @@ absl::StatusOr<Plan*> Gemm::State::GetPlan(const Problem& problem, const void* a
 absl::Status Gemm::State::Run(const Problem& p, Plan& plan, const void* a, const void* b, void* d,
                               const void* bias, cudaStream_t stream) {
   if (bias != nullptr) {
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                &bias, sizeof(bias)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)));
   }
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
@@ -267,9 +266,9 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(void* workspace, const GemmCo
     return absl::InvalidArgumentError("Gemm::Create: a device workspace is required");
   }
   if (config.candidates < 1 || config.timing_repeats < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gemm::Create: candidates (", config.candidates, ") and timing_repeats (",
-                     config.timing_repeats, ") must be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat("Gemm::Create: candidates (", config.candidates,
+                                                   ") and timing_repeats (", config.timing_repeats,
+                                                   ") must be >= 1"));
   }
   auto state = std::make_unique<State>();
   state->config = config;
@@ -320,9 +319,8 @@ absl::Status Gemm::LinearForward(const __nv_bfloat16* x, const __nv_bfloat16* we
   absl::StatusOr<Plan*> plan = state_->GetPlan(p, weight, x, out, stream);
   if (!plan.ok()) return plan.status();
   if (!(*plan)->available) {
-    return absl::UnimplementedError(
-        absl::StrCat("Gemm::LinearForward: cuBLASLt has no algorithm for m=", m, " n=", n,
-                     " k=", k));
+    return absl::UnimplementedError(absl::StrCat(
+        "Gemm::LinearForward: cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k));
   }
   FSDPD_KERNEL_RETURN_IF_ERROR(state_->Run(p, **plan, weight, x, out, nullptr, stream));
   if (bias != nullptr) {
@@ -392,8 +390,8 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
   }
   FSDPD_KERNEL_RETURN_IF_ERROR(state_->Run(p, **plan, x, dout, dweight, nullptr, stream));
   if (dbias != nullptr) {
-    ColumnSumKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                      stream>>>(dout, m, n, dbias);
+    ColumnSumKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        dout, m, n, dbias);
     CUDA_CHECK_LAUNCH("ColumnSumKernel");
   }
   return absl::OkStatus();

@@ -1,9 +1,8 @@
-#include "kernels/cuda/rmsnorm.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/rmsnorm.h"
 #include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
@@ -28,15 +27,14 @@ __global__ void RmsNormForwardKernel(const __nv_bfloat16* x, const __nv_bfloat16
   if (threadIdx.x == 0) rstd[row] = inverse_rms;
   __nv_bfloat16* output = out + row * dim;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-    output[d] = __float2bfloat16_rn(__bfloat162float(input[d]) * inverse_rms *
-                                    __bfloat162float(weight[d]));
+    output[d] =
+        __float2bfloat16_rn(__bfloat162float(input[d]) * inverse_rms * __bfloat162float(weight[d]));
   }
 }
 
 __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x,
-                                      const __nv_bfloat16* weight, const float* rstd,
-                                      int64_t rows, int64_t dim, __nv_bfloat16* dx,
-                                      float* partials) {
+                                      const __nv_bfloat16* weight, const float* rstd, int64_t rows,
+                                      int64_t dim, __nv_bfloat16* dx, float* partials) {
   __shared__ float scratch[32];
   float* partial = partials + blockIdx.x * dim;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) partial[d] = 0.0f;

@@ -1,6 +1,5 @@
-#include "kernels/cuda/silu.h"
-
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/silu.h"
 #include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
@@ -16,8 +15,8 @@ __global__ void SiluForwardKernel(const __nv_bfloat16* x, int64_t count, __nv_bf
   }
 }
 
-__global__ void SiluBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x,
-                                   int64_t count, __nv_bfloat16* dx) {
+__global__ void SiluBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x, int64_t count,
+                                   __nv_bfloat16* dx) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float value = __bfloat162float(x[i]);

@@ -122,6 +122,93 @@ class DashboardTest(unittest.TestCase):
         self.assertFalse(ok, output)
 
 
+def promtool_evaluate(input_series, expression_tests):
+    """Evaluates expressions on synthetic series with `promtool test rules`."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "queries.test.yml")
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump({"evaluation_interval": "15s", "tests": [{
+                "interval": "15s", "input_series": input_series,
+                "promql_expr_test": expression_tests}]}, file)
+        result = subprocess.run(["promtool", "test", "rules", path], capture_output=True,
+                                text=True, check=False)
+        return result.returncode == 0, result.stdout + result.stderr
+
+
+class DashboardSemanticsTest(unittest.TestCase):
+    """Evaluates panels' queries on synthetic series shaped like fsdpd's, offline."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(DASHBOARD, encoding="utf-8") as file:
+            queries = dashboard_queries.extract(json.load(file), job_regex="j1",
+                                                rate_interval="1m")
+        cls.expr = {(q["panel"], q["ref"]): q["expr"] for q in queries}
+
+    def evaluate(self, input_series, expr, samples):
+        return promtool_evaluate(
+            [{"series": series, "values": values} for series, values in input_series],
+            [{"expr": expr, "eval_time": "5m", "exp_samples": [
+                {"labels": labels, "value": value} for labels, value in samples]}])
+
+    def kernel_series(self, job, kernel, sm, dram):
+        return [(f'fsdpd_kernel_sm_throughput_ratio{{job="{job}", kernel="{kernel}"}}',
+                 f"{sm}x30"),
+                (f'fsdpd_kernel_dram_throughput_ratio{{job="{job}", kernel="{kernel}"}}',
+                 f"{dram}x30")]
+
+    def test_verdicts_classify_kernels(self):
+        series = (self.kernel_series("j1", "gemm", 0.8, 0.3) +
+                  self.kernel_series("j1", "rmsnorm", 0.2, 0.7) +
+                  self.kernel_series("j1", "embedding", 0.1, 0.2) +
+                  # No hardware counters: left out rather than called latency-bound.
+                  self.kernel_series("j1", "other", -1, -1) +
+                  # Another job: not selected.
+                  self.kernel_series("j2", "gemm", 0.9, 0.1))
+        expr = self.expr[("SM vs HBM throughput per kernel", "Verdict")]
+        ok, output = self.evaluate(series, expr, [
+            ('{job="j1", kernel="gemm", verdict="compute-bound"}', 1),
+            ('{job="j1", kernel="rmsnorm", verdict="memory-bound"}', 1),
+            ('{job="j1", kernel="embedding", verdict="latency-or-mixed"}', 1)])
+        self.assertTrue(ok, output)
+        ok, output = self.evaluate(series, self.expr[("SM vs HBM throughput per kernel", "HBM")],
+                                   [('{job="j1", kernel="gemm"}', 0.3),
+                                    ('{job="j1", kernel="rmsnorm"}', 0.7),
+                                    ('{job="j1", kernel="embedding"}', 0.2)])
+        self.assertTrue(ok, output)
+
+    def test_a_wrong_verdict_is_caught(self):
+        expr = self.expr[("SM vs HBM throughput per kernel", "Verdict")]
+        ok, _ = self.evaluate(self.kernel_series("j1", "gemm", 0.8, 0.3), expr,
+                              [('{job="j1", kernel="gemm", verdict="memory-bound"}', 1)])
+        self.assertFalse(ok)
+
+    def test_step_time_and_exposed_communication_per_step(self):
+        # Two steps per 15 s scrape at 0.5 s each; each rank exposes 0.1 s per step.
+        series = [
+            ('fsdpd_train_step_duration_seconds_count{job="j1"}', "0+2x30"),
+            ('fsdpd_train_step_duration_seconds_sum{job="j1"}', "0+1x30"),
+            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="0", op="all"}', "0+0.2x30"),
+            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="1", op="all"}', "0+0.2x30"),
+        ]
+        panel = "Step time and exposed communication"
+        ok, output = self.evaluate(series, self.expr[(panel, "A")], [('{job="j1"}', 0.5)])
+        self.assertTrue(ok, output)
+        # Rounded: rates over scrapes are not exact in binary floating point.
+        ok, output = self.evaluate(series, f'round({self.expr[(panel, "C")]}, 0.001)',
+                                   [('{job="j1", op="all"}', 0.1)])
+        self.assertTrue(ok, output)
+
+    def test_top_kernels_rank_by_gpu_time(self):
+        series = [(f'fsdpd_kernel_gpu_seconds_total{{job="j1", kernel="k{index}"}}',
+                   f"0+{index}x30") for index in range(1, 13)]
+        expr = self.expr[("Top kernels by GPU time", "A")]
+        # Ten of twelve, the busiest, in GPU seconds per second (index / 15 s).
+        ok, output = self.evaluate(series, expr, [
+            (f'{{job="j1", kernel="k{index}"}}', index / 15) for index in range(3, 13)])
+        self.assertTrue(ok, output)
+
+
 class DashboardQueriesScriptTest(unittest.TestCase):
     def run_script(self, dashboard, *arguments):
         with tempfile.TemporaryDirectory() as directory:

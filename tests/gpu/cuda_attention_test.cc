@@ -1,4 +1,5 @@
 // Flash-style attention forward and backward against the CPU's exact softmax attention.
+#include "kernels/cuda/attention.h"
 #include "tests/gpu/cuda_test_support.h"
 
 namespace fsdpd::testing {
@@ -27,9 +28,11 @@ TEST_P(CudaAttentionTest, ForwardAndBackwardMatchTheCpu) {
   Tensor lse = Poisoned(DType::kF32, {b, c.heads, s});
   ASSERT_TRUE(gpu().AttentionForward(device_qkv, c.heads, c.causal, out, lse, gpu_stream()).ok());
   std::vector<float> expected_out(b * s * dim), expected_lse(b * c.heads * s);
-  ASSERT_TRUE(cpu_ops().AttentionForward(Host(qkv, {b, s, 3 * dim}), c.heads, c.causal,
-                                         Host(expected_out, {b, s, dim}),
-                                         Host(expected_lse, {b, c.heads, s}), cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .AttentionForward(Host(qkv, {b, s, 3 * dim}), c.heads, c.causal,
+                                    Host(expected_out, {b, s, dim}),
+                                    Host(expected_lse, {b, c.heads, s}), cpu_stream())
+                  .ok());
   const std::vector<float> gpu_out = Download(out);
   std::vector<float> gpu_lse = Download(lse);
   EXPECT_TRUE(AllClose(gpu_lse, expected_lse, 1e-4, 1e-5));
@@ -39,28 +42,89 @@ TEST_P(CudaAttentionTest, ForwardAndBackwardMatchTheCpu) {
   // comparison measures the backward kernels alone.
   Tensor device_dout = Upload(dout, DType::kBF16, {b, s, dim});
   Tensor dqkv = Poisoned(DType::kBF16, {b, s, 3 * dim});
-  ASSERT_TRUE(gpu().AttentionBackward(device_dout, device_qkv, out, lse, c.heads, c.causal, dqkv,
-                                      gpu_stream()).ok());
+  ASSERT_TRUE(gpu()
+                  .AttentionBackward(device_dout, device_qkv, out, lse, c.heads, c.causal, dqkv,
+                                     gpu_stream())
+                  .ok());
   std::vector<float> host_out = gpu_out;
   std::vector<float> expected_dqkv(b * s * 3 * dim);
-  ASSERT_TRUE(cpu_ops().AttentionBackward(Host(dout, {b, s, dim}), Host(qkv, {b, s, 3 * dim}),
-                                          Host(host_out, {b, s, dim}),
-                                          Host(gpu_lse, {b, c.heads, s}), c.heads, c.causal,
-                                          Host(expected_dqkv, {b, s, 3 * dim}),
-                                          cpu_stream()).ok());
-  EXPECT_TRUE(AllClose(Download(dqkv), expected_dqkv, 0.01 * RootMeanSquare(expected_dqkv),
-                       1.0 / 128));
+  ASSERT_TRUE(cpu_ops()
+                  .AttentionBackward(Host(dout, {b, s, dim}), Host(qkv, {b, s, 3 * dim}),
+                                     Host(host_out, {b, s, dim}), Host(gpu_lse, {b, c.heads, s}),
+                                     c.heads, c.causal, Host(expected_dqkv, {b, s, 3 * dim}),
+                                     cpu_stream())
+                  .ok());
+  EXPECT_TRUE(
+      AllClose(Download(dqkv), expected_dqkv, 0.01 * RootMeanSquare(expected_dqkv), 1.0 / 128));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionTest,
-    ::testing::Values(AttentionCase{2, 16, 4, 8, false},     // the tiny golden model
-                      AttentionCase{2, 70, 3, 32, false},    // sequence not a tile multiple
-                      AttentionCase{2, 70, 3, 32, true},
-                      AttentionCase{1, 130, 2, 64, true},
+    ::testing::Values(AttentionCase{2, 16, 4, 8, false},   // the tiny golden model
+                      AttentionCase{2, 70, 3, 32, false},  // sequence not a tile multiple
+                      AttentionCase{2, 70, 3, 32, true}, AttentionCase{1, 130, 2, 64, true},
                       AttentionCase{1, 200, 2, 128, false},  // the seed's head_dim
                       AttentionCase{1, 129, 2, 128, true},
                       AttentionCase{1, 40, 2, 48, false}));  // head_dim below a template size
+
+// The launchers directly, once on tensor cores and once on the fp32 CUDA-core kernels, for the
+// seed's head_dim: both must match the CPU (the Ops path above takes tensor cores where it can).
+class CudaAttentionKernelPathTest : public CudaTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CudaAttentionKernelPathTest, SeedHeadDimMatchesTheCpu) {
+  const bool tensor_cores = GetParam();
+  for (bool causal : {false, true}) {
+    const int64_t b = 2, s = 150, heads = 2, head_dim = 128, dim = heads * head_dim;
+    std::vector<float> qkv = RoundedToBf16(RandomValues(random_, b * s * 3 * dim));
+    std::vector<float> dout = RoundedToBf16(RandomValues(random_, b * s * dim));
+    Tensor device_qkv = Upload(qkv, DType::kBF16, {b, s, 3 * dim});
+    Tensor device_dout = Upload(dout, DType::kBF16, {b, s, dim});
+    Tensor out = Poisoned(DType::kBF16, {b, s, dim});
+    Tensor lse = Poisoned(DType::kF32, {b, heads, s});
+    Tensor dqkv = Poisoned(DType::kBF16, {b, s, 3 * dim});
+    cuda::AttentionDims dims{b, s, heads, dim};
+    dims.tensor_cores = tensor_cores;
+    const int64_t scratch_bytes = cuda::AttentionBackwardScratchBytes(dims);
+    Tensor scratch = NewDevice(DType::kF32, {scratch_bytes / 4});
+    absl::StatusOr<cudaStream_t> stream = CudaStreamOf(gpu_stream());
+    ASSERT_TRUE(stream.ok());
+    using bf16 = __nv_bfloat16;
+    ASSERT_TRUE(cuda::AttentionForward(device_qkv.as<bf16>(), dims, causal, out.as<bf16>(),
+                                       lse.as<float>(), *stream)
+                    .ok());
+    ASSERT_TRUE(cuda::AttentionBackward(device_dout.as<bf16>(), device_qkv.as<bf16>(),
+                                        out.as<bf16>(), lse.as<float>(), dims, causal,
+                                        dqkv.as<bf16>(), scratch.data, scratch_bytes, *stream)
+                    .ok());
+    std::vector<float> expected_out(b * s * dim), expected_lse(b * heads * s);
+    ASSERT_TRUE(cpu_ops()
+                    .AttentionForward(Host(qkv, {b, s, 3 * dim}), heads, causal,
+                                      Host(expected_out, {b, s, dim}),
+                                      Host(expected_lse, {b, heads, s}), cpu_stream())
+                    .ok());
+    std::vector<float> gpu_out = Download(out);
+    std::vector<float> gpu_lse = Download(lse);
+    EXPECT_TRUE(AllClose(gpu_lse, expected_lse, 1e-3, 1e-4)) << "causal " << causal;
+    EXPECT_TRUE(AllClose(gpu_out, expected_out, 0.01 * RootMeanSquare(expected_out), 1.0 / 128))
+        << "causal " << causal;
+    std::vector<float> expected_dqkv(b * s * 3 * dim);
+    ASSERT_TRUE(cpu_ops()
+                    .AttentionBackward(Host(dout, {b, s, dim}), Host(qkv, {b, s, 3 * dim}),
+                                       Host(gpu_out, {b, s, dim}), Host(gpu_lse, {b, heads, s}),
+                                       heads, causal, Host(expected_dqkv, {b, s, 3 * dim}),
+                                       cpu_stream())
+                    .ok());
+    EXPECT_TRUE(
+        AllClose(Download(dqkv), expected_dqkv, 0.01 * RootMeanSquare(expected_dqkv), 1.0 / 128))
+        << "causal " << causal;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CudaAttentionKernelPathTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("TensorCores")
+                                             : std::string("CudaCores");
+                         });
 
 TEST(CudaAttentionArguments, HeadDimAboveTheLimitIsRejected) {
   if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";

@@ -1,13 +1,14 @@
 // The CUDA backend's memory, streams and events: the caching allocator reuses blocks and
 // reports current and peak bytes, a failed allocation is an error with the figures, and events
 // order work across the compute and communication streams.
+#include "worker/backend/cuda_backend.h"
+
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/backend/cuda_allocator.h"
-#include "worker/backend/cuda_backend.h"
 
 namespace fsdpd {
 namespace {

@@ -45,25 +45,29 @@ TEST_P(CudaLinearTest, ForwardAndBackwardMatchTheCpu) {
 
   std::vector<float> expected_out(m * n);
   Tensor host_bias = shape.bias ? Host(bias_values, {n}) : Tensor{};
-  ASSERT_TRUE(cpu_ops().LinearForward(Host(x, {m, k}), Host(weight, {n, k}), host_bias,
-                                      Host(expected_out, {m, n}), cpu_stream()).ok());
-  EXPECT_TRUE(AllClose(Download(out), expected_out, 0.01 * RootMeanSquare(expected_out),
-                       1.0 / 256));
+  ASSERT_TRUE(cpu_ops()
+                  .LinearForward(Host(x, {m, k}), Host(weight, {n, k}), host_bias,
+                                 Host(expected_out, {m, n}), cpu_stream())
+                  .ok());
+  EXPECT_TRUE(
+      AllClose(Download(out), expected_out, 0.01 * RootMeanSquare(expected_out), 1.0 / 256));
 
   Tensor device_dout = Upload(dout, DType::kBF16, {m, n});
   Tensor dx = Poisoned(DType::kBF16, {m, k});
   Tensor dweight = Upload(dweight_start, DType::kF32, {n, k});
   Tensor dbias = shape.bias ? Upload(dbias_start, DType::kF32, {n}) : Tensor{};
-  ASSERT_TRUE(gpu().LinearBackward(device_dout, device_x, device_weight, dx, dweight, dbias,
-                                   gpu_stream()).ok());
+  ASSERT_TRUE(
+      gpu()
+          .LinearBackward(device_dout, device_x, device_weight, dx, dweight, dbias, gpu_stream())
+          .ok());
   std::vector<float> expected_dx(m * k);
   std::vector<float> expected_dweight = dweight_start;
   std::vector<float> expected_dbias = dbias_start;
-  ASSERT_TRUE(cpu_ops().LinearBackward(Host(dout, {m, n}), Host(x, {m, k}), Host(weight, {n, k}),
-                                       Host(expected_dx, {m, k}),
-                                       Host(expected_dweight, {n, k}),
-                                       shape.bias ? Host(expected_dbias, {n}) : Tensor{},
-                                       cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .LinearBackward(Host(dout, {m, n}), Host(x, {m, k}), Host(weight, {n, k}),
+                                  Host(expected_dx, {m, k}), Host(expected_dweight, {n, k}),
+                                  shape.bias ? Host(expected_dbias, {n}) : Tensor{}, cpu_stream())
+                  .ok());
   EXPECT_TRUE(AllClose(Download(dx), expected_dx, 0.01 * RootMeanSquare(expected_dx), 1.0 / 256));
   // fp32 outputs: only the summation order differs.
   EXPECT_TRUE(AllClose(Download(dweight), expected_dweight, 1e-3, 1e-4));
@@ -74,11 +78,11 @@ TEST_P(CudaLinearTest, ForwardAndBackwardMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaLinearTest,
-    ::testing::Values(LinearShape{256, 128, 384, true, 0},   // in_proj-like, fused bias
-                      LinearShape{256, 128, 128, true, 1},   // misaligned bias: unfused path
-                      LinearShape{200, 512, 96, false, 0},   // ffn-like, no bias
-                      LinearShape{33, 24, 17, true, 0},      // odd sizes
-                      LinearShape{1, 64, 64, true, 0}));     // a single row
+    ::testing::Values(LinearShape{256, 128, 384, true, 0},  // in_proj-like, fused bias
+                      LinearShape{256, 128, 128, true, 1},  // misaligned bias: unfused path
+                      LinearShape{200, 512, 96, false, 0},  // ffn-like, no bias
+                      LinearShape{33, 24, 17, true, 0},     // odd sizes
+                      LinearShape{1, 64, 64, true, 0}));    // a single row
 
 TEST_F(CudaMatmulTest, PlansAreCachedPerShape) {
   Tensor x = Upload(RoundedToBf16(RandomValues(random_, 64 * 32)), DType::kBF16, {64, 32});
@@ -116,33 +120,38 @@ TEST_P(CudaHeadCrossEntropyTest, LossAndGradientsMatchTheCpu) {
   Tensor loss = Poisoned(DType::kF32, {1});
   Tensor dx = Poisoned(DType::kBF16, {t, d});
   Tensor dhead = Upload(dhead_start, DType::kF32, {v, d});
-  ASSERT_TRUE(gpu().HeadCrossEntropy(device_x, device_head, device_targets, loss_scale, loss, dx,
-                                     dhead, gpu_stream()).ok());
+  ASSERT_TRUE(gpu()
+                  .HeadCrossEntropy(device_x, device_head, device_targets, loss_scale, loss, dx,
+                                    dhead, gpu_stream())
+                  .ok());
 
   std::vector<float> expected_loss(1), expected_dx(t * d);
   std::vector<float> expected_dhead = dhead_start;
-  ASSERT_TRUE(cpu_ops().HeadCrossEntropy(Host(x, {t, d}), Host(head, {v, d}),
-                                         HostIds(targets, {t}), loss_scale,
-                                         Host(expected_loss, {1}), Host(expected_dx, {t, d}),
-                                         Host(expected_dhead, {v, d}), cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .HeadCrossEntropy(Host(x, {t, d}), Host(head, {v, d}), HostIds(targets, {t}),
+                                    loss_scale, Host(expected_loss, {1}), Host(expected_dx, {t, d}),
+                                    Host(expected_dhead, {v, d}), cpu_stream())
+                  .ok());
   // The logits are rounded to bf16 before the softmax (as a bf16 linear layer gives them):
-  // each is off by up to 2^-9 of itself, so the mean loss by about that much of the logits'
-  // scale, and dlogits is stored in bf16 before the dx and dhead products.
+  // each is off by up to 2^-9 of itself, which moves a probability by up to ~2% at the largest
+  // logits (about 8 here), and dlogits is stored in bf16 before the dx and dhead products. So
+  // the gradients get 1/32 relative plus 5% of their root mean square absolute (elements that
+  // cancel to near zero); the loss, a mean over tokens, much less.
   EXPECT_TRUE(AllClose(Download(loss), expected_loss, 5e-3, 2e-3));
-  EXPECT_TRUE(AllClose(Download(dx), expected_dx, 0.02 * RootMeanSquare(expected_dx), 1.0 / 64));
+  EXPECT_TRUE(AllClose(Download(dx), expected_dx, 0.05 * RootMeanSquare(expected_dx), 1.0 / 32));
   std::vector<float> dhead_delta = Download(dhead);
   std::vector<float> expected_delta = expected_dhead;
   for (size_t i = 0; i < dhead_delta.size(); ++i) {
     dhead_delta[i] -= dhead_start[i];
     expected_delta[i] -= dhead_start[i];
   }
-  EXPECT_TRUE(AllClose(dhead_delta, expected_delta, 0.02 * RootMeanSquare(expected_delta),
-                       1.0 / 64));
+  EXPECT_TRUE(
+      AllClose(dhead_delta, expected_delta, 0.05 * RootMeanSquare(expected_delta), 1.0 / 32));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaHeadCrossEntropyTest,
-                         ::testing::Values(HeadShape{64, 32, 64},       // the tiny golden model
-                                           HeadShape{300, 128, 1000},   // several rows a block
+                         ::testing::Values(HeadShape{64, 32, 64},         // the tiny golden model
+                                           HeadShape{300, 128, 1000},     // several rows a block
                                            HeadShape{5000, 64, 30000}));  // more than one chunk
 
 }  // namespace

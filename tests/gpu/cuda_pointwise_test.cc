@@ -62,13 +62,13 @@ TEST_F(CudaPointwiseTest, FillScaleAndSumOfSquares) {
   std::vector<float> expected(1);
   // fp32 partial sums of ~300k squares against the CPU's double sum: a few ulps per partial.
   ASSERT_TRUE(gpu().SumOfSquares(f32, result, gpu_stream()).ok());
-  ASSERT_TRUE(cpu_ops().SumOfSquares(Host(random_values, {count}), Host(expected, {1}),
-                                     cpu_stream()).ok());
+  ASSERT_TRUE(
+      cpu_ops().SumOfSquares(Host(random_values, {count}), Host(expected, {1}), cpu_stream()).ok());
   EXPECT_TRUE(AllClose(Download(result), expected, 0.0, 1e-5));
   const std::vector<float> first = Download(result);
   ASSERT_TRUE(gpu().SumOfSquares(bf16, result, gpu_stream()).ok());
-  ASSERT_TRUE(cpu_ops().SumOfSquares(Host(rounded, {count}), Host(expected, {1}),
-                                     cpu_stream()).ok());
+  ASSERT_TRUE(
+      cpu_ops().SumOfSquares(Host(rounded, {count}), Host(expected, {1}), cpu_stream()).ok());
   EXPECT_TRUE(AllClose(Download(result), expected, 0.0, 1e-5));
   // The reduction order is fixed: the same input gives the same bits.
   ASSERT_TRUE(gpu().SumOfSquares(f32, result, gpu_stream()).ok());
@@ -86,10 +86,14 @@ TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
   ASSERT_TRUE(gpu().SiluForward(device_x, out, gpu_stream()).ok());
   ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, gpu_stream()).ok());
   std::vector<float> expected_out(rows * width), expected_dx(rows * width);
-  ASSERT_TRUE(cpu_ops().SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}),
-                                    cpu_stream()).ok());
-  ASSERT_TRUE(cpu_ops().SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
-                                     Host(expected_dx, {rows, width}), cpu_stream()).ok());
+  ASSERT_TRUE(
+      cpu_ops()
+          .SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}), cpu_stream())
+          .ok());
+  ASSERT_TRUE(cpu_ops()
+                  .SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
+                                Host(expected_dx, {rows, width}), cpu_stream())
+                  .ok());
   // __expf differs from expf by a couple of ulps, far below one bf16 rounding.
   EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-5, kBf16Relative));
   EXPECT_TRUE(AllClose(Download(dx), expected_dx, 1e-5, kBf16Relative));
@@ -111,18 +115,24 @@ TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {
   Tensor dx = Poisoned(DType::kBF16, {rows, dim});
   Tensor dweight = Upload(dweight_start, DType::kF32, {dim});
   ASSERT_TRUE(gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, gpu_stream()).ok());
-  ASSERT_TRUE(gpu().RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, dweight,
-                                    gpu_stream()).ok());
+  ASSERT_TRUE(
+      gpu()
+          .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, dweight, gpu_stream())
+          .ok());
 
   std::vector<float> expected_out(rows * dim), expected_rstd(rows), expected_dx(rows * dim);
   std::vector<float> expected_dweight = dweight_start;
-  ASSERT_TRUE(cpu_ops().RmsNormForward(Host(x, {rows, dim}), Host(weight, {dim}), eps,
-                                       Host(expected_out, {rows, dim}),
-                                       Host(expected_rstd, {rows}), cpu_stream()).ok());
-  ASSERT_TRUE(cpu_ops().RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
-                                        Host(weight, {dim}), Host(expected_rstd, {rows}),
-                                        Host(expected_dx, {rows, dim}),
-                                        Host(expected_dweight, {dim}), cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .RmsNormForward(Host(x, {rows, dim}), Host(weight, {dim}), eps,
+                                  Host(expected_out, {rows, dim}), Host(expected_rstd, {rows}),
+                                  cpu_stream())
+                  .ok());
+  ASSERT_TRUE(cpu_ops()
+                  .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
+                                   Host(weight, {dim}), Host(expected_rstd, {rows}),
+                                   Host(expected_dx, {rows, dim}), Host(expected_dweight, {dim}),
+                                   cpu_stream())
+                  .ok());
   EXPECT_TRUE(AllClose(Download(rstd), expected_rstd, 0.0, 1e-5));  // fp32 throughout
   EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-4, kBf16Relative));
   // dx subtracts a projection term, so cancellation calls for an absolute term at the scale
@@ -134,8 +144,10 @@ TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {
   // Deterministic weight gradient: the same accumulation again gives the same bits.
   const std::vector<float> once = Download(dweight);
   Tensor again = Upload(dweight_start, DType::kF32, {dim});
-  ASSERT_TRUE(gpu().RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, again,
-                                    gpu_stream()).ok());
+  ASSERT_TRUE(
+      gpu()
+          .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, again, gpu_stream())
+          .ok());
   EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), dim * sizeof(float)), 0);
 }
 
@@ -153,17 +165,20 @@ TEST_F(CudaPointwiseTest, EmbeddingForwardAndDeterministicBackward) {
   Tensor out = Poisoned(DType::kBF16, {tokens, dim});
   ASSERT_TRUE(gpu().EmbeddingForward(device_weight, device_ids, out, gpu_stream()).ok());
   std::vector<float> expected_out(tokens * dim);
-  ASSERT_TRUE(cpu_ops().EmbeddingForward(Host(weight, {vocab, dim}), HostIds(ids, {tokens}),
-                                         Host(expected_out, {tokens, dim}), cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .EmbeddingForward(Host(weight, {vocab, dim}), HostIds(ids, {tokens}),
+                                    Host(expected_out, {tokens, dim}), cpu_stream())
+                  .ok());
   EXPECT_TRUE(AllClose(Download(out), expected_out, 0.0, 0.0));  // a copy
 
   Tensor device_dout = Upload(dout, DType::kBF16, {tokens, dim});
   Tensor dweight = Upload(dweight_start, DType::kF32, {vocab, dim});
   ASSERT_TRUE(gpu().EmbeddingBackward(device_dout, device_ids, dweight, gpu_stream()).ok());
   std::vector<float> expected_dweight = dweight_start;
-  ASSERT_TRUE(cpu_ops().EmbeddingBackward(Host(dout, {tokens, dim}), HostIds(ids, {tokens}),
-                                          Host(expected_dweight, {vocab, dim}),
-                                          cpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .EmbeddingBackward(Host(dout, {tokens, dim}), HostIds(ids, {tokens}),
+                                     Host(expected_dweight, {vocab, dim}), cpu_stream())
+                  .ok());
   // fp32 sums of ~50 values each, in another association than the CPU's running sum.
   const std::vector<float> once = Download(dweight);
   EXPECT_TRUE(AllClose(once, expected_dweight, 1e-5, 1e-5));
@@ -187,10 +202,12 @@ TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
   params.lr = 1e-3;
   params.weight_decay = 0.1;
   params.step = 7;
-  ASSERT_TRUE(gpu().AdamW(device_param, device_grad, device_avg, device_avg_sq, params,
-                          gpu_stream()).ok());
-  ASSERT_TRUE(cpu_ops().AdamW(Host(param, {count}), Host(grad, {count}), Host(exp_avg, {count}),
-                              Host(exp_avg_sq, {count}), params, cpu_stream()).ok());
+  ASSERT_TRUE(
+      gpu().AdamW(device_param, device_grad, device_avg, device_avg_sq, params, gpu_stream()).ok());
+  ASSERT_TRUE(cpu_ops()
+                  .AdamW(Host(param, {count}), Host(grad, {count}), Host(exp_avg, {count}),
+                         Host(exp_avg_sq, {count}), params, cpu_stream())
+                  .ok());
   // Same fp32 operations in the same order without fused multiply-adds: equal up to the odd
   // ulp where a compiler still reassociates.
   EXPECT_TRUE(AllClose(Download(device_param), param, 0.0, 1e-6));
@@ -198,8 +215,9 @@ TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
   EXPECT_TRUE(AllClose(Download(device_avg_sq), exp_avg_sq, 0.0, 1e-6));
 
   params.step = 0;
-  EXPECT_EQ(gpu().AdamW(device_param, device_grad, device_avg, device_avg_sq, params,
-                        gpu_stream()).code(),
+  EXPECT_EQ(gpu()
+                .AdamW(device_param, device_grad, device_avg, device_avg_sq, params, gpu_stream())
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -53,8 +53,8 @@ inline ::testing::AssertionResult AllClose(const std::vector<float>& actual,
   for (size_t i = 0; i < actual.size(); ++i) {
     const double error = std::fabs(static_cast<double>(actual[i]) - expected[i]);
     const double allowed = absolute + relative * std::fabs(static_cast<double>(expected[i]));
-    const double excess = std::isnan(error) ? std::numeric_limits<double>::infinity()
-                                            : error - allowed;
+    const double excess =
+        std::isnan(error) ? std::numeric_limits<double>::infinity() : error - allowed;
     if (!(error <= allowed)) ++failures;
     if (excess > worst_excess) {
       worst_excess = excess;

@@ -1,4 +1,5 @@
-# The engine across processes: fsdpd-train ranks on loopback, and the PyTorch trajectory.
+# The engine end to end: fsdpd-train ranks on loopback, RunTrainer in process, and the PyTorch
+# trajectory of tests/golden/tiny.
 fsdpd_test(engine_multiprocess_test LABEL integration TIMEOUT 600
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_multiprocess_test.cc
   LIBS fsdpd_engine nlohmann_json::nlohmann_json)
@@ -10,3 +11,5 @@ fsdpd_test(engine_golden_trajectory_test LABEL integration TIMEOUT 120
   LIBS fsdpd_engine nlohmann_json::nlohmann_json)
 target_compile_definitions(engine_golden_trajectory_test PRIVATE
   FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+fsdpd_test(engine_trainer_test LABEL integration TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_trainer_test.cc LIBS fsdpd_engine)

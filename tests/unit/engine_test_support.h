@@ -23,11 +23,16 @@ class TempDir {
  public:
   TempDir() {
     std::string pattern = (std::filesystem::temp_directory_path() / "fsdpd-engine-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
+    const char* created = ::mkdtemp(pattern.data());
+    if (created == nullptr) {
+      ADD_FAILURE() << "cannot create a temporary directory from " << pattern;
+      return;
+    }
+    path_ = created;
   }
   ~TempDir() {
     std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
   }
   const std::string& path() const { return path_; }
 

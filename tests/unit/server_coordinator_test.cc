@@ -202,6 +202,62 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
 
+  // Profiling: the request reaches the rank; its kernel table and chunked trace come back.
+  {
+    v1::ProfileRequest request;
+    request.set_job_id(id);
+    request.set_steps(2);
+    v1::StartProfileResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(jobs_->StartProfile(&context, request, &response).ok());
+    ASSERT_TRUE(session->Read(&incoming));
+    ASSERT_TRUE(incoming.has_profile_request());
+    EXPECT_EQ(incoming.profile_request().attempt(), 1);
+    EXPECT_EQ(incoming.profile_request().steps(), 2);
+  }
+  for (int part = 0; part < 2; ++part) {
+    v1::WorkerMessage message;
+    v1::ProfileReport* profile = message.mutable_profile();
+    profile->set_job_id(id);
+    profile->set_attempt(1);
+    profile->set_rank(0);
+    if (part == 0) {
+      v1::KernelStat* kernel = profile->add_kernels();
+      kernel->set_name("gemm_bf16");
+      kernel->set_total_seconds(0.5);
+      kernel->set_sm_throughput_ratio(0.75);
+      kernel->set_dram_throughput_ratio(-1);
+    }
+    profile->set_trace_chunk(part == 0 ? "{\"traceEvents\": [" : "]}");
+    profile->set_trace_chunk_index(part);
+    profile->set_trace_last(part == 1);
+    ASSERT_TRUE(session->Write(message));
+  }
+  // The session is processed in order, so a later heartbeat's ack means both were stored.
+  ASSERT_TRUE(session->Write(hello));
+  ASSERT_TRUE(session->Read(&incoming));
+  {
+    v1::GetProfileRequest request;
+    request.set_id(id);
+    v1::ProfileReport table;
+    grpc::ClientContext context;
+    ASSERT_TRUE(jobs_->GetProfile(&context, request, &table).ok());
+    ASSERT_EQ(table.kernels_size(), 1);
+    EXPECT_EQ(table.kernels(0).name(), "gemm_bf16");
+    EXPECT_TRUE(table.trace_chunk().empty());
+    grpc::ClientContext trace_context;
+    auto reader = jobs_->GetTrace(&trace_context, request);
+    std::string trace;
+    v1::FileChunk chunk;
+    while (reader->Read(&chunk)) trace += chunk.data();
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(trace, "{\"traceEvents\": []}");
+    request.set_rank(1);
+    grpc::ClientContext missing_context;
+    EXPECT_EQ(jobs_->GetProfile(&missing_context, request, &table).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+
   v1::WorkerMessage step;
   v1::StepReport* report = step.mutable_step();
   report->set_job_id(id);
@@ -264,6 +320,12 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
   EXPECT_THAT(metrics, HasSubstr("fsdpd_train_loss{job=\"job-000001\"} 5.25"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_train_step_duration_seconds_count 1"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_rpc_requests_total{code=\"OK\",method=\"SubmitJob\"} 1"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("fsdpd_kernel_gpu_seconds_total{job=\"job-000001\",kernel=\"gemm_bf16\"} 0.5"));
+  EXPECT_THAT(metrics, HasSubstr("fsdpd_kernel_sm_throughput_ratio{job=\"job-000001\",kernel="
+                                 "\"gemm_bf16\"} 0.75"));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("fsdpd_kernel_dram_throughput_ratio{")));
 
   // A coordinator shutdown closes the session with UNAVAILABLE and keeps the job.
   coordinator_->Shutdown();

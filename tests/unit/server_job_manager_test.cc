@@ -376,6 +376,39 @@ TEST_F(JobManagerTest, AttemptFailsWhenARankDoesNotReturnAfterRestart) {
   EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
 }
 
+TEST_F(JobManagerTest, RankThatFinishedWhileTheCoordinatorWasAwayCountsAsBack) {
+  std::string w0 = AddWorker("host-a", 0);
+  std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 0));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+  Restart();
+
+  AddWorker("host-a", 0, w0, {id, 1, 0});
+  AddWorker("host-a", 1, w1);  // its rank ended; it delivers the buffered result
+  Result(w1, id, 1, 1, true);
+  now_ += std::chrono::seconds(11);
+  Heartbeat(w0);
+  Heartbeat(w1);
+  jobs_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  Result(w0, id, 1, 0, true);
+  EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, LostWorkersAreForgottenAfterTheRetention) {
+  const std::string w0 = AddWorker("host-a", 0);
+  jobs_->CloseSession(w0, sessions_[w0].get());
+  now_ += std::chrono::seconds(11);
+  jobs_->Tick();
+  EXPECT_EQ(StateOf(w0), v1::LOST);
+  now_ += std::chrono::minutes(30);
+  jobs_->Tick();
+  EXPECT_TRUE(registry_->Find(w0).has_value());  // alerts still see it
+  now_ += std::chrono::hours(2);
+  jobs_->Tick();
+  EXPECT_FALSE(registry_->Find(w0).has_value());
+}
+
 TEST_F(JobManagerTest, LogsAreStoredAndFollowed) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string id = *jobs_->Submit(SmallSpec(1, 0));

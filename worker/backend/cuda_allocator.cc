@@ -54,16 +54,16 @@ int64_t CudaAllocator::RoundedSize(int64_t bytes) {
 
 absl::StatusOr<void*> CudaAllocator::Allocate(int64_t bytes) {
   if (bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda:", config_.device,
-                                                   ": cannot allocate a negative size: ", bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda:", config_.device, ": cannot allocate a negative size: ", bytes));
   }
   const int64_t rounded = RoundedSize(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   if (config_.memory_limit_bytes > 0 && current_bytes_ + rounded > config_.memory_limit_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cuda:", config_.device, ": allocating ", Bytes(bytes), " would exceed the limit of ",
-        Bytes(config_.memory_limit_bytes), " (in use ", Bytes(current_bytes_), ", peak ",
-        Bytes(peak_bytes_), ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cuda:", config_.device, ": allocating ", Bytes(bytes),
+                     " would exceed the limit of ", Bytes(config_.memory_limit_bytes), " (in use ",
+                     Bytes(current_bytes_), ", peak ", Bytes(peak_bytes_), ")"));
   }
   void* pointer = nullptr;
   int64_t block_bytes = rounded;
@@ -104,11 +104,10 @@ absl::StatusOr<void*> CudaAllocator::AllocateFromDriver(int64_t rounded, int64_t
   if (error != cudaSuccess) {
     cudaGetLastError();
     const std::string detail =
-        absl::StrCat("cuda:", config_.device, ": cudaMalloc of ", Bytes(requested),
-                     " (size class ", Bytes(rounded), ") failed: ", cudaGetErrorString(error),
-                     "; in use ", Bytes(current_bytes_), ", peak ", Bytes(peak_bytes_),
-                     ", cached ", Bytes(cached_bytes_), ", device total ",
-                     Bytes(device_total_bytes_));
+        absl::StrCat("cuda:", config_.device, ": cudaMalloc of ", Bytes(requested), " (size class ",
+                     Bytes(rounded), ") failed: ", cudaGetErrorString(error), "; in use ",
+                     Bytes(current_bytes_), ", peak ", Bytes(peak_bytes_), ", cached ",
+                     Bytes(cached_bytes_), ", device total ", Bytes(device_total_bytes_));
     if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(detail);
     return absl::InternalError(detail);
   }

@@ -28,9 +28,9 @@ struct CudaAllocatorConfig {
 };
 
 struct CudaAllocatorStats {
-  int64_t current_bytes = 0;  // handed out now, rounded to size classes
-  int64_t peak_bytes = 0;     // highest current_bytes since creation or ResetPeak
-  int64_t cached_bytes = 0;   // freed, kept for reuse
+  int64_t current_bytes = 0;   // handed out now, rounded to size classes
+  int64_t peak_bytes = 0;      // highest current_bytes since creation or ResetPeak
+  int64_t cached_bytes = 0;    // freed, kept for reuse
   int64_t reserved_bytes = 0;  // obtained from cudaMalloc: current + cached
   int64_t device_total_bytes = 0;
 };

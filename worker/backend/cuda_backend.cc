@@ -122,8 +122,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   backend->ops_ = std::make_unique<CudaOps>(backend->allocator_.get(), backend->gemm_.get());
   cudaDeviceProp properties{};
   if (cudaGetDeviceProperties(&properties, config.device) == cudaSuccess) {
-    spdlog::info("cuda:{}: {} (sm_{}{}, {} MiB)", config.device, properties.name,
-                 properties.major, properties.minor, properties.totalGlobalMem >> 20);
+    spdlog::info("cuda:{}: {} (sm_{}{}, {} MiB)", config.device, properties.name, properties.major,
+                 properties.minor, properties.totalGlobalMem >> 20);
   }
   return backend;
 }

@@ -38,8 +38,8 @@ inline std::string CudaErrorLocation(const char* file, int line) {
 inline absl::Status CudaErrorStatus(cudaError_t error, const char* statement, const char* file,
                                     int line) {
   const std::string message =
-      absl::StrCat(statement, " failed: ", cudaGetErrorName(error), " (",
-                   cudaGetErrorString(error), ") at ", CudaErrorLocation(file, line));
+      absl::StrCat(statement, " failed: ", cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                   ") at ", CudaErrorLocation(file, line));
   if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
 }
@@ -54,52 +54,52 @@ absl::Status LibraryErrorStatus(const char* library, Result result, const char* 
 
 }  // namespace fsdpd
 
-#define CUDA_CHECK(statement)                                                          \
-  do {                                                                                 \
-    const cudaError_t cuda_check_error_ = (statement);                                 \
-    if (cuda_check_error_ != cudaSuccess) {                                            \
+#define CUDA_CHECK(statement)                                                             \
+  do {                                                                                    \
+    const cudaError_t cuda_check_error_ = (statement);                                    \
+    if (cuda_check_error_ != cudaSuccess) {                                               \
       return ::fsdpd::CudaErrorStatus(cuda_check_error_, #statement, __FILE__, __LINE__); \
-    }                                                                                  \
+    }                                                                                     \
   } while (false)
 
 // After a kernel launch (kernel_name a string literal): reports a bad configuration (grid,
 // shared memory) at once; faults inside the kernel surface at the next synchronising call.
-#define CUDA_CHECK_LAUNCH(kernel_name)                                                    \
-  do {                                                                                    \
-    const cudaError_t cuda_launch_error_ = cudaGetLastError();                            \
-    if (cuda_launch_error_ != cudaSuccess) {                                              \
+#define CUDA_CHECK_LAUNCH(kernel_name)                                                        \
+  do {                                                                                        \
+    const cudaError_t cuda_launch_error_ = cudaGetLastError();                                \
+    if (cuda_launch_error_ != cudaSuccess) {                                                  \
       return ::fsdpd::CudaErrorStatus(cuda_launch_error_, "launch of " kernel_name, __FILE__, \
-                                      __LINE__);                                          \
-    }                                                                                     \
-  } while (false)
-
-#define CUBLAS_CHECK(statement)                                                               \
-  do {                                                                                        \
-    const cublasStatus_t cublas_check_status_ = (statement);                                  \
-    if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS) {                                      \
-      return ::fsdpd::LibraryErrorStatus("cuBLAS", cublas_check_status_,                      \
-                                         cublasLtGetStatusName(cublas_check_status_),         \
-                                         #statement, __FILE__, __LINE__);                     \
+                                      __LINE__);                                              \
     }                                                                                         \
   } while (false)
 
-#define NCCL_CHECK(statement)                                                              \
-  do {                                                                                     \
-    const ncclResult_t nccl_check_result_ = (statement);                                   \
-    if (nccl_check_result_ != ncclSuccess) {                                               \
-      return ::fsdpd::LibraryErrorStatus("NCCL", nccl_check_result_,                       \
+#define CUBLAS_CHECK(statement)                                                                   \
+  do {                                                                                            \
+    const cublasStatus_t cublas_check_status_ = (statement);                                      \
+    if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS) {                                          \
+      return ::fsdpd::LibraryErrorStatus("cuBLAS", cublas_check_status_,                          \
+                                         cublasLtGetStatusName(cublas_check_status_), #statement, \
+                                         __FILE__, __LINE__);                                     \
+    }                                                                                             \
+  } while (false)
+
+#define NCCL_CHECK(statement)                                                                \
+  do {                                                                                       \
+    const ncclResult_t nccl_check_result_ = (statement);                                     \
+    if (nccl_check_result_ != ncclSuccess) {                                                 \
+      return ::fsdpd::LibraryErrorStatus("NCCL", nccl_check_result_,                         \
                                          ncclGetErrorString(nccl_check_result_), #statement, \
-                                         __FILE__, __LINE__);                              \
-    }                                                                                      \
+                                         __FILE__, __LINE__);                                \
+    }                                                                                        \
   } while (false)
 
-#define CUPTI_CHECK(statement)                                                                \
-  do {                                                                                        \
-    const CUptiResult cupti_check_result_ = (statement);                                      \
-    if (cupti_check_result_ != CUPTI_SUCCESS) {                                               \
-      const char* cupti_check_name_ = "unknown";                                              \
-      cuptiGetResultString(cupti_check_result_, &cupti_check_name_);                          \
-      return ::fsdpd::LibraryErrorStatus("CUPTI", cupti_check_result_, cupti_check_name_,     \
-                                         #statement, __FILE__, __LINE__);                     \
-    }                                                                                         \
+#define CUPTI_CHECK(statement)                                                            \
+  do {                                                                                    \
+    const CUptiResult cupti_check_result_ = (statement);                                  \
+    if (cupti_check_result_ != CUPTI_SUCCESS) {                                           \
+      const char* cupti_check_name_ = "unknown";                                          \
+      cuptiGetResultString(cupti_check_result_, &cupti_check_name_);                      \
+      return ::fsdpd::LibraryErrorStatus("CUPTI", cupti_check_result_, cupti_check_name_, \
+                                         #statement, __FILE__, __LINE__);                 \
+    }                                                                                     \
   } while (false)

@@ -27,12 +27,12 @@ using bf16 = __nv_bfloat16;
     if (absl::Status status_ = (expression); !status_.ok()) return status_; \
   } while (false)
 
-#define FSDPD_CUDA_OPS_STREAM(name, stream)                        \
-  cudaStream_t name = nullptr;                                     \
-  do {                                                             \
+#define FSDPD_CUDA_OPS_STREAM(name, stream)                         \
+  cudaStream_t name = nullptr;                                      \
+  do {                                                              \
     absl::StatusOr<cudaStream_t> stream_or_ = CudaStreamOf(stream); \
-    if (!stream_or_.ok()) return stream_or_.status();              \
-    name = *stream_or_;                                            \
+    if (!stream_or_.ok()) return stream_or_.status();               \
+    name = *stream_or_;                                             \
   } while (false)
 
 // Argument checks; each error names the op, the argument and its Describe()d tensor.
@@ -70,8 +70,8 @@ class Checker {
                     const std::string& why) const {
     FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.shape.empty() || t.shape.back() != width || t.numel() != rows * width) {
-      return Error(absl::StrCat(name, " must hold ", rows, " rows of ", width, " (", why,
-                                "), got ", t.Describe()));
+      return Error(absl::StrCat(name, " must hold ", rows, " rows of ", width, " (", why, "), got ",
+                                t.Describe()));
     }
     return absl::OkStatus();
   }
@@ -89,15 +89,15 @@ class Checker {
   absl::StatusOr<int64_t> Width(const Tensor& t, const char* name, DType dtype) const {
     FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.shape.empty() || t.shape.back() <= 0) {
-      return Error(absl::StrCat(name, " must have a positive last dimension, got ",
-                                t.Describe()));
+      return Error(absl::StrCat(name, " must have a positive last dimension, got ", t.Describe()));
     }
     return t.shape.back();
   }
 
   absl::Status Matrix(const Tensor& t, const char* name, DType dtype) const {
     FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
-    if (t.shape.size() != 2) return Error(absl::StrCat(name, " must be a matrix, got ", t.Describe()));
+    if (t.shape.size() != 2)
+      return Error(absl::StrCat(name, " must be a matrix, got ", t.Describe()));
     return absl::OkStatus();
   }
 
@@ -121,8 +121,7 @@ bf16* MutableBf16(const Tensor& t) { return static_cast<bf16*>(t.data); }
 
 }  // namespace
 
-CudaOps::CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm)
-    : allocator_(allocator), gemm_(gemm) {}
+CudaOps::CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm) : allocator_(allocator), gemm_(gemm) {}
 
 CudaOps::~CudaOps() {
   for (auto& [stream, scratch] : scratch_) {
@@ -191,8 +190,8 @@ absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, doub
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(out, "out", DType::kBF16, rows, *dim, "as x"));
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
   if (rstd.numel() != rows) {
-    return check.Error(absl::StrCat("rstd must have one value per row of x (", rows, "), got ",
-                                    rstd.Describe()));
+    return check.Error(
+        absl::StrCat("rstd must have one value per row of x (", rows, "), got ", rstd.Describe()));
   }
   if (!(eps >= 0.0)) return check.Error(absl::StrCat("eps must be >= 0, got ", eps));
   return cuda::RmsNormForward(Bf16(x), Bf16(weight), rows, *dim, static_cast<float>(eps),
@@ -211,8 +210,8 @@ absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(weight, "weight", DType::kBF16, {*dim}));
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
   if (rstd.numel() != rows) {
-    return check.Error(absl::StrCat("rstd must have one value per row of x (", rows, "), got ",
-                                    rstd.Describe()));
+    return check.Error(
+        absl::StrCat("rstd must have one value per row of x (", rows, "), got ", rstd.Describe()));
   }
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(dx, "dx", DType::kBF16, rows, *dim, "as x"));
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", DType::kF32, {*dim}));
@@ -238,9 +237,9 @@ absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const
   if (bias.data != nullptr) {
     FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(bias, "bias", DType::kBF16, {out_features}));
   }
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(out, "out", DType::kBF16, rows, out_features,
-                                            absl::StrCat("x is ", x.Describe(), ", weight is ",
-                                                         weight.Describe())));
+  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
+      check.Rows(out, "out", DType::kBF16, rows, out_features,
+                 absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
   if (rows == 0) return absl::OkStatus();
   return gemm_->LinearForward(Bf16(x), Bf16(weight), bias.data != nullptr ? Bf16(bias) : nullptr,
                               rows, out_features, in_features, MutableBf16(out), cuda_stream);
@@ -258,9 +257,9 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
   const int64_t rows = RowsOf(x);
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(x, "x", DType::kBF16, rows, in_features,
                                             absl::StrCat("weight is ", weight.Describe())));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(dout, "dout", DType::kBF16, rows, out_features,
-                                            absl::StrCat("x is ", x.Describe(), ", weight is ",
-                                                         weight.Describe())));
+  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
+      check.Rows(dout, "dout", DType::kBF16, rows, out_features,
+                 absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
   if (dx.data != nullptr) {
     FSDPD_CUDA_OPS_RETURN_IF_ERROR(
         check.Rows(dx, "dx", DType::kBF16, rows, in_features, "the shape of x"));
@@ -271,8 +270,9 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
   if (dbias.data != nullptr) {
     FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dbias, "dbias", DType::kF32, {out_features}));
     if (dweight.data == nullptr) {
-      return check.Error("dbias without dweight is not supported: the bias gradient is fused "
-                         "into the weight-gradient product");
+      return check.Error(
+          "dbias without dweight is not supported: the bias gradient is fused "
+          "into the weight-gradient product");
     }
   }
   if (rows == 0) return absl::OkStatus();
@@ -303,8 +303,8 @@ absl::StatusOr<cuda::AttentionDims> AttentionDimsOf(const Checker& check, const 
                                     dims.dim, " of qkv ", qkv.Describe()));
   }
   if (dims.dim / heads > cuda::kMaxAttentionHeadDim) {
-    return check.Error(absl::StrCat("head_dim ", dims.dim / heads, " exceeds ",
-                                    cuda::kMaxAttentionHeadDim));
+    return check.Error(
+        absl::StrCat("head_dim ", dims.dim / heads, " exceeds ", cuda::kMaxAttentionHeadDim));
   }
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(
       check.Shaped(out, "out", DType::kBF16, {dims.batch, dims.seq, dims.dim}));
@@ -383,10 +383,9 @@ absl::Status CudaOps::HeadCrossEntropy(const Tensor& x, const Tensor& head, cons
   const int64_t dim = head.shape[1];
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(targets, "targets", DType::kI32));
   const int64_t tokens = targets.numel();
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
-      check.Rows(x, "x", DType::kBF16, tokens, dim,
-                 absl::StrCat("one row per target of ", targets.Describe(), ", head is ",
-                              head.Describe())));
+  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(
+      x, "x", DType::kBF16, tokens, dim,
+      absl::StrCat("one row per target of ", targets.Describe(), ", head is ", head.Describe())));
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(loss, "loss", DType::kF32));
   if (loss.numel() != 1) {
     return check.Error(absl::StrCat("loss must be a single value, got ", loss.Describe()));
@@ -479,16 +478,15 @@ absl::Status CudaOps::AdamW(const Tensor& param, const Tensor& grad, const Tenso
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(grad, "grad", DType::kF32, param, "param"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
-      check.SameCount(exp_avg, "exp_avg", DType::kF32, param, "param"));
+  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", DType::kF32, param, "param"));
   FSDPD_CUDA_OPS_RETURN_IF_ERROR(
       check.SameCount(exp_avg_sq, "exp_avg_sq", DType::kF32, param, "param"));
   if (params.step < 1) return check.Error(absl::StrCat("step must be >= 1, got ", params.step));
   if (!(params.lr >= 0.0)) return check.Error(absl::StrCat("lr must be >= 0, got ", params.lr));
   if (!(params.beta1 >= 0.0 && params.beta1 < 1.0) ||
       !(params.beta2 >= 0.0 && params.beta2 < 1.0)) {
-    return check.Error(absl::StrCat("betas must lie in [0, 1), got ", params.beta1, " and ",
-                                    params.beta2));
+    return check.Error(
+        absl::StrCat("betas must lie in [0, 1), got ", params.beta1, " and ", params.beta2));
   }
   if (!(params.eps >= 0.0)) return check.Error(absl::StrCat("eps must be >= 0, got ", params.eps));
   if (!(params.weight_decay >= 0.0)) {

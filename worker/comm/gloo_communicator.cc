@@ -59,6 +59,11 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     context->setTimeout(options.timeout);
     GlooStoreAdapter adapter(store, "gloo/", options.timeout);
     context->connectFullMesh(adapter, device);
+    // A rank's side of the mesh can be complete while a peer is still handshaking; without
+    // this barrier a rank that fails right after connecting could break its peers' connect.
+    gloo::BarrierOptions barrier(context);
+    barrier.setTimeout(options.timeout);
+    gloo::barrier(barrier);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(options, std::move(context)));
   } catch (const std::exception& error) {
     return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,

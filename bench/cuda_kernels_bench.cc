@@ -1,0 +1,240 @@
+// Times every CUDA kernel family on the seed's shapes (B=8, S=1024, D=2048, H=16, F=8192,
+// V=32000, so T=B·S=8192 tokens) and prints TFLOP/s for the products and attention, GB/s for
+// the memory-bound kernels. Usage: cuda_kernels_bench [--iterations N] [--device N].
+// FLOP counts: a product is 2·m·n·k; attention forward 4·B·H·S²·head_dim (halved when
+// causal), backward 2.5× forward (the FlashAttention convention); the head fused with
+// cross-entropy 3 products of 2·T·V·D.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/attention.h"
+#include "worker/backend/cuda_backend.h"
+
+namespace fsdpd {
+namespace {
+
+constexpr int64_t kBatch = 8, kSeq = 1024, kDim = 2048, kHeads = 16, kHidden = 8192, kVocab = 32000;
+constexpr int64_t kTokens = kBatch * kSeq;
+
+struct Bench {
+  CudaBackend* backend;
+  cudaStream_t stream;
+  int iterations;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+
+  Tensor New(DType dtype, std::vector<int64_t> shape, float fill = 0.01f) {
+    Tensor tensor{nullptr, dtype, std::move(shape)};
+    auto buffer = backend->Allocate(tensor.bytes());
+    if (!buffer.ok()) {
+      std::fprintf(stderr, "allocation failed: %s\n", buffer.status().ToString().c_str());
+      std::exit(1);
+    }
+    tensor.data = (*buffer)->data();
+    buffers.push_back(std::move(*buffer));
+    if (dtype != DType::kI32) Check(backend->ops().Fill(tensor, fill, backend->compute_stream()));
+    return tensor;
+  }
+
+  static void Check(const absl::Status& status) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+      std::exit(1);
+    }
+  }
+
+  // Mean milliseconds per call after warm-up (which also picks the GEMM algorithms).
+  double Time(const std::function<absl::Status()>& body) {
+    for (int i = 0; i < 3; ++i) Check(body());
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < iterations; ++i) Check(body());
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    Check(backend->compute_stream().Synchronize());
+    return ms / iterations;
+  }
+
+  void Flops(const char* name, double flops, const std::function<absl::Status()>& body) {
+    const double ms = Time(body);
+    std::printf("%-44s %9.3f ms %9.1f TFLOP/s\n", name, ms, flops / (ms * 1e-3) / 1e12);
+  }
+  void Bytes(const char* name, double bytes, const std::function<absl::Status()>& body) {
+    const double ms = Time(body);
+    std::printf("%-44s %9.3f ms %9.1f GB/s\n", name, ms, bytes / (ms * 1e-3) / 1e9);
+  }
+};
+
+void RunGemms(Bench& bench) {
+  Ops& ops = bench.backend->ops();
+  Stream& stream = bench.backend->compute_stream();
+  struct Shape {
+    const char* name;
+    int64_t out_features, in_features;
+    bool bias;
+  };
+  const Shape shapes[] = {{"attn.in_proj  [T,2048]x[6144,2048]", 3 * kDim, kDim, true},
+                          {"attn.out_proj [T,2048]x[2048,2048]", kDim, kDim, true},
+                          {"ffn.0         [T,2048]x[8192,2048]", kHidden, kDim, false},
+                          {"ffn.2         [T,8192]x[2048,8192]", kDim, kHidden, false}};
+  for (const Shape& s : shapes) {
+    Tensor x = bench.New(DType::kBF16, {kTokens, s.in_features});
+    Tensor weight = bench.New(DType::kBF16, {s.out_features, s.in_features});
+    Tensor bias = s.bias ? bench.New(DType::kBF16, {s.out_features}) : Tensor{};
+    Tensor out = bench.New(DType::kBF16, {kTokens, s.out_features});
+    Tensor dx = bench.New(DType::kBF16, {kTokens, s.in_features});
+    Tensor dweight = bench.New(DType::kF32, {s.out_features, s.in_features}, 0.0f);
+    Tensor dbias = s.bias ? bench.New(DType::kF32, {s.out_features}, 0.0f) : Tensor{};
+    const double flops = 2.0 * kTokens * s.out_features * s.in_features;
+    std::printf("gemm %s\n", s.name);
+    bench.Flops("  forward (bias epilogue)", flops,
+                [&] { return ops.LinearForward(x, weight, bias, out, stream); });
+    bench.Flops("  input gradient", flops,
+                [&] { return ops.LinearBackward(out, x, weight, dx, Tensor{}, Tensor{}, stream); });
+    bench.Flops("  weight gradient (fp32 +=, bgrad epilogue)", flops, [&] {
+      return ops.LinearBackward(out, x, weight, Tensor{}, dweight, dbias, stream);
+    });
+  }
+  std::printf("gemm plans cached: %lld, of which unfused epilogues: %lld\n",
+              static_cast<long long>(bench.backend->gemm().cached_plans()),
+              static_cast<long long>(bench.backend->gemm().unfused_plans()));
+}
+
+void RunAttention(Bench& bench) {
+  Ops& ops = bench.backend->ops();
+  Stream& stream = bench.backend->compute_stream();
+  Tensor qkv = bench.New(DType::kBF16, {kBatch, kSeq, 3 * kDim}, 0.02f);
+  Tensor out = bench.New(DType::kBF16, {kBatch, kSeq, kDim});
+  Tensor lse = bench.New(DType::kF32, {kBatch, kHeads, kSeq});
+  Tensor dout = bench.New(DType::kBF16, {kBatch, kSeq, kDim});
+  Tensor dqkv = bench.New(DType::kBF16, {kBatch, kSeq, 3 * kDim});
+  const double head_dim = static_cast<double>(kDim / kHeads);
+  for (bool causal : {false, true}) {
+    const double forward = 4.0 * kBatch * kHeads * kSeq * kSeq * head_dim / (causal ? 2.0 : 1.0);
+    std::printf("attention B=8 S=1024 H=16 head_dim=128 %s\n", causal ? "causal" : "no mask");
+    bench.Flops("  forward", forward,
+                [&] { return ops.AttentionForward(qkv, kHeads, causal, out, lse, stream); });
+    bench.Flops("  backward", 2.5 * forward, [&] {
+      return ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream);
+    });
+  }
+}
+
+void RunMemoryBound(Bench& bench) {
+  Ops& ops = bench.backend->ops();
+  Stream& stream = bench.backend->compute_stream();
+  const double td = static_cast<double>(kTokens) * kDim;
+  const double tf = static_cast<double>(kTokens) * kHidden;
+  Tensor x = bench.New(DType::kBF16, {kTokens, kDim});
+  Tensor y = bench.New(DType::kBF16, {kTokens, kDim});
+  Tensor z = bench.New(DType::kBF16, {kTokens, kDim});
+  Tensor weight = bench.New(DType::kBF16, {kDim}, 1.0f);
+  Tensor rstd = bench.New(DType::kF32, {kTokens});
+  Tensor dweight = bench.New(DType::kF32, {kDim}, 0.0f);
+  std::printf("memory-bound kernels on [T=8192, D=2048] bf16 (F=8192 for SiLU)\n");
+  bench.Bytes("  rmsnorm forward", td * 4 + kTokens * 4.0, [&] {
+    return ops.RmsNormForward(x, weight, 1.1920928955078125e-07, y, rstd, stream);
+  });
+  bench.Bytes("  rmsnorm backward", td * 6 + kTokens * 4.0,
+              [&] { return ops.RmsNormBackward(y, x, weight, rstd, z, dweight, stream); });
+  bench.Bytes("  residual add", td * 6, [&] { return ops.Add(x, y, z, stream); });
+  Tensor hidden = bench.New(DType::kBF16, {kTokens, kHidden});
+  Tensor activated = bench.New(DType::kBF16, {kTokens, kHidden});
+  Tensor hidden_gradient = bench.New(DType::kBF16, {kTokens, kHidden});
+  bench.Bytes("  silu forward", tf * 4, [&] { return ops.SiluForward(hidden, activated, stream); });
+  bench.Bytes("  silu backward", tf * 6,
+              [&] { return ops.SiluBackward(activated, hidden, hidden_gradient, stream); });
+
+  Tensor embedding = bench.New(DType::kBF16, {kVocab, kDim});
+  Tensor embedding_gradient = bench.New(DType::kF32, {kVocab, kDim}, 0.0f);
+  Tensor tokens = bench.New(DType::kI32, {kTokens});
+  std::vector<int32_t> ids(kTokens);
+  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % kVocab);
+  Bench::Check(bench.backend->CopyToDevice(ids.data(), tokens, stream));
+  bench.Bytes("  embedding forward", td * 4,
+              [&] { return ops.EmbeddingForward(embedding, tokens, x, stream); });
+  bench.Bytes("  embedding backward (deterministic)", td * 2 + td * 8,
+              [&] { return ops.EmbeddingBackward(x, tokens, embedding_gradient, stream); });
+
+  const int64_t shard = int64_t{100} << 20;  // 100 Mi fp32 parameters
+  Tensor param = bench.New(DType::kF32, {shard});
+  Tensor grad = bench.New(DType::kF32, {shard});
+  Tensor exp_avg = bench.New(DType::kF32, {shard}, 0.0f);
+  Tensor exp_avg_sq = bench.New(DType::kF32, {shard}, 0.0f);
+  Tensor narrow = bench.New(DType::kBF16, {shard});
+  Tensor result = bench.New(DType::kF32, {1});
+  std::printf("optimizer and casts over a flat shard of 100 Mi fp32\n");
+  AdamWParams params;
+  bench.Bytes("  adamw (fused)", shard * 28.0,
+              [&] { return ops.AdamW(param, grad, exp_avg, exp_avg_sq, params, stream); });
+  bench.Bytes("  cast fp32 -> bf16", shard * 6.0, [&] { return ops.Cast(param, narrow, stream); });
+  bench.Bytes("  cast bf16 -> fp32", shard * 6.0, [&] { return ops.Cast(narrow, grad, stream); });
+  bench.Bytes("  fill fp32", shard * 4.0, [&] { return ops.Fill(grad, 0.0f, stream); });
+  bench.Bytes("  scale fp32", shard * 8.0, [&] { return ops.Scale(grad, 0.5f, stream); });
+  bench.Bytes("  sum of squares fp32", shard * 4.0,
+              [&] { return ops.SumOfSquares(param, result, stream); });
+}
+
+void RunCrossEntropy(Bench& bench) {
+  Ops& ops = bench.backend->ops();
+  Stream& stream = bench.backend->compute_stream();
+  Tensor x = bench.New(DType::kBF16, {kTokens, kDim});
+  Tensor head = bench.New(DType::kBF16, {kVocab, kDim}, 0.001f);
+  Tensor targets = bench.New(DType::kI32, {kTokens});
+  Bench::Check(ops.Fill(Tensor{targets.data, DType::kF32, {kTokens}}, 0.0f, stream));
+  Tensor loss = bench.New(DType::kF32, {1});
+  Tensor dx = bench.New(DType::kBF16, {kTokens, kDim});
+  Tensor dhead = bench.New(DType::kF32, {kVocab, kDim}, 0.0f);
+  std::printf("head + cross-entropy T=8192 D=2048 V=32000 (chunked, bf16 logits)\n");
+  bench.Flops("  forward + backward (3 products)", 3 * 2.0 * kTokens * kVocab * kDim,
+              [&] { return ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream); });
+}
+
+}  // namespace
+}  // namespace fsdpd
+
+int main(int argc, char** argv) {
+  int iterations = 20;
+  int device = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--device") == 0) device = std::atoi(argv[i + 1]);
+  }
+  if (iterations < 1) {
+    std::fprintf(stderr, "--iterations must be >= 1\n");
+    return 2;
+  }
+  fsdpd::CudaBackendConfig config;
+  config.device = device;
+  auto backend = fsdpd::CudaBackend::Create(config);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
+    return 1;
+  }
+  auto stream = fsdpd::CudaStreamOf((*backend)->compute_stream());
+  fsdpd::Bench bench{backend->get(), *stream, iterations, {}};
+  cudaDeviceProp properties{};
+  cudaGetDeviceProperties(&properties, device);
+  std::printf("device %s, %d iterations per figure\n", properties.name, iterations);
+  fsdpd::RunGemms(bench);
+  fsdpd::RunAttention(bench);
+  fsdpd::RunCrossEntropy(bench);
+  fsdpd::RunMemoryBound(bench);
+  std::printf("peak device memory: %.1f GiB\n",
+              (*backend)->memory_stats().peak_bytes / double(1 << 30));
+  bench.buffers.clear();
+  return 0;
+}

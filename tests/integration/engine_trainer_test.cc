@@ -1,0 +1,139 @@
+// RunTrainer in process: cancellation, unsupported devices, inconsistent worlds, and a
+// checkpoint write that fails.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "proto/spec/job_spec.h"
+#include "tests/unit/engine_test_support.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/trainer.h"
+
+namespace fsdpd {
+namespace {
+
+v1::JobSpec TinyJob(int64_t steps, int64_t every_steps) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("engine-trainer-test");
+  spec.mutable_model()->set_vocab(48);
+  spec.mutable_model()->set_dim(16);
+  spec.mutable_model()->set_layers(1);
+  spec.mutable_model()->set_heads(2);
+  spec.mutable_model()->set_ffn_mult(2);
+  spec.mutable_data()->set_seq_len(8);
+  spec.mutable_train()->set_batch_size(2);
+  spec.mutable_train()->set_steps(steps);
+  spec.mutable_train()->set_lr_schedule("cosine");
+  spec.mutable_train()->set_warmup_steps(2);
+  spec.mutable_train()->set_min_lr_ratio(0.1);
+  spec.mutable_parallel()->set_world_size(1);
+  spec.mutable_parallel()->set_device("cpu");
+  spec.mutable_checkpoint()->set_every_steps(every_steps);
+  return spec;
+}
+
+class EngineTrainerTest : public ::testing::Test {
+ protected:
+  RankContext Context() const {
+    RankContext context;
+    context.job_id = "job";
+    context.checkpoint_dir = dir_.path() + "/job";
+    return context;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(EngineTrainerTest, ReportsEveryStepWithTheScheduledLearningRate) {
+  std::vector<v1::StepReport> reports;
+  std::vector<std::string> logs;
+  TrainerHooks hooks;
+  hooks.on_step = [&](const v1::StepReport& report) { reports.push_back(report); };
+  hooks.on_log = [&](const std::string&, const std::string& text) { logs.push_back(text); };
+  auto result = RunTrainer(TinyJob(6, 0), Context(), hooks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(reports.size(), 6u);
+  EXPECT_EQ(result->final_step, 6);
+  EXPECT_EQ(result->final_loss, reports.back().loss());
+  const double peak = DefaultJobSpec().train().lr();
+  EXPECT_DOUBLE_EQ(reports[0].lr(), peak / 2);  // warmup 1 of 2
+  EXPECT_DOUBLE_EQ(reports[2].lr(), peak);      // first step of the decay
+  EXPECT_NEAR(reports[5].lr(), 0.1 * peak, 1e-12);
+  for (const v1::StepReport& report : reports) {
+    EXPECT_EQ(report.job_id(), "job");
+    EXPECT_GT(report.step_seconds(), 0.0);
+    EXPECT_GE(report.compute_seconds(), 0.0);
+    EXPECT_LE(report.compute_seconds() + report.exposed_comm_seconds(),
+              report.step_seconds() * 1.0001);
+    EXPECT_GT(report.mfu_ratio(), 0.0);
+    EXPECT_GT(report.memory_peak_bytes(), 0);
+    EXPECT_GE(report.memory_peak_bytes(), report.memory_current_bytes());
+    EXPECT_GT(report.grad_norm(), 0.0);
+  }
+  EXPECT_FALSE(logs.empty());
+}
+
+TEST_F(EngineTrainerTest, CancellingStopsBetweenStepsWithCancelled) {
+  std::atomic<bool> cancelled{false};
+  int steps_seen = 0;
+  TrainerHooks hooks;
+  hooks.cancelled = &cancelled;
+  hooks.on_step = [&](const v1::StepReport& report) {
+    ++steps_seen;
+    if (report.step() == 2) cancelled = true;
+  };
+  auto result = RunTrainer(TinyJob(50, 0), Context(), hooks);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+  EXPECT_EQ(steps_seen, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/job/model.safetensors"));
+}
+
+TEST_F(EngineTrainerTest, RefusesWhatItCannotRunWithAClearError) {
+  v1::JobSpec cuda = TinyJob(2, 0);
+  cuda.mutable_parallel()->set_device("cuda");
+  auto result = RunTrainer(cuda, Context(), {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(result.status().message().find("cuda"), std::string::npos);
+
+  v1::JobSpec two_ranks = TinyJob(2, 0);
+  two_ranks.mutable_parallel()->set_world_size(2);
+  result = RunTrainer(two_ranks, Context(), {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("world"), std::string::npos);
+
+  v1::JobSpec schedule = TinyJob(2, 0);
+  schedule.mutable_train()->set_lr_schedule("linear");
+  result = RunTrainer(schedule, Context(), {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("lr_schedule"), std::string::npos);
+}
+
+TEST_F(EngineTrainerTest, AFailedCheckpointWriteFailsTheRunAndKeepsThePreviousCheckpoint) {
+  std::filesystem::create_directories(dir_.path() + "/job");
+  // A plain file where the step-4 directory must go makes that write fail.
+  std::ofstream(dir_.path() + "/job/step-00000004") << "in the way";
+  int last_step = 0;
+  TrainerHooks hooks;
+  hooks.on_step = [&](const v1::StepReport& report) { last_step = report.step(); };
+  auto result = RunTrainer(TinyJob(6, 2), Context(), hooks);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(last_step, 4);
+  EXPECT_NE(result.status().message().find("checkpoint of step 4"), std::string::npos)
+      << result.status();
+  auto steps = ListCommittedSteps(dir_.path() + "/job");
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(*steps, std::vector<int64_t>{2});
+  EXPECT_TRUE(LoadRankCheckpoint(dir_.path() + "/job", 2, 0, 1).ok());
+
+  // Once the obstacle is gone, a rerun resumes from step 2 and finishes.
+  std::filesystem::remove(dir_.path() + "/job/step-00000004");
+  std::vector<int64_t> resumed_steps;
+  hooks.on_step = [&](const v1::StepReport& report) { resumed_steps.push_back(report.step()); };
+  result = RunTrainer(TinyJob(6, 2), Context(), hooks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(resumed_steps, (std::vector<int64_t>{3, 4, 5, 6}));
+}
+
+}  // namespace
+}  // namespace fsdpd
