@@ -104,8 +104,8 @@ std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec) const {
     errors.push_back(
         {"parallel.device",
          absl::StrCat("one rank needs about ", static_cast<int64_t>(needed / (1 << 20)),
-                      " MiB but the largest registered ", spec.parallel().device(), " worker has ",
-                      largest / (1 << 20),
+                      " MiB of device memory but the largest registered ", spec.parallel().device(),
+                      " worker has ", largest / (1 << 20),
                       " MiB; raise parallel.world_size or shrink the model or batch")});
   }
   return errors;
@@ -145,35 +145,6 @@ const JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) c
   return found == jobs_.end() ? nullptr : &found->second;
 }
 
-absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const JobRecord* record = FindLocked(job_id);
-  if (record == nullptr)
-    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  return record->job;
-}
-
-std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states, int limit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<v1::Job> jobs;
-  for (const auto& [id, record] : jobs_) {
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), record.job.state()) == states.end()) {
-      continue;
-    }
-    jobs.push_back(record.job);
-    if (limit > 0 && static_cast<int>(jobs.size()) >= limit) break;
-  }
-  return jobs;
-}
-
-std::map<v1::JobState, int> JobManager::CountByState() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::map<v1::JobState, int> counts;
-  for (const auto& [id, record] : jobs_) ++counts[record.job.state()];
-  return counts;
-}
-
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord* record = FindLocked(job_id);
@@ -190,73 +161,6 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   TransitionLocked(*record, v1::CANCELLED, why);
   ScheduleLocked();
   return record->job;
-}
-
-absl::Status JobManager::StartProfile(const v1::ProfileRequest& request) {
-  if (request.steps() <= 0 || request.start_step() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "steps: must be positive and start_step not negative, got steps=", request.steps(),
-        " start_step=", request.start_step()));
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  JobRecord* record = FindLocked(request.job_id());
-  if (record == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no job with id \"", request.job_id(), "\""));
-  }
-  if (!record->active.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", request.job_id(), " is ", v1::JobState_Name(record->job.state()),
-                     "; only a scheduled or running job can be profiled"));
-  }
-  v1::CoordinatorMessage message;
-  *message.mutable_profile_request() = request;
-  message.mutable_profile_request()->set_attempt(record->active->attempt);
-  for (const std::string& worker_id : record->active->worker_ids) {
-    workers_.Send(worker_id, message);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<JobManager::History> JobManager::Watch(
-    const std::string& job_id, const std::shared_ptr<JobSubscriber>& subscriber) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  JobRecord* record = FindLocked(job_id);
-  if (record == nullptr)
-    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
-  // Reading the history and subscribing under one lock: no event falls between the two.
-  absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(job_id);
-  if (!events.ok()) return events.status();
-  History history;
-  for (StoredEvent& stored : *events) history.events.push_back(std::move(stored.event));
-  history.ended = IsTerminal(record->job.state());
-  if (!history.ended) record->subscribers.push_back(subscriber);
-  return history;
-}
-
-absl::StatusOr<JobManager::History> JobManager::Logs(
-    const std::string& job_id, int64_t tail, const std::shared_ptr<JobSubscriber>& subscriber) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  JobRecord* record = FindLocked(job_id);
-  if (record == nullptr)
-    return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  absl::StatusOr<std::vector<v1::LogLine>> logs = store_.LoadLogs(job_id, tail);
-  if (!logs.ok()) return logs.status();
-  History history;
-  history.logs = std::move(*logs);
-  history.ended = IsTerminal(record->job.state()) || shutting_down_;
-  if (!history.ended && subscriber != nullptr) record->subscribers.push_back(subscriber);
-  return history;
-}
-
-void JobManager::Unsubscribe(const std::string& job_id, const JobSubscriber* subscriber) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  JobRecord* record = FindLocked(job_id);
-  if (record == nullptr) return;
-  auto& subscribers = record->subscribers;
-  subscribers.erase(std::remove_if(subscribers.begin(), subscribers.end(),
-                                   [&](const auto& kept) { return kept.get() == subscriber; }),
-                    subscribers.end());
 }
 
 void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,

@@ -180,8 +180,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   job.set_step(aggregate.step());
   job.set_loss(aggregate.loss());
   job.set_tokens_per_second(aggregate.tokens_per_second());
-  LogStoreError(store_.AppendStepEvent(job.id(), record->next_sequence++, aggregate), "step event");
-  LogStoreError(store_.UpdateProgress(job), "progress");
+  LogStoreError(store_.RecordStep(job, record->next_sequence++, aggregate), "step");
   v1::JobEvent event;
   *event.mutable_step() = aggregate;
   for (const auto& subscriber : record->subscribers) subscriber->OnEvent(event);
@@ -238,8 +237,10 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
 
 void JobManager::OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk) {
   if (ActiveRecordForLocked(worker_id, chunk.job_id(), chunk.attempt(), 0) == nullptr) {
-    spdlog::warn("ignoring an artifact chunk of {} attempt {} from worker {}: not its rank 0",
-                 chunk.job_id(), chunk.attempt(), worker_id);
+    spdlog::warn(
+        "ignoring an artifact chunk of {} attempt {} from worker {}: not rank 0 of an active "
+        "attempt",
+        chunk.job_id(), chunk.attempt(), worker_id);
     return;
   }
   if (absl::Status status = artifacts_.WriteChunk(chunk); !status.ok()) {

@@ -98,6 +98,10 @@ class FileStream : public grpc::ServerWriteReactor<v1::FileChunk> {
  public:
   FileStream(const std::string& path, std::function<void(grpc::StatusCode)> on_finish)
       : file_(path, std::ios::binary), on_finish_(std::move(on_finish)) {
+    if (!file_.is_open()) {
+      Done(grpc::Status(grpc::StatusCode::NOT_FOUND, path + " cannot be opened"));
+      return;
+    }
     file_.seekg(0, std::ios::end);
     total_ = file_.tellg();
     file_.seekg(0);

@@ -49,11 +49,12 @@ class JobStore {
   virtual absl::StatusOr<std::vector<AssignmentRecord>> LoadAssignments(const std::string& job_id,
                                                                         int attempt) = 0;
 
-  // These may be buffered until Flush (or the store's own batching) writes them.
+  // An aggregated step and the job's progress, written at once: the history clients replay
+  // must survive even a killed coordinator.
+  virtual absl::Status RecordStep(const v1::Job& job, int64_t sequence,
+                                  const v1::StepReport& aggregate) = 0;
+  // These two may be buffered until Flush (or the store's own batching) writes them.
   virtual absl::Status AppendStepReport(const v1::StepReport& report) = 0;
-  virtual absl::Status AppendStepEvent(const std::string& job_id, int64_t sequence,
-                                       const v1::StepReport& aggregate) = 0;
-  virtual absl::Status UpdateProgress(const v1::Job& job) = 0;
   virtual absl::Status AppendLog(const v1::LogLine& line) = 0;
 
   virtual absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(

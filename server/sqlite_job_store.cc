@@ -1,6 +1,7 @@
 #include "server/sqlite_job_store.h"
 
 #include <cstdio>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,15 +79,6 @@ const std::vector<std::string>& Migrations() {
   return migrations;
 }
 
-template <typename Message>
-absl::StatusOr<Message> ParseBlob(const std::string& bytes, const char* what) {
-  Message message;
-  if (!message.ParseFromString(bytes)) {
-    return absl::DataLossError(absl::StrCat("stored ", what, " cannot be parsed"));
-  }
-  return message;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const JobStoreConfig& config) {
@@ -149,8 +141,6 @@ absl::Status SqliteJobStore::InsertJob(const v1::Job& job) {
 absl::Status SqliteJobStore::RecordTransition(const v1::Job& job, int64_t sequence,
                                               const v1::StateChange& change) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // The row written here is newer than any buffered progress of the same job.
-  pending_progress_.erase(job.id());
   SqliteTransaction transaction(database_);
   if (!transaction.status().ok()) return transaction.status();
   if (absl::Status status = WriteJobRow(job); !status.ok()) return status;
@@ -167,46 +157,6 @@ absl::Status SqliteJobStore::RecordTransition(const v1::Job& job, int64_t sequen
                             .Run();
   if (!status.ok()) return status;
   return transaction.Commit();
-}
-
-absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
-  std::vector<v1::Job> jobs;
-  std::map<std::string, size_t> index;
-  absl::StatusOr<SqliteStatement> select =
-      database_.Prepare("SELECT id, spec, job FROM jobs ORDER BY id");
-  if (!select.ok()) return select.status();
-  while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<v1::Job> job = ParseBlob<v1::Job>(select->ColumnBlob(2), "job");
-    absl::StatusOr<v1::JobSpec> spec = ParseBlob<v1::JobSpec>(select->ColumnBlob(1), "spec");
-    if (!job.ok()) return job.status();
-    if (!spec.ok()) return spec.status();
-    *job->mutable_spec() = std::move(*spec);
-    index[job->id()] = jobs.size();
-    jobs.push_back(std::move(*job));
-  }
-  absl::StatusOr<SqliteStatement> transitions = database_.Prepare(
-      "SELECT job_id, state, reason, attempt, unix_millis FROM transitions "
-      "ORDER BY job_id, sequence");
-  if (!transitions.ok()) return transitions.status();
-  while (true) {
-    absl::StatusOr<bool> row = transitions->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    auto found = index.find(transitions->ColumnText(0));
-    if (found == index.end()) continue;
-    v1::StateChange* change = jobs[found->second].add_transitions();
-    change->set_job_id(found->first);
-    change->set_state(static_cast<v1::JobState>(transitions->ColumnInt(1)));
-    change->set_reason(transitions->ColumnText(2));
-    change->set_attempt(static_cast<int32_t>(transitions->ColumnInt(3)));
-    change->set_unix_millis(transitions->ColumnInt(4));
-  }
-  return jobs;
 }
 
 absl::Status SqliteJobStore::InsertAttempt(const std::string& job_id, int attempt,
@@ -252,28 +202,8 @@ absl::Status SqliteJobStore::FinishAttempt(const std::string& job_id, int attemp
       .Run();
 }
 
-absl::StatusOr<std::vector<AssignmentRecord>> SqliteJobStore::LoadAssignments(
-    const std::string& job_id, int attempt) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  absl::StatusOr<SqliteStatement> select = database_.Prepare(
-      "SELECT rank, worker_id FROM assignments WHERE job_id = ?1 AND attempt = ?2 "
-      "ORDER BY rank");
-  if (!select.ok()) return select.status();
-  select->Bind(1, job_id).Bind(2, static_cast<int64_t>(attempt));
-  std::vector<AssignmentRecord> assignments;
-  while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    assignments.push_back(
-        {job_id, attempt, static_cast<int>(select->ColumnInt(0)), select->ColumnText(1)});
-  }
-  return assignments;
-}
-
 size_t SqliteJobStore::PendingRowsLocked() const {
-  return pending_reports_.size() + pending_events_.size() + pending_progress_.size() +
-         pending_logs_.size();
+  return pending_reports_.size() + pending_logs_.size();
 }
 
 absl::Status SqliteJobStore::MaybeFlushLocked() {
@@ -287,17 +217,24 @@ absl::Status SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
   return MaybeFlushLocked();
 }
 
-absl::Status SqliteJobStore::AppendStepEvent(const std::string& job_id, int64_t sequence,
-                                             const v1::StepReport& aggregate) {
+absl::Status SqliteJobStore::RecordStep(const v1::Job& job, int64_t sequence,
+                                        const v1::StepReport& aggregate) {
   std::lock_guard<std::mutex> lock(mutex_);
-  pending_events_.push_back({job_id, sequence, aggregate});
-  return MaybeFlushLocked();
-}
-
-absl::Status SqliteJobStore::UpdateProgress(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  pending_progress_[job.id()] = job;
-  return MaybeFlushLocked();
+  SqliteTransaction transaction(database_);
+  if (!transaction.status().ok()) return transaction.status();
+  absl::StatusOr<SqliteStatement> insert = database_.Prepare(
+      "INSERT OR REPLACE INTO step_events (job_id, sequence, attempt, step, report) "
+      "VALUES (?1, ?2, ?3, ?4, ?5)");
+  if (!insert.ok()) return insert.status();
+  absl::Status status = insert->Bind(1, job.id())
+                            .Bind(2, sequence)
+                            .Bind(3, static_cast<int64_t>(aggregate.attempt()))
+                            .Bind(4, aggregate.step())
+                            .BindBlob(5, aggregate.SerializeAsString())
+                            .Run();
+  if (!status.ok()) return status;
+  if (status = WriteJobRow(job); !status.ok()) return status;
+  return transaction.Commit();
 }
 
 absl::Status SqliteJobStore::AppendLog(const v1::LogLine& line) {
@@ -328,22 +265,6 @@ absl::Status SqliteJobStore::FlushLocked() {
                               .Run();
     if (!status.ok()) return status;
   }
-  for (const PendingStepEvent& event : pending_events_) {
-    absl::StatusOr<SqliteStatement> insert = database_.Prepare(
-        "INSERT OR REPLACE INTO step_events (job_id, sequence, attempt, step, report) "
-        "VALUES (?1, ?2, ?3, ?4, ?5)");
-    if (!insert.ok()) return insert.status();
-    absl::Status status = insert->Bind(1, event.job_id)
-                              .Bind(2, event.sequence)
-                              .Bind(3, static_cast<int64_t>(event.aggregate.attempt()))
-                              .Bind(4, event.aggregate.step())
-                              .BindBlob(5, event.aggregate.SerializeAsString())
-                              .Run();
-    if (!status.ok()) return status;
-  }
-  for (const auto& [job_id, job] : pending_progress_) {
-    if (absl::Status status = WriteJobRow(job); !status.ok()) return status;
-  }
   for (const v1::LogLine& line : pending_logs_) {
     absl::StatusOr<SqliteStatement> insert = database_.Prepare(
         "INSERT INTO logs (job_id, attempt, rank, unix_millis, level, text) "
@@ -360,92 +281,8 @@ absl::Status SqliteJobStore::FlushLocked() {
   }
   if (absl::Status status = transaction.Commit(); !status.ok()) return status;
   pending_reports_.clear();
-  pending_events_.clear();
-  pending_progress_.clear();
   pending_logs_.clear();
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<v1::StepReport>> SqliteJobStore::LoadStepReports(
-    const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
-  absl::StatusOr<SqliteStatement> select = database_.Prepare(
-      "SELECT report FROM step_reports WHERE job_id = ?1 ORDER BY attempt, step, rank");
-  if (!select.ok()) return select.status();
-  select->Bind(1, job_id);
-  std::vector<v1::StepReport> reports;
-  while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<v1::StepReport> report =
-        ParseBlob<v1::StepReport>(select->ColumnBlob(0), "step report");
-    if (!report.ok()) return report.status();
-    reports.push_back(std::move(*report));
-  }
-  return reports;
-}
-
-absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
-  absl::StatusOr<SqliteStatement> select = database_.Prepare(
-      "SELECT sequence, state, reason, attempt, unix_millis, NULL FROM transitions "
-      "WHERE job_id = ?1 "
-      "UNION ALL SELECT sequence, NULL, NULL, NULL, NULL, report FROM step_events "
-      "WHERE job_id = ?1 ORDER BY 1");
-  if (!select.ok()) return select.status();
-  select->Bind(1, job_id);
-  std::vector<StoredEvent> events;
-  while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    StoredEvent stored;
-    stored.sequence = select->ColumnInt(0);
-    std::string report = select->ColumnBlob(5);
-    if (!report.empty()) {
-      absl::StatusOr<v1::StepReport> step = ParseBlob<v1::StepReport>(report, "step event");
-      if (!step.ok()) return step.status();
-      *stored.event.mutable_step() = std::move(*step);
-    } else {
-      v1::StateChange* change = stored.event.mutable_state();
-      change->set_job_id(job_id);
-      change->set_state(static_cast<v1::JobState>(select->ColumnInt(1)));
-      change->set_reason(select->ColumnText(2));
-      change->set_attempt(static_cast<int32_t>(select->ColumnInt(3)));
-      change->set_unix_millis(select->ColumnInt(4));
-    }
-    events.push_back(std::move(stored));
-  }
-  return events;
-}
-
-absl::StatusOr<std::vector<v1::LogLine>> SqliteJobStore::LoadLogs(const std::string& job_id,
-                                                                  int64_t tail) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
-  absl::StatusOr<SqliteStatement> select = database_.Prepare(
-      "SELECT attempt, rank, unix_millis, level, text FROM ("
-      "  SELECT * FROM logs WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2"
-      ") ORDER BY id");
-  if (!select.ok()) return select.status();
-  select->Bind(1, job_id).Bind(2, tail > 0 ? tail : int64_t{-1});
-  std::vector<v1::LogLine> lines;
-  while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    v1::LogLine& line = lines.emplace_back();
-    line.set_job_id(job_id);
-    line.set_attempt(static_cast<int32_t>(select->ColumnInt(0)));
-    line.set_rank(static_cast<int32_t>(select->ColumnInt(1)));
-    line.set_unix_millis(select->ColumnInt(2));
-    line.set_level(select->ColumnText(3));
-    line.set_text(select->ColumnText(4));
-  }
-  return lines;
 }
 
 }  // namespace fsdpd::server

@@ -1,8 +1,7 @@
-// The JobStore on SQLite (WAL mode). Step reports, step events, progress and logs are buffered
-// and written in one transaction per batch; everything else is written before the call returns.
+// The JobStore on SQLite (WAL mode). Per-rank step reports and logs are buffered and written in
+// one transaction per batch; everything else is written before the call returns.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,10 +32,9 @@ class SqliteJobStore : public JobStore {
   absl::StatusOr<std::vector<AssignmentRecord>> LoadAssignments(const std::string& job_id,
                                                                 int attempt) override;
 
+  absl::Status RecordStep(const v1::Job& job, int64_t sequence,
+                          const v1::StepReport& aggregate) override;
   absl::Status AppendStepReport(const v1::StepReport& report) override;
-  absl::Status AppendStepEvent(const std::string& job_id, int64_t sequence,
-                               const v1::StepReport& aggregate) override;
-  absl::Status UpdateProgress(const v1::Job& job) override;
   absl::Status AppendLog(const v1::LogLine& line) override;
 
   absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(const std::string& job_id) override;
@@ -47,12 +45,6 @@ class SqliteJobStore : public JobStore {
   absl::Status Flush() override;
 
  private:
-  struct PendingStepEvent {
-    std::string job_id;
-    int64_t sequence;
-    v1::StepReport aggregate;
-  };
-
   SqliteJobStore(JobStoreConfig config, SqliteDatabase database);
   absl::Status WriteJobRow(const v1::Job& job);
   absl::Status FlushLocked();
@@ -63,8 +55,6 @@ class SqliteJobStore : public JobStore {
   std::mutex mutex_;
   SqliteDatabase database_;
   std::vector<v1::StepReport> pending_reports_;
-  std::vector<PendingStepEvent> pending_events_;
-  std::map<std::string, v1::Job> pending_progress_;
   std::vector<v1::LogLine> pending_logs_;
 };
 

@@ -15,7 +15,7 @@ add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc)
 target_include_directories(fsdpd_engine PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(fsdpd_engine PUBLIC
-  fsdpd_model fsdpd_io fsdpd_spec fsdpd_proto gloo
+  fsdpd_model fsdpd_io fsdpd_profiler fsdpd_spec fsdpd_proto gloo
   absl::status absl::statusor absl::strings spdlog::spdlog Threads::Threads)
 
 add_executable(fsdpd-train ${CMAKE_CURRENT_LIST_DIR}/train_main.cc)

@@ -35,7 +35,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // workers back within seconds.
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
-  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   arguments.SetMaxSendMessageSize(-1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
 }
@@ -84,6 +84,15 @@ absl::Status WorkerSession::Register() {
       request.set_running_rank(job_->rank());
     }
   }
+  // An attempt that ended while the coordinator was away still counts as ours until its
+  // result is delivered, so the coordinator waits for it instead of declaring the rank lost.
+  if (request.running_job_id().empty()) {
+    if (std::optional<v1::AttemptResult> unsent = outbox_.OldestUnsentResult()) {
+      request.set_running_job_id(unsent->job_id());
+      request.set_running_attempt(unsent->attempt());
+      request.set_running_rank(unsent->rank());
+    }
+  }
   request.set_hostname(config_.hostname);
   request.set_device_kind(device_.kind);
   request.set_gpu_index(device_.gpu_index);
@@ -94,12 +103,14 @@ absl::Status WorkerSession::Register() {
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kRegisterTimeout);
+  // Waits for the channel to connect (its own backoff is short) rather than failing at once
+  // while a restarted coordinator is coming up.
+  context.set_wait_for_ready(true);
   v1::RegisterResponse response;
   grpc::Status status = stub_->Register(&context, request, &response);
   if (!status.ok()) {
     const std::string why = absl::StrCat("register with the coordinator at ",
-                                         config_.coordinator_address, ": ",
-                                         status.error_message());
+                                         config_.coordinator_address, ": ", status.error_message());
     // The coordinator refusing what we send will not change by retrying.
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       return absl::InvalidArgumentError(why);

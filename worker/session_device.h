@@ -9,7 +9,7 @@
 namespace fsdpd {
 
 struct DeviceInfo {
-  std::string kind;    // cpu | cuda
+  std::string kind;   // cpu | cuda
   int gpu_index = 0;  // 0 for cpu, which has no index
   std::string gpu_name;
   std::string gpu_uuid;

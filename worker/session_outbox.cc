@@ -72,6 +72,12 @@ bool Outbox::Empty() {
   return telemetry_.empty() && finished_.empty();
 }
 
+std::optional<v1::AttemptResult> Outbox::OldestUnsentResult() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_.empty()) return std::nullopt;
+  return finished_.front().result;
+}
+
 Outbox::Dropped Outbox::TakeDropped() {
   std::lock_guard<std::mutex> lock(mutex_);
   Dropped taken = dropped_;

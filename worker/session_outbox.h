@@ -45,6 +45,8 @@ class Outbox {
   std::optional<FinishedAttempt> FrontFinished();
   void PopFinished();
   bool Empty();
+  // The oldest result not yet sent, even if reports still queue before it.
+  std::optional<v1::AttemptResult> OldestUnsentResult();
 
   struct Dropped {
     int64_t count = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,10 @@
 #include "worker/model/minillm.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/sharded_adamw.h"
+#include "worker/profiler/profile_recorder.h"
+#include "worker/profiler/profile_window.h"
+#include "worker/profiler/profiling_backend.h"
+#include "worker/profiler/profiling_communicator.h"
 #include "worker/trainer_checkpoint.h"
 #include "worker/trainer_support.h"
 #include "worker/trainer_weights.h"
@@ -122,6 +127,8 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
 
 // One rank's engine: everything RunTrainer builds, in dependency order.
 struct Engine {
+  // Sees every op, copy and collective through the decorators below; records only in windows.
+  std::unique_ptr<ProfileRecorder> recorder;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> communicator;
   std::unique_ptr<MiniLLM> model;
@@ -133,15 +140,19 @@ struct Engine {
 absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& context,
                                    const ModelConfig& config, const v1::DataSpec& data) {
   Engine engine;
-  engine.backend = std::make_unique<CpuBackend>();
+  engine.recorder = std::make_unique<ProfileRecorder>();
+  engine.backend =
+      std::make_unique<ProfilingBackend>(std::make_unique<CpuBackend>(), engine.recorder.get());
   CommunicatorOptions communicator_options;
   communicator_options.rank = context.rank;
   communicator_options.world_size = context.world_size;
   communicator_options.bind_address = context.bind_address;
   communicator_options.timeout =
       context.collective_timeout.count() > 0 ? context.collective_timeout : CommunicatorTimeout();
-  ENGINE_ASSIGN_OR_RETURN(engine.communicator,
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> communicator,
                           CreateCommunicator(communicator_options, context.store));
+  engine.communicator =
+      std::make_unique<ProfilingCommunicator>(std::move(communicator), engine.recorder.get());
   const int64_t batch = spec.train().batch_size();
   ENGINE_ASSIGN_OR_RETURN(engine.model,
                           MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
@@ -150,6 +161,7 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   // The CPU backend computes in fp32: bf16 parameters are fp32 storage rounded through bf16.
   fsdp_options.param_storage_dtype = DType::kF32;
   fsdp_options.round_params_to_bf16 = spec.parallel().param_dtype() == "bf16";
+  fsdp_options.profiler = engine.recorder.get();
   ENGINE_ASSIGN_OR_RETURN(engine.state,
                           FsdpState::Create(engine.model->units(), engine.backend.get(),
                                             engine.communicator.get(), fsdp_options));
@@ -223,6 +235,26 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
                       spec.name(), ParameterCount(spec.model()), context.world_size, start_step + 1,
                       total_steps, tokens_per_rank_step, peak_flops));
 
+  ProfileRecorder* const recorder = engine.recorder.get();
+  ProfileWindowOptions profile_options;
+  profile_options.job_id = context.job_id;
+  profile_options.attempt = context.attempt;
+  profile_options.rank = context.rank;
+  profile_options.device = backend.name();
+  profile_options.peak_flops_per_second = peak_flops;
+  ProfileWindow profile_window(recorder, profile_options);
+  if (hooks.on_profile) {
+    profile_window.Schedule(spec.profile().start_step(), spec.profile().steps());
+  }
+  auto send_profile = [&](const std::vector<v1::ProfileReport>& reports) {
+    if (reports.empty()) return;
+    log("info", absl::StrFormat("profiled steps %d..%d: %d kernel table rows, trace in %d chunks",
+                                reports.front().start_step(),
+                                reports.front().start_step() + reports.front().steps() - 1,
+                                reports.front().kernels_size(), reports.size() - 1));
+    for (const v1::ProfileReport& report : reports) hooks.on_profile(report);
+  };
+
   std::vector<int32_t> inputs(static_cast<size_t>(tokens_per_rank_step));
   std::vector<int32_t> targets(static_cast<size_t>(tokens_per_rank_step));
   TrainResult result;
@@ -233,19 +265,41 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
       log("info", absl::StrCat("cancelled before step ", step));
       return absl::CancelledError(absl::StrCat("cancelled before step ", step));
     }
+    if (hooks.on_profile && hooks.poll_profile_request) {
+      if (std::optional<v1::ProfileRequest> request = hooks.poll_profile_request()) {
+        absl::Status accepted = profile_window.Request(*request, step);
+        log(accepted.ok() ? "info" : "warning",
+            accepted.ok() ? absl::StrCat("profiling ", request->steps(), " steps on request")
+                          : std::string(accepted.message()));
+      }
+    }
+    profile_window.BeginStep(step);
     const Clock::time_point step_start = Clock::now();
     const double comm_before = communicator.stats().blocked_seconds;
+    std::optional<ProfileRange> step_range;
+    if (profile_window.recording())
+      step_range.emplace(recorder, "", "", absl::StrCat("step ", step));
 
-    ENGINE_RETURN_IF_ERROR(engine.data->Batch(step - 1, inputs.data(), targets.data()));
+    {
+      ProfileRange range(recorder, "", "", "data loader");
+      ENGINE_RETURN_IF_ERROR(engine.data->Batch(step - 1, inputs.data(), targets.data()));
+    }
     ENGINE_ASSIGN_OR_RETURN(const float local_loss,
                             state.ForwardBackward(*engine.model, inputs.data(), targets.data()));
     const AdamWParams adamw = AdamWFor(spec.train(), step);
-    ENGINE_ASSIGN_OR_RETURN(const double grad_norm,
-                            engine.optimizer->Step(adamw, spec.train().grad_clip()));
+    double grad_norm = 0.0;
+    {
+      ProfileRange range(recorder, "", kPhaseOptimizer);
+      ENGINE_ASSIGN_OR_RETURN(grad_norm, engine.optimizer->Step(adamw, spec.train().grad_clip()));
+    }
     // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
     std::vector<float> loss = {local_loss};
-    ENGINE_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
+    {
+      ProfileRange range(recorder, "", kPhaseComm, "loss all-reduce");
+      ENGINE_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
+    }
     ENGINE_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
+    step_range.reset();
 
     const double step_seconds = SecondsSince(step_start);
     const double exposed_comm = communicator.stats().blocked_seconds - comm_before;
@@ -267,6 +321,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     report.set_grad_norm(grad_norm);
     report.set_unix_millis(UnixMillis());
     if (hooks.on_step) hooks.on_step(report);
+    send_profile(profile_window.EndStep(step));
     if (step <= 3 || step % 10 == 0 || step == total_steps) {
       log("info",
           absl::StrFormat("step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s "
@@ -288,6 +343,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
       log("info", absl::StrCat("checkpoint of step ", step, " committed"));
     }
   }
+
+  // A window that runs past the last step reports the steps it saw.
+  send_profile(profile_window.Finish());
 
   ENGINE_ASSIGN_OR_RETURN(result.exported_model_path,
                           ExportConsolidatedModel(paths.job_dir + "/model.safetensors",

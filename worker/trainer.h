@@ -5,12 +5,14 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fsdpd/v1/common.pb.h"
+#include "fsdpd/v1/profile.pb.h"
 #include "fsdpd/v1/spec.pb.h"
 #include "worker/comm/key_value_store.h"
 
@@ -42,6 +44,12 @@ struct TrainerHooks {
   // Set by the session to stop the run promptly; the trainer checks it between steps
   // and aborts its collectives.
   const std::atomic<bool>* cancelled = nullptr;
+  // Receives each profiling window's reports (spec.profile, or a request), in order: the
+  // kernel table first, then the Chrome trace in chunks, the last marked trace_last. Null: the
+  // run is never profiled.
+  std::function<void(const v1::ProfileReport&)> on_profile;
+  // Polled once between steps for a profiling request from the coordinator. Null: none.
+  std::function<std::optional<v1::ProfileRequest>()> poll_profile_request;
 };
 
 struct TrainResult {

@@ -1,7 +1,10 @@
 // Flash-style multi-head attention on nn.MultiheadAttention's packed layout, bf16 in and out
-// with fp32 math. Forward streams key/value tiles through shared memory with an online softmax
-// and saves only the output and each row's log-sum-exp; backward recomputes the probabilities
-// from them. No [seq, seq] matrix is ever stored.
+// with fp32 softmax statistics. Forward streams key/value tiles through shared memory with an
+// online softmax and saves only the output and each row's log-sum-exp; backward recomputes the
+// probabilities from them (one kernel for dq, one for dk and dv: no atomics, deterministic).
+// No [seq, seq] matrix is ever stored. head_dim 32, 64 and 128 run on tensor cores (WMMA,
+// probabilities rounded to bf16 between the two products as in FlashAttention); other head
+// dims run fp32 CUDA-core kernels.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -257,8 +257,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* dout_tile = q_tile + L::kTileElements;
   float* scratch_all = reinterpret_cast<float*>(dout_tile + L::kTileElements);
   bf16* probability_all = reinterpret_cast<bf16*>(scratch_all + kWarps * L::kScratchFloats);
-  bf16* gradient_all = probability_all + kWarps * L::kProbabilityElements;
-  float* lse_tile = reinterpret_cast<float*>(gradient_all + kWarps * L::kProbabilityElements);
+  float* lse_tile = reinterpret_cast<float*>(probability_all + kWarps * L::kProbabilityElements);
   float* delta_tile = lse_tile + kTile;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -266,7 +265,6 @@ __global__ void __launch_bounds__(kThreads)
   const int half = lane % 2;
   float* scratch = scratch_all + warp * L::kScratchFloats;
   bf16* probability = probability_all + warp * L::kProbabilityElements;
-  bf16* score_gradient = gradient_all + warp * L::kProbabilityElements;
 
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
@@ -308,23 +306,24 @@ __global__ void __launch_bounds__(kThreads)
       probability[row * L::kLdProbability + column] = __float2bfloat16_rn(p[c]);
     }
     __syncwarp();
-    // dPᵀ = V·dOᵀ.
+    Multiply<HD>(probability, dout_tile, scratch);  // dV += Pᵀ·dO
+    __syncwarp();
+#pragma unroll
+    for (int d = 0; d < HD / 2; ++d) dv[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
+    __syncwarp();
+    // dPᵀ = V·dOᵀ; then dSᵀ overwrites Pᵀ, which dV no longer needs (one buffer per warp keeps
+    // the block small enough for two per multiprocessor).
     MultiplyTransposed<HD>(v_tile + warp * 16 * L::kLdTile, dout_tile, scratch);
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < kHalf; ++c) {
       const int column = half * kHalf + c;
       const float dp = scratch[row * L::kLdScratch + column];
-      score_gradient[row * L::kLdProbability + column] =
+      probability[row * L::kLdProbability + column] =
           __float2bfloat16_rn(p[c] * (dp - delta_tile[column]));
     }
     __syncwarp();
-    Multiply<HD>(probability, dout_tile, scratch);  // Pᵀ·dO
-    __syncwarp();
-#pragma unroll
-    for (int d = 0; d < HD / 2; ++d) dv[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
-    __syncwarp();
-    Multiply<HD>(score_gradient, q_tile, scratch);  // dSᵀ·Q
+    Multiply<HD>(probability, q_tile, scratch);  // dK += dSᵀ·Q
     __syncwarp();
 #pragma unroll
     for (int d = 0; d < HD / 2; ++d) dk[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
@@ -351,8 +350,8 @@ constexpr size_t QueryGradientShared() {
 template <int HD>
 constexpr size_t KeyValueGradientShared() {
   using L = Layout<HD>;
-  return 4 * L::kTileElements * 2 +
-         kWarps * (L::kScratchFloats * 4 + 2 * L::kProbabilityElements * 2) + 2 * kTile * 4;
+  return 4 * L::kTileElements * 2 + kWarps * (L::kScratchFloats * 4 + L::kProbabilityElements * 2) +
+         2 * kTile * 4;
 }
 
 dim3 GridOf(const FlashGeometry& g) {

@@ -69,6 +69,15 @@ __device__ __forceinline__ float BlockMax(float value, float* scratch) {
   return WarpMax(value);
 }
 
+// Eight bf16 values moved as one 16-byte access.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 pairs[4];
+};
+
+inline bool Aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
 // Grid size for a grid-stride loop over `count` elements.
 inline unsigned GridFor(int64_t count, int threads, int64_t max_blocks = 132 * 16) {
   int64_t blocks = (count + threads - 1) / threads;

@@ -26,6 +26,47 @@ __global__ void SiluBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat1
   }
 }
 
+__device__ __forceinline__ float Silu(float value) { return value / (1.0f + __expf(-value)); }
+
+__device__ __forceinline__ float SiluGradient(float gradient, float value) {
+  const float sigmoid = 1.0f / (1.0f + __expf(-value));
+  return gradient * sigmoid * (1.0f + value * (1.0f - sigmoid));
+}
+
+// The same maths eight elements at a time with 16-byte accesses (count a multiple of 8, all
+// pointers 16-byte aligned): the kernels are bandwidth-bound.
+__global__ void SiluForwardVectorKernel(const Bf16x8* x, int64_t vectors, Bf16x8* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    Bf16x8 in = x[i];
+    Bf16x8 result;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 value = __bfloat1622float2(in.pairs[k]);
+      result.pairs[k] = __floats2bfloat162_rn(Silu(value.x), Silu(value.y));
+    }
+    out[i] = result;
+  }
+}
+
+__global__ void SiluBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x, int64_t vectors,
+                                         Bf16x8* dx) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    Bf16x8 gradient = dout[i];
+    Bf16x8 in = x[i];
+    Bf16x8 result;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 g = __bfloat1622float2(gradient.pairs[k]);
+      const float2 value = __bfloat1622float2(in.pairs[k]);
+      result.pairs[k] =
+          __floats2bfloat162_rn(SiluGradient(g.x, value.x), SiluGradient(g.y, value.y));
+    }
+    dx[i] = result;
+  }
+}
+
 }  // namespace
 
 absl::Status SiluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* out,
@@ -34,6 +75,12 @@ absl::Status SiluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* o
     return absl::InvalidArgumentError("SiluForward: null pointer or negative count");
   }
   if (count == 0) return absl::OkStatus();
+  if (count % 8 == 0 && Aligned16(x) && Aligned16(out)) {
+    SiluForwardVectorKernel<<<GridFor(count / 8, kThreads), kThreads, 0, stream>>>(
+        reinterpret_cast<const Bf16x8*>(x), count / 8, reinterpret_cast<Bf16x8*>(out));
+    CUDA_CHECK_LAUNCH("SiluForwardVectorKernel");
+    return absl::OkStatus();
+  }
   SiluForwardKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count, out);
   CUDA_CHECK_LAUNCH("SiluForwardKernel");
   return absl::OkStatus();
@@ -45,6 +92,13 @@ absl::Status SiluBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x, int
     return absl::InvalidArgumentError("SiluBackward: null pointer or negative count");
   }
   if (count == 0) return absl::OkStatus();
+  if (count % 8 == 0 && Aligned16(dout) && Aligned16(x) && Aligned16(dx)) {
+    SiluBackwardVectorKernel<<<GridFor(count / 8, kThreads), kThreads, 0, stream>>>(
+        reinterpret_cast<const Bf16x8*>(dout), reinterpret_cast<const Bf16x8*>(x), count / 8,
+        reinterpret_cast<Bf16x8*>(dx));
+    CUDA_CHECK_LAUNCH("SiluBackwardVectorKernel");
+    return absl::OkStatus();
+  }
   SiluBackwardKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(dout, x, count, dx);
   CUDA_CHECK_LAUNCH("SiluBackwardKernel");
   return absl::OkStatus();

@@ -146,7 +146,11 @@ job_field() {  # job_field FIELD → the field of `fsdpctl status --json` (state
   "$fsdpctl" status "$job_id" --json | python3 -c "
 import json, sys
 value = json.load(sys.stdin).get('$1', '')
-print(str(value).upper().replace('JOB_STATE_', '') if '$1' == 'state' else value)"
+if '$1' == 'state':
+    value = str(value).upper().replace('JOB_STATE_', '')
+elif '$1' == 'step':
+    value = int(float(value or 0))
+print(value)"
 }
 past_profile_window() {
   local state step

@@ -1,6 +1,7 @@
 // The CUDA backend's pointwise and normalisation ops against the CPU reference: residual add,
 // casts, fill, scale, sum of squares, SiLU, RMSNorm, embedding, AdamW.
 #include <cstring>
+#include <utility>
 
 #include "tests/gpu/cuda_test_support.h"
 
@@ -15,20 +16,23 @@ constexpr double kBf16Relative = 1.0 / 256;
 using CudaPointwiseTest = CudaTest;
 
 TEST_F(CudaPointwiseTest, AddBf16MatchesCpuAndMayAlias) {
-  const int64_t count = 10007;  // not a multiple of any block size
-  std::vector<float> a = RoundedToBf16(RandomValues(random_, count));
-  std::vector<float> b = RoundedToBf16(RandomValues(random_, count));
-  Tensor device_a = Upload(a, DType::kBF16, {count});
-  Tensor device_b = Upload(b, DType::kBF16, {count});
-  Tensor out = Poisoned(DType::kBF16, {count});
-  ASSERT_TRUE(gpu().Add(device_a, device_b, out, gpu_stream()).ok());
-  std::vector<float> expected(count);
-  Tensor host_out = Host(expected, {count});
-  ASSERT_TRUE(cpu_ops().Add(Host(a, {count}), Host(b, {count}), host_out, cpu_stream()).ok());
-  EXPECT_TRUE(AllClose(Download(out), expected, 1e-6, kBf16Relative));
-  // In place, as the model accumulates the residual gradient.
-  ASSERT_TRUE(gpu().Add(device_a, device_b, device_a, gpu_stream()).ok());
-  EXPECT_TRUE(AllClose(Download(device_a), expected, 1e-6, kBf16Relative));
+  // 10007 takes the scalar kernel; 4096 the 8-wide vector kernel.
+  for (const int64_t count : {int64_t{10007}, int64_t{4096}}) {
+    SCOPED_TRACE(count);
+    std::vector<float> a = RoundedToBf16(RandomValues(random_, count));
+    std::vector<float> b = RoundedToBf16(RandomValues(random_, count));
+    Tensor device_a = Upload(a, DType::kBF16, {count});
+    Tensor device_b = Upload(b, DType::kBF16, {count});
+    Tensor out = Poisoned(DType::kBF16, {count});
+    ASSERT_TRUE(gpu().Add(device_a, device_b, out, gpu_stream()).ok());
+    std::vector<float> expected(count);
+    Tensor host_out = Host(expected, {count});
+    ASSERT_TRUE(cpu_ops().Add(Host(a, {count}), Host(b, {count}), host_out, cpu_stream()).ok());
+    EXPECT_TRUE(AllClose(Download(out), expected, 1e-6, kBf16Relative));
+    // In place, as the model accumulates the residual gradient.
+    ASSERT_TRUE(gpu().Add(device_a, device_b, device_a, gpu_stream()).ok());
+    EXPECT_TRUE(AllClose(Download(device_a), expected, 1e-6, kBf16Relative));
+  }
 }
 
 TEST_F(CudaPointwiseTest, CastsRoundToNearestEvenLikeTheCpu) {
@@ -76,27 +80,30 @@ TEST_F(CudaPointwiseTest, FillScaleAndSumOfSquares) {
 }
 
 TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
-  const int64_t rows = 33, width = 515;
-  std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * width, 3.0f));
-  std::vector<float> dout = RoundedToBf16(RandomValues(random_, rows * width));
-  Tensor device_x = Upload(x, DType::kBF16, {rows, width});
-  Tensor device_dout = Upload(dout, DType::kBF16, {rows, width});
-  Tensor out = Poisoned(DType::kBF16, {rows, width});
-  Tensor dx = Poisoned(DType::kBF16, {rows, width});
-  ASSERT_TRUE(gpu().SiluForward(device_x, out, gpu_stream()).ok());
-  ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, gpu_stream()).ok());
-  std::vector<float> expected_out(rows * width), expected_dx(rows * width);
-  ASSERT_TRUE(
-      cpu_ops()
-          .SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}), cpu_stream())
-          .ok());
-  ASSERT_TRUE(cpu_ops()
-                  .SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
-                                Host(expected_dx, {rows, width}), cpu_stream())
-                  .ok());
-  // __expf differs from expf by a couple of ulps, far below one bf16 rounding.
-  EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-5, kBf16Relative));
-  EXPECT_TRUE(AllClose(Download(dx), expected_dx, 1e-5, kBf16Relative));
+  // 33 × 515 takes the scalar kernels; 32 × 512 the 8-wide vector kernels.
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{33, 515}, {32, 512}}) {
+    SCOPED_TRACE(rows * width);
+    std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * width, 3.0f));
+    std::vector<float> dout = RoundedToBf16(RandomValues(random_, rows * width));
+    Tensor device_x = Upload(x, DType::kBF16, {rows, width});
+    Tensor device_dout = Upload(dout, DType::kBF16, {rows, width});
+    Tensor out = Poisoned(DType::kBF16, {rows, width});
+    Tensor dx = Poisoned(DType::kBF16, {rows, width});
+    ASSERT_TRUE(gpu().SiluForward(device_x, out, gpu_stream()).ok());
+    ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, gpu_stream()).ok());
+    std::vector<float> expected_out(rows * width), expected_dx(rows * width);
+    ASSERT_TRUE(
+        cpu_ops()
+            .SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}), cpu_stream())
+            .ok());
+    ASSERT_TRUE(cpu_ops()
+                    .SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
+                                  Host(expected_dx, {rows, width}), cpu_stream())
+                    .ok());
+    // __expf differs from expf by a couple of ulps, far below one bf16 rounding.
+    EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-5, kBf16Relative));
+    EXPECT_TRUE(AllClose(Download(dx), expected_dx, 1e-5, kBf16Relative));
+  }
 }
 
 TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {

@@ -68,10 +68,10 @@ TEST_F(SpecRejectionTest, HeadsThatDoNotDivideTheWidth) {
 TEST_F(SpecRejectionTest, ModelTooLargeForAnyWorker) {
   // Far more parameters than any host's memory can hold.
   ExpectRejected("huge",
-                 "name: huge\nmodel: {vocab: 32000, dim: 65536, layers: 512, heads: 64}\n"
+                 "name: huge\nmodel: {vocab: 32000, dim: 16384, layers: 64, heads: 64}\n"
                  "data: {source: synthetic, seq_len: 1024}\n"
                  "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
-                 {"memory"});
+                 {"parallel.device", "memory"});
 }
 
 TEST_F(SpecRejectionTest, DryRunOfAGoodSpecStoresNothing) {

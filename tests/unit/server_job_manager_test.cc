@@ -186,6 +186,7 @@ TEST_F(JobManagerTest, BadSpecsAreRejectedByFieldAndNothingIsStored) {
   id = jobs_->Submit(SmallSpec(1, 0));
   ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(id.status().message()), HasSubstr("parallel.device"));
+  EXPECT_THAT(std::string(id.status().message()), HasSubstr("memory"));
 
   EXPECT_TRUE(jobs_->List({}, 0).empty());
   EXPECT_TRUE(store_->LoadJobs()->empty());
@@ -407,6 +408,75 @@ TEST_F(JobManagerTest, LostWorkersAreForgottenAfterTheRetention) {
   now_ += std::chrono::hours(2);
   jobs_->Tick();
   EXPECT_FALSE(registry_->Find(w0).has_value());
+}
+
+TEST_F(JobManagerTest, WorkerThatReconnectsInTimeKeepsItsRank) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 1));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+
+  // w0's stream breaks; it comes back within the timeout, still running rank 0.
+  jobs_->CloseSession(w0, sessions_[w0].get());
+  now_ += std::chrono::seconds(4);
+  Heartbeat(w1);
+  jobs_->Tick();
+  AddWorker("host-a", 0, w0, {id, 1, 0});
+  now_ += std::chrono::seconds(8);
+  Heartbeat(w0);
+  Heartbeat(w1);
+  jobs_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  EXPECT_EQ(StateOf(w0), v1::BUSY);
+
+  // w1's process restarts and registers with nothing running: its rank is gone.
+  AddWorker("host-a", 1, w1);
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr("restarted"));
+}
+
+TEST_F(JobManagerTest, WorkStaleAtRegistrationIsCancelledAndTheWorkerFreedAfterward) {
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  // A worker comes back still running attempt 1 of a job that has since ended.
+  const std::string worker = AddWorker("host-a", 0, "worker-stale", {id, 1, 0});
+  EXPECT_EQ(sessions_[worker]->Cancellations(), 1);
+  EXPECT_EQ(StateOf(worker), v1::BUSY);
+  const std::string next = *jobs_->Submit(SmallSpec(1, 0));
+  EXPECT_EQ(GetJob(next).state(), v1::PENDING);  // the worker is not free yet
+  Result(worker, id, 1, 0, false, "", true);
+  EXPECT_EQ(StateOf(worker), v1::BUSY);  // and now runs the next job
+  EXPECT_EQ(GetJob(next).state(), v1::SCHEDULED);
+}
+
+TEST_F(JobManagerTest, ShutdownFlushesAndClosesWithoutTouchingJobs) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+  v1::WorkerMessage message;
+  message.mutable_log()->set_job_id(id);
+  message.mutable_log()->set_text("buffered line");
+  jobs_->OnWorkerMessage(w0, message);
+  auto watcher = std::make_shared<FakeSubscriber>();
+  ASSERT_TRUE(jobs_->Watch(id, watcher).ok());
+
+  jobs_->Shutdown();
+  ASSERT_TRUE(sessions_[w0]->closed.has_value());
+  EXPECT_EQ(sessions_[w0]->closed->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sessions_[w0]->Cancellations(), 0);
+  ASSERT_TRUE(watcher->ended.has_value());
+  EXPECT_EQ(watcher->ended->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  EXPECT_EQ(jobs_->Submit(SmallSpec(1, 0)).status().code(), absl::StatusCode::kUnavailable);
+
+  // Another connection (a later coordinator) sees the buffered rows.
+  JobStoreConfig config;
+  config.database_path = directory_ + "/fsdpd.db";
+  std::unique_ptr<SqliteJobStore> reader = std::move(*SqliteJobStore::Open(config));
+  EXPECT_EQ(reader->LoadLogs(id, 0)->size(), 1u);
+  EXPECT_EQ(reader->LoadStepReports(id)->size(), 1u);
+  EXPECT_EQ(reader->LoadJobs()->front().state(), v1::RUNNING);
 }
 
 TEST_F(JobManagerTest, LogsAreStoredAndFollowed) {

@@ -89,10 +89,9 @@ TEST_F(StoreTest, EverythingSurvivesReopening) {
     aggregate.set_step(1);
     aggregate.set_loss(10.5);
     aggregate.set_tokens_per_second(123);
-    ASSERT_TRUE(store->AppendStepEvent(job.id(), 3, aggregate).ok());
     job.set_step(1);
     job.set_loss(10.5);
-    ASSERT_TRUE(store->UpdateProgress(job).ok());
+    ASSERT_TRUE(store->RecordStep(job, 3, aggregate).ok());
     for (const char* text : {"first", "second", "third"}) {
       v1::LogLine line;
       line.set_job_id(job.id());
@@ -140,16 +139,28 @@ TEST_F(StoreTest, EverythingSurvivesReopening) {
   EXPECT_EQ((*logs)[1].text(), "third");
 }
 
-TEST_F(StoreTest, TransitionIsNotOverwrittenByOlderBufferedProgress) {
+TEST_F(StoreTest, StepsAreDurableWithoutAFlush) {
   auto store = Open();
   v1::Job job = MakeJob("job-000001", v1::RUNNING);
   ASSERT_TRUE(store->InsertJob(job).ok());
   job.set_step(5);
-  ASSERT_TRUE(store->UpdateProgress(job).ok());
-  job.set_state(v1::SUCCEEDED);
-  ASSERT_TRUE(store->RecordTransition(job, 1, Change(job.id(), v1::SUCCEEDED, "done")).ok());
+  v1::StepReport aggregate;
+  aggregate.set_job_id(job.id());
+  aggregate.set_step(5);
+  ASSERT_TRUE(store->RecordStep(job, 1, aggregate).ok());
+  v1::StepReport report = aggregate;
+  report.set_rank(0);
+  ASSERT_TRUE(store->AppendStepReport(report).ok());  // buffered: batch_rows is 1000
+
+  // A second connection sees what a killed coordinator would leave behind.
+  JobStoreConfig other = config_;
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> reader = SqliteJobStore::Open(other);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->LoadJobs()->front().step(), 5);
+  EXPECT_EQ((*reader)->LoadEvents(job.id())->size(), 1u);
+  EXPECT_TRUE((*reader)->LoadStepReports(job.id())->empty());
   ASSERT_TRUE(store->Flush().ok());
-  EXPECT_EQ(store->LoadJobs()->front().state(), v1::SUCCEEDED);
+  EXPECT_EQ((*reader)->LoadStepReports(job.id())->size(), 1u);
 }
 
 TEST_F(StoreTest, UsesWalAndRefusesANewerSchema) {

@@ -44,6 +44,7 @@ Tensor FsdpState::Grads(int unit) const {
 absl::Status FsdpState::IssueGather(int unit) {
   Unsharded& target = unsharded_[unit];
   if (target.params != nullptr) return absl::OkStatus();
+  ProfileRange range(options_.profiler, units_[unit].name, kPhaseComm, "all-gather");
   const FlatShardLayout& layout = shards_[unit].layout;
   const DType dtype = options_.param_storage_dtype;
   absl::StatusOr<std::unique_ptr<Buffer>> buffer =
@@ -93,6 +94,7 @@ absl::Status FsdpState::AllocateGrads(int unit) {
 
 absl::Status FsdpState::ReduceScatterGrads(int unit) {
   const FlatShardLayout& layout = shards_[unit].layout;
+  ProfileRange range(options_.profiler, units_[unit].name, kPhaseComm, "reduce-scatter");
   Stream& comm = backend_->comm_stream();
   absl::StatusOr<std::unique_ptr<Event>> computed = backend_->CreateEvent();
   if (!computed.ok()) return computed.status();
@@ -109,14 +111,20 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
                                                  const int32_t* targets) {
   const int root = num_units() - 1;
   const int layers = root;
-  ENGINE_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
+  ProfileRecorder* const profiler = options_.profiler;
+  const std::string& root_name = units_[root].name;
 
   // Forward: the root stays gathered through forward, since the head needs it again at the end.
-  ENGINE_RETURN_IF_ERROR(AwaitParams(root));
-  if (layers > 0) ENGINE_RETURN_IF_ERROR(IssueGather(0));
-  ENGINE_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
+  {
+    ProfileRange range(profiler, root_name, kPhaseForward);
+    ENGINE_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
+    ENGINE_RETURN_IF_ERROR(AwaitParams(root));
+    if (layers > 0) ENGINE_RETURN_IF_ERROR(IssueGather(0));
+    ENGINE_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
+  }
   for (int layer = 0; layer < layers; ++layer) {
     if (layer + 1 < layers) ENGINE_RETURN_IF_ERROR(IssueGather(layer + 1));
+    ProfileRange range(profiler, units_[layer].name, kPhaseForward);
     ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
     ENGINE_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
     // The last block is needed first in backward; freeing and regathering it would only cost.
@@ -124,20 +132,31 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   }
 
   // The head's forward and backward are fused; reduce-scatter averages, so no loss scaling.
-  ENGINE_RETURN_IF_ERROR(AllocateGrads(root));
-  absl::StatusOr<float> loss = model.HeadForwardBackward(Params(root), Grads(root), 1.0);
-  if (!loss.ok()) return loss.status();
-  ReleaseParams(root);
+  // The profile counts the fused op in forward, where the loss is computed.
+  absl::StatusOr<float> loss;
+  {
+    ProfileRange range(profiler, root_name, kPhaseForward, "head and loss");
+    ENGINE_RETURN_IF_ERROR(AllocateGrads(root));
+    loss = model.HeadForwardBackward(Params(root), Grads(root), 1.0);
+    if (!loss.ok()) return loss.status();
+    ReleaseParams(root);
+  }
 
   for (int layer = layers - 1; layer >= 0; --layer) {
     if (layer > 0) ENGINE_RETURN_IF_ERROR(IssueGather(layer - 1));
-    ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
-    ENGINE_RETURN_IF_ERROR(AllocateGrads(layer));
-    ENGINE_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
-    ReleaseParams(layer);
+    {
+      ProfileRange range(profiler, units_[layer].name, kPhaseBackward);
+      ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
+      ENGINE_RETURN_IF_ERROR(AllocateGrads(layer));
+      ENGINE_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
+      ReleaseParams(layer);
+    }
     ENGINE_RETURN_IF_ERROR(ReduceScatterGrads(layer));
   }
-  ENGINE_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
+  {
+    ProfileRange range(profiler, root_name, kPhaseBackward);
+    ENGINE_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
+  }
   ENGINE_RETURN_IF_ERROR(ReduceScatterGrads(root));
 
   // The optimizer runs on the compute stream; it must see every reduced gradient.

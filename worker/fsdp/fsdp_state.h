@@ -17,6 +17,7 @@
 #include "worker/fsdp/flat_shard_layout.h"
 #include "worker/model/minillm.h"
 #include "worker/model/model_config.h"
+#include "worker/profiler/profile_recorder.h"
 
 namespace fsdpd {
 
@@ -26,6 +27,8 @@ struct FsdpOptions {
   // parameters on an fp32 backend: values rounded through bf16, kept in fp32 storage.
   DType param_storage_dtype = DType::kF32;
   bool round_params_to_bf16 = false;
+  // Told which unit and phase (forward, backward, comm) the work belongs to; null: not profiled.
+  ProfileRecorder* profiler = nullptr;
 };
 
 // This rank's slice of one unit and everything the optimizer keeps for it (fp32).

@@ -1,0 +1,119 @@
+// The seed's roofline verdicts at their thresholds, and the analytic estimate's ratios.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "worker/profiler/roofline.h"
+
+namespace fsdpd {
+namespace {
+
+TEST(ProfilerRooflineTest, MemoryBoundNeedsLowSmAndHighDram) {
+  EXPECT_EQ(ClassifyThroughput(0.10, 0.90), Verdict::kMemoryBound);
+  EXPECT_EQ(ClassifyThroughput(0.2499, 0.7501), Verdict::kMemoryBound);
+  // The seed's bounds are strict: exactly 25 % SM or exactly 75 % DRAM is not memory-bound.
+  EXPECT_EQ(ClassifyThroughput(0.25, 0.90), Verdict::kLatencyOrMixed);
+  EXPECT_EQ(ClassifyThroughput(0.10, 0.75), Verdict::kLatencyOrMixed);
+}
+
+TEST(ProfilerRooflineTest, ComputeBoundNeedsHighSmAndModerateDram) {
+  EXPECT_EQ(ClassifyThroughput(0.90, 0.20), Verdict::kComputeBound);
+  EXPECT_EQ(ClassifyThroughput(0.7501, 0.4999), Verdict::kComputeBound);
+  EXPECT_EQ(ClassifyThroughput(0.75, 0.20), Verdict::kLatencyOrMixed);
+  EXPECT_EQ(ClassifyThroughput(0.90, 0.50), Verdict::kLatencyOrMixed);
+}
+
+TEST(ProfilerRooflineTest, EverythingElseIsLatencyOrMixed) {
+  EXPECT_EQ(ClassifyThroughput(0.05, 0.05), Verdict::kLatencyOrMixed);
+  EXPECT_EQ(ClassifyThroughput(0.50, 0.60), Verdict::kLatencyOrMixed);
+  EXPECT_EQ(ClassifyThroughput(0.90, 0.90), Verdict::kLatencyOrMixed);
+}
+
+TEST(ProfilerRooflineTest, VerdictsCarryTheSeedsRemedies) {
+  EXPECT_STREQ(VerdictName(Verdict::kMemoryBound), "memory-bound");
+  EXPECT_STREQ(VerdictName(Verdict::kComputeBound), "compute-bound");
+  EXPECT_STREQ(VerdictName(Verdict::kLatencyOrMixed), "latency-or-mixed");
+  const std::string memory = VerdictRemedy(Verdict::kMemoryBound);
+  EXPECT_NE(memory.find("kernel fusion"), std::string::npos);
+  EXPECT_NE(memory.find("FP8/INT4"), std::string::npos);
+  EXPECT_NE(memory.find("larger batch"), std::string::npos);
+  const std::string compute = VerdictRemedy(Verdict::kComputeBound);
+  EXPECT_NE(compute.find("FP8/NVFP4"), std::string::npos);
+  EXPECT_NE(compute.find("64/128"), std::string::npos);
+  EXPECT_NE(compute.find("bigger GPU"), std::string::npos);
+  EXPECT_FALSE(std::string(VerdictRemedy(Verdict::kLatencyOrMixed)).empty());
+}
+
+v1::KernelStat Row(double flops, double bytes, double seconds) {
+  v1::KernelStat row;
+  row.set_name("op");
+  row.set_phase("forward");
+  row.set_flops(flops);
+  row.set_bytes(bytes);
+  row.set_total_seconds(seconds);
+  return row;
+}
+
+TEST(ProfilerRooflineTest, AnalyticRatiosAreAchievedRatesOverPeaks) {
+  const RooflinePeaks peaks{1e12, 1e11};
+  // 8e11 FLOP/s and 1e10 B/s: 80 % of the compute peak, 10 % of the memory peak.
+  v1::KernelStat gemm = Row(8e11, 1e10, 1.0);
+  ApplyAnalyticRoofline(peaks, &gemm);
+  EXPECT_DOUBLE_EQ(gemm.sm_throughput_ratio(), 0.8);
+  EXPECT_DOUBLE_EQ(gemm.dram_throughput_ratio(), 0.1);
+  EXPECT_DOUBLE_EQ(gemm.memory_throughput_ratio(), 0.1);
+  EXPECT_EQ(gemm.tensor_pipe_ratio(), -1.0);
+  EXPECT_EQ(gemm.verdict(), "compute-bound");
+  EXPECT_EQ(gemm.remedy(), VerdictRemedy(Verdict::kComputeBound));
+  EXPECT_EQ(gemm.source(), kSourceAnalytic);
+
+  // 4e9 FLOP in 0.5 s, 4.5e10 bytes in 0.5 s: 0.8 % and 90 %.
+  v1::KernelStat norm = Row(4e9, 4.5e10, 0.5);
+  ApplyAnalyticRoofline(peaks, &norm);
+  EXPECT_DOUBLE_EQ(norm.sm_throughput_ratio(), 0.008);
+  EXPECT_DOUBLE_EQ(norm.dram_throughput_ratio(), 0.9);
+  EXPECT_EQ(norm.verdict(), "memory-bound");
+}
+
+TEST(ProfilerRooflineTest, RatiosAreClampedToOne) {
+  // Cache-resident data can move faster than the DRAM copy rate.
+  v1::KernelStat row = Row(0.0, 5e11, 1.0);
+  ApplyAnalyticRoofline(RooflinePeaks{1e12, 1e11}, &row);
+  EXPECT_DOUBLE_EQ(row.dram_throughput_ratio(), 1.0);
+  EXPECT_DOUBLE_EQ(row.sm_throughput_ratio(), 0.0);
+}
+
+TEST(ProfilerRooflineTest, UnknownCostsOrPeaksGiveTimingsOnly) {
+  v1::KernelStat collective = Row(-1.0, 1e9, 1.0);
+  collective.set_phase("comm");
+  ApplyAnalyticRoofline(RooflinePeaks{1e12, 1e11}, &collective);
+  EXPECT_EQ(collective.sm_throughput_ratio(), -1.0);
+  EXPECT_EQ(collective.dram_throughput_ratio(), -1.0);
+  EXPECT_EQ(collective.verdict(), "");
+  EXPECT_EQ(collective.source(), kSourceHostTimer);
+  EXPECT_EQ(collective.remedy(), CommunicationRemedy());
+
+  v1::KernelStat no_peaks = Row(1e9, 1e9, 1.0);
+  ApplyAnalyticRoofline(RooflinePeaks{}, &no_peaks);
+  EXPECT_EQ(no_peaks.source(), kSourceHostTimer);
+  EXPECT_EQ(no_peaks.verdict(), "");
+}
+
+TEST(ProfilerRooflineTest, CounterRatiosGetTheSameVerdicts) {
+  v1::KernelStat row;
+  row.set_sm_throughput_ratio(0.1);
+  row.set_dram_throughput_ratio(0.8);
+  ApplyVerdict(&row);
+  EXPECT_EQ(row.verdict(), "memory-bound");
+  EXPECT_EQ(row.remedy(), VerdictRemedy(Verdict::kMemoryBound));
+}
+
+TEST(ProfilerRooflineTest, MeasuresAPositiveMemoryBandwidth) {
+  absl::StatusOr<double> bandwidth = MeasureHostMemoryBandwidth();
+  ASSERT_TRUE(bandwidth.ok()) << bandwidth.status();
+  // Any machine that runs this copies faster than 100 MB/s and slower than 100 TB/s.
+  EXPECT_GT(*bandwidth, 1e8);
+  EXPECT_LT(*bandwidth, 1e14);
+}
+
+}  // namespace
+}  // namespace fsdpd

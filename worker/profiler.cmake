@@ -1,0 +1,16 @@
+# The worker's profiler: ops, copies and collectives timed in profiling windows, the kernel
+# table with roofline verdicts, and the Chrome trace (worker/profiler/).
+add_library(fsdpd_profiler STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/chrome_trace.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/kernel_table.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/op_cost.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/profile_recorder.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/profile_window.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/profiling_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/profiling_communicator.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/profiling_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/roofline.cc)
+target_include_directories(fsdpd_profiler PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(fsdpd_profiler
+  PUBLIC fsdpd_model fsdpd_proto absl::status absl::statusor absl::strings
+  PRIVATE nlohmann_json::nlohmann_json spdlog::spdlog)

@@ -1,0 +1,44 @@
+#include "worker/profiler/kernel_table.h"
+
+#include <algorithm>
+
+namespace fsdpd {
+
+void KernelTableBuilder::Add(const ProfileEvent& event) {
+  if (event.lane == ProfileLane::kHost) return;
+  Totals& totals = rows_[{event.name, event.unit, event.phase}];
+  totals.calls += 1;
+  totals.seconds += event.duration_seconds;
+  if (event.flops < 0.0) totals.flops_known = false;
+  if (event.bytes < 0.0) totals.bytes_known = false;
+  totals.flops += std::max(event.flops, 0.0);
+  totals.bytes += std::max(event.bytes, 0.0);
+}
+
+std::vector<v1::KernelStat> KernelTableBuilder::Build(const RooflinePeaks* peaks) const {
+  double all_seconds = 0.0;
+  for (const auto& [key, totals] : rows_) all_seconds += totals.seconds;
+  std::vector<v1::KernelStat> table;
+  table.reserve(rows_.size());
+  for (const auto& [key, totals] : rows_) {
+    v1::KernelStat row;
+    row.set_name(std::get<0>(key));
+    row.set_unit(std::get<1>(key));
+    row.set_phase(std::get<2>(key));
+    row.set_calls(totals.calls);
+    row.set_total_seconds(totals.seconds);
+    row.set_percent_of_total(all_seconds > 0.0 ? 100.0 * totals.seconds / all_seconds : 0.0);
+    row.set_flops(totals.flops_known ? totals.flops : -1.0);
+    row.set_bytes(totals.bytes_known ? totals.bytes : -1.0);
+    ApplyAnalyticRoofline(peaks != nullptr ? *peaks : RooflinePeaks{}, &row);
+    table.push_back(std::move(row));
+  }
+  // The map iterates by (name, unit, phase), so a stable sort breaks ties in that order.
+  std::stable_sort(table.begin(), table.end(),
+                   [](const v1::KernelStat& a, const v1::KernelStat& b) {
+                     return a.total_seconds() > b.total_seconds();
+                   });
+  return table;
+}
+
+}  // namespace fsdpd

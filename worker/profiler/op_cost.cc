@@ -1,0 +1,136 @@
+#include "worker/profiler/op_cost.h"
+
+#include "absl/strings/str_join.h"
+
+namespace fsdpd {
+namespace {
+
+double Bytes(const Tensor& tensor) {
+  return tensor.data == nullptr ? 0.0 : static_cast<double>(tensor.bytes());
+}
+
+double Elements(const Tensor& tensor) {
+  return tensor.data == nullptr ? 0.0 : static_cast<double>(tensor.numel());
+}
+
+// The last dimension, the one a row-wise op (RMSNorm, linear) reduces over.
+int64_t LastDim(const Tensor& tensor) { return tensor.shape.empty() ? 1 : tensor.shape.back(); }
+
+// Attention's B·S²·D from qkv[B, S, 3·D], halved when causal.
+double AttentionProductSize(const Tensor& qkv, bool causal) {
+  if (qkv.shape.size() != 3) return 0.0;
+  const double batch = static_cast<double>(qkv.shape[0]);
+  const double seq = static_cast<double>(qkv.shape[1]);
+  const double dim = static_cast<double>(qkv.shape[2]) / 3.0;
+  return batch * seq * seq * dim * (causal ? 0.5 : 1.0);
+}
+
+}  // namespace
+
+OpCost EmbeddingForwardCost(const Tensor& weight, const Tensor& tokens, const Tensor& out) {
+  (void)weight;
+  // Each token reads one row of the table and writes it out.
+  return {0.0, Bytes(tokens) + 2.0 * Bytes(out)};
+}
+
+OpCost EmbeddingBackwardCost(const Tensor& dout, const Tensor& tokens, const Tensor& dweight) {
+  (void)dweight;
+  // One add per element; the touched rows of dweight are read and written.
+  return {Elements(dout), Bytes(tokens) + 3.0 * Bytes(dout)};
+}
+
+OpCost RmsNormForwardCost(const Tensor& x, const Tensor& weight, const Tensor& out,
+                          const Tensor& rstd) {
+  // Square, sum, scale by rstd, scale by weight.
+  return {4.0 * Elements(x), Bytes(x) + Bytes(weight) + Bytes(out) + Bytes(rstd)};
+}
+
+OpCost RmsNormBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+  return {8.0 * Elements(x),
+          Bytes(dout) + Bytes(x) + Bytes(weight) + Bytes(rstd) + Bytes(dx) + 2.0 * Bytes(dweight)};
+}
+
+OpCost LinearForwardCost(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& out) {
+  const double rows = Elements(x) / static_cast<double>(LastDim(x));
+  const double flops = 2.0 * rows * Elements(weight) + (bias.data != nullptr ? Elements(out) : 0);
+  return {flops, Bytes(x) + Bytes(weight) + Bytes(bias) + Bytes(out)};
+}
+
+OpCost LinearBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  const double rows = Elements(x) / static_cast<double>(LastDim(x));
+  const double product = 2.0 * rows * Elements(weight);
+  double flops = product;  // dweight += doutᵀ · x
+  double bytes = Bytes(dout) + Bytes(x) + 2.0 * Bytes(dweight);
+  if (dx.data != nullptr) {
+    flops += product;
+    bytes += Bytes(weight) + Bytes(dx);
+  }
+  if (dbias.data != nullptr) {
+    flops += Elements(dout);
+    bytes += 2.0 * Bytes(dbias);
+  }
+  return {flops, bytes};
+}
+
+OpCost AttentionForwardCost(const Tensor& qkv, bool causal, const Tensor& out, const Tensor& lse) {
+  return {4.0 * AttentionProductSize(qkv, causal), Bytes(qkv) + Bytes(out) + Bytes(lse)};
+}
+
+OpCost AttentionBackwardCost(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                             const Tensor& lse, bool causal, const Tensor& dqkv) {
+  return {10.0 * AttentionProductSize(qkv, causal),
+          Bytes(dout) + Bytes(qkv) + Bytes(out) + Bytes(lse) + Bytes(dqkv)};
+}
+
+OpCost SiluForwardCost(const Tensor& x, const Tensor& out) {
+  // exp, add, divide, multiply.
+  return {4.0 * Elements(x), Bytes(x) + Bytes(out)};
+}
+
+OpCost SiluBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& dx) {
+  return {7.0 * Elements(x), Bytes(dout) + Bytes(x) + Bytes(dx)};
+}
+
+OpCost AddCost(const Tensor& a, const Tensor& b, const Tensor& out) {
+  return {Elements(out), Bytes(a) + Bytes(b) + Bytes(out)};
+}
+
+OpCost HeadCrossEntropyCost(const Tensor& x, const Tensor& head, const Tensor& targets,
+                            const Tensor& dx, const Tensor& dhead) {
+  const double tokens = Elements(x) / static_cast<double>(LastDim(x));
+  const double vocab = head.shape.empty() ? 0.0 : static_cast<double>(head.shape[0]);
+  // Three products of 2·T·V·D, and max, exp, sum, normalise over T·V logits.
+  const double flops = 3.0 * 2.0 * tokens * Elements(head) + 4.0 * tokens * vocab;
+  return {flops, Bytes(x) + Bytes(head) + Bytes(targets) + Bytes(dx) + 2.0 * Bytes(dhead)};
+}
+
+OpCost CastCost(const Tensor& src, const Tensor& dst) { return {0.0, Bytes(src) + Bytes(dst)}; }
+
+OpCost RoundToBf16Cost(const Tensor& x) { return {Elements(x), 2.0 * Bytes(x)}; }
+
+OpCost FillCost(const Tensor& x) { return {0.0, Bytes(x)}; }
+
+OpCost ScaleCost(const Tensor& x) { return {Elements(x), 2.0 * Bytes(x)}; }
+
+OpCost SumOfSquaresCost(const Tensor& x, const Tensor& result) {
+  return {2.0 * Elements(x), Bytes(x) + Bytes(result)};
+}
+
+OpCost AdamWCost(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                 const Tensor& exp_avg_sq) {
+  return {14.0 * Elements(param),
+          2.0 * (Bytes(param) + Bytes(exp_avg) + Bytes(exp_avg_sq)) + Bytes(grad)};
+}
+
+std::string DescribeShapes(const std::vector<const Tensor*>& tensors) {
+  std::vector<std::string> parts;
+  for (const Tensor* tensor : tensors) {
+    if (tensor->data != nullptr) parts.push_back(tensor->Describe());
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+}  // namespace fsdpd

@@ -1,0 +1,123 @@
+#include "worker/profiler/profile_window.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "worker/profiler/chrome_trace.h"
+
+namespace fsdpd {
+
+void ProfileWindow::Schedule(int64_t start_step, int64_t steps) {
+  if (steps <= 0) return;
+  const int64_t first = std::max<int64_t>(start_step, 1);
+  pending_.push_back(Pending{first, first + steps});
+}
+
+absl::Status ProfileWindow::Request(const v1::ProfileRequest& request, int64_t next_step) {
+  if (!request.job_id().empty() && request.job_id() != options_.job_id) {
+    return absl::InvalidArgumentError(absl::StrCat("profile request for job '", request.job_id(),
+                                                   "' reached job '", options_.job_id, "'"));
+  }
+  if (request.attempt() != 0 && request.attempt() != options_.attempt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile request for attempt ", request.attempt(), " reached attempt ", options_.attempt));
+  }
+  if (request.steps() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile request asks for ", request.steps(), " steps; it needs at least 1"));
+  }
+  if (recorder_->active()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a profiling window is already recording (since step ", first_recorded_step_,
+                     "); the request is ignored"));
+  }
+  const int64_t first = std::max(request.start_step(), next_step);
+  pending_.push_back(Pending{first, first + request.steps()});
+  return absl::OkStatus();
+}
+
+void ProfileWindow::BeginStep(int64_t step) {
+  // Windows wholly in the past can never run.
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [step](const Pending& window) { return window.end <= step; }),
+                 pending_.end());
+  if (recorder_->active()) return;
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->first <= step && step < it->end) {
+      current_ = *it;
+      pending_.erase(it);
+      first_recorded_step_ = step;
+      recorded_steps_ = 0;
+      recorder_->Start();
+      return;
+    }
+  }
+}
+
+std::vector<v1::ProfileReport> ProfileWindow::EndStep(int64_t step) {
+  if (!recorder_->active()) return {};
+  ++recorded_steps_;
+  if (step + 1 < current_.end) return {};
+  recorder_->Stop();
+  return BuildReports();
+}
+
+std::vector<v1::ProfileReport> ProfileWindow::Finish() {
+  if (!recorder_->active()) return {};
+  recorder_->Stop();
+  return BuildReports();
+}
+
+v1::ProfileReport ProfileWindow::Header() const {
+  v1::ProfileReport report;
+  report.set_job_id(options_.job_id);
+  report.set_attempt(options_.attempt);
+  report.set_rank(options_.rank);
+  report.set_start_step(first_recorded_step_);
+  report.set_steps(recorded_steps_);
+  report.set_device(options_.device);
+  return report;
+}
+
+std::vector<v1::ProfileReport> ProfileWindow::BuildReports() {
+  RooflinePeaks peaks;
+  peaks.flops_per_second = options_.peak_flops_per_second;
+  if (options_.peak_bytes_per_second <= 0.0) {
+    // Measured after the window, so the measurement itself is never in the profile.
+    absl::StatusOr<double> measured = MeasureHostMemoryBandwidth();
+    if (measured.ok()) {
+      options_.peak_bytes_per_second = *measured;
+    } else {
+      spdlog::warn("no memory bandwidth for the roofline: {}", measured.status().ToString());
+    }
+  }
+  peaks.bytes_per_second = std::max(options_.peak_bytes_per_second, 0.0);
+
+  std::vector<v1::ProfileReport> reports;
+  v1::ProfileReport table = Header();
+  for (v1::KernelStat& row : recorder_->table().Build(&peaks)) {
+    *table.add_kernels() = std::move(row);
+  }
+  reports.push_back(std::move(table));
+
+  ChromeTraceInfo info;
+  info.job_id = options_.job_id;
+  info.rank = options_.rank;
+  info.device = options_.device;
+  info.start_step = first_recorded_step_;
+  info.steps = recorded_steps_;
+  info.dropped_events = recorder_->dropped_trace_events();
+  const std::vector<std::string> chunks = SplitIntoChunks(
+      BuildChromeTrace(recorder_->trace_events(), info), options_.max_trace_chunk_bytes);
+  for (size_t index = 0; index < chunks.size(); ++index) {
+    v1::ProfileReport chunk = Header();
+    chunk.set_trace_chunk(chunks[index]);
+    chunk.set_trace_chunk_index(static_cast<int64_t>(index));
+    chunk.set_trace_last(index + 1 == chunks.size());
+    reports.push_back(std::move(chunk));
+  }
+  return reports;
+}
+
+}  // namespace fsdpd

@@ -1,0 +1,55 @@
+// The speed-of-light verdict of SEED.md §2, in one place for every backend: thresholds,
+// verdicts and remedies, and the analytic roofline used where hardware counters cannot be
+// read (the CPU backend, or a GPU without counter permission). The CUPTI path fills the
+// ratios from counters and reuses ClassifyThroughput and the remedies.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "fsdpd/v1/profile.pb.h"
+
+namespace fsdpd {
+
+// SEED.md §2: memory-bound when SM < 25 % and HBM > 75 % of peak; compute-bound when SM > 75 %
+// and HBM < 50 %; anything else is latency-bound or mixed. Comparisons are strict.
+inline constexpr double kMemoryBoundMaxSmRatio = 0.25;
+inline constexpr double kMemoryBoundMinDramRatio = 0.75;
+inline constexpr double kComputeBoundMinSmRatio = 0.75;
+inline constexpr double kComputeBoundMaxDramRatio = 0.50;
+
+enum class Verdict { kMemoryBound, kComputeBound, kLatencyOrMixed };
+
+Verdict ClassifyThroughput(double sm_ratio, double dram_ratio);
+// "memory-bound", "compute-bound", "latency-or-mixed" (KernelStat.verdict).
+const char* VerdictName(Verdict verdict);
+// The seed's remedy for memory- and compute-bound kernels; ours for the rest.
+const char* VerdictRemedy(Verdict verdict);
+// What to do about time in collectives, which have no compute/memory verdict.
+const char* CommunicationRemedy();
+
+// KernelStat.source values.
+inline constexpr char kSourceCupti[] = "cupti";
+inline constexpr char kSourceHostTimer[] = "host-timer";
+inline constexpr char kSourceAnalytic[] = "analytic-estimate";
+
+// The peaks an analytic roofline compares against, per rank.
+struct RooflinePeaks {
+  double flops_per_second = 0.0;
+  double bytes_per_second = 0.0;
+};
+
+// Fills a row's throughput ratios, verdict, remedy and source from its flops, bytes and
+// total_seconds against `peaks`: ratio = achieved rate / peak, clamped to [0, 1] (on a CPU,
+// data that stays in cache can beat the DRAM copy rate). memory_throughput_ratio equals the
+// DRAM ratio (the estimate cannot tell cache levels apart) and tensor_pipe_ratio is -1 (no
+// counter for it). A row whose cost is unknown (flops and bytes < 0, e.g. a collective) or whose
+// peaks are unknown keeps ratios of -1, no verdict, and source "host-timer".
+void ApplyAnalyticRoofline(const RooflinePeaks& peaks, v1::KernelStat* row);
+
+// Sets verdict and remedy from ratios already filled in (hardware counters).
+void ApplyVerdict(v1::KernelStat* row);
+
+// This host's memory bandwidth in bytes/s, counting a copy's read and write: the best of a few
+// memcpy of a buffer much larger than the caches. About 50 ms; done once per profiled run.
+absl::StatusOr<double> MeasureHostMemoryBandwidth();
+
+}  // namespace fsdpd
