@@ -1,6 +1,7 @@
 // The fsdpctl verbs. Each returns the process exit status and prints its own errors.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -27,5 +28,12 @@ int RunWorkers(const ClientOptions& options);
 // export_command.cc
 int RunExport(const ClientOptions& options, const std::string& job_id,
               const std::string& output_path);
+
+// profile_commands.cc: with steps > 0 asks for a profiling window, otherwise prints the
+// latest window's kernel table.
+int RunProfile(const ClientOptions& options, const std::string& job_id, int rank,
+               int64_t start_step, int64_t steps);
+int RunTrace(const ClientOptions& options, const std::string& job_id, int rank,
+             const std::string& output_path);
 
 }  // namespace fsdpd::client

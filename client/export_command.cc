@@ -1,11 +1,5 @@
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <system_error>
-
 #include "client/commands.h"
-#include "client/output.h"
+#include "client/file_download.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 
 namespace fsdpd::client {
@@ -13,54 +7,12 @@ namespace fsdpd::client {
 int RunExport(const ClientOptions& options, const std::string& job_id,
               const std::string& output_path) {
   if (output_path.empty()) return Fail("-o: an output file is required");
-  // Written beside the target and renamed at the end, so a failed export leaves no torn file.
-  const std::string partial_path = output_path + ".partial";
-  std::ofstream out(partial_path, std::ios::binary | std::ios::trunc);
-  if (!out) return Fail("cannot write " + partial_path);
-  auto discard = [&](const std::string& message) {
-    out.close();
-    std::remove(partial_path.c_str());
-    return Fail(message);
-  };
-
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::ExportJobRequest request;
   request.set_id(job_id);
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<v1::FileChunk>> reader = stub->ExportJob(&context, request);
-  v1::FileChunk chunk;
-  int64_t written = 0;
-  int64_t total = -1;
-  while (reader->Read(&chunk)) {
-    if (chunk.offset() != written) {
-      context.TryCancel();
-      reader->Finish();
-      return discard("the coordinator sent a chunk at offset " + std::to_string(chunk.offset()) +
-                     " where " + std::to_string(written) + " was expected");
-    }
-    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-    written += static_cast<int64_t>(chunk.data().size());
-    total = chunk.total_bytes();
-  }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return discard(DescribeError(status, options, job_id));
-  if (total >= 0 && written != total) {
-    return discard("the export ended after " + std::to_string(written) + " of " +
-                   std::to_string(total) + " bytes");
-  }
-  out.close();
-  if (!out) return discard("writing " + partial_path + " failed");
-  std::error_code error;
-  std::filesystem::rename(partial_path, output_path, error);
-  if (error) return discard("cannot rename " + partial_path + ": " + error.message());
-
-  if (options.json) {
-    std::cout << nlohmann::json{{"id", job_id}, {"path", output_path}, {"bytes", written}}.dump()
-              << std::endl;
-  } else {
-    std::cout << "wrote " << FormatBytes(written) << " to " << output_path << std::endl;
-  }
-  return 0;
+  return DownloadFile(&context, reader.get(), options, job_id, output_path, "model");
 }
 
 }  // namespace fsdpd::client

@@ -48,6 +48,20 @@ int main(int argc, char** argv) {
   export_verb->add_option("JOB", job_id, "job id")->required();
   export_verb->add_option("-o,--output", output_path, "output file")->required();
 
+  int rank = 0;
+  int64_t start_step = 0, profile_steps = 0;
+  CLI::App* profile = app.add_subcommand(
+      "profile", "show a job's kernel table, or ask for a profiling window with --steps");
+  profile->add_option("JOB", job_id, "job id")->required();
+  profile->add_option("--rank", rank, "whose window to show (default 0)");
+  profile->add_option("--start", start_step, "first step to profile (default: the next)");
+  profile->add_option("--steps", profile_steps, "profile this many steps of a running job");
+
+  CLI::App* trace = app.add_subcommand("trace", "download a job's Chrome trace (Perfetto)");
+  trace->add_option("JOB", job_id, "job id")->required();
+  trace->add_option("-o,--output", output_path, "output file")->required();
+  trace->add_option("--rank", rank, "whose trace (default 0)");
+
   CLI11_PARSE(app, argc, argv);
 
   using namespace fsdpd::client;
@@ -59,5 +73,7 @@ int main(int argc, char** argv) {
   if (logs->parsed()) return RunLogs(options, job_id, follow, tail);
   if (workers->parsed()) return RunWorkers(options);
   if (export_verb->parsed()) return RunExport(options, job_id, output_path);
+  if (profile->parsed()) return RunProfile(options, job_id, rank, start_step, profile_steps);
+  if (trace->parsed()) return RunTrace(options, job_id, rank, output_path);
   return 1;
 }

@@ -17,8 +17,11 @@ say() { printf '\n==> %s\n' "$*"; }
 say "installing missing dependencies"
 "$repo/scripts/install_deps.sh"
 
-say "building fsdpd, fsdpd-worker and fsdpctl (Release, $build)"
-cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPD_TESTS=OFF >/dev/null
+say "building fsdpd, fsdpd-worker and fsdpctl ($build)"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPD_TESTS=OFF >/dev/null
+fi
+# An existing build dir keeps its own settings (a developer's tree may have tests on).
 cmake --build "$build" --target fsdpd fsdpd-worker fsdpctl -j "${FSDPD_DEMO_JOBS:-$(nproc)}"
 
 fsdpd="$build/server/fsdpd"

@@ -3,7 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -34,6 +34,14 @@ bool ParseDuration(const std::string& text, std::chrono::milliseconds* out) {
   if (!absl::SimpleAtod(number, &value) || value <= 0) return false;
   *out = std::chrono::milliseconds(static_cast<int64_t>(value * scale));
   return out->count() > 0;
+}
+
+int signal_pipe[2] = {-1, -1};
+
+void ForwardSignal(int signal_number) {
+  const unsigned char value = static_cast<unsigned char>(signal_number);
+  // Nothing else is async-signal-safe enough to do here.
+  [[maybe_unused]] ssize_t ignored = write(signal_pipe[1], &value, 1);
 }
 
 std::string DefaultCheckpointRoot() {
@@ -97,30 +105,35 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // Signals are taken by one thread with sigwait, so the others never run a handler.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Libraries start threads before main (OpenBLAS's pool), so a signal may land on any
+  // thread: the handler only writes the signal number to a pipe that one thread reads.
+  if (pipe(signal_pipe) != 0) {
+    std::cerr << "fsdpd-worker: cannot create the signal pipe\n";
+    return 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = ForwardSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   fsdpd::WorkerSession session(config, *device);
-  std::atomic<bool> signalled{false};
   std::thread signal_waiter([&] {
-    int received = 0;
-    sigwait(&signals, &received);
-    signalled.store(true);
+    unsigned char received = 0;
+    while (read(signal_pipe[0], &received, 1) < 0 && errno == EINTR) {
+    }
     if (received != 0) {
-      spdlog::info("received signal {}; shutting down", received);
+      spdlog::info("received signal {}; shutting down", static_cast<int>(received));
       session.Shutdown();
     }
   });
   spdlog::info("fsdpd-worker: device {}, coordinator {}, checkpoints in {}", config.device,
                config.coordinator_address, config.checkpoint_root);
   absl::Status finished = session.Run();
-  // Wakes the signal thread if Run returned on its own.
-  if (!signalled.load()) kill(getpid(), SIGTERM);
+  // Wakes the signal thread if Run returned on its own (a zero byte means no signal).
+  const unsigned char wake = 0;
+  if (write(signal_pipe[1], &wake, 1) < 0) std::cerr << "fsdpd-worker: signal pipe failed\n";
   signal_waiter.join();
   if (!finished.ok()) {
     spdlog::error("{}", std::string(finished.message()));

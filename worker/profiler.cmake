@@ -14,3 +14,11 @@ target_include_directories(fsdpd_profiler PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(fsdpd_profiler
   PUBLIC fsdpd_model fsdpd_proto absl::status absl::statusor absl::strings
   PRIVATE nlohmann_json::nlohmann_json spdlog::spdlog)
+
+# Device timings (CUPTI Activity API) and speed-of-light counters (CUPTI Range Profiler).
+if(FSDPD_CUDA)
+  target_sources(fsdpd_profiler PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/profiler/cupti_activity.cc
+    ${CMAKE_CURRENT_LIST_DIR}/profiler/cupti_range_profiler.cc)
+  target_link_libraries(fsdpd_profiler PUBLIC CUDA::cupti CUDA::cuda_driver CUDA::cudart)
+endif()

@@ -1,7 +1,6 @@
 #include "worker/session.h"
 
 #include <algorithm>
-#include <fstream>
 #include <random>
 #include <thread>
 #include <utility>
@@ -18,16 +17,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
-constexpr size_t kArtifactChunkBytes = 1 << 20;
 constexpr std::chrono::seconds kRegisterTimeout(5);
 // A session that lived this long was healthy, so the next reconnect starts from scratch.
 constexpr std::chrono::seconds kHealthySession(10);
-
-int64_t NowUnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments arguments;
@@ -106,8 +98,17 @@ absl::Status WorkerSession::Register() {
   // Waits for the channel to connect (its own backoff is short) rather than failing at once
   // while a restarted coordinator is coming up.
   context.set_wait_for_ready(true);
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (shutting_down_.load()) return absl::CancelledError("the worker is shutting down");
+    register_context_ = &context;
+  }
   v1::RegisterResponse response;
   grpc::Status status = stub_->Register(&context, request, &response);
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    register_context_ = nullptr;
+  }
   if (!status.ok()) {
     const std::string why = absl::StrCat("register with the coordinator at ",
                                          config_.coordinator_address, ": ", status.error_message());
@@ -144,6 +145,7 @@ absl::Status WorkerSession::Run() {
       Shutdown();
       break;
     }
+    if (shutting_down_.load()) break;
     if (!registered.ok()) {
       spdlog::warn("{}; retrying", std::string(registered.message()));
       SleepBeforeReconnect(backoff);
@@ -180,6 +182,7 @@ void WorkerSession::Shutdown() {
     if (shutting_down_.exchange(true)) return;
     shutdown_deadline_ = Clock::now() + config_.shutdown_grace;
     if (job_) job_->Cancel("the worker is shutting down");
+    if (register_context_ != nullptr) register_context_->TryCancel();
   }
   { std::lock_guard<std::mutex> lock(sleep_mutex_); }
   sleep_changed_.notify_all();
@@ -198,10 +201,6 @@ void WorkerSession::SleepBeforeReconnect(std::chrono::milliseconds backoff) {
 
 void WorkerSession::RunStream() {
   grpc::ClientContext context;
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    stream_context_ = &context;
-  }
   std::unique_ptr<Stream> stream = stub_->Session(&context);
   std::atomic<bool> broken{false};
   std::thread writer([&] {
@@ -215,142 +214,11 @@ void WorkerSession::RunStream() {
   outbox_.Wake();
   writer.join();
   grpc::Status status = stream->Finish();
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    stream_context_ = nullptr;
-  }
-  if (!status.ok() && !shutting_down_.load()) {
+  // A write that failed cancels the call itself, which hides the cause behind CANCELLED.
+  if (!status.ok() && !shutting_down_.load() &&
+      status.error_code() != grpc::StatusCode::CANCELLED) {
     spdlog::warn("session stream ended: {}", status.error_message());
   }
-}
-
-bool WorkerSession::JobRunning() {
-  std::lock_guard<std::mutex> lock(state_mutex_);
-  return job_ && !job_->Finished();
-}
-
-bool WorkerSession::ReadyToClose() {
-  if (!shutting_down_.load()) return false;
-  if (Clock::now() >= shutdown_deadline_) return true;
-  return !JobRunning() && outbox_.Empty();
-}
-
-void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
-  std::string worker_id;
-  std::chrono::milliseconds interval;
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    worker_id = worker_id_;
-    interval = heartbeat_interval_;
-  }
-  auto write = [&](v1::WorkerMessage message) {
-    message.set_worker_id(worker_id);
-    if (stream->Write(message)) return true;
-    broken->store(true);
-    return false;
-  };
-  auto heartbeat = [&] {
-    v1::WorkerMessage message;
-    message.mutable_heartbeat()->set_unix_millis(NowUnixMillis());
-    return write(std::move(message));
-  };
-
-  // The first message names the worker; a heartbeat does that at once.
-  if (!heartbeat()) return;
-  Clock::time_point next_heartbeat = Clock::now() + interval;
-  while (!broken->load()) {
-    if (ReadyToClose()) {
-      stream->WritesDone();
-      return;
-    }
-    outbox_.WaitForWork(next_heartbeat);
-    if (broken->load()) return;
-    if (Clock::now() >= next_heartbeat) {
-      if (!heartbeat()) return;
-      next_heartbeat = Clock::now() + interval;
-    }
-    const Outbox::Dropped dropped = outbox_.TakeDropped();
-    if (dropped.count > 0) {
-      const std::string text =
-          absl::StrCat(dropped.count,
-                       " step reports and log lines were dropped while the coordinator was "
-                       "unreachable (the worker keeps the newest ",
-                       config_.telemetry_buffer_capacity, ")");
-      spdlog::warn("{}", text);
-      v1::WorkerMessage message;
-      v1::LogLine* line = message.mutable_log();
-      line->set_job_id(dropped.job_id);
-      line->set_unix_millis(NowUnixMillis());
-      line->set_level("warn");
-      line->set_text(text);
-      if (!write(std::move(message))) return;
-    }
-    while (std::optional<v1::WorkerMessage> message = outbox_.FrontTelemetry()) {
-      if (!write(std::move(*message))) return;
-      outbox_.PopTelemetry();
-      if (Clock::now() >= next_heartbeat) {
-        if (!heartbeat()) return;
-        next_heartbeat = Clock::now() + interval;
-      }
-    }
-    if (std::optional<FinishedAttempt> finished = outbox_.FrontFinished()) {
-      if (!WriteFinished(stream, *finished)) {
-        broken->store(true);
-        return;
-      }
-      outbox_.PopFinished();
-    }
-  }
-}
-
-bool WorkerSession::WriteFinished(Stream* stream, const FinishedAttempt& finished) {
-  std::string worker_id;
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    worker_id = worker_id_;
-  }
-  v1::AttemptResult result = finished.result;
-  if (!finished.artifact_path.empty()) {
-    // Uploaded from offset 0 on every try: a session that broke mid-upload starts over.
-    std::ifstream file(finished.artifact_path, std::ios::binary | std::ios::ate);
-    if (!file) {
-      result.set_ok(false);
-      result.set_error(absl::StrCat("cannot read the exported model ", finished.artifact_path));
-    } else {
-      const int64_t total = file.tellg();
-      file.seekg(0);
-      std::string buffer(kArtifactChunkBytes, '\0');
-      int64_t offset = 0;
-      do {
-        const int64_t size = std::min<int64_t>(kArtifactChunkBytes, total - offset);
-        if (!file.read(buffer.data(), size)) {
-          result.set_ok(false);
-          result.set_error(
-              absl::StrCat("reading the exported model ", finished.artifact_path, " failed"));
-          break;
-        }
-        v1::WorkerMessage message;
-        message.set_worker_id(worker_id);
-        v1::ArtifactChunk* chunk = message.mutable_artifact();
-        chunk->set_job_id(result.job_id());
-        chunk->set_attempt(result.attempt());
-        chunk->set_name("model.safetensors");
-        chunk->mutable_chunk()->set_data(buffer.data(), size);
-        chunk->mutable_chunk()->set_offset(offset);
-        chunk->mutable_chunk()->set_total_bytes(total);
-        offset += size;
-        chunk->set_last(offset >= total);
-        if (!stream->Write(message)) return false;
-      } while (offset < total);
-      if (result.ok()) {
-        spdlog::info("job {}: uploaded the exported model ({} bytes)", result.job_id(), total);
-      }
-    }
-  }
-  v1::WorkerMessage message;
-  message.set_worker_id(worker_id);
-  *message.mutable_result() = result;
-  return stream->Write(message);
 }
 
 void WorkerSession::HandleMessage(const v1::CoordinatorMessage& message) {
@@ -360,6 +228,9 @@ void WorkerSession::HandleMessage(const v1::CoordinatorMessage& message) {
       break;
     case v1::CoordinatorMessage::kCancellation:
       HandleCancellation(message.cancellation());
+      break;
+    case v1::CoordinatorMessage::kProfileRequest:
+      HandleProfileRequest(message.profile_request());
       break;
     case v1::CoordinatorMessage::kHeartbeatAck:
     case v1::CoordinatorMessage::PAYLOAD_NOT_SET:
@@ -430,6 +301,16 @@ void WorkerSession::HandleCancellation(const v1::Cancellation& cancellation) {
                cancellation.reason());
   job_->Cancel(cancellation.reason().empty() ? "cancelled by the coordinator"
                                              : cancellation.reason());
+}
+
+void WorkerSession::HandleProfileRequest(const v1::ProfileRequest& request) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (!job_ || job_->Finished() || job_->job_id() != request.job_id() ||
+      (request.attempt() != 0 && request.attempt() != job_->attempt())) {
+    spdlog::info("profiling request for job {}: not running here", request.job_id());
+    return;
+  }
+  job_->RequestProfile(request);
 }
 
 }  // namespace fsdpd

@@ -68,7 +68,7 @@ class WorkerSession {
   void HandleMessage(const v1::CoordinatorMessage& message);
   void HandleAssignment(const v1::Assignment& assignment);
   void HandleCancellation(const v1::Cancellation& cancellation);
-  bool JobRunning();
+  void HandleProfileRequest(const v1::ProfileRequest& request);
   bool ReadyToClose();
   void SleepBeforeReconnect(std::chrono::milliseconds backoff);
 
@@ -86,7 +86,7 @@ class WorkerSession {
   std::mutex state_mutex_;
   std::string worker_id_;
   std::chrono::milliseconds heartbeat_interval_;
-  grpc::ClientContext* stream_context_ = nullptr;  // the open stream's, for Shutdown
+  grpc::ClientContext* register_context_ = nullptr;  // a Register in flight, for Shutdown
   std::unique_ptr<JobRun> job_;
   // The last attempt this worker finished, so a re-sent assignment is not run twice.
   std::string finished_job_id_;

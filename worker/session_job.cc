@@ -80,6 +80,11 @@ void JobRun::Cancel(const std::string& reason) {
   cancelled_.store(true);
 }
 
+void JobRun::RequestProfile(const v1::ProfileRequest& request) {
+  std::lock_guard<std::mutex> lock(profile_mutex_);
+  profile_request_ = request;
+}
+
 void JobRun::Join() {
   if (thread_.joinable()) thread_.join();
 }
@@ -160,6 +165,21 @@ FinishedAttempt JobRun::Train() {
       last_step.store(step->step());
       last_loss.store(step->loss());
       outbox_->PushTelemetry(std::move(message));
+    };
+    hooks.on_profile = [&](const v1::ProfileReport& report) {
+      v1::WorkerMessage message;
+      v1::ProfileReport* profile = message.mutable_profile();
+      *profile = report;
+      profile->set_job_id(job_id());
+      profile->set_attempt(attempt());
+      profile->set_rank(rank());
+      outbox_->PushTelemetry(std::move(message));
+    };
+    hooks.poll_profile_request = [&]() -> std::optional<v1::ProfileRequest> {
+      std::lock_guard<std::mutex> lock(profile_mutex_);
+      std::optional<v1::ProfileRequest> request = std::move(profile_request_);
+      profile_request_.reset();
+      return request;
     };
     hooks.on_log = [&](const std::string& level, const std::string& text) {
       spdlog::debug("job {} rank {}: {}", job_id(), rank(), text);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,8 @@ class JobRun {
   void Start();
   // Asks the trainer to stop; it checks the flag between steps.
   void Cancel(const std::string& reason);
+  // Hands a profiling request to the trainer, which polls for it between steps.
+  void RequestProfile(const v1::ProfileRequest& request);
   bool Finished() const { return finished_.load(); }
   void Join();
 
@@ -55,6 +58,8 @@ class JobRun {
   std::atomic<bool> finished_{false};
   std::mutex cancel_reason_mutex_;
   std::string cancel_reason_;
+  std::mutex profile_mutex_;
+  std::optional<v1::ProfileRequest> profile_request_;
   std::thread thread_;
 };
 

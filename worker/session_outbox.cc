@@ -1,5 +1,6 @@
 #include "worker/session_outbox.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace fsdpd {
@@ -11,10 +12,16 @@ void Outbox::PushTelemetry(v1::WorkerMessage message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (telemetry_.size() >= telemetry_capacity_) {
-      const v1::WorkerMessage& oldest = telemetry_.front();
+      // A profile's trace is only useful whole, so steps and log lines go first.
+      auto victim =
+          std::find_if(telemetry_.begin(), telemetry_.end(),
+                       [](const v1::WorkerMessage& queued) { return !queued.has_profile(); });
+      if (victim == telemetry_.end()) victim = telemetry_.begin();
       dropped_.count++;
-      dropped_.job_id = oldest.has_step() ? oldest.step().job_id() : oldest.log().job_id();
-      telemetry_.pop_front();
+      dropped_.job_id = victim->has_step()      ? victim->step().job_id()
+                        : victim->has_profile() ? victim->profile().job_id()
+                                                : victim->log().job_id();
+      telemetry_.erase(victim);
     }
     telemetry_.push_back(std::move(message));
   }

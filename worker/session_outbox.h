@@ -1,9 +1,10 @@
 // Everything the worker sends to the coordinator passes through the outbox, so a running job
 // never blocks on the network and its reports survive a lost session.
 //
-// Telemetry (step reports and log lines) is bounded: while the coordinator is unreachable the
-// outbox keeps the newest `telemetry_capacity` messages and drops the oldest, counting them so
-// the loss is reported once the session is back. Attempt results (with rank 0's exported
+// Telemetry (step reports, log lines, profile reports) is bounded: while the coordinator is
+// unreachable the outbox keeps the newest `telemetry_capacity` messages and drops the oldest
+// step report or log line (profile traces only make sense whole), counting them so the loss is
+// reported once the session is back. Attempt results (with rank 0's exported
 // model) are never dropped; they are sent after the telemetry queued before them.
 #pragma once
 

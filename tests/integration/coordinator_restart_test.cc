@@ -22,7 +22,7 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   std::set<std::string> worker_ids;
   for (const auto& worker : workers_before["workers"]) worker_ids.insert(worker["id"]);
 
-  constexpr int kSteps = 3000;
+  constexpr int kSteps = 2000;
   const std::string id =
       cluster.SubmitJob(cluster.WriteSpec("survivor", TinySpec("survivor", kSteps)));
   ASSERT_FALSE(id.empty());

@@ -5,7 +5,7 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
   target_link_libraries(fsdpd_process_harness PUBLIC
     nlohmann_json::nlohmann_json GTest::gtest Threads::Threads)
 
-  foreach(test_name job_lifecycle coordinator_restart spec_rejection)
+  foreach(test_name job_lifecycle coordinator_restart spec_rejection worker_flags)
     fsdpd_test(${test_name}_integration_test LABEL integration
       SOURCES ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc
       LIBS fsdpd_process_harness
@@ -13,4 +13,9 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
     # The tests run the binaries, so building a test builds them too.
     add_dependencies(${test_name}_integration_test fsdpd fsdpd-worker fsdpctl)
   endforeach()
+
+  # The worker's outbox on its own, in process: a unit test kept beside the session's other tests.
+  fsdpd_test(worker_outbox_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker_outbox_test.cc
+    LIBS fsdpd_worker_session)
 endif()

@@ -118,8 +118,9 @@ TEST_F(JobLifecycleTest, CancelStopsARunningJobAndFreesTheWorkers) {
 }
 
 TEST_F(JobLifecycleTest, SecondJobWaitsUntilTheWorkersAreFree) {
+  constexpr int kFirstSteps = 1500;
   const std::string first =
-      cluster_.SubmitJob(cluster_.WriteSpec("first", TinySpec("first", 1000000)));
+      cluster_.SubmitJob(cluster_.WriteSpec("first", TinySpec("first", kFirstSteps)));
   ASSERT_FALSE(first.empty());
   nlohmann::json running = cluster_.WaitForJob(
       first,
@@ -132,21 +133,87 @@ TEST_F(JobLifecycleTest, SecondJobWaitsUntilTheWorkersAreFree) {
   const std::string second =
       cluster_.SubmitJob(cluster_.WriteSpec("second", TinySpec("second", 5)));
   ASSERT_FALSE(second.empty());
-  // Gang scheduling: both workers are busy, so the second job holds none of them.
-  std::this_thread::sleep_for(seconds(2));
-  nlohmann::json waiting = cluster_.Status(second);
-  EXPECT_EQ(waiting.value("state", ""), "PENDING") << waiting.dump();
-  EXPECT_EQ(waiting.value("step", int64_t{-1}), 0);
-  EXPECT_EQ(cluster_.Status(first).value("state", ""), "RUNNING");
+  // Gang scheduling: while the first job holds both workers the second holds none. The second
+  // is read before the first, so a RUNNING first means it was running at that read too.
+  int samples = 0;
+  while (true) {
+    nlohmann::json second_status = cluster_.Status(second);
+    nlohmann::json first_status = cluster_.Status(first);
+    if (first_status.value("state", "") != "RUNNING") break;
+    EXPECT_EQ(second_status.value("state", ""), "PENDING") << second_status.dump();
+    EXPECT_EQ(second_status.value("step", int64_t{-1}), 0);
+    ++samples;
+  }
+  EXPECT_GT(samples, 0) << "the first job ended before the second could be seen waiting";
 
-  ASSERT_FALSE(cluster_.CtlJson({"cancel", first}).is_null());
-  nlohmann::json done = cluster_.WaitForState(second, "SUCCEEDED", seconds(60));
-  EXPECT_EQ(done.value("state", ""), "SUCCEEDED") << done.dump();
-  EXPECT_EQ(done.value("step", int64_t{0}), 5);
-  nlohmann::json first_status = cluster_.Status(first);
-  EXPECT_EQ(first_status.value("state", ""), "CANCELLED");
-  EXPECT_GE(done.value("started_unix_millis", int64_t{0}),
-            first_status.value("finished_unix_millis", int64_t{0}));
+  nlohmann::json first_done = cluster_.WaitForState(first, "SUCCEEDED", seconds(120));
+  EXPECT_EQ(first_done.value("state", ""), "SUCCEEDED") << first_done.dump();
+  nlohmann::json second_done = cluster_.WaitForState(second, "SUCCEEDED", seconds(60));
+  EXPECT_EQ(second_done.value("state", ""), "SUCCEEDED") << second_done.dump();
+  EXPECT_EQ(second_done.value("step", int64_t{0}), 5);
+  EXPECT_GE(second_done.value("started_unix_millis", int64_t{0}),
+            first_done.value("finished_unix_millis", int64_t{0}));
+}
+
+TEST_F(JobLifecycleTest, ProfilingWindowGivesAKernelTableAndATrace) {
+  std::string yaml = TinySpec("profiled", 8);
+  yaml.replace(yaml.find("profile: {steps: 0}"), std::string("profile: {steps: 0}").size(),
+               "profile: {start_step: 3, steps: 2}");
+  const std::string id = cluster_.SubmitJob(cluster_.WriteSpec("profiled", yaml));
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(cluster_.WaitForState(id, "SUCCEEDED", seconds(60)).value("state", ""), "SUCCEEDED");
+
+  nlohmann::json profile = cluster_.CtlJson({"profile", id});
+  ASSERT_FALSE(profile.is_null());
+  EXPECT_EQ(profile["start_step"], 3);
+  EXPECT_EQ(profile["steps"], 2);
+  ASSERT_FALSE(profile["kernels"].empty()) << profile.dump();
+  for (const auto& kernel : profile["kernels"]) {
+    EXPECT_FALSE(kernel["name"].get<std::string>().empty());
+    EXPECT_GT(kernel["calls"].get<int64_t>(), 0);
+  }
+
+  const std::string trace_path = cluster_.dir() + "/trace.json";
+  ASSERT_FALSE(cluster_.CtlJson({"trace", id, "-o", trace_path}).is_null());
+  nlohmann::json trace = nlohmann::json::parse(ReadFile(trace_path), nullptr, false);
+  ASSERT_FALSE(trace.is_discarded()) << "the trace is not JSON";
+  EXPECT_FALSE(trace["traceEvents"].empty());
+}
+
+// A tiny spec that reads a text file (byte-level, so vocab 256).
+std::string TextSpec(const std::string& name, const std::string& path) {
+  std::string yaml = TinySpec(name, 5);
+  auto replace = [&](const std::string& from, const std::string& to) {
+    yaml.replace(yaml.find(from), from.size(), to);
+  };
+  replace("vocab: 64", "vocab: 256");
+  replace("data: {source: synthetic, seq_len: 16}",
+          "data: {source: text, path: " + path + ", seq_len: 16}");
+  return yaml;
+}
+
+TEST_F(JobLifecycleTest, AFailingJobReportsWhyAndTheWorkersCarryOn) {
+  // The data file does not exist: the trainer fails on every rank, the workers survive.
+  const std::string missing = TextSpec("missing", cluster_.dir() + "/no-such-corpus.txt");
+  const std::string failed = cluster_.SubmitJob(cluster_.WriteSpec("missing", missing));
+  ASSERT_FALSE(failed.empty());
+  nlohmann::json status = cluster_.WaitForState(failed, "FAILED", seconds(60));
+  EXPECT_EQ(status.value("state", ""), "FAILED") << status.dump();
+  EXPECT_NE(status.value("reason", "").find("no-such-corpus.txt"), std::string::npos)
+      << status.value("reason", "");
+
+  // A path outside the workers' --allowed-root is refused before anything reads it.
+  const std::string outside = TextSpec("outside", "/etc/hostname");
+  const std::string refused = cluster_.SubmitJob(cluster_.WriteSpec("outside", outside));
+  ASSERT_FALSE(refused.empty());
+  status = cluster_.WaitForState(refused, "FAILED", seconds(60));
+  EXPECT_EQ(status.value("state", ""), "FAILED") << status.dump();
+  EXPECT_NE(status.value("reason", "").find("allowed"), std::string::npos)
+      << status.value("reason", "");
+
+  EXPECT_TRUE(cluster_.WaitForWorkers(2, "IDLE", seconds(20)));
+  const std::string next = cluster_.SubmitJob(cluster_.WriteSpec("after", TinySpec("after", 3)));
+  EXPECT_EQ(cluster_.WaitForState(next, "SUCCEEDED", seconds(60)).value("state", ""), "SUCCEEDED");
 }
 
 }  // namespace

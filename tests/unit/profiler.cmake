@@ -8,3 +8,10 @@ endforeach()
 fsdpd_test(profiler_trainer_test LABEL unit TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_trainer_test.cc
   LIBS fsdpd_engine nlohmann_json::nlohmann_json)
+
+# CUPTI activity records and range-profiler counters on a real GPU (skips without one).
+if(FSDPD_CUDA AND TARGET fsdpd_kernels_cuda)
+  fsdpd_test(profiler_cupti_test LABEL gpu
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_cupti_test.cc
+    LIBS fsdpd_profiler fsdpd_kernels_cuda CUDA::cuda_driver)
+endif()

@@ -88,6 +88,30 @@ TEST(ProfilerKernelTableTest, PeaksAddVerdicts) {
   EXPECT_EQ(table[1].source(), kSourceHostTimer);
 }
 
+TEST(ProfilerKernelTableTest, CounterReadingsReplaceTheEstimateWeightedByDuration) {
+  KernelTableBuilder builder;
+  const ProfileEvent short_launch = Op("gemm", "layers.0", "forward", 1.0, 9e9, 1e8);
+  const ProfileEvent long_launch = Op("gemm", "layers.0", "forward", 3.0, 9e9, 1e8);
+  builder.Add(short_launch);
+  builder.Add(long_launch);
+  builder.AddCounters(short_launch, CounterRatios{0.2, 0.9, 0.9, -1.0});
+  builder.AddCounters(long_launch, CounterRatios{0.1, 0.7, 0.8, -1.0});
+  builder.Add(Op("rmsnorm_forward", "layers.0", "forward", 1.0, 1.0, 1e10));
+  const RooflinePeaks peaks{1e10, 1e10};
+  const std::vector<v1::KernelStat> table = builder.Build(&peaks);
+  ASSERT_EQ(table.size(), 2u);
+  const v1::KernelStat& gemm = table[0];
+  EXPECT_EQ(gemm.calls(), 2);
+  EXPECT_EQ(gemm.source(), kSourceCupti);
+  EXPECT_DOUBLE_EQ(gemm.sm_throughput_ratio(), (0.2 * 1 + 0.1 * 3) / 4);
+  EXPECT_DOUBLE_EQ(gemm.memory_throughput_ratio(), (0.9 * 1 + 0.7 * 3) / 4);
+  EXPECT_DOUBLE_EQ(gemm.dram_throughput_ratio(), (0.9 * 1 + 0.8 * 3) / 4);
+  EXPECT_EQ(gemm.tensor_pipe_ratio(), -1.0);
+  EXPECT_EQ(gemm.verdict(), "memory-bound");  // 12.5 % SM, 82.5 % DRAM
+  // A row without readings keeps the analytic estimate.
+  EXPECT_EQ(table[1].source(), kSourceAnalytic);
+}
+
 TEST(ProfilerKernelTableTest, RecorderAttributesOpsToTheInnermostRange) {
   ProfileRecorder recorder;
   const OpCost cost{2.0, 8.0};

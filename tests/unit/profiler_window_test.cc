@@ -107,6 +107,8 @@ TEST(ProfilerWindowTest, RequestsAreCheckedAndStartNoEarlierThanTheNextStep) {
   request.set_attempt(2);
   request.set_steps(0);
   EXPECT_EQ(window.Request(request, 5).code(), absl::StatusCode::kInvalidArgument);
+  request.set_steps(kMaxProfileSteps + 1);
+  EXPECT_EQ(window.Request(request, 5).code(), absl::StatusCode::kInvalidArgument);
   request.set_steps(2);
   request.set_start_step(0);
   ASSERT_TRUE(window.Request(request, 5).ok());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fsdpd/v1/profile.pb.h"
+#include "worker/profiler/counter_ratios.h"
 #include "worker/profiler/profile_event.h"
 #include "worker/profiler/roofline.h"
 
@@ -17,6 +18,10 @@ namespace fsdpd {
 class KernelTableBuilder {
  public:
   void Add(const ProfileEvent& event);
+  // Counter readings for one launch of `event`'s kernel (its name, unit, phase, duration), from
+  // a replayed profiling pass. Rows with readings report their duration-weighted mean with
+  // source "cupti" instead of the analytic estimate.
+  void AddCounters(const ProfileEvent& event, const CounterRatios& ratios);
   void Clear() { rows_.clear(); }
   bool empty() const { return rows_.empty(); }
 
@@ -34,6 +39,9 @@ class KernelTableBuilder {
     // Every call had a known count; a collective knows its bytes but not its FLOPs.
     bool flops_known = true;
     bool bytes_known = true;
+    // Duration-weighted sums of counter readings, and the durations they cover.
+    CounterRatios weighted_sums{0.0, 0.0, 0.0, 0.0};
+    CounterRatios weights{0.0, 0.0, 0.0, 0.0};
   };
   std::map<std::tuple<std::string, std::string, std::string>, Totals> rows_;
 };

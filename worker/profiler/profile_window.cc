@@ -23,9 +23,9 @@ absl::Status ProfileWindow::Request(const v1::ProfileRequest& request, int64_t n
     return absl::InvalidArgumentError(absl::StrCat(
         "profile request for attempt ", request.attempt(), " reached attempt ", options_.attempt));
   }
-  if (request.steps() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("profile request asks for ", request.steps(), " steps; it needs at least 1"));
+  if (request.steps() <= 0 || request.steps() > kMaxProfileSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("profile request asks for ", request.steps(),
+                                                   " steps; it must be 1..", kMaxProfileSteps));
   }
   if (recorder_->active()) {
     return absl::FailedPreconditionError(

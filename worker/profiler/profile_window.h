@@ -17,6 +17,9 @@
 
 namespace fsdpd {
 
+// The longest window a request may ask for, as for the job spec's profile.steps.
+inline constexpr int64_t kMaxProfileSteps = 1000;
+
 struct ProfileWindowOptions {
   std::string job_id;
   int attempt = 0;

@@ -1,0 +1,138 @@
+#include <cstdio>
+#include <iostream>
+
+#include "client/commands.h"
+#include "client/file_download.h"
+#include "client/output.h"
+#include "fsdpd/v1/jobs.grpc.pb.h"
+
+namespace fsdpd::client {
+namespace {
+
+std::string Percent(double ratio) {
+  if (ratio < 0) return "-";
+  char buffer[16];
+  std::snprintf(buffer, sizeof(buffer), "%.1f", ratio * 100.0);
+  return buffer;
+}
+
+std::string Fixed(double value, const char* format) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), format, value);
+  return buffer;
+}
+
+nlohmann::json KernelToJson(const v1::KernelStat& kernel) {
+  return {{"name", kernel.name()},
+          {"unit", kernel.unit()},
+          {"phase", kernel.phase()},
+          {"calls", kernel.calls()},
+          {"total_seconds", kernel.total_seconds()},
+          {"percent_of_total", kernel.percent_of_total()},
+          {"sm_throughput_ratio", kernel.sm_throughput_ratio()},
+          {"dram_throughput_ratio", kernel.dram_throughput_ratio()},
+          {"memory_throughput_ratio", kernel.memory_throughput_ratio()},
+          {"tensor_pipe_ratio", kernel.tensor_pipe_ratio()},
+          {"verdict", kernel.verdict()},
+          {"remedy", kernel.remedy()},
+          {"source", kernel.source()},
+          {"flops", kernel.flops()},
+          {"bytes", kernel.bytes()}};
+}
+
+int RequestProfile(const ClientOptions& options, const std::string& job_id, int64_t start_step,
+                   int64_t steps) {
+  auto stub = v1::JobService::NewStub(Connect(options));
+  v1::ProfileRequest request;
+  request.set_job_id(job_id);
+  request.set_start_step(start_step);
+  request.set_steps(steps);
+  request.set_counters(true);
+  v1::StartProfileResponse response;
+  grpc::ClientContext context;
+  SetUnaryDeadline(&context);
+  grpc::Status status = stub->StartProfile(&context, request, &response);
+  if (!status.ok()) return Fail(DescribeError(status, options, job_id));
+  if (options.json) {
+    std::cout << nlohmann::json{{"id", job_id}, {"start_step", start_step}, {"steps", steps}}.dump()
+              << std::endl;
+  } else {
+    std::cout << "job " << job_id << ": profiling " << steps << " step(s) from "
+              << (start_step > 0 ? "step " + std::to_string(start_step) : "the next step")
+              << "; see it with fsdpctl profile " << job_id << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunProfile(const ClientOptions& options, const std::string& job_id, int rank,
+               int64_t start_step, int64_t steps) {
+  if (steps < 0) return Fail("--steps: must not be negative");
+  if (start_step < 0) return Fail("--start: must not be negative");
+  if (steps > 0) return RequestProfile(options, job_id, start_step, steps);
+
+  auto stub = v1::JobService::NewStub(Connect(options));
+  v1::GetProfileRequest request;
+  request.set_id(job_id);
+  request.set_rank(rank);
+  v1::ProfileReport report;
+  grpc::ClientContext context;
+  SetUnaryDeadline(&context);
+  grpc::Status status = stub->GetProfile(&context, request, &report);
+  if (!status.ok()) return Fail(DescribeError(status, options, job_id));
+
+  if (options.json) {
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const v1::KernelStat& kernel : report.kernels()) kernels.push_back(KernelToJson(kernel));
+    std::cout << nlohmann::json{{"id", job_id},
+                                {"rank", report.rank()},
+                                {"attempt", report.attempt()},
+                                {"device", report.device()},
+                                {"start_step", report.start_step()},
+                                {"steps", report.steps()},
+                                {"kernels", kernels}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
+  std::cout << "job " << job_id << ", rank " << report.rank() << " on " << report.device()
+            << ": steps " << report.start_step() << ".." << report.start_step() + report.steps() - 1
+            << "\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::KernelStat& kernel : report.kernels()) {
+    rows.push_back({kernel.name(), kernel.unit().empty() ? "-" : kernel.unit(), kernel.phase(),
+                    std::to_string(kernel.calls()), Fixed(kernel.total_seconds() * 1000.0, "%.3f"),
+                    Fixed(kernel.percent_of_total(), "%.1f"), Percent(kernel.sm_throughput_ratio()),
+                    Percent(kernel.dram_throughput_ratio()),
+                    kernel.verdict().empty() ? "-" : kernel.verdict()});
+  }
+  std::cout << FormatTable(
+      {"KERNEL", "UNIT", "PHASE", "CALLS", "TOTAL MS", "TIME %", "SM %", "HBM %", "VERDICT"}, rows);
+  // The remedies, once per distinct verdict, for the kernels that take the most time.
+  std::vector<std::string> seen;
+  for (const v1::KernelStat& kernel : report.kernels()) {
+    if (kernel.remedy().empty()) continue;
+    bool repeated = false;
+    for (const std::string& verdict : seen) repeated = repeated || verdict == kernel.verdict();
+    if (repeated) continue;
+    seen.push_back(kernel.verdict());
+    std::cout << kernel.verdict() << " (e.g. " << kernel.name() << "): " << kernel.remedy() << "\n";
+  }
+  std::cout << std::flush;
+  return 0;
+}
+
+int RunTrace(const ClientOptions& options, const std::string& job_id, int rank,
+             const std::string& output_path) {
+  if (output_path.empty()) return Fail("-o: an output file is required");
+  auto stub = v1::JobService::NewStub(Connect(options));
+  v1::GetProfileRequest request;
+  request.set_id(job_id);
+  request.set_rank(rank);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::FileChunk>> reader = stub->GetTrace(&context, request);
+  return DownloadFile(&context, reader.get(), options, job_id, output_path, "trace");
+}
+
+}  // namespace fsdpd::client

@@ -1,0 +1,63 @@
+// fsdpd-worker refuses bad flags with a message naming the flag, before it touches the network.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "tests/integration/process_harness.h"
+
+namespace fsdpd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+CommandResult RunWorker(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv{BuildPath("worker/fsdpd-worker"), "--coordinator",
+                                "127.0.0.1:" + std::to_string(FreeTcpPort())};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return RunCommand(argv, std::chrono::seconds(20));
+}
+
+TEST(WorkerFlagsTest, CudaDeviceNeedsACudaBuild) {
+  CommandResult result = RunWorker({"--device", "cuda:0"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("--device cuda:0"));
+  EXPECT_THAT(result.err, HasSubstr("CUDA"));
+}
+
+TEST(WorkerFlagsTest, UnknownDevice) {
+  CommandResult result = RunWorker({"--device", "tpu"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("unknown device \"tpu\""));
+}
+
+TEST(WorkerFlagsTest, BadGpuIndex) {
+  CommandResult result = RunWorker({"--device", "cuda:x"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("cuda:x"));
+}
+
+TEST(WorkerFlagsTest, HeartbeatIntervalMustBePositive) {
+  CommandResult result = RunWorker({"--heartbeat-interval", "0s"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("--heartbeat-interval"));
+}
+
+TEST(WorkerFlagsTest, ShutsDownCleanlyOnSigtermWhileTheCoordinatorIsAway) {
+  TempDir dir;
+  ChildProcess worker({BuildPath("worker/fsdpd-worker"), "--coordinator",
+                       "127.0.0.1:" + std::to_string(FreeTcpPort()), "--checkpoint-root",
+                       dir.path() + "/checkpoints"},
+                      dir.path() + "/worker.log");
+  // Registration is blocked waiting for a coordinator that never comes; SIGTERM ends it.
+  ASSERT_TRUE(worker.WaitForLog("fsdpd-worker: device", std::chrono::seconds(20)))
+      << ReadFile(worker.log_path());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  worker.Signal(SIGTERM);
+  EXPECT_TRUE(worker.WaitForExit(std::chrono::seconds(3))) << ReadFile(worker.log_path());
+  EXPECT_THAT(ReadFile(worker.log_path()), HasSubstr("shutting down"));
+}
+
+}  // namespace
+}  // namespace fsdpd::testing

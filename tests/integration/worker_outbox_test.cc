@@ -1,0 +1,117 @@
+// The worker's outbox: what survives a lost session, in which order, and what is dropped.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "worker/session_outbox.h"
+
+namespace fsdpd {
+namespace {
+
+v1::WorkerMessage Step(const std::string& job_id, int64_t step) {
+  v1::WorkerMessage message;
+  message.mutable_step()->set_job_id(job_id);
+  message.mutable_step()->set_step(step);
+  return message;
+}
+
+FinishedAttempt Result(const std::string& job_id, int attempt) {
+  FinishedAttempt finished;
+  finished.result.set_job_id(job_id);
+  finished.result.set_attempt(attempt);
+  finished.result.set_ok(true);
+  return finished;
+}
+
+TEST(WorkerOutboxTest, KeepsTheNewestReportsAndCountsTheDropped) {
+  Outbox outbox(3);
+  for (int64_t step = 1; step <= 5; ++step) outbox.PushTelemetry(Step("job-1", step));
+  Outbox::Dropped dropped = outbox.TakeDropped();
+  EXPECT_EQ(dropped.count, 2);
+  EXPECT_EQ(dropped.job_id, "job-1");
+  EXPECT_EQ(outbox.TakeDropped().count, 0) << "the count resets once taken";
+  for (int64_t expected = 3; expected <= 5; ++expected) {
+    std::optional<v1::WorkerMessage> front = outbox.FrontTelemetry();
+    ASSERT_TRUE(front.has_value());
+    EXPECT_EQ(front->step().step(), expected);
+    outbox.PopTelemetry();
+  }
+  EXPECT_FALSE(outbox.FrontTelemetry().has_value());
+  EXPECT_TRUE(outbox.Empty());
+}
+
+TEST(WorkerOutboxTest, AResultWaitsForTheReportsQueuedBeforeIt) {
+  Outbox outbox(10);
+  outbox.PushTelemetry(Step("job-1", 7));
+  outbox.PushFinished(Result("job-1", 2));
+  EXPECT_FALSE(outbox.FrontFinished().has_value());
+  // Registration still learns about the pending result, so the rank is not taken for lost.
+  std::optional<v1::AttemptResult> unsent = outbox.OldestUnsentResult();
+  ASSERT_TRUE(unsent.has_value());
+  EXPECT_EQ(unsent->job_id(), "job-1");
+  EXPECT_EQ(unsent->attempt(), 2);
+
+  outbox.PopTelemetry();
+  std::optional<FinishedAttempt> finished = outbox.FrontFinished();
+  ASSERT_TRUE(finished.has_value());
+  EXPECT_EQ(finished->result.attempt(), 2);
+  EXPECT_FALSE(outbox.Empty()) << "a peeked result stays until it was sent";
+  outbox.PopFinished();
+  EXPECT_TRUE(outbox.Empty());
+  EXPECT_FALSE(outbox.OldestUnsentResult().has_value());
+}
+
+TEST(WorkerOutboxTest, ResultsAreNeverDroppedWhenTelemetryOverflows) {
+  Outbox outbox(2);
+  outbox.PushFinished(Result("job-1", 1));
+  for (int64_t step = 1; step <= 10; ++step) outbox.PushTelemetry(Step("job-2", step));
+  EXPECT_EQ(outbox.TakeDropped().count, 8);
+  ASSERT_TRUE(outbox.OldestUnsentResult().has_value());
+  EXPECT_EQ(outbox.OldestUnsentResult()->job_id(), "job-1");
+}
+
+TEST(WorkerOutboxTest, ProfileTracesOutliveStepReportsWhenFull) {
+  Outbox outbox(2);
+  v1::WorkerMessage profile;
+  profile.mutable_profile()->set_job_id("job-1");
+  profile.mutable_profile()->set_trace_chunk_index(0);
+  outbox.PushTelemetry(profile);
+  outbox.PushTelemetry(Step("job-1", 1));
+  outbox.PushTelemetry(Step("job-1", 2));  // full: step 1 goes, the trace chunk stays
+  EXPECT_EQ(outbox.TakeDropped().count, 1);
+  std::optional<v1::WorkerMessage> front = outbox.FrontTelemetry();
+  ASSERT_TRUE(front.has_value());
+  EXPECT_TRUE(front->has_profile());
+  outbox.PopTelemetry();
+  front = outbox.FrontTelemetry();
+  ASSERT_TRUE(front.has_value());
+  EXPECT_EQ(front->step().step(), 2);
+}
+
+TEST(WorkerOutboxTest, WaitReturnsWhenWorkArrivesOrWhenWoken) {
+  Outbox outbox(10);
+  const auto far = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    outbox.PushTelemetry(Step("job-1", 1));
+  });
+  const auto started = std::chrono::steady_clock::now();
+  outbox.WaitForWork(far);
+  producer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  EXPECT_TRUE(outbox.FrontTelemetry().has_value());
+  outbox.PopTelemetry();
+
+  std::thread waker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    outbox.Wake();
+  });
+  const auto woken_at = std::chrono::steady_clock::now();
+  outbox.WaitForWork(far);
+  waker.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - woken_at, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace fsdpd

@@ -1,0 +1,154 @@
+// The writing half of a Session stream: heartbeats, the outbox's reports, and finished
+// attempts with rank 0's exported model.
+#include <algorithm>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "worker/session.h"
+
+namespace fsdpd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
+
+constexpr size_t kArtifactChunkBytes = 1 << 20;
+
+int64_t NowUnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+bool WorkerSession::ReadyToClose() {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (!shutting_down_.load()) return false;
+    if (Clock::now() >= shutdown_deadline_) return true;
+    if (job_ && !job_->Finished()) return false;
+  }
+  return outbox_.Empty();
+}
+
+void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
+  std::string worker_id;
+  std::chrono::milliseconds interval;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    worker_id = worker_id_;
+    interval = heartbeat_interval_;
+  }
+  auto write = [&](v1::WorkerMessage message) {
+    message.set_worker_id(worker_id);
+    if (stream->Write(message)) return true;
+    broken->store(true);
+    return false;
+  };
+  auto heartbeat = [&] {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_unix_millis(NowUnixMillis());
+    return write(std::move(message));
+  };
+
+  // The first message names the worker; a heartbeat does that at once.
+  if (!heartbeat()) return;
+  Clock::time_point next_heartbeat = Clock::now() + interval;
+  while (!broken->load()) {
+    if (ReadyToClose()) {
+      stream->WritesDone();
+      return;
+    }
+    outbox_.WaitForWork(next_heartbeat);
+    if (broken->load()) return;
+    if (Clock::now() >= next_heartbeat) {
+      if (!heartbeat()) return;
+      next_heartbeat = Clock::now() + interval;
+    }
+    const Outbox::Dropped dropped = outbox_.TakeDropped();
+    if (dropped.count > 0) {
+      const std::string text =
+          absl::StrCat(dropped.count,
+                       " step reports and log lines were dropped while the coordinator was "
+                       "unreachable (the worker keeps the newest ",
+                       config_.telemetry_buffer_capacity, ")");
+      spdlog::warn("{}", text);
+      v1::WorkerMessage message;
+      v1::LogLine* line = message.mutable_log();
+      line->set_job_id(dropped.job_id);
+      line->set_unix_millis(NowUnixMillis());
+      line->set_level("warn");
+      line->set_text(text);
+      if (!write(std::move(message))) return;
+    }
+    while (std::optional<v1::WorkerMessage> message = outbox_.FrontTelemetry()) {
+      if (!write(std::move(*message))) return;
+      outbox_.PopTelemetry();
+      if (Clock::now() >= next_heartbeat) {
+        if (!heartbeat()) return;
+        next_heartbeat = Clock::now() + interval;
+      }
+    }
+    if (std::optional<FinishedAttempt> finished = outbox_.FrontFinished()) {
+      if (!WriteFinished(stream, *finished)) {
+        broken->store(true);
+        return;
+      }
+      outbox_.PopFinished();
+    }
+  }
+}
+
+bool WorkerSession::WriteFinished(Stream* stream, const FinishedAttempt& finished) {
+  std::string worker_id;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    worker_id = worker_id_;
+  }
+  v1::AttemptResult result = finished.result;
+  if (!finished.artifact_path.empty()) {
+    // Uploaded from offset 0 on every try: a session that broke mid-upload starts over.
+    std::ifstream file(finished.artifact_path, std::ios::binary | std::ios::ate);
+    if (!file) {
+      result.set_ok(false);
+      result.set_error(absl::StrCat("cannot read the exported model ", finished.artifact_path));
+    } else {
+      const int64_t total = file.tellg();
+      file.seekg(0);
+      std::string buffer(kArtifactChunkBytes, '\0');
+      int64_t offset = 0;
+      do {
+        const int64_t size = std::min<int64_t>(kArtifactChunkBytes, total - offset);
+        if (!file.read(buffer.data(), size)) {
+          result.set_ok(false);
+          result.set_error(
+              absl::StrCat("reading the exported model ", finished.artifact_path, " failed"));
+          break;
+        }
+        v1::WorkerMessage message;
+        message.set_worker_id(worker_id);
+        v1::ArtifactChunk* chunk = message.mutable_artifact();
+        chunk->set_job_id(result.job_id());
+        chunk->set_attempt(result.attempt());
+        chunk->set_name("model.safetensors");
+        chunk->mutable_chunk()->set_data(buffer.data(), size);
+        chunk->mutable_chunk()->set_offset(offset);
+        chunk->mutable_chunk()->set_total_bytes(total);
+        offset += size;
+        chunk->set_last(offset >= total);
+        if (!stream->Write(message)) return false;
+      } while (offset < total);
+      if (result.ok()) {
+        spdlog::info("job {}: uploaded the exported model ({} bytes)", result.job_id(), total);
+      }
+    }
+  }
+  v1::WorkerMessage message;
+  message.set_worker_id(worker_id);
+  *message.mutable_result() = result;
+  return stream->Write(message);
+}
+
+}  // namespace fsdpd
