@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev libsystemd-dev
-  libssl-dev clang-format prometheus curl
+  libssl-dev clang-format prometheus curl ccache python3-yaml systemd
 )
 
 missing=()
@@ -17,6 +17,12 @@ for package in "${packages[@]}"; do
     missing+=("$package")
   fi
 done
+
+# kubectl (for rendering the Kubernetes manifests in tests) may come from Kubernetes' own
+# repository; Debian's kubernetes-client provides it otherwise.
+if ! command -v kubectl > /dev/null; then
+  missing+=(kubernetes-client)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

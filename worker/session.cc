@@ -26,7 +26,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // gRPC's own reconnect backoff grows to two minutes; a restarted coordinator should see its
   // workers back within seconds.
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
-  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   arguments.SetMaxSendMessageSize(-1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
