@@ -1,24 +1,109 @@
 #include "client/client_context.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace fsdpd::client {
 namespace {
 
 constexpr std::chrono::seconds kUnaryTimeout(10);
+constexpr size_t kMaxTokenBytes = 4096;
+
+// Adds the bearer token to every call's initial metadata, so no verb has to remember it.
+class BearerTokenInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenFactory(std::string token) : header_("Bearer " + std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new BearerTokenInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;
+};
 
 }  // namespace
+
+std::string DefaultTokenPath() {
+  if (const char* config = std::getenv("XDG_CONFIG_HOME"); config != nullptr && *config != '\0') {
+    return std::string(config) + "/fsdpd/token";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.config/fsdpd/token";
+}
+
+std::string LoadCredentials(const std::string& tls_ca_path, const std::string& token_path,
+                            bool token_path_explicit, ClientOptions* options) {
+  if (!tls_ca_path.empty()) {
+    std::ifstream file(tls_ca_path, std::ios::binary);
+    if (!file) return "--tls-ca: cannot open " + tls_ca_path;
+    std::ostringstream content;
+    content << file.rdbuf();
+    if (content.str().find("-----BEGIN CERTIFICATE") == std::string::npos) {
+      return "--tls-ca: " + tls_ca_path + " holds no PEM certificate";
+    }
+    options->tls_ca_pem = content.str();
+  }
+  if (token_path.empty()) return "";
+  std::ifstream file(token_path);
+  if (!file) {
+    return token_path_explicit ? "--token-file: cannot open " + token_path : "";
+  }
+  std::string token;
+  std::getline(file, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty() || token.size() > kMaxTokenBytes) {
+    return "--token-file: the first line of " + token_path + " must hold the token (1.." +
+           std::to_string(kMaxTokenBytes) + " characters)";
+  }
+  for (char c : token) {
+    if (c <= ' ' || c == 0x7f) {
+      return "--token-file: the token in " + token_path +
+             " contains whitespace or control characters";
+    }
+  }
+  options->token = token;
+  return "";
+}
 
 std::shared_ptr<grpc::Channel> Connect(const ClientOptions& options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
-                                   arguments);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!options.token.empty()) {
+    interceptors.push_back(std::make_unique<BearerTokenFactory>(options.token));
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      options.coordinator, credentials, arguments, std::move(interceptors));
 }
 
 void SetUnaryDeadline(grpc::ClientContext* context) {
@@ -39,6 +124,10 @@ std::string DescribeError(const grpc::Status& status, const ClientOptions& optio
       return status.error_message();
     case grpc::StatusCode::INVALID_ARGUMENT:
       return "rejected by the coordinator: " + status.error_message();
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "not authenticated: " + status.error_message();
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "permission denied: " + status.error_message();
     default:
       return status.error_message().empty()
                  ? "the coordinator answered with error code " +

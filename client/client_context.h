@@ -14,7 +14,21 @@ namespace fsdpd::client {
 struct ClientOptions {
   std::string coordinator = "127.0.0.1:7070";
   bool json = false;
+  // PEM CA bundle; non-empty: the channel uses TLS and verifies the coordinator against it.
+  std::string tls_ca_pem;
+  // Sent as `authorization: Bearer <token>` on every call when non-empty.
+  std::string token;
 };
+
+// Fills tls_ca_pem from tls_ca_path and token from token_path. An empty tls_ca_path means
+// plaintext. token_path_explicit: the user named the token file (flag or environment), so a
+// missing file is an error; the default path (~/.config/fsdpd/token) may be absent. Returns an
+// error message, empty on success.
+std::string LoadCredentials(const std::string& tls_ca_path, const std::string& token_path,
+                            bool token_path_explicit, ClientOptions* options);
+
+// Where fsdpctl looks for a token when neither --token-file nor FSDPD_TOKEN_FILE is given.
+std::string DefaultTokenPath();
 
 std::shared_ptr<grpc::Channel> Connect(const ClientOptions& options);
 

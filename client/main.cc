@@ -14,6 +14,13 @@ int main(int argc, char** argv) {
       ->envname("FSDPD_COORDINATOR")
       ->capture_default_str();
   app.add_flag("--json", options.json, "machine-readable output");
+  std::string tls_ca, token_file;
+  app.add_option("--tls-ca", tls_ca, "PEM CA that signed the coordinator's certificate: use TLS")
+      ->envname("FSDPD_TLS_CA");
+  auto* token_option =
+      app.add_option("--token-file", token_file,
+                     "file whose first line is the bearer token (default ~/.config/fsdpd/token)")
+          ->envname("FSDPD_TOKEN_FILE");
 
   std::string spec_path, job_id, state_filter, output_path;
   bool watch = false, dry_run = false, follow = false;
@@ -65,6 +72,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using namespace fsdpd::client;
+  const bool token_explicit = token_option->count() > 0;
+  if (std::string error = LoadCredentials(tls_ca, token_explicit ? token_file : DefaultTokenPath(),
+                                          token_explicit, &options);
+      !error.empty()) {
+    return Fail(error);
+  }
   if (submit->parsed()) return RunSubmit(options, spec_path, watch, dry_run);
   if (list->parsed()) return RunList(options, state_filter);
   if (status->parsed()) return RunStatus(options, job_id);

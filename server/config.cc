@@ -71,6 +71,10 @@ absl::Status JobManagerConfig::Check() const {
 }
 
 absl::Status MetricsConfig::Check() const {
+  if (retention.count() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics-retention: must not be negative, got ", retention.count(), "ms"));
+  }
   if (listen.empty()) return absl::OkStatus();
   return CheckHostPort("metrics-listen", listen);
 }
@@ -80,13 +84,31 @@ void CoordinatorConfig::FillPaths() {
   if (jobs.artifact_dir.empty()) jobs.artifact_dir = state_dir + "/artifacts";
 }
 
+absl::Status TlsConfig::Check() const {
+  if (cert_path.empty() != key_path.empty()) {
+    return absl::InvalidArgumentError("tls: --tls-cert and --tls-key must be given together");
+  }
+  if (!client_ca_path.empty() && cert_path.empty()) {
+    return absl::InvalidArgumentError("tls: --tls-client-ca needs --tls-cert and --tls-key");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CoordinatorConfig::Check() const {
   if (absl::Status status = CheckHostPort("listen", listen); !status.ok()) return status;
-  if (!insecure && !IsLoopbackAddress(listen)) {
+  if (absl::Status status = tls.Check(); !status.ok()) return status;
+  if (!insecure && !tls.enabled() && !IsLoopbackAddress(listen)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen: ", listen,
-        " is not a loopback address and the coordinator has no TLS yet; pass --insecure to "
-        "serve it anyway"));
+        " is not a loopback address; serve it with --tls-cert and --tls-key, or pass --insecure "
+        "to serve it in plaintext anyway"));
+  }
+  if (max_receive_message_bytes < (1 << 20) + (64 << 10)) {
+    // Workers upload artifacts in 1 MiB chunks; a smaller limit would refuse every upload.
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-request-bytes: must be at least 1114112 (1 MiB artifact chunks plus "
+                     "framing), got ",
+                     max_receive_message_bytes));
   }
   if (state_dir.empty()) return absl::InvalidArgumentError("state-dir: must not be empty");
   for (const absl::Status& status :

@@ -44,12 +44,29 @@ struct JobManagerConfig {
 
 struct MetricsConfig {
   std::string listen;  // empty: no HTTP endpoint (the registry still collects)
+  // How long a finished job's per-job series stay exposed before they are removed, so the
+  // last figures can still be scraped; zero removes them as soon as the job ends.
+  std::chrono::milliseconds retention{5 * 60 * 1000};
+  absl::Status Check() const;
+};
+
+// Paths to PEM files. cert and key turn TLS on; client_ca additionally asks clients for a
+// certificate signed by it, which the worker and rendezvous services require (server/auth.h).
+struct TlsConfig {
+  std::string cert_path;
+  std::string key_path;
+  std::string client_ca_path;
+  bool enabled() const { return !cert_path.empty(); }
   absl::Status Check() const;
 };
 
 struct CoordinatorConfig {
   std::string listen = "127.0.0.1:7070";
-  bool insecure = false;  // allows a non-loopback listen address until TLS exists
+  bool insecure = false;  // allows a non-loopback listen address without TLS
+  TlsConfig tls;
+  std::string tokens_file;  // empty: no bearer tokens asked for (server/auth.h)
+  // The largest request accepted; artifacts and rendezvous values travel in 1 MiB pieces.
+  int max_receive_message_bytes = 4 << 20;
   std::string state_dir;
   JobStoreConfig store;
   WorkerRegistryConfig workers;

@@ -1,6 +1,8 @@
 #include "server/coordinator.h"
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -8,6 +10,39 @@
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(flag, ": cannot open ", path));
+  std::ostringstream content;
+  content << file.rdbuf();
+  if (content.str().find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
+  }
+  return content.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const TlsConfig& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert = ReadPem("--tls-cert", tls.cert_path);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("--tls-key", tls.key_path);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!tls.client_ca_path.empty()) {
+    absl::StatusOr<std::string> client_ca = ReadPem("--tls-client-ca", tls.client_ca_path);
+    if (!client_ca.ok()) return client_ca.status();
+    options.pem_root_certs = *client_ca;
+    // Requested, not required: fsdpctl has no certificate. The worker and rendezvous services
+    // refuse callers without one (Authenticator::CheckClientCertificate).
+    options.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
 
 Coordinator::Coordinator(CoordinatorConfig config) : config_(std::move(config)) {
   config_.FillPaths();
@@ -39,19 +74,35 @@ absl::Status Coordinator::Start() {
       MetricsExporter::Create(config_.metrics, *jobs_, *workers_);
   if (!metrics.ok()) return metrics.status();
   metrics_ = std::move(*metrics);
-  job_service_ = std::make_unique<JobServiceImpl>(*jobs_, *workers_, metrics_.get());
-  worker_service_ = std::make_unique<WorkerServiceImpl>(*jobs_, metrics_.get());
-  rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_, metrics_.get());
+  std::vector<TokenEntry> tokens;
+  if (!config_.tokens_file.empty()) {
+    absl::StatusOr<std::vector<TokenEntry>> loaded = LoadTokensFile(config_.tokens_file);
+    if (!loaded.ok()) return loaded.status();
+    tokens = std::move(*loaded);
+    spdlog::info("bearer tokens required: {} loaded from {}", tokens.size(), config_.tokens_file);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeCredentials(config_.tls);
+  if (!credentials.ok()) return credentials.status();
+  authenticator_ =
+      std::make_unique<Authenticator>(std::move(tokens), !config_.tls.client_ca_path.empty());
+  job_service_ =
+      std::make_unique<JobServiceImpl>(*jobs_, *workers_, metrics_.get(), authenticator_.get());
+  worker_service_ =
+      std::make_unique<WorkerServiceImpl>(*jobs_, metrics_.get(), authenticator_.get());
+  rendezvous_service_ =
+      std::make_unique<RendezvousServiceImpl>(*rendezvous_, metrics_.get(), authenticator_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config_.listen, *credentials, &port);
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
   builder.RegisterService(rendezvous_service_.get());
-  // Artifacts arrive in chunks well under this; specs and reports are small.
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // Artifacts arrive in 1 MiB chunks; specs and reports are small. A larger request is refused
+  // with RESOURCE_EXHAUSTED before it is parsed.
+  builder.SetMaxReceiveMessageSize(config_.max_receive_message_bytes);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();

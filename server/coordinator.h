@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "server/auth.h"
 #include "server/config.h"
 #include "server/job_manager.h"
 #include "server/job_service.h"
@@ -47,6 +48,7 @@ class Coordinator {
   std::unique_ptr<RendezvousStore> rendezvous_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<MetricsExporter> metrics_;
+  std::unique_ptr<Authenticator> authenticator_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_service_;

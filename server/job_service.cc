@@ -159,6 +159,12 @@ std::function<void(grpc::StatusCode)> JobServiceImpl::Counter(const char* method
   return [metrics, method](grpc::StatusCode code) { metrics->CountRpc(method, code); };
 }
 
+grpc::Status JobServiceImpl::Authorize(grpc::CallbackServerContext* context, Role needed,
+                                       const char* method) const {
+  if (authenticator_ == nullptr) return grpc::Status::OK;
+  return authenticator_->Authorize(*context, needed, method);
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::Reply(grpc::CallbackServerContext* context,
                                                 const char* method, const grpc::Status& status) {
   if (metrics_ != nullptr) metrics_->CountRpc(method, status.error_code());
@@ -170,6 +176,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::Reply(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobResponse* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kSubmitter, "SubmitJob"); !allowed.ok()) {
+    return Reply(context, "SubmitJob", allowed);
+  }
   if (request->dry_run()) {
     // A dry run answers OK and lists the violations, so a client can show all of them.
     for (const FieldError& error : jobs_.CheckSpec(request->spec())) {
@@ -187,6 +196,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetJob"); !allowed.ok()) {
+    return Reply(context, "GetJob", allowed);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (job.ok()) *response = std::move(*job);
   return Reply(context, "GetJob", ToGrpcStatus(job.status()));
@@ -195,6 +207,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "ListJobs"); !allowed.ok()) {
+    return Reply(context, "ListJobs", allowed);
+  }
   if (request->limit() < 0) {
     return Reply(context, "ListJobs",
                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "limit: must not be negative"));
@@ -210,6 +225,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::Job* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kSubmitter, "CancelJob"); !allowed.ok()) {
+    return Reply(context, "CancelJob", allowed);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Cancel(request->id(), request->reason());
   if (job.ok()) *response = std::move(*job);
   return Reply(context, "CancelJob", ToGrpcStatus(job.status()));
@@ -217,6 +235,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "WatchJob"); !allowed.ok()) {
+    return FailedStream<v1::JobEvent>(allowed, Counter("WatchJob"));
+  }
   auto* stream = new FollowStream<v1::JobEvent>(jobs_, request->id());
   stream->SetOnFinish(Counter("WatchJob"));
   absl::StatusOr<JobManager::History> history = jobs_.Watch(request->id(), stream->forwarder());
@@ -230,6 +251,9 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
 
 grpc::ServerWriteReactor<v1::LogLine>* JobServiceImpl::GetJobLogs(
     grpc::CallbackServerContext* context, const v1::GetJobLogsRequest* request) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetJobLogs"); !allowed.ok()) {
+    return FailedStream<v1::LogLine>(allowed, Counter("GetJobLogs"));
+  }
   if (request->tail() < 0) {
     return FailedStream<v1::LogLine>(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "tail: must not be negative"),
@@ -250,12 +274,18 @@ grpc::ServerWriteReactor<v1::LogLine>* JobServiceImpl::GetJobLogs(
 grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContext* context,
                                                       const v1::ListWorkersRequest* request,
                                                       v1::ListWorkersResponse* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "ListWorkers"); !allowed.ok()) {
+    return Reply(context, "ListWorkers", allowed);
+  }
   for (v1::Worker& worker : workers_.List()) *response->add_workers() = std::move(worker);
   return Reply(context, "ListWorkers", grpc::Status::OK);
 }
 
 grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
     grpc::CallbackServerContext* context, const v1::ExportJobRequest* request) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "ExportJob"); !allowed.ok()) {
+    return FailedStream<v1::FileChunk>(allowed, Counter("ExportJob"));
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
@@ -269,12 +299,18 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
 grpc::ServerUnaryReactor* JobServiceImpl::StartProfile(grpc::CallbackServerContext* context,
                                                        const v1::ProfileRequest* request,
                                                        v1::StartProfileResponse* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kSubmitter, "StartProfile"); !allowed.ok()) {
+    return Reply(context, "StartProfile", allowed);
+  }
   return Reply(context, "StartProfile", ToGrpcStatus(jobs_.StartProfile(*request)));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext* context,
                                                      const v1::GetProfileRequest* request,
                                                      v1::ProfileReport* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetProfile"); !allowed.ok()) {
+    return Reply(context, "GetProfile", allowed);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok()) return Reply(context, "GetProfile", ToGrpcStatus(job.status()));
   absl::StatusOr<v1::ProfileReport> report =
@@ -285,6 +321,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::GetTrace(
     grpc::CallbackServerContext* context, const v1::GetProfileRequest* request) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetTrace"); !allowed.ok()) {
+    return FailedStream<v1::FileChunk>(allowed, Counter("GetTrace"));
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("GetTrace"));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "fsdpd/v1/jobs.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/metrics_exporter.h"
 #include "server/worker_registry.h"
@@ -10,9 +11,10 @@ namespace fsdpd::server {
 
 class JobServiceImpl : public v1::JobService::CallbackService {
  public:
-  // metrics may be null (tests).
-  JobServiceImpl(JobManager& jobs, WorkerRegistry& workers, MetricsExporter* metrics)
-      : jobs_(jobs), workers_(workers), metrics_(metrics) {}
+  // metrics and authenticator may be null (tests; null: every call is allowed).
+  JobServiceImpl(JobManager& jobs, WorkerRegistry& workers, MetricsExporter* metrics,
+                 const Authenticator* authenticator = nullptr)
+      : jobs_(jobs), workers_(workers), metrics_(metrics), authenticator_(authenticator) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -47,10 +49,13 @@ class JobServiceImpl : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
                                   const grpc::Status& status);
   std::function<void(grpc::StatusCode)> Counter(const char* method);
+  grpc::Status Authorize(grpc::CallbackServerContext* context, Role needed,
+                         const char* method) const;
 
   JobManager& jobs_;
   WorkerRegistry& workers_;
   MetricsExporter* metrics_;
+  const Authenticator* authenticator_;
 };
 
 }  // namespace fsdpd::server

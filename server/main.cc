@@ -5,12 +5,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "server/auth.h"
 #include "server/config.h"
 #include "server/coordinator.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -30,8 +32,14 @@ struct Settings {
   std::optional<std::string> metrics_listen;
   std::optional<std::string> state_dir;
   std::optional<std::string> heartbeat_timeout;
+  std::optional<std::string> metrics_retention;
   std::optional<int> max_world_size;
   std::optional<bool> insecure;
+  std::optional<std::string> tls_cert;
+  std::optional<std::string> tls_key;
+  std::optional<std::string> tls_client_ca;
+  std::optional<std::string> tokens_file;
+  std::optional<int> max_request_bytes;
 };
 
 std::string DefaultStateDir() {
@@ -45,7 +53,7 @@ std::string DefaultStateDir() {
 }
 
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
-// max-world-size, insecure.
+// metrics-retention, max-world-size, insecure.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -68,6 +76,8 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.state_dir = entry.second.as<std::string>();
       } else if (key == "heartbeat-timeout") {
         settings.heartbeat_timeout = entry.second.as<std::string>();
+      } else if (key == "metrics-retention") {
+        settings.metrics_retention = entry.second.as<std::string>();
       } else if (key == "max-world-size") {
         settings.max_world_size = entry.second.as<int>();
       } else if (key == "insecure") {
@@ -76,7 +86,7 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
-                         "max-world-size, insecure)"));
+                         "metrics-retention, max-world-size, insecure)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -113,8 +123,14 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.metrics_listen) onto.metrics_listen = from.metrics_listen;
   if (from.state_dir) onto.state_dir = from.state_dir;
   if (from.heartbeat_timeout) onto.heartbeat_timeout = from.heartbeat_timeout;
+  if (from.metrics_retention) onto.metrics_retention = from.metrics_retention;
   if (from.max_world_size) onto.max_world_size = from.max_world_size;
   if (from.insecure) onto.insecure = from.insecure;
+  if (from.tls_cert) onto.tls_cert = from.tls_cert;
+  if (from.tls_key) onto.tls_key = from.tls_key;
+  if (from.tls_client_ca) onto.tls_client_ca = from.tls_client_ca;
+  if (from.tokens_file) onto.tokens_file = from.tokens_file;
+  if (from.max_request_bytes) onto.max_request_bytes = from.max_request_bytes;
 }
 
 absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
@@ -123,6 +139,11 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   config.metrics.listen = settings.metrics_listen.value_or("127.0.0.1:7071");
   config.state_dir = settings.state_dir.value_or(DefaultStateDir());
   config.insecure = settings.insecure.value_or(false);
+  config.tls.cert_path = settings.tls_cert.value_or("");
+  config.tls.key_path = settings.tls_key.value_or("");
+  config.tls.client_ca_path = settings.tls_client_ca.value_or("");
+  config.tokens_file = settings.tokens_file.value_or("");
+  if (settings.max_request_bytes) config.max_receive_message_bytes = *settings.max_request_bytes;
   if (settings.max_world_size) config.jobs.max_world_size = *settings.max_world_size;
   if (settings.heartbeat_timeout) {
     absl::StatusOr<std::chrono::milliseconds> timeout =
@@ -135,9 +156,48 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
     // Workers beat several times per timeout so one late beat is not a loss.
     config.workers.heartbeat_interval = std::max(std::chrono::milliseconds(1), *timeout / 5);
   }
+  if (settings.metrics_retention) {
+    absl::StatusOr<std::chrono::milliseconds> retention =
+        fsdpd::server::ParseDuration(*settings.metrics_retention);
+    if (!retention.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics-retention: ", retention.status().message()));
+    }
+    config.metrics.retention = *retention;
+  }
   config.FillPaths();
   if (absl::Status status = config.Check(); !status.ok()) return status;
   return config;
+}
+
+// `fsdpd hash-token`: reads a token (first line of --token-file, or of stdin) and prints the
+// tokens-file line for it, so the plain token never has to be written on the server.
+int HashToken(const std::string& token_file, const std::string& role_name,
+              const std::string& name) {
+  std::string token;
+  if (token_file.empty()) {
+    std::getline(std::cin, token);
+  } else {
+    std::ifstream file(token_file);
+    if (!file) {
+      std::cerr << "fsdpd hash-token: cannot open " << token_file << "\n";
+      return 2;
+    }
+    std::getline(file, token);
+  }
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  absl::StatusOr<fsdpd::server::Role> role = fsdpd::server::ParseRole(role_name);
+  if (!role.ok()) {
+    std::cerr << "fsdpd hash-token: --role: " << role.status().message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> line = fsdpd::server::TokenLine(token, *role, name);
+  if (!line.ok()) {
+    std::cerr << "fsdpd hash-token: " << line.status().message() << "\n";
+    return 2;
+  }
+  std::cout << *line << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -148,7 +208,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fsdpd: the coordinator of fsdpd training jobs"};
   Settings flags;
   std::string config_file;
-  std::string listen, metrics_listen, state_dir, heartbeat_timeout;
+  std::string listen, metrics_listen, state_dir, heartbeat_timeout, metrics_retention;
   int max_world_size = 0;
   bool insecure = false;
   auto* listen_option = app.add_option("--listen", listen, "gRPC address (127.0.0.1:7070)");
@@ -158,19 +218,49 @@ int main(int argc, char** argv) {
       app.add_option("--state-dir", state_dir, "database and artifacts ($XDG_STATE_HOME/fsdpd)");
   auto* heartbeat_option = app.add_option("--heartbeat-timeout", heartbeat_timeout,
                                           "a worker silent this long is lost (10s)");
+  auto* retention_option =
+      app.add_option("--metrics-retention", metrics_retention,
+                     "how long a finished job's series stay on /metrics (5m; 0: remove at once)");
   auto* world_option =
       app.add_option("--max-world-size", max_world_size, "largest world_size accepted (1024)");
   auto* insecure_flag =
       app.add_flag("--insecure", insecure, "allow a non-loopback --listen without TLS");
+  std::string tls_cert, tls_key, tls_client_ca, tokens_file;
+  int max_request_bytes = 0;
+  auto* tls_cert_option =
+      app.add_option("--tls-cert", tls_cert, "PEM certificate chain: serve TLS (with --tls-key)");
+  auto* tls_key_option = app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  auto* tls_client_ca_option =
+      app.add_option("--tls-client-ca", tls_client_ca,
+                     "PEM CA: workers must present a client certificate it signed (mutual TLS)");
+  auto* tokens_option = app.add_option(
+      "--tokens-file", tokens_file,
+      "lines `<sha256-hex> <role> <name>`: fsdpctl must send one of these bearer tokens");
+  auto* max_request_option = app.add_option("--max-request-bytes", max_request_bytes,
+                                            "largest gRPC request accepted (4194304)");
   app.add_option("--config", config_file, "YAML file with the same keys as the flags")
       ->check(CLI::ExistingFile);
+
+  std::string hash_token_file, hash_role = "viewer", hash_name;
+  CLI::App* hash_token = app.add_subcommand(
+      "hash-token", "print the --tokens-file line for a token read from stdin or --token-file");
+  hash_token->add_option("--token-file", hash_token_file, "file whose first line is the token");
+  hash_token->add_option("--role", hash_role, "viewer, submitter or admin")->capture_default_str();
+  hash_token->add_option("--name", hash_name, "who the token belongs to")->required();
   CLI11_PARSE(app, argc, argv);
+  if (hash_token->parsed()) return HashToken(hash_token_file, hash_role, hash_name);
   if (*listen_option) flags.listen = listen;
   if (*metrics_option) flags.metrics_listen = metrics_listen;
   if (*state_option) flags.state_dir = state_dir;
   if (*heartbeat_option) flags.heartbeat_timeout = heartbeat_timeout;
+  if (*retention_option) flags.metrics_retention = metrics_retention;
   if (*world_option) flags.max_world_size = max_world_size;
   if (*insecure_flag) flags.insecure = insecure;
+  if (*tls_cert_option) flags.tls_cert = tls_cert;
+  if (*tls_key_option) flags.tls_key = tls_key;
+  if (*tls_client_ca_option) flags.tls_client_ca = tls_client_ca;
+  if (*tokens_option) flags.tokens_file = tokens_file;
+  if (*max_request_option) flags.max_request_bytes = max_request_bytes;
 
   Settings settings;
   if (!config_file.empty()) {

@@ -75,10 +75,29 @@ const char* CodeName(int code) {
 
 }  // namespace
 
-MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers)
+// What the HTTP endpoint collects: the registry, after expired series are removed, so a
+// scrape never shows a finished job past its retention.
+class MetricsExporter::PruningCollectable : public prometheus::Collectable {
+ public:
+  explicit PruningCollectable(MetricsExporter& exporter) : exporter_(exporter) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    exporter_.RemoveExpiredSeries();
+    return exporter_.registry_->Collect();
+  }
+
+ private:
+  MetricsExporter& exporter_;
+};
+
+MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
+                                 const MetricsConfig& config,
+                                 std::function<Clock::time_point()> now)
     : jobs_(jobs),
       workers_(workers),
+      retention_(config.retention),
+      now_(std::move(now)),
       registry_(std::make_shared<prometheus::Registry>()),
+      pruning_registry_(std::make_shared<PruningCollectable>(*this)),
       state_counts_(std::make_shared<StateCounts>(jobs, workers)),
       train_loss_(prometheus::BuildGauge()
                       .Name("fsdpd_train_loss")
@@ -96,13 +115,10 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers)
                      .Name("fsdpd_train_mfu_ratio")
                      .Help("Model FLOPs utilisation (0 to 1), mean over ranks.")
                      .Register(*registry_)),
-      step_duration_(
-          prometheus::BuildHistogram()
-              .Name("fsdpd_train_step_duration_seconds")
-              .Help("Wall time of one training step (slowest rank).")
-              .Register(*registry_)
-              .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                                               2.5, 5, 10, 30, 60})),
+      step_duration_(prometheus::BuildHistogram()
+                         .Name("fsdpd_train_step_duration_seconds")
+                         .Help("Wall time of one training step (slowest rank).")
+                         .Register(*registry_)),
       memory_peak_(prometheus::BuildGauge()
                        .Name("fsdpd_gpu_memory_peak_bytes")
                        .Help("Peak device memory of one rank.")
@@ -129,9 +145,11 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers)
                              .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Create(
-    const MetricsConfig& config, JobManager& jobs, WorkerRegistry& workers) {
+    const MetricsConfig& config, JobManager& jobs, WorkerRegistry& workers,
+    std::function<Clock::time_point()> now) {
   if (absl::Status status = config.Check(); !status.ok()) return status;
-  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter(jobs, workers));
+  std::unique_ptr<MetricsExporter> exporter(
+      new MetricsExporter(jobs, workers, config, std::move(now)));
   if (!config.listen.empty()) {
     try {
       exporter->exposer_ = std::make_unique<prometheus::Exposer>(config.listen);
@@ -139,7 +157,7 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Create(
       return absl::UnavailableError(
           absl::StrCat("metrics-listen: cannot serve ", config.listen, ": ", error.what()));
     }
-    exporter->exposer_->RegisterCollectable(exporter->registry_);
+    exporter->exposer_->RegisterCollectable(exporter->pruning_registry_);
     exporter->exposer_->RegisterCollectable(exporter->state_counts_);
   }
   jobs.SetObserver(exporter.get());
@@ -161,7 +179,56 @@ void MetricsExporter::CountRpc(const std::string& method, int grpc_code) {
   rpc_requests_.Add({{"method", method}, {"code", CodeName(grpc_code)}}).Increment();
 }
 
-std::string MetricsExporter::Render() const {
+prometheus::Gauge& MetricsExporter::JobGauge(prometheus::Family<prometheus::Gauge>& family,
+                                             const prometheus::Labels& labels) {
+  prometheus::Gauge& gauge = family.Add(labels);
+  series_by_job_[labels.at("job")].gauges.emplace(&family, &gauge);
+  return gauge;
+}
+
+prometheus::Counter& MetricsExporter::JobCounter(prometheus::Family<prometheus::Counter>& family,
+                                                 const prometheus::Labels& labels) {
+  prometheus::Counter& counter = family.Add(labels);
+  series_by_job_[labels.at("job")].counters.emplace(&family, &counter);
+  return counter;
+}
+
+prometheus::Histogram& MetricsExporter::JobHistogram(const prometheus::Labels& labels) {
+  prometheus::Histogram& histogram =
+      step_duration_.Add(labels, prometheus::Histogram::BucketBoundaries{
+                                     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  series_by_job_[labels.at("job")].histograms.emplace(&step_duration_, &histogram);
+  return histogram;
+}
+
+void MetricsExporter::RemoveSeries(JobSeries& series) {
+  for (const auto& [family, gauge] : series.gauges) family->Remove(gauge);
+  for (const auto& [family, counter] : series.counters) family->Remove(counter);
+  for (const auto& [family, histogram] : series.histograms) family->Remove(histogram);
+  series.gauges.clear();
+  series.counters.clear();
+  series.histograms.clear();
+}
+
+void MetricsExporter::RemoveExpiredSeries() {
+  std::lock_guard<std::mutex> lock(series_mutex_);
+  RemoveExpiredSeriesLocked();
+}
+
+void MetricsExporter::RemoveExpiredSeriesLocked() {
+  const Clock::time_point now = now_();
+  for (auto it = series_by_job_.begin(); it != series_by_job_.end();) {
+    if (it->second.remove_at.has_value() && *it->second.remove_at <= now) {
+      RemoveSeries(it->second);
+      it = series_by_job_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::string MetricsExporter::Render() {
+  RemoveExpiredSeries();
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (prometheus::MetricFamily& family : state_counts_->Collect()) {
     families.push_back(std::move(family));
@@ -173,30 +240,38 @@ std::string MetricsExporter::Render() const {
 
 void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker& worker) {
   const std::string rank = absl::StrCat(report.rank());
-  memory_peak_
-      .Add({{"job", report.job_id()},
-            {"rank", rank},
-            {"hostname", worker.hostname()},
-            {"gpu", absl::StrCat(worker.gpu_index())},
-            {"UUID", worker.gpu_uuid()}})
+  std::lock_guard<std::mutex> lock(series_mutex_);
+  RemoveExpiredSeriesLocked();
+  JobGauge(memory_peak_, {{"job", report.job_id()},
+                          {"rank", rank},
+                          {"hostname", worker.hostname()},
+                          {"gpu", absl::StrCat(worker.gpu_index())},
+                          {"UUID", worker.gpu_uuid()}})
       .Set(static_cast<double>(report.memory_peak_bytes()));
   if (report.exposed_comm_seconds() > 0) {
-    comm_exposed_.Add({{"job", report.job_id()}, {"rank", rank}, {"op", "all"}})
+    JobCounter(comm_exposed_, {{"job", report.job_id()}, {"rank", rank}, {"op", "all"}})
         .Increment(report.exposed_comm_seconds());
   }
 }
 
 void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
   const prometheus::Labels job{{"job", aggregate.job_id()}};
-  train_loss_.Add(job).Set(aggregate.loss());
-  train_step_.Add(job).Set(static_cast<double>(aggregate.step()));
-  train_tokens_per_second_.Add(job).Set(aggregate.tokens_per_second());
-  train_mfu_.Add(job).Set(aggregate.mfu_ratio());
-  if (aggregate.step_seconds() > 0) step_duration_.Observe(aggregate.step_seconds());
+  std::lock_guard<std::mutex> lock(series_mutex_);
+  RemoveExpiredSeriesLocked();
+  JobGauge(train_loss_, job).Set(aggregate.loss());
+  JobGauge(train_step_, job).Set(static_cast<double>(aggregate.step()));
+  JobGauge(train_tokens_per_second_, job).Set(aggregate.tokens_per_second());
+  JobGauge(train_mfu_, job).Set(aggregate.mfu_ratio());
+  if (aggregate.step_seconds() > 0) JobHistogram(job).Observe(aggregate.step_seconds());
 }
 
 void MetricsExporter::OnJobFinished(const std::string& job_id) {
-  // The last figures of a finished job stay visible; nothing to drop yet.
+  // The last figures stay scrapeable for the retention, then go, so dashboards and the stall
+  // alert can tell a finished job from a stalled one and label sets do not grow forever.
+  std::lock_guard<std::mutex> lock(series_mutex_);
+  auto found = series_by_job_.find(job_id);
+  if (found != series_by_job_.end()) found->second.remove_at = now_() + retention_;
+  RemoveExpiredSeriesLocked();
 }
 
 void MetricsExporter::OnProfile(const v1::ProfileReport& report) {
@@ -208,6 +283,8 @@ void MetricsExporter::OnProfile(const v1::ProfileReport& report) {
     seconds_by_name[kernel.name()] += kernel.total_seconds();
     first_row.try_emplace(kernel.name(), &kernel);
   }
+  std::lock_guard<std::mutex> lock(series_mutex_);
+  RemoveExpiredSeriesLocked();
   std::vector<std::pair<double, std::string>> ranked;
   for (const auto& [name, seconds] : seconds_by_name) ranked.emplace_back(seconds, name);
   std::sort(ranked.rbegin(), ranked.rend());
@@ -219,17 +296,18 @@ void MetricsExporter::OnProfile(const v1::ProfileReport& report) {
       continue;
     }
     const prometheus::Labels labels{{"job", report.job_id()}, {"kernel", name}};
-    if (seconds > 0) kernel_seconds_.Add(labels).Increment(seconds);
+    if (seconds > 0) JobCounter(kernel_seconds_, labels).Increment(seconds);
     const v1::KernelStat& row = *first_row.at(name);
     if (report.rank() == 0 && row.sm_throughput_ratio() >= 0) {
-      kernel_sm_ratio_.Add(labels).Set(row.sm_throughput_ratio());
+      JobGauge(kernel_sm_ratio_, labels).Set(row.sm_throughput_ratio());
     }
     if (report.rank() == 0 && row.dram_throughput_ratio() >= 0) {
-      kernel_dram_ratio_.Add(labels).Set(row.dram_throughput_ratio());
+      JobGauge(kernel_dram_ratio_, labels).Set(row.dram_throughput_ratio());
     }
   }
   if (other_seconds > 0) {
-    kernel_seconds_.Add({{"job", report.job_id()}, {"kernel", "other"}}).Increment(other_seconds);
+    JobCounter(kernel_seconds_, {{"job", report.job_id()}, {"kernel", "other"}})
+        .Increment(other_seconds);
   }
 }
 

@@ -1,10 +1,22 @@
 // The coordinator's Prometheus series (DESIGN.md "Interfaces users touch"), served on
 // --metrics-listen at /metrics. Training figures arrive through JobObserver; job and worker
 // counts are read from their owners at scrape time so they can never drift.
+//
+// Per-job series (loss, step, throughput, MFU, step duration, memory peak, exposed
+// communication, kernel families) are tracked per job and removed once the job has been
+// finished for the configured retention. Expiry is checked on every scrape and every report,
+// so a removed series never reaches Prometheus and memory stays bounded by live jobs.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "prometheus/counter.h"
@@ -21,16 +33,21 @@ namespace fsdpd::server {
 
 class MetricsExporter : public JobObserver {
  public:
-  // Registers itself as the job manager's observer; unregisters on destruction.
-  static absl::StatusOr<std::unique_ptr<MetricsExporter>> Create(const MetricsConfig& config,
-                                                                 JobManager& jobs,
-                                                                 WorkerRegistry& workers);
+  using Clock = std::chrono::steady_clock;
+
+  // Registers itself as the job manager's observer; unregisters on destruction. `now` drives
+  // the retention of finished jobs' series (tests pass a fake clock).
+  static absl::StatusOr<std::unique_ptr<MetricsExporter>> Create(
+      const MetricsConfig& config, JobManager& jobs, WorkerRegistry& workers,
+      std::function<Clock::time_point()> now = Clock::now);
   ~MetricsExporter() override;
 
   // One finished RPC: fsdpd_rpc_requests_total{method, code}.
   void CountRpc(const std::string& method, int grpc_code);
-  // The text exposition format, as /metrics serves it.
-  std::string Render() const;
+  // The text exposition format, as /metrics serves it (after dropping expired series).
+  std::string Render();
+  // Removes the series of jobs whose retention has passed.
+  void RemoveExpiredSeries();
   // The bound port of the HTTP endpoint (0 when there is none).
   int port() const;
 
@@ -40,17 +57,42 @@ class MetricsExporter : public JobObserver {
   void OnProfile(const v1::ProfileReport& report) override;
 
  private:
-  MetricsExporter(JobManager& jobs, WorkerRegistry& workers);
+  // Every series one job added, by family, so they can be removed together.
+  struct JobSeries {
+    std::set<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges;
+    std::set<std::pair<prometheus::Family<prometheus::Counter>*, prometheus::Counter*>> counters;
+    std::set<std::pair<prometheus::Family<prometheus::Histogram>*, prometheus::Histogram*>>
+        histograms;
+    std::optional<Clock::time_point> remove_at;  // set when the job finished
+  };
+  class PruningCollectable;
+
+  MetricsExporter(JobManager& jobs, WorkerRegistry& workers, const MetricsConfig& config,
+                  std::function<Clock::time_point()> now);
+  // Add() on a family, remembering the series under its job. Callers hold series_mutex_ until
+  // they are done with the returned metric, so expiry cannot free it underneath them.
+  prometheus::Gauge& JobGauge(prometheus::Family<prometheus::Gauge>& family,
+                              const prometheus::Labels& labels);
+  prometheus::Counter& JobCounter(prometheus::Family<prometheus::Counter>& family,
+                                  const prometheus::Labels& labels);
+  prometheus::Histogram& JobHistogram(const prometheus::Labels& labels);
+  void RemoveExpiredSeriesLocked();
+  static void RemoveSeries(JobSeries& series);
 
   JobManager& jobs_;
   WorkerRegistry& workers_;
+  const std::chrono::milliseconds retention_;
+  const std::function<Clock::time_point()> now_;
+  std::mutex series_mutex_;
+  std::map<std::string, JobSeries> series_by_job_;
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<prometheus::Collectable> pruning_registry_;
   std::shared_ptr<prometheus::Collectable> state_counts_;
   prometheus::Family<prometheus::Gauge>& train_loss_;
   prometheus::Family<prometheus::Gauge>& train_step_;
   prometheus::Family<prometheus::Gauge>& train_tokens_per_second_;
   prometheus::Family<prometheus::Gauge>& train_mfu_;
-  prometheus::Histogram& step_duration_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
   prometheus::Family<prometheus::Gauge>& memory_peak_;
   prometheus::Family<prometheus::Counter>& comm_exposed_;
   prometheus::Family<prometheus::Counter>& rpc_requests_;

@@ -15,9 +15,20 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Reply(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::Status RendezvousServiceImpl::CheckCaller(grpc::CallbackServerContext* context) const {
+  if (authenticator_ == nullptr) return grpc::Status::OK;
+  return authenticator_->CheckClientCertificate(*context);
+}
+
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* context,
                                                      const v1::SetRequest* request,
                                                      v1::SetResponse* response) {
+  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+    if (metrics_ != nullptr) metrics_->CountRpc("Set", allowed.error_code());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(allowed);
+    return reactor;
+  }
   return Reply(context, "Set",
                store_.Set(request->scope().job_id(), request->scope().attempt(), request->key(),
                           request->value()));
@@ -26,6 +37,12 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* context,
                                                      const v1::GetRequest* request,
                                                      v1::GetResponse* response) {
+  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+    if (metrics_ != nullptr) metrics_->CountRpc("Get", allowed.error_code());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(allowed);
+    return reactor;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   MetricsExporter* metrics = metrics_;
   store_.Get(request->scope().job_id(), request->scope().attempt(), request->key(),
@@ -43,6 +60,12 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* context,
                                                      const v1::AddRequest* request,
                                                      v1::AddResponse* response) {
+  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+    if (metrics_ != nullptr) metrics_->CountRpc("Add", allowed.error_code());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(allowed);
+    return reactor;
+  }
   absl::StatusOr<int64_t> value = store_.Add(request->scope().job_id(), request->scope().attempt(),
                                              request->key(), request->delta());
   if (value.ok()) response->set_value(*value);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fsdpd/v1/rendezvous.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics_exporter.h"
 #include "server/rendezvous_store.h"
 
@@ -10,8 +11,10 @@ namespace fsdpd::server {
 
 class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  public:
-  RendezvousServiceImpl(RendezvousStore& store, MetricsExporter* metrics)
-      : store_(store), metrics_(metrics) {}
+  // authenticator may be null (tests): then no client certificate is asked for.
+  RendezvousServiceImpl(RendezvousStore& store, MetricsExporter* metrics,
+                        const Authenticator* authenticator = nullptr)
+      : store_(store), metrics_(metrics), authenticator_(authenticator) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
                                 v1::SetResponse* response) override;
@@ -23,8 +26,11 @@ class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
                                   const absl::Status& status);
+  grpc::Status CheckCaller(grpc::CallbackServerContext* context) const;
+
   RendezvousStore& store_;
   MetricsExporter* metrics_;
+  const Authenticator* authenticator_;
 };
 
 }  // namespace fsdpd::server

@@ -89,11 +89,29 @@ class SessionReactor : public SessionBase {
   v1::WorkerMessage incoming_;
 };
 
+// A Session refused before it starts (no client certificate).
+class RefusedSession : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  explicit RefusedSession(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+grpc::Status WorkerServiceImpl::CheckCaller(grpc::CallbackServerContext* context) const {
+  if (authenticator_ == nullptr) return grpc::Status::OK;
+  return authenticator_->CheckClientCertificate(*context);
+}
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Register(grpc::CallbackServerContext* context,
                                                       const v1::RegisterRequest* request,
                                                       v1::RegisterResponse* response) {
+  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+    if (metrics_ != nullptr) metrics_->CountRpc("Register", allowed.error_code());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(allowed);
+    return reactor;
+  }
   absl::StatusOr<v1::RegisterResponse> registered = jobs_.RegisterWorker(*request);
   if (registered.ok()) *response = std::move(*registered);
   const grpc::Status status = ToGrpcStatus(registered.status());
@@ -105,6 +123,10 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Register(grpc::CallbackServerContex
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
     grpc::CallbackServerContext* context) {
+  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+    if (metrics_ != nullptr) metrics_->CountRpc("Session", allowed.error_code());
+    return new RefusedSession(allowed);
+  }
   return new SessionReactor(jobs_, metrics_);
 }
 

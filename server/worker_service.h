@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fsdpd/v1/worker.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/metrics_exporter.h"
 
@@ -10,7 +11,10 @@ namespace fsdpd::server {
 
 class WorkerServiceImpl : public v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(JobManager& jobs, MetricsExporter* metrics) : jobs_(jobs), metrics_(metrics) {}
+  // authenticator may be null (tests): then no client certificate is asked for.
+  WorkerServiceImpl(JobManager& jobs, MetricsExporter* metrics,
+                    const Authenticator* authenticator = nullptr)
+      : jobs_(jobs), metrics_(metrics), authenticator_(authenticator) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -19,8 +23,11 @@ class WorkerServiceImpl : public v1::WorkerService::CallbackService {
       grpc::CallbackServerContext* context) override;
 
  private:
+  grpc::Status CheckCaller(grpc::CallbackServerContext* context) const;
+
   JobManager& jobs_;
   MetricsExporter* metrics_;
+  const Authenticator* authenticator_;
 };
 
 }  // namespace fsdpd::server

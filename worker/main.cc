@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--allowed-root", config.allowed_roots,
                  "data and init paths of jobs must lie inside one of these (repeatable)");
+  std::string tls_ca, tls_cert, tls_key;
+  app.add_option("--tls-ca", tls_ca, "PEM CA that signed the coordinator's certificate: use TLS")
+      ->envname("FSDPD_TLS_CA");
+  app.add_option("--tls-cert", tls_cert, "PEM client certificate for mutual TLS")
+      ->envname("FSDPD_TLS_CERT");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->envname("FSDPD_TLS_KEY");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -92,6 +98,10 @@ int main(int argc, char** argv) {
   if (!ParseDuration(heartbeat_interval, &config.heartbeat_interval)) {
     std::cerr << "fsdpd-worker: --heartbeat-interval: \"" << heartbeat_interval
               << "\" is not a positive duration (e.g. 1s or 500ms)\n";
+    return 2;
+  }
+  if (absl::Status tls = fsdpd::LoadWorkerTls(tls_ca, tls_cert, tls_key, &config); !tls.ok()) {
+    std::cerr << "fsdpd-worker: " << tls.message() << "\n";
     return 2;
   }
   absl::Status valid = fsdpd::ValidateWorkerConfig(config);

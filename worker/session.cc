@@ -1,7 +1,9 @@
 #include "worker/session.h"
 
 #include <algorithm>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -21,17 +23,63 @@ constexpr std::chrono::seconds kRegisterTimeout(5);
 // A session that lived this long was healthy, so the next reconnect starts from scratch.
 constexpr std::chrono::seconds kHealthySession(10);
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const WorkerConfig& config) {
   grpc::ChannelArguments arguments;
   // gRPC's own reconnect backoff grows to two minutes; a restarted coordinator should see its
   // workers back within seconds.
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   arguments.SetMaxSendMessageSize(-1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!config.tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = config.tls_ca_pem;
+    ssl.pem_cert_chain = config.tls_cert_pem;
+    ssl.pem_private_key = config.tls_key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(config.coordinator_address, credentials, arguments);
+}
+
+absl::Status ReadPem(const char* flag, const std::string& path, std::string* out) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(flag, ": cannot open ", path));
+  std::ostringstream content;
+  content << file.rdbuf();
+  if (content.str().find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
+  }
+  *out = content.str();
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status LoadWorkerTls(const std::string& ca_path, const std::string& cert_path,
+                           const std::string& key_path, WorkerConfig* config) {
+  if (cert_path.empty() != key_path.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+  }
+  if (!cert_path.empty() && ca_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert needs --tls-ca: a client certificate is only sent over TLS");
+  }
+  if (!ca_path.empty()) {
+    if (absl::Status status = ReadPem("--tls-ca", ca_path, &config->tls_ca_pem); !status.ok()) {
+      return status;
+    }
+  }
+  if (!cert_path.empty()) {
+    if (absl::Status status = ReadPem("--tls-cert", cert_path, &config->tls_cert_pem);
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = ReadPem("--tls-key", key_path, &config->tls_key_pem); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateWorkerConfig(const WorkerConfig& config) {
   if (config.coordinator_address.empty()) {
@@ -53,7 +101,7 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& config) {
 WorkerSession::WorkerSession(WorkerConfig config, DeviceInfo device)
     : config_(std::move(config)),
       device_(std::move(device)),
-      channel_(MakeChannel(config_.coordinator_address)),
+      channel_(MakeChannel(config_)),
       stub_(v1::WorkerService::NewStub(channel_)),
       outbox_(config_.telemetry_buffer_capacity),
       heartbeat_interval_(config_.heartbeat_interval) {}

@@ -34,6 +34,11 @@ struct WorkerConfig {
   std::string address = "127.0.0.1";  // where peers reach this worker
   std::chrono::milliseconds heartbeat_interval{1000};
   std::vector<std::string> allowed_roots;
+  // PEM contents (LoadWorkerTls). tls_ca_pem non-empty: the coordinator is reached over TLS;
+  // with the certificate and key the worker also proves itself to it (mutual TLS).
+  std::string tls_ca_pem;
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
   // Step reports and log lines kept while the coordinator is unreachable.
   size_t telemetry_buffer_capacity = 20000;
   std::chrono::milliseconds reconnect_initial_backoff{250};
@@ -44,6 +49,11 @@ struct WorkerConfig {
 
 // Names the first bad field, e.g. "--heartbeat-interval: must be positive".
 absl::Status ValidateWorkerConfig(const WorkerConfig& config);
+
+// Reads --tls-ca, --tls-cert and --tls-key into config. Empty paths are skipped; a certificate
+// needs its key and the CA, since a client certificate is only sent over TLS.
+absl::Status LoadWorkerTls(const std::string& ca_path, const std::string& cert_path,
+                           const std::string& key_path, WorkerConfig* config);
 
 class WorkerSession {
  public:

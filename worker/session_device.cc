@@ -7,6 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#ifdef FSDPD_HAS_CUDA
+#include "worker/trainer_device.h"
+#endif
 
 namespace fsdpd {
 namespace {
@@ -33,9 +36,24 @@ absl::StatusOr<DeviceInfo> ProbeDevice(const std::string& device) {
       return absl::InvalidArgumentError(
           absl::StrCat("--device: \"", device, "\" has no valid GPU index (expected cuda:N)"));
     }
+#ifdef FSDPD_HAS_CUDA
+    absl::StatusOr<CudaDeviceDescription> gpu = DescribeCudaDevice(index);
+    if (!gpu.ok()) {
+      return absl::Status(gpu.status().code(),
+                          absl::StrCat("--device ", device, ": ", gpu.status().message()));
+    }
+    DeviceInfo info;
+    info.kind = "cuda";
+    info.gpu_index = index;
+    info.gpu_name = gpu->name;
+    info.gpu_uuid = gpu->uuid;
+    info.memory_bytes = gpu->memory_bytes;
+    return info;
+#else
     return absl::UnimplementedError(
         absl::StrCat("--device ", device,
                      ": this fsdpd-worker was built without the CUDA backend; use --device cpu"));
+#endif
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device: unknown device \"", device, "\" (expected cpu or cuda:N)"));

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fsdpd-train: run one rank of a training job from a spec file"};
   std::string spec_path, store_dir, checkpoint_dir, job_id = "standalone";
   std::string bind_address = "127.0.0.1";
+  std::string device = "cpu";
   std::vector<std::string> allowed_roots;
   int rank = 0, world_size = 1, attempt = 0;
   int64_t steps = 0, crash_at_step = 0;
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
   app.add_option("--job-id", job_id, "job id in reports");
   app.add_option("--attempt", attempt, "attempt number: separates rendezvous keys of restarts");
   app.add_option("--bind-address", bind_address, "address Gloo binds and peers connect to");
+  app.add_option("--device", device, "cpu or cuda:N (must match the spec's parallel.device)")
+      ->capture_default_str();
   app.add_option("--allowed-root", allowed_roots, "confine data/init/checkpoint paths (repeat)");
   app.add_option("--steps", steps, "override train.steps")->check(CLI::PositiveNumber);
   app.add_option("--crash-at-step", crash_at_step,
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
   context.allowed_roots = allowed_roots;
   context.store = store.get();
   context.bind_address = bind_address;
+  context.device = device;
 
   std::signal(SIGINT, RequestCancel);
   std::signal(SIGTERM, RequestCancel);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -26,6 +27,9 @@
 #include "worker/profiler/profiling_backend.h"
 #include "worker/profiler/profiling_communicator.h"
 #include "worker/trainer_checkpoint.h"
+#ifdef FSDPD_HAS_CUDA
+#include "worker/trainer_device.h"
+#endif
 #include "worker/trainer_support.h"
 #include "worker/trainer_weights.h"
 
@@ -44,6 +48,21 @@ int64_t UnixMillis() {
       .count();
 }
 
+// The job's device kind must be the worker's: `cpu` on --device cpu, `cuda` on cuda:N.
+absl::Status CheckDevice(const std::string& job_device, const std::string& worker_device) {
+  if (job_device == "cpu" && worker_device == "cpu") return absl::OkStatus();
+#ifdef FSDPD_HAS_CUDA
+  if (job_device == "cuda" && ParseCudaDevice(worker_device).ok()) return absl::OkStatus();
+  const char* supported = "device: cpu on a cpu worker, or device: cuda on a cuda:N worker";
+#else
+  const char* supported =
+      "device: cpu only (this build has no CUDA backend; rebuild with -DFSDPD_CUDA=ON)";
+#endif
+  return absl::InvalidArgumentError(absl::StrCat("parallel.device '", job_device,
+                                                 "' cannot run on worker device '", worker_device,
+                                                 "': this engine runs ", supported));
+}
+
 absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) {
   std::vector<FieldError> errors = ValidateJobSpec(spec);
   if (!errors.empty()) {
@@ -51,12 +70,7 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
         absl::StrCat("invalid job spec: ", FormatFieldErrors(errors)));
   }
   ENGINE_RETURN_IF_ERROR(ValidateLearningRateSchedule(spec.train()));
-  if (spec.parallel().device() != "cpu" || context.device != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallel.device '", spec.parallel().device(), "' on worker device '", context.device,
-        "': this engine build trains on the CPU backend only (device: cpu); the CUDA backend "
-        "is not available yet"));
-  }
+  ENGINE_RETURN_IF_ERROR(CheckDevice(spec.parallel().device(), context.device));
   if (context.world_size != spec.parallel().world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the job asks for parallel.world_size ", spec.parallel().world_size(),
@@ -141,16 +155,34 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
                                    const ModelConfig& config, const v1::DataSpec& data) {
   Engine engine;
   engine.recorder = std::make_unique<ProfileRecorder>();
+  const bool on_cuda = spec.parallel().device() == "cuda";
+  std::unique_ptr<Backend> device_backend;
+  if (!on_cuda) device_backend = std::make_unique<CpuBackend>();
+#ifdef FSDPD_HAS_CUDA
+  int cuda_device = 0;
+  if (on_cuda) {
+    ENGINE_ASSIGN_OR_RETURN(cuda_device, ParseCudaDevice(context.device));
+    ENGINE_ASSIGN_OR_RETURN(device_backend, CreateCudaBackend(cuda_device));
+  }
+#endif
   engine.backend =
-      std::make_unique<ProfilingBackend>(std::make_unique<CpuBackend>(), engine.recorder.get());
+      std::make_unique<ProfilingBackend>(std::move(device_backend), engine.recorder.get());
   CommunicatorOptions communicator_options;
   communicator_options.rank = context.rank;
   communicator_options.world_size = context.world_size;
   communicator_options.bind_address = context.bind_address;
   communicator_options.timeout =
       context.collective_timeout.count() > 0 ? context.collective_timeout : CommunicatorTimeout();
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> communicator,
-                          CreateCommunicator(communicator_options, context.store));
+  std::unique_ptr<Communicator> communicator;
+#ifdef FSDPD_HAS_CUDA
+  if (on_cuda) {
+    ENGINE_ASSIGN_OR_RETURN(
+        communicator, CreateNcclCommunicator(communicator_options, cuda_device, context.store));
+  }
+#endif
+  if (communicator == nullptr) {
+    ENGINE_ASSIGN_OR_RETURN(communicator, CreateCommunicator(communicator_options, context.store));
+  }
   engine.communicator =
       std::make_unique<ProfilingCommunicator>(std::move(communicator), engine.recorder.get());
   const int64_t batch = spec.train().batch_size();
@@ -158,9 +190,22 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
                           MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
   FsdpOptions fsdp_options;
   fsdp_options.reshard_after_forward = spec.parallel().reshard_after_forward();
-  // The CPU backend computes in fp32: bf16 parameters are fp32 storage rounded through bf16.
-  fsdp_options.param_storage_dtype = DType::kF32;
-  fsdp_options.round_params_to_bf16 = spec.parallel().param_dtype() == "bf16";
+  const bool bf16_params = spec.parallel().param_dtype() == "bf16";
+  if (engine.backend->activation_dtype() == DType::kBF16) {
+    // The CUDA kernels read bf16 parameters: the fp32 master shard is cast to bf16 into its
+    // slice of the unsharded buffer and gathered in bf16 (half the bytes on the wire).
+    if (!bf16_params) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel.param_dtype 'fp32' on ", engine.backend->name(),
+                       ": the CUDA backend computes with bf16 parameters; use param_dtype: bf16"));
+    }
+    fsdp_options.param_storage_dtype = DType::kBF16;
+    fsdp_options.round_params_to_bf16 = false;
+  } else {
+    // The CPU backend computes in fp32: bf16 parameters are fp32 storage rounded through bf16.
+    fsdp_options.param_storage_dtype = DType::kF32;
+    fsdp_options.round_params_to_bf16 = bf16_params;
+  }
   fsdp_options.profiler = engine.recorder.get();
   ENGINE_ASSIGN_OR_RETURN(engine.state,
                           FsdpState::Create(engine.model->units(), engine.backend.get(),
@@ -177,6 +222,34 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   data_options.seed = spec.train().seed();
   ENGINE_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
   return engine;
+}
+
+// On a GPU the allocator's peak leaves out the CUDA context, cuBLASLt and NCCL; the driver's
+// view (every process on the device) is logged beside it.
+std::string DriverMemoryNote(const std::string& device) {
+#ifdef FSDPD_HAS_CUDA
+  absl::StatusOr<int> index = ParseCudaDevice(device);
+  if (!index.ok()) return "";
+  absl::StatusOr<DriverMemory> driver = QueryDriverMemory(*index);
+  if (!driver.ok()) return "";
+  return absl::StrFormat(" (driver: %.1f MiB used of %.1f MiB)", driver->used_bytes / 1048576.0,
+                         driver->total_bytes / 1048576.0);
+#else
+  return "";
+#endif
+}
+
+// A GPU's MFU is measured against its tensor-core peak, not a small measured GEMM;
+// FSDPD_PEAK_FLOPS still overrides it (PeakFlopsPerRank reads it).
+absl::StatusOr<double> PeakFlopsFor(const std::string& device, Backend& backend) {
+#ifdef FSDPD_HAS_CUDA
+  absl::StatusOr<int> index = ParseCudaDevice(device);
+  if (index.ok() && std::getenv("FSDPD_PEAK_FLOPS") == nullptr) {
+    absl::StatusOr<double> peak = CudaPeakBf16Flops(*index);
+    if (peak.ok() && *peak > 0.0) return *peak;
+  }
+#endif
+  return PeakFlopsPerRank(backend);
 }
 
 AdamWParams AdamWFor(const v1::TrainSpec& train, int64_t step) {
@@ -225,7 +298,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   ENGINE_ASSIGN_OR_RETURN(const int64_t start_step,
                           ResumeFromCheckpoint(paths.job_dir, state, communicator, backend, log));
 
-  ENGINE_ASSIGN_OR_RETURN(const double peak_flops, PeakFlopsPerRank(backend));
+  ENGINE_ASSIGN_OR_RETURN(const double peak_flops, PeakFlopsFor(context.device, backend));
   const double flops_per_token = FlopsPerToken(spec);
   const int64_t total_steps = spec.train().steps();
   const int64_t tokens_per_rank_step = spec.train().batch_size() * paths.data.seq_len();
@@ -323,11 +396,11 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     if (hooks.on_step) hooks.on_step(report);
     send_profile(profile_window.EndStep(step));
     if (step <= 3 || step % 10 == 0 || step == total_steps) {
-      log("info",
-          absl::StrFormat("step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s "
-                          "| %.1f ms (comm %.1f ms) | peak %.1f MiB",
-                          step, loss[0], adamw.lr, grad_norm, report.tokens_per_second(),
-                          step_seconds * 1e3, exposed_comm * 1e3, memory.peak_bytes / 1048576.0));
+      log("info", absl::StrFormat("step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s "
+                                  "| %.1f ms (comm %.1f ms) | peak %.1f MiB%s",
+                                  step, loss[0], adamw.lr, grad_norm, report.tokens_per_second(),
+                                  step_seconds * 1e3, exposed_comm * 1e3,
+                                  memory.peak_bytes / 1048576.0, DriverMemoryNote(context.device)));
     }
     if (!std::isfinite(loss[0])) {
       return absl::InternalError(absl::StrCat("the loss is not finite at step ", step));

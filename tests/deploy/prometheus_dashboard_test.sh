@@ -78,8 +78,11 @@ wait_until() {  # wait_until SECONDS WHAT COMMAND...
   done
 }
 
+# A short metrics retention, so the cancelled job's series are seen to go at the end (the
+# default keeps them five minutes).
 "$fsdpd" --listen "127.0.0.1:$grpc_port" --metrics-listen "127.0.0.1:$metrics_port" \
-  --state-dir "$work/state" --heartbeat-timeout 10s >"$work/fsdpd.log" 2>&1 &
+  --state-dir "$work/state" --heartbeat-timeout 10s --metrics-retention 3s \
+  >"$work/fsdpd.log" 2>&1 &
 pids+=($!)
 wait_until 30 "fsdpd's /metrics" curl -sf "http://127.0.0.1:$metrics_port/metrics"
 

@@ -318,7 +318,7 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
   EXPECT_THAT(metrics, HasSubstr("fsdpd_jobs{state=\"SUCCEEDED\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_workers{state=\"IDLE\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_train_loss{job=\"job-000001\"} 5.25"));
-  EXPECT_THAT(metrics, HasSubstr("fsdpd_train_step_duration_seconds_count 1"));
+  EXPECT_THAT(metrics, HasSubstr("fsdpd_train_step_duration_seconds_count{job=\"job-000001\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_rpc_requests_total{code=\"OK\",method=\"SubmitJob\"} 1"));
   EXPECT_THAT(
       metrics,

@@ -56,9 +56,18 @@ absl::Status FsdpState::IssueGather(int unit) {
     if (!event.ok()) return event.status();
     target.params_ready = std::move(*event);
   }
+  if (compute_progress_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<Event>> event = backend_->CreateEvent();
+    if (!event.ok()) return event.status();
+    compute_progress_ = std::move(*event);
+  }
+  // The new buffer may be memory that compute freed with kernels still queued on it, and the
+  // master shard is written by the optimizer on the compute stream: the gather waits for both.
+  Stream& comm = backend_->comm_stream();
+  ENGINE_RETURN_IF_ERROR(compute_progress_->Record(backend_->compute_stream()));
+  ENGINE_RETURN_IF_ERROR(compute_progress_->WaitOn(comm));
   // The cast to the parameter dtype writes this rank's slice in place, so the all-gather
   // lands every slice straight in the buffer the kernels read: no copy-in or copy-out.
-  Stream& comm = backend_->comm_stream();
   const Tensor own_slice =
       target.params->View(dtype, {layout.shard_numel}, layout.shard_offset * DTypeSize(dtype));
   ENGINE_RETURN_IF_ERROR(backend_->ops().Cast(shards_[unit].Master(), own_slice, comm));
@@ -67,12 +76,22 @@ absl::Status FsdpState::IssueGather(int unit) {
   }
   const Tensor full = target.params->View(dtype, {layout.padded_numel});
   ENGINE_RETURN_IF_ERROR(communicator_->AllGather(own_slice, full, comm));
+  target.ready_sequence = ++gather_sequence_;
   return target.params_ready->Record(comm);
 }
 
 absl::Status FsdpState::AwaitParams(int unit) {
   ENGINE_RETURN_IF_ERROR(IssueGather(unit));
-  return unsharded_[unit].params_ready->WaitOn(backend_->compute_stream());
+  ENGINE_RETURN_IF_ERROR(unsharded_[unit].params_ready->WaitOn(backend_->compute_stream()));
+  // Compute now runs after everything the comm stream had before this gather, including the
+  // reduce-scatters of gradient buffers retired before it was issued.
+  const int64_t waited = unsharded_[unit].ready_sequence;
+  std::vector<RetiredGrads> still_in_use;
+  for (RetiredGrads& retired : retired_grads_) {
+    if (retired.issued_before_sequence >= waited) still_in_use.push_back(std::move(retired));
+  }
+  retired_grads_ = std::move(still_in_use);
+  return absl::OkStatus();
 }
 
 void FsdpState::ReleaseParams(int unit) {
@@ -103,7 +122,7 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
   const Tensor full = unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel});
   ENGINE_RETURN_IF_ERROR(
       communicator_->ReduceScatter(full, shards_[unit].Grad(), ReduceOp::kAverage, comm));
-  unsharded_[unit].grads.reset();
+  retired_grads_.push_back(RetiredGrads{gather_sequence_, std::move(unsharded_[unit].grads)});
   return absl::OkStatus();
 }
 
@@ -164,6 +183,7 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   if (!reduced.ok()) return reduced.status();
   ENGINE_RETURN_IF_ERROR((*reduced)->Record(backend_->comm_stream()));
   ENGINE_RETURN_IF_ERROR((*reduced)->WaitOn(backend_->compute_stream()));
+  retired_grads_.clear();
   return *loss;
 }
 

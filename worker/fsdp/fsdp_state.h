@@ -75,7 +75,15 @@ class FsdpState {
   struct Unsharded {
     std::unique_ptr<Buffer> params;
     std::unique_ptr<Event> params_ready;
+    int64_t ready_sequence = 0;  // which gather params_ready marks on the comm stream
     std::unique_ptr<Buffer> grads;
+  };
+  // A gradient buffer the comm stream may still be reading (its reduce-scatter). The allocator
+  // is not stream-aware, so it is freed only once the compute stream has waited for a gather
+  // issued after that reduce-scatter.
+  struct RetiredGrads {
+    int64_t issued_before_sequence = 0;
+    std::unique_ptr<Buffer> buffer;
   };
 
   FsdpState(std::vector<UnitLayout> units, Backend* backend, Communicator* communicator,
@@ -101,6 +109,11 @@ class FsdpState {
   FsdpOptions options_;
   std::vector<UnitShard> shards_;
   std::vector<Unsharded> unsharded_;
+  // Orders each gather after the compute already queued, so a buffer that compute freed is
+  // never overwritten by the comm stream while a kernel still reads it.
+  std::unique_ptr<Event> compute_progress_;
+  int64_t gather_sequence_ = 0;
+  std::vector<RetiredGrads> retired_grads_;
 };
 
 }  // namespace fsdpd

@@ -120,12 +120,18 @@ absl::Status CuptiActivityCollector::Start() {
     state.clock_offset_seconds = SteadySeconds() - cupti_now * 1e-9;
   }
   CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+  // External correlation records are made for API calls that CUPTI records: the runtime's
+  // launches, and the driver's (NCCL launches through the driver).
+  CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+  CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
   CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<DeviceKernelRecord>> CuptiActivityCollector::Stop() {
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER));
+  CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME));
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
   // Forced: also hands over buffers that are not full yet, so nothing of the window is left.
   CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));

@@ -257,16 +257,20 @@ absl::StatusOr<std::vector<KernelCounters>> CuptiRangeProfiler::Stop() {
     range_info.rangeDelimiter = "/";
     FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerCounterDataGetRangeInfo(&range_info));
 
-    auto evaluate = CuptiParams<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(
-        CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
-    evaluate.pHostObject = handles.host;
-    evaluate.pCounterDataImage = handles.counter_data.data();
-    evaluate.counterDataImageSize = handles.counter_data.size();
-    evaluate.rangeIndex = range;
-    evaluate.ppMetricNames = handles.metrics.data();
-    evaluate.numMetrics = handles.metrics.size();
-    evaluate.pMetricValues = values.data();
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerHostEvaluateToGpuValues(&evaluate));
+    // One metric at a time, so a metric the chip cannot evaluate costs only its own column.
+    for (size_t metric = 0; metric < handles.metrics.size(); ++metric) {
+      auto evaluate = CuptiParams<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(
+          CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
+      evaluate.pHostObject = handles.host;
+      evaluate.pCounterDataImage = handles.counter_data.data();
+      evaluate.counterDataImageSize = handles.counter_data.size();
+      evaluate.rangeIndex = range;
+      evaluate.ppMetricNames = &handles.metrics[metric];
+      evaluate.numMetrics = 1;
+      evaluate.pMetricValues = &values[metric];
+      // A percentage below zero marks the value unknown once divided into a ratio.
+      if (cuptiProfilerHostEvaluateToGpuValues(&evaluate) != CUPTI_SUCCESS) values[metric] = -100.0;
+    }
 
     KernelCounters kernel;
     kernel.range_name = range_info.rangeName != nullptr ? range_info.rangeName : "";
@@ -275,6 +279,10 @@ absl::StatusOr<std::vector<KernelCounters>> CuptiRangeProfiler::Stop() {
     kernel.ratios.memory = values[1] / 100.0;
     kernel.ratios.dram = values[2] / 100.0;
     kernel.ratios.tensor_pipe = handles.has_tensor_metric ? values[3] / 100.0 : -1.0;
+    if (kernel.ratios.sm < 0.0 && kernel.ratios.memory < 0.0 && kernel.ratios.dram < 0.0) {
+      return absl::InternalError(
+          absl::StrCat("CUPTI could not evaluate any metric of range ", range));
+    }
     kernels.push_back(std::move(kernel));
   }
   return kernels;

@@ -1,0 +1,63 @@
+#!/bin/bash
+# Builds the binaries the GPU machine runs (Release, CUDA on) and packs them with the shared
+# libraries that machine lacks: stripped binaries in .device/bin, libraries in .device/lib.
+# The device run carries both, so together they must stay small (about 60 MiB).
+#
+#   bench/bundle_for_device.sh            # from the repository root
+#   JOBS=4 BUILD_DIR=build-device bench/bundle_for_device.sh
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo_root"
+build_dir=${BUILD_DIR:-build-device}
+jobs=${JOBS:-2}
+size_limit_mib=${SIZE_LIMIT_MIB:-60}
+bundle_libs=${BUNDLE_LIBS:-$repo_root/../shared/device/bundle-libs.sh}
+
+binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench)
+gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test)
+
+if [ ! -x "$bundle_libs" ]; then
+  echo "bundle_for_device: $bundle_libs is missing or not executable (set BUNDLE_LIBS)" >&2
+  exit 2
+fi
+
+mkdir -p "$build_dir"
+cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPD_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >"$build_dir/configure.log" 2>&1 || {
+  tail -n 30 "$build_dir/configure.log" >&2
+  exit 1
+}
+
+# Only targets this configuration defines (a test whose area is not built yet is left out).
+targets=()
+available=$(cmake --build "$build_dir" --target help | awk -F: '/^[A-Za-z0-9_.-]+: /{print $1}')
+for target in "${binaries[@]}" "${gpu_tests[@]}"; do
+  if grep -qx "$target" <<<"$available"; then
+    targets+=("$target")
+  else
+    echo "bundle_for_device: target $target is not defined in this build; skipped" >&2
+  fi
+done
+cmake --build "$build_dir" --target "${targets[@]}" -j"$jobs"
+
+rm -rf .device/bin .device/lib
+mkdir -p .device/bin .device/lib
+for target in "${targets[@]}"; do
+  binary=$(find "$build_dir" -type f -name "$target" -perm -u+x | head -n 1)
+  if [ -z "$binary" ]; then
+    echo "bundle_for_device: built $target but cannot find its binary" >&2
+    exit 1
+  fi
+  strip --strip-unneeded -o ".device/bin/$target" "$binary"
+done
+"$bundle_libs" .device/bin/* .device/lib
+
+total_kib=$(du -sk .device | cut -f1)
+echo "bundle_for_device: $(find .device/bin -type f | wc -l) binaries, $(find .device/lib -type f | wc -l) libraries," \
+  "$((total_kib / 1024)) MiB in .device"
+ls -la .device/bin
+if [ "$total_kib" -gt $((size_limit_mib * 1024)) ]; then
+  echo "bundle_for_device: .device is $((total_kib / 1024)) MiB, over the ${size_limit_mib} MiB limit" >&2
+  exit 1
+fi

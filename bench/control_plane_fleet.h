@@ -1,0 +1,114 @@
+// Simulated fsdpd workers for the control-plane load benchmark: each one Registers and keeps one
+// Session stream open, beats every second and, once it holds an assignment and stepping is on,
+// streams StepReports with increasing step numbers. They never send a result, so their jobs
+// stay RUNNING for the whole measurement.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "fsdpd/v1/worker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace fsdpd::bench {
+
+// What one simulated worker holds and has sent, read after the measurement.
+struct WorkerTally {
+  std::string worker_id;
+  std::string job_id;  // empty: never assigned
+  int attempt = 0;
+  int rank = 0;
+  int64_t steps_written = 0;  // step reports the transport accepted (= the last step number)
+  int64_t heartbeats_written = 0;
+  int64_t acks_received = 0;
+  size_t max_queue = 0;
+  bool stream_ended = false;
+};
+
+class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  SimulatedWorker(std::shared_ptr<grpc::Channel> channel, std::string hostname, int index);
+
+  // Synchronous Register, then opens the Session (the first message carries the id).
+  absl::Status RegisterAndOpen();
+  // Called by the fleet's tick threads every 100 ms; `tick` counts from the fleet's start.
+  void Tick(int64_t tick, bool stepping);
+  bool Assigned() const;
+  bool Idle() const;  // nothing queued or in flight
+  WorkerTally Tally() const;
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  void Enqueue(v1::WorkerMessage message);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  grpc::ClientContext context_;
+  const std::string hostname_;
+  const int index_;
+  std::string worker_id_;
+  v1::CoordinatorMessage incoming_;
+
+  mutable std::mutex mutex_;
+  std::deque<v1::WorkerMessage> queue_;  // front() is in flight while writing_
+  bool writing_ = false;
+  bool done_ = false;
+  std::string job_id_;
+  int attempt_ = 0;
+  int rank_ = 0;
+  int64_t next_step_ = 1;
+  int64_t steps_written_ = 0;
+  int64_t heartbeats_written_ = 0;
+  int64_t acks_received_ = 0;
+  size_t max_queue_ = 0;
+};
+
+struct FleetConfig {
+  std::string target;  // host:port of the coordinator
+  int workers = 100;
+  int workers_per_connection = 1;
+  int workers_per_host = 8;  // the scheduler packs ranks onto hosts by name
+  int tick_threads = 2;
+};
+
+class Fleet {
+ public:
+  explicit Fleet(FleetConfig config);
+  ~Fleet();
+
+  absl::Status Start();  // registers every worker, opens sessions, starts ticking
+  // Waits until `count` workers hold an assignment; false on timeout.
+  bool WaitForAssignments(int count, std::chrono::seconds timeout) const;
+  int AssignedCount() const;
+  void SetStepping(bool stepping) { stepping_ = stepping; }
+  // Waits until every worker's queue is empty; false on timeout.
+  bool WaitForDrain(std::chrono::seconds timeout) const;
+  void StopTicking();
+  std::vector<WorkerTally> Tallies() const;
+  int64_t late_slots() const { return late_slots_; }
+
+ private:
+  void TickLoop(int thread_index);
+
+  const FleetConfig config_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<SimulatedWorker>> workers_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stepping_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> late_slots_{0};
+};
+
+}  // namespace fsdpd::bench

@@ -1,0 +1,342 @@
+// fsdpd_control_plane_load: starts one real fsdpd on loopback with a fresh state directory,
+// connects N simulated workers (Register + one Session stream each), submits N / world_size
+// tiny CPU jobs so the scheduler gives every worker a rank, and then has every worker stream
+// 10 StepReports/s for the measurement window. Meanwhile a client issues SubmitJob and GetJob
+// at a steady rate and /metrics is scraped once a second. At the end it checks that the
+// coordinator aggregated (GetJob step) and stored (SQLite rows, after a SIGTERM flush) every
+// report that was sent, and prints the coordinator's memory and CPU.
+//
+//   fsdpd_control_plane_load --workers 1000 --world-size 4 --seconds 30
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "bench/control_plane_fleet.h"
+#include "bench/control_plane_probe.h"
+#include "fsdpd/v1/jobs.grpc.pb.h"
+#include "proto/spec/job_spec.h"
+
+namespace fsdpd::bench {
+namespace {
+
+struct Options {
+  std::string fsdpd_binary = FSDPD_DEFAULT_BINARY;
+  int workers = 1000;
+  int world_size = 4;
+  int seconds = 30;
+  int workers_per_connection = 1;
+  int tick_threads = 2;
+  double probe_rate = 20;  // SubmitJob + GetJob calls per second, alternating
+  std::string keep_state_dir;
+};
+
+v1::JobSpec TinyJobSpec(int world_size, const std::string& name) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name(name);
+  spec.mutable_model()->set_vocab(256);
+  spec.mutable_model()->set_dim(32);
+  spec.mutable_model()->set_layers(1);
+  spec.mutable_model()->set_heads(2);
+  spec.mutable_model()->set_ffn_mult(2);
+  spec.mutable_data()->set_source("synthetic");
+  spec.mutable_data()->set_seq_len(16);
+  spec.mutable_train()->set_batch_size(1);
+  spec.mutable_train()->set_steps(1000000);  // never reached: the workers send no result
+  spec.mutable_parallel()->set_world_size(world_size);
+  spec.mutable_parallel()->set_device("cpu");
+  spec.mutable_parallel()->set_param_dtype("fp32");
+  spec.mutable_parallel()->set_reduce_dtype("fp32");
+  spec.mutable_checkpoint()->set_every_steps(0);
+  spec.mutable_profile()->set_steps(0);
+  return spec;
+}
+
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// SubmitJob and GetJob alternately at `rate` calls/s, on a connection of their own.
+void ProbeLoop(const std::string& target, double rate, int world_size,
+               const std::vector<std::string>& job_ids, const std::atomic<bool>& stop,
+               std::vector<double>& submit_millis, std::vector<double>& get_millis,
+               int64_t& failures) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::JobService::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments));
+  std::mt19937 random(7);
+  const auto period = std::chrono::duration<double>(1.0 / rate);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t call = 0; !stop; ++call) {
+    std::this_thread::sleep_until(
+        start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(call * period));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const auto begin = std::chrono::steady_clock::now();
+    grpc::Status status;
+    if (call % 2 == 0) {
+      v1::SubmitJobRequest request;
+      // Bigger than the idle pool, so it waits PENDING and takes no simulated worker.
+      *request.mutable_spec() = TinyJobSpec(world_size, absl::StrCat("probe-", call));
+      v1::SubmitJobResponse response;
+      status = stub->SubmitJob(&context, request, &response);
+      if (status.ok()) submit_millis.push_back(MillisSince(begin));
+    } else {
+      v1::GetJobRequest request;
+      request.set_id(job_ids[random() % job_ids.size()]);
+      v1::Job response;
+      status = stub->GetJob(&context, request, &response);
+      if (status.ok()) get_millis.push_back(MillisSince(begin));
+    }
+    if (!status.ok()) {
+      ++failures;
+      std::fprintf(stderr, "probe call failed: %s\n", status.error_message().c_str());
+    }
+  }
+}
+
+void ScrapeLoop(int port, const std::atomic<bool>& stop, std::vector<double>& millis,
+                size_t& largest_body, int64_t& failures) {
+  while (!stop) {
+    const auto begin = std::chrono::steady_clock::now();
+    absl::StatusOr<size_t> body = ScrapeMetrics(port);
+    if (body.ok()) {
+      millis.push_back(MillisSince(begin));
+      largest_body = std::max(largest_body, *body);
+    } else {
+      ++failures;
+      std::fprintf(stderr, "scrape failed: %s\n", body.status().ToString().c_str());
+    }
+    std::this_thread::sleep_until(begin + std::chrono::seconds(1));
+  }
+}
+
+void PrintLatency(const char* name, const LatencySummary& summary) {
+  std::printf("%-22s n=%zu p50=%.2f ms p99=%.2f ms max=%.2f ms\n", name, summary.count, summary.p50,
+              summary.p99, summary.max);
+}
+
+absl::Status Run(const Options& options, bool& targets_met) {
+  if (options.workers % options.world_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--workers (", options.workers,
+                                                   ") must be a multiple of --world-size (",
+                                                   options.world_size, ")"));
+  }
+  if (std::vector<FieldError> errors = ValidateJobSpec(TinyJobSpec(options.world_size, "load"));
+      !errors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the load job spec: ", FormatFieldErrors(errors)));
+  }
+  std::string state_dir = options.keep_state_dir;
+  if (state_dir.empty()) {
+    char pattern[] = "/tmp/fsdpd-load-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
+    state_dir = pattern;
+  }
+  absl::StatusOr<int> grpc_port = PickFreePort();
+  if (!grpc_port.ok()) return grpc_port.status();
+  absl::StatusOr<int> metrics_port = PickFreePort();
+  if (!metrics_port.ok()) return metrics_port.status();
+  const std::string target = absl::StrCat("127.0.0.1:", *grpc_port);
+
+  CoordinatorProcess coordinator;
+  if (absl::Status status =
+          coordinator.Start(options.fsdpd_binary, state_dir, *grpc_port, *metrics_port);
+      !status.ok()) {
+    return status;
+  }
+  std::printf("fsdpd pid %d on %s, metrics on %d, state in %s\n", coordinator.pid(), target.c_str(),
+              *metrics_port, state_dir.c_str());
+  absl::StatusOr<ProcessSample> idle = SampleProcess(coordinator.pid());
+  if (!idle.ok()) return idle.status();
+
+  // Workers first, then jobs: each submission places one gang at once.
+  const auto setup_start = std::chrono::steady_clock::now();
+  Fleet fleet({target, options.workers, options.workers_per_connection, 8, options.tick_threads});
+  if (absl::Status status = fleet.Start(); !status.ok()) return status;
+  const double register_seconds = MillisSince(setup_start) / 1000;
+  auto job_stub =
+      v1::JobService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  std::vector<std::string> job_ids;
+  for (int job = 0; job < options.workers / options.world_size; ++job) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = TinyJobSpec(options.world_size, absl::StrCat("load-", job));
+    v1::SubmitJobResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = job_stub->SubmitJob(&context, request, &response);
+    if (!status.ok()) return absl::InternalError("SubmitJob: " + status.error_message());
+    job_ids.push_back(response.id());
+  }
+  if (!fleet.WaitForAssignments(options.workers, std::chrono::seconds(60))) {
+    return absl::DeadlineExceededError(absl::StrCat("only ", fleet.AssignedCount(), " of ",
+                                                    options.workers,
+                                                    " workers got an assignment within 60 s"));
+  }
+  std::printf("setup: %d workers registered and streaming in %.1f s, %zu jobs placed in %.1f s\n",
+              options.workers, register_seconds, job_ids.size(), MillisSince(setup_start) / 1000);
+  absl::StatusOr<ProcessSample> loaded = SampleProcess(coordinator.pid());
+  if (!loaded.ok()) return loaded.status();
+
+  // The measurement window.
+  std::atomic<bool> stop_probes{false};
+  std::vector<double> submit_millis, get_millis, scrape_millis;
+  int64_t probe_failures = 0, scrape_failures = 0;
+  size_t metrics_bytes = 0;
+  const int64_t own_cpu_start = static_cast<int64_t>(clock());
+  fleet.SetStepping(true);
+  const auto window_start = std::chrono::steady_clock::now();
+  std::thread probe([&] {
+    ProbeLoop(target, options.probe_rate, options.world_size, job_ids, stop_probes, submit_millis,
+              get_millis, probe_failures);
+  });
+  std::thread scrape([&] {
+    ScrapeLoop(*metrics_port, stop_probes, scrape_millis, metrics_bytes, scrape_failures);
+  });
+  std::this_thread::sleep_until(window_start + std::chrono::seconds(options.seconds));
+  fleet.SetStepping(false);
+  const double window_seconds = MillisSince(window_start) / 1000;
+  absl::StatusOr<ProcessSample> end = SampleProcess(coordinator.pid());
+  if (!end.ok()) return end.status();
+  const double own_cpu = static_cast<double>(clock() - own_cpu_start) / CLOCKS_PER_SEC;
+  stop_probes = true;
+  probe.join();
+  scrape.join();
+  fleet.StopTicking();
+  const bool drained = fleet.WaitForDrain(std::chrono::seconds(30));
+
+  // What was sent: per rank, and the step every rank of a job reached.
+  std::vector<WorkerTally> tallies = fleet.Tallies();
+  int64_t sent = 0;
+  size_t max_queue = 0;
+  std::map<std::string, int64_t> complete_step;  // job -> min over ranks
+  for (const WorkerTally& tally : tallies) {
+    sent += tally.steps_written;
+    max_queue = std::max(max_queue, tally.max_queue);
+    auto [entry, inserted] = complete_step.emplace(tally.job_id, tally.steps_written);
+    if (!inserted) entry->second = std::min(entry->second, tally.steps_written);
+  }
+  // The coordinator's aggregate (GetJob step) must reach it once it has read everything.
+  int aggregated_jobs = 0;
+  const auto verify_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (const auto& [job_id, step] : complete_step) {
+    while (true) {
+      grpc::ClientContext context;
+      v1::GetJobRequest request;
+      request.set_id(job_id);
+      v1::Job job;
+      const grpc::Status status = job_stub->GetJob(&context, request, &job);
+      if (status.ok() && job.step() == step) {
+        ++aggregated_jobs;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > verify_deadline) {
+        std::printf("job %s: GetJob step %lld, every rank sent %lld\n", job_id.c_str(),
+                    static_cast<long long>(job.step()), static_cast<long long>(step));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const double verify_seconds = MillisSince(window_start) / 1000 - window_seconds;
+  if (absl::Status status = coordinator.Stop(std::chrono::seconds(60)); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<StoredSteps> stored = ReadStoredSteps(state_dir + "/fsdpd.db");
+  if (!stored.ok()) return stored.status();
+  int64_t stored_rows = 0, rank_mismatches = 0, event_mismatches = 0;
+  for (const WorkerTally& tally : tallies) {
+    auto found = stored->rank_reports.find({tally.job_id, tally.attempt, tally.rank});
+    const int64_t rows = found == stored->rank_reports.end() ? 0 : found->second;
+    stored_rows += rows;
+    if (rows != tally.steps_written) ++rank_mismatches;
+  }
+  for (const auto& [job_id, step] : complete_step) {
+    auto found = stored->job_events.find(job_id);
+    if ((found == stored->job_events.end() ? 0 : found->second) != step) ++event_mismatches;
+  }
+
+  const double target_rate = 10.0 * options.workers;
+  const double rate = static_cast<double>(sent) / window_seconds;
+  const LatencySummary submit = Summarize(submit_millis);
+  const LatencySummary get = Summarize(get_millis);
+  const LatencySummary scrape_summary = Summarize(scrape_millis);
+  std::printf("window: %.1f s, %d workers, world_size %d, %zu jobs, %d workers/connection\n",
+              window_seconds, options.workers, options.world_size, job_ids.size(),
+              options.workers_per_connection);
+  std::printf(
+      "step reports sent: %lld (%.0f/s, target %.0f/s = %.1f%%), largest send queue %zu, "
+      "late tick slots %lld, drained %s\n",
+      static_cast<long long>(sent), rate, target_rate, 100 * rate / target_rate, max_queue,
+      static_cast<long long>(fleet.late_slots()), drained ? "yes" : "NO");
+  std::printf(
+      "stored step_reports rows: %lld (ranks with a wrong count: %lld); jobs whose "
+      "GetJob step matched: %d/%zu (%.1f s after the window); step_events mismatches: "
+      "%lld\n",
+      static_cast<long long>(stored_rows), static_cast<long long>(rank_mismatches), aggregated_jobs,
+      complete_step.size(), verify_seconds, static_cast<long long>(event_mismatches));
+  PrintLatency("SubmitJob", submit);
+  PrintLatency("GetJob", get);
+  PrintLatency("/metrics scrape", scrape_summary);
+  std::printf("/metrics body: %zu bytes; probe failures %lld, scrape failures %lld\n",
+              metrics_bytes, static_cast<long long>(probe_failures),
+              static_cast<long long>(scrape_failures));
+  std::printf("fsdpd RSS: %.1f MiB idle, %.1f MiB after setup, %.1f MiB at the end; threads %d\n",
+              idle->rss_bytes / 1048576.0, loaded->rss_bytes / 1048576.0,
+              end->rss_bytes / 1048576.0, end->threads);
+  std::printf("fsdpd CPU over the window: %.1f s = %.0f%% of one core; load generator %.0f%%\n",
+              end->cpu_seconds - loaded->cpu_seconds,
+              100 * (end->cpu_seconds - loaded->cpu_seconds) / window_seconds,
+              100 * own_cpu / window_seconds);
+  const bool no_drop = drained && stored_rows == sent && rank_mismatches == 0 &&
+                       aggregated_jobs == static_cast<int>(complete_step.size()) &&
+                       event_mismatches == 0;
+  const bool rate_met = rate >= 0.99 * target_rate;
+  const bool latency_met = submit.count > 0 && get.count > 0 && submit.p99 < 50 && get.p99 < 50;
+  const bool scrape_met = !scrape_millis.empty() && scrape_summary.max < 250;
+  std::printf("targets: rate %s, no drop %s, p99<50ms %s, scrape<250ms %s\n",
+              rate_met ? "MET" : "MISSED", no_drop ? "MET" : "MISSED",
+              latency_met ? "MET" : "MISSED", scrape_met ? "MET" : "MISSED");
+  std::fflush(stdout);
+  targets_met = rate_met && no_drop && latency_met && scrape_met;
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace fsdpd::bench
+
+int main(int argc, char** argv) {
+  fsdpd::bench::Options options;
+  CLI::App app{"fsdpd_control_plane_load: simulated workers against one real fsdpd"};
+  app.add_option("--fsdpd", options.fsdpd_binary, "the coordinator binary to start");
+  app.add_option("--workers", options.workers, "simulated workers")->check(CLI::Range(1, 20000));
+  app.add_option("--world-size", options.world_size, "ranks per job")->check(CLI::Range(1, 1024));
+  app.add_option("--seconds", options.seconds, "measurement window")->check(CLI::Range(1, 3600));
+  app.add_option("--workers-per-connection", options.workers_per_connection,
+                 "Session streams sharing one TCP connection")
+      ->check(CLI::Range(1, 20000));
+  app.add_option("--tick-threads", options.tick_threads, "threads that pace the sends")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--probe-rate", options.probe_rate, "SubmitJob+GetJob calls per second")
+      ->check(CLI::Range(0.1, 1000.0));
+  app.add_option("--state-dir", options.keep_state_dir, "use this state dir (default: a temp one)");
+  CLI11_PARSE(app, argc, argv);
+  bool targets_met = false;
+  const absl::Status status = fsdpd::bench::Run(options, targets_met);
+  if (!status.ok()) {
+    std::fprintf(stderr, "fsdpd_control_plane_load: %s\n", status.ToString().c_str());
+    std::fflush(stderr);
+    _exit(1);
+  }
+  // _exit: the coordinator ended every Session already, and the gRPC library's teardown of
+  // thousands of channels adds nothing to the figures.
+  _exit(targets_met ? 0 : 3);
+}

@@ -1,0 +1,63 @@
+// The measuring side of the control-plane load benchmark: the coordinator as a child process,
+// its /proc figures, latency samples, a /metrics scrape, and the count of what it stored.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fsdpd::bench {
+
+// A free TCP port on 127.0.0.1 (bound, read back and released).
+absl::StatusOr<int> PickFreePort();
+
+// One fsdpd started with a fresh state directory; its stderr goes to <state_dir>/fsdpd.log.
+class CoordinatorProcess {
+ public:
+  ~CoordinatorProcess();
+  absl::Status Start(const std::string& binary, const std::string& state_dir, int grpc_port,
+                     int metrics_port);
+  // SIGTERM, then waits for the exit (the job store flushes its batches on the way out).
+  absl::Status Stop(std::chrono::seconds timeout);
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct ProcessSample {
+  int64_t rss_bytes = 0;
+  double cpu_seconds = 0;  // utime + stime
+  int threads = 0;
+};
+absl::StatusOr<ProcessSample> SampleProcess(pid_t pid);
+
+// Milliseconds; percentiles by nearest rank.
+struct LatencySummary {
+  size_t count = 0;
+  double p50 = 0;
+  double p99 = 0;
+  double max = 0;
+};
+LatencySummary Summarize(std::vector<double> millis);
+
+// GET http://127.0.0.1:<port>/metrics; returns the body size, or the failure.
+absl::StatusOr<size_t> ScrapeMetrics(int port);
+
+// Rows per (job, attempt, rank) in step_reports, and rows per job in step_events, read from
+// the coordinator's database after it stopped.
+struct StoredSteps {
+  std::map<std::tuple<std::string, int, int>, int64_t> rank_reports;
+  std::map<std::string, int64_t> job_events;
+};
+absl::StatusOr<StoredSteps> ReadStoredSteps(const std::string& database_path);
+
+}  // namespace fsdpd::bench

@@ -1,0 +1,177 @@
+#!/bin/bash
+# The seed benchmark on one GPU, in one go (about 8 minutes at most):
+#   1. the gpu tests (.device/bin/*_test),
+#   2. fsdpd + one `fsdpd-worker --device cuda:0` training examples/seed.yaml, watched with
+#      `fsdpctl --json watch`,
+#   3. the PyTorch anchor (bench/anchor/seed_train_fsdp.py, copied there before the run) with
+#      torchrun, eager and COMPILE=1, on the same shapes and step count,
+#   4. one table: median tokens/s and step ms over steps 11..40, peak memory (allocator and
+#      driver) and the ratios fsdpd ÷ anchor (bench/summarize_watch.py).
+# Run from the repository root after bench/bundle_for_device.sh, with the binaries in .device/bin
+# and their libraries in .device/lib. Logs go to $OUT (default: bench-out/).
+#   OUT=/tmp/out bench/gpu_seed.sh
+set -uo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo_root" || exit 1
+out=${OUT:-$repo_root/bench-out}
+mkdir -p "$out"
+bin=$repo_root/.device/bin
+export LD_LIBRARY_PATH=$repo_root/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export NCCL_NVLS_ENABLE=0
+# MFU in the step reports is measured against the H200's dense bf16 peak unless told otherwise.
+export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
+export FSDPD_SOURCE_DIR=$repo_root
+torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
+anchor=$repo_root/bench/anchor/seed_train_fsdp.py
+spec=$repo_root/examples/seed.yaml
+budget_seconds=${BUDGET_SECONDS:-480}
+started=$(date +%s)
+work=$(mktemp -d /tmp/fsdpd-gpu-seed-XXXXXX)
+pids=()
+summary=()
+
+say() { echo "== $(date +%H:%M:%S) $*" | tee -a "$out/gpu_seed.log"; }
+
+# The smaller of a part's own limit and what is left of the budget (at least 10 s).
+limit() {
+  local left=$((budget_seconds - ($(date +%s) - started)))
+  local wanted=$1
+  [ "$left" -lt "$wanted" ] && wanted=$left
+  [ "$wanted" -lt 10 ] && wanted=10
+  echo "$wanted"
+}
+
+stop_started() {
+  # Only the processes this script started, newest first.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[$i]}" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  pids=()
+}
+trap 'stop_started; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+# nvidia-smi's memory.used (MiB) every 100 ms into $1 until stopped: the driver's view.
+start_memory_sampler() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$1" 2>/dev/null &
+    sampler=$!
+  else
+    sampler=""
+  fi
+}
+stop_memory_sampler() {
+  [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
+  sampler=""
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo unknown)"
+
+# 1. The gpu tests.
+for test in cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test; do
+  if [ ! -x "$bin/$test" ]; then
+    summary+=("$test: not bundled")
+    continue
+  fi
+  case $test in
+    cuda_trainer_test | cuda_kernels_test) own=120 ;;
+    *) own=60 ;;
+  esac
+  say "test $test (limit $(limit $own) s)"
+  timeout -k 5 "$(limit $own)" "$bin/$test" --gtest_color=no >"$out/$test.log" 2>&1
+  status=$?
+  result=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/$test.log" | tr '\n' ' ')
+  [ "$status" = 124 ] && result="TIMED OUT $result"
+  summary+=("$test: exit $status $result")
+  say "$test: exit $status"
+done
+
+# 2. fsdpd on the seed workload.
+listen="127.0.0.1:$(free_port)"
+metrics="127.0.0.1:$(free_port)"
+export FSDPD_COORDINATOR="$listen"
+watch_file=$out/fsdpd_watch.jsonl
+: >"$watch_file"
+say "fsdpd on $listen, one worker on cuda:0"
+"$bin/fsdpd" --listen "$listen" --metrics-listen "$metrics" --state-dir "$work/state" \
+  >"$out/fsdpd.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  grep -q "fsdpd listening on" "$out/fsdpd.log" && break
+  sleep 0.2
+done
+"$bin/fsdpd-worker" --coordinator "$listen" --device cuda:0 --checkpoint-root "$work/checkpoints" \
+  --hostname gpu-seed-worker >"$out/fsdpd-worker.log" 2>&1 &
+pids+=($!)
+idle=0
+for _ in $(seq 150); do
+  idle=$("$bin/fsdpctl" --json workers 2>/dev/null | python3 -c \
+    'import json, sys; print(sum(w["state"] == "IDLE" for w in json.load(sys.stdin)["workers"]))' \
+    2>/dev/null || echo 0)
+  [ "$idle" -ge 1 ] && break
+  sleep 0.2
+done
+if [ "$idle" -ge 1 ]; then
+  "$bin/fsdpctl" workers >"$out/fsdpd_workers.txt" 2>&1
+  start_memory_sampler "$out/fsdpd_driver_memory.csv"
+  job=$("$bin/fsdpctl" --json submit "$spec" 2>"$out/fsdpd_submit.err" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
+  if [ -n "$job" ]; then
+    say "job $job submitted; watching (limit $(limit 150) s)"
+    timeout -k 5 "$(limit 150)" "$bin/fsdpctl" --json watch "$job" >"$watch_file" 2>"$out/fsdpd_watch.err"
+    say "watch ended with $?; final status: $("$bin/fsdpctl" --json status "$job" 2>&1 | head -c 400)"
+    "$bin/fsdpctl" logs "$job" >"$out/fsdpd_job_logs.txt" 2>&1
+  else
+    say "submit failed: $(head -c 400 "$out/fsdpd_submit.err")"
+  fi
+  stop_memory_sampler
+else
+  say "the worker did not register as IDLE; see fsdpd-worker.log"
+fi
+stop_started
+# Without a step from the coordinator path, the engine alone still gives the figures.
+if ! grep -q '"type":"step"' "$watch_file" && [ -x "$bin/fsdpd-train" ]; then
+  say "no steps through the coordinator; running fsdpd-train directly (limit $(limit 150) s)"
+  start_memory_sampler "$out/fsdpd_driver_memory.csv"
+  timeout -k 5 "$(limit 150)" "$bin/fsdpd-train" --spec "$spec" --device cuda:0 \
+    --checkpoint-dir "$work/train-checkpoints" >"$watch_file" 2>"$out/fsdpd_train.log"
+  say "fsdpd-train exit $?"
+  stop_memory_sampler
+fi
+
+# 3. The PyTorch anchor, eager and compiled, 40 steps with the first ten as warm-up.
+anchor_args=()
+for mode in eager compile; do
+  if [ ! -f "$anchor" ] || [ ! -x "$torchrun_bin" ]; then
+    say "anchor $mode skipped: $anchor or $torchrun_bin missing"
+    continue
+  fi
+  compile=0
+  own=100
+  [ "$mode" = compile ] && compile=1 && own=200
+  say "anchor $mode (limit $(limit $own) s)"
+  start_memory_sampler "$out/anchor_${mode}_driver_memory.csv"
+  COMPILE=$compile STEPS=40 WARM=10 timeout -k 5 "$(limit $own)" "$torchrun_bin" --standalone \
+    --nproc_per_node=1 "$anchor" >"$out/anchor_$mode.log" 2>&1
+  say "anchor $mode exit $?: $(grep RESULT "$out/anchor_$mode.log")"
+  stop_memory_sampler
+  anchor_args+=(--anchor "anchor-$mode=$out/anchor_$mode.log"
+    --anchor-driver-samples "anchor-$mode=$out/anchor_${mode}_driver_memory.csv")
+done
+
+# 4. The table.
+say "summary (total $(($(date +%s) - started)) s)"
+for line in "${summary[@]}"; do echo "  $line" | tee -a "$out/gpu_seed.log"; done
+python3 "$repo_root/bench/summarize_watch.py" --watch "$watch_file" --first 11 --last 40 \
+  --driver-samples "$out/fsdpd_driver_memory.csv" "${anchor_args[@]}" \
+  --json "$out/summary.json" | tee "$out/summary.txt"
+exit "${PIPESTATUS[0]}"

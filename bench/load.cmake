@@ -1,0 +1,16 @@
+# The control-plane load generator: simulated workers against one real fsdpd (not a test; it
+# prints the figures of bench/RESULTS.md's control-plane section).
+if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
+  add_executable(fsdpd_control_plane_load
+    ${CMAKE_CURRENT_LIST_DIR}/control_plane_load.cc
+    ${CMAKE_CURRENT_LIST_DIR}/control_plane_fleet.cc
+    ${CMAKE_CURRENT_LIST_DIR}/control_plane_probe.cc)
+  target_include_directories(fsdpd_control_plane_load PRIVATE ${CMAKE_SOURCE_DIR})
+  target_link_libraries(fsdpd_control_plane_load PRIVATE
+    fsdpd_proto fsdpd_spec gRPC::grpc++ absl::status absl::statusor absl::strings
+    SQLite::SQLite3 CLI11::CLI11 Threads::Threads)
+  # The coordinator it starts unless --fsdpd names another binary.
+  target_compile_definitions(fsdpd_control_plane_load PRIVATE
+    FSDPD_DEFAULT_BINARY="$<TARGET_FILE:fsdpd>")
+  add_dependencies(fsdpd_control_plane_load fsdpd)
+endif()

@@ -1,0 +1,259 @@
+// The CUDA engine (CudaBackend + NCCL, bf16 parameters and activations, fp32 master weights,
+// gradients and AdamW) against the CPU engine and against PyTorch, on the golden tiny job of
+// tests/golden/tiny; and the NCCL communicator's collectives and abort paths on one GPU.
+// Skips itself without a GPU.
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "proto/spec/job_spec.h"
+#include "tests/unit/engine_test_support.h"
+#include "worker/backend/cuda_backend.h"
+#include "worker/checkpoint/safetensors.h"
+#include "worker/comm/nccl_communicator.h"
+#include "worker/trainer.h"
+
+namespace fsdpd {
+namespace {
+
+std::string GoldenDir() {
+  const char* source = std::getenv("FSDPD_SOURCE_DIR");
+  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/tiny";
+}
+
+bool HaveGpu() { return CudaBackend::DeviceCount() > 0; }
+
+// The golden tiny job (tests/golden/tiny/config.json): init from PyTorch's weights, the fixture's
+// token file, constant learning rate.
+v1::JobSpec TinySpec(const nlohmann::json& config, const std::string& device, int64_t steps,
+                     double lr) {
+  const std::string golden = GoldenDir();
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("golden-tiny-" + device);
+  spec.mutable_model()->set_vocab(config["vocab"]);
+  spec.mutable_model()->set_dim(config["dim"]);
+  spec.mutable_model()->set_layers(config["layers"]);
+  spec.mutable_model()->set_heads(config["heads"]);
+  spec.mutable_model()->set_ffn_mult(config["ffn_mult"]);
+  spec.mutable_data()->set_source("tokens");
+  spec.mutable_data()->set_path(golden + "/tokens.bin");
+  spec.mutable_data()->set_token_bytes(2);
+  spec.mutable_data()->set_seq_len(config["seq"]);
+  spec.mutable_train()->set_batch_size(config["batch"]);
+  spec.mutable_train()->set_steps(steps);
+  spec.mutable_train()->set_lr(lr);
+  spec.mutable_train()->set_weight_decay(config["weight_decay"]);
+  spec.mutable_train()->set_beta1(config["beta1"]);
+  spec.mutable_train()->set_beta2(config["beta2"]);
+  spec.mutable_train()->set_eps(config["eps"]);
+  spec.mutable_train()->set_lr_schedule("constant");
+  spec.mutable_parallel()->set_world_size(1);
+  spec.mutable_parallel()->set_device(device);
+  spec.mutable_parallel()->set_param_dtype("bf16");
+  spec.mutable_checkpoint()->set_every_steps(0);
+  spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
+  return spec;
+}
+
+struct Trajectory {
+  std::vector<double> losses;
+  int64_t peak_bytes = 0;
+};
+
+Trajectory Train(const v1::JobSpec& spec, const std::string& worker_device) {
+  testing::TempDir dir;
+  RankContext context;
+  context.job_id = spec.name();
+  context.device = worker_device;
+  context.checkpoint_dir = dir.path() + "/job";
+  Trajectory trajectory;
+  TrainerHooks hooks;
+  hooks.on_step = [&](const v1::StepReport& report) {
+    EXPECT_EQ(report.step(), static_cast<int64_t>(trajectory.losses.size()) + 1);
+    EXPECT_GT(report.memory_peak_bytes(), 0);
+    EXPECT_LE(report.memory_current_bytes(), report.memory_peak_bytes());
+    trajectory.peak_bytes = std::max<int64_t>(trajectory.peak_bytes, report.memory_peak_bytes());
+    trajectory.losses.push_back(report.loss());
+  };
+  auto result = RunTrainer(spec, context, hooks);
+  EXPECT_TRUE(result.ok()) << worker_device << ": " << result.status();
+  return trajectory;
+}
+
+class CudaTrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+    if (!std::filesystem::exists(GoldenDir() + "/losses.safetensors")) {
+      GTEST_SKIP() << "no PyTorch fixtures in " << GoldenDir();
+    }
+    config_ = nlohmann::json::parse(std::ifstream(GoldenDir() + "/config.json"));
+  }
+  nlohmann::json config_;
+};
+
+// Tolerance. Both engines use the same bf16 parameters (the CPU engine rounds its fp32 copies
+// through bf16), fp32 master weights, gradients and AdamW. They differ in the activations: the
+// CUDA engine stores activations and their gradients in bf16 (8 significant bits, relative
+// rounding 2^-9 ≈ 0.2%) while the CPU engine keeps them in fp32. For the loss, a mean of
+// log-softmax values around ln(64) ≈ 4.2 over 32 tokens, errors of that size in the head's input
+// move it by about 0.2% · |logit| ≈ 0.01 nats in the worst case. Over 50 AdamW steps at lr
+// 3e-3 those differences feed back through the weights, so the per-step bound grows to 0.06
+// nats plus 1.5% of the loss; a wrong gather, reduce-scatter or stale buffer moves the loss by
+// 0.1 or more within a few steps, and the first step (pure forward rounding) must agree to 0.02.
+TEST_F(CudaTrainerTest, FollowsTheCpuEngineForFiftySteps) {
+  constexpr int64_t kSteps = 50;
+  const double lr = config_["trajectory_lr"];
+  const Trajectory cpu = Train(TinySpec(config_, "cpu", kSteps, lr), "cpu");
+  const Trajectory gpu = Train(TinySpec(config_, "cuda", kSteps, lr), "cuda:0");
+  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(gpu.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 0.02) << "step 1: forward rounding only";
+  double sum_of_differences = 0.0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const double difference = std::abs(gpu.losses[step] - cpu.losses[step]);
+    sum_of_differences += difference;
+    EXPECT_LE(difference, 0.06 + 0.015 * std::abs(cpu.losses[step]))
+        << "step " << step + 1 << ": cuda " << gpu.losses[step] << ", cpu " << cpu.losses[step];
+  }
+  EXPECT_LT(sum_of_differences / kSteps, 0.03) << "mean |cuda − cpu| over the trajectory";
+  EXPECT_LT(gpu.losses.back(), gpu.losses.front() - 0.3) << "the CUDA engine learns";
+  EXPECT_GT(gpu.peak_bytes, 0);
+}
+
+// PyTorch's fp32 trajectory (make_fixtures.py) against the bf16 CUDA engine: the same bf16
+// rounding budget as above over 20 steps, where the CPU engine in fp32 matches to 1e-5.
+TEST_F(CudaTrainerTest, FollowsPyTorchsTrajectoryWithinBf16Tolerance) {
+  auto losses = ReadSafetensors(GoldenDir() + "/losses.safetensors");
+  ASSERT_TRUE(losses.ok()) << losses.status();
+  std::vector<float> expected;
+  for (const NamedTensor& tensor : *losses) {
+    if (tensor.name == "trajectory_losses") expected = tensor.values;
+  }
+  ASSERT_EQ(expected.size(), config_["trajectory_steps"].get<size_t>());
+  const Trajectory gpu = Train(TinySpec(config_, "cuda", static_cast<int64_t>(expected.size()),
+                                        config_["trajectory_lr"].get<double>()),
+                               "cuda:0");
+  ASSERT_EQ(gpu.losses.size(), expected.size());
+  EXPECT_NEAR(gpu.losses[0], expected[0], 0.02) << "step 1";
+  for (size_t step = 0; step < expected.size(); ++step) {
+    EXPECT_NEAR(gpu.losses[step], expected[step], 0.06 + 0.015 * std::abs(expected[step]))
+        << "step " << step + 1;
+  }
+}
+
+TEST_F(CudaTrainerTest, RefusesFp32ParametersAndAMismatchedDevice) {
+  v1::JobSpec fp32 = TinySpec(config_, "cuda", 1, 1e-3);
+  fp32.mutable_parallel()->set_param_dtype("fp32");
+  testing::TempDir dir;
+  RankContext context;
+  context.device = "cuda:0";
+  context.checkpoint_dir = dir.path() + "/job";
+  auto result = RunTrainer(fp32, context, {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("param_dtype"), std::string::npos) << result.status();
+
+  context.device = "cpu";
+  result = RunTrainer(TinySpec(config_, "cuda", 1, 1e-3), context, {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("cannot run on worker device 'cpu'"), std::string::npos)
+      << result.status();
+}
+
+class NcclCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+    auto backend = CudaBackend::Create({});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+  }
+  Tensor Upload(const std::vector<float>& values, std::unique_ptr<Buffer>* buffer) {
+    auto allocated = backend_->Allocate(static_cast<int64_t>(values.size() * sizeof(float)));
+    EXPECT_TRUE(allocated.ok()) << allocated.status();
+    *buffer = std::move(*allocated);
+    const Tensor tensor = (*buffer)->View(DType::kF32, {static_cast<int64_t>(values.size())});
+    EXPECT_TRUE(backend_->CopyToDevice(values.data(), tensor, backend_->comm_stream()).ok());
+    return tensor;
+  }
+  std::vector<float> Download(const Tensor& tensor) {
+    std::vector<float> values(static_cast<size_t>(tensor.numel()));
+    EXPECT_TRUE(backend_->CopyToHost(tensor, values.data(), backend_->comm_stream()).ok());
+    return values;
+  }
+  std::unique_ptr<CudaBackend> backend_;
+};
+
+TEST_F(NcclCommunicatorTest, WorldOfOneRunsEveryCollectiveOnTheStream) {
+  NcclCommunicatorOptions options;
+  options.timeout = std::chrono::seconds(20);
+  auto communicator = NcclCommunicator::Connect(options, nullptr);
+  ASSERT_TRUE(communicator.ok()) << communicator.status();
+  std::unique_ptr<Buffer> full_buffer;
+  std::unique_ptr<Buffer> shard_buffer;
+  const Tensor full = Upload({1.5f, -2.0f, 3.25f, 4.0f}, &full_buffer);
+  const Tensor shard = Upload({0.0f, 0.0f, 0.0f, 0.0f}, &shard_buffer);
+  ASSERT_TRUE((*communicator)
+                  ->ReduceScatter(full, shard, ReduceOp::kAverage, backend_->comm_stream())
+                  .ok());
+  EXPECT_EQ(Download(shard), (std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}));
+  ASSERT_TRUE((*communicator)->AllReduce(full, ReduceOp::kMax, backend_->comm_stream()).ok());
+  EXPECT_EQ(Download(full), (std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}));
+  ASSERT_TRUE((*communicator)->AllGather(full, shard, backend_->comm_stream()).ok());
+  EXPECT_EQ(Download(shard), Download(full));
+  EXPECT_TRUE((*communicator)->Barrier().ok());
+  EXPECT_EQ((*communicator)->stats().operations, 4);
+
+  // A shard that does not tile the full tensor is refused before NCCL sees it.
+  const Tensor short_shard = shard_buffer->View(DType::kF32, {3});
+  absl::Status mismatch = (*communicator)->AllGather(short_shard, full, backend_->comm_stream());
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;
+
+  (*communicator)->Abort();
+  absl::Status after_abort =
+      (*communicator)->AllReduce(full, ReduceOp::kSum, backend_->comm_stream());
+  EXPECT_EQ(after_abort.code(), absl::StatusCode::kCancelled) << after_abort;
+}
+
+// Rank 1 never arrives: rank 0 must give up within the timeout, not hang in NCCL's init.
+TEST_F(NcclCommunicatorTest, MissingPeerFailsWithinTheTimeout) {
+  testing::TempDir store_dir;
+  auto store = FileKeyValueStore::Open(store_dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclCommunicatorOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.timeout = std::chrono::seconds(3);
+  const auto start = std::chrono::steady_clock::now();
+  auto communicator = NcclCommunicator::Connect(options, store->get());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(communicator.ok());
+  EXPECT_LT(seconds, 30.0) << communicator.status();
+  EXPECT_NE(communicator.status().message().find("rank 0"), std::string::npos)
+      << communicator.status();
+  // The published id is the hex form of NCCL's 128-byte unique id.
+  auto published = (*store)->Get(kNcclUniqueIdKey, std::chrono::seconds(1));
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->size(), 2 * sizeof(ncclUniqueId::internal));
+
+  // Rank 1 of a world whose rank 0 never published: a clear error after the timeout.
+  testing::TempDir empty_dir;
+  auto empty_store = FileKeyValueStore::Open(empty_dir.path());
+  ASSERT_TRUE(empty_store.ok());
+  options.rank = 1;
+  options.timeout = std::chrono::milliseconds(500);
+  auto waiting = NcclCommunicator::Connect(options, empty_store->get());
+  ASSERT_FALSE(waiting.ok());
+  EXPECT_NE(waiting.status().message().find("NCCL unique id"), std::string::npos)
+      << waiting.status();
+}
+
+}  // namespace
+}  // namespace fsdpd
