@@ -97,8 +97,10 @@ void SimulatedWorker::OnReadDone(bool ok) {
       attempt_ = assignment.attempt();
       rank_ = assignment.rank();
       next_step_ = 1;
+      ++assignments_;
     } else if (incoming_.has_cancellation() && incoming_.cancellation().job_id() == job_id_) {
       job_id_.clear();
+      cancelled_ = true;
     } else if (incoming_.has_heartbeat_ack()) {
       ++acks_received_;
     }
@@ -165,6 +167,8 @@ WorkerTally SimulatedWorker::Tally() const {
   tally.acks_received = acks_received_;
   tally.max_queue = max_queue_;
   tally.stream_ended = done_;
+  tally.assignments = assignments_;
+  tally.cancelled = cancelled_;
   return tally;
 }
 
@@ -190,10 +194,13 @@ absl::Status Fleet::Start() {
     }
     workers_.push_back(std::make_unique<SimulatedWorker>(
         channels_.back(), absl::StrCat("load-host-", index / config_.workers_per_host), index));
-    if (absl::Status status = workers_.back()->RegisterAndOpen(); !status.ok()) return status;
   }
   for (int thread = 0; thread < config_.tick_threads; ++thread) {
     threads_.emplace_back([this, thread] { TickLoop(thread); });
+  }
+  for (std::unique_ptr<SimulatedWorker>& worker : workers_) {
+    if (absl::Status status = worker->RegisterAndOpen(); !status.ok()) return status;
+    ++opened_;
   }
   return absl::OkStatus();
 }
@@ -207,7 +214,8 @@ void Fleet::TickLoop(int thread_index) {
       std::this_thread::sleep_until(due);
       if (std::chrono::steady_clock::now() - due > kTickPeriod) ++late_slots_;
       const bool stepping = stepping_;
-      for (size_t index = thread_index; index < workers_.size();
+      const size_t opened = opened_;
+      for (size_t index = thread_index; index < opened;
            index += static_cast<size_t>(config_.tick_threads)) {
         if (static_cast<int>((index / config_.tick_threads) % kSlotsPerTick) != slot_index) {
           continue;

@@ -32,6 +32,10 @@ struct WorkerTally {
   int64_t acks_received = 0;
   size_t max_queue = 0;
   bool stream_ended = false;
+  // More than one, or a cancellation: the coordinator failed an attempt (e.g. it declared the
+  // worker lost because it read heartbeats too late).
+  int assignments = 0;
+  bool cancelled = false;
 };
 
 class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
@@ -69,6 +73,8 @@ class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   int attempt_ = 0;
   int rank_ = 0;
   int64_t next_step_ = 1;
+  int assignments_ = 0;
+  bool cancelled_ = false;
   int64_t steps_written_ = 0;
   int64_t heartbeats_written_ = 0;
   int64_t acks_received_ = 0;
@@ -106,6 +112,9 @@ class Fleet {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<SimulatedWorker>> workers_;
   std::vector<std::thread> threads_;
+  // Workers [0, opened_) have a Session; the tick threads beat only for those, while the
+  // rest are still registering (5,000 registrations take longer than a heartbeat timeout).
+  std::atomic<size_t> opened_{0};
   std::atomic<bool> stepping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> late_slots_{0};

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -57,6 +58,13 @@ v1::JobSpec TinyJobSpec(int world_size, const std::string& name) {
   spec.mutable_checkpoint()->set_every_steps(0);
   spec.mutable_profile()->set_steps(0);
   return spec;
+}
+
+std::string LoadAverage() {
+  std::ifstream file("/proc/loadavg");
+  std::string one, five;
+  file >> one >> five;
+  return one + " " + five;
 }
 
 double MillisSince(std::chrono::steady_clock::time_point start) {
@@ -192,6 +200,7 @@ absl::Status Run(const Options& options, bool& targets_met) {
   int64_t probe_failures = 0, scrape_failures = 0;
   size_t metrics_bytes = 0;
   const int64_t own_cpu_start = static_cast<int64_t>(clock());
+  const std::string load_before = LoadAverage();
   fleet.SetStepping(true);
   const auto window_start = std::chrono::steady_clock::now();
   std::thread probe([&] {
@@ -207,6 +216,7 @@ absl::Status Run(const Options& options, bool& targets_met) {
   absl::StatusOr<ProcessSample> end = SampleProcess(coordinator.pid());
   if (!end.ok()) return end.status();
   const double own_cpu = static_cast<double>(clock() - own_cpu_start) / CLOCKS_PER_SEC;
+  const std::string load_after = LoadAverage();
   stop_probes = true;
   probe.join();
   scrape.join();
@@ -218,14 +228,18 @@ absl::Status Run(const Options& options, bool& targets_met) {
   int64_t sent = 0;
   size_t max_queue = 0;
   std::map<std::string, int64_t> complete_step;  // job -> min over ranks
+  int64_t disturbed_workers = 0;
   for (const WorkerTally& tally : tallies) {
     sent += tally.steps_written;
     max_queue = std::max(max_queue, tally.max_queue);
+    if (tally.assignments != 1 || tally.cancelled) ++disturbed_workers;
+    if (tally.job_id.empty()) continue;
     auto [entry, inserted] = complete_step.emplace(tally.job_id, tally.steps_written);
     if (!inserted) entry->second = std::min(entry->second, tally.steps_written);
   }
   // The coordinator's aggregate (GetJob step) must reach it once it has read everything.
   int aggregated_jobs = 0;
+  int unmatched_jobs = 0;
   const auto verify_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (const auto& [job_id, step] : complete_step) {
     while (true) {
@@ -239,6 +253,7 @@ absl::Status Run(const Options& options, bool& targets_met) {
         break;
       }
       if (std::chrono::steady_clock::now() > verify_deadline) {
+        if (++unmatched_jobs > 5) break;  // the first few show the pattern
         std::printf("job %s: GetJob step %lld, every rank sent %lld\n", job_id.c_str(),
                     static_cast<long long>(job.step()), static_cast<long long>(step));
         break;
@@ -253,10 +268,10 @@ absl::Status Run(const Options& options, bool& targets_met) {
   absl::StatusOr<StoredSteps> stored = ReadStoredSteps(state_dir + "/fsdpd.db");
   if (!stored.ok()) return stored.status();
   int64_t stored_rows = 0, rank_mismatches = 0, event_mismatches = 0;
+  for (const auto& [rank, rows] : stored->rank_reports) stored_rows += rows;
   for (const WorkerTally& tally : tallies) {
     auto found = stored->rank_reports.find({tally.job_id, tally.attempt, tally.rank});
     const int64_t rows = found == stored->rank_reports.end() ? 0 : found->second;
-    stored_rows += rows;
     if (rows != tally.steps_written) ++rank_mismatches;
   }
   for (const auto& [job_id, step] : complete_step) {
@@ -269,9 +284,12 @@ absl::Status Run(const Options& options, bool& targets_met) {
   const LatencySummary submit = Summarize(submit_millis);
   const LatencySummary get = Summarize(get_millis);
   const LatencySummary scrape_summary = Summarize(scrape_millis);
-  std::printf("window: %.1f s, %d workers, world_size %d, %zu jobs, %d workers/connection\n",
-              window_seconds, options.workers, options.world_size, job_ids.size(),
-              options.workers_per_connection);
+  std::printf(
+      "window: %.1f s, %d workers, world_size %d, %zu jobs, %d workers/connection; host load "
+      "average (1 min, 5 min) %s before, %s after, on %ld cores\n",
+      window_seconds, options.workers, options.world_size, job_ids.size(),
+      options.workers_per_connection, load_before.c_str(), load_after.c_str(),
+      sysconf(_SC_NPROCESSORS_ONLN));
   std::printf(
       "step reports sent: %lld (%.0f/s, target %.0f/s = %.1f%%), largest send queue %zu, "
       "late tick slots %lld, drained %s\n",
@@ -292,13 +310,20 @@ absl::Status Run(const Options& options, bool& targets_met) {
   std::printf("fsdpd RSS: %.1f MiB idle, %.1f MiB after setup, %.1f MiB at the end; threads %d\n",
               idle->rss_bytes / 1048576.0, loaded->rss_bytes / 1048576.0,
               end->rss_bytes / 1048576.0, end->threads);
-  std::printf("fsdpd CPU over the window: %.1f s = %.0f%% of one core; load generator %.0f%%\n",
-              end->cpu_seconds - loaded->cpu_seconds,
-              100 * (end->cpu_seconds - loaded->cpu_seconds) / window_seconds,
-              100 * own_cpu / window_seconds);
-  const bool no_drop = drained && stored_rows == sent && rank_mismatches == 0 &&
-                       aggregated_jobs == static_cast<int>(complete_step.size()) &&
-                       event_mismatches == 0;
+  std::printf(
+      "fsdpd CPU over the window: %.1f s = %.0f%% of one core (%.1f us per step report); "
+      "runnable but waiting for a core: %.1f thread-s; load generator %.0f%%\n",
+      end->cpu_seconds - loaded->cpu_seconds,
+      100 * (end->cpu_seconds - loaded->cpu_seconds) / window_seconds,
+      sent > 0 ? 1e6 * (end->cpu_seconds - loaded->cpu_seconds) / static_cast<double>(sent) : 0.0,
+      end->run_queue_seconds - loaded->run_queue_seconds, 100 * own_cpu / window_seconds);
+  if (disturbed_workers > 0) {
+    std::printf("workers whose attempt the coordinator failed (reassigned or cancelled): %lld\n",
+                static_cast<long long>(disturbed_workers));
+  }
+  const bool no_drop =
+      disturbed_workers == 0 && drained && stored_rows == sent && rank_mismatches == 0 &&
+      aggregated_jobs == static_cast<int>(complete_step.size()) && event_mismatches == 0;
   const bool rate_met = rate >= 0.99 * target_rate;
   const bool latency_met = submit.count > 0 && get.count > 0 && submit.p99 < 50 && get.p99 < 50;
   const bool scrape_met = !scrape_millis.empty() && scrape_summary.max < 250;
@@ -314,6 +339,7 @@ absl::Status Run(const Options& options, bool& targets_met) {
 }  // namespace fsdpd::bench
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up while it runs
   fsdpd::bench::Options options;
   CLI::App app{"fsdpd_control_plane_load: simulated workers against one real fsdpd"};
   app.add_option("--fsdpd", options.fsdpd_binary, "the coordinator binary to start");

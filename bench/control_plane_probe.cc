@@ -1,6 +1,7 @@
 #include "bench/control_plane_probe.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -128,6 +129,16 @@ absl::StatusOr<ProcessSample> SampleProcess(pid_t pid) {
   if (values.size() < 13) return absl::InternalError(absl::StrCat("short /proc/", pid, "/stat"));
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   sample.cpu_seconds = (std::stod(values[11]) + std::stod(values[12])) / ticks;
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  if (DIR* directory = opendir(tasks.c_str())) {
+    while (dirent* entry = readdir(directory)) {
+      if (entry->d_name[0] == '.') continue;
+      std::ifstream schedstat(absl::StrCat(tasks, "/", entry->d_name, "/schedstat"));
+      double running = 0, waiting = 0;
+      if (schedstat >> running >> waiting) sample.run_queue_seconds += waiting / 1e9;
+    }
+    closedir(directory);
+  }
   return sample;
 }
 

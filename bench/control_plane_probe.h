@@ -36,6 +36,9 @@ class CoordinatorProcess {
 struct ProcessSample {
   int64_t rss_bytes = 0;
   double cpu_seconds = 0;  // utime + stime
+  // Summed over threads: time spent runnable but waiting for a core (schedstat), which
+  // separates "the coordinator is slow" from "the host gave it no CPU".
+  double run_queue_seconds = 0;
   int threads = 0;
 };
 absl::StatusOr<ProcessSample> SampleProcess(pid_t pid);

@@ -17,7 +17,7 @@ cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 bin=$repo_root/.device/bin
-export LD_LIBRARY_PATH=$repo_root/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
 # MFU in the step reports is measured against the H200's dense bf16 peak unless told otherwise.
 export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}

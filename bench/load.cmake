@@ -9,8 +9,8 @@ if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
   target_link_libraries(fsdpd_control_plane_load PRIVATE
     fsdpd_proto fsdpd_spec gRPC::grpc++ absl::status absl::statusor absl::strings
     SQLite::SQLite3 CLI11::CLI11 Threads::Threads)
-  # The coordinator it starts unless --fsdpd names another binary.
+  # The coordinator it starts unless --fsdpd names another binary (built separately, so a
+  # coordinator change in progress does not block the load generator).
   target_compile_definitions(fsdpd_control_plane_load PRIVATE
     FSDPD_DEFAULT_BINARY="$<TARGET_FILE:fsdpd>")
-  add_dependencies(fsdpd_control_plane_load fsdpd)
 endif()

@@ -20,6 +20,8 @@ say "installing missing dependencies"
 say "building fsdpd, fsdpd-worker and fsdpctl ($build)"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPD_TESTS=OFF >/dev/null
+elif [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$repo" -B "$build" >/dev/null  # an earlier configure stopped half-way
 fi
 # An existing build dir keeps its own settings (a developer's tree may have tests on).
 cmake --build "$build" --target fsdpd fsdpd-worker fsdpctl -j "${FSDPD_DEMO_JOBS:-$(nproc)}"

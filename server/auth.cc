@@ -15,12 +15,12 @@
 namespace fsdpd::server {
 namespace {
 
-constexpr std::string_view kBearerPrefix = "Bearer ";
+constexpr absl::string_view kBearerPrefix = "Bearer ";
 // Bounds what a client can make the server hash; real tokens are a few dozen characters.
 constexpr size_t kMaxTokenBytes = 4096;
 constexpr size_t kMaxTokensFileBytes = 1 << 20;
 
-bool ParseHexDigest(std::string_view hex, Sha256Digest* digest) {
+bool ParseHexDigest(absl::string_view hex, Sha256Digest* digest) {
   if (hex.size() != 2 * digest->size()) return false;
   for (size_t i = 0; i < digest->size(); ++i) {
     int value = 0;
@@ -41,7 +41,7 @@ bool ParseHexDigest(std::string_view hex, Sha256Digest* digest) {
   return true;
 }
 
-bool IsTokenText(std::string_view token) {
+bool IsTokenText(absl::string_view token) {
   if (token.empty() || token.size() > kMaxTokenBytes) return false;
   for (char c : token) {
     if (!absl::ascii_isgraph(static_cast<unsigned char>(c))) return false;
@@ -63,7 +63,7 @@ const char* RoleName(Role role) {
   return "unknown";
 }
 
-absl::StatusOr<Role> ParseRole(std::string_view name) {
+absl::StatusOr<Role> ParseRole(absl::string_view name) {
   if (name == "viewer") return Role::kViewer;
   if (name == "submitter") return Role::kSubmitter;
   if (name == "admin") return Role::kAdmin;
@@ -71,7 +71,7 @@ absl::StatusOr<Role> ParseRole(std::string_view name) {
       absl::StrCat("unknown role \"", name, "\" (known: viewer, submitter, admin)"));
 }
 
-Sha256Digest Sha256(std::string_view data) {
+Sha256Digest Sha256(absl::string_view data) {
   Sha256Digest digest{};
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data());
   return digest;
@@ -88,15 +88,15 @@ std::string ToHex(const Sha256Digest& digest) {
   return hex;
 }
 
-absl::StatusOr<std::vector<TokenEntry>> ParseTokens(std::string_view content,
+absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view content,
                                                     const std::string& source) {
   std::vector<TokenEntry> entries;
   int line_number = 0;
-  for (std::string_view line : absl::StrSplit(content, '\n')) {
+  for (absl::string_view line : absl::StrSplit(content, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line.front() == '#') continue;
-    std::vector<std::string_view> fields =
+    std::vector<absl::string_view> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, ":", line_number, ": ");
     if (fields.size() != 3) {
@@ -144,7 +144,7 @@ absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& path) 
   return entries;
 }
 
-absl::StatusOr<std::string> TokenLine(std::string_view token, Role role, const std::string& name) {
+absl::StatusOr<std::string> TokenLine(absl::string_view token, Role role, const std::string& name) {
   if (!IsTokenText(token)) {
     return absl::InvalidArgumentError(absl::StrCat("a token must be 1..", kMaxTokenBytes,
                                                    " printable characters without whitespace"));
@@ -164,7 +164,7 @@ grpc::Status Authenticator::Authorize(const grpc::ServerContextBase& context, Ro
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "a bearer token is required (fsdpctl --token-file or FSDPD_TOKEN_FILE)");
   }
-  std::string_view value(found->second.data(), found->second.size());
+  absl::string_view value(found->second.data(), found->second.size());
   if (!absl::ConsumePrefix(&value, kBearerPrefix) || !IsTokenText(value)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the authorization metadata must be `Bearer <token>`");

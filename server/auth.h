@@ -10,11 +10,11 @@
 #include <array>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/server_context.h"
 
 namespace fsdpd::server {
@@ -26,11 +26,11 @@ namespace fsdpd::server {
 enum class Role { kViewer = 1, kSubmitter = 2, kAdmin = 3 };
 
 const char* RoleName(Role role);
-absl::StatusOr<Role> ParseRole(std::string_view name);
+absl::StatusOr<Role> ParseRole(absl::string_view name);
 
 using Sha256Digest = std::array<unsigned char, 32>;
 
-Sha256Digest Sha256(std::string_view data);
+Sha256Digest Sha256(absl::string_view data);
 std::string ToHex(const Sha256Digest& digest);
 
 struct TokenEntry {
@@ -41,13 +41,13 @@ struct TokenEntry {
 
 // The tokens file: one `<sha256-hex> <role> <name>` per line; blank lines and lines starting
 // with '#' are ignored. Errors name the file and line. `source` is used in messages only.
-absl::StatusOr<std::vector<TokenEntry>> ParseTokens(std::string_view content,
+absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view content,
                                                     const std::string& source);
 absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& path);
 
 // The line `fsdpd hash-token` prints for a token. The token must be non-empty, printable and
 // free of whitespace, so it survives being stored in a file and sent as metadata.
-absl::StatusOr<std::string> TokenLine(std::string_view token, Role role, const std::string& name);
+absl::StatusOr<std::string> TokenLine(absl::string_view token, Role role, const std::string& name);
 
 class Authenticator {
  public:

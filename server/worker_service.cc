@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "server/grpc_util.h"
+#include "server/input_limits.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
@@ -69,6 +70,11 @@ class SessionReactor : public SessionBase {
                                     "worker_id changed in the middle of a session"));
       return;
     }
+    if (incoming_.has_log() && CapLogLine(incoming_.mutable_log()) && !warned_long_log_) {
+      warned_long_log_ = true;
+      spdlog::warn("worker {} sent a log line over {} bytes; long lines are truncated", worker_id_,
+                   kMaxLogLineBytes);
+    }
     jobs_.OnWorkerMessage(worker_id_, incoming_);
     StartRead(&incoming_);
   }
@@ -87,6 +93,7 @@ class SessionReactor : public SessionBase {
   std::shared_ptr<SessionHandle> handle_;
   std::string worker_id_;
   v1::WorkerMessage incoming_;
+  bool warned_long_log_ = false;
 };
 
 // A Session refused before it starts (no client certificate).
@@ -112,7 +119,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Register(grpc::CallbackServerContex
     reactor->Finish(allowed);
     return reactor;
   }
-  absl::StatusOr<v1::RegisterResponse> registered = jobs_.RegisterWorker(*request);
+  const absl::Status valid = CheckRegistration(*request);
+  absl::StatusOr<v1::RegisterResponse> registered =
+      valid.ok() ? jobs_.RegisterWorker(*request) : absl::StatusOr<v1::RegisterResponse>(valid);
   if (registered.ok()) *response = std::move(*registered);
   const grpc::Status status = ToGrpcStatus(registered.status());
   if (metrics_ != nullptr) metrics_->CountRpc("Register", status.error_code());

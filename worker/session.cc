@@ -163,6 +163,11 @@ absl::Status WorkerSession::Register() {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       return absl::InvalidArgumentError(why);
     }
+    // Nor will a missing or refused client certificate.
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()), why);
+    }
     return absl::UnavailableError(why);
   }
   std::lock_guard<std::mutex> lock(state_mutex_);
@@ -187,7 +192,8 @@ absl::Status WorkerSession::Run() {
   absl::Status fatal;
   while (!shutting_down_.load()) {
     absl::Status registered = Register();
-    if (absl::IsInvalidArgument(registered)) {
+    if (absl::IsInvalidArgument(registered) || absl::IsUnauthenticated(registered) ||
+        absl::IsPermissionDenied(registered)) {
       fatal = registered;
       Shutdown();
       break;

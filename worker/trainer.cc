@@ -58,9 +58,10 @@ absl::Status CheckDevice(const std::string& job_device, const std::string& worke
   const char* supported =
       "device: cpu only (this build has no CUDA backend; rebuild with -DFSDPD_CUDA=ON)";
 #endif
-  return absl::InvalidArgumentError(absl::StrCat("parallel.device '", job_device,
-                                                 "' cannot run on worker device '", worker_device,
-                                                 "': this engine runs ", supported));
+  // UNIMPLEMENTED: this worker cannot run such a job, though another worker may.
+  return absl::UnimplementedError(absl::StrCat("parallel.device '", job_device,
+                                               "' cannot run on worker device '", worker_device,
+                                               "': this engine runs ", supported));
 }
 
 absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) {

@@ -1,0 +1,4 @@
+# Security of the coordinator in process: tokens, roles, TLS/mTLS, request and input limits.
+fsdpd_test(security_server_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/security_server_test.cc LIBS fsdpd_server_lib
+  TIMEOUT 120)

@@ -1,0 +1,419 @@
+// The coordinator's security in process: the tokens file, bearer-token roles on the JobService,
+// TLS for clients and client certificates for the worker-facing services, request size limits
+// and worker input caps. Certificates are made by openssl at test time.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fsdpd/v1/jobs.grpc.pb.h"
+#include "fsdpd/v1/rendezvous.grpc.pb.h"
+#include "fsdpd/v1/worker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/spec/job_spec.h"
+#include "server/auth.h"
+#include "server/coordinator.h"
+#include "server/input_limits.h"
+#include "tests/unit/security_certificates.h"
+
+namespace fsdpd::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TempDirectory {
+ public:
+  TempDirectory() {
+    char pattern[] = "/tmp/fsdpd-security-XXXXXX";
+    if (mkdtemp(pattern) != nullptr) path_ = pattern;
+  }
+  ~TempDirectory() {
+    if (!path_.empty()) std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+v1::JobSpec TinySpec() {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("tiny");
+  spec.mutable_model()->set_vocab(256);
+  spec.mutable_model()->set_dim(64);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_heads(4);
+  spec.mutable_data()->set_seq_len(32);
+  spec.mutable_train()->set_batch_size(2);
+  spec.mutable_parallel()->set_world_size(1);
+  spec.mutable_parallel()->set_device("cpu");
+  spec.mutable_parallel()->set_param_dtype("fp32");
+  return spec;
+}
+
+// --- the tokens file --------------------------------------------------------------------------
+
+TEST(TokensFileTest, Sha256MatchesTheStandardVector) {
+  // FIPS 180-2 example "abc".
+  EXPECT_EQ(ToHex(Sha256("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(TokensFileTest, HashTokenLinesParseBack) {
+  absl::StatusOr<std::string> line = TokenLine("s3cret-token", Role::kSubmitter, "alice");
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_THAT(*line, HasSubstr(" submitter alice"));
+  absl::StatusOr<std::vector<TokenEntry>> entries =
+      ParseTokens("# comment\n\n" + *line + "\n", "tokens");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].digest, Sha256("s3cret-token"));
+  EXPECT_EQ((*entries)[0].role, Role::kSubmitter);
+  EXPECT_EQ((*entries)[0].name, "alice");
+}
+
+TEST(TokensFileTest, BadLinesNameTheLineAndTheProblem) {
+  const std::string digest = ToHex(Sha256("x"));
+  struct Case {
+    std::string content, expected;
+  } cases[] = {
+      {"\n" + digest + " viewer\n", "tokens:2: expected `<sha256-hex> <role> <name>`"},
+      {"abc viewer bob\n", "tokens:1: the first field must be 64 hex digits"},
+      {digest + " root bob\n", "tokens:1: unknown role \"root\""},
+      {digest + " viewer a\n" + digest + " admin b\n", "tokens:2: the same token is listed twice"},
+  };
+  for (const Case& test : cases) {
+    absl::StatusOr<std::vector<TokenEntry>> entries = ParseTokens(test.content, "tokens");
+    ASSERT_FALSE(entries.ok()) << test.content;
+    EXPECT_THAT(std::string(entries.status().message()), HasSubstr(test.expected));
+  }
+  EXPECT_FALSE(TokenLine("has space", Role::kViewer, "bob").ok());
+  EXPECT_FALSE(TokenLine("", Role::kViewer, "bob").ok());
+  EXPECT_FALSE(TokenLine("ok", Role::kViewer, "").ok());
+}
+
+TEST(TokensFileTest, AFileWithNoTokensIsAnError) {
+  TempDirectory directory;
+  const std::string path = directory.path() + "/tokens";
+  std::ofstream(path) << "# nobody yet\n";
+  absl::StatusOr<std::vector<TokenEntry>> entries = LoadTokensFile(path);
+  ASSERT_FALSE(entries.ok());
+  EXPECT_THAT(std::string(entries.status().message()), HasSubstr("lists no tokens"));
+  EXPECT_EQ(LoadTokensFile(directory.path() + "/missing").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// --- configuration -----------------------------------------------------------------------------
+
+TEST(SecurityConfigTest, NetworkListenNeedsTlsOrInsecure) {
+  CoordinatorConfig config;
+  config.state_dir = "/tmp/unused";
+  config.FillPaths();
+  config.listen = "0.0.0.0:7070";
+  absl::Status status = config.Check();
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--tls-cert"));
+  config.tls.cert_path = "server.pem";
+  config.tls.key_path = "server.key";
+  EXPECT_TRUE(config.Check().ok()) << config.Check();
+}
+
+TEST(SecurityConfigTest, IncompleteTlsSettingsAreRejected) {
+  CoordinatorConfig config;
+  config.state_dir = "/tmp/unused";
+  config.FillPaths();
+  config.tls.cert_path = "server.pem";
+  EXPECT_THAT(std::string(config.Check().message()), HasSubstr("must be given together"));
+  config.tls.cert_path.clear();
+  config.tls.client_ca_path = "ca.pem";
+  EXPECT_THAT(std::string(config.Check().message()), HasSubstr("--tls-client-ca needs"));
+  config.tls.client_ca_path.clear();
+  config.max_receive_message_bytes = 1000;
+  EXPECT_THAT(std::string(config.Check().message()), HasSubstr("max-request-bytes"));
+}
+
+TEST(SecurityConfigTest, MissingCertificateFileFailsStart) {
+  TempDirectory directory;
+  CoordinatorConfig config;
+  config.listen = "127.0.0.1:0";
+  config.state_dir = directory.path();
+  config.metrics.listen = "";
+  config.tls.cert_path = directory.path() + "/absent.pem";
+  config.tls.key_path = directory.path() + "/absent.key";
+  Coordinator coordinator(config);
+  absl::Status status = coordinator.Start();
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--tls-cert: cannot open"));
+}
+
+// --- bearer tokens -----------------------------------------------------------------------------
+
+class BearerTokenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(directory_.path().empty());
+    const std::string tokens = directory_.path() + "/tokens";
+    std::ofstream file(tokens);
+    file << *TokenLine("viewer-token", Role::kViewer, "vera") << "\n"
+         << *TokenLine("submitter-token", Role::kSubmitter, "sam") << "\n"
+         << *TokenLine("admin-token", Role::kAdmin, "ada") << "\n";
+    file.close();
+    CoordinatorConfig config;
+    config.listen = "127.0.0.1:0";
+    config.state_dir = directory_.path() + "/state";
+    config.metrics.listen = "";
+    config.tokens_file = tokens;
+    coordinator_ = std::make_unique<Coordinator>(config);
+    absl::Status started = coordinator_->Start();
+    ASSERT_TRUE(started.ok()) << started;
+    jobs_ = v1::JobService::NewStub(
+        grpc::CreateChannel(coordinator_->listen_address(), grpc::InsecureChannelCredentials()));
+  }
+
+  grpc::Status List(const std::string& authorization) {
+    grpc::ClientContext context;
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    v1::ListJobsResponse response;
+    return jobs_->ListJobs(&context, v1::ListJobsRequest(), &response);
+  }
+  grpc::Status Submit(const std::string& token, std::string* id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = TinySpec();
+    v1::SubmitJobResponse response;
+    grpc::Status status = jobs_->SubmitJob(&context, request, &response);
+    if (id != nullptr) *id = response.id();
+    return status;
+  }
+  grpc::Status Cancel(const std::string& token, const std::string& id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::CancelJobRequest request;
+    request.set_id(id);
+    v1::Job response;
+    return jobs_->CancelJob(&context, request, &response);
+  }
+
+  TempDirectory directory_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+};
+
+TEST_F(BearerTokenTest, MissingTokenIsUnauthenticated) {
+  grpc::Status status = List("");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("a bearer token is required"));
+}
+
+TEST_F(BearerTokenTest, WrongOrMalformedTokenIsUnauthenticated) {
+  EXPECT_EQ(List("Bearer not-a-known-token").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(List("Basic dmlld2VyLXRva2Vu").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The digest, not the token, is what the server stores: sending the digest must not work.
+  EXPECT_EQ(List("Bearer " + ToHex(Sha256("viewer-token"))).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(BearerTokenTest, ViewerReadsButCannotSubmitOrCancel) {
+  EXPECT_TRUE(List("Bearer viewer-token").ok());
+  grpc::Status submit = Submit("viewer-token", nullptr);
+  EXPECT_EQ(submit.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(submit.error_message(), HasSubstr("needs the role submitter"));
+  EXPECT_THAT(submit.error_message(), HasSubstr("vera"));
+
+  std::string id;
+  ASSERT_TRUE(Submit("submitter-token", &id).ok());
+  grpc::Status cancel = Cancel("viewer-token", id);
+  EXPECT_EQ(cancel.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(cancel.error_message(), HasSubstr("CancelJob needs the role submitter"));
+}
+
+TEST_F(BearerTokenTest, SubmitterAndAdminSubmitAndCancel) {
+  std::string id;
+  ASSERT_TRUE(Submit("submitter-token", &id).ok());
+  // Jobs have no owner: any submitter may cancel any job.
+  std::string other;
+  ASSERT_TRUE(Submit("admin-token", &other).ok());
+  EXPECT_TRUE(Cancel("submitter-token", other).ok());
+  EXPECT_TRUE(Cancel("admin-token", id).ok());
+  EXPECT_TRUE(List("Bearer admin-token").ok());
+}
+
+TEST_F(BearerTokenTest, StreamsAreCheckedToo) {
+  grpc::ClientContext context;
+  v1::WatchJobRequest request;
+  request.set_id("anything");
+  auto reader = jobs_->WatchJob(&context, request);
+  v1::JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("a bearer token is required"));
+}
+
+// --- TLS and client certificates ---------------------------------------------------------------
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(directory_.path().empty());
+    ASSERT_TRUE(testing::MakeTestCertificates(directory_.path(), &certificates_))
+        << testing::ReadTextFile(directory_.path() + "/openssl.log");
+    CoordinatorConfig config;
+    config.listen = "127.0.0.1:0";
+    config.state_dir = directory_.path() + "/state";
+    config.metrics.listen = "";
+    config.tls.cert_path = certificates_.server_pem;
+    config.tls.key_path = certificates_.server_key;
+    config.tls.client_ca_path = certificates_.ca_pem;
+    coordinator_ = std::make_unique<Coordinator>(config);
+    absl::Status started = coordinator_->Start();
+    ASSERT_TRUE(started.ok()) << started;
+  }
+
+  std::shared_ptr<grpc::Channel> Channel(const std::string& ca, const std::string& cert,
+                                         const std::string& key) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = testing::ReadTextFile(ca);
+    if (!cert.empty()) {
+      options.pem_cert_chain = testing::ReadTextFile(cert);
+      options.pem_private_key = testing::ReadTextFile(key);
+    }
+    return grpc::CreateChannel(coordinator_->listen_address(), grpc::SslCredentials(options));
+  }
+
+  static grpc::Status Register(const std::shared_ptr<grpc::Channel>& channel) {
+    v1::RegisterRequest request;
+    request.set_hostname("host-a");
+    request.set_device_kind("cpu");
+    request.set_memory_bytes(1ll << 30);
+    v1::RegisterResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return v1::WorkerService::NewStub(channel)->Register(&context, request, &response);
+  }
+  static grpc::Status List(const std::shared_ptr<grpc::Channel>& channel) {
+    v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return v1::JobService::NewStub(channel)->ListJobs(&context, v1::ListJobsRequest(), &response);
+  }
+
+  TempDirectory directory_;
+  testing::TestCertificates certificates_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(TlsTest, TlsClientWithoutCertificateUsesTheJobService) {
+  grpc::Status status = List(Channel(certificates_.ca_pem, "", ""));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(TlsTest, PlaintextClientFails) {
+  grpc::Status status =
+      List(grpc::CreateChannel(coordinator_->listen_address(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(TlsTest, ClientThatDoesNotTrustTheServerFails) {
+  grpc::Status status = List(Channel(certificates_.directory + "/rogue-ca.pem", "", ""));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(TlsTest, WorkerWithoutClientCertificateIsRefused) {
+  std::shared_ptr<grpc::Channel> channel = Channel(certificates_.ca_pem, "", "");
+  grpc::Status status = Register(channel);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("client certificate"));
+
+  grpc::ClientContext session_context;
+  auto session = v1::WorkerService::NewStub(channel)->Session(&session_context);
+  v1::CoordinatorMessage message;
+  EXPECT_FALSE(session->Read(&message));
+  EXPECT_EQ(session->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  v1::SetRequest set;
+  set.mutable_scope()->set_job_id("job");
+  set.set_key("k");
+  set.set_value("v");
+  v1::SetResponse set_response;
+  grpc::ClientContext set_context;
+  EXPECT_EQ(
+      v1::RendezvousService::NewStub(channel)->Set(&set_context, set, &set_response).error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(TlsTest, WorkerWithClientCertificateRegisters) {
+  grpc::Status status =
+      Register(Channel(certificates_.ca_pem, certificates_.client_pem, certificates_.client_key));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(TlsTest, CertificateFromAnotherCaFailsTheHandshake) {
+  grpc::Status status = Register(Channel(certificates_.ca_pem, certificates_.rogue_client_pem,
+                                         certificates_.rogue_client_key));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// --- limits ------------------------------------------------------------------------------------
+
+TEST(RequestLimitTest, OversizedRequestIsRefusedBeforeParsing) {
+  TempDirectory directory;
+  CoordinatorConfig config;
+  config.listen = "127.0.0.1:0";
+  config.state_dir = directory.path();
+  config.metrics.listen = "";
+  config.max_receive_message_bytes = 2 << 20;
+  Coordinator coordinator(config);
+  ASSERT_TRUE(coordinator.Start().ok());
+  auto jobs = v1::JobService::NewStub(
+      grpc::CreateChannel(coordinator.listen_address(), grpc::InsecureChannelCredentials()));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = TinySpec();
+  request.mutable_spec()->set_name(std::string(3 << 20, 'x'));
+  v1::SubmitJobResponse response;
+  grpc::ClientContext context;
+  EXPECT_EQ(jobs->SubmitJob(&context, request, &response).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Under the limit the spec validator still bounds the name.
+  request.mutable_spec()->set_name(std::string(1000, 'x'));
+  grpc::ClientContext second;
+  grpc::Status status = jobs->SubmitJob(&second, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("name"));
+}
+
+TEST(InputLimitTest, LongLogLinesAreCutAtACharacterBoundary) {
+  v1::LogLine line;
+  line.set_level("info");
+  // "é" is two bytes; an odd prefix puts the cut inside a character unless it backs up.
+  line.set_text("a" + [] {
+    std::string text;
+    for (size_t i = 0; i < kMaxLogLineBytes; ++i) text += "\xc3\xa9";
+    return text;
+  }());
+  EXPECT_TRUE(CapLogLine(&line));
+  EXPECT_LE(line.text().size(), kMaxLogLineBytes + 64);
+  EXPECT_THAT(line.text(), HasSubstr("[truncated "));
+  const size_t marker = line.text().find(" [truncated ");
+  // What is kept is "a" plus whole characters.
+  EXPECT_EQ((marker - 1) % 2, 0u);
+  v1::LogLine short_line;
+  short_line.set_text("fine");
+  EXPECT_FALSE(CapLogLine(&short_line));
+  EXPECT_EQ(short_line.text(), "fine");
+}
+
+TEST(InputLimitTest, OverlongRegistrationFieldsAreNamed) {
+  v1::RegisterRequest request;
+  request.set_hostname(std::string(kMaxRegistrationFieldBytes + 1, 'h'));
+  absl::Status status = CheckRegistration(request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("hostname"));
+  request.set_hostname("ok");
+  EXPECT_TRUE(CheckRegistration(request).ok());
+}
+
+}  // namespace
+}  // namespace fsdpd::server
