@@ -39,15 +39,24 @@ for target in "${binaries[@]}" "${gpu_tests[@]}"; do
     echo "bundle_for_device: target $target is not defined in this build; skipped" >&2
   fi
 done
-cmake --build "$build_dir" --target "${targets[@]}" -j"$jobs"
+# Keep going past a failed target: a gpu test whose post-build test listing needs the CUDA driver
+# (absent on a build machine without a GPU) must not stop the rest from being bundled.
+build_status=0
+cmake --build "$build_dir" --target "${targets[@]}" -j"$jobs" -- -k 0 || build_status=$?
 
 rm -rf .device/bin .device/lib
 mkdir -p .device/bin .device/lib
 for target in "${targets[@]}"; do
   binary=$(find "$build_dir" -type f -name "$target" -perm -u+x | head -n 1)
   if [ -z "$binary" ]; then
-    echo "bundle_for_device: built $target but cannot find its binary" >&2
-    exit 1
+    case " ${binaries[*]} " in
+      *" $target "*)
+        echo "bundle_for_device: $target did not build (status $build_status)" >&2
+        exit 1
+        ;;
+    esac
+    echo "bundle_for_device: test $target did not build; left out of the bundle" >&2
+    continue
   fi
   strip --strip-unneeded -o ".device/bin/$target" "$binary"
 done

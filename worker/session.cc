@@ -302,6 +302,21 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
     outbox_.PushFinished(std::move(refused));
   };
 
+  // A run hands its result to the outbox just before it marks itself finished, and the
+  // coordinator frees this worker as soon as that result arrives, so the next assignment can
+  // come while the run is still ending: give it a moment instead of refusing the assignment.
+  const auto ending_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < ending_deadline) {
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      if (!job_ || job_->Finished() ||
+          (job_->job_id() == assignment.job_id() && job_->attempt() == assignment.attempt())) {
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
   std::unique_ptr<JobRun> previous;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);

@@ -133,6 +133,12 @@ FinishedAttempt JobRun::Train() {
   std::atomic<double> last_loss{0.0};
   absl::StatusOr<TrainResult> trained = absl::UnknownError("the trainer did not run");
   absl::Status paths = CheckPathsAllowed(assignment_.spec(), options_.allowed_roots);
+  // The job id names the checkpoint directory under the root, so it must stay one component.
+  if (paths.ok() && (job_id().empty() || job_id() == "." || job_id() == ".." ||
+                     job_id().find('/') != std::string::npos)) {
+    paths = absl::InvalidArgumentError(
+        absl::StrCat("job id \"", job_id(), "\" cannot name a checkpoint directory"));
+  }
   if (!paths.ok()) {
     trained = paths;
   } else {
