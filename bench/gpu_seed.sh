@@ -17,6 +17,13 @@ cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 bin=$repo_root/.device/bin
+# bench/bundle_for_device.sh packs the binaries and libraries when they are too big to carry.
+if [ ! -d "$bin" ] && [ -f "$repo_root/.device/bundle.tar.xz" ]; then
+  command -v xz >/dev/null || { echo "gpu_seed: xz is needed to unpack .device/bundle.tar.xz" >&2; exit 1; }
+  xz -dc "$repo_root/.device/bundle.tar.xz" | tar -C "$repo_root/.device" -xf - ||
+    { echo "gpu_seed: cannot unpack .device/bundle.tar.xz" >&2; exit 1; }
+fi
+[ -x "$bin/fsdpd-train" ] || { echo "gpu_seed: no binaries in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
 export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
 # MFU in the step reports is measured against the H200's dense bf16 peak unless told otherwise.
