@@ -20,5 +20,5 @@ if(FSDPD_CUDA)
   target_sources(fsdpd_profiler PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/profiler/cupti_activity.cc
     ${CMAKE_CURRENT_LIST_DIR}/profiler/cupti_range_profiler.cc)
-  target_link_libraries(fsdpd_profiler PUBLIC CUDA::cupti CUDA::cuda_driver CUDA::cudart)
+  target_link_libraries(fsdpd_profiler PUBLIC CUDA::cupti CUDA::cudart)
 endif()

@@ -13,5 +13,5 @@ fsdpd_test(profiler_trainer_test LABEL unit TIMEOUT 120
 if(FSDPD_CUDA AND TARGET fsdpd_kernels_cuda)
   fsdpd_test(profiler_cupti_test LABEL gpu
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_cupti_test.cc
-    LIBS fsdpd_profiler fsdpd_kernels_cuda CUDA::cuda_driver)
+    LIBS fsdpd_profiler fsdpd_kernels_cuda)
 endif()
