@@ -96,7 +96,7 @@ for test in cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti
   say "test $test (limit $(limit $own) s)"
   timeout -k 5 "$(limit $own)" "$bin/$test" --gtest_color=no >"$out/$test.log" 2>&1
   status=$?
-  result=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/$test.log" | tr '\n' ' ')
+  result=$(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]|^\[  SKIPPED \]' "$out/$test.log" | sort -u | tr '\n' ' ')
   [ "$status" = 124 ] && result="TIMED OUT $result"
   summary+=("$test: exit $status $result")
   say "$test: exit $status"
@@ -125,6 +125,7 @@ for _ in $(seq 150); do
     'import json, sys; print(sum(w["state"] == "IDLE" for w in json.load(sys.stdin)["workers"]))' \
     2>/dev/null || echo 0)
   [ "$idle" -ge 1 ] && break
+  kill -0 "${pids[-1]}" 2>/dev/null || break  # the worker exited (see its log)
   sleep 0.2
 done
 if [ "$idle" -ge 1 ]; then
