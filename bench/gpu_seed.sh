@@ -84,7 +84,8 @@ free_port() {
 say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo unknown)"
 
 # 1. The gpu tests.
-for test in cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test; do
+# GPU_TESTS and ANCHOR_MODES narrow the run when device time is short.
+for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test}; do
   if [ ! -x "$bin/$test" ]; then
     summary+=("$test: not bundled")
     continue
@@ -158,7 +159,7 @@ fi
 
 # 3. The PyTorch anchor, eager and compiled, 40 steps with the first ten as warm-up.
 anchor_args=()
-for mode in eager compile; do
+for mode in ${ANCHOR_MODES:-eager compile}; do
   if [ ! -f "$anchor" ] || [ ! -x "$torchrun_bin" ]; then
     say "anchor $mode skipped: $anchor or $torchrun_bin missing"
     continue
