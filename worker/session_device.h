@@ -17,7 +17,8 @@ struct DeviceInfo {
 };
 
 // Parses --device ("cpu" or "cuda:N") and probes the device. For cpu the memory is the host's
-// total RAM. This build has no CUDA backend, so cuda devices are refused with a clear error.
+// total RAM. For cuda:N (builds with the CUDA backend) it reports the GPU's name, UUID and
+// memory; a build without CUDA refuses cuda devices with a clear error.
 absl::StatusOr<DeviceInfo> ProbeDevice(const std::string& device);
 
 }  // namespace fsdpd
