@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev libsystemd-dev
   libssl-dev clang-format prometheus curl ccache python3-yaml systemd
+  clang-14 libclang-rt-14-dev openssl xz-utils
 )
 
 missing=()
