@@ -18,7 +18,6 @@
 #include "worker/data/data_loader.h"
 #include "worker/data/path_policy.h"
 #include "worker/fsdp/fsdp_state.h"
-#include "worker/fsdp/status_macros.h"
 #include "worker/model/minillm.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/sharded_adamw.h"
@@ -26,6 +25,7 @@
 #include "worker/profiler/profile_window.h"
 #include "worker/profiler/profiling_backend.h"
 #include "worker/profiler/profiling_communicator.h"
+#include "worker/status_macros.h"
 #include "worker/trainer_checkpoint.h"
 #ifdef FSDPD_HAS_CUDA
 #include "worker/trainer_device.h"
@@ -70,8 +70,8 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", FormatFieldErrors(errors)));
   }
-  ENGINE_RETURN_IF_ERROR(ValidateLearningRateSchedule(spec.train()));
-  ENGINE_RETURN_IF_ERROR(CheckDevice(spec.parallel().device(), context.device));
+  FSDPD_RETURN_IF_ERROR(ValidateLearningRateSchedule(spec.train()));
+  FSDPD_RETURN_IF_ERROR(CheckDevice(spec.parallel().device(), context.device));
   if (context.world_size != spec.parallel().world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the job asks for parallel.world_size ", spec.parallel().world_size(),
@@ -119,8 +119,8 @@ absl::StatusOr<std::string> ResolveField(const char* field, const std::string& p
 
 absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankContext& context) {
   JobPaths paths;
-  ENGINE_ASSIGN_OR_RETURN(paths.job_dir,
-                          ResolveField("checkpoint directory", context.checkpoint_dir, context));
+  FSDPD_ASSIGN_OR_RETURN(paths.job_dir,
+                         ResolveField("checkpoint directory", context.checkpoint_dir, context));
   std::error_code error;
   std::filesystem::create_directories(paths.job_dir, error);
   if (error) {
@@ -128,13 +128,13 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
                                                       paths.job_dir, ": ", error.message()));
   }
   if (!spec.checkpoint().init_from().empty()) {
-    ENGINE_ASSIGN_OR_RETURN(paths.init_path, ResolveField("checkpoint.init_from",
-                                                          spec.checkpoint().init_from(), context));
+    FSDPD_ASSIGN_OR_RETURN(paths.init_path, ResolveField("checkpoint.init_from",
+                                                         spec.checkpoint().init_from(), context));
   }
   paths.data = spec.data();
   if (!paths.data.path().empty()) {
-    ENGINE_ASSIGN_OR_RETURN(const std::string data_path,
-                            ResolveField("data.path", paths.data.path(), context));
+    FSDPD_ASSIGN_OR_RETURN(const std::string data_path,
+                           ResolveField("data.path", paths.data.path(), context));
     paths.data.set_path(data_path);
   }
   return paths;
@@ -162,8 +162,8 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
 #ifdef FSDPD_HAS_CUDA
   int cuda_device = 0;
   if (on_cuda) {
-    ENGINE_ASSIGN_OR_RETURN(cuda_device, ParseCudaDevice(context.device));
-    ENGINE_ASSIGN_OR_RETURN(device_backend, CreateCudaBackend(cuda_device));
+    FSDPD_ASSIGN_OR_RETURN(cuda_device, ParseCudaDevice(context.device));
+    FSDPD_ASSIGN_OR_RETURN(device_backend, CreateCudaBackend(cuda_device));
   }
 #endif
   engine.backend =
@@ -177,18 +177,18 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   std::unique_ptr<Communicator> communicator;
 #ifdef FSDPD_HAS_CUDA
   if (on_cuda) {
-    ENGINE_ASSIGN_OR_RETURN(
+    FSDPD_ASSIGN_OR_RETURN(
         communicator, CreateNcclCommunicator(communicator_options, cuda_device, context.store));
   }
 #endif
   if (communicator == nullptr) {
-    ENGINE_ASSIGN_OR_RETURN(communicator, CreateCommunicator(communicator_options, context.store));
+    FSDPD_ASSIGN_OR_RETURN(communicator, CreateCommunicator(communicator_options, context.store));
   }
   engine.communicator =
       std::make_unique<ProfilingCommunicator>(std::move(communicator), engine.recorder.get());
   const int64_t batch = spec.train().batch_size();
-  ENGINE_ASSIGN_OR_RETURN(engine.model,
-                          MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
+  FSDPD_ASSIGN_OR_RETURN(engine.model,
+                         MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
   FsdpOptions fsdp_options;
   fsdp_options.reshard_after_forward = spec.parallel().reshard_after_forward();
   const bool bf16_params = spec.parallel().param_dtype() == "bf16";
@@ -208,10 +208,10 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
     fsdp_options.round_params_to_bf16 = bf16_params;
   }
   fsdp_options.profiler = engine.recorder.get();
-  ENGINE_ASSIGN_OR_RETURN(engine.state,
-                          FsdpState::Create(engine.model->units(), engine.backend.get(),
-                                            engine.communicator.get(), fsdp_options));
-  ENGINE_ASSIGN_OR_RETURN(
+  FSDPD_ASSIGN_OR_RETURN(engine.state,
+                         FsdpState::Create(engine.model->units(), engine.backend.get(),
+                                           engine.communicator.get(), fsdp_options));
+  FSDPD_ASSIGN_OR_RETURN(
       engine.optimizer,
       ShardedAdamW::Create(engine.backend.get(), engine.communicator.get(), engine.state.get()));
   DataLoaderOptions data_options;
@@ -221,7 +221,7 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   data_options.rank = context.rank;
   data_options.world_size = context.world_size;
   data_options.seed = spec.train().seed();
-  ENGINE_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
+  FSDPD_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
   return engine;
 }
 
@@ -281,25 +281,25 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   };
   auto cancelled = [&] { return hooks.cancelled != nullptr && hooks.cancelled->load(); };
 
-  ENGINE_RETURN_IF_ERROR(CheckRunnable(spec, context));
-  ENGINE_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromSpec(spec.model()));
-  ENGINE_ASSIGN_OR_RETURN(const JobPaths paths, ResolveJobPaths(spec, context));
-  ENGINE_ASSIGN_OR_RETURN(Engine engine, BuildEngine(spec, context, config, paths.data));
+  FSDPD_RETURN_IF_ERROR(CheckRunnable(spec, context));
+  FSDPD_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromSpec(spec.model()));
+  FSDPD_ASSIGN_OR_RETURN(const JobPaths paths, ResolveJobPaths(spec, context));
+  FSDPD_ASSIGN_OR_RETURN(Engine engine, BuildEngine(spec, context, config, paths.data));
   Backend& backend = *engine.backend;
   Communicator& communicator = *engine.communicator;
   FsdpState& state = *engine.state;
 
   // Initial weights first, so a resume overwrites them; a bad init file fails even on resume.
   if (!paths.init_path.empty()) {
-    ENGINE_RETURN_IF_ERROR(InitializeWeightsFromFile(paths.init_path, state));
+    FSDPD_RETURN_IF_ERROR(InitializeWeightsFromFile(paths.init_path, state));
     log("info", absl::StrCat("initial weights from ", paths.init_path));
   } else {
-    ENGINE_RETURN_IF_ERROR(InitializeWeightsFromSeed(config, spec.train().seed(), state));
+    FSDPD_RETURN_IF_ERROR(InitializeWeightsFromSeed(config, spec.train().seed(), state));
   }
-  ENGINE_ASSIGN_OR_RETURN(const int64_t start_step,
-                          ResumeFromCheckpoint(paths.job_dir, state, communicator, backend, log));
+  FSDPD_ASSIGN_OR_RETURN(const int64_t start_step,
+                         ResumeFromCheckpoint(paths.job_dir, state, communicator, backend, log));
 
-  ENGINE_ASSIGN_OR_RETURN(const double peak_flops, PeakFlopsFor(context.device, backend));
+  FSDPD_ASSIGN_OR_RETURN(const double peak_flops, PeakFlopsFor(context.device, backend));
   const double flops_per_token = FlopsPerToken(spec);
   const int64_t total_steps = spec.train().steps();
   const int64_t tokens_per_rank_step = spec.train().batch_size() * paths.data.seq_len();
@@ -356,23 +356,23 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
 
     {
       ProfileRange range(recorder, "", "", "data loader");
-      ENGINE_RETURN_IF_ERROR(engine.data->Batch(step - 1, inputs.data(), targets.data()));
+      FSDPD_RETURN_IF_ERROR(engine.data->Batch(step - 1, inputs.data(), targets.data()));
     }
-    ENGINE_ASSIGN_OR_RETURN(const float local_loss,
-                            state.ForwardBackward(*engine.model, inputs.data(), targets.data()));
+    FSDPD_ASSIGN_OR_RETURN(const float local_loss,
+                           state.ForwardBackward(*engine.model, inputs.data(), targets.data()));
     const AdamWParams adamw = AdamWFor(spec.train(), step);
     double grad_norm = 0.0;
     {
       ProfileRange range(recorder, "", kPhaseOptimizer);
-      ENGINE_ASSIGN_OR_RETURN(grad_norm, engine.optimizer->Step(adamw, spec.train().grad_clip()));
+      FSDPD_ASSIGN_OR_RETURN(grad_norm, engine.optimizer->Step(adamw, spec.train().grad_clip()));
     }
     // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
     std::vector<float> loss = {local_loss};
     {
       ProfileRange range(recorder, "", kPhaseComm, "loss all-reduce");
-      ENGINE_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
+      FSDPD_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
     }
-    ENGINE_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
+    FSDPD_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
     step_range.reset();
 
     const double step_seconds = SecondsSince(step_start);
@@ -411,9 +411,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
 
     const int64_t every = spec.checkpoint().every_steps();
     if (every > 0 && step % every == 0) {
-      ENGINE_RETURN_IF_ERROR(SaveCheckpoint(paths.job_dir, step,
-                                            std::max(spec.checkpoint().keep(), 1), state,
-                                            communicator, backend));
+      FSDPD_RETURN_IF_ERROR(SaveCheckpoint(paths.job_dir, step,
+                                           std::max(spec.checkpoint().keep(), 1), state,
+                                           communicator, backend));
       log("info", absl::StrCat("checkpoint of step ", step, " committed"));
     }
   }
@@ -421,9 +421,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   // A window that runs past the last step reports the steps it saw.
   send_profile(profile_window.Finish());
 
-  ENGINE_ASSIGN_OR_RETURN(result.exported_model_path,
-                          ExportConsolidatedModel(paths.job_dir + "/model.safetensors",
-                                                  result.final_step, state, communicator));
+  FSDPD_ASSIGN_OR_RETURN(result.exported_model_path,
+                         ExportConsolidatedModel(paths.job_dir + "/model.safetensors",
+                                                 result.final_step, state, communicator));
   if (!result.exported_model_path.empty()) {
     log("info", absl::StrCat("exported the model to ", result.exported_model_path));
   }

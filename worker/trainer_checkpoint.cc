@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/checkpoint/checkpoint.h"
-#include "worker/fsdp/status_macros.h"
+#include "worker/status_macros.h"
 #include "worker/trainer_support.h"
 
 namespace fsdpd {
@@ -56,8 +56,8 @@ absl::Status ApplyCheckpoint(const RankCheckpoint& checkpoint, FsdpState& state,
     UnitShard& shard = state.shard(unit);
     for (const ShardPart& part : kShardParts) {
       const Tensor device = (shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel});
-      ENGINE_RETURN_IF_ERROR(backend.CopyToDevice(checkpoint.buffers[index++].values.data(), device,
-                                                  backend.compute_stream()));
+      FSDPD_RETURN_IF_ERROR(backend.CopyToDevice(checkpoint.buffers[index++].values.data(), device,
+                                                 backend.compute_stream()));
     }
   }
   return absl::OkStatus();
@@ -100,7 +100,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
     }
     std::vector<int32_t> agreement = {loaded.has_value() ? 1 : 0, static_cast<int32_t>(step),
                                       static_cast<int32_t>(-step)};
-    ENGINE_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &agreement, ReduceOp::kMin));
+    FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &agreement, ReduceOp::kMin));
     const int64_t lowest = agreement[1];
     const int64_t highest = -static_cast<int64_t>(agreement[2]);
     if (lowest < 0) {
@@ -115,7 +115,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
                        highest, "): is the checkpoint directory shared by every rank?"));
     }
     if (agreement[0] == 1) {
-      ENGINE_RETURN_IF_ERROR(ApplyCheckpoint(*loaded, state, backend));
+      FSDPD_RETURN_IF_ERROR(ApplyCheckpoint(*loaded, state, backend));
       log("info", absl::StrCat("resumed from the checkpoint of step ", step));
       return step;
     }
@@ -153,7 +153,7 @@ absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, 
   if (written.ok()) written = WriteRankCheckpoint(job_dir, checkpoint);
   // Doubles as the barrier before the commit: nobody commits until every file is durable.
   std::vector<int32_t> all_written = {written.ok() ? 1 : 0};
-  ENGINE_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_written, ReduceOp::kMin));
+  FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_written, ReduceOp::kMin));
   if (!written.ok()) {
     return absl::InternalError(absl::StrCat("writing the checkpoint of step ", step,
                                             " failed on rank ", communicator.rank(), ": ",
@@ -168,7 +168,7 @@ absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, 
     committed = CommitCheckpoint(job_dir, step, communicator.world_size(), keep);
   }
   std::vector<int32_t> all_committed = {committed.ok() ? 1 : 0};
-  ENGINE_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));
+  FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));
   if (all_committed[0] == 0) {
     return absl::InternalError(
         absl::StrCat("committing the checkpoint of step ", step, " failed",

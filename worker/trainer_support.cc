@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "worker/fsdp/status_macros.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {
@@ -16,12 +16,12 @@ absl::Status AllReduceHost(Communicator& communicator, Backend& backend, DType d
                            std::vector<T>* values, ReduceOp op) {
   if (values->empty()) return absl::OkStatus();
   const int64_t count = static_cast<int64_t>(values->size());
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer,
-                          backend.Allocate(count * static_cast<int64_t>(sizeof(T))));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer,
+                         backend.Allocate(count * static_cast<int64_t>(sizeof(T))));
   const Tensor device = buffer->View(dtype, {count});
   Stream& stream = backend.comm_stream();
-  ENGINE_RETURN_IF_ERROR(backend.CopyToDevice(values->data(), device, stream));
-  ENGINE_RETURN_IF_ERROR(communicator.AllReduce(device, op, stream));
+  FSDPD_RETURN_IF_ERROR(backend.CopyToDevice(values->data(), device, stream));
+  FSDPD_RETURN_IF_ERROR(communicator.AllReduce(device, op, stream));
   return backend.CopyToHost(device, values->data(), stream);
 }
 
@@ -48,22 +48,22 @@ absl::StatusOr<double> PeakFlopsPerRank(Backend& backend) {
   }
   constexpr int64_t kSize = 512;
   const int64_t bytes = kSize * kSize * static_cast<int64_t>(sizeof(float));
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> x, backend.Allocate(bytes));
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> weight, backend.Allocate(bytes));
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> out, backend.Allocate(bytes));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> x, backend.Allocate(bytes));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> weight, backend.Allocate(bytes));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> out, backend.Allocate(bytes));
   const DType dtype = backend.activation_dtype();
   const Tensor x_view = x->View(dtype, {kSize, kSize});
   const Tensor weight_view = weight->View(dtype, {kSize, kSize});
   const Tensor out_view = out->View(dtype, {kSize, kSize});
   Stream& stream = backend.compute_stream();
-  ENGINE_RETURN_IF_ERROR(backend.ops().Fill(x_view, 0.5f, stream));
-  ENGINE_RETURN_IF_ERROR(backend.ops().Fill(weight_view, 0.25f, stream));
+  FSDPD_RETURN_IF_ERROR(backend.ops().Fill(x_view, 0.5f, stream));
+  FSDPD_RETURN_IF_ERROR(backend.ops().Fill(weight_view, 0.25f, stream));
   double best_seconds = 1e30;
   for (int repeat = 0; repeat < 4; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    ENGINE_RETURN_IF_ERROR(
+    FSDPD_RETURN_IF_ERROR(
         backend.ops().LinearForward(x_view, weight_view, Tensor{}, out_view, stream));
-    ENGINE_RETURN_IF_ERROR(stream.Synchronize());
+    FSDPD_RETURN_IF_ERROR(stream.Synchronize());
     best_seconds =
         std::min(best_seconds,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/checkpoint/safetensors.h"
-#include "worker/fsdp/status_macros.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {
@@ -31,7 +31,7 @@ absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
   for (int unit = 0; unit < state.num_units(); ++unit) {
     std::vector<float> values(static_cast<size_t>(state.unit(unit).numel));
     InitializeUnit(config, state.unit(unit), unit, seed, values.data());
-    ENGINE_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, values));
+    FSDPD_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, values));
   }
   return absl::OkStatus();
 }
@@ -90,7 +90,7 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
                      " does not match the model: ", absl::StrJoin(problems, "; ")));
   }
   for (int unit = 0; unit < state.num_units(); ++unit) {
-    ENGINE_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, unit_values[unit]));
+    FSDPD_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, unit_values[unit]));
   }
   return absl::OkStatus();
 }
@@ -100,7 +100,7 @@ absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int
   std::vector<NamedTensor> tensors;
   for (int unit = 0; unit < state.num_units(); ++unit) {
     std::vector<float> values;
-    ENGINE_RETURN_IF_ERROR(state.GatherMasterToHost(unit, &values));
+    FSDPD_RETURN_IF_ERROR(state.GatherMasterToHost(unit, &values));
     if (communicator.rank() != 0) continue;
     for (const ParameterInfo& parameter : state.unit(unit).parameters) {
       NamedTensor tensor;

@@ -15,6 +15,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/silu.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {
@@ -108,11 +109,6 @@ class Checker {
  private:
   const char* op_;
 };
-
-#define FSDPD_RETURN_IF_ERROR(expression)                                   \
-  do {                                                                      \
-    if (absl::Status status_ = (expression); !status_.ok()) return status_; \
-  } while (false)
 
 int64_t RowsOf(const Tensor& t) {
   return t.shape.empty() ? 0 : t.numel() / std::max<int64_t>(t.shape.back(), 1);

@@ -16,16 +16,12 @@
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/silu.h"
 #include "worker/backend/cuda_check.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-#define FSDPD_CUDA_OPS_RETURN_IF_ERROR(expression)                          \
-  do {                                                                      \
-    if (absl::Status status_ = (expression); !status_.ok()) return status_; \
-  } while (false)
 
 #define FSDPD_CUDA_OPS_STREAM(name, stream)                         \
   cudaStream_t name = nullptr;                                      \
@@ -57,7 +53,7 @@ class Checker {
 
   absl::Status Shaped(const Tensor& t, const char* name, DType dtype,
                       const std::vector<int64_t>& shape) const {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
+    FSDPD_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.shape != shape) {
       return Error(absl::StrCat(name, " must be ", DTypeName(dtype), "[",
                                 absl::StrJoin(shape, ", "), "], got ", t.Describe()));
@@ -68,7 +64,7 @@ class Checker {
   // `rows` rows of `width` elements (any leading shape).
   absl::Status Rows(const Tensor& t, const char* name, DType dtype, int64_t rows, int64_t width,
                     const std::string& why) const {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
+    FSDPD_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.shape.empty() || t.shape.back() != width || t.numel() != rows * width) {
       return Error(absl::StrCat(name, " must hold ", rows, " rows of ", width, " (", why, "), got ",
                                 t.Describe()));
@@ -78,7 +74,7 @@ class Checker {
 
   absl::Status SameCount(const Tensor& t, const char* name, DType dtype, const Tensor& reference,
                          const char* reference_name) const {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
+    FSDPD_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.numel() != reference.numel()) {
       return Error(absl::StrCat(name, " ", t.Describe(), " must have as many elements as ",
                                 reference_name, " ", reference.Describe()));
@@ -87,7 +83,7 @@ class Checker {
   }
 
   absl::StatusOr<int64_t> Width(const Tensor& t, const char* name, DType dtype) const {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
+    FSDPD_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.shape.empty() || t.shape.back() <= 0) {
       return Error(absl::StrCat(name, " must have a positive last dimension, got ", t.Describe()));
     }
@@ -95,7 +91,7 @@ class Checker {
   }
 
   absl::Status Matrix(const Tensor& t, const char* name, DType dtype) const {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(Typed(t, name, dtype));
+    FSDPD_RETURN_IF_ERROR(Typed(t, name, dtype));
     if (t.shape.size() != 2)
       return Error(absl::StrCat(name, " must be a matrix, got ", t.Describe()));
     return absl::OkStatus();
@@ -153,10 +149,10 @@ absl::Status CudaOps::EmbeddingForward(const Tensor& weight, const Tensor& token
                                        const Tensor& out, Stream& stream) {
   Checker check("EmbeddingForward");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Matrix(weight, "weight", DType::kBF16));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(tokens, "tokens", DType::kI32));
+  FSDPD_RETURN_IF_ERROR(check.Matrix(weight, "weight", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Typed(tokens, "tokens", DType::kI32));
   const int64_t dim = weight.shape[1];
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(
       check.Rows(out, "out", DType::kBF16, tokens.numel(), dim, "one row per token"));
   return cuda::EmbeddingForward(Bf16(weight), tokens.as<int32_t>(), tokens.numel(), dim,
                                 MutableBf16(out), cuda_stream);
@@ -166,10 +162,10 @@ absl::Status CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens
                                         const Tensor& dweight, Stream& stream) {
   Checker check("EmbeddingBackward");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Matrix(dweight, "dweight", DType::kF32));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(tokens, "tokens", DType::kI32));
+  FSDPD_RETURN_IF_ERROR(check.Matrix(dweight, "dweight", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(tokens, "tokens", DType::kI32));
   const int64_t dim = dweight.shape[1];
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(
       check.Rows(dout, "dout", DType::kBF16, tokens.numel(), dim, "one row per token"));
   const int64_t bytes = cuda::EmbeddingBackwardScratchBytes(tokens.numel());
   absl::StatusOr<void*> scratch = ScratchFor(cuda_stream, bytes);
@@ -186,9 +182,9 @@ absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, doub
   absl::StatusOr<int64_t> dim = check.Width(x, "x", DType::kBF16);
   if (!dim.ok()) return dim.status();
   const int64_t rows = RowsOf(x);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(weight, "weight", DType::kBF16, {*dim}));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(out, "out", DType::kBF16, rows, *dim, "as x"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(weight, "weight", DType::kBF16, {*dim}));
+  FSDPD_RETURN_IF_ERROR(check.Rows(out, "out", DType::kBF16, rows, *dim, "as x"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
   if (rstd.numel() != rows) {
     return check.Error(
         absl::StrCat("rstd must have one value per row of x (", rows, "), got ", rstd.Describe()));
@@ -206,15 +202,15 @@ absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const
   absl::StatusOr<int64_t> dim = check.Width(x, "x", DType::kBF16);
   if (!dim.ok()) return dim.status();
   const int64_t rows = RowsOf(x);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(dout, "dout", DType::kBF16, rows, *dim, "as x"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(weight, "weight", DType::kBF16, {*dim}));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Rows(dout, "dout", DType::kBF16, rows, *dim, "as x"));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(weight, "weight", DType::kBF16, {*dim}));
+  FSDPD_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
   if (rstd.numel() != rows) {
     return check.Error(
         absl::StrCat("rstd must have one value per row of x (", rows, "), got ", rstd.Describe()));
   }
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(dx, "dx", DType::kBF16, rows, *dim, "as x"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", DType::kF32, {*dim}));
+  FSDPD_RETURN_IF_ERROR(check.Rows(dx, "dx", DType::kBF16, rows, *dim, "as x"));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", DType::kF32, {*dim}));
   const int64_t bytes = cuda::RmsNormBackwardScratchFloats(rows, *dim) * 4;
   absl::StatusOr<void*> scratch = ScratchFor(cuda_stream, bytes);
   if (!scratch.ok()) return scratch.status();
@@ -227,17 +223,17 @@ absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const
                                     const Tensor& out, Stream& stream) {
   Checker check("LinearForward");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Matrix(weight, "weight", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Matrix(weight, "weight", DType::kBF16));
   const int64_t out_features = weight.shape[0];
   const int64_t in_features = weight.shape[1];
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
   const int64_t rows = RowsOf(x);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(x, "x", DType::kBF16, rows, in_features,
-                                            absl::StrCat("weight is ", weight.Describe())));
+  FSDPD_RETURN_IF_ERROR(check.Rows(x, "x", DType::kBF16, rows, in_features,
+                                   absl::StrCat("weight is ", weight.Describe())));
   if (bias.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(bias, "bias", DType::kBF16, {out_features}));
+    FSDPD_RETURN_IF_ERROR(check.Shaped(bias, "bias", DType::kBF16, {out_features}));
   }
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(
       check.Rows(out, "out", DType::kBF16, rows, out_features,
                  absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
   if (rows == 0) return absl::OkStatus();
@@ -250,25 +246,24 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
                                      Stream& stream) {
   Checker check("LinearBackward");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Matrix(weight, "weight", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Matrix(weight, "weight", DType::kBF16));
   const int64_t out_features = weight.shape[0];
   const int64_t in_features = weight.shape[1];
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
   const int64_t rows = RowsOf(x);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(x, "x", DType::kBF16, rows, in_features,
-                                            absl::StrCat("weight is ", weight.Describe())));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(check.Rows(x, "x", DType::kBF16, rows, in_features,
+                                   absl::StrCat("weight is ", weight.Describe())));
+  FSDPD_RETURN_IF_ERROR(
       check.Rows(dout, "dout", DType::kBF16, rows, out_features,
                  absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
   if (dx.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(
-        check.Rows(dx, "dx", DType::kBF16, rows, in_features, "the shape of x"));
+    FSDPD_RETURN_IF_ERROR(check.Rows(dx, "dx", DType::kBF16, rows, in_features, "the shape of x"));
   }
   if (dweight.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", DType::kF32, weight.shape));
+    FSDPD_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", DType::kF32, weight.shape));
   }
   if (dbias.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dbias, "dbias", DType::kF32, {out_features}));
+    FSDPD_RETURN_IF_ERROR(check.Shaped(dbias, "dbias", DType::kF32, {out_features}));
     if (dweight.data == nullptr) {
       return check.Error(
           "dbias without dweight is not supported: the bias gradient is fused "
@@ -277,11 +272,11 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
   }
   if (rows == 0) return absl::OkStatus();
   if (dx.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(gemm_->LinearInputGradient(
-        Bf16(dout), Bf16(weight), rows, out_features, in_features, MutableBf16(dx), cuda_stream));
+    FSDPD_RETURN_IF_ERROR(gemm_->LinearInputGradient(Bf16(dout), Bf16(weight), rows, out_features,
+                                                     in_features, MutableBf16(dx), cuda_stream));
   }
   if (dweight.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(gemm_->LinearWeightGradient(
+    FSDPD_RETURN_IF_ERROR(gemm_->LinearWeightGradient(
         Bf16(dout), Bf16(x), rows, out_features, in_features, dweight.as<float>(),
         dbias.data != nullptr ? dbias.as<float>() : nullptr, cuda_stream));
   }
@@ -293,7 +288,7 @@ namespace {
 absl::StatusOr<cuda::AttentionDims> AttentionDimsOf(const Checker& check, const Tensor& qkv,
                                                     int64_t heads, const Tensor& out,
                                                     const Tensor& lse) {
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(qkv, "qkv", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Typed(qkv, "qkv", DType::kBF16));
   if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0) {
     return check.Error(absl::StrCat("qkv must be [batch, seq, 3·dim], got ", qkv.Describe()));
   }
@@ -306,10 +301,8 @@ absl::StatusOr<cuda::AttentionDims> AttentionDimsOf(const Checker& check, const 
     return check.Error(
         absl::StrCat("head_dim ", dims.dim / heads, " exceeds ", cuda::kMaxAttentionHeadDim));
   }
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
-      check.Shaped(out, "out", DType::kBF16, {dims.batch, dims.seq, dims.dim}));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
-      check.Shaped(lse, "lse", DType::kF32, {dims.batch, heads, dims.seq}));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(out, "out", DType::kBF16, {dims.batch, dims.seq, dims.dim}));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(lse, "lse", DType::kF32, {dims.batch, heads, dims.seq}));
   return dims;
 }
 
@@ -333,8 +326,8 @@ absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, c
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   absl::StatusOr<cuda::AttentionDims> dims = AttentionDimsOf(check, qkv, heads, out, lse);
   if (!dims.ok()) return dims.status();
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dout, "dout", DType::kBF16, out.shape));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dqkv, "dqkv", DType::kBF16, qkv.shape));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(dout, "dout", DType::kBF16, out.shape));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(dqkv, "dqkv", DType::kBF16, qkv.shape));
   if (dims->batch == 0 || dims->seq == 0) return absl::OkStatus();
   const int64_t bytes = cuda::AttentionBackwardScratchBytes(*dims);
   absl::StatusOr<void*> scratch = ScratchFor(cuda_stream, bytes);
@@ -346,8 +339,8 @@ absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, c
 absl::Status CudaOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {
   Checker check("SiluForward");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(out, "out", DType::kBF16, x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", DType::kBF16, x, "x"));
   return cuda::SiluForward(Bf16(x), x.numel(), MutableBf16(out), cuda_stream);
 }
 
@@ -355,18 +348,18 @@ absl::Status CudaOps::SiluBackward(const Tensor& dout, const Tensor& x, const Te
                                    Stream& stream) {
   Checker check("SiluBackward");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(dout, "dout", DType::kBF16, x, "x"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(dx, "dx", DType::kBF16, x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(x, "x", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(dout, "dout", DType::kBF16, x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(dx, "dx", DType::kBF16, x, "x"));
   return cuda::SiluBackward(Bf16(dout), Bf16(x), x.numel(), MutableBf16(dx), cuda_stream);
 }
 
 absl::Status CudaOps::Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {
   Checker check("Add");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.FloatingPoint(a, "a"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(b, "b", a.dtype, a, "a"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(out, "out", a.dtype, a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(b, "b", a.dtype, a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", a.dtype, a, "a"));
   if (a.dtype == DType::kBF16) {
     return cuda::AddBf16(Bf16(a), Bf16(b), a.numel(), MutableBf16(out), cuda_stream);
   }
@@ -378,23 +371,23 @@ absl::Status CudaOps::HeadCrossEntropy(const Tensor& x, const Tensor& head, cons
                                        const Tensor& dhead, Stream& stream) {
   Checker check("HeadCrossEntropy");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Matrix(head, "head", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Matrix(head, "head", DType::kBF16));
   const int64_t vocab = head.shape[0];
   const int64_t dim = head.shape[1];
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(targets, "targets", DType::kI32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(targets, "targets", DType::kI32));
   const int64_t tokens = targets.numel();
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(
+  FSDPD_RETURN_IF_ERROR(check.Rows(
       x, "x", DType::kBF16, tokens, dim,
       absl::StrCat("one row per target of ", targets.Describe(), ", head is ", head.Describe())));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(loss, "loss", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(loss, "loss", DType::kF32));
   if (loss.numel() != 1) {
     return check.Error(absl::StrCat("loss must be a single value, got ", loss.Describe()));
   }
   if (dx.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Rows(dx, "dx", DType::kBF16, tokens, dim, "as x"));
+    FSDPD_RETURN_IF_ERROR(check.Rows(dx, "dx", DType::kBF16, tokens, dim, "as x"));
   }
   if (dhead.data != nullptr) {
-    FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Shaped(dhead, "dhead", DType::kF32, head.shape));
+    FSDPD_RETURN_IF_ERROR(check.Shaped(dhead, "dhead", DType::kF32, head.shape));
   }
   if (tokens == 0) return check.Error("the mean over zero tokens is undefined");
   const int64_t bytes = cuda::HeadCrossEntropyScratchBytes(tokens, vocab);
@@ -410,8 +403,8 @@ absl::Status CudaOps::HeadCrossEntropy(const Tensor& x, const Tensor& head, cons
 absl::Status CudaOps::Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
   Checker check("Cast");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(src, "src", src.dtype));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(dst, "dst", dst.dtype, src, "src"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(src, "src", src.dtype));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(dst, "dst", dst.dtype, src, "src"));
   if (src.dtype == dst.dtype) {
     if (src.numel() == 0 || src.data == dst.data) return absl::OkStatus();
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()),
@@ -431,7 +424,7 @@ absl::Status CudaOps::Cast(const Tensor& src, const Tensor& dst, Stream& stream)
 absl::Status CudaOps::RoundToBf16(const Tensor& x, Stream& stream) {
   Checker check("RoundToBf16");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
   if (x.dtype == DType::kBF16) return absl::OkStatus();  // already bf16 values
   return cuda::RoundFloatToBf16(x.as<float>(), x.numel(), cuda_stream);
 }
@@ -439,7 +432,7 @@ absl::Status CudaOps::RoundToBf16(const Tensor& x, Stream& stream) {
 absl::Status CudaOps::Fill(const Tensor& x, float value, Stream& stream) {
   Checker check("Fill");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
   if (x.dtype == DType::kBF16) return cuda::FillBf16(MutableBf16(x), x.numel(), value, cuda_stream);
   return cuda::FillFloat(x.as<float>(), x.numel(), value, cuda_stream);
 }
@@ -447,7 +440,7 @@ absl::Status CudaOps::Fill(const Tensor& x, float value, Stream& stream) {
 absl::Status CudaOps::Scale(const Tensor& x, float factor, Stream& stream) {
   Checker check("Scale");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
   if (x.dtype == DType::kBF16) {
     return cuda::ScaleBf16(MutableBf16(x), x.numel(), factor, cuda_stream);
   }
@@ -457,8 +450,8 @@ absl::Status CudaOps::Scale(const Tensor& x, float factor, Stream& stream) {
 absl::Status CudaOps::SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) {
   Checker check("SumOfSquares");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(result, "result", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(result, "result", DType::kF32));
   if (result.numel() != 1) {
     return check.Error(absl::StrCat("result must be a single value, got ", result.Describe()));
   }
@@ -476,11 +469,10 @@ absl::Status CudaOps::AdamW(const Tensor& param, const Tensor& grad, const Tenso
                             const Tensor& exp_avg_sq, const AdamWParams& params, Stream& stream) {
   Checker check("AdamW");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(grad, "grad", DType::kF32, param, "param"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", DType::kF32, param, "param"));
-  FSDPD_CUDA_OPS_RETURN_IF_ERROR(
-      check.SameCount(exp_avg_sq, "exp_avg_sq", DType::kF32, param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", DType::kF32, param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", DType::kF32, param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", DType::kF32, param, "param"));
   if (params.step < 1) return check.Error(absl::StrCat("step must be >= 1, got ", params.step));
   if (!(params.lr >= 0.0)) return check.Error(absl::StrCat("lr must be >= 0, got ", params.lr));
   if (!(params.beta1 >= 0.0 && params.beta1 < 1.0) ||

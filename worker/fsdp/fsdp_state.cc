@@ -1,7 +1,7 @@
 #include "worker/fsdp/fsdp_state.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/fsdp/status_macros.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 
@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
             absl::StrCat("FSDP shard of unit ", unit.name, ": ", allocated.status().message()));
       }
       *buffer = std::move(*allocated);
-      ENGINE_RETURN_IF_ERROR(backend->ops().Fill(
+      FSDPD_RETURN_IF_ERROR(backend->ops().Fill(
           (*buffer)->View(DType::kF32, {shard.layout.shard_numel}), 0.0f, stream));
     }
     state->shards_.push_back(std::move(shard));
@@ -64,25 +64,25 @@ absl::Status FsdpState::IssueGather(int unit) {
   // The new buffer may be memory that compute freed with kernels still queued on it, and the
   // master shard is written by the optimizer on the compute stream: the gather waits for both.
   Stream& comm = backend_->comm_stream();
-  ENGINE_RETURN_IF_ERROR(compute_progress_->Record(backend_->compute_stream()));
-  ENGINE_RETURN_IF_ERROR(compute_progress_->WaitOn(comm));
+  FSDPD_RETURN_IF_ERROR(compute_progress_->Record(backend_->compute_stream()));
+  FSDPD_RETURN_IF_ERROR(compute_progress_->WaitOn(comm));
   // The cast to the parameter dtype writes this rank's slice in place, so the all-gather
   // lands every slice straight in the buffer the kernels read: no copy-in or copy-out.
   const Tensor own_slice =
       target.params->View(dtype, {layout.shard_numel}, layout.shard_offset * DTypeSize(dtype));
-  ENGINE_RETURN_IF_ERROR(backend_->ops().Cast(shards_[unit].Master(), own_slice, comm));
+  FSDPD_RETURN_IF_ERROR(backend_->ops().Cast(shards_[unit].Master(), own_slice, comm));
   if (options_.round_params_to_bf16) {
-    ENGINE_RETURN_IF_ERROR(backend_->ops().RoundToBf16(own_slice, comm));
+    FSDPD_RETURN_IF_ERROR(backend_->ops().RoundToBf16(own_slice, comm));
   }
   const Tensor full = target.params->View(dtype, {layout.padded_numel});
-  ENGINE_RETURN_IF_ERROR(communicator_->AllGather(own_slice, full, comm));
+  FSDPD_RETURN_IF_ERROR(communicator_->AllGather(own_slice, full, comm));
   target.ready_sequence = ++gather_sequence_;
   return target.params_ready->Record(comm);
 }
 
 absl::Status FsdpState::AwaitParams(int unit) {
-  ENGINE_RETURN_IF_ERROR(IssueGather(unit));
-  ENGINE_RETURN_IF_ERROR(unsharded_[unit].params_ready->WaitOn(backend_->compute_stream()));
+  FSDPD_RETURN_IF_ERROR(IssueGather(unit));
+  FSDPD_RETURN_IF_ERROR(unsharded_[unit].params_ready->WaitOn(backend_->compute_stream()));
   // Compute now runs after everything the comm stream had before this gather, including the
   // reduce-scatters of gradient buffers retired before it was issued.
   const int64_t waited = unsharded_[unit].ready_sequence;
@@ -117,10 +117,10 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
   Stream& comm = backend_->comm_stream();
   absl::StatusOr<std::unique_ptr<Event>> computed = backend_->CreateEvent();
   if (!computed.ok()) return computed.status();
-  ENGINE_RETURN_IF_ERROR((*computed)->Record(backend_->compute_stream()));
-  ENGINE_RETURN_IF_ERROR((*computed)->WaitOn(comm));
+  FSDPD_RETURN_IF_ERROR((*computed)->Record(backend_->compute_stream()));
+  FSDPD_RETURN_IF_ERROR((*computed)->WaitOn(comm));
   const Tensor full = unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel});
-  ENGINE_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(
       communicator_->ReduceScatter(full, shards_[unit].Grad(), ReduceOp::kAverage, comm));
   retired_grads_.push_back(RetiredGrads{gather_sequence_, std::move(unsharded_[unit].grads)});
   return absl::OkStatus();
@@ -136,16 +136,16 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   // Forward: the root stays gathered through forward, since the head needs it again at the end.
   {
     ProfileRange range(profiler, root_name, kPhaseForward);
-    ENGINE_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
-    ENGINE_RETURN_IF_ERROR(AwaitParams(root));
-    if (layers > 0) ENGINE_RETURN_IF_ERROR(IssueGather(0));
-    ENGINE_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
+    FSDPD_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
+    FSDPD_RETURN_IF_ERROR(AwaitParams(root));
+    if (layers > 0) FSDPD_RETURN_IF_ERROR(IssueGather(0));
+    FSDPD_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
   }
   for (int layer = 0; layer < layers; ++layer) {
-    if (layer + 1 < layers) ENGINE_RETURN_IF_ERROR(IssueGather(layer + 1));
+    if (layer + 1 < layers) FSDPD_RETURN_IF_ERROR(IssueGather(layer + 1));
     ProfileRange range(profiler, units_[layer].name, kPhaseForward);
-    ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
-    ENGINE_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
+    FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
+    FSDPD_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
     // The last block is needed first in backward; freeing and regathering it would only cost.
     if (options_.reshard_after_forward && layer + 1 < layers) ReleaseParams(layer);
   }
@@ -155,34 +155,34 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   absl::StatusOr<float> loss;
   {
     ProfileRange range(profiler, root_name, kPhaseForward, "head and loss");
-    ENGINE_RETURN_IF_ERROR(AllocateGrads(root));
+    FSDPD_RETURN_IF_ERROR(AllocateGrads(root));
     loss = model.HeadForwardBackward(Params(root), Grads(root), 1.0);
     if (!loss.ok()) return loss.status();
     ReleaseParams(root);
   }
 
   for (int layer = layers - 1; layer >= 0; --layer) {
-    if (layer > 0) ENGINE_RETURN_IF_ERROR(IssueGather(layer - 1));
+    if (layer > 0) FSDPD_RETURN_IF_ERROR(IssueGather(layer - 1));
     {
       ProfileRange range(profiler, units_[layer].name, kPhaseBackward);
-      ENGINE_RETURN_IF_ERROR(AwaitParams(layer));
-      ENGINE_RETURN_IF_ERROR(AllocateGrads(layer));
-      ENGINE_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
+      FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
+      FSDPD_RETURN_IF_ERROR(AllocateGrads(layer));
+      FSDPD_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
       ReleaseParams(layer);
     }
-    ENGINE_RETURN_IF_ERROR(ReduceScatterGrads(layer));
+    FSDPD_RETURN_IF_ERROR(ReduceScatterGrads(layer));
   }
   {
     ProfileRange range(profiler, root_name, kPhaseBackward);
-    ENGINE_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
+    FSDPD_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
   }
-  ENGINE_RETURN_IF_ERROR(ReduceScatterGrads(root));
+  FSDPD_RETURN_IF_ERROR(ReduceScatterGrads(root));
 
   // The optimizer runs on the compute stream; it must see every reduced gradient.
   absl::StatusOr<std::unique_ptr<Event>> reduced = backend_->CreateEvent();
   if (!reduced.ok()) return reduced.status();
-  ENGINE_RETURN_IF_ERROR((*reduced)->Record(backend_->comm_stream()));
-  ENGINE_RETURN_IF_ERROR((*reduced)->WaitOn(backend_->compute_stream()));
+  FSDPD_RETURN_IF_ERROR((*reduced)->Record(backend_->comm_stream()));
+  FSDPD_RETURN_IF_ERROR((*reduced)->WaitOn(backend_->compute_stream()));
   retired_grads_.clear();
   return *loss;
 }
@@ -194,9 +194,9 @@ absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values)
   if (!full_buffer.ok()) return full_buffer.status();
   const Tensor full = (*full_buffer)->View(DType::kF32, {layout.padded_numel});
   Stream& comm = backend_->comm_stream();
-  ENGINE_RETURN_IF_ERROR(communicator_->AllGather(shards_[unit].Master(), full, comm));
+  FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shards_[unit].Master(), full, comm));
   std::vector<float> padded(static_cast<size_t>(layout.padded_numel));
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToHost(full, padded.data(), comm));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(full, padded.data(), comm));
   padded.resize(static_cast<size_t>(layout.numel));
   *values = std::move(padded);
   return absl::OkStatus();

@@ -4,14 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {
-
-#define FSDPD_MODEL_RETURN_IF_ERROR(expression)                             \
-  do {                                                                      \
-    if (absl::Status status_ = (expression); !status_.ok()) return status_; \
-  } while (false)
 
 // What one block's forward keeps for its backward. The two RMSNorm outputs and the SiLU
 // output are not kept: backward recomputes them from what is kept (elementwise work, no
@@ -194,8 +190,8 @@ absl::Status BackendMiniLLM::BeginStep(const int32_t* tokens, const int32_t* tar
       }
     }
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(backend_->CopyToDevice(tokens, token_ids_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(backend_->CopyToDevice(targets, target_ids_, stream_));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(tokens, token_ids_, stream_));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(targets, target_ids_, stream_));
   phase_ = Phase::kStepBegun;
   return absl::OkStatus();
 }
@@ -204,9 +200,9 @@ absl::Status BackendMiniLLM::EmbedForward(const Tensor& root_params) {
   if (phase_ == Phase::kIdle) {
     return absl::FailedPreconditionError("MiniLLM::EmbedForward: BeginStep was not called");
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(root_params, root_unit(), "parameters"));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.EmbeddingForward(
-      Parameter(root_params, root_unit(), "embed.weight"), token_ids_, residuals_[0], stream_));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_params, root_unit(), "parameters"));
+  FSDPD_RETURN_IF_ERROR(ops_.EmbeddingForward(Parameter(root_params, root_unit(), "embed.weight"),
+                                              token_ids_, residuals_[0], stream_));
   phase_ = Phase::kForward;
   next_layer_ = 0;
   return absl::OkStatus();
@@ -218,34 +214,32 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
         "MiniLLM::BlockForward(", layer, "): expected ",
         phase_ == Phase::kForward ? absl::StrCat("layer ", next_layer_) : "EmbedForward first"));
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
   const std::string prefix = absl::StrCat("layers.", layer, ".");
   auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
   BlockActivations& saved = blocks_[static_cast<size_t>(layer)];
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   const Tensor& output = residuals_[static_cast<size_t>(layer) + 1];
 
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
-                                                  row_scratch_, saved.attention_rstd, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("attn.in_proj_weight"),
-                                                 weight("attn.in_proj_bias"), saved.qkv, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads, config_.causal,
-                                                    saved.attention, saved.lse, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight("attn.out_proj.weight"),
-                                                 weight("attn.out_proj.bias"), row_scratch_,
-                                                 stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
+                                            row_scratch_, saved.attention_rstd, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("attn.in_proj_weight"),
+                                           weight("attn.in_proj_bias"), saved.qkv, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads, config_.causal,
+                                              saved.attention, saved.lse, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight("attn.out_proj.weight"),
+                                           weight("attn.out_proj.bias"), row_scratch_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));
 
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
-                                                  config_.norm_eps, row_scratch_, saved.ffn_rstd,
-                                                  stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"), config_.norm_eps,
+                                            row_scratch_, saved.ffn_rstd, stream_));
   const Tensor no_bias;
-  FSDPD_MODEL_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(
       ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias, saved.ffn_hidden, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+  FSDPD_RETURN_IF_ERROR(
       ops_.LinearForward(activated_, weight("ffn.2.weight"), no_bias, row_scratch_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.Add(saved.middle, row_scratch_, output, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.Add(saved.middle, row_scratch_, output, stream_));
   ++next_layer_;
   return absl::OkStatus();
 }
@@ -256,9 +250,9 @@ absl::Status BackendMiniLLM::FinalNormForward(const Tensor& root_params, Tensor*
     *head_input = last;
     return absl::OkStatus();
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(
-      ops_.RmsNormForward(last, Parameter(root_params, root_unit(), "norm.weight"),
-                          config_.norm_eps, final_normed_, final_rstd_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(last,
+                                            Parameter(root_params, root_unit(), "norm.weight"),
+                                            config_.norm_eps, final_normed_, final_rstd_, stream_));
   *head_input = final_normed_;
   return absl::OkStatus();
 }
@@ -271,23 +265,23 @@ absl::StatusOr<float> BackendMiniLLM::HeadForwardBackward(const Tensor& root_par
         absl::StrCat("MiniLLM::HeadForwardBackward: every block's forward must run first (",
                      next_layer_, " of ", config_.layers, " done)"));
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(root_params, root_unit(), "parameters"));
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_params, root_unit(), "parameters"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
   Tensor head_input;
-  FSDPD_MODEL_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
+  FSDPD_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
   const Tensor& head_input_gradient = config_.final_norm ? normed_gradient_ : residual_gradient_;
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.HeadCrossEntropy(
+  FSDPD_RETURN_IF_ERROR(ops_.HeadCrossEntropy(
       head_input, Parameter(root_params, root_unit(), "head.weight"), target_ids_, loss_scale,
       loss_, head_input_gradient, Parameter(root_grads, root_unit(), "head.weight"), stream_));
   if (config_.final_norm) {
-    FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormBackward(
+    FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
         normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), "norm.weight"),
         final_rstd_, residual_gradient_, Parameter(root_grads, root_unit(), "norm.weight"),
         stream_));
   }
   float loss = 0.0f;
-  FSDPD_MODEL_RETURN_IF_ERROR(backend_->CopyToHost(loss_, &loss, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(stream_.Synchronize());
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(loss_, &loss, stream_));
+  FSDPD_RETURN_IF_ERROR(stream_.Synchronize());
   phase_ = Phase::kBackward;
   next_layer_ = static_cast<int>(config_.layers) - 1;
   return loss;
@@ -301,8 +295,8 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                      phase_ == Phase::kBackward ? absl::StrCat("layer ", next_layer_)
                                                 : "HeadForwardBackward first"));
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(block_grads, layer, "gradients"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_grads, layer, "gradients"));
   const std::string prefix = absl::StrCat("layers.", layer, ".");
   auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
   auto gradient = [&](const char* name) { return Parameter(block_grads, layer, prefix + name); };
@@ -311,41 +305,40 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   const Tensor no_bias;
 
   // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))).
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_,
-                                                  weight("ffn.2.weight"), activated_gradient_,
-                                                  gradient("ffn.2.weight"), no_bias, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
+                                            activated_gradient_, gradient("ffn.2.weight"), no_bias,
+                                            stream_));
+  FSDPD_RETURN_IF_ERROR(
       ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient_, stream_));
   // norm2's output, recomputed (its rstd is rewritten with the very same values).
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
-                                                  config_.norm_eps, row_scratch_, saved.ffn_rstd,
-                                                  stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient_, row_scratch_,
-                                                  weight("ffn.0.weight"), normed_gradient_,
-                                                  gradient("ffn.0.weight"), no_bias, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(
-      ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"), saved.ffn_rstd,
-                           branch_gradient_, gradient("norm2.weight"), stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"), config_.norm_eps,
+                                            row_scratch_, saved.ffn_rstd, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient_, row_scratch_, weight("ffn.0.weight"),
+                                            normed_gradient_, gradient("ffn.0.weight"), no_bias,
+                                            stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"),
+                                             saved.ffn_rstd, branch_gradient_,
+                                             gradient("norm2.weight"), stream_));
+  FSDPD_RETURN_IF_ERROR(
       ops_.Add(residual_gradient_, branch_gradient_, residual_gradient_, stream_));
 
   // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))).
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
       residual_gradient_, saved.attention, weight("attn.out_proj.weight"), attention_gradient_,
       gradient("attn.out_proj.weight"), gradient("attn.out_proj.bias"), stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv,
-                                                     saved.attention, saved.lse, config_.heads,
-                                                     config_.causal, qkv_gradient_, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
-                                                  row_scratch_, saved.attention_rstd, stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearBackward(
+  FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv, saved.attention,
+                                               saved.lse, config_.heads, config_.causal,
+                                               qkv_gradient_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
+                                            row_scratch_, saved.attention_rstd, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
       qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
       gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight("norm1.weight"),
-                                                   saved.attention_rstd, branch_gradient_,
-                                                   gradient("norm1.weight"), stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight("norm1.weight"),
+                                             saved.attention_rstd, branch_gradient_,
+                                             gradient("norm1.weight"), stream_));
+  FSDPD_RETURN_IF_ERROR(
       ops_.Add(residual_gradient_, branch_gradient_, residual_gradient_, stream_));
   --next_layer_;
   return absl::OkStatus();
@@ -356,8 +349,8 @@ absl::Status BackendMiniLLM::EmbedBackward(const Tensor& root_grads) {
     return absl::FailedPreconditionError(
         "MiniLLM::EmbedBackward: HeadForwardBackward and every block's backward must run first");
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.EmbeddingBackward(
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
+  FSDPD_RETURN_IF_ERROR(ops_.EmbeddingBackward(
       residual_gradient_, token_ids_, Parameter(root_grads, root_unit(), "embed.weight"), stream_));
   phase_ = Phase::kDone;
   return absl::OkStatus();
@@ -369,9 +362,9 @@ absl::Status BackendMiniLLM::RunForwardOnly(const std::vector<Tensor>& unit_para
                                                    units_.size(), " units, got ",
                                                    unit_params.size()));
   }
-  FSDPD_MODEL_RETURN_IF_ERROR(EmbedForward(unit_params[static_cast<size_t>(root_unit())]));
+  FSDPD_RETURN_IF_ERROR(EmbedForward(unit_params[static_cast<size_t>(root_unit())]));
   for (int layer = 0; layer < config_.layers; ++layer) {
-    FSDPD_MODEL_RETURN_IF_ERROR(BlockForward(layer, unit_params[static_cast<size_t>(layer)]));
+    FSDPD_RETURN_IF_ERROR(BlockForward(layer, unit_params[static_cast<size_t>(layer)]));
   }
   return absl::OkStatus();
 }
@@ -379,19 +372,19 @@ absl::Status BackendMiniLLM::RunForwardOnly(const std::vector<Tensor>& unit_para
 absl::Status BackendMiniLLM::Logits(const std::vector<Tensor>& unit_params,
                                     std::vector<float>* logits) {
   if (logits == nullptr) return absl::InvalidArgumentError("MiniLLM::Logits: no output vector");
-  FSDPD_MODEL_RETURN_IF_ERROR(RunForwardOnly(unit_params));
+  FSDPD_RETURN_IF_ERROR(RunForwardOnly(unit_params));
   const Tensor& root_params = unit_params[static_cast<size_t>(root_unit())];
   Tensor head_input;
-  FSDPD_MODEL_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
+  FSDPD_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
   // The full [T, V] logits exist only here, for evaluation and tests.
   absl::StatusOr<Tensor> device_logits =
       NewTensor(backend_->activation_dtype(), {tokens_, config_.vocab});
   if (!device_logits.ok()) return device_logits.status();
   std::unique_ptr<Buffer> logits_buffer = std::move(buffers_.back());
   buffers_.pop_back();
-  FSDPD_MODEL_RETURN_IF_ERROR(ops_.LinearForward(head_input,
-                                                 Parameter(root_params, root_unit(), "head.weight"),
-                                                 Tensor{}, *device_logits, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(head_input,
+                                           Parameter(root_params, root_unit(), "head.weight"),
+                                           Tensor{}, *device_logits, stream_));
   Tensor host_view = *device_logits;
   std::unique_ptr<Buffer> float_buffer;
   if (device_logits->dtype != DType::kF32) {
@@ -399,12 +392,12 @@ absl::Status BackendMiniLLM::Logits(const std::vector<Tensor>& unit_params,
     if (!converted.ok()) return converted.status();
     float_buffer = std::move(buffers_.back());
     buffers_.pop_back();
-    FSDPD_MODEL_RETURN_IF_ERROR(ops_.Cast(*device_logits, *converted, stream_));
+    FSDPD_RETURN_IF_ERROR(ops_.Cast(*device_logits, *converted, stream_));
     host_view = *converted;
   }
   logits->resize(static_cast<size_t>(tokens_ * config_.vocab));
-  FSDPD_MODEL_RETURN_IF_ERROR(backend_->CopyToHost(host_view, logits->data(), stream_));
-  FSDPD_MODEL_RETURN_IF_ERROR(stream_.Synchronize());
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(host_view, logits->data(), stream_));
+  FSDPD_RETURN_IF_ERROR(stream_.Synchronize());
   // The forward just run left no state for a backward.
   phase_ = Phase::kStepBegun;
   return absl::OkStatus();
@@ -427,7 +420,7 @@ absl::StatusOr<std::unique_ptr<MiniLLM>> MiniLLM::Create(const ModelConfig& conf
         config.norm_eps, "): sizes must be positive and dim divisible by heads"));
   }
   auto model = std::make_unique<BackendMiniLLM>(config, batch, seq, backend);
-  FSDPD_MODEL_RETURN_IF_ERROR(model->AllocateWorkspace());
+  FSDPD_RETURN_IF_ERROR(model->AllocateWorkspace());
   return std::unique_ptr<MiniLLM>(std::move(model));
 }
 

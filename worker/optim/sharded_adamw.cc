@@ -2,14 +2,14 @@
 
 #include <cmath>
 
-#include "worker/fsdp/status_macros.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd {
 
 absl::StatusOr<std::unique_ptr<ShardedAdamW>> ShardedAdamW::Create(Backend* backend,
                                                                    Communicator* communicator,
                                                                    FsdpState* state) {
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> scalar, backend->Allocate(sizeof(float)));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> scalar, backend->Allocate(sizeof(float)));
   return std::unique_ptr<ShardedAdamW>(
       new ShardedAdamW(backend, communicator, state, std::move(scalar)));
 }
@@ -22,22 +22,22 @@ absl::StatusOr<double> ShardedAdamW::GlobalGradNorm() {
     const UnitShard& shard = state_->shard(unit);
     if (shard.layout.valid_shard_numel == 0) continue;
     const Tensor grad = shard.grad->View(DType::kF32, {shard.layout.valid_shard_numel});
-    ENGINE_RETURN_IF_ERROR(backend_->ops().SumOfSquares(grad, scalar, stream));
+    FSDPD_RETURN_IF_ERROR(backend_->ops().SumOfSquares(grad, scalar, stream));
     float unit_sum = 0.0f;
-    ENGINE_RETURN_IF_ERROR(backend_->CopyToHost(scalar, &unit_sum, stream));
+    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(scalar, &unit_sum, stream));
     local_sum += unit_sum;
   }
   const float local = static_cast<float>(local_sum);
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(&local, scalar, stream));
-  ENGINE_RETURN_IF_ERROR(communicator_->AllReduce(scalar, ReduceOp::kSum, stream));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(&local, scalar, stream));
+  FSDPD_RETURN_IF_ERROR(communicator_->AllReduce(scalar, ReduceOp::kSum, stream));
   float global_sum = 0.0f;
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToHost(scalar, &global_sum, stream));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(scalar, &global_sum, stream));
   return std::sqrt(static_cast<double>(global_sum));
 }
 
 absl::StatusOr<double> ShardedAdamW::Step(const AdamWParams& params, double max_grad_norm) {
   Stream& stream = backend_->compute_stream();
-  ENGINE_ASSIGN_OR_RETURN(const double norm, GlobalGradNorm());
+  FSDPD_ASSIGN_OR_RETURN(const double norm, GlobalGradNorm());
   if (!std::isfinite(norm)) {
     return absl::InternalError(
         "the gradient norm is not finite (NaN or infinity): training diverged");
@@ -50,10 +50,10 @@ absl::StatusOr<double> ShardedAdamW::Step(const AdamWParams& params, double max_
     if (valid == 0) continue;
     const Tensor grad = shard.grad->View(DType::kF32, {valid});
     if (clip_coefficient < 1.0) {
-      ENGINE_RETURN_IF_ERROR(
+      FSDPD_RETURN_IF_ERROR(
           backend_->ops().Scale(grad, static_cast<float>(clip_coefficient), stream));
     }
-    ENGINE_RETURN_IF_ERROR(backend_->ops().AdamW(
+    FSDPD_RETURN_IF_ERROR(backend_->ops().AdamW(
         shard.master->View(DType::kF32, {valid}), grad, shard.exp_avg->View(DType::kF32, {valid}),
         shard.exp_avg_sq->View(DType::kF32, {valid}), params, stream));
   }
