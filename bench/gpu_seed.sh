@@ -24,7 +24,12 @@ if [ ! -d "$bin" ] && [ -f "$repo_root/.device/bundle.tar.xz" ]; then
     { echo "gpu_seed: cannot unpack .device/bundle.tar.xz" >&2; exit 1; }
 fi
 [ -x "$bin/fsdpd-train" ] || { echo "gpu_seed: no binaries in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# cuDNN (for the fused attention) comes from CUDNN_LIB, else from PyTorch's venv when the machine
+# has cuDNN nowhere else; without it the worker runs its own attention kernels.
+python_bin=${PYTHON:-/opt/torch/.venv/bin/python}
+cudnn_lib=${CUDNN_LIB:-$("$python_bin" -c \
+  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
+export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
 # MFU in the step reports is measured against the H200's dense bf16 peak unless told otherwise.
 export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
@@ -102,6 +107,16 @@ for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test p
   summary+=("$test: exit $status $result")
   say "$test: exit $status"
 done
+
+# 1b. Kernel timings (KERNEL_BENCH=1): attention through cuDNN and through the own kernels.
+if [ "${KERNEL_BENCH:-0}" = 1 ] && [ -x "$bin/cuda_kernels_bench" ]; then
+  for kernel in auto tensor-core; do
+    say "cuda_kernels_bench, attention kernel $kernel (limit $(limit 60) s)"
+    FSDPD_ATTENTION_KERNEL=$kernel timeout -k 5 "$(limit 60)" "$bin/cuda_kernels_bench" \
+      >"$out/cuda_kernels_bench_$kernel.txt" 2>&1
+    say "cuda_kernels_bench $kernel exit $?"
+  done
+fi
 
 # 2. fsdpd on the seed workload.
 listen="127.0.0.1:$(free_port)"

@@ -9,7 +9,7 @@ packages=(
   libspdlog-dev prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev libsystemd-dev
   libssl-dev clang-format prometheus curl ccache python3-yaml systemd
-  clang-14 libclang-rt-14-dev openssl xz-utils
+  clang-14 libclang-rt-14-dev openssl xz-utils python3-pip
 )
 
 missing=()
@@ -25,13 +25,35 @@ if ! command -v kubectl > /dev/null; then
   missing+=(kubernetes-client)
 fi
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
-
-echo "installing: ${missing[*]}"
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# cuDNN's C++ frontend (header-only) for the fused attention, where the CUDA toolkit has cuDNN.
+# Its PyPI wheel carries the headers; they go to /opt/cudnn-frontend/include, where the build
+# looks. Without them the build leaves cuDNN out and the own attention kernels run.
+frontend_version=1.32.0
+frontend_dir=/opt/cudnn-frontend
+if [ -f /usr/local/cuda/include/cudnn.h ] && [ ! -f "$frontend_dir/include/cudnn_frontend.h" ]; then
+  download=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 "nvidia-cudnn-frontend==$frontend_version" -d "$download"; then
+    "${sudo_cmd[@]}" python3 - "$download"/*.whl "$frontend_dir" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for name in wheel.namelist():
+        if name.startswith("include/"):
+            wheel.extract(name, sys.argv[2])
+PY
+    echo "cuDNN frontend $frontend_version headers in $frontend_dir/include"
+  else
+    echo "warning: could not download nvidia-cudnn-frontend; building without cuDNN attention" >&2
+  fi
+  rm -rf "$download"
+fi

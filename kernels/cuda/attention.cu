@@ -1,12 +1,16 @@
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tensor_core.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "worker/backend/cuda_check.h"
+#include "worker/status_macros.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -352,16 +356,87 @@ tensor_core::FlashGeometry FlashGeometryOf(const Geometry& g) {
   return tensor_core::FlashGeometry{g.batch, g.seq, g.heads, g.dim, g.scale};
 }
 
+absl::Status CheckWorkspace(const char* op, const void* workspace, int64_t bytes, int64_t needed) {
+  if (needed > 0 && (workspace == nullptr || bytes < needed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": workspace of ", bytes, " bytes, need ", needed));
+  }
+  return absl::OkStatus();
+}
+
+// FSDPD_ATTENTION_KERNEL, read once: kAuto when unset or "auto".
+absl::StatusOr<AttentionKernel> KernelFromEnvironment() {
+  static const absl::StatusOr<AttentionKernel> kernel = []() -> absl::StatusOr<AttentionKernel> {
+    const char* value = std::getenv("FSDPD_ATTENTION_KERNEL");
+    const std::string name = value == nullptr ? "auto" : value;
+    if (name == "auto" || name.empty()) return AttentionKernel::kAuto;
+    if (name == "cudnn") return AttentionKernel::kCudnn;
+    if (name == "tensor-core") return AttentionKernel::kTensorCore;
+    if (name == "cuda-core") return AttentionKernel::kCudaCore;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FSDPD_ATTENTION_KERNEL=", name, ": expected auto, cudnn, tensor-core or cuda-core"));
+  }();
+  return kernel;
+}
+
 }  // namespace
 
+absl::StatusOr<AttentionKernel> ResolveAttentionKernel(const AttentionDims& dims, bool causal) {
+  absl::StatusOr<Geometry> g = CheckDims("Attention", dims);
+  if (!g.ok()) return g.status();
+  AttentionKernel kernel = dims.kernel;
+  if (kernel == AttentionKernel::kAuto) {
+    absl::StatusOr<AttentionKernel> chosen = KernelFromEnvironment();
+    if (!chosen.ok()) return chosen.status();
+    kernel = *chosen;
+  }
+  if (kernel == AttentionKernel::kCudnn) {
+    absl::StatusOr<cudnn_attention::Workspace> prepared = cudnn_attention::Prepare(dims, causal);
+    if (!prepared.ok()) return prepared.status();
+    return kernel;
+  }
+  if (kernel == AttentionKernel::kAuto) {
+    if (cudnn_attention::Compiled() && cudnn_attention::Prepare(dims, causal).ok()) {
+      return AttentionKernel::kCudnn;
+    }
+    kernel = AttentionKernel::kTensorCore;
+  }
+  if (kernel == AttentionKernel::kTensorCore && !tensor_core::Supports(g->head_dim)) {
+    kernel = AttentionKernel::kCudaCore;
+  }
+  return kernel;
+}
+
+absl::StatusOr<AttentionWorkspace> AttentionWorkspaceBytes(const AttentionDims& dims, bool causal) {
+  absl::StatusOr<AttentionKernel> kernel = ResolveAttentionKernel(dims, causal);
+  if (!kernel.ok()) return kernel.status();
+  if (*kernel == AttentionKernel::kCudnn) {
+    absl::StatusOr<cudnn_attention::Workspace> cudnn = cudnn_attention::Prepare(dims, causal);
+    if (!cudnn.ok()) return cudnn.status();
+    return AttentionWorkspace{cudnn->forward_bytes, cudnn->backward_bytes};
+  }
+  // The own backward keeps one fp32 delta per (batch, head, row).
+  return AttentionWorkspace{0, std::max<int64_t>(1, dims.batch * dims.heads * dims.seq) * 4};
+}
+
 absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dims, bool causal,
-                              __nv_bfloat16* out, float* lse, cudaStream_t stream) {
+                              __nv_bfloat16* out, float* lse, void* workspace,
+                              int64_t workspace_bytes, cudaStream_t stream) {
   absl::StatusOr<Geometry> g = CheckDims("AttentionForward", dims);
   if (!g.ok()) return g.status();
   if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return absl::InvalidArgumentError("AttentionForward: null pointer argument");
   }
-  if (dims.tensor_cores && tensor_core::Supports(g->head_dim) && Aligned({qkv, out})) {
+  absl::StatusOr<AttentionWorkspace> needed = AttentionWorkspaceBytes(dims, causal);
+  if (!needed.ok()) return needed.status();
+  FSDPD_RETURN_IF_ERROR(
+      CheckWorkspace("AttentionForward", workspace, workspace_bytes, needed->forward_bytes));
+  absl::StatusOr<AttentionKernel> kernel = ResolveAttentionKernel(dims, causal);
+  if (!kernel.ok()) return kernel.status();
+  if (*kernel == AttentionKernel::kCudnn) {
+    return cudnn_attention::Forward(qkv, dims, causal, out, lse, workspace, stream);
+  }
+  if (*kernel == AttentionKernel::kTensorCore && Aligned({qkv, out})) {
     return tensor_core::Forward(qkv, FlashGeometryOf(*g), g->head_dim, causal, out, lse, stream);
   }
   if (g->head_dim <= 32) return LaunchForward<32>(qkv, *g, causal, out, lse, stream);
@@ -369,31 +444,30 @@ absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dim
   return LaunchForward<128>(qkv, *g, causal, out, lse, stream);
 }
 
-int64_t AttentionBackwardScratchBytes(const AttentionDims& dims) {
-  return std::max<int64_t>(1, dims.batch * dims.heads * dims.seq) * 4;
-}
-
 absl::Status AttentionBackward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                const __nv_bfloat16* out, const float* lse,
                                const AttentionDims& dims, bool causal, __nv_bfloat16* dqkv,
-                               void* scratch, int64_t scratch_bytes, cudaStream_t stream) {
+                               void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   absl::StatusOr<Geometry> g = CheckDims("AttentionBackward", dims);
   if (!g.ok()) return g.status();
-  if (dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr || dqkv == nullptr ||
-      scratch == nullptr) {
+  if (dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr || dqkv == nullptr) {
     return absl::InvalidArgumentError("AttentionBackward: null pointer argument");
   }
-  if (scratch_bytes < AttentionBackwardScratchBytes(dims)) {
-    return absl::InvalidArgumentError(absl::StrCat("AttentionBackward: scratch of ", scratch_bytes,
-                                                   " bytes, need ",
-                                                   AttentionBackwardScratchBytes(dims)));
+  absl::StatusOr<AttentionWorkspace> needed = AttentionWorkspaceBytes(dims, causal);
+  if (!needed.ok()) return needed.status();
+  FSDPD_RETURN_IF_ERROR(
+      CheckWorkspace("AttentionBackward", workspace, workspace_bytes, needed->backward_bytes));
+  absl::StatusOr<AttentionKernel> kernel = ResolveAttentionKernel(dims, causal);
+  if (!kernel.ok()) return kernel.status();
+  if (*kernel == AttentionKernel::kCudnn) {
+    return cudnn_attention::Backward(dout, qkv, out, lse, dims, causal, dqkv, workspace, stream);
   }
-  auto* delta = static_cast<float*>(scratch);
+  auto* delta = static_cast<float*>(workspace);
   const int64_t rows = g->batch * g->heads * g->seq;
   AttentionDeltaKernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(dout, out, *g,
                                                                                       delta);
   CUDA_CHECK_LAUNCH("AttentionDeltaKernel");
-  if (dims.tensor_cores && tensor_core::Supports(g->head_dim) && Aligned({dout, qkv, dqkv})) {
+  if (*kernel == AttentionKernel::kTensorCore && Aligned({dout, qkv, dqkv})) {
     return tensor_core::Backward(dout, qkv, lse, delta, FlashGeometryOf(*g), g->head_dim, causal,
                                  dqkv, stream);
   }

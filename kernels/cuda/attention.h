@@ -4,7 +4,8 @@
 // probabilities from them (one kernel for dq, one for dk and dv: no atomics, deterministic).
 // No [seq, seq] matrix is ever stored. head_dim 32, 64 and 128 run on tensor cores (WMMA,
 // probabilities rounded to bf16 between the two products as in FlashAttention); other head
-// dims run fp32 CUDA-core kernels.
+// dims run fp32 CUDA-core kernels. Where cuDNN is built in, its fused attention
+// (attention_cudnn.h) runs instead by default: on Hopper it is several times faster.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,33 +14,49 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace fsdpd::cuda {
+
+// Which implementation runs. kAuto takes cuDNN's fused attention when this build has it and it
+// accepts the shape, else the own tensor-core kernels (head_dim 32, 64, 128 with 16-byte aligned
+// tensors), else the own fp32 CUDA-core kernels. The environment variable
+// FSDPD_ATTENTION_KERNEL=cudnn|tensor-core|cuda-core overrides kAuto, for comparisons.
+enum class AttentionKernel { kAuto, kCudnn, kTensorCore, kCudaCore };
 
 struct AttentionDims {
   int64_t batch = 0;
   int64_t seq = 0;
   int64_t heads = 0;
   int64_t dim = 0;  // heads · head_dim; head_dim at most kMaxAttentionHeadDim
-  // Tensor-core kernels (WMMA) serve head_dim 32, 64 and 128 with 16-byte aligned tensors;
-  // everything else, or tensor_cores = false, runs the fp32 CUDA-core kernels.
-  bool tensor_cores = true;
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 inline constexpr int64_t kMaxAttentionHeadDim = 128;
 
+// Device scratch (bytes) each direction needs for the implementation that runs these dims.
+struct AttentionWorkspace {
+  int64_t forward_bytes = 0;
+  int64_t backward_bytes = 0;
+};
+
+// The implementation that runs these dims (never kAuto), and its scratch. Errors: bad dims, or
+// kCudnn asked for where cuDNN cannot run them (the message says why).
+absl::StatusOr<AttentionKernel> ResolveAttentionKernel(const AttentionDims& dims, bool causal);
+absl::StatusOr<AttentionWorkspace> AttentionWorkspaceBytes(const AttentionDims& dims, bool causal);
+
 // qkv[batch, seq, 3·dim] = q | k | v, heads split along dim. out[batch, seq, dim] =
 // softmax(q·kᵀ/√head_dim [+ causal mask]) · v per head; lse[batch, heads, seq] fp32.
+// `workspace` holds at least AttentionWorkspaceBytes(...).forward_bytes (null when 0).
 absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dims, bool causal,
-                              __nv_bfloat16* out, float* lse, cudaStream_t stream);
+                              __nv_bfloat16* out, float* lse, void* workspace,
+                              int64_t workspace_bytes, cudaStream_t stream);
 
-// Device scratch (bytes) AttentionBackward needs: one fp32 per (batch, head, row).
-int64_t AttentionBackwardScratchBytes(const AttentionDims& dims);
-
-// dqkv[batch, seq, 3·dim] overwritten (every element written).
+// dqkv[batch, seq, 3·dim] overwritten (every element written); `workspace` holds at least
+// AttentionWorkspaceBytes(...).backward_bytes.
 absl::Status AttentionBackward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                const __nv_bfloat16* out, const float* lse,
                                const AttentionDims& dims, bool causal, __nv_bfloat16* dqkv,
-                               void* scratch, int64_t scratch_bytes, cudaStream_t stream);
+                               void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

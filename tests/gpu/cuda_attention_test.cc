@@ -1,5 +1,8 @@
 // Flash-style attention forward and backward against the CPU's exact softmax attention.
+#include <algorithm>
+
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "tests/gpu/cuda_test_support.h"
 
 namespace fsdpd::testing {
@@ -80,12 +83,19 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{1, 129, 2, 128, true},
                       AttentionCase{1, 40, 2, 48, false}));  // head_dim below a template size
 
-// The launchers directly, once on tensor cores and once on the fp32 CUDA-core kernels, for the
-// seed's head_dim: both must match the CPU (the Ops path above takes tensor cores where it can).
-class CudaAttentionKernelPathTest : public CudaTest, public ::testing::WithParamInterface<bool> {};
+// The launchers directly, once per implementation (cuDNN's fused attention, the own tensor-core
+// and fp32 CUDA-core kernels), for the seed's head_dim: each must match the CPU (the Ops path
+// above takes whichever kAuto picks). cuDNN, like the own tensor-core kernels, rounds the
+// probabilities to bf16 before the second product, so it gets the same tolerances.
+class CudaAttentionKernelPathTest : public CudaTest,
+                                    public ::testing::WithParamInterface<cuda::AttentionKernel> {};
 
 TEST_P(CudaAttentionKernelPathTest, SeedHeadDimMatchesTheCpu) {
-  const bool tensor_cores = GetParam();
+  const cuda::AttentionKernel kernel = GetParam();
+  if (kernel == cuda::AttentionKernel::kCudnn && !cuda::cudnn_attention::Compiled()) {
+    GTEST_SKIP() << "this build has no cuDNN";
+  }
+  const bool tensor_cores = kernel != cuda::AttentionKernel::kCudaCore;
   for (bool causal : {false, true}) {
     const int64_t b = 2, s = 150, heads = 2, head_dim = 128, dim = heads * head_dim;
     std::vector<float> qkv = RoundedToBf16(RandomValues(random_, b * s * 3 * dim));
@@ -96,19 +106,27 @@ TEST_P(CudaAttentionKernelPathTest, SeedHeadDimMatchesTheCpu) {
     Tensor lse = Poisoned(DType::kF32, {b, heads, s});
     Tensor dqkv = Poisoned(DType::kBF16, {b, s, 3 * dim});
     cuda::AttentionDims dims{b, s, heads, dim};
-    dims.tensor_cores = tensor_cores;
-    const int64_t scratch_bytes = cuda::AttentionBackwardScratchBytes(dims);
-    Tensor scratch = NewDevice(DType::kF32, {scratch_bytes / 4});
+    dims.kernel = kernel;
+    absl::StatusOr<cuda::AttentionKernel> resolved = cuda::ResolveAttentionKernel(dims, causal);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    ASSERT_EQ(*resolved, kernel);
+    absl::StatusOr<cuda::AttentionWorkspace> workspace =
+        cuda::AttentionWorkspaceBytes(dims, causal);
+    ASSERT_TRUE(workspace.ok()) << workspace.status();
+    const int64_t scratch_bytes =
+        std::max<int64_t>({workspace->forward_bytes, workspace->backward_bytes, 4});
+    Tensor scratch = NewDevice(DType::kF32, {(scratch_bytes + 3) / 4});
     absl::StatusOr<cudaStream_t> stream = CudaStreamOf(gpu_stream());
     ASSERT_TRUE(stream.ok());
     using bf16 = __nv_bfloat16;
-    ASSERT_TRUE(cuda::AttentionForward(device_qkv.as<bf16>(), dims, causal, out.as<bf16>(),
-                                       lse.as<float>(), *stream)
-                    .ok());
-    ASSERT_TRUE(cuda::AttentionBackward(device_dout.as<bf16>(), device_qkv.as<bf16>(),
-                                        out.as<bf16>(), lse.as<float>(), dims, causal,
-                                        dqkv.as<bf16>(), scratch.data, scratch_bytes, *stream)
-                    .ok());
+    absl::Status forward =
+        cuda::AttentionForward(device_qkv.as<bf16>(), dims, causal, out.as<bf16>(), lse.as<float>(),
+                               scratch.data, scratch_bytes, *stream);
+    ASSERT_TRUE(forward.ok()) << forward;
+    absl::Status backward = cuda::AttentionBackward(
+        device_dout.as<bf16>(), device_qkv.as<bf16>(), out.as<bf16>(), lse.as<float>(), dims,
+        causal, dqkv.as<bf16>(), scratch.data, scratch_bytes, *stream);
+    ASSERT_TRUE(backward.ok()) << backward;
     std::vector<float> expected_out(b * s * dim), expected_lse(b * heads * s);
     ASSERT_TRUE(cpu_ops()
                     .AttentionForward(Host(qkv, {b, s, 3 * dim}), heads, causal,
@@ -135,10 +153,19 @@ TEST_P(CudaAttentionKernelPathTest, SeedHeadDimMatchesTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, CudaAttentionKernelPathTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("TensorCores")
-                                             : std::string("CudaCores");
+INSTANTIATE_TEST_SUITE_P(Paths, CudaAttentionKernelPathTest,
+                         ::testing::Values(cuda::AttentionKernel::kCudnn,
+                                           cuda::AttentionKernel::kTensorCore,
+                                           cuda::AttentionKernel::kCudaCore),
+                         [](const ::testing::TestParamInfo<cuda::AttentionKernel>& info) {
+                           switch (info.param) {
+                             case cuda::AttentionKernel::kCudnn:
+                               return std::string("Cudnn");
+                             case cuda::AttentionKernel::kTensorCore:
+                               return std::string("TensorCores");
+                             default:
+                               return std::string("CudaCores");
+                           }
                          });
 
 TEST(CudaAttentionArguments, HeadDimAboveTheLimitIsRejected) {

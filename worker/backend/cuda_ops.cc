@@ -315,8 +315,16 @@ absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, bool ca
   absl::StatusOr<cuda::AttentionDims> dims = AttentionDimsOf(check, qkv, heads, out, lse);
   if (!dims.ok()) return dims.status();
   if (dims->batch == 0 || dims->seq == 0) return absl::OkStatus();
+  absl::StatusOr<cuda::AttentionWorkspace> workspace = cuda::AttentionWorkspaceBytes(*dims, causal);
+  if (!workspace.ok()) return workspace.status();
+  void* scratch_pointer = nullptr;
+  if (workspace->forward_bytes > 0) {
+    absl::StatusOr<void*> scratch = ScratchFor(cuda_stream, workspace->forward_bytes);
+    if (!scratch.ok()) return scratch.status();
+    scratch_pointer = *scratch;
+  }
   return cuda::AttentionForward(Bf16(qkv), *dims, causal, MutableBf16(out), lse.as<float>(),
-                                cuda_stream);
+                                scratch_pointer, workspace->forward_bytes, cuda_stream);
 }
 
 absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -329,7 +337,9 @@ absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, c
   FSDPD_RETURN_IF_ERROR(check.Shaped(dout, "dout", DType::kBF16, out.shape));
   FSDPD_RETURN_IF_ERROR(check.Shaped(dqkv, "dqkv", DType::kBF16, qkv.shape));
   if (dims->batch == 0 || dims->seq == 0) return absl::OkStatus();
-  const int64_t bytes = cuda::AttentionBackwardScratchBytes(*dims);
+  absl::StatusOr<cuda::AttentionWorkspace> workspace = cuda::AttentionWorkspaceBytes(*dims, causal);
+  if (!workspace.ok()) return workspace.status();
+  const int64_t bytes = std::max<int64_t>(workspace->backward_bytes, 1);
   absl::StatusOr<void*> scratch = ScratchFor(cuda_stream, bytes);
   if (!scratch.ok()) return scratch.status();
   return cuda::AttentionBackward(Bf16(dout), Bf16(qkv), Bf16(out), lse.as<float>(), *dims, causal,
