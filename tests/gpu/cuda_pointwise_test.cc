@@ -106,8 +106,12 @@ TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
   }
 }
 
-TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {
-  const int64_t rows = 300, dim = 200;  // more rows than the backward's blocks
+// Widths: vectorised kernels with 1 and several chunks of 8 per thread (200, 2048: the seed's),
+// and the scalar kernels (36: not a multiple of 8; 8200: wider than the vectorised limit).
+class CudaRmsNormTest : public CudaTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
+  const int64_t rows = 600, dim = GetParam();  // more rows than the backward's blocks
   const double eps = 1.1920928955078125e-07;
   std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * dim, 2.0f));
   std::vector<float> weight = RoundedToBf16(RandomValues(random_, dim));
@@ -145,7 +149,7 @@ TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {
   // dx subtracts a projection term, so cancellation calls for an absolute term at the scale
   // of the gradient (its values are around 1).
   EXPECT_TRUE(AllClose(Download(dx), expected_dx, 2e-2, kBf16Relative));
-  // fp32 sums of 300 products against the CPU's double sums.
+  // fp32 sums of 600 products against the CPU's double sums.
   EXPECT_TRUE(AllClose(Download(dweight), expected_dweight, 1e-3, 1e-4));
 
   // Deterministic weight gradient: the same accumulation again gives the same bits.
@@ -157,6 +161,8 @@ TEST_F(CudaPointwiseTest, RmsNormForwardAndBackward) {
           .ok());
   EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), dim * sizeof(float)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Widths, CudaRmsNormTest, ::testing::Values(200, 2048, 36, 8200));
 
 TEST_F(CudaPointwiseTest, EmbeddingForwardAndDeterministicBackward) {
   const int64_t vocab = 50, dim = 70, tokens = 513;
