@@ -151,9 +151,30 @@ if [ "$idle" -ge 1 ]; then
     python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
   if [ -n "$job" ]; then
     say "job $job submitted; watching (limit $(limit 150) s)"
+    # PROFILE_START=N asks the running job for a profiling window of PROFILE_STEPS steps from
+    # step N (fsdpctl profile --start N --steps K), as an operator would; the table and the
+    # trace are fetched when the job ends.
+    if [ -n "${PROFILE_START:-}" ]; then
+      (
+        for _ in $(seq 240); do
+          "$bin/fsdpctl" --json status "$job" 2>/dev/null | grep -q '"RUNNING"' && break
+          sleep 0.5
+        done
+        "$bin/fsdpctl" profile "$job" --start "$PROFILE_START" --steps "${PROFILE_STEPS:-2}"
+      ) >"$out/fsdpd_profile_request.txt" 2>&1 &
+      profile_request=$!
+    fi
     timeout -k 5 "$(limit 150)" "$bin/fsdpctl" --json watch "$job" >"$watch_file" 2>"$out/fsdpd_watch.err"
     say "watch ended with $?; final status: $("$bin/fsdpctl" --json status "$job" 2>&1 | head -c 400)"
     "$bin/fsdpctl" logs "$job" >"$out/fsdpd_job_logs.txt" 2>&1
+    if [ -n "${PROFILE_START:-}" ]; then
+      wait "$profile_request"
+      "$bin/fsdpctl" profile "$job" >"$out/fsdpd_profile_table.txt" 2>&1
+      say "profile table: exit $? ($(wc -l <"$out/fsdpd_profile_table.txt") lines)"
+      "$bin/fsdpctl" --json profile "$job" >"$out/fsdpd_profile_table.json" 2>&1
+      "$bin/fsdpctl" trace "$job" -o "$out/fsdpd_trace.json" >"$out/fsdpd_trace.txt" 2>&1
+      say "trace: exit $? ($(stat -c %s "$out/fsdpd_trace.json" 2>/dev/null || echo 0) bytes)"
+    fi
   else
     say "submit failed: $(head -c 400 "$out/fsdpd_submit.err")"
   fi
