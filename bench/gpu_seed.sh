@@ -90,13 +90,14 @@ say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=
 
 # 1. The gpu tests.
 # GPU_TESTS and ANCHOR_MODES narrow the run when device time is short.
-for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test}; do
+for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test profiler_cuda_trainer_test}; do
   if [ ! -x "$bin/$test" ]; then
     summary+=("$test: not bundled")
     continue
   fi
   case $test in
     cuda_trainer_test | cuda_kernels_test) own=120 ;;
+    profiler_cuda_trainer_test) own=150 ;;
     *) own=60 ;;
   esac
   say "test $test (limit $(limit $own) s)"
@@ -147,28 +148,23 @@ done
 if [ "$idle" -ge 1 ]; then
   "$bin/fsdpctl" workers >"$out/fsdpd_workers.txt" 2>&1
   start_memory_sampler "$out/fsdpd_driver_memory.csv"
-  job=$("$bin/fsdpctl" --json submit "$spec" 2>"$out/fsdpd_submit.err" |
+  # PROFILE_START=N profiles PROFILE_STEPS steps from step N through the spec's profile section
+  # (device timing from CUPTI; PROFILE_COUNTERS=true adds the range profiler's kernel replay,
+  # which makes those steps far slower on a model this size).
+  job_spec=$spec
+  if [ -n "${PROFILE_START:-}" ]; then
+    job_spec=$work/seed_profiled.yaml
+    sed -E "s/^profile:.*/profile: {start_step: $PROFILE_START, steps: ${PROFILE_STEPS:-2}, counters: ${PROFILE_COUNTERS:-false}}/" \
+      "$spec" >"$job_spec"
+  fi
+  job=$("$bin/fsdpctl" --json submit "$job_spec" 2>"$out/fsdpd_submit.err" |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
   if [ -n "$job" ]; then
     say "job $job submitted; watching (limit $(limit 150) s)"
-    # PROFILE_START=N asks the running job for a profiling window of PROFILE_STEPS steps from
-    # step N (fsdpctl profile --start N --steps K), as an operator would; the table and the
-    # trace are fetched when the job ends.
-    if [ -n "${PROFILE_START:-}" ]; then
-      (
-        for _ in $(seq 240); do
-          "$bin/fsdpctl" --json status "$job" 2>/dev/null | grep -q '"RUNNING"' && break
-          sleep 0.5
-        done
-        "$bin/fsdpctl" profile "$job" --start "$PROFILE_START" --steps "${PROFILE_STEPS:-2}"
-      ) >"$out/fsdpd_profile_request.txt" 2>&1 &
-      profile_request=$!
-    fi
     timeout -k 5 "$(limit 150)" "$bin/fsdpctl" --json watch "$job" >"$watch_file" 2>"$out/fsdpd_watch.err"
     say "watch ended with $?; final status: $("$bin/fsdpctl" --json status "$job" 2>&1 | head -c 400)"
     "$bin/fsdpctl" logs "$job" >"$out/fsdpd_job_logs.txt" 2>&1
     if [ -n "${PROFILE_START:-}" ]; then
-      wait "$profile_request"
       "$bin/fsdpctl" profile "$job" >"$out/fsdpd_profile_table.txt" 2>&1
       say "profile table: exit $? ($(wc -l <"$out/fsdpd_profile_table.txt") lines)"
       "$bin/fsdpctl" --json profile "$job" >"$out/fsdpd_profile_table.json" 2>&1
@@ -192,6 +188,23 @@ if ! grep -q '"type":"step"' "$watch_file" && [ -x "$bin/fsdpd-train" ]; then
   say "fsdpd-train exit $?"
   stop_memory_sampler
 fi
+
+# 2b. Variants of the spec (VARIANTS="none block": parallel.activation_recompute values), each
+# straight through fsdpd-train, for the speed/memory trade-off beside the daemon's run.
+for variant in ${VARIANTS:-}; do
+  variant_spec=$work/seed_$variant.yaml
+  sed -E "s/activation_recompute: [a-z]+/activation_recompute: $variant/" "$spec" >"$variant_spec"
+  say "fsdpd-train, activation_recompute $variant (limit $(limit 90) s)"
+  start_memory_sampler "$out/variant_${variant}_driver_memory.csv"
+  timeout -k 5 "$(limit 90)" "$bin/fsdpd-train" --spec "$variant_spec" --device cuda:0 \
+    --checkpoint-dir "$work/variant-$variant" >"$out/variant_$variant.jsonl" 2>"$out/variant_$variant.log"
+  say "fsdpd-train $variant exit $?"
+  stop_memory_sampler
+  python3 "$repo_root/bench/summarize_watch.py" --watch "$out/variant_$variant.jsonl" --first 11 \
+    --last 40 --driver-samples "$out/variant_${variant}_driver_memory.csv" \
+    --json "$out/variant_$variant.json" >"$out/variant_$variant.txt" 2>&1
+  summary+=("variant $variant: $(tr '\n' ' ' <"$out/variant_$variant.txt" | head -c 400)")
+done
 
 # 3. The PyTorch anchor, eager and compiled, 40 steps with the first ten as warm-up.
 anchor_args=()

@@ -100,6 +100,12 @@ absl::Status Coordinator::Start() {
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
   builder.RegisterService(rendezvous_service_.get());
+  // fsdpd_rpc_duration_seconds and fsdpd_rpc_first_message_seconds for every RPC.
+  if (metrics_ != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> timing;
+    timing.push_back(metrics_->RpcTimingInterceptors());
+    builder.experimental().SetInterceptorCreators(std::move(timing));
+  }
   // Artifacts arrive in 1 MiB chunks; specs and reports are small. A larger request is refused
   // with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(config_.max_receive_message_bytes);

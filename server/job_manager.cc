@@ -80,7 +80,7 @@ absl::Status JobManager::Load() {
       rendezvous_.OpenScope(id, active.attempt);
       record.active = std::move(active);
     }
-    jobs_.emplace(id, std::move(record));
+    PublishLocked(jobs_.emplace(id, std::move(record)).first->second);
   }
   for (const std::string& id : broken) {
     FailAttemptLocked(jobs_.at(id), "the stored attempt has no assignments");
@@ -117,18 +117,35 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
+  // The id, the row and the first transition in one commit; readers see the job once it is
+  // committed.
+  store_.BeginGroup();
+  deferring_publish_ = true;
   absl::StatusOr<std::string> id = store_.NextJobId();
-  if (!id.ok()) return id.status();
-  JobRecord record;
-  record.submit_order = SubmitOrderOf(*id);
-  record.job.set_id(*id);
-  *record.job.mutable_spec() = spec;
-  record.job.set_state(v1::PENDING);
-  record.job.set_created_unix_millis(UnixMillisNow());
-  record.job.set_reason("submitted");
-  if (absl::Status status = store_.InsertJob(record.job); !status.ok()) return status;
-  JobRecord& stored = jobs_.emplace(*id, std::move(record)).first->second;
-  TransitionLocked(stored, v1::PENDING, "submitted");
+  absl::Status status = id.status();
+  JobRecord* stored = nullptr;
+  if (status.ok()) {
+    JobRecord record;
+    record.submit_order = SubmitOrderOf(*id);
+    record.job.set_id(*id);
+    *record.job.mutable_spec() = spec;
+    record.job.set_state(v1::PENDING);
+    record.job.set_created_unix_millis(UnixMillisNow());
+    record.job.set_reason("submitted");
+    status = store_.InsertJob(record.job);
+    if (status.ok()) {
+      stored = &jobs_.emplace(*id, std::move(record)).first->second;
+      TransitionLocked(*stored, v1::PENDING, "submitted");
+    }
+  }
+  if (absl::Status commit = store_.EndGroup(); status.ok()) status = commit;
+  deferring_publish_ = false;
+  unpublished_.clear();
+  if (!status.ok()) {
+    if (stored != nullptr) jobs_.erase(*id);  // not stored: the job was never accepted
+    return status;
+  }
+  PublishLocked(*stored);
   spdlog::info("{} submitted: {} on {} {} worker(s)", *id, spec.name(),
                spec.parallel().world_size(), spec.parallel().device());
   ScheduleLocked();
@@ -163,6 +180,16 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   return record->job;
 }
 
+void JobManager::PublishLocked(const JobRecord& record) {
+  if (deferring_publish_) {
+    unpublished_.push_back(&record);
+    return;
+  }
+  auto snapshot = std::make_shared<const v1::Job>(record.job);
+  std::lock_guard<std::mutex> lock(view_mutex_);
+  view_[record.job.id()] = std::move(snapshot);
+}
+
 void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
                                   const std::string& reason) {
   const int64_t now = UnixMillisNow();
@@ -179,6 +206,7 @@ void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
   change.set_unix_millis(now);
   *job.add_transitions() = change;
   LogStoreError(store_.RecordTransition(job, record.next_sequence++, change), "transition");
+  PublishLocked(record);
   spdlog::info("{} → {} (attempt {}): {}", job.id(), v1::JobState_Name(state), job.attempt(),
                reason);
   v1::JobEvent event;

@@ -90,7 +90,20 @@ class JobManager {
   absl::StatusOr<v1::RegisterResponse> RegisterWorker(const v1::RegisterRequest& request);
   absl::Status OpenSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session);
   void CloseSession(const std::string& worker_id, const WorkerSession* session);
+  // Stamps the worker alive, then handles the message.
   void OnWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
+  // Stamps liveness without the job manager's lock: called when a message is received, before
+  // it waits in a queue, so a coordinator that falls behind gets slower instead of declaring
+  // streaming workers lost.
+  void NoteAlive(const std::string& worker_id);
+  // A run of session messages (in arrival order, each already stamped by NoteAlive) under one
+  // hold of the lock, their store writes grouped into one transaction that is committed before
+  // this returns and before readers see what the run changed.
+  struct WorkerMessageRef {
+    const std::string* worker_id;
+    const v1::WorkerMessage* message;
+  };
+  void OnWorkerMessages(const std::vector<WorkerMessageRef>& messages);
 
   // Expires silent workers and unrecovered attempts, then schedules.
   void Tick();
@@ -143,6 +156,7 @@ class JobManager {
   void FailAttemptLocked(JobRecord& record, const std::string& reason);
   void ReconcileRegistrationLocked(const std::string& worker_id, const RankAssignment& previous,
                                    const v1::RegisterRequest& request);
+  void OnWorkerMessageLocked(const std::string& worker_id, const v1::WorkerMessage& message);
   void OnStepLocked(const std::string& worker_id, const v1::StepReport& report);
   void OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result);
   void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
@@ -151,6 +165,9 @@ class JobManager {
   // The active attempt this worker runs as the given job/attempt/rank, or null.
   JobRecord* ActiveRecordForLocked(const std::string& worker_id, const std::string& job_id,
                                    int attempt, int rank);
+  // Publishes the record's job for Get, List and CountByState, which read these snapshots
+  // without taking mutex_ and so never wait behind the report stream.
+  void PublishLocked(const JobRecord& record);
   void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
                         const std::string& reason);
   void LogStoreError(const absl::Status& status, const char* what) const;
@@ -170,6 +187,15 @@ class JobManager {
   std::map<std::string, v1::Cancellation> pending_cancellations_;
   JobObserver* observer_ = nullptr;
   bool shutting_down_ = false;
+
+  // What readers see: the job as last stored, one immutable snapshot per job, in id order.
+  // Taken after mutex_ when both are held; held only to swap or copy pointers.
+  // While a run of messages is handled, what it changed is published only once its writes are
+  // committed.
+  bool deferring_publish_ = false;
+  std::vector<const JobRecord*> unpublished_;
+  mutable std::mutex view_mutex_;
+  std::map<std::string, std::shared_ptr<const v1::Job>> view_;
 };
 
 bool IsTerminal(v1::JobState state);

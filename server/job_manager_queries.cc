@@ -8,31 +8,42 @@
 namespace fsdpd::server {
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const JobRecord* record = FindLocked(job_id);
-  if (record == nullptr)
+  std::shared_ptr<const v1::Job> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(view_mutex_);
+    auto found = view_.find(job_id);
+    if (found != view_.end()) snapshot = found->second;
+  }
+  if (snapshot == nullptr)
     return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  return record->job;
+  return *snapshot;
 }
 
 std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states, int limit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<v1::Job> jobs;
-  for (const auto& [id, record] : jobs_) {
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), record.job.state()) == states.end()) {
-      continue;
+  std::vector<std::shared_ptr<const v1::Job>> snapshots;
+  {
+    std::lock_guard<std::mutex> lock(view_mutex_);
+    snapshots.reserve(view_.size());
+    for (const auto& [id, snapshot] : view_) {
+      if (!states.empty() &&
+          std::find(states.begin(), states.end(), snapshot->state()) == states.end()) {
+        continue;
+      }
+      snapshots.push_back(snapshot);
+      if (limit > 0 && static_cast<int>(snapshots.size()) >= limit) break;
     }
-    jobs.push_back(record.job);
-    if (limit > 0 && static_cast<int>(jobs.size()) >= limit) break;
   }
+  // The copies are made outside the lock: publishing a step never waits for a long listing.
+  std::vector<v1::Job> jobs;
+  jobs.reserve(snapshots.size());
+  for (const auto& snapshot : snapshots) jobs.push_back(*snapshot);
   return jobs;
 }
 
 std::map<v1::JobState, int> JobManager::CountByState() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(view_mutex_);
   std::map<v1::JobState, int> counts;
-  for (const auto& [id, record] : jobs_) ++counts[record.job.state()];
+  for (const auto& [id, snapshot] : view_) ++counts[snapshot->state()];
   return counts;
 }
 

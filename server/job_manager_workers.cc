@@ -86,10 +86,29 @@ void JobManager::CloseSession(const std::string& worker_id, const WorkerSession*
   workers_.DetachSession(worker_id, session);
 }
 
+void JobManager::NoteAlive(const std::string& worker_id) { workers_.Heartbeat(worker_id, now_()); }
+
 void JobManager::OnWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message) {
+  NoteAlive(worker_id);
+  OnWorkerMessages({{&worker_id, &message}});
+}
+
+void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return;
-  workers_.Heartbeat(worker_id, now_());
+  deferring_publish_ = true;
+  store_.BeginGroup();
+  for (const WorkerMessageRef& ref : messages) OnWorkerMessageLocked(*ref.worker_id, *ref.message);
+  LogStoreError(store_.EndGroup(), "commit of a run of worker messages");
+  deferring_publish_ = false;
+  std::sort(unpublished_.begin(), unpublished_.end());
+  unpublished_.erase(std::unique(unpublished_.begin(), unpublished_.end()), unpublished_.end());
+  for (const JobRecord* record : unpublished_) PublishLocked(*record);
+  unpublished_.clear();
+}
+
+void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
+                                       const v1::WorkerMessage& message) {
   switch (message.payload_case()) {
     case v1::WorkerMessage::kHeartbeat: {
       v1::CoordinatorMessage ack;
@@ -181,6 +200,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   job.set_loss(aggregate.loss());
   job.set_tokens_per_second(aggregate.tokens_per_second());
   LogStoreError(store_.RecordStep(job, record->next_sequence++, aggregate), "step");
+  PublishLocked(*record);
   v1::JobEvent event;
   *event.mutable_step() = aggregate;
   for (const auto& subscriber : record->subscribers) subscriber->OnEvent(event);

@@ -67,6 +67,13 @@ class JobStore {
 
   // Writes everything buffered.
   virtual absl::Status Flush() = 0;
+
+  // Groups the writes that are durable at once (transitions, aggregated steps, attempts) made by
+  // the calling thread until EndGroup into one transaction, so a caller that handles a run of
+  // messages commits once instead of once per write. They are durable when EndGroup returns.
+  // Not nested. Other threads' writes wait for EndGroup.
+  virtual void BeginGroup() {}
+  virtual absl::Status EndGroup() { return absl::OkStatus(); }
 };
 
 }  // namespace fsdpd::server

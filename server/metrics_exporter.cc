@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "fsdpd/v1/common.pb.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/support/status_code_enum.h"
 #include "prometheus/collectable.h"
 #include "prometheus/text_serializer.h"
+#include "server/grpc_util.h"
 
 namespace fsdpd::server {
 namespace {
@@ -51,6 +53,27 @@ class StateCounts : public prometheus::Collectable {
   JobManager& jobs_;
   WorkerRegistry& workers_;
 };
+
+// From a millisecond (a key-value Get) to minutes (a log follow or a session stream).
+prometheus::Histogram::BucketBoundaries RpcBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+          0.5,    1,     2.5,    5,     10,   30,    60,   300, 3600};
+}
+
+// "/fsdpd.v1.JobService/SubmitJob" → "SubmitJob" when the generated descriptors know the
+// method, else "unknown": the label set stays the services' methods whatever clients send.
+std::string RpcMethodLabel(const std::string& full_name) {
+  const size_t slash = full_name.rfind('/');
+  if (full_name.size() < 2 || full_name[0] != '/' || slash == 0 || slash == std::string::npos) {
+    return "unknown";
+  }
+  const std::string service = full_name.substr(1, slash - 1);
+  const std::string method = full_name.substr(slash + 1);
+  const google::protobuf::ServiceDescriptor* descriptor =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service);
+  if (descriptor == nullptr || descriptor->FindMethodByName(method) == nullptr) return "unknown";
+  return method;
+}
 
 const char* CodeName(int code) {
   static const char* const kNames[] = {"OK",
@@ -123,6 +146,11 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
                        .Name("fsdpd_gpu_memory_peak_bytes")
                        .Help("Peak device memory of one rank.")
                        .Register(*registry_)),
+      memory_used_(prometheus::BuildGauge()
+                       .Name("fsdpd_gpu_memory_used_bytes")
+                       .Help("Memory of one rank as the driver sees it (context, libraries and "
+                             "NCCL included; on a CPU rank its resident set).")
+                       .Register(*registry_)),
       comm_exposed_(prometheus::BuildCounter()
                         .Name("fsdpd_comm_exposed_seconds_total")
                         .Help("Communication time not hidden behind compute.")
@@ -131,6 +159,16 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
                         .Name("fsdpd_rpc_requests_total")
                         .Help("Finished gRPC requests by method and status code.")
                         .Register(*registry_)),
+      rpc_duration_(prometheus::BuildHistogram()
+                        .Name("fsdpd_rpc_duration_seconds")
+                        .Help("gRPC latency from a call's arrival to its status, by method "
+                              "(streams: their whole life).")
+                        .Register(*registry_)),
+      rpc_first_message_(prometheus::BuildHistogram()
+                             .Name("fsdpd_rpc_first_message_seconds")
+                             .Help("Response streams: from a call's arrival to its first "
+                                   "message, by method.")
+                             .Register(*registry_)),
       kernel_seconds_(prometheus::BuildCounter()
                           .Name("fsdpd_kernel_gpu_seconds_total")
                           .Help("Kernel time in profiling windows, summed over ranks.")
@@ -177,6 +215,26 @@ int MetricsExporter::port() const {
 
 void MetricsExporter::CountRpc(const std::string& method, int grpc_code) {
   rpc_requests_.Add({{"method", method}, {"code", CodeName(grpc_code)}}).Increment();
+}
+
+void MetricsExporter::ObserveRpcDuration(const std::string& method, double seconds) {
+  rpc_duration_.Add({{"method", RpcMethodLabel(method)}}, RpcBuckets()).Observe(seconds);
+}
+
+void MetricsExporter::ObserveRpcFirstMessage(const std::string& method, double seconds) {
+  rpc_first_message_.Add({{"method", RpcMethodLabel(method)}}, RpcBuckets()).Observe(seconds);
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+MetricsExporter::RpcTimingInterceptors() {
+  RpcTimingObserver observer;
+  observer.on_end = [this](const char* method, bool /*streaming*/, double seconds) {
+    ObserveRpcDuration(method, seconds);
+  };
+  observer.on_first_message = [this](const char* method, double seconds) {
+    ObserveRpcFirstMessage(method, seconds);
+  };
+  return std::make_unique<RpcTimingInterceptorFactory>(std::move(observer));
 }
 
 prometheus::Gauge& MetricsExporter::JobGauge(prometheus::Family<prometheus::Gauge>& family,
@@ -240,14 +298,18 @@ std::string MetricsExporter::Render() {
 
 void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker& worker) {
   const std::string rank = absl::StrCat(report.rank());
+  // Expired series are dropped on each scrape and when a job ends, not on this hot path.
   std::lock_guard<std::mutex> lock(series_mutex_);
-  RemoveExpiredSeriesLocked();
-  JobGauge(memory_peak_, {{"job", report.job_id()},
-                          {"rank", rank},
-                          {"hostname", worker.hostname()},
-                          {"gpu", absl::StrCat(worker.gpu_index())},
-                          {"UUID", worker.gpu_uuid()}})
-      .Set(static_cast<double>(report.memory_peak_bytes()));
+  const prometheus::Labels device{{"job", report.job_id()},
+                                  {"rank", rank},
+                                  {"hostname", worker.hostname()},
+                                  {"gpu", absl::StrCat(worker.gpu_index())},
+                                  {"UUID", worker.gpu_uuid()}};
+  JobGauge(memory_peak_, device).Set(static_cast<double>(report.memory_peak_bytes()));
+  // 0 is "unknown" (a worker that does not measure it): no series rather than a false zero.
+  if (report.memory_device_used_bytes() > 0) {
+    JobGauge(memory_used_, device).Set(static_cast<double>(report.memory_device_used_bytes()));
+  }
   if (report.exposed_comm_seconds() > 0) {
     JobCounter(comm_exposed_, {{"job", report.job_id()}, {"rank", rank}, {"op", "all"}})
         .Increment(report.exposed_comm_seconds());
@@ -257,7 +319,6 @@ void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker&
 void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
   const prometheus::Labels job{{"job", aggregate.job_id()}};
   std::lock_guard<std::mutex> lock(series_mutex_);
-  RemoveExpiredSeriesLocked();
   JobGauge(train_loss_, job).Set(aggregate.loss());
   JobGauge(train_step_, job).Set(static_cast<double>(aggregate.step()));
   JobGauge(train_tokens_per_second_, job).Set(aggregate.tokens_per_second());

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -44,6 +45,16 @@ class MetricsExporter : public JobObserver {
 
   // One finished RPC: fsdpd_rpc_requests_total{method, code}.
   void CountRpc(const std::string& method, int grpc_code);
+  // RPC latency, from a call's arrival: fsdpd_rpc_duration_seconds{method} to its status, and
+  // for response streams fsdpd_rpc_first_message_seconds{method} to its first message. `method`
+  // is gRPC's full name ("/fsdpd.v1.JobService/SubmitJob"); the label is its last part, as in
+  // fsdpd_rpc_requests_total, and "unknown" for a method no fsdpd service defines, so clients
+  // cannot grow the label set.
+  void ObserveRpcDuration(const std::string& method, double seconds);
+  void ObserveRpcFirstMessage(const std::string& method, double seconds);
+  // For the coordinator's ServerBuilder (experimental().SetInterceptorCreators): times every
+  // RPC into the two histograms above. The exporter must outlive the server.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> RpcTimingInterceptors();
   // The text exposition format, as /metrics serves it (after dropping expired series).
   std::string Render();
   // Removes the series of jobs whose retention has passed.
@@ -94,8 +105,11 @@ class MetricsExporter : public JobObserver {
   prometheus::Family<prometheus::Gauge>& train_mfu_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
   prometheus::Family<prometheus::Gauge>& memory_peak_;
+  prometheus::Family<prometheus::Gauge>& memory_used_;
   prometheus::Family<prometheus::Counter>& comm_exposed_;
   prometheus::Family<prometheus::Counter>& rpc_requests_;
+  prometheus::Family<prometheus::Histogram>& rpc_duration_;
+  prometheus::Family<prometheus::Histogram>& rpc_first_message_;
   prometheus::Family<prometheus::Counter>& kernel_seconds_;
   prometheus::Family<prometheus::Gauge>& kernel_sm_ratio_;
   prometheus::Family<prometheus::Gauge>& kernel_dram_ratio_;

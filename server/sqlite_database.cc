@@ -67,9 +67,11 @@ absl::StatusOr<bool> SqliteStatement::Step() {
 
 absl::Status SqliteStatement::Run() {
   absl::StatusOr<bool> row = Step();
-  if (!row.ok()) return row.status();
+  // Reset even after an error: a cached statement is run again, and an active one would make
+  // COMMIT fail.
   sqlite3_reset(statement_);
-  return absl::OkStatus();
+  bind_status_ = absl::OkStatus();
+  return row.status();
 }
 
 int64_t SqliteStatement::ColumnInt(int index) const {

@@ -30,7 +30,7 @@ class SqliteStatement {
 
   // True while a row is available; false at the end.
   absl::StatusOr<bool> Step();
-  // Runs a statement that returns no rows.
+  // Runs a statement that returns no rows and resets it, so it can be bound and run again.
   absl::Status Run();
 
   int64_t ColumnInt(int index) const;

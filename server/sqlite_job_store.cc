@@ -1,6 +1,8 @@
 #include "server/sqlite_job_store.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <utility>
 
@@ -88,22 +90,122 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const JobSt
   if (absl::Status status = database->Migrate(Migrations()); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat(config.database_path, ": ", status.message()));
   }
-  return std::unique_ptr<SqliteJobStore>(new SqliteJobStore(config, std::move(*database)));
+  std::unique_ptr<SqliteJobStore> store(new SqliteJobStore(config, std::move(*database)));
+  if (absl::Status status = store->PrepareStatements(); !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(config.database_path, ": ", status.message()));
+  }
+  store->writer_ = std::thread([raw = store.get()] { raw->RunWriter(); });
+  return store;
 }
 
 SqliteJobStore::SqliteJobStore(JobStoreConfig config, SqliteDatabase database)
     : config_(std::move(config)), database_(std::move(database)) {}
 
 SqliteJobStore::~SqliteJobStore() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    stopping_ = true;
+  }
+  batch_ready_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  auto lock = LockConnection();
   if (absl::Status status = FlushLocked(); !status.ok()) {
     spdlog::error("job store: final flush failed: {}", status.ToString());
   }
 }
 
+absl::Status SqliteJobStore::PrepareStatements() {
+  auto lock = LockConnection();
+  std::vector<SqliteStatement> prepared;
+  for (const char* sql : {
+           "INSERT INTO jobs (id, state, spec, job) VALUES (?1, ?2, ?3, ?4) "
+           "ON CONFLICT(id) DO UPDATE SET state = ?2, job = ?4",
+           // A step leaves the spec as it is: it is not serialized again for every step.
+           "UPDATE jobs SET state = ?2, job = ?3 WHERE id = ?1",
+           "INSERT INTO transitions (job_id, sequence, state, reason, attempt, unix_millis) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+           "INSERT OR REPLACE INTO step_events (job_id, sequence, attempt, step, report) "
+           "VALUES (?1, ?2, ?3, ?4, ?5)",
+           "INSERT OR REPLACE INTO step_reports (job_id, attempt, rank, step, report) "
+           "VALUES (?1, ?2, ?3, ?4, ?5)",
+           "INSERT INTO logs (job_id, attempt, rank, unix_millis, level, text) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+       }) {
+    absl::StatusOr<SqliteStatement> statement = database_.Prepare(sql);
+    if (!statement.ok()) return statement.status();
+    prepared.push_back(std::move(*statement));
+  }
+  statements_.emplace(Statements{std::move(prepared[0]), std::move(prepared[1]),
+                                 std::move(prepared[2]), std::move(prepared[3]),
+                                 std::move(prepared[4]), std::move(prepared[5])});
+  return absl::OkStatus();
+}
+
+std::unique_lock<std::mutex> SqliteJobStore::LockConnection() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  group_closed_.wait(lock, [&] { return !group_open_ || InOwnGroupLocked(); });
+  return lock;
+}
+
+bool SqliteJobStore::InOwnGroupLocked() const {
+  return group_open_ && group_owner_ == std::this_thread::get_id();
+}
+
+void SqliteJobStore::BeginGroup() {
+  auto lock = LockConnection();
+  group_open_ = true;
+  group_begun_ = false;
+  group_owner_ = std::this_thread::get_id();
+}
+
+absl::Status SqliteJobStore::EndGroup() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!InOwnGroupLocked()) return absl::FailedPreconditionError("EndGroup without BeginGroup");
+  absl::Status status;
+  if (group_begun_) {
+    status = database_.Execute("COMMIT");
+    if (!status.ok()) database_.Execute("ROLLBACK").IgnoreError();
+  }
+  group_open_ = false;
+  group_begun_ = false;
+  lock.unlock();
+  group_closed_.notify_all();
+  return status;
+}
+
+SqliteJobStore::WriteScope::WriteScope(SqliteJobStore& store) : store_(store) {
+  in_group_ = store.InOwnGroupLocked();
+  if (!in_group_) {
+    transaction_.emplace(store.database_);
+    begin_status_ = transaction_->status();
+    return;
+  }
+  if (!store.group_begun_) {
+    begin_status_ = store.database_.Execute("BEGIN IMMEDIATE");
+    if (!begin_status_.ok()) return;
+    store.group_begun_ = true;
+  }
+  // A savepoint, so a failed write inside the group is undone alone, as its own transaction
+  // would have been.
+  begin_status_ = store.database_.Execute("SAVEPOINT write_scope");
+}
+
+SqliteJobStore::WriteScope::~WriteScope() {
+  if (!in_group_ || done_ || !begin_status_.ok()) return;
+  store_.database_.Execute("ROLLBACK TO write_scope").IgnoreError();
+  store_.database_.Execute("RELEASE write_scope").IgnoreError();
+}
+
+absl::Status SqliteJobStore::WriteScope::Commit() {
+  if (!in_group_) return transaction_->Commit();
+  if (!begin_status_.ok()) return begin_status_;
+  done_ = true;
+  return store_.database_.Execute("RELEASE write_scope");
+}
+
 absl::StatusOr<std::string> SqliteJobStore::NextJobId() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  SqliteTransaction transaction(database_);
+  auto lock = LockConnection();
+  WriteScope transaction(*this);
   if (!transaction.status().ok()) return transaction.status();
   absl::StatusOr<SqliteStatement> update = database_.Prepare(
       "INSERT INTO counters (name, value) VALUES ('job_id', 1) "
@@ -118,37 +220,38 @@ absl::StatusOr<std::string> SqliteJobStore::NextJobId() {
   return absl::StrFormat("job-%06d", value);
 }
 
-absl::Status SqliteJobStore::WriteJobRow(const v1::Job& job) {
+namespace {
+
+// The job's row: everything but the spec (its own column) and the transitions (their table).
+std::string SerializeJobRow(const v1::Job& job) {
   v1::Job row = job;
   row.clear_spec();
   row.clear_transitions();
-  absl::StatusOr<SqliteStatement> statement = database_.Prepare(
-      "INSERT INTO jobs (id, state, spec, job) VALUES (?1, ?2, ?3, ?4) "
-      "ON CONFLICT(id) DO UPDATE SET state = ?2, job = ?4");
-  if (!statement.ok()) return statement.status();
-  return statement->Bind(1, job.id())
+  return row.SerializeAsString();
+}
+
+}  // namespace
+
+absl::Status SqliteJobStore::WriteJobRow(const v1::Job& job) {
+  return statements_->upsert_job.Bind(1, job.id())
       .Bind(2, static_cast<int64_t>(job.state()))
       .BindBlob(3, job.spec().SerializeAsString())
-      .BindBlob(4, row.SerializeAsString())
+      .BindBlob(4, SerializeJobRow(job))
       .Run();
 }
 
 absl::Status SqliteJobStore::InsertJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   return WriteJobRow(job);
 }
 
 absl::Status SqliteJobStore::RecordTransition(const v1::Job& job, int64_t sequence,
                                               const v1::StateChange& change) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  SqliteTransaction transaction(database_);
+  auto lock = LockConnection();
+  WriteScope transaction(*this);
   if (!transaction.status().ok()) return transaction.status();
   if (absl::Status status = WriteJobRow(job); !status.ok()) return status;
-  absl::StatusOr<SqliteStatement> insert = database_.Prepare(
-      "INSERT INTO transitions (job_id, sequence, state, reason, attempt, unix_millis) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-  if (!insert.ok()) return insert.status();
-  absl::Status status = insert->Bind(1, change.job_id())
+  absl::Status status = statements_->insert_transition.Bind(1, change.job_id())
                             .Bind(2, sequence)
                             .Bind(3, static_cast<int64_t>(change.state()))
                             .Bind(4, change.reason())
@@ -162,8 +265,8 @@ absl::Status SqliteJobStore::RecordTransition(const v1::Job& job, int64_t sequen
 absl::Status SqliteJobStore::InsertAttempt(const std::string& job_id, int attempt,
                                            const std::vector<AssignmentRecord>& assignments,
                                            int64_t start_unix_millis) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  SqliteTransaction transaction(database_);
+  auto lock = LockConnection();
+  WriteScope transaction(*this);
   if (!transaction.status().ok()) return transaction.status();
   absl::StatusOr<SqliteStatement> insert = database_.Prepare(
       "INSERT INTO attempts (job_id, attempt, start_unix_millis) VALUES (?1, ?2, ?3)");
@@ -173,10 +276,10 @@ absl::Status SqliteJobStore::InsertAttempt(const std::string& job_id, int attemp
                             .Bind(3, start_unix_millis)
                             .Run();
   if (!status.ok()) return status;
+  absl::StatusOr<SqliteStatement> row = database_.Prepare(
+      "INSERT INTO assignments (job_id, attempt, rank, worker_id) VALUES (?1, ?2, ?3, ?4)");
+  if (!row.ok()) return row.status();
   for (const AssignmentRecord& assignment : assignments) {
-    absl::StatusOr<SqliteStatement> row = database_.Prepare(
-        "INSERT INTO assignments (job_id, attempt, rank, worker_id) VALUES (?1, ?2, ?3, ?4)");
-    if (!row.ok()) return row.status();
     status = row->Bind(1, job_id)
                  .Bind(2, static_cast<int64_t>(attempt))
                  .Bind(3, static_cast<int64_t>(assignment.rank))
@@ -184,12 +287,14 @@ absl::Status SqliteJobStore::InsertAttempt(const std::string& job_id, int attemp
                  .Run();
     if (!status.ok()) return status;
   }
+  insert = absl::InternalError("released");  // finalize before COMMIT
+  row = absl::InternalError("released");
   return transaction.Commit();
 }
 
 absl::Status SqliteJobStore::FinishAttempt(const std::string& job_id, int attempt, bool ok,
                                            const std::string& reason, int64_t end_unix_millis) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   absl::StatusOr<SqliteStatement> update = database_.Prepare(
       "UPDATE attempts SET end_unix_millis = ?3, ok = ?4, reason = ?5 "
       "WHERE job_id = ?1 AND attempt = ?2");
@@ -202,87 +307,138 @@ absl::Status SqliteJobStore::FinishAttempt(const std::string& job_id, int attemp
       .Run();
 }
 
+absl::Status SqliteJobStore::RecordStep(const v1::Job& job, int64_t sequence,
+                                        const v1::StepReport& aggregate) {
+  // Serialized before the lock: the writer thread may want the connection meanwhile.
+  const std::string report = aggregate.SerializeAsString();
+  const std::string row = SerializeJobRow(job);
+  auto lock = LockConnection();
+  WriteScope transaction(*this);
+  if (!transaction.status().ok()) return transaction.status();
+  absl::Status status = statements_->insert_step_event.Bind(1, job.id())
+                            .Bind(2, sequence)
+                            .Bind(3, static_cast<int64_t>(aggregate.attempt()))
+                            .Bind(4, aggregate.step())
+                            .BindBlob(5, report)
+                            .Run();
+  if (!status.ok()) return status;
+  status = statements_->update_job_progress.Bind(1, job.id())
+               .Bind(2, static_cast<int64_t>(job.state()))
+               .BindBlob(3, row)
+               .Run();
+  if (!status.ok()) return status;
+  return transaction.Commit();
+}
+
 size_t SqliteJobStore::PendingRowsLocked() const {
   return pending_reports_.size() + pending_logs_.size();
 }
 
-absl::Status SqliteJobStore::MaybeFlushLocked() {
-  if (PendingRowsLocked() < static_cast<size_t>(config_.batch_rows)) return absl::OkStatus();
-  return FlushLocked();
-}
-
 absl::Status SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  pending_reports_.push_back(report);
-  return MaybeFlushLocked();
-}
-
-absl::Status SqliteJobStore::RecordStep(const v1::Job& job, int64_t sequence,
-                                        const v1::StepReport& aggregate) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  SqliteTransaction transaction(database_);
-  if (!transaction.status().ok()) return transaction.status();
-  absl::StatusOr<SqliteStatement> insert = database_.Prepare(
-      "INSERT OR REPLACE INTO step_events (job_id, sequence, attempt, step, report) "
-      "VALUES (?1, ?2, ?3, ?4, ?5)");
-  if (!insert.ok()) return insert.status();
-  absl::Status status = insert->Bind(1, job.id())
-                            .Bind(2, sequence)
-                            .Bind(3, static_cast<int64_t>(aggregate.attempt()))
-                            .Bind(4, aggregate.step())
-                            .BindBlob(5, aggregate.SerializeAsString())
-                            .Run();
-  if (!status.ok()) return status;
-  if (status = WriteJobRow(job); !status.ok()) return status;
-  return transaction.Commit();
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_reports_.push_back(report);
+    full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
+  }
+  if (full) batch_ready_.notify_one();
+  return absl::OkStatus();
 }
 
 absl::Status SqliteJobStore::AppendLog(const v1::LogLine& line) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  pending_logs_.push_back(line);
-  return MaybeFlushLocked();
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_logs_.push_back(line);
+    full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
+  }
+  if (full) batch_ready_.notify_one();
+  return absl::OkStatus();
 }
 
 absl::Status SqliteJobStore::Flush() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   return FlushLocked();
 }
 
 absl::Status SqliteJobStore::FlushLocked() {
-  if (PendingRowsLocked() == 0) return absl::OkStatus();
-  SqliteTransaction transaction(database_);
-  if (!transaction.status().ok()) return transaction.status();
-  for (const v1::StepReport& report : pending_reports_) {
-    absl::StatusOr<SqliteStatement> insert = database_.Prepare(
-        "INSERT OR REPLACE INTO step_reports (job_id, attempt, rank, step, report) "
-        "VALUES (?1, ?2, ?3, ?4, ?5)");
-    if (!insert.ok()) return insert.status();
-    absl::Status status = insert->Bind(1, report.job_id())
-                              .Bind(2, static_cast<int64_t>(report.attempt()))
-                              .Bind(3, static_cast<int64_t>(report.rank()))
-                              .Bind(4, report.step())
-                              .BindBlob(5, report.SerializeAsString())
-                              .Run();
-    if (!status.ok()) return status;
+  while (true) {
+    absl::StatusOr<size_t> written = WriteChunkLocked(static_cast<size_t>(config_.batch_rows));
+    if (!written.ok()) return written.status();
+    if (*written == 0) return absl::OkStatus();
   }
-  for (const v1::LogLine& line : pending_logs_) {
-    absl::StatusOr<SqliteStatement> insert = database_.Prepare(
-        "INSERT INTO logs (job_id, attempt, rank, unix_millis, level, text) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-    if (!insert.ok()) return insert.status();
-    absl::Status status = insert->Bind(1, line.job_id())
-                              .Bind(2, static_cast<int64_t>(line.attempt()))
-                              .Bind(3, static_cast<int64_t>(line.rank()))
-                              .Bind(4, line.unix_millis())
-                              .Bind(5, line.level())
-                              .Bind(6, line.text())
-                              .Run();
-    if (!status.ok()) return status;
+}
+
+absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
+  std::vector<v1::StepReport> reports;
+  std::vector<v1::LogLine> logs;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    const size_t report_count = std::min(max_rows, pending_reports_.size());
+    const size_t log_count = std::min(max_rows - report_count, pending_logs_.size());
+    reports.assign(std::make_move_iterator(pending_reports_.begin()),
+                   std::make_move_iterator(pending_reports_.begin() + report_count));
+    pending_reports_.erase(pending_reports_.begin(), pending_reports_.begin() + report_count);
+    logs.assign(std::make_move_iterator(pending_logs_.begin()),
+                std::make_move_iterator(pending_logs_.begin() + log_count));
+    pending_logs_.erase(pending_logs_.begin(), pending_logs_.begin() + log_count);
   }
-  if (absl::Status status = transaction.Commit(); !status.ok()) return status;
-  pending_reports_.clear();
-  pending_logs_.clear();
-  return absl::OkStatus();
+  if (reports.empty() && logs.empty()) return 0;
+  auto write = [&]() -> absl::Status {
+    WriteScope transaction(*this);
+    if (!transaction.status().ok()) return transaction.status();
+    for (const v1::StepReport& report : reports) {
+      absl::Status status = statements_->insert_step_report.Bind(1, report.job_id())
+                                .Bind(2, static_cast<int64_t>(report.attempt()))
+                                .Bind(3, static_cast<int64_t>(report.rank()))
+                                .Bind(4, report.step())
+                                .BindBlob(5, report.SerializeAsString())
+                                .Run();
+      if (!status.ok()) return status;
+    }
+    for (const v1::LogLine& line : logs) {
+      absl::Status status = statements_->insert_log.Bind(1, line.job_id())
+                                .Bind(2, static_cast<int64_t>(line.attempt()))
+                                .Bind(3, static_cast<int64_t>(line.rank()))
+                                .Bind(4, line.unix_millis())
+                                .Bind(5, line.level())
+                                .Bind(6, line.text())
+                                .Run();
+      if (!status.ok()) return status;
+    }
+    return transaction.Commit();
+  };
+  if (absl::Status status = write(); !status.ok()) {
+    // Nothing accepted is dropped: the rows go back in front, in order, for the next attempt.
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_reports_.insert(pending_reports_.begin(), std::make_move_iterator(reports.begin()),
+                            std::make_move_iterator(reports.end()));
+    pending_logs_.insert(pending_logs_.begin(), std::make_move_iterator(logs.begin()),
+                         std::make_move_iterator(logs.end()));
+    return status;
+  }
+  return reports.size() + logs.size();
+}
+
+void SqliteJobStore::RunWriter() {
+  const size_t batch = static_cast<size_t>(config_.batch_rows);
+  std::unique_lock<std::mutex> pending(pending_mutex_);
+  while (true) {
+    batch_ready_.wait(pending, [&] { return stopping_ || PendingRowsLocked() >= batch; });
+    if (stopping_) return;
+    pending.unlock();
+    absl::Status status;
+    {
+      // One chunk per hold of the connection, so synchronous writes wait for one chunk at most.
+      auto lock = LockConnection();
+      status = WriteChunkLocked(batch).status();
+    }
+    if (!status.ok()) {
+      spdlog::error("job store: batch write failed (rows kept, retried): {}", status.ToString());
+      std::this_thread::sleep_for(config_.flush_interval);
+    }
+    pending.lock();
+  }
 }
 
 }  // namespace fsdpd::server

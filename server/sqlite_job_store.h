@@ -1,10 +1,19 @@
 // The JobStore on SQLite (WAL mode). Per-rank step reports and logs are buffered and written in
 // one transaction per batch; everything else is written before the call returns.
+//
+// Appending a row only queues it under a small lock: a full batch is written by the store's own
+// writer thread, so the caller (the job manager, under its lock) never waits for a batch write.
+// Batches go in chunks of batch_rows rows, one transaction each, so a synchronous write (a
+// transition, an aggregated step) waits for at most one chunk.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/config.h"
@@ -43,19 +52,70 @@ class SqliteJobStore : public JobStore {
                                                     int64_t tail) override;
 
   absl::Status Flush() override;
+  void BeginGroup() override;
+  absl::Status EndGroup() override;
 
  private:
+  // The statements of the write path, prepared once.
+  struct Statements {
+    SqliteStatement upsert_job;
+    SqliteStatement update_job_progress;
+    SqliteStatement insert_transition;
+    SqliteStatement insert_step_event;
+    SqliteStatement insert_step_report;
+    SqliteStatement insert_log;
+  };
+
+  // A write of its own: a transaction, or a savepoint inside the caller's open group.
+  class WriteScope {
+   public:
+    explicit WriteScope(SqliteJobStore& store);
+    ~WriteScope();
+    const absl::Status& status() const { return begin_status_; }
+    absl::Status Commit();
+
+   private:
+    SqliteJobStore& store_;
+    std::optional<SqliteTransaction> transaction_;
+    absl::Status begin_status_;
+    bool in_group_ = false;
+    bool done_ = false;
+  };
+
   SqliteJobStore(JobStoreConfig config, SqliteDatabase database);
+  // Locks the connection; waits while another thread's group is open.
+  std::unique_lock<std::mutex> LockConnection();
+  bool InOwnGroupLocked() const;
+  absl::Status PrepareStatements();
   absl::Status WriteJobRow(const v1::Job& job);
+  // Writes everything queued. The caller holds mutex_.
   absl::Status FlushLocked();
-  absl::Status MaybeFlushLocked();
+  // Takes up to max_rows queued rows and writes them in one transaction; on failure puts them
+  // back in front of the queue. The caller holds mutex_. Returns how many rows it wrote.
+  absl::StatusOr<size_t> WriteChunkLocked(size_t max_rows);
+  void RunWriter();
   size_t PendingRowsLocked() const;
 
   const JobStoreConfig config_;
+  // Guards the connection and the statements.
   std::mutex mutex_;
   SqliteDatabase database_;
-  std::vector<v1::StepReport> pending_reports_;
-  std::vector<v1::LogLine> pending_logs_;
+  std::optional<Statements> statements_;
+  // The open group (BeginGroup..EndGroup): its thread, and whether its BEGIN was sent (at the
+  // first write, so a run without writes costs nothing).
+  bool group_open_ = false;
+  bool group_begun_ = false;
+  std::thread::id group_owner_;
+  std::condition_variable group_closed_;
+
+  // Lock order: mutex_ before pending_mutex_. Appenders take pending_mutex_ only; rows leave
+  // the queue only under both, so whoever holds mutex_ sees each row either written or queued.
+  std::mutex pending_mutex_;
+  std::condition_variable batch_ready_;
+  std::deque<v1::StepReport> pending_reports_;
+  std::deque<v1::LogLine> pending_logs_;
+  bool stopping_ = false;
+  std::thread writer_;
 };
 
 }  // namespace fsdpd::server

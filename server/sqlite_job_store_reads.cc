@@ -20,7 +20,7 @@ absl::StatusOr<Message> ParseBlob(const std::string& bytes, const char* what) {
 }  // namespace
 
 absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   if (absl::Status status = FlushLocked(); !status.ok()) return status;
   std::vector<v1::Job> jobs;
   std::map<std::string, size_t> index;
@@ -61,7 +61,7 @@ absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
 
 absl::StatusOr<std::vector<v1::StepReport>> SqliteJobStore::LoadStepReports(
     const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   if (absl::Status status = FlushLocked(); !status.ok()) return status;
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT report FROM step_reports WHERE job_id = ?1 ORDER BY attempt, step, rank");
@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<v1::StepReport>> SqliteJobStore::LoadStepReports(
 }
 
 absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   if (absl::Status status = FlushLocked(); !status.ok()) return status;
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT sequence, state, reason, attempt, unix_millis, NULL FROM transitions "
@@ -117,7 +117,7 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::s
 
 absl::StatusOr<std::vector<v1::LogLine>> SqliteJobStore::LoadLogs(const std::string& job_id,
                                                                   int64_t tail) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   if (absl::Status status = FlushLocked(); !status.ok()) return status;
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT attempt, rank, unix_millis, level, text FROM ("
@@ -143,7 +143,7 @@ absl::StatusOr<std::vector<v1::LogLine>> SqliteJobStore::LoadLogs(const std::str
 
 absl::StatusOr<std::vector<AssignmentRecord>> SqliteJobStore::LoadAssignments(
     const std::string& job_id, int attempt) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto lock = LockConnection();
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT rank, worker_id FROM assignments WHERE job_id = ?1 AND attempt = ?2 "
       "ORDER BY rank");

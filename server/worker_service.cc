@@ -1,31 +1,97 @@
 #include "server/worker_service.h"
 
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "server/grpc_util.h"
 #include "server/input_limits.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
+
+// Runs the job manager on session messages without making gRPC's threads wait for its lock.
+// A thread that receives a message queues it; if no thread is handling the queue, it becomes the
+// one that does, taking runs of messages until the queue is empty. The other receiving threads
+// return at once, so gRPC keeps threads free to answer JobService calls (SubmitJob, GetJob)
+// while thousands of workers stream reports, and the job manager's lock is taken once per run
+// instead of once per message by every thread. Each worker's messages are handled in arrival
+// order. A session keeps reading while fewer than kMaxQueuedPerSession of its messages wait and
+// pauses beyond that, so the queue stays bounded and gRPC flow control slows a worker the
+// coordinator cannot keep up with.
+class SessionDispatcher {
+ public:
+  struct Item {
+    std::string worker_id;
+    v1::WorkerMessage message;
+    // Runs once the message is handled, on the thread that handled it.
+    std::function<void()> done;
+  };
+
+  explicit SessionDispatcher(JobManager& jobs) : jobs_(jobs) {}
+
+  // Handles what is still queued (each item's done() may own the end of its session's reactor).
+  ~SessionDispatcher() { Drain(); }
+
+  // Queues the message. True when the caller must now call Drain: no thread is handling the
+  // queue. The caller starts its session's next read first, so its own worker is not stalled
+  // while it drains everyone's messages.
+  bool Post(Item item) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(item));
+    if (draining_) return false;  // the thread that drains will take it
+    draining_ = true;
+    return true;
+  }
+
+  void Drain() {
+    // Runs of this many: one hold of the job manager's lock and one store commit per run.
+    constexpr size_t kRun = 32;
+    std::vector<Item> run;
+    std::vector<JobManager::WorkerMessageRef> refs;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!queue_.empty()) {
+      while (!queue_.empty() && run.size() < kRun) {
+        run.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      lock.unlock();
+      refs.clear();
+      for (const Item& item : run) refs.push_back({&item.worker_id, &item.message});
+      jobs_.OnWorkerMessages(refs);
+      // A done() may start a read that completes inline and posts again: it is queued, and this
+      // loop takes it.
+      for (Item& item : run) item.done();
+      run.clear();
+      lock.lock();
+    }
+    draining_ = false;
+  }
+
+ private:
+  JobManager& jobs_;
+  std::mutex mutex_;
+  std::deque<Item> queue_;
+  bool draining_ = false;
+};
+
 namespace {
 
 using SessionBase =
     QueuedWriteReactor<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
                        v1::CoordinatorMessage>;
 
+class SessionReactor;
+
 // What the registry holds for a session. It outlives the reactor, so it forwards only while
 // the reactor exists.
 class SessionHandle : public WorkerSession {
  public:
-  explicit SessionHandle(SessionBase* reactor) : reactor_(reactor) {}
-  void Send(const v1::CoordinatorMessage& message) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (reactor_ != nullptr) reactor_->Enqueue(message);
-  }
-  void Close(const absl::Status& status) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (reactor_ != nullptr) reactor_->FinishAfterDrain(ToGrpcStatus(status));
-  }
+  explicit SessionHandle(SessionReactor* reactor) : reactor_(reactor) {}
+  void Send(const v1::CoordinatorMessage& message) override;
+  void Close(const absl::Status& status) override;
   void Detach() {
     std::lock_guard<std::mutex> lock(mutex_);
     reactor_ = nullptr;
@@ -33,13 +99,18 @@ class SessionHandle : public WorkerSession {
 
  private:
   std::mutex mutex_;
-  SessionBase* reactor_;
+  SessionReactor* reactor_;
 };
+
+// Messages of one session the dispatcher may hold before the session stops reading: reads go on
+// while the dispatcher keeps up, and gRPC flow control slows a worker once it falls this far
+// behind, so memory stays bounded by workers times this.
+constexpr int kMaxQueuedPerSession = 16;
 
 class SessionReactor : public SessionBase {
  public:
-  SessionReactor(JobManager& jobs, MetricsExporter* metrics)
-      : jobs_(jobs), handle_(std::make_shared<SessionHandle>(this)) {
+  SessionReactor(JobManager& jobs, SessionDispatcher& dispatcher, MetricsExporter* metrics)
+      : jobs_(jobs), dispatcher_(dispatcher), handle_(std::make_shared<SessionHandle>(this)) {
     if (metrics != nullptr) {
       SetOnFinish([metrics](grpc::StatusCode code) { metrics->CountRpc("Session", code); });
     }
@@ -75,8 +146,28 @@ class SessionReactor : public SessionBase {
       spdlog::warn("worker {} sent a log line over {} bytes; long lines are truncated", worker_id_,
                    kMaxLogLineBytes);
     }
-    jobs_.OnWorkerMessage(worker_id_, incoming_);
-    StartRead(&incoming_);
+    jobs_.NoteAlive(worker_id_);
+    bool read_next = false;
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      ++held_by_dispatcher_;
+      // Counted before the post: the dispatcher may hand the message back before Post returns.
+      read_next = held_by_dispatcher_ < kMaxQueuedPerSession;
+      if (!read_next) paused_ = true;
+    }
+    const bool drain =
+        dispatcher_.Post({worker_id_, std::move(incoming_), [this] { OnDispatched(); }});
+    if (read_next) StartRead(&incoming_);
+    if (drain) dispatcher_.Drain();
+  }
+
+  // The coordinator ends the stream (shutdown, or a newer session of the same worker).
+  void CloseFromCoordinator(const absl::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      closing_ = true;
+    }
+    FinishAfterDrain(ToGrpcStatus(status));
   }
 
   void OnDone() override {
@@ -85,16 +176,56 @@ class SessionReactor : public SessionBase {
       jobs_.CloseSession(worker_id_, handle_.get());
       spdlog::info("worker {} session closed", worker_id_);
     }
+    std::unique_lock<std::mutex> lock(state_mutex_);
+    done_ = true;
+    // The dispatcher still holds this reactor: OnDispatched deletes it.
+    if (held_by_dispatcher_ > 0) return;
+    lock.unlock();
     delete this;
   }
 
  private:
+  void OnDispatched() {
+    std::unique_lock<std::mutex> lock(state_mutex_);
+    if (paused_ && !closing_ && !done_) {
+      // The dispatcher caught up with this worker: read again. Still counted as held while
+      // StartRead runs, so OnDone cannot delete the reactor under it; outside the lock, since
+      // gRPC may run OnReadDone inline. A close racing with the read is fine: the read then
+      // fails and the stream ends as the coordinator asked.
+      paused_ = false;
+      lock.unlock();
+      StartRead(&incoming_);
+      lock.lock();
+    }
+    if (--held_by_dispatcher_ > 0 || !done_) return;
+    lock.unlock();
+    delete this;
+  }
+
   JobManager& jobs_;
+  SessionDispatcher& dispatcher_;
   std::shared_ptr<SessionHandle> handle_;
   std::string worker_id_;
   v1::WorkerMessage incoming_;
   bool warned_long_log_ = false;
+  // Messages with the dispatcher, whether the coordinator closed the stream, and whether gRPC is
+  // done with the reactor. Whichever of OnDone and OnDispatched comes last deletes it.
+  std::mutex state_mutex_;
+  int held_by_dispatcher_ = 0;
+  bool paused_ = false;  // reading stopped at kMaxQueuedPerSession until the dispatcher catches up
+  bool closing_ = false;
+  bool done_ = false;
 };
+
+void SessionHandle::Send(const v1::CoordinatorMessage& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (reactor_ != nullptr) reactor_->Enqueue(message);
+}
+
+void SessionHandle::Close(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (reactor_ != nullptr) reactor_->CloseFromCoordinator(status);
+}
 
 // A Session refused before it starts (no client certificate).
 class RefusedSession : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
@@ -104,6 +235,15 @@ class RefusedSession : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coo
 };
 
 }  // namespace
+
+WorkerServiceImpl::WorkerServiceImpl(JobManager& jobs, MetricsExporter* metrics,
+                                     const Authenticator* authenticator)
+    : jobs_(jobs),
+      metrics_(metrics),
+      authenticator_(authenticator),
+      dispatcher_(std::make_unique<SessionDispatcher>(jobs)) {}
+
+WorkerServiceImpl::~WorkerServiceImpl() = default;
 
 grpc::Status WorkerServiceImpl::CheckCaller(grpc::CallbackServerContext* context) const {
   if (authenticator_ == nullptr) return grpc::Status::OK;
@@ -136,7 +276,7 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
     if (metrics_ != nullptr) metrics_->CountRpc("Session", allowed.error_code());
     return new RefusedSession(allowed);
   }
-  return new SessionReactor(jobs_, metrics_);
+  return new SessionReactor(jobs_, *dispatcher_, metrics_);
 }
 
 }  // namespace fsdpd::server

@@ -2,6 +2,8 @@
 // reports, logs, results and artifacts up; assignments and cancellations down).
 #pragma once
 
+#include <memory>
+
 #include "fsdpd/v1/worker.grpc.pb.h"
 #include "server/auth.h"
 #include "server/job_manager.h"
@@ -9,12 +11,18 @@
 
 namespace fsdpd::server {
 
+// Hands session messages to the job manager in runs, without gRPC's threads waiting for its
+// lock (see worker_service.cc).
+class SessionDispatcher;
+
 class WorkerServiceImpl : public v1::WorkerService::CallbackService {
  public:
   // authenticator may be null (tests): then no client certificate is asked for.
   WorkerServiceImpl(JobManager& jobs, MetricsExporter* metrics,
-                    const Authenticator* authenticator = nullptr)
-      : jobs_(jobs), metrics_(metrics), authenticator_(authenticator) {}
+                    const Authenticator* authenticator = nullptr);
+  // Handles what is still queued. Destroy after the gRPC server has shut down and before the
+  // job manager.
+  ~WorkerServiceImpl() override;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -28,6 +36,7 @@ class WorkerServiceImpl : public v1::WorkerService::CallbackService {
   JobManager& jobs_;
   MetricsExporter* metrics_;
   const Authenticator* authenticator_;
+  std::unique_ptr<SessionDispatcher> dispatcher_;
 };
 
 }  // namespace fsdpd::server

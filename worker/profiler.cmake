@@ -2,6 +2,7 @@
 # table with roofline verdicts, and the Chrome trace (worker/profiler/).
 add_library(fsdpd_profiler STATIC
   ${CMAKE_CURRENT_LIST_DIR}/profiler/chrome_trace.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profiler/device_profiler.cc
   ${CMAKE_CURRENT_LIST_DIR}/profiler/kernel_table.cc
   ${CMAKE_CURRENT_LIST_DIR}/profiler/op_cost.cc
   ${CMAKE_CURRENT_LIST_DIR}/profiler/profile_recorder.cc
@@ -18,7 +19,13 @@ target_link_libraries(fsdpd_profiler
 # Device timings (CUPTI Activity API) and speed-of-light counters (CUPTI Range Profiler).
 if(FSDPD_CUDA)
   target_sources(fsdpd_profiler PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/profiler/cuda_device_profiler.cc
+    ${CMAKE_CURRENT_LIST_DIR}/profiler/cuda_stream_wait_timer.cc
     ${CMAKE_CURRENT_LIST_DIR}/profiler/cupti_activity.cc
     ${CMAKE_CURRENT_LIST_DIR}/profiler/cupti_range_profiler.cc)
   target_link_libraries(fsdpd_profiler PUBLIC CUDA::cupti CUDA::cudart)
+  # The stream-wait timer reads the CUDA backend's streams.
+  if(TARGET fsdpd_cuda_backend)
+    target_link_libraries(fsdpd_profiler PUBLIC fsdpd_cuda_backend)
+  endif()
 endif()

@@ -140,6 +140,11 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
   return paths;
 }
 
+// Clipping needs the global norm before any unit is updated, so it keeps the step after backward.
+bool OptimizerInBackward(const v1::JobSpec& spec, const RankContext& context) {
+  return context.optimizer_in_backward && spec.train().grad_clip() <= 0.0;
+}
+
 // One rank's engine: everything RunTrainer builds, in dependency order.
 struct Engine {
   // Sees every op, copy and collective through the decorators below; records only in windows.
@@ -166,8 +171,10 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
     FSDPD_ASSIGN_OR_RETURN(device_backend, CreateCudaBackend(cuda_device));
   }
 #endif
-  engine.backend =
+  auto profiling_backend =
       std::make_unique<ProfilingBackend>(std::move(device_backend), engine.recorder.get());
+  ProfilingBackend* const timed_backend = profiling_backend.get();
+  engine.backend = std::move(profiling_backend);
   CommunicatorOptions communicator_options;
   communicator_options.rank = context.rank;
   communicator_options.world_size = context.world_size;
@@ -184,8 +191,8 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   if (communicator == nullptr) {
     FSDPD_ASSIGN_OR_RETURN(communicator, CreateCommunicator(communicator_options, context.store));
   }
-  engine.communicator =
-      std::make_unique<ProfilingCommunicator>(std::move(communicator), engine.recorder.get());
+  engine.communicator = std::make_unique<ProfilingCommunicator>(
+      std::move(communicator), engine.recorder.get(), timed_backend);
   const int64_t batch = spec.train().batch_size();
   FSDPD_ASSIGN_OR_RETURN(engine.model,
                          MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
@@ -208,6 +215,7 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
     fsdp_options.round_params_to_bf16 = bf16_params;
   }
   fsdp_options.profiler = engine.recorder.get();
+  fsdp_options.transient_grad_shards = OptimizerInBackward(spec, context);
   FSDPD_ASSIGN_OR_RETURN(engine.state,
                          FsdpState::Create(engine.model->units(), engine.backend.get(),
                                            engine.communicator.get(), fsdp_options));
@@ -282,7 +290,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   auto cancelled = [&] { return hooks.cancelled != nullptr && hooks.cancelled->load(); };
 
   FSDPD_RETURN_IF_ERROR(CheckRunnable(spec, context));
-  FSDPD_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigFromSpec(spec.model()));
+  FSDPD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfigFromSpec(spec.model()));
+  FSDPD_ASSIGN_OR_RETURN(config.activation_recompute,
+                         ParseActivationRecompute(spec.parallel().activation_recompute()));
   FSDPD_ASSIGN_OR_RETURN(const JobPaths paths, ResolveJobPaths(spec, context));
   FSDPD_ASSIGN_OR_RETURN(Engine engine, BuildEngine(spec, context, config, paths.data));
   Backend& backend = *engine.backend;
@@ -316,9 +326,18 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   profile_options.rank = context.rank;
   profile_options.device = backend.name();
   profile_options.peak_flops_per_second = peak_flops;
+#ifdef FSDPD_HAS_CUDA
+  // On a GPU, kernels are timed and counted on the device; host timers would time launches.
+  std::unique_ptr<DeviceProfiler> device_profiler;
+  if (hooks.on_profile) {
+    device_profiler = DeviceProfilerFor(context.device, context.world_size, peak_flops, log);
+  }
+  profile_options.device_profiler = device_profiler.get();
+#endif
   ProfileWindow profile_window(recorder, profile_options);
   if (hooks.on_profile) {
-    profile_window.Schedule(spec.profile().start_step(), spec.profile().steps());
+    profile_window.Schedule(spec.profile().start_step(), spec.profile().steps(),
+                            spec.profile().counters());
   }
   auto send_profile = [&](const std::vector<v1::ProfileReport>& reports) {
     if (reports.empty()) return;
@@ -329,6 +348,10 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     for (const v1::ProfileReport& report : reports) hooks.on_profile(report);
   };
 
+  const bool optimizer_in_backward = OptimizerInBackward(spec, context);
+  log("info", optimizer_in_backward
+                  ? "AdamW runs in backward, one unit at a time (no gradient clipping)"
+                  : "AdamW runs after backward");
   std::vector<int32_t> inputs(static_cast<size_t>(tokens_per_rank_step));
   std::vector<int32_t> targets(static_cast<size_t>(tokens_per_rank_step));
   TrainResult result;
@@ -354,20 +377,29 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     if (profile_window.recording())
       step_range.emplace(recorder, "", "", absl::StrCat("step ", step));
 
+    std::vector<float> loss = {0.0f};
     {
       ProfileRange range(recorder, "", "", "data loader");
       FSDPD_RETURN_IF_ERROR(engine.data->Batch(step - 1, inputs.data(), targets.data()));
     }
-    FSDPD_ASSIGN_OR_RETURN(const float local_loss,
-                           state.ForwardBackward(*engine.model, inputs.data(), targets.data()));
     const AdamWParams adamw = AdamWFor(spec.train(), step);
     double grad_norm = 0.0;
-    {
+    if (optimizer_in_backward) {
+      FSDPD_RETURN_IF_ERROR(engine.optimizer->BeginBackwardStep(adamw));
+      FSDPD_ASSIGN_OR_RETURN(const float local_loss,
+                             state.ForwardBackward(*engine.model, inputs.data(), targets.data(),
+                                                   engine.optimizer.get()));
+      ProfileRange range(recorder, "", kPhaseOptimizer, "grad norm");
+      FSDPD_ASSIGN_OR_RETURN(grad_norm, engine.optimizer->FinishBackwardStep());
+      loss[0] = local_loss;
+    } else {
+      FSDPD_ASSIGN_OR_RETURN(const float local_loss,
+                             state.ForwardBackward(*engine.model, inputs.data(), targets.data()));
       ProfileRange range(recorder, "", kPhaseOptimizer);
       FSDPD_ASSIGN_OR_RETURN(grad_norm, engine.optimizer->Step(adamw, spec.train().grad_clip()));
+      loss[0] = local_loss;
     }
     // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
-    std::vector<float> loss = {local_loss};
     {
       ProfileRange range(recorder, "", kPhaseComm, "loss all-reduce");
       FSDPD_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
@@ -391,6 +423,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     report.set_mfu_ratio(flops_per_token * report.tokens_per_second() / peak_flops);
     report.set_memory_current_bytes(memory.current_bytes);
     report.set_memory_peak_bytes(memory.peak_bytes);
+    const MemoryInUse in_use = RankMemoryInUse(context.device);
+    report.set_memory_device_used_bytes(in_use.bytes);
+    report.set_memory_device_used_source(in_use.source);
     report.set_lr(adamw.lr);
     report.set_grad_norm(grad_norm);
     report.set_unix_millis(UnixMillis());

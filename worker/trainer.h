@@ -36,6 +36,10 @@ struct RankContext {
   // hanging it; 0 means the engine default (60 s, or FSDPD_COMM_TIMEOUT_SECONDS).
   std::chrono::milliseconds collective_timeout{0};
   std::string device = "cpu";  // cpu | cuda:N
+  // Without clipping (train.grad_clip 0) each unit's AdamW update runs in backward, as soon as
+  // its gradient shard is reduced, so the whole-model fp32 gradient shard never exists; the
+  // weights are bit-identical to the step after backward. Tests turn it off to compare.
+  bool optimizer_in_backward = true;
 };
 
 struct TrainerHooks {

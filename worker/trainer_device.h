@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,8 @@
 #include "worker/backend/backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/key_value_store.h"
+#include "worker/profiler/device_profiler.h"
+#include "worker/trainer_support.h"
 
 namespace fsdpd {
 
@@ -26,6 +29,18 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int index);
 // it needs no store, so that collectives on device memory always go through NCCL.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     const CommunicatorOptions& options, int device, KeyValueStore* store);
+
+// Profiling windows on `device` (cuda:N): kernels timed by CUPTI, counters in a world of one.
+// Null after a warning through `log` (level, text) when CUPTI cannot be used; windows then
+// fall back to host timers.
+std::unique_ptr<DeviceProfiler> DeviceProfilerFor(
+    const std::string& device, int world_size, double peak_flops_per_second,
+    const std::function<void(const std::string&, const std::string&)>& log);
+
+// This process's memory on device `index` for StepReport: NVML's per-process figure when
+// libnvidia-ml.so.1 loads and lists this process (not inside a PID namespace it cannot see),
+// else the device's total − free from cudaMemGetInfo.
+absl::StatusOr<MemoryInUse> DeviceMemoryInUse(int index);
 
 struct DriverMemory {
   int64_t used_bytes = 0;  // total − free, every process on the device included

@@ -1,12 +1,18 @@
 #include "worker/trainer_support.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "worker/status_macros.h"
+#ifdef FSDPD_HAS_CUDA
+#include "worker/trainer_device.h"
+#endif
 
 namespace fsdpd {
 namespace {
@@ -25,7 +31,27 @@ absl::Status AllReduceHost(Communicator& communicator, Backend& backend, DType d
   return backend.CopyToHost(device, values->data(), stream);
 }
 
+// /proc/self/statm's second field: resident pages.
+MemoryInUse ResidentSetSize() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t total_pages = 0;
+  int64_t resident_pages = 0;
+  if (!(statm >> total_pages >> resident_pages)) return {};
+  return MemoryInUse{resident_pages * static_cast<int64_t>(::sysconf(_SC_PAGESIZE)), "process-rss"};
+}
+
 }  // namespace
+
+MemoryInUse RankMemoryInUse(const std::string& device) {
+#ifdef FSDPD_HAS_CUDA
+  absl::StatusOr<int> index = ParseCudaDevice(device);
+  if (index.ok()) {
+    absl::StatusOr<MemoryInUse> used = DeviceMemoryInUse(*index);
+    return used.ok() ? *used : MemoryInUse{};
+  }
+#endif
+  return ResidentSetSize();
+}
 
 absl::Status AllReduceHostFloats(Communicator& communicator, Backend& backend,
                                  std::vector<float>* values, ReduceOp op) {

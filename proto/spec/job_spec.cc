@@ -166,6 +166,9 @@ const std::map<std::string, Setter>& FieldSetters() {
       {"parallel.reshard_after_forward",
        Flag("parallel.reshard_after_forward",
             [](S* s, bool v) { s->mutable_parallel()->set_reshard_after_forward(v); })},
+      {"parallel.activation_recompute",
+       Text("parallel.activation_recompute",
+            [](S* s, std::string v) { s->mutable_parallel()->set_activation_recompute(v); })},
       {"checkpoint.every_steps",
        Number<int64_t>("checkpoint.every_steps",
                        [](S* s, int64_t v) { s->mutable_checkpoint()->set_every_steps(v); })},
@@ -241,6 +244,7 @@ v1::JobSpec DefaultJobSpec() {
   parallel->set_param_dtype("bf16");
   parallel->set_reduce_dtype("fp32");
   parallel->set_reshard_after_forward(true);
+  parallel->set_activation_recompute("none");
   v1::CheckpointSpec* checkpoint = spec.mutable_checkpoint();
   checkpoint->set_every_steps(200);
   checkpoint->set_keep(3);
@@ -309,7 +313,9 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   out << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "world_size" << YAML::Value << p.world_size() << YAML::Key << "device"
       << YAML::Value << p.device() << YAML::Key << "param_dtype" << YAML::Value << p.param_dtype()
-      << YAML::Key << "reduce_dtype" << YAML::Value << p.reduce_dtype() << YAML::EndMap;
+      << YAML::Key << "reduce_dtype" << YAML::Value << p.reduce_dtype() << YAML::Key
+      << "activation_recompute" << YAML::Value
+      << (p.activation_recompute().empty() ? "none" : p.activation_recompute()) << YAML::EndMap;
   const v1::CheckpointSpec& c = spec.checkpoint();
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << c.every_steps() << YAML::Key << "keep"
@@ -432,6 +438,10 @@ std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec) {
     fail("parallel.reduce_dtype", "must be fp32, the only reduction dtype supported (got '" +
                                       parallel.reduce_dtype() + "')");
   }
+  const std::string& recompute = parallel.activation_recompute();
+  if (!recompute.empty() && recompute != "none" && recompute != "ffn" && recompute != "block") {
+    fail("parallel.activation_recompute", "must be none, ffn or block (got '" + recompute + "')");
+  }
 
   const v1::CheckpointSpec& checkpoint = spec.checkpoint();
   in_range("checkpoint.every_steps", checkpoint.every_steps(), 0, kMaxSteps);
@@ -473,16 +483,26 @@ double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   const double d = model.dim(), f = model.ffn_mult() * d, v = model.vocab();
   const double param_bytes = spec.parallel().param_dtype() == "bf16" ? 2 : 4;
   const double activation_bytes = spec.parallel().device() == "cuda" ? 2 : 4;
-  // fp32 master + grad + AdamW m and v, sharded.
-  const double sharded_state = 16.0 * params / world;
   // Unsharded params and grads of the largest unit, twice for prefetch.
   const double block = 4 * d * d + 2 * d * f;
   const double largest_unit = std::max(block, 2 * v * d);
   const double unsharded = 2 * largest_unit * (param_bytes + 4);
-  // Saved activations per token per block: residuals, norms, qkv, attention out, ffn hidden ×2.
+  // fp32 master and AdamW m and v, sharded. Without clipping the optimizer runs in backward and
+  // only the gradient shards of the units in flight (two) exist; with it, the whole one does.
+  const double gradient_shards =
+      spec.train().grad_clip() > 0 ? 4.0 * params / world : 2 * 4.0 * largest_unit / world;
+  const double sharded_state = 12.0 * params / world + gradient_shards;
+  // Activations per token per block: residuals, norms, qkv, attention out, ffn hidden ×2 (a
+  // generous count of what a block keeps and its backward's workspace). Recompute keeps less:
+  // ffn drops ffn.0's output; block keeps only each block's input, and one block's worth once.
   const double tokens = static_cast<double>(spec.train().batch_size()) * spec.data().seq_len();
   const double per_token_block = (4 * d + 3 * d + d + 2 * f) * activation_bytes;
-  const double activations = tokens * (model.layers() * per_token_block + 2 * d * 4);
+  const std::string& recompute = spec.parallel().activation_recompute();
+  double kept_per_token = model.layers() * per_token_block;
+  if (recompute == "ffn") kept_per_token -= model.layers() * f * activation_bytes;
+  if (recompute == "block")
+    kept_per_token = model.layers() * d * activation_bytes + per_token_block;
+  const double activations = tokens * (kept_per_token + 2 * d * 4);
   return sharded_state + unsharded + activations;
 }
 

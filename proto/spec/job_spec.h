@@ -40,7 +40,9 @@ int64_t ParameterCount(const v1::ModelSpec& model);
 double FlopsPerToken(const v1::JobSpec& spec);
 
 // A conservative estimate of the bytes one rank needs on its device: the fp32 master shard,
-// gradient shard and AdamW state, two unsharded units (current and prefetched), and activations.
+// gradient shard (only the units in flight without clipping: the optimizer runs in backward)
+// and AdamW state, two unsharded units (current and prefetched), and the activations kept under
+// parallel.activation_recompute.
 double EstimateRankDeviceBytes(const v1::JobSpec& spec);
 
 }  // namespace fsdpd

@@ -66,11 +66,13 @@ struct Trajectory {
   int64_t peak_bytes = 0;
 };
 
-Trajectory Train(const v1::JobSpec& spec, const std::string& worker_device) {
+Trajectory Train(const v1::JobSpec& spec, const std::string& worker_device,
+                 bool optimizer_in_backward = true) {
   testing::TempDir dir;
   RankContext context;
   context.job_id = spec.name();
   context.device = worker_device;
+  context.optimizer_in_backward = optimizer_in_backward;
   context.checkpoint_dir = dir.path() + "/job";
   Trajectory trajectory;
   TrainerHooks hooks;
@@ -125,6 +127,32 @@ TEST_F(CudaTrainerTest, FollowsTheCpuEngineForFiftySteps) {
   EXPECT_LT(sum_of_differences / kSteps, 0.03) << "mean |cuda − cpu| over the trajectory";
   EXPECT_LT(gpu.losses.back(), gpu.losses.front() - 0.3) << "the CUDA engine learns";
   EXPECT_GT(gpu.peak_bytes, 0);
+}
+
+// The optimizer in backward and activation recompute change when work runs and what is kept,
+// not the arithmetic: the same kernels on the same inputs. The trajectories must agree to
+// rounding noise (exactly, where the kernels are deterministic), each keeping less memory.
+TEST_F(CudaTrainerTest, OptimizerInBackwardAndRecomputeKeepTheTrajectoryWithLessMemory) {
+  constexpr int64_t kSteps = 10;
+  const double lr = config_["trajectory_lr"];
+  v1::JobSpec spec = TinySpec(config_, "cuda", kSteps, lr);
+  const Trajectory after = Train(spec, "cuda:0", /*optimizer_in_backward=*/false);
+  const Trajectory during = Train(spec, "cuda:0");
+  spec.mutable_parallel()->set_activation_recompute("ffn");
+  const Trajectory ffn = Train(spec, "cuda:0");
+  spec.mutable_parallel()->set_activation_recompute("block");
+  const Trajectory block = Train(spec, "cuda:0");
+  ASSERT_EQ(after.losses.size(), static_cast<size_t>(kSteps));
+  for (const Trajectory* other : {&during, &ffn, &block}) {
+    ASSERT_EQ(other->losses.size(), after.losses.size());
+    for (int64_t step = 0; step < kSteps; ++step) {
+      EXPECT_NEAR(other->losses[step], after.losses[step], 1e-5 * std::abs(after.losses[step]))
+          << "step " << step + 1;
+    }
+  }
+  EXPECT_LT(during.peak_bytes, after.peak_bytes);
+  EXPECT_LT(ffn.peak_bytes, during.peak_bytes);
+  EXPECT_LT(block.peak_bytes, ffn.peak_bytes);
 }
 
 // PyTorch's fp32 trajectory (make_fixtures.py) against the bf16 CUDA engine: the same bf16

@@ -1,6 +1,6 @@
 # The worker's profiler: verdicts, op costs, the kernel table, the Chrome trace, profiling
 # windows, and a profiled RunTrainer end to end.
-foreach(profiler_test roofline op_cost kernel_table chrome_trace window)
+foreach(profiler_test roofline op_cost kernel_table chrome_trace window device_attribution stream_wait)
   fsdpd_test(profiler_${profiler_test}_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiler_${profiler_test}_test.cc
     LIBS fsdpd_profiler nlohmann_json::nlohmann_json)

@@ -46,11 +46,18 @@ TEST_F(ProfilerCuptiTest, ActivityRecordsKernelsWithTheirScope) {
   ASSERT_TRUE(CuptiActivityCollector::PopScope().ok());
   ASSERT_TRUE(cuda::ScaleFloat(data_, kCount, 2.0f, nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  absl::StatusOr<std::vector<DeviceKernelRecord>> kernels = (*collector)->Stop();
-  ASSERT_TRUE(kernels.ok()) << kernels.status();
-  ASSERT_EQ(kernels->size(), 2u);
-  const DeviceKernelRecord& fill = (*kernels)[0];
-  const DeviceKernelRecord& scale = (*kernels)[1];
+  absl::StatusOr<DeviceWindowRecords> records = (*collector)->Stop();
+  ASSERT_TRUE(records.ok()) << records.status();
+  const std::vector<DeviceKernelRecord>& kernels = records->kernels;
+  ASSERT_EQ(kernels.size(), 2u);
+  const DeviceKernelRecord& fill = kernels[0];
+  const DeviceKernelRecord& scale = kernels[1];
+  std::printf("fill: '%s' external id %llu, stream %u; scale: '%s' external id %llu\n",
+              fill.name.c_str(), static_cast<unsigned long long>(fill.external_id), fill.stream_id,
+              scale.name.c_str(), static_cast<unsigned long long>(scale.external_id));
+  // Each launch's API call is recorded, on the steady clock, before its kernel starts.
+  ASSERT_EQ(records->launch_seconds.count(fill.correlation_id), 1u);
+  EXPECT_LE(records->launch_seconds.at(fill.correlation_id), fill.start_seconds);
   EXPECT_EQ(fill.external_id, 7u);
   EXPECT_EQ(scale.external_id, 0u);
   EXPECT_NE(fill.name, scale.name);

@@ -118,18 +118,26 @@ TEST_F(ProfilerTrainerTest, TheSpecWindowProducesATableAndATrace) {
 
   const nlohmann::json trace = nlohmann::json::parse(Trace(reports));
   std::set<std::string> ranges;
+  std::set<std::string> range_phases;
   std::set<int> lanes;
   for (const nlohmann::json& event : trace["traceEvents"]) {
     if (event["ph"] != "X") continue;
     lanes.insert(event["tid"].get<int>());
-    if (event["cat"] == "range") ranges.insert(event["name"].get<std::string>());
+    if (event["cat"] == "range") {
+      ranges.insert(event["name"].get<std::string>());
+      if (event["args"].contains("phase")) range_phases.insert(event["args"]["phase"]);
+    }
   }
   EXPECT_EQ(lanes, (std::set<int>{0, 1, 2}));
   for (const char* name :
        {"step 2", "step 3", "layers.0 forward", "layers.1 backward", "layers.0 all-gather",
-        "layers.0 reduce-scatter", "optimizer", "root head and loss"}) {
+        "layers.0 reduce-scatter", "root head and loss"}) {
     EXPECT_EQ(ranges.count(name), 1u) << name;
   }
+  // The optimizer's range is named after what it does (the step, or the grad norm when AdamW
+  // runs inside backward); its phase is the optimizer's either way.
+  EXPECT_EQ(range_phases.count("optimizer"), 1u);
+  EXPECT_EQ(trace["otherData"]["timing"], "host-timer");
   EXPECT_EQ(ranges.count("step 1"), 0u);
   EXPECT_EQ(ranges.count("step 4"), 0u);
 }
@@ -207,6 +215,23 @@ TEST_F(ProfilerTrainerTest, WithoutAProfileHookNothingIsProfiled) {
   auto result = RunTrainer(TinyJob(3), Context(), hooks);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(steps.size(), 3u);
+}
+
+// The OS's view of a CPU rank's memory rides along with the allocator's: the resident set holds
+// at least the tensors the allocator has out.
+TEST_F(ProfilerTrainerTest, StepReportsCarryTheProcessResidentSet) {
+  std::vector<v1::StepReport> steps;
+  TrainerHooks hooks;
+  hooks.on_step = [&](const v1::StepReport& report) { steps.push_back(report); };
+  auto result = RunTrainer(TinyJob(2), Context(), hooks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(steps.size(), 2u);
+  for (const v1::StepReport& report : steps) {
+    EXPECT_EQ(report.memory_device_used_source(), "process-rss");
+    EXPECT_GT(report.memory_device_used_bytes(), report.memory_current_bytes());
+    // A test process is far below 64 GiB: a unit mistake (pages, KiB) would show.
+    EXPECT_LT(report.memory_device_used_bytes(), int64_t{64} << 30);
+  }
 }
 
 }  // namespace

@@ -3,11 +3,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
+#include <thread>
 
+#include "fsdpd/v1/jobs.grpc.pb.h"
+#include "fsdpd/v1/rendezvous.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/spec/job_spec.h"
 #include "server/job_manager.h"
+#include "server/job_service.h"
 #include "server/metrics_exporter.h"
+#include "server/rendezvous_service.h"
 #include "server/sqlite_job_store.h"
 
 namespace fsdpd::server {
@@ -65,6 +74,7 @@ class MetricsExporterTest : public ::testing::Test {
       report.set_rank(rank);
       report.set_step(step);
       report.set_memory_peak_bytes(1000 + rank);
+      report.set_memory_device_used_bytes(5000 + rank);
       report.set_exposed_comm_seconds(0.125);
       exporter_->OnRankStep(report, worker);
     }
@@ -97,6 +107,7 @@ class MetricsExporterTest : public ::testing::Test {
             "fsdpd_train_step_duration_seconds_count{" + job,
             "fsdpd_train_step_duration_seconds_bucket{" + job,
             "fsdpd_gpu_memory_peak_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname=\"host-a\"," + job,
+            "fsdpd_gpu_memory_used_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname=\"host-a\"," + job,
             "fsdpd_comm_exposed_seconds_total{" + job,
             "fsdpd_kernel_gpu_seconds_total{" + job,
             "fsdpd_kernel_sm_throughput_ratio{" + job,
@@ -142,6 +153,26 @@ TEST_F(MetricsExporterTest, StepDurationIsAHistogramPerJob) {
   EXPECT_THAT(scrape, Not(HasSubstr("fsdpd_train_step_duration_seconds_count ")));
 }
 
+TEST_F(MetricsExporterTest, DriverMemoryIsAGaugePerRankAndUnknownIsLeftOut) {
+  CreateExporter(std::chrono::minutes(5));
+  ReportStep("job-a", 1, 4.5);
+  std::string scrape = exporter_->Render();
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_gpu_memory_used_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname="
+                                "\"host-a\",job=\"job-a\",rank=\"1\"} 5001"));
+  v1::Worker worker;
+  worker.set_hostname("host-b");
+  v1::StepReport report;
+  report.set_job_id("job-b");
+  report.set_step(1);
+  report.set_memory_peak_bytes(10);
+  exporter_->OnRankStep(report, worker);  // memory_device_used_bytes unset: unknown
+  scrape = exporter_->Render();
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_gpu_memory_peak_bytes{UUID=\"\",gpu=\"0\",hostname="
+                                "\"host-b\",job=\"job-b\",rank=\"0\"} 10"));
+  EXPECT_THAT(scrape, Not(HasSubstr("fsdpd_gpu_memory_used_bytes{UUID=\"\",gpu=\"0\",hostname="
+                                    "\"host-b\"")));
+}
+
 TEST_F(MetricsExporterTest, FinishedJobSeriesStayForTheRetentionThenGo) {
   CreateExporter(std::chrono::minutes(5));
   ReportStep("job-done", 1, 4.5);
@@ -175,6 +206,129 @@ TEST_F(MetricsExporterTest, ZeroRetentionRemovesSeriesWhenTheJobEnds) {
   ExpectSeries(exporter_->Render(), "job-a", true);
   exporter_->OnJobFinished("job-a");
   ExpectSeries(exporter_->Render(), "job-a", false);
+}
+
+// A sample of the scrape ("name{labels} value"), or -1 when the series is absent.
+double Sample(const std::string& scrape, const std::string& series) {
+  const size_t at = scrape.find(series + " ");
+  if (at == std::string::npos) return -1.0;
+  return std::stod(scrape.substr(at + series.size() + 1));
+}
+
+// The real services behind a loopback server with the exporter's timing interceptors, as the
+// coordinator builds it.
+TEST_F(MetricsExporterTest, RpcLatencyIsAHistogramPerMethodFromRealCalls) {
+  CreateExporter(std::chrono::minutes(5));
+  RendezvousServiceImpl rendezvous(*rendezvous_, exporter_.get());
+  JobServiceImpl job_service(*jobs_, *registry_, exporter_.get(), nullptr);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&rendezvous);
+  builder.RegisterService(&job_service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(exporter_->RpcTimingInterceptors());
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  auto kv = v1::RendezvousService::NewStub(channel);
+  auto jobs = v1::JobService::NewStub(channel);
+
+  // Two quick Sets, and a Get that waits 300 ms for its key.
+  rendezvous_->OpenScope("job-rpc", 1);
+  v1::Scope scope;
+  scope.set_job_id("job-rpc");
+  scope.set_attempt(1);
+  for (const char* key : {"warm-up", "other"}) {
+    grpc::ClientContext context;
+    v1::SetRequest set;
+    *set.mutable_scope() = scope;
+    set.set_key(key);
+    set.set_value("x");
+    v1::SetResponse response;
+    const grpc::Status status = kv->Set(&context, set, &response);
+    ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  }
+  constexpr double kGetWaitSeconds = 0.3;
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kGetWaitSeconds));
+    ASSERT_TRUE(rendezvous_->Set("job-rpc", 1, "late", "value").ok());
+  });
+  {
+    grpc::ClientContext context;
+    v1::GetRequest get;
+    *get.mutable_scope() = scope;
+    get.set_key("late");
+    get.set_timeout_millis(10000);
+    v1::GetResponse response;
+    const grpc::Status status = kv->Get(&context, get, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.value(), "value");
+  }
+  setter.join();
+
+  // A response stream: the first event of a pending job's history, then the client leaves.
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("rpc-latency");
+  spec.mutable_parallel()->set_world_size(1);
+  spec.mutable_parallel()->set_device("cpu");
+  absl::StatusOr<std::string> id = jobs_->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  {
+    grpc::ClientContext context;
+    v1::WatchJobRequest watch;
+    watch.set_id(*id);
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = jobs->WatchJob(&context, watch);
+    v1::JobEvent event;
+    ASSERT_TRUE(reader->Read(&event));
+    context.TryCancel();
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  server->Shutdown();
+  server->Wait();
+
+  const std::string scrape = exporter_->Render();
+  EXPECT_THAT(scrape, HasSubstr("# TYPE fsdpd_rpc_duration_seconds histogram"));
+  EXPECT_THAT(scrape, HasSubstr("# TYPE fsdpd_rpc_first_message_seconds histogram"));
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_count{method=\"Set\"}"), 2);
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_count{method=\"Get\"}"), 1);
+  // The Get waited at least 300 ms: nothing in the buckets up to 0.25 s, all of it by 60 s.
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_bucket{method=\"Get\",le=\"0.25\"}"), 0);
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_bucket{method=\"Get\",le=\"60\"}"), 1);
+  EXPECT_GE(Sample(scrape, "fsdpd_rpc_duration_seconds_sum{method=\"Get\"}"), kGetWaitSeconds);
+  // The quick Sets: both well inside the 0.25 s bucket.
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_bucket{method=\"Set\",le=\"0.25\"}"), 2);
+  // The stream: one first message and one end; unary RPCs have no first-message series.
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_first_message_seconds_count{method=\"WatchJob\"}"), 1);
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_count{method=\"WatchJob\"}"), 1);
+  EXPECT_GE(Sample(scrape, "fsdpd_rpc_duration_seconds_sum{method=\"WatchJob\"}"),
+            Sample(scrape, "fsdpd_rpc_first_message_seconds_sum{method=\"WatchJob\"}"));
+  EXPECT_THAT(scrape, Not(HasSubstr("fsdpd_rpc_first_message_seconds_count{method=\"Get\"}")));
+  // The request counter still counts the same calls.
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_rpc_requests_total{code=\"OK\",method=\"Set\"} 2"));
+}
+
+TEST_F(MetricsExporterTest, RpcMethodLabelsAreBoundedToTheServicesMethods) {
+  CreateExporter(std::chrono::minutes(5));
+  exporter_->ObserveRpcDuration("/fsdpd.v1.JobService/SubmitJob", 0.002);
+  exporter_->ObserveRpcDuration("/fsdpd.v1.JobService/NoSuchMethod", 0.002);
+  exporter_->ObserveRpcDuration("/made.up.Service/Anything", 0.002);
+  exporter_->ObserveRpcDuration("garbage", 0.002);
+  const std::string scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_count{method=\"SubmitJob\"}"), 1);
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_count{method=\"unknown\"}"), 3);
+  EXPECT_THAT(scrape, Not(HasSubstr("NoSuchMethod")));
+  EXPECT_THAT(scrape, Not(HasSubstr("Anything")));
+  // 2 ms: above the 1 ms bucket, inside 2.5 ms.
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_bucket{method=\"SubmitJob\",le=\"0.001\"}"),
+            0);
+  EXPECT_EQ(Sample(scrape, "fsdpd_rpc_duration_seconds_bucket{method=\"SubmitJob\",le=\"0.0025\"}"),
+            1);
 }
 
 TEST(MetricsConfigTest, NegativeRetentionIsRejected) {

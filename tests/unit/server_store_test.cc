@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "server/sqlite_job_store.h"
 
@@ -180,6 +181,77 @@ TEST_F(StoreTest, UsesWalAndRefusesANewerSchema) {
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_);
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("newer"), std::string::npos) << store.status();
+}
+
+// Rows in step_reports as another connection sees them (what a killed coordinator leaves).
+int64_t StoredReportRows(const std::string& database_path) {
+  sqlite3* database = nullptr;
+  if (sqlite3_open(database_path.c_str(), &database) != SQLITE_OK) return -1;
+  sqlite3_stmt* statement = nullptr;
+  int64_t rows = -1;
+  if (sqlite3_prepare_v2(database, "SELECT COUNT(*) FROM step_reports", -1, &statement, nullptr) ==
+          SQLITE_OK &&
+      sqlite3_step(statement) == SQLITE_ROW) {
+    rows = sqlite3_column_int64(statement, 0);
+  }
+  sqlite3_finalize(statement);
+  sqlite3_close(database);
+  return rows;
+}
+
+TEST_F(StoreTest, TheWriterThreadWritesFullBatchesWithoutAFlush) {
+  config_.batch_rows = 4;
+  auto store = Open();
+  for (int step = 1; step <= 9; ++step) {
+    v1::StepReport report;
+    report.set_job_id("job-000001");
+    report.set_step(step);
+    ASSERT_TRUE(store->AppendStepReport(report).ok());
+  }
+  // Appending never writes on the caller's thread; the writer takes whole batches (8 of the 9
+  // rows), and the ninth waits for a flush.
+  int64_t rows = 0;
+  for (int wait = 0; wait < 200 && rows < 8; ++wait) {
+    rows = StoredReportRows(config_.database_path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(rows, 8);
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(StoredReportRows(config_.database_path), 9);
+  EXPECT_EQ(store->LoadStepReports("job-000001")->size(), 9u);
+}
+
+TEST_F(StoreTest, AGroupIsCommittedAtOnceAtItsEnd) {
+  auto store = Open();
+  v1::Job job = MakeJob("job-000001", v1::RUNNING);
+  ASSERT_TRUE(store->InsertJob(job).ok());
+  JobStoreConfig other = config_;
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> reader = SqliteJobStore::Open(other);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+
+  store->BeginGroup();
+  ASSERT_TRUE(store->RecordTransition(job, 1, Change(job.id(), v1::RUNNING, "started")).ok());
+  for (int64_t step = 1; step <= 3; ++step) {
+    job.set_step(step);
+    v1::StepReport aggregate;
+    aggregate.set_job_id(job.id());
+    aggregate.set_step(step);
+    ASSERT_TRUE(store->RecordStep(job, step + 1, aggregate).ok());
+  }
+  // A write that fails inside the group (sequence 1 is taken) is undone alone.
+  EXPECT_FALSE(store->RecordTransition(job, 1, Change(job.id(), v1::FAILED, "again")).ok());
+  EXPECT_TRUE((*reader)->LoadEvents(job.id())->empty());
+  EXPECT_EQ((*reader)->LoadJobs()->front().step(), 0);
+  ASSERT_TRUE(store->EndGroup().ok());
+
+  absl::StatusOr<std::vector<StoredEvent>> events = (*reader)->LoadEvents(job.id());
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 4u);
+  EXPECT_EQ(events->front().event.state().reason(), "started");
+  EXPECT_EQ(events->back().event.step().step(), 3);
+  EXPECT_EQ((*reader)->LoadJobs()->front().step(), 3);
+  EXPECT_EQ((*reader)->LoadJobs()->front().spec().name(), "model-job-000001");
+  EXPECT_FALSE(store->EndGroup().ok()) << "EndGroup without a group must be refused";
 }
 
 }  // namespace

@@ -133,9 +133,45 @@ TEST(JobSpec, SizeEstimatesGrowWithTheModelAndShrinkWithShards) {
   spec.mutable_parallel()->set_world_size(1);
   double one_rank = EstimateRankDeviceBytes(spec);
   EXPECT_GT(one_rank, four_ranks);
-  // 735M parameters × 16 bytes of fp32 state on one rank is at least 11.7 GB.
-  EXPECT_GT(one_rank, 16.0 * 735199232);
+  // 735M parameters × 12 bytes of fp32 master and AdamW state on one rank is at least 8.8 GB
+  // (the gradient shard exists only per unit: the optimizer runs in backward).
+  EXPECT_GT(one_rank, 12.0 * 735199232);
   EXPECT_DOUBLE_EQ(FlopsPerToken(spec), 6.0 * 735199232 + 12.0 * 12 * 1024 * 2048);
+}
+
+TEST(JobSpec, ActivationRecomputeIsParsedCheckedAndShrinksTheEstimate) {
+  v1::JobSpec spec = ParseOk("name: r\n");
+  EXPECT_EQ(spec.parallel().activation_recompute(), "none");
+  spec = ParseOk("name: r\nparallel: {world_size: 1, activation_recompute: ffn}\n");
+  EXPECT_EQ(spec.parallel().activation_recompute(), "ffn");
+  EXPECT_EQ(Errors(spec), "");
+  EXPECT_EQ(ParseOk(JobSpecToYaml(spec)).parallel().activation_recompute(), "ffn");
+  spec.mutable_parallel()->set_activation_recompute("");  // a spec stored before the field
+  EXPECT_EQ(Errors(spec), "");
+  spec.mutable_parallel()->set_activation_recompute("all");
+  EXPECT_THAT(Errors(spec),
+              HasSubstr("parallel.activation_recompute: must be none, ffn or block (got 'all')"));
+
+  // The seed on one rank: ffn drops 12 blocks' [8192, 8192] bf16 ffn.0 outputs (1.61 GB).
+  spec = ParseOk("name: r\nparallel: {world_size: 1}\n");
+  const double none = EstimateRankDeviceBytes(spec);
+  spec.mutable_parallel()->set_activation_recompute("ffn");
+  const double ffn = EstimateRankDeviceBytes(spec);
+  spec.mutable_parallel()->set_activation_recompute("block");
+  const double block = EstimateRankDeviceBytes(spec);
+  EXPECT_DOUBLE_EQ(none - ffn, 12.0 * 8192 * 8192 * 2);
+  EXPECT_GT(ffn - block, 2e9);
+  EXPECT_GT(block, 12.0 * 735199232);  // master and AdamW state stay
+}
+
+TEST(JobSpec, ClippingKeepsTheWholeGradientShardInTheEstimate) {
+  v1::JobSpec spec = ParseOk("name: r\nparallel: {world_size: 2}\n");
+  const double in_backward = EstimateRankDeviceBytes(spec);
+  spec.mutable_train()->set_grad_clip(1.0);
+  const double clipped = EstimateRankDeviceBytes(spec);
+  // The whole fp32 gradient shard (4 bytes × 735M / 2) less the shards of the two largest units
+  // in flight (the root: embedding and head, 2 × 32000 × 2048).
+  EXPECT_DOUBLE_EQ(clipped - in_backward, 4.0 * 735199232 / 2 - 2 * 4.0 * (2 * 32000 * 2048) / 2);
 }
 
 TEST(JobSpec, YamlRoundTrip) {

@@ -22,7 +22,11 @@ enum class ReduceOp { kSum, kAverage, kMax, kMin };
 // Where a rank spends its time in collectives; the trainer reports it as exposed
 // communication.
 struct CommunicatorStats {
+  // Host time blocked in collectives, plus, on an asynchronous backend, stream_wait_seconds.
   double blocked_seconds = 0.0;
+  // Device time the compute stream stood waiting for the comm stream (CUDA events around each
+  // wait, read without a host sync once they completed); 0 where streams run inline.
+  double stream_wait_seconds = 0.0;
   int64_t operations = 0;
   int64_t bytes_sent = 0;  // an estimate: the bytes this rank contributes to each collective
 };

@@ -17,8 +17,10 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
     shard.layout =
         ComputeFlatShardLayout(unit.numel, communicator->world_size(), communicator->rank());
     const int64_t bytes = shard.layout.shard_numel * DTypeSize(DType::kF32);
-    for (std::unique_ptr<Buffer>* buffer :
-         {&shard.master, &shard.grad, &shard.exp_avg, &shard.exp_avg_sq}) {
+    std::vector<std::unique_ptr<Buffer>*> buffers = {&shard.master, &shard.exp_avg,
+                                                     &shard.exp_avg_sq};
+    if (!options.transient_grad_shards) buffers.push_back(&shard.grad);
+    for (std::unique_ptr<Buffer>* buffer : buffers) {
       absl::StatusOr<std::unique_ptr<Buffer>> allocated = backend->Allocate(bytes);
       if (!allocated.ok()) {
         return absl::ResourceExhaustedError(
@@ -119,15 +121,58 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
   if (!computed.ok()) return computed.status();
   FSDPD_RETURN_IF_ERROR((*computed)->Record(backend_->compute_stream()));
   FSDPD_RETURN_IF_ERROR((*computed)->WaitOn(comm));
+  UnitShard& shard = shards_[unit];
+  if (shard.grad == nullptr) {
+    // Not zeroed: the reduce-scatter writes every element of the shard, padding included.
+    absl::StatusOr<std::unique_ptr<Buffer>> buffer =
+        backend_->Allocate(layout.shard_numel * DTypeSize(DType::kF32));
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrCat("gradient shard of unit ", units_[unit].name, ": ",
+                                       buffer.status().message()));
+    }
+    shard.grad = std::move(*buffer);
+  }
   const Tensor full = unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel});
-  FSDPD_RETURN_IF_ERROR(
-      communicator_->ReduceScatter(full, shards_[unit].Grad(), ReduceOp::kAverage, comm));
-  retired_grads_.push_back(RetiredGrads{gather_sequence_, std::move(unsharded_[unit].grads)});
+  FSDPD_RETURN_IF_ERROR(communicator_->ReduceScatter(full, shard.Grad(), ReduceOp::kAverage, comm));
+  retired_grads_.push_back(
+      RetiredGrads{gather_sequence_, ++reduce_sequence_, std::move(unsharded_[unit].grads)});
+  Unsharded& target = unsharded_[unit];
+  target.reduce_sequence = reduce_sequence_;
+  if (target.grads_reduced == nullptr) {
+    absl::StatusOr<std::unique_ptr<Event>> event = backend_->CreateEvent();
+    if (!event.ok()) return event.status();
+    target.grads_reduced = std::move(*event);
+  }
+  return target.grads_reduced->Record(comm);
+}
+
+absl::Status FsdpState::ConsumeGrads(int unit, GradientShardConsumer& consumer) {
+  ProfileRange range(options_.profiler, units_[unit].name, kPhaseOptimizer);
+  FSDPD_RETURN_IF_ERROR(unsharded_[unit].grads_reduced->WaitOn(backend_->compute_stream()));
+  // Compute now runs after this reduce-scatter and every one before it on the comm stream, so
+  // the unsharded gradients they read may be reused: freed now rather than at the next gather.
+  const int64_t reduced = unsharded_[unit].reduce_sequence;
+  std::vector<RetiredGrads> still_in_use;
+  for (RetiredGrads& retired : retired_grads_) {
+    if (retired.reduce_sequence > reduced) still_in_use.push_back(std::move(retired));
+  }
+  retired_grads_ = std::move(still_in_use);
+  FSDPD_RETURN_IF_ERROR(consumer.ConsumeGradientShard(unit, shards_[unit]));
+  // The consumer's reads are queued on the compute stream, and every later user of this memory
+  // is ordered after that stream (compute itself, a gather or a reduce-scatter waiting on it).
+  if (options_.transient_grad_shards) shards_[unit].grad.reset();
   return absl::OkStatus();
 }
 
 absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* tokens,
-                                                 const int32_t* targets) {
+                                                 const int32_t* targets,
+                                                 GradientShardConsumer* consumer) {
+  if (options_.transient_grad_shards && consumer == nullptr) {
+    return absl::FailedPreconditionError(
+        "FsdpState::ForwardBackward: transient gradient shards need a consumer in backward (the "
+        "optimizer in backward); without one the gradients would be lost");
+  }
   const int root = num_units() - 1;
   const int layers = root;
   ProfileRecorder* const profiler = options_.profiler;
@@ -161,6 +206,9 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
     ReleaseParams(root);
   }
 
+  // A consumer takes unit i's shard only once unit i-1's backward is queued: waiting for a
+  // reduce-scatter right after issuing it would stall compute until it ends.
+  int unconsumed = -1;
   for (int layer = layers - 1; layer >= 0; --layer) {
     if (layer > 0) FSDPD_RETURN_IF_ERROR(IssueGather(layer - 1));
     {
@@ -171,12 +219,21 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
       ReleaseParams(layer);
     }
     FSDPD_RETURN_IF_ERROR(ReduceScatterGrads(layer));
+    if (consumer != nullptr && unconsumed >= 0) {
+      FSDPD_RETURN_IF_ERROR(ConsumeGrads(unconsumed, *consumer));
+    }
+    unconsumed = layer;
   }
   {
     ProfileRange range(profiler, root_name, kPhaseBackward);
     FSDPD_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
   }
+  // The first block's shard goes before the root's (the largest) is allocated.
+  if (consumer != nullptr && unconsumed >= 0) {
+    FSDPD_RETURN_IF_ERROR(ConsumeGrads(unconsumed, *consumer));
+  }
   FSDPD_RETURN_IF_ERROR(ReduceScatterGrads(root));
+  if (consumer != nullptr) FSDPD_RETURN_IF_ERROR(ConsumeGrads(root, *consumer));
 
   // The optimizer runs on the compute stream; it must see every reduced gradient.
   absl::StatusOr<std::unique_ptr<Event>> reduced = backend_->CreateEvent();

@@ -27,11 +27,17 @@ struct FsdpOptions {
   // parameters on an fp32 backend: values rounded through bf16, kept in fp32 storage.
   DType param_storage_dtype = DType::kF32;
   bool round_params_to_bf16 = false;
+  // Gradient shards exist only while a unit's gradient is in flight in backward: each is
+  // allocated for its unit's reduce-scatter and freed once a GradientShardConsumer (the
+  // optimizer in backward) has queued its work on it, so the whole-model fp32 gradient shard
+  // never exists. ForwardBackward then needs a consumer.
+  bool transient_grad_shards = false;
   // Told which unit and phase (forward, backward, comm) the work belongs to; null: not profiled.
   ProfileRecorder* profiler = nullptr;
 };
 
-// This rank's slice of one unit and everything the optimizer keeps for it (fp32).
+// This rank's slice of one unit and everything the optimizer keeps for it (fp32). With
+// transient gradient shards, `grad` is null outside its unit's moment in backward.
 struct UnitShard {
   FlatShardLayout layout;
   std::unique_ptr<Buffer> master;
@@ -43,6 +49,17 @@ struct UnitShard {
   Tensor Grad() const { return grad->View(DType::kF32, {layout.shard_numel}); }
   Tensor ExpAvg() const { return exp_avg->View(DType::kF32, {layout.shard_numel}); }
   Tensor ExpAvgSq() const { return exp_avg_sq->View(DType::kF32, {layout.shard_numel}); }
+};
+
+// Takes each unit's reduced gradient shard as soon as it exists, during backward (the optimizer
+// in backward). Called on the host once per unit per step, with the compute stream already
+// ordered after that unit's reduce-scatter: work queued on the compute stream may read
+// shard.grad. With transient gradient shards the shard's gradient buffer is freed right after
+// the call (safe: later users of that memory are ordered after the compute stream's work).
+class GradientShardConsumer {
+ public:
+  virtual ~GradientShardConsumer() = default;
+  virtual absl::Status ConsumeGradientShard(int unit, UnitShard& shard) = 0;
 };
 
 class FsdpState {
@@ -59,9 +76,15 @@ class FsdpState {
 
   // One forward and backward of `model` on this rank's batch. Returns this rank's mean loss;
   // afterwards every unit's grad shard holds the gradient averaged over ranks, so the
-  // optimizer sees the gradient of the global batch's mean loss.
+  // optimizer sees the gradient of the global batch's mean loss. With a consumer, each unit's
+  // averaged gradient shard is handed to it during backward instead, one unit behind the
+  // reduce-scatters so that a reduce-scatter still overlaps the next unit's backward (at most
+  // two gradient shards in flight). Required with transient_grad_shards.
   absl::StatusOr<float> ForwardBackward(MiniLLM& model, const int32_t* tokens,
-                                        const int32_t* targets);
+                                        const int32_t* targets,
+                                        GradientShardConsumer* consumer = nullptr);
+
+  bool transient_grad_shards() const { return options_.transient_grad_shards; }
 
   // Collective: every rank must call it. Leaves the whole unpadded fp32 master of `unit` in
   // `values` on every rank.
@@ -77,12 +100,15 @@ class FsdpState {
     std::unique_ptr<Event> params_ready;
     int64_t ready_sequence = 0;  // which gather params_ready marks on the comm stream
     std::unique_ptr<Buffer> grads;
+    std::unique_ptr<Event> grads_reduced;  // the end of this unit's reduce-scatter
+    int64_t reduce_sequence = 0;           // which reduce-scatter grads_reduced marks
   };
   // A gradient buffer the comm stream may still be reading (its reduce-scatter). The allocator
   // is not stream-aware, so it is freed only once the compute stream has waited for a gather
   // issued after that reduce-scatter.
   struct RetiredGrads {
     int64_t issued_before_sequence = 0;
+    int64_t reduce_sequence = 0;  // which reduce-scatter read it
     std::unique_ptr<Buffer> buffer;
   };
 
@@ -100,6 +126,8 @@ class FsdpState {
   absl::Status AllocateGrads(int unit);
   // Reduce-scatters the unit's unsharded gradient into its grad shard on the comm stream.
   absl::Status ReduceScatterGrads(int unit);
+  // Orders the compute stream after the unit's reduce-scatter and hands the shard over.
+  absl::Status ConsumeGrads(int unit, GradientShardConsumer& consumer);
   Tensor Params(int unit) const;
   Tensor Grads(int unit) const;
 
@@ -113,6 +141,7 @@ class FsdpState {
   // never overwritten by the comm stream while a kernel still reads it.
   std::unique_ptr<Event> compute_progress_;
   int64_t gather_sequence_ = 0;
+  int64_t reduce_sequence_ = 0;
   std::vector<RetiredGrads> retired_grads_;
 };
 

@@ -12,7 +12,10 @@ namespace {
 // What one block's forward keeps for its backward. The two RMSNorm outputs and the SiLU
 // output are not kept: backward recomputes them from what is kept (elementwise work, no
 // matrix products), so a block holds 10·dim values per token (with its residual input)
-// instead of 16.
+// instead of 16. Activation recompute keeps less (ModelConfig::activation_recompute): with
+// kFfn every block's ffn_hidden is one shared workspace that backward refills with ffn.0's
+// GEMM (6·dim per token kept); with kBlock every block shares one whole set, refilled by
+// re-running the block's forward, and only the block's input stays (1·dim).
 struct BlockActivations {
   Tensor attention_rstd;  // norm1's rstd  [T] fp32
   Tensor qkv;             // [B, S, 3D]
@@ -55,6 +58,11 @@ class BackendMiniLLM : public MiniLLM {
   absl::Status CheckUnitTensor(const Tensor& flat, int unit_index, const char* what) const;
   Tensor Parameter(const Tensor& flat, int unit_index, const std::string& name) const;
   absl::Status RunForwardOnly(const std::vector<Tensor>& unit_params);
+  // Where block `layer`'s saved activations live (shared by every block under kBlock).
+  BlockActivations& Saved(int layer);
+  // Block `layer`'s forward up to ffn.0's output into Saved(layer): everything its backward
+  // reads. Leaves norm2's output in row_scratch_.
+  absl::Status ForwardToFfnHidden(int layer, const Tensor& block_params);
   // The input of the head: the last residual, or its final norm when enabled.
   absl::Status FinalNormForward(const Tensor& root_params, Tensor* head_input);
 
@@ -81,15 +89,17 @@ class BackendMiniLLM : public MiniLLM {
   Tensor branch_gradient_;     // gradient from a norm back to the residual [T, D]
   Tensor attention_gradient_;  // [B, S, D]
   Tensor qkv_gradient_;        // [B, S, 3D]
-  Tensor activated_;           // silu(ffn_hidden), recomputed [T, F]
+  // silu(ffn_hidden), recomputed [T, F]; once ffn.2's backward has read it, the gradient at
+  // ffn_hidden.
+  Tensor activated_;
   Tensor activated_gradient_;  // [T, F]
-  Tensor hidden_gradient_;     // [T, F]
   // [T, D], holding in turn: a norm's output (forward, and recomputed in backward), then the
   // out_proj or ffn.2 output before its residual add.
   Tensor row_scratch_;
 
   Phase phase_ = Phase::kIdle;
   int next_layer_ = 0;
+  int forwarded_layer_ = -1;  // whose activations ForwardToFfnHidden last wrote
 };
 
 absl::StatusOr<Tensor> BackendMiniLLM::NewTensor(DType dtype, std::vector<int64_t> shape) {
@@ -126,7 +136,11 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   FSDPD_NEW(loss_, DType::kF32, (std::vector<int64_t>{1}));
   residuals_.resize(static_cast<size_t>(config_.layers) + 1);
   for (Tensor& residual : residuals_) FSDPD_NEW(residual, act, rows_by_dim);
-  blocks_.resize(static_cast<size_t>(config_.layers));
+  const ActivationRecompute recompute = config_.activation_recompute;
+  blocks_.resize(recompute == ActivationRecompute::kBlock ? 1
+                                                          : static_cast<size_t>(config_.layers));
+  Tensor shared_hidden;
+  if (recompute != ActivationRecompute::kNone) FSDPD_NEW(shared_hidden, act, rows_by_hidden);
   for (BlockActivations& block : blocks_) {
     FSDPD_NEW(block.attention_rstd, DType::kF32, (std::vector<int64_t>{tokens_}));
     FSDPD_NEW(block.qkv, act, sequence_by_qkv);
@@ -134,7 +148,11 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
     FSDPD_NEW(block.lse, DType::kF32, (std::vector<int64_t>{batch_, config_.heads, seq_}));
     FSDPD_NEW(block.middle, act, rows_by_dim);
     FSDPD_NEW(block.ffn_rstd, DType::kF32, (std::vector<int64_t>{tokens_}));
-    FSDPD_NEW(block.ffn_hidden, act, rows_by_hidden);
+    if (recompute == ActivationRecompute::kNone) {
+      FSDPD_NEW(block.ffn_hidden, act, rows_by_hidden);
+    } else {
+      block.ffn_hidden = shared_hidden;
+    }
   }
   if (config_.final_norm) {
     FSDPD_NEW(final_normed_, act, rows_by_dim);
@@ -147,7 +165,6 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   FSDPD_NEW(qkv_gradient_, act, sequence_by_qkv);
   FSDPD_NEW(activated_, act, rows_by_hidden);
   FSDPD_NEW(activated_gradient_, act, rows_by_hidden);
-  FSDPD_NEW(hidden_gradient_, act, rows_by_hidden);
   FSDPD_NEW(row_scratch_, act, rows_by_dim);
 #undef FSDPD_NEW
   return absl::OkStatus();
@@ -215,11 +232,32 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
         phase_ == Phase::kForward ? absl::StrCat("layer ", next_layer_) : "EmbedForward first"));
   }
   FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
+  FSDPD_RETURN_IF_ERROR(ForwardToFfnHidden(layer, block_params));
+  const std::string prefix = absl::StrCat("layers.", layer, ".");
+  const BlockActivations& saved = Saved(layer);
+  const Tensor no_bias;
+  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(activated_,
+                                           Parameter(block_params, layer, prefix + "ffn.2.weight"),
+                                           no_bias, row_scratch_, stream_));
+  FSDPD_RETURN_IF_ERROR(
+      ops_.Add(saved.middle, row_scratch_, residuals_[static_cast<size_t>(layer) + 1], stream_));
+  ++next_layer_;
+  return absl::OkStatus();
+}
+
+BlockActivations& BackendMiniLLM::Saved(int layer) {
+  return config_.activation_recompute == ActivationRecompute::kBlock
+             ? blocks_.front()
+             : blocks_[static_cast<size_t>(layer)];
+}
+
+absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_params) {
   const std::string prefix = absl::StrCat("layers.", layer, ".");
   auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
-  BlockActivations& saved = blocks_[static_cast<size_t>(layer)];
+  BlockActivations& saved = Saved(layer);
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
-  const Tensor& output = residuals_[static_cast<size_t>(layer) + 1];
+  forwarded_layer_ = layer;
 
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, stream_));
@@ -234,14 +272,8 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"), config_.norm_eps,
                                             row_scratch_, saved.ffn_rstd, stream_));
   const Tensor no_bias;
-  FSDPD_RETURN_IF_ERROR(
-      ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias, saved.ffn_hidden, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
-  FSDPD_RETURN_IF_ERROR(
-      ops_.LinearForward(activated_, weight("ffn.2.weight"), no_bias, row_scratch_, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.Add(saved.middle, row_scratch_, output, stream_));
-  ++next_layer_;
-  return absl::OkStatus();
+  return ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias, saved.ffn_hidden,
+                            stream_);
 }
 
 absl::Status BackendMiniLLM::FinalNormForward(const Tensor& root_params, Tensor* head_input) {
@@ -300,21 +332,45 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   const std::string prefix = absl::StrCat("layers.", layer, ".");
   auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
   auto gradient = [&](const char* name) { return Parameter(block_grads, layer, prefix + name); };
-  const BlockActivations& saved = blocks_[static_cast<size_t>(layer)];
+  const BlockActivations& saved = Saved(layer);
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   const Tensor no_bias;
+
+  // Recompute what was not kept. Both ways leave norm2's output in row_scratch_ and rewrite
+  // the saved statistics with the very same values. The block whose forward ran last still has
+  // its shared set (its backward comes first): it needs only norm2 again.
+  const ActivationRecompute recompute = config_.activation_recompute;
+  if (recompute != ActivationRecompute::kNone) {
+    if (recompute == ActivationRecompute::kBlock && forwarded_layer_ != layer) {
+      FSDPD_RETURN_IF_ERROR(ForwardToFfnHidden(layer, block_params));
+    } else {
+      FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+                                                config_.norm_eps, row_scratch_, saved.ffn_rstd,
+                                                stream_));
+      if (forwarded_layer_ != layer) {
+        FSDPD_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias,
+                                                 saved.ffn_hidden, stream_));
+      }
+    }
+    forwarded_layer_ = -1;  // the shared set is this block's now, and is consumed below
+  }
 
   // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))).
   FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
                                             activated_gradient_, gradient("ffn.2.weight"), no_bias,
                                             stream_));
+  // ffn.2's backward has read silu's output: its buffer now takes the gradient at ffn_hidden.
+  const Tensor& hidden_gradient = activated_;
   FSDPD_RETURN_IF_ERROR(
-      ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient_, stream_));
-  // norm2's output, recomputed (its rstd is rewritten with the very same values).
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"), config_.norm_eps,
-                                            row_scratch_, saved.ffn_rstd, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient_, row_scratch_, weight("ffn.0.weight"),
+      ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient, stream_));
+  if (recompute == ActivationRecompute::kNone) {
+    // norm2's output, recomputed (its rstd is rewritten with the very same values).
+    FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+                                              config_.norm_eps, row_scratch_, saved.ffn_rstd,
+                                              stream_));
+  }
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, weight("ffn.0.weight"),
                                             normed_gradient_, gradient("ffn.0.weight"), no_bias,
                                             stream_));
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"),

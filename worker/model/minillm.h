@@ -10,6 +10,9 @@
 //   loss = HeadForwardBackward(root, root_grad)  fused head + cross-entropy + its backward
 //   BlockBackward(i, block_i, grad_i) for i = L-1..0
 //   EmbedBackward(root_grad)
+// With config.activation_recompute, BlockBackward first recomputes what forward did not keep
+// (ffn.0's output, or the block's whole forward) from the same inputs with the same kernels.
+// The activation workspace is allocated once, by Create, for the chosen recompute.
 #pragma once
 
 #include <cstdint>

@@ -60,6 +60,14 @@ void AddParameter(UnitLayout* unit, std::string name, std::vector<int64_t> shape
 
 }  // namespace
 
+absl::StatusOr<ActivationRecompute> ParseActivationRecompute(const std::string& text) {
+  if (text.empty() || text == "none") return ActivationRecompute::kNone;
+  if (text == "ffn") return ActivationRecompute::kFfn;
+  if (text == "block") return ActivationRecompute::kBlock;
+  return absl::InvalidArgumentError(
+      absl::StrCat("parallel.activation_recompute: must be none, ffn or block (got '", text, "')"));
+}
+
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec) {
   auto positive = [](const char* field, int64_t value) -> absl::Status {
     if (value <= 0) {

@@ -13,6 +13,17 @@
 
 namespace fsdpd {
 
+// What a block's backward recomputes instead of keeping from its forward (torch's activation
+// checkpointing). Numerics do not change: recompute runs the same kernels on the same inputs.
+enum class ActivationRecompute {
+  kNone,   // keep what backward reads (the norms and SiLU are recomputed anyway)
+  kFfn,    // also recompute ffn.0's output [T, ffn_hidden] (one GEMM) in backward
+  kBlock,  // keep only each block's input; re-run its forward before its backward
+};
+
+// parallel.activation_recompute: none (or empty), ffn or block.
+absl::StatusOr<ActivationRecompute> ParseActivationRecompute(const std::string& text);
+
 struct ModelConfig {
   int64_t vocab = 32000;
   int64_t dim = 2048;
@@ -22,6 +33,7 @@ struct ModelConfig {
   bool causal = false;
   bool final_norm = false;
   double norm_eps = 1.1920928955078125e-07;  // fp32 machine epsilon, PyTorch's default
+  ActivationRecompute activation_recompute = ActivationRecompute::kNone;
 };
 
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "worker/status_macros.h"
 
 namespace fsdpd {
@@ -9,33 +10,69 @@ namespace fsdpd {
 absl::StatusOr<std::unique_ptr<ShardedAdamW>> ShardedAdamW::Create(Backend* backend,
                                                                    Communicator* communicator,
                                                                    FsdpState* state) {
-  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> scalar, backend->Allocate(sizeof(float)));
+  const int64_t slots = state->num_units() + 1;
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> sums, backend->Allocate(slots * sizeof(float)));
+  FSDPD_RETURN_IF_ERROR(
+      backend->ops().Fill(sums->View(DType::kF32, {slots}), 0.0f, backend->compute_stream()));
   return std::unique_ptr<ShardedAdamW>(
-      new ShardedAdamW(backend, communicator, state, std::move(scalar)));
+      new ShardedAdamW(backend, communicator, state, std::move(sums)));
 }
 
-absl::StatusOr<double> ShardedAdamW::GlobalGradNorm() {
+Tensor ShardedAdamW::UnitSquareSum(int unit) const {
+  return unit_square_sums_->View(DType::kF32, {1}, unit * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::Status ShardedAdamW::AccumulateSquareSum(int unit) {
+  const UnitShard& shard = state_->shard(unit);
+  const int64_t valid = shard.layout.valid_shard_numel;
+  if (valid == 0) return absl::OkStatus();
+  if (shard.grad == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShardedAdamW: unit ", unit, " has no gradient shard now"));
+  }
+  return backend_->ops().SumOfSquares(shard.grad->View(DType::kF32, {valid}), UnitSquareSum(unit),
+                                      backend_->compute_stream());
+}
+
+absl::StatusOr<double> ShardedAdamW::ReduceNorm() {
   Stream& stream = backend_->compute_stream();
-  const Tensor scalar = scalar_->View(DType::kF32, {1});
+  const int units = state_->num_units();
+  std::vector<float> unit_sums(static_cast<size_t>(units));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(unit_square_sums_->View(DType::kF32, {units}),
+                                             unit_sums.data(), stream));
+  // Summed in double in unit order, skipping empty shards: the same arithmetic whichever way
+  // the optimizer runs.
   double local_sum = 0.0;
-  for (int unit = 0; unit < state_->num_units(); ++unit) {
-    const UnitShard& shard = state_->shard(unit);
-    if (shard.layout.valid_shard_numel == 0) continue;
-    const Tensor grad = shard.grad->View(DType::kF32, {shard.layout.valid_shard_numel});
-    FSDPD_RETURN_IF_ERROR(backend_->ops().SumOfSquares(grad, scalar, stream));
-    float unit_sum = 0.0f;
-    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(scalar, &unit_sum, stream));
-    local_sum += unit_sum;
+  for (int unit = 0; unit < units; ++unit) {
+    if (state_->shard(unit).layout.valid_shard_numel == 0) continue;
+    local_sum += unit_sums[static_cast<size_t>(unit)];
   }
   const float local = static_cast<float>(local_sum);
-  FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(&local, scalar, stream));
-  FSDPD_RETURN_IF_ERROR(communicator_->AllReduce(scalar, ReduceOp::kSum, stream));
+  const Tensor total = UnitSquareSum(units);
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(&local, total, stream));
+  FSDPD_RETURN_IF_ERROR(communicator_->AllReduce(total, ReduceOp::kSum, stream));
   float global_sum = 0.0f;
-  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(scalar, &global_sum, stream));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(total, &global_sum, stream));
   return std::sqrt(static_cast<double>(global_sum));
 }
 
+absl::StatusOr<double> ShardedAdamW::GlobalGradNorm() {
+  if (state_->transient_grad_shards()) {
+    return absl::FailedPreconditionError(
+        "ShardedAdamW: with transient gradient shards the norm comes from FinishBackwardStep");
+  }
+  for (int unit = 0; unit < state_->num_units(); ++unit) {
+    FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit));
+  }
+  return ReduceNorm();
+}
+
 absl::StatusOr<double> ShardedAdamW::Step(const AdamWParams& params, double max_grad_norm) {
+  if (state_->transient_grad_shards()) {
+    return absl::FailedPreconditionError(
+        "ShardedAdamW::Step: the gradient shards are transient, so the optimizer must run in "
+        "backward (BeginBackwardStep); clipping needs persistent gradient shards");
+  }
   Stream& stream = backend_->compute_stream();
   FSDPD_ASSIGN_OR_RETURN(const double norm, GlobalGradNorm());
   if (!std::isfinite(norm)) {
@@ -56,6 +93,57 @@ absl::StatusOr<double> ShardedAdamW::Step(const AdamWParams& params, double max_
     FSDPD_RETURN_IF_ERROR(backend_->ops().AdamW(
         shard.master->View(DType::kF32, {valid}), grad, shard.exp_avg->View(DType::kF32, {valid}),
         shard.exp_avg_sq->View(DType::kF32, {valid}), params, stream));
+  }
+  return norm;
+}
+
+absl::Status ShardedAdamW::BeginBackwardStep(const AdamWParams& params) {
+  backward_params_ = params;
+  updated_in_backward_.assign(static_cast<size_t>(state_->num_units()), false);
+  in_backward_step_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard) {
+  if (!in_backward_step_) {
+    return absl::FailedPreconditionError(
+        "ShardedAdamW: a gradient shard arrived outside BeginBackwardStep/FinishBackwardStep");
+  }
+  if (unit < 0 || unit >= state_->num_units() || &shard != &state_->shard(unit)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShardedAdamW: gradient shard of unknown unit ", unit));
+  }
+  if (updated_in_backward_[static_cast<size_t>(unit)]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShardedAdamW: unit ", unit, " was already updated in this step"));
+  }
+  updated_in_backward_[static_cast<size_t>(unit)] = true;
+  const int64_t valid = shard.layout.valid_shard_numel;
+  if (valid == 0) return absl::OkStatus();
+  // The norm reads the gradient before the update, as in Step.
+  FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit));
+  return backend_->ops().AdamW(
+      shard.master->View(DType::kF32, {valid}), shard.grad->View(DType::kF32, {valid}),
+      shard.exp_avg->View(DType::kF32, {valid}), shard.exp_avg_sq->View(DType::kF32, {valid}),
+      backward_params_, backend_->compute_stream());
+}
+
+absl::StatusOr<double> ShardedAdamW::FinishBackwardStep() {
+  if (!in_backward_step_) {
+    return absl::FailedPreconditionError("ShardedAdamW::FinishBackwardStep without a begun step");
+  }
+  in_backward_step_ = false;
+  for (int unit = 0; unit < state_->num_units(); ++unit) {
+    if (!updated_in_backward_[static_cast<size_t>(unit)]) {
+      return absl::InternalError(
+          absl::StrCat("ShardedAdamW: unit ", unit,
+                       " got no gradient shard in backward, so it was not updated"));
+    }
+  }
+  FSDPD_ASSIGN_OR_RETURN(const double norm, ReduceNorm());
+  if (!std::isfinite(norm)) {
+    return absl::InternalError(
+        "the gradient norm is not finite (NaN or infinity): training diverged");
   }
   return norm;
 }

@@ -41,8 +41,11 @@ std::string BuildChromeTrace(const std::vector<ProfileEvent>& events, const Chro
     if (event.flops >= 0.0) args["flops"] = event.flops;
     if (event.bytes >= 0.0) args["bytes"] = event.bytes;
     if (!event.shapes.empty()) args["shapes"] = event.shapes;
+    if (event.stream >= 0) args["stream"] = event.stream;
+    if (!event.op.empty()) args["op"] = event.op;
     const char* category = event.lane == ProfileLane::kHost ? "range"
                            : event.phase == "comm"          ? "comm"
+                           : event.stream >= 0              ? "kernel"
                                                             : "op";
     trace_events.push_back(Json{{"name", event.name},
                                 {"cat", category},
@@ -60,7 +63,11 @@ std::string BuildChromeTrace(const std::vector<ProfileEvent>& events, const Chro
                                 {"device", info.device},
                                 {"start_step", info.start_step},
                                 {"steps", info.steps},
-                                {"dropped_events", info.dropped_events}}}};
+                                {"dropped_events", info.dropped_events},
+                                {"timing", info.timing},
+                                {"counters", info.counters},
+                                {"counter_step", info.counter_step},
+                                {"unattributed_kernels", info.unattributed_kernels}}}};
   // Names come from the job; invalid UTF-8 in them must not make the whole trace fail.
   return trace.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

@@ -25,6 +25,14 @@ struct ChromeTraceInfo {
   int64_t steps = 0;
   // Events left out by the recorder's cap; recorded in otherData so a reader knows.
   int64_t dropped_events = 0;
+  // Where op times come from ("host-timer", "cupti-activity") and where the throughput ratios
+  // come from ("cupti-range-profiler", or why counters are missing and the estimate is used).
+  std::string timing = "host-timer";
+  std::string counters;
+  // The step replayed for counters (its kernels are not in the table's times); 0: none.
+  int64_t counter_step = 0;
+  // Device kernels neither tagged nor matched to a launch site (no unit, no phase).
+  int64_t unattributed_kernels = 0;
 };
 
 // Timestamps are microseconds on the steady clock, so the traces of ranks on one host line up.

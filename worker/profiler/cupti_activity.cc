@@ -24,9 +24,12 @@ struct Collected {
   std::mutex mutex;
   std::vector<DeviceKernelRecord> kernels;
   std::unordered_map<uint32_t, uint64_t> external_ids;  // correlation id → scope id
+  std::unordered_map<uint32_t, double> launch_seconds;  // correlation id → API call start
   int64_t dropped = 0;
-  // steady-clock seconds minus CUPTI seconds, measured at Start.
+  // steady-clock seconds minus CUPTI seconds: 0 when CUPTI takes the steady clock, else
+  // measured at Start.
   double clock_offset_seconds = 0.0;
+  bool steady_timestamps = false;
 };
 
 Collected& State() {
@@ -52,12 +55,18 @@ void CUPTIAPI BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* bu
         const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         DeviceKernelRecord out;
         out.name = DemangleKernelName(kernel->name);
+        out.mangled_name = kernel->name != nullptr ? kernel->name : "";
         out.device_id = kernel->deviceId;
         out.stream_id = kernel->streamId;
         out.correlation_id = kernel->correlationId;
         out.start_seconds = kernel->start * 1e-9 + state.clock_offset_seconds;
         out.duration_seconds = (kernel->end - kernel->start) * 1e-9;
         state.kernels.push_back(std::move(out));
+      } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME ||
+                 record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+        const auto* call = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        state.launch_seconds.emplace(call->correlationId,
+                                     call->start * 1e-9 + state.clock_offset_seconds);
       } else if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
         const auto* correlation =
             reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
@@ -78,6 +87,14 @@ double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// CUPTI's clock: the steady clock in nanoseconds, ProfileRecorder::Now()'s, so device records
+// and host ranges share one time line with no offset to estimate.
+uint64_t CUPTIAPI SteadyNanoseconds() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 }  // namespace
 
 std::string DemangleKernelName(const char* name) {
@@ -94,6 +111,10 @@ absl::StatusOr<CuptiActivityCollector*> CuptiActivityCollector::Get() {
   static absl::StatusOr<CuptiActivityCollector*>* const collector = [] {
     auto* result = new absl::StatusOr<CuptiActivityCollector*>(
         absl::InternalError("the CUPTI activity callbacks could not be registered"));
+    // Before any activity is enabled, so every record uses it; without it, the offset measured
+    // at Start converts CUPTI's own clock.
+    State().steady_timestamps =
+        cuptiActivityRegisterTimestampCallback(SteadyNanoseconds) == CUPTI_SUCCESS;
     const CUptiResult registered = cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted);
     if (registered == CUPTI_SUCCESS) {
       *result = new CuptiActivityCollector();
@@ -116,8 +137,9 @@ absl::Status CuptiActivityCollector::Start() {
     std::lock_guard<std::mutex> lock(state.mutex);
     state.kernels.clear();
     state.external_ids.clear();
+    state.launch_seconds.clear();
     state.dropped = 0;
-    state.clock_offset_seconds = SteadySeconds() - cupti_now * 1e-9;
+    state.clock_offset_seconds = state.steady_timestamps ? 0.0 : SteadySeconds() - cupti_now * 1e-9;
   }
   CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
   // External correlation records are made for API calls that CUPTI records: the runtime's
@@ -128,7 +150,7 @@ absl::Status CuptiActivityCollector::Start() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<DeviceKernelRecord>> CuptiActivityCollector::Stop() {
+absl::StatusOr<DeviceWindowRecords> CuptiActivityCollector::Stop() {
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER));
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME));
@@ -147,7 +169,12 @@ absl::StatusOr<std::vector<DeviceKernelRecord>> CuptiActivityCollector::Stop() {
                    [](const DeviceKernelRecord& a, const DeviceKernelRecord& b) {
                      return a.start_seconds < b.start_seconds;
                    });
-  return kernels;
+  DeviceWindowRecords records;
+  records.kernels = std::move(kernels);
+  records.launch_seconds = std::move(state.launch_seconds);
+  state.launch_seconds.clear();
+  state.external_ids.clear();
+  return records;
 }
 
 absl::Status CuptiActivityCollector::PushScope(uint64_t id) {

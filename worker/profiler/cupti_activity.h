@@ -2,7 +2,10 @@
 // while the collector is started, as CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL records, with its
 // demangled name, stream, device start and end. The kernels are attributed to the FSDP unit and
 // phase through external correlation ids: PushScope(id) around the host code that launches them
-// (ProfileRange's scopes), so each record carries the id that was current at its launch.
+// (the recorder's launch sites), so each record carries the id that was current at its launch.
+// The launching API calls are recorded too, so a kernel whose id went missing can still be
+// attributed by the time of its launch. CUPTI takes its timestamps from the steady clock, the
+// recorder's.
 //
 // CUPTI delivers activity buffers through process-wide callbacks, so there is one collector per
 // process (one worker process per GPU).
@@ -15,19 +18,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/profiler/device_profiler.h"
 
 namespace fsdpd {
-
-struct DeviceKernelRecord {
-  std::string name;  // demangled
-  uint32_t device_id = 0;
-  uint32_t stream_id = 0;
-  uint32_t correlation_id = 0;
-  uint64_t external_id = 0;  // the scope pushed at launch; 0: none
-  // On the host's steady clock (ProfileRecorder::Now()), so they line up with host ranges.
-  double start_seconds = 0.0;
-  double duration_seconds = 0.0;
-};
 
 class CuptiActivityCollector {
  public:
@@ -36,8 +29,9 @@ class CuptiActivityCollector {
 
   // Enables kernel and external-correlation records; drops what an earlier window left.
   absl::Status Start();
-  // Disables them, flushes every buffer and returns the window's kernels in start order.
-  absl::StatusOr<std::vector<DeviceKernelRecord>> Stop();
+  // Disables them, flushes every buffer and returns the window's kernels in start order, with
+  // the launch times of their API calls. Call after the device has finished the window's work.
+  absl::StatusOr<DeviceWindowRecords> Stop();
 
   // Tags the kernels launched from this thread until the matching PopScope with `id` (> 0).
   static absl::Status PushScope(uint64_t id);

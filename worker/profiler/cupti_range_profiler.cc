@@ -6,7 +6,10 @@
 #include <cupti_range_profiler.h>
 #include <cupti_target.h>
 
+#include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/backend/cuda_check.h"
@@ -61,8 +64,8 @@ struct CuptiRangeProfiler::Handles {
   std::vector<uint8_t> counter_availability;
   CUpti_Profiler_Host_Object* host = nullptr;
   CUpti_RangeProfiler_Object* range_profiler = nullptr;
-  std::vector<const char*> metrics;
-  bool has_tensor_metric = false;
+  std::vector<std::string> metric_names;  // the three base metrics, then the tensor-pipe ones
+  std::vector<const char*> metrics;       // views of metric_names, for CUPTI
   std::vector<uint8_t> config_image;
   std::vector<uint8_t> counter_data;
 
@@ -79,6 +82,22 @@ struct CuptiRangeProfiler::Handles {
       deinitialize.pHostObject = host;
       cuptiProfilerHostDeinitialize(&deinitialize);
     }
+  }
+
+  // A fresh host object whose config holds `names`.
+  absl::Status Configure(std::vector<std::string> names) {
+    if (host != nullptr) {
+      auto deinitialize = CuptiParams<CUpti_Profiler_Host_Deinitialize_Params>(
+          CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
+      deinitialize.pHostObject = host;
+      cuptiProfilerHostDeinitialize(&deinitialize);
+      host = nullptr;
+    }
+    metric_names = std::move(names);
+    metrics.clear();
+    for (const std::string& name : metric_names) metrics.push_back(name.c_str());
+    if (absl::Status status = InitializeHost(); !status.ok()) return status;
+    return BuildConfigImage();
   }
 
   absl::Status InitializeHost() {
@@ -153,9 +172,13 @@ absl::StatusOr<std::unique_ptr<CuptiRangeProfiler>> CuptiRangeProfiler::Create(
   handles->context = context;
   handles->options = options;
 
-  auto initialize =
-      CuptiParams<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerInitialize(&initialize));
+  // Once per process: every window creates a profiler, the library is initialised once.
+  static const CUptiResult initialized = [] {
+    auto initialize =
+        CuptiParams<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
+    return cuptiProfilerInitialize(&initialize);
+  }();
+  FSDPD_RETURN_IF_CUPTI_ERROR(initialized);
 
   auto chip =
       CuptiParams<CUpti_Device_GetChipName_Params>(CUpti_Device_GetChipName_Params_STRUCT_SIZE);
@@ -172,25 +195,16 @@ absl::StatusOr<std::unique_ptr<CuptiRangeProfiler>> CuptiRangeProfiler::Create(
   availability.pCounterAvailabilityImage = handles->counter_availability.data();
   FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerGetCounterAvailability(&availability));
 
-  if (absl::Status status = handles->InitializeHost(); !status.ok()) return status;
-  handles->metrics = {kSmMetric, kMemoryMetric, kDramMetric};
-  if (!options.tensor_pipe_metric.empty()) {
-    handles->metrics.push_back(options.tensor_pipe_metric.c_str());
-    handles->has_tensor_metric = true;
+  // Each tensor-pipe metric is tried on its own: a name the chip does not know fails the whole
+  // config, and costs only itself.
+  const std::vector<std::string> base = {kSmMetric, kMemoryMetric, kDramMetric};
+  std::vector<std::string> accepted = base;
+  for (const std::string& candidate : options.tensor_pipe_metrics) {
+    std::vector<std::string> trial = accepted;
+    trial.push_back(candidate);
+    if (handles->Configure(trial).ok()) accepted = std::move(trial);
   }
-  if (absl::Status status = handles->BuildConfigImage(); !status.ok()) {
-    if (!handles->has_tensor_metric) return status;
-    // The chip may not know the tensor-pipe metric; a fresh host object goes on without it.
-    auto deinitialize = CuptiParams<CUpti_Profiler_Host_Deinitialize_Params>(
-        CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
-    deinitialize.pHostObject = handles->host;
-    cuptiProfilerHostDeinitialize(&deinitialize);
-    handles->host = nullptr;
-    handles->metrics.pop_back();
-    handles->has_tensor_metric = false;
-    if (absl::Status retry = handles->InitializeHost(); !retry.ok()) return retry;
-    if (absl::Status retry = handles->BuildConfigImage(); !retry.ok()) return retry;
-  }
+  if (absl::Status status = handles->Configure(accepted); !status.ok()) return status;
 
   auto enable =
       CuptiParams<CUpti_RangeProfiler_Enable_Params>(CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE);
@@ -199,6 +213,10 @@ absl::StatusOr<std::unique_ptr<CuptiRangeProfiler>> CuptiRangeProfiler::Create(
   handles->range_profiler = enable.pRangeProfilerObject;
   if (absl::Status status = handles->BuildCounterData(); !status.ok()) return status;
   return std::unique_ptr<CuptiRangeProfiler>(new CuptiRangeProfiler(std::move(handles)));
+}
+
+const std::vector<std::string>& CuptiRangeProfiler::metrics() const {
+  return handles_->metric_names;
 }
 
 absl::Status CuptiRangeProfiler::Start() {
@@ -278,7 +296,10 @@ absl::StatusOr<std::vector<KernelCounters>> CuptiRangeProfiler::Stop() {
     kernel.ratios.sm = values[0] / 100.0;
     kernel.ratios.memory = values[1] / 100.0;
     kernel.ratios.dram = values[2] / 100.0;
-    kernel.ratios.tensor_pipe = handles.has_tensor_metric ? values[3] / 100.0 : -1.0;
+    kernel.ratios.tensor_pipe = -1.0;
+    for (size_t metric = 3; metric < values.size(); ++metric) {
+      kernel.ratios.tensor_pipe = std::max(kernel.ratios.tensor_pipe, values[metric] / 100.0);
+    }
     if (kernel.ratios.sm < 0.0 && kernel.ratios.memory < 0.0 && kernel.ratios.dram < 0.0) {
       return absl::InternalError(
           absl::StrCat("CUPTI could not evaluate any metric of range ", range));

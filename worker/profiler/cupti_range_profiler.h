@@ -1,11 +1,10 @@
 // Speed-of-light counters per kernel from the CUPTI Range Profiler (CUDA builds only): auto
 // range (one range per kernel, in launch order) with kernel replay (CUPTI replays each kernel
 // as many passes as the metrics need, saving and restoring its memory), reading
-//   sm__throughput.avg.pct_of_peak_sustained_elapsed                 →
-//   KernelStat.sm_throughput_ratio gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed
-//   → memory_throughput_ratio dram__throughput.avg.pct_of_peak_sustained_elapsed               →
-//   dram_throughput_ratio a tensor-pipe metric (options)                                   →
-//   tensor_pipe_ratio
+//   sm__throughput.avg.pct_of_peak_sustained_elapsed → KernelStat.sm_throughput_ratio
+//   gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed → memory_throughput_ratio
+//   dram__throughput.avg.pct_of_peak_sustained_elapsed → dram_throughput_ratio
+//   the tensor-pipe metrics the chip knows (options) → tensor_pipe_ratio
 // Replay serialises and repeats kernels, so counters come from their own steps, never from the
 // steps whose times the kernel table reports. Range i is the i-th kernel launched between Start
 // and Stop: pair it with the activity records of the same steps by order.
@@ -32,10 +31,13 @@ struct CuptiRangeProfilerOptions {
   int device_index = 0;
   // Kernels one Start..Stop may profile; later ones are not measured.
   size_t max_kernels = 4096;
-  // Tensor Core activity. Ampere and Hopper name the mma pipe this way; if the chip does not know
-  // the metric, the profiler runs without it and reports tensor_pipe as -1.
-  std::string tensor_pipe_metric =
-      "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active";
+  // Tensor Core activity: every one of these the chip knows is read, and tensor_pipe is the
+  // highest (Hopper's warpgroup GEMMs run on the gmma pipe, mma.sync on the hmma pipe); none
+  // known: tensor_pipe is -1.
+  std::vector<std::string> tensor_pipe_metrics = {
+      "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+      "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+      "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"};
 };
 
 struct KernelCounters {
@@ -51,6 +53,9 @@ class CuptiRangeProfiler {
   ~CuptiRangeProfiler();
   CuptiRangeProfiler(const CuptiRangeProfiler&) = delete;
   CuptiRangeProfiler& operator=(const CuptiRangeProfiler&) = delete;
+
+  // The metrics read on this chip: the three base ones, then the tensor-pipe ones it knows.
+  const std::vector<std::string>& metrics() const;
 
   absl::Status Start();
   // Ends the session, decodes the counters and returns one entry per profiled kernel, in launch

@@ -2,6 +2,7 @@
 // worker's own host ranges (step, unit, phase).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace fsdpd {
@@ -25,6 +26,8 @@ struct ProfileEvent {
   double flops = -1.0;  // < 0: unknown
   double bytes = -1.0;  // < 0: unknown
   std::string shapes;   // the inputs' dtypes and shapes, for the trace
+  int64_t stream = -1;  // the device stream a kernel ran on (CUPTI's id); < 0: not a kernel
+  std::string op;       // a kernel's launching op or collective; "" when unknown
 };
 
 }  // namespace fsdpd

@@ -15,6 +15,7 @@ const std::string& Empty() {
 void ProfileRecorder::Start() {
   table_.Clear();
   trace_events_.clear();
+  sites_.clear();
   dropped_trace_events_ = 0;
   active_ = true;
 }
@@ -35,10 +36,43 @@ void ProfileRecorder::PopScope() {
   if (!scopes_.empty()) scopes_.pop_back();
 }
 
+uint64_t ProfileRecorder::OpenSite(std::string_view name, ProfileLane lane, bool is_op,
+                                   const char* phase) {
+  if (!active_ || tagger_ == nullptr) return 0;
+  LaunchSite site;
+  site.name = std::string(name);
+  site.unit = unit();
+  site.phase = phase != nullptr ? std::string(phase) : this->phase();
+  site.lane = lane;
+  site.is_op = is_op;
+  site.start_seconds = Now();
+  site.end_seconds = site.start_seconds - 1.0;
+  sites_.push_back(std::move(site));
+  const uint64_t id = sites_.size();
+  tagger_->PushLaunchSite(id);
+  return id;
+}
+
+void ProfileRecorder::CloseSite(uint64_t site) {
+  if (site == 0 || site > sites_.size()) return;
+  if (tagger_ != nullptr) tagger_->PopLaunchSite();
+  sites_[site - 1].end_seconds = Now();
+}
+
 void ProfileRecorder::RecordOp(const char* name, ProfileLane lane, double start_seconds,
                                double duration_seconds, const OpCost* cost, std::string shapes,
-                               const char* phase) {
+                               const char* phase, uint64_t site) {
   if (!active_) return;
+  if (tagger_ != nullptr) {
+    if (site == 0 || site > sites_.size()) return;
+    LaunchSite& launch = sites_[site - 1];
+    if (cost != nullptr) {
+      launch.flops = cost->flops;
+      launch.bytes = cost->bytes;
+    }
+    launch.shapes = std::move(shapes);
+    return;
+  }
   ProfileEvent event;
   event.name = name;
   event.unit = unit();
@@ -53,6 +87,16 @@ void ProfileRecorder::RecordOp(const char* name, ProfileLane lane, double start_
   event.shapes = std::move(shapes);
   table_.Add(event);
   AddTraceEvent(std::move(event));
+}
+
+void ProfileRecorder::RecordDeviceKernel(ProfileEvent event) {
+  if (!active_ && tagger_ == nullptr) return;
+  table_.Add(event);
+  AddTraceEvent(std::move(event));
+}
+
+void ProfileRecorder::RecordDeviceCounters(const ProfileEvent& event, const CounterRatios& ratios) {
+  table_.AddCounters(event, ratios);
 }
 
 void ProfileRecorder::RecordRange(std::string name, std::string unit, std::string phase,
@@ -87,12 +131,14 @@ ProfileRange::ProfileRange(ProfileRecorder* recorder, std::string_view unit, std
   unit_ = std::string(unit);
   phase_ = std::string(phase);
   recorder_->PushScope(unit_, phase_);
+  site_ = recorder_->OpenSite(name_, ProfileLane::kHost, /*is_op=*/false);
   start_seconds_ = ProfileRecorder::Now();
 }
 
 ProfileRange::~ProfileRange() {
   if (recorder_ == nullptr) return;
   const double end = ProfileRecorder::Now();
+  recorder_->CloseSite(site_);
   recorder_->PopScope();
   recorder_->RecordRange(std::move(name_), std::move(unit_), std::move(phase_), start_seconds_,
                          end - start_seconds_);

@@ -1,6 +1,10 @@
 // A Backend decorator whose ops() is a ProfilingOps over the wrapped backend's ops, and whose
 // host↔device copies are recorded too; everything else forwards. Installed for every run, so a
 // profiling window can open at any step; outside a window it costs one branch per op.
+//
+// On an asynchronous backend it also measures exposed communication on the device, every
+// step: its events remember the stream they were recorded on, and each wait of the compute
+// stream on a comm-stream event is bracketed by a StreamWaitTimer.
 #pragma once
 
 #include <memory>
@@ -12,11 +16,26 @@
 
 namespace fsdpd {
 
+// Times how long a stream stands still in waits, on the device: Before and After bracket one
+// wait on `waiting`; completed brackets are summed without blocking the host.
+class StreamWaitTimer {
+ public:
+  virtual ~StreamWaitTimer() = default;
+  virtual absl::Status Before(Stream& waiting) = 0;
+  virtual absl::Status After(Stream& waiting) = 0;
+  // Seconds of every bracket that has completed on the device so far.
+  virtual double total_seconds() = 0;
+};
+
 class ProfilingBackend : public Backend {
  public:
+  // On the CUDA backend (FSDPD_HAS_CUDA) it creates its own CUDA-event StreamWaitTimer.
   ProfilingBackend(std::unique_ptr<Backend> inner, ProfileRecorder* recorder);
 
   Backend& inner() { return *inner_; }
+  // Device time the compute stream has waited on comm-stream events; 0 without a timer.
+  double stream_wait_seconds() const { return timer_ != nullptr ? timer_->total_seconds() : 0.0; }
+  void set_stream_wait_timer(std::unique_ptr<StreamWaitTimer> timer) { timer_ = std::move(timer); }
 
   std::string name() const override { return inner_->name(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
@@ -27,7 +46,7 @@ class ProfilingBackend : public Backend {
   void ResetPeakMemory() override { inner_->ResetPeakMemory(); }
   Stream& compute_stream() override { return inner_->compute_stream(); }
   Stream& comm_stream() override { return inner_->comm_stream(); }
-  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override { return inner_->CreateEvent(); }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   Ops& ops() override { return ops_; }
   absl::Status CopyToDevice(const void* host, const Tensor& device, Stream& stream) override;
   absl::Status CopyToHost(const Tensor& device, void* host, Stream& stream) override;
@@ -36,6 +55,7 @@ class ProfilingBackend : public Backend {
   std::unique_ptr<Backend> inner_;
   ProfileRecorder* recorder_;
   ProfilingOps ops_;
+  std::unique_ptr<StreamWaitTimer> timer_;
 };
 
 }  // namespace fsdpd

@@ -1,6 +1,7 @@
 // An Ops decorator that, while its recorder's window is active, times every op with a host
-// timer and records its name, analytic cost, input shapes, stream, and the current FSDP unit
-// and phase. Outside a window each op costs one branch more than the backend's own.
+// timer (or, device-timed, opens a launch site around it) and records its name, analytic cost,
+// input shapes, stream, and the current FSDP unit and phase. Outside a window each op costs one
+// branch more than the backend's own.
 #pragma once
 
 #include "worker/backend/backend.h"
@@ -56,14 +57,16 @@ class ProfilingOps : public Ops {
   absl::Status Run(const char* name, Stream& stream, std::initializer_list<const Tensor*> inputs,
                    Call call, CostFunction cost) {
     if (!recorder_->active()) return call();
+    const ProfileLane lane = &stream == comm_stream_ ? ProfileLane::kComm : ProfileLane::kCompute;
     const double start = ProfileRecorder::Now();
+    const uint64_t site = recorder_->OpenSite(name, lane, /*is_op=*/true);
     absl::Status status = call();
+    recorder_->CloseSite(site);
     const double end = ProfileRecorder::Now();
     if (status.ok()) {
       const OpCost op_cost = cost();
-      recorder_->RecordOp(name,
-                          &stream == comm_stream_ ? ProfileLane::kComm : ProfileLane::kCompute,
-                          start, end - start, &op_cost, DescribeShapes(inputs));
+      recorder_->RecordOp(name, lane, start, end - start, &op_cost, DescribeShapes(inputs), nullptr,
+                          site);
     }
     return status;
   }

@@ -30,6 +30,8 @@ const char* CommunicationRemedy();
 inline constexpr char kSourceCupti[] = "cupti";
 inline constexpr char kSourceHostTimer[] = "host-timer";
 inline constexpr char kSourceAnalytic[] = "analytic-estimate";
+// Times from device activity records, no throughput ratios (a collective, an unknown cost).
+inline constexpr char kSourceDeviceActivity[] = "cupti-activity";
 
 // The peaks an analytic roofline compares against, per rank.
 struct RooflinePeaks {

@@ -1,0 +1,132 @@
+// Activation recompute (none, ffn, block) runs the same kernels on the same inputs, so on the
+// CPU backend it must change no bit: losses and weights after several training steps are
+// identical, with the causal mask and the final norm too. What it must change is the memory
+// the model keeps: the workspace shrinks by exactly the tensors no longer kept.
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/engine_test_support.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/fsdp/fsdp_state.h"
+#include "worker/model/minillm.h"
+#include "worker/optim/sharded_adamw.h"
+#include "worker/trainer_weights.h"
+
+namespace fsdpd {
+namespace {
+
+constexpr int64_t kBatch = 2;
+constexpr int64_t kSeq = 8;
+constexpr int kSteps = 3;
+
+ModelConfig TinyConfig(bool causal_with_final_norm) {
+  ModelConfig config;
+  config.vocab = 29;
+  config.dim = 16;
+  config.layers = 3;
+  config.heads = 2;
+  config.ffn_hidden = 40;
+  config.causal = causal_with_final_norm;
+  config.final_norm = causal_with_final_norm;
+  return config;
+}
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> weights;
+  int64_t model_bytes = 0;  // what MiniLLM::Create allocated
+};
+
+Trained Train(ModelConfig config, ActivationRecompute recompute) {
+  config.activation_recompute = recompute;
+  Trained trained;
+  testing::RunRanks(1, [&](Communicator& communicator) {
+    CpuBackend backend;
+    auto model = MiniLLM::Create(config, kBatch, kSeq, &backend);
+    ASSERT_TRUE(model.ok()) << model.status();
+    trained.model_bytes = backend.memory_stats().current_bytes;
+    auto state = FsdpState::Create((*model)->units(), &backend, &communicator, FsdpOptions{});
+    ASSERT_TRUE(state.ok()) << state.status();
+    ASSERT_TRUE(InitializeWeightsFromSeed(config, 3, **state).ok());
+    auto optimizer = ShardedAdamW::Create(&backend, &communicator, state->get());
+    ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+    // One batch over and over, so that the loss must fall.
+    std::vector<int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 5 + 1) % config.vocab);
+      targets[i] = static_cast<int32_t>((i * 3 + 2) % config.vocab);
+    }
+    for (int step = 1; step <= kSteps; ++step) {
+      auto loss = (*state)->ForwardBackward(**model, tokens.data(), targets.data());
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      trained.losses.push_back(*loss);
+      AdamWParams params;
+      params.lr = 1e-2;
+      params.step = step;
+      ASSERT_TRUE((*optimizer)->Step(params, 0.0).ok());
+    }
+    for (int unit = 0; unit < (*state)->num_units(); ++unit) {
+      std::vector<float> values;
+      ASSERT_TRUE((*state)->GatherMasterToHost(unit, &values).ok());
+      trained.weights.push_back(std::move(values));
+    }
+  });
+  return trained;
+}
+
+void ExpectBitIdentical(const Trained& actual, const Trained& expected, const char* label) {
+  EXPECT_EQ(actual.losses, expected.losses) << label;
+  ASSERT_EQ(actual.weights.size(), expected.weights.size()) << label;
+  for (size_t unit = 0; unit < expected.weights.size(); ++unit) {
+    ASSERT_EQ(actual.weights[unit].size(), expected.weights[unit].size());
+    EXPECT_EQ(std::memcmp(actual.weights[unit].data(), expected.weights[unit].data(),
+                          expected.weights[unit].size() * sizeof(float)),
+              0)
+        << label << ": unit " << unit << " differs";
+  }
+}
+
+class ActivationRecomputeTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ActivationRecomputeTest, ChangesNoBitOfTheTraining) {
+  const ModelConfig config = TinyConfig(GetParam());
+  const Trained none = Train(config, ActivationRecompute::kNone);
+  ASSERT_EQ(none.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(none.losses.back(), none.losses.front()) << "the tiny model must learn";
+  ExpectBitIdentical(Train(config, ActivationRecompute::kFfn), none, "ffn");
+  ExpectBitIdentical(Train(config, ActivationRecompute::kBlock), none, "block");
+}
+
+TEST_P(ActivationRecomputeTest, KeepsOnlyWhatItDoesNotRecompute) {
+  const ModelConfig config = TinyConfig(GetParam());
+  const int64_t none = Train(config, ActivationRecompute::kNone).model_bytes;
+  const int64_t ffn = Train(config, ActivationRecompute::kFfn).model_bytes;
+  const int64_t block = Train(config, ActivationRecompute::kBlock).model_bytes;
+  const int64_t tokens = kBatch * kSeq;
+  // fp32 on the CPU; every tensor here is a multiple of the allocator's 64-byte alignment.
+  const int64_t hidden = tokens * config.ffn_hidden * 4;
+  // ffn: every block's ffn.0 output becomes one shared workspace.
+  EXPECT_EQ(none - ffn, (config.layers - 1) * hidden);
+  // block: every block's whole set becomes one shared set: the norms' rstd (2 per token), qkv
+  // (3·dim), attention (dim), middle (dim) and the log-sum-exp (heads per token).
+  const int64_t per_block = tokens * 4 * (2 + 3 * config.dim + config.dim + config.dim) +
+                            kBatch * config.heads * kSeq * 4;
+  EXPECT_EQ(ffn - block, (config.layers - 1) * per_block);
+}
+
+INSTANTIATE_TEST_SUITE_P(SeedAndCausalFinalNorm, ActivationRecomputeTest, ::testing::Bool());
+
+TEST(ActivationRecomputeTest, ParsesTheSpecNames) {
+  EXPECT_EQ(*ParseActivationRecompute(""), ActivationRecompute::kNone);
+  EXPECT_EQ(*ParseActivationRecompute("none"), ActivationRecompute::kNone);
+  EXPECT_EQ(*ParseActivationRecompute("ffn"), ActivationRecompute::kFfn);
+  EXPECT_EQ(*ParseActivationRecompute("block"), ActivationRecompute::kBlock);
+  auto bad = ParseActivationRecompute("selective");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("parallel.activation_recompute"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("selective"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fsdpd
