@@ -1,5 +1,5 @@
 #!/bin/bash
-# compute-sanitizer memcheck and racecheck over a small CUDA job: three steps of a small
+# compute-sanitizer memcheck and racecheck over a small CUDA job: a few steps (3) of a small
 # MiniLLM (head_dim 128, the seed's, with the causal mask on), through fsdpd-train on cuda:0, once
 # with the default attention (cuDNN where built in) and once with the own tensor-core kernels. Run on the GPU machine from the repository root
 # after bench/bundle_for_device.sh (binaries in .device/bin, libraries in .device/lib), with the
@@ -22,10 +22,12 @@ cat >"$work/small.yaml" <<'YAML'
 name: sanitize-small
 model: {vocab: 512, dim: 256, layers: 2, heads: 2, ffn_mult: 4, causal: true}
 data: {source: synthetic, seq_len: 128}
-train: {batch_size: 2, steps: 3, lr: 1.0e-3, seed: 0}
+train: {batch_size: 2, steps: STEPS, lr: 1.0e-3, seed: 0}
 parallel: {world_size: 1, device: cuda, param_dtype: bf16, reduce_dtype: fp32}
 checkpoint: {every_steps: 0, keep: 1}
 YAML
+# Racecheck instruments every shared-memory access and is far slower: SANITIZER_STEPS=1 for it.
+sed -i "s/steps: STEPS/steps: ${SANITIZER_STEPS:-3}/" "$work/small.yaml"
 
 status=0
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck}; do

@@ -6,6 +6,7 @@
 
 #include <cudnn.h>
 
+#include <array>
 #include <cmath>
 #include <exception>
 #include <map>
@@ -103,6 +104,14 @@ std::shared_ptr<fe::graph::Tensor_attributes> HeadView(fe::graph::Graph& graph, 
                           .set_stride({dims.seq * row_stride, head_dim, row_stride, 1}));
 }
 
+// q, k and v: the three thirds of each token's row of qkv[batch, seq, 3·dim].
+std::array<std::shared_ptr<fe::graph::Tensor_attributes>, 3> PackedQkv(fe::graph::Graph& graph,
+                                                                       const AttentionDims& dims) {
+  return {HeadView(graph, "q", kQ, dims, 3 * dims.dim),
+          HeadView(graph, "k", kK, dims, 3 * dims.dim),
+          HeadView(graph, "v", kV, dims, 3 * dims.dim)};
+}
+
 void MarkOutput(const std::shared_ptr<fe::graph::Tensor_attributes>& tensor, int64_t uid,
                 const AttentionDims& dims, int64_t row_stride) {
   const int64_t head_dim = dims.dim / dims.heads;
@@ -134,9 +143,7 @@ absl::StatusOr<std::shared_ptr<fe::graph::Graph>> BuildForward(cudnnHandle_t han
                                                                const AttentionDims& dims,
                                                                bool causal) {
   std::shared_ptr<fe::graph::Graph> graph = NewGraph();
-  auto q = HeadView(*graph, "q", kQ, dims, 3 * dims.dim);
-  auto k = HeadView(*graph, "k", kK, dims, 3 * dims.dim);
-  auto v = HeadView(*graph, "v", kV, dims, 3 * dims.dim);
+  auto [q, k, v] = PackedQkv(*graph, dims);
   auto options =
       fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
           ScaleOf(dims));
@@ -156,9 +163,7 @@ absl::StatusOr<std::shared_ptr<fe::graph::Graph>> BuildBackward(cudnnHandle_t ha
                                                                 const AttentionDims& dims,
                                                                 bool causal) {
   std::shared_ptr<fe::graph::Graph> graph = NewGraph();
-  auto q = HeadView(*graph, "q", kQ, dims, 3 * dims.dim);
-  auto k = HeadView(*graph, "k", kK, dims, 3 * dims.dim);
-  auto v = HeadView(*graph, "v", kV, dims, 3 * dims.dim);
+  auto [q, k, v] = PackedQkv(*graph, dims);
   auto out = HeadView(*graph, "o", kOut, dims, dims.dim);
   auto dout = HeadView(*graph, "do", kDout, dims, dims.dim);
   auto stats = StatsView(*graph, dims);

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <initializer_list>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
@@ -118,80 +119,17 @@ __global__ void RmsNormForwardVectorKernel(const Bf16x8* x, const Bf16x8* weight
   }
 }
 
-// One warp per row for widths of 256·K (K ≤ 8: the seed's 2048 is K = 8): each lane keeps its
-// K chunks of 8 in registers, so K independent 16-byte loads are in flight per lane, and the row
-// sum needs only warp shuffles. With one block per row and one chunk per thread the forward
-// waited on each load and on two block barriers, and HBM sat near 60% of peak.
-constexpr int kMaxWarpChunks = 8;
-constexpr int kRowsPerBlock = kThreads / 32;
-
-template <int K>
-__global__ void RmsNormForwardWarpKernel(const Bf16x8* x, const Bf16x8* weight, int64_t rows,
-                                         float inverse_dim, float eps, Bf16x8* out, float* rstd) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int64_t base = row * 32 * K;
-  float values[K][8];
-  float sum = 0.0f;
-#pragma unroll
-  for (int c = 0; c < K; ++c) {
-    Unpack(x[base + c * 32 + lane], values[c]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum = fmaf(values[c][i], values[c][i], sum);
+// Calls launch(std::integral_constant<int, K>{}) with K = value, for 1 ≤ value ≤ kMax: the
+// kernels' per-thread chunk counts are template arguments, so the registers hold whole rows.
+template <int kMax, typename Launch>
+void WithConstant(int value, Launch&& launch) {
+  if constexpr (kMax > 1) {
+    if (value < kMax) {
+      WithConstant<kMax - 1>(value, launch);
+      return;
+    }
   }
-  sum = WarpSum(sum);
-  const float inverse_rms = rsqrtf(sum * inverse_dim + eps);
-  if (lane == 0) rstd[row] = inverse_rms;
-#pragma unroll
-  for (int c = 0; c < K; ++c) {
-    float scale[8];
-    Unpack(weight[c * 32 + lane], scale);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) values[c][i] = values[c][i] * inverse_rms * scale[i];
-    out[base + c * 32 + lane] = Pack(values[c]);
-  }
-}
-
-template <int K>
-void LaunchForwardWarp(const Bf16x8* x, const Bf16x8* weight, int64_t rows, float inverse_dim,
-                       float eps, Bf16x8* out, float* rstd, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  RmsNormForwardWarpKernel<K>
-      <<<blocks, kThreads, 0, stream>>>(x, weight, rows, inverse_dim, eps, out, rstd);
-}
-
-// Launches the warp-per-row forward when the width allows it; false otherwise.
-bool ForwardByWarps(const Bf16x8* x, const Bf16x8* weight, int64_t rows, int64_t dim,
-                    float inverse_dim, float eps, Bf16x8* out, float* rstd, cudaStream_t stream) {
-  if (dim % 256 != 0 || dim / 256 > kMaxWarpChunks) return false;
-  switch (dim / 256) {
-    case 1:
-      LaunchForwardWarp<1>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    case 2:
-      LaunchForwardWarp<2>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    case 3:
-      LaunchForwardWarp<3>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    case 4:
-      LaunchForwardWarp<4>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    case 5:
-      LaunchForwardWarp<5>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    case 6:
-      LaunchForwardWarp<6>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    case 7:
-      LaunchForwardWarp<7>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-    default:
-      LaunchForwardWarp<8>(x, weight, rows, inverse_dim, eps, out, rstd, stream);
-      break;
-  }
-  return true;
+  launch(std::integral_constant<int, kMax>{});
 }
 
 template <int kChunks>
@@ -301,26 +239,13 @@ absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight,
   auto* out8 = reinterpret_cast<Bf16x8*>(out);
   const float inverse_dim = 1.0f / static_cast<float>(dim);
   const int chunks = VectorChunks(dim, {x, weight, out});
-  if (chunks > 0 && ForwardByWarps(x8, weight8, rows, dim, inverse_dim, eps, out8, rstd, stream)) {
-    CUDA_CHECK_LAUNCH("RmsNormForwardWarpKernel");
-    return absl::OkStatus();
-  }
-  switch (chunks) {
-    case 1:
-      RmsNormForwardVectorKernel<1>
+  if (chunks > 0) {
+    WithConstant<kMaxChunks>(chunks, [&](auto k) {
+      RmsNormForwardVectorKernel<decltype(k)::value>
           <<<grid, kThreads, 0, stream>>>(x8, weight8, dim / 8, inverse_dim, eps, out8, rstd);
-      break;
-    case 2:
-      RmsNormForwardVectorKernel<2>
-          <<<grid, kThreads, 0, stream>>>(x8, weight8, dim / 8, inverse_dim, eps, out8, rstd);
-      break;
-    case 3:
-    case 4:
-      RmsNormForwardVectorKernel<4>
-          <<<grid, kThreads, 0, stream>>>(x8, weight8, dim / 8, inverse_dim, eps, out8, rstd);
-      break;
-    default:
-      RmsNormForwardKernel<<<grid, kThreads, 0, stream>>>(x, weight, dim, eps, out, rstd);
+    });
+  } else {
+    RmsNormForwardKernel<<<grid, kThreads, 0, stream>>>(x, weight, dim, eps, out, rstd);
   }
   CUDA_CHECK_LAUNCH("RmsNormForwardKernel");
   return absl::OkStatus();
@@ -347,23 +272,15 @@ absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
   const auto* weight8 = reinterpret_cast<const Bf16x8*>(weight);
   auto* dx8 = reinterpret_cast<Bf16x8*>(dx);
   const float inverse_dim = 1.0f / static_cast<float>(dim);
-  switch (VectorChunks(dim, {dout, x, weight, dx})) {
-    case 1:
-      RmsNormBackwardVectorKernel<1><<<grid, kThreads, 0, stream>>>(
+  const int chunks = VectorChunks(dim, {dout, x, weight, dx});
+  if (chunks > 0) {
+    WithConstant<kMaxChunks>(chunks, [&](auto k) {
+      RmsNormBackwardVectorKernel<decltype(k)::value><<<grid, kThreads, 0, stream>>>(
           dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
-      break;
-    case 2:
-      RmsNormBackwardVectorKernel<2><<<grid, kThreads, 0, stream>>>(
-          dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
-      break;
-    case 3:
-    case 4:
-      RmsNormBackwardVectorKernel<4><<<grid, kThreads, 0, stream>>>(
-          dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
-      break;
-    default:
-      RmsNormBackwardKernel<<<grid, kThreads, 0, stream>>>(dout, x, weight, rstd, rows, dim, dx,
-                                                           scratch);
+    });
+  } else {
+    RmsNormBackwardKernel<<<grid, kThreads, 0, stream>>>(dout, x, weight, rstd, rows, dim, dx,
+                                                         scratch);
   }
   CUDA_CHECK_LAUNCH("RmsNormBackwardKernel");
   SumPartialRowsKernel<<<static_cast<unsigned>((dim + kThreads - 1) / kThreads), kThreads, 0,

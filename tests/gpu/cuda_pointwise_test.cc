@@ -106,9 +106,9 @@ TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
   }
 }
 
-// Widths: the warp-per-row forward (2048: the seed's, 768), the block-per-row vectorised kernels
-// (200; the backward's for every multiple of 8 up to 8192), and the scalar kernels (36: not a
-// multiple of 8; 8200: wider than the vectorised limit).
+// Widths: the vectorised kernels with one chunk of 8 per thread (200, 768, and 2048: the seed's)
+// and two (2736), and the scalar kernels (36: not a multiple of 8; 8200: wider than the
+// vectorised limit).
 class CudaRmsNormTest : public CudaTest, public ::testing::WithParamInterface<int64_t> {};
 
 TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
@@ -163,7 +163,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), dim * sizeof(float)), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Widths, CudaRmsNormTest, ::testing::Values(200, 2048, 768, 36, 8200));
+INSTANTIATE_TEST_SUITE_P(Widths, CudaRmsNormTest,
+                         ::testing::Values(200, 2048, 2736, 768, 36, 8200));
 
 TEST_F(CudaPointwiseTest, EmbeddingForwardAndDeterministicBackward) {
   const int64_t vocab = 50, dim = 70, tokens = 513;

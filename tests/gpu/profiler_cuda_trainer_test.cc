@@ -241,26 +241,33 @@ TEST_F(ProfilerCudaTrainerTest, TheWindowProfilesKernelsWithCountersAndLeavesOth
   EXPECT_GE(compute_bound_gemm_seconds, 0.5 * gemm_seconds)
       << "most GEMM time should be compute-bound";
 
-  // RMSNorm and element-wise kernels: counters, never compute-bound; RMSNorm and the longest
-  // of them memory-bound.
+  // RMSNorm and element-wise kernels: counters, and never compute-bound. The large [tokens, dim]
+  // ones lean on memory: DRAM above half of peak and above the SM. The pure streaming kernel (the
+  // residual add) is memory-bound by the seed's thresholds (SM < 25%, HBM > 75%). RMSNorm and
+  // SiLU measured SM 21–49% and HBM 63–84% on an H200 at these shapes: their bf16 conversions and
+  // row reductions keep the SM above the 25% the memory-bound verdict allows, and a 25 µs norm
+  // cannot hold HBM at 75% through its ramp, so the table calls them latency-or-mixed. That is
+  // what the counters say, and the table reports it as measured.
   const char* elementwise = "RmsNorm|Silu|AddKernel|AddBf16|AdamW|CastKernel|ScaleKernel";
-  const v1::KernelStat* longest_elementwise = nullptr;
-  bool norm_memory_bound = false;
+  const char* row_streaming = "RmsNorm|Silu|AddBf16";
+  bool residual_add_memory_bound = false;
+  int streaming_rows = 0;
   for (const v1::KernelStat& row : table.kernels()) {
     if (!Matches(row.name(), elementwise)) continue;
     EXPECT_EQ(row.source(), "cupti") << row.name();
     EXPECT_NE(row.verdict(), "compute-bound") << row.name();
-    if (Matches(row.name(), "RmsNorm") && row.verdict() == "memory-bound") norm_memory_bound = true;
-    if (longest_elementwise == nullptr ||
-        row.total_seconds() > longest_elementwise->total_seconds()) {
-      longest_elementwise = &row;
+    if (!Matches(row.name(), row_streaming)) continue;
+    ++streaming_rows;
+    EXPECT_GT(row.dram_throughput_ratio(), 0.5) << row.name();
+    EXPECT_GT(row.dram_throughput_ratio(), row.sm_throughput_ratio())
+        << row.name() << ": SM " << row.sm_throughput_ratio() << ", DRAM "
+        << row.dram_throughput_ratio();
+    if (Matches(row.name(), "AddBf16") && row.verdict() == "memory-bound") {
+      residual_add_memory_bound = true;
     }
   }
-  ASSERT_NE(longest_elementwise, nullptr) << "no RMSNorm or element-wise kernel in the table";
-  EXPECT_TRUE(norm_memory_bound) << "no RMSNorm kernel came out memory-bound";
-  EXPECT_EQ(longest_elementwise->verdict(), "memory-bound")
-      << longest_elementwise->name() << ": SM " << longest_elementwise->sm_throughput_ratio()
-      << ", DRAM " << longest_elementwise->dram_throughput_ratio();
+  EXPECT_GT(streaming_rows, 0) << "no RMSNorm, SiLU or residual-add kernel in the table";
+  EXPECT_TRUE(residual_add_memory_bound) << "the residual add did not come out memory-bound";
 }
 
 // The compute stream waiting on a long comm-stream job: the timed wait is about that long, and
