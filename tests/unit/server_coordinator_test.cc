@@ -320,6 +320,8 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
   EXPECT_THAT(metrics, HasSubstr("fsdpd_train_loss{job=\"job-000001\"} 5.25"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_train_step_duration_seconds_count{job=\"job-000001\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("fsdpd_rpc_requests_total{code=\"OK\",method=\"SubmitJob\"} 1"));
+  // The coordinator's server times every call through the exporter's interceptor.
+  EXPECT_THAT(metrics, HasSubstr("fsdpd_rpc_duration_seconds_count{method=\"SubmitJob\"} 1"));
   EXPECT_THAT(
       metrics,
       HasSubstr("fsdpd_kernel_gpu_seconds_total{job=\"job-000001\",kernel=\"gemm_bf16\"} 0.5"));
