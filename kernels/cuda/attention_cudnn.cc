@@ -77,6 +77,8 @@ absl::Status EnsureHandle(State& state) {
       state.handle_status = absl::UnavailableError(
           absl::StrCat("cuDNN attention: cudnnCreate failed: ", cudnnGetErrorString(status),
                        " (is libcudnn's engine library on the loader path?)"));
+      spdlog::warn("attention: {}; the own kernels run every shape",
+                   std::string(state.handle_status.message()));
     } else {
       spdlog::info("attention: cuDNN {} fused SDPA available", cudnnGetVersion());
     }
