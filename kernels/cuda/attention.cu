@@ -379,44 +379,58 @@ absl::StatusOr<AttentionKernel> KernelFromEnvironment() {
   return kernel;
 }
 
-}  // namespace
+struct AttentionPlan {
+  AttentionKernel kernel;  // never kAuto
+  AttentionWorkspace workspace;
+};
 
-absl::StatusOr<AttentionKernel> ResolveAttentionKernel(const AttentionDims& dims, bool causal) {
-  absl::StatusOr<Geometry> g = CheckDims("Attention", dims);
-  if (!g.ok()) return g.status();
+// The implementation that runs these (checked) dims and its scratch, decided in one place; a
+// cuDNN shape is prepared once and cached by attention_cudnn.cc.
+absl::StatusOr<AttentionPlan> PlanAttention(const AttentionDims& dims, const Geometry& g,
+                                            bool causal) {
   AttentionKernel kernel = dims.kernel;
   if (kernel == AttentionKernel::kAuto) {
     absl::StatusOr<AttentionKernel> chosen = KernelFromEnvironment();
     if (!chosen.ok()) return chosen.status();
     kernel = *chosen;
   }
-  if (kernel == AttentionKernel::kCudnn) {
-    absl::StatusOr<cudnn_attention::Workspace> prepared = cudnn_attention::Prepare(dims, causal);
-    if (!prepared.ok()) return prepared.status();
-    return kernel;
-  }
-  if (kernel == AttentionKernel::kAuto) {
-    if (cudnn_attention::Compiled() && cudnn_attention::Prepare(dims, causal).ok()) {
-      return AttentionKernel::kCudnn;
+  if (kernel == AttentionKernel::kCudnn ||
+      (kernel == AttentionKernel::kAuto && cudnn_attention::Compiled())) {
+    absl::StatusOr<cudnn_attention::Workspace> cudnn = cudnn_attention::Prepare(dims, causal);
+    if (cudnn.ok()) {
+      return AttentionPlan{AttentionKernel::kCudnn,
+                           AttentionWorkspace{cudnn->forward_bytes, cudnn->backward_bytes}};
     }
-    kernel = AttentionKernel::kTensorCore;
+    if (kernel == AttentionKernel::kCudnn) return cudnn.status();
   }
-  if (kernel == AttentionKernel::kTensorCore && !tensor_core::Supports(g->head_dim)) {
+  if (kernel == AttentionKernel::kAuto) kernel = AttentionKernel::kTensorCore;
+  if (kernel == AttentionKernel::kTensorCore && !tensor_core::Supports(g.head_dim)) {
     kernel = AttentionKernel::kCudaCore;
   }
-  return kernel;
+  // The own backward keeps one fp32 delta per (batch, head, row).
+  return AttentionPlan{kernel,
+                       AttentionWorkspace{0, std::max<int64_t>(1, g.batch * g.heads * g.seq) * 4}};
+}
+
+absl::StatusOr<AttentionPlan> PlanAttention(const char* op, const AttentionDims& dims,
+                                            bool causal) {
+  absl::StatusOr<Geometry> g = CheckDims(op, dims);
+  if (!g.ok()) return g.status();
+  return PlanAttention(dims, *g, causal);
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionKernel> ResolveAttentionKernel(const AttentionDims& dims, bool causal) {
+  absl::StatusOr<AttentionPlan> plan = PlanAttention("Attention", dims, causal);
+  if (!plan.ok()) return plan.status();
+  return plan->kernel;
 }
 
 absl::StatusOr<AttentionWorkspace> AttentionWorkspaceBytes(const AttentionDims& dims, bool causal) {
-  absl::StatusOr<AttentionKernel> kernel = ResolveAttentionKernel(dims, causal);
-  if (!kernel.ok()) return kernel.status();
-  if (*kernel == AttentionKernel::kCudnn) {
-    absl::StatusOr<cudnn_attention::Workspace> cudnn = cudnn_attention::Prepare(dims, causal);
-    if (!cudnn.ok()) return cudnn.status();
-    return AttentionWorkspace{cudnn->forward_bytes, cudnn->backward_bytes};
-  }
-  // The own backward keeps one fp32 delta per (batch, head, row).
-  return AttentionWorkspace{0, std::max<int64_t>(1, dims.batch * dims.heads * dims.seq) * 4};
+  absl::StatusOr<AttentionPlan> plan = PlanAttention("Attention", dims, causal);
+  if (!plan.ok()) return plan.status();
+  return plan->workspace;
 }
 
 absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dims, bool causal,
@@ -427,16 +441,15 @@ absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dim
   if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return absl::InvalidArgumentError("AttentionForward: null pointer argument");
   }
-  absl::StatusOr<AttentionWorkspace> needed = AttentionWorkspaceBytes(dims, causal);
-  if (!needed.ok()) return needed.status();
-  FSDPD_RETURN_IF_ERROR(
-      CheckWorkspace("AttentionForward", workspace, workspace_bytes, needed->forward_bytes));
-  absl::StatusOr<AttentionKernel> kernel = ResolveAttentionKernel(dims, causal);
-  if (!kernel.ok()) return kernel.status();
-  if (*kernel == AttentionKernel::kCudnn) {
+  absl::StatusOr<AttentionPlan> plan = PlanAttention(dims, *g, causal);
+  if (!plan.ok()) return plan.status();
+  FSDPD_RETURN_IF_ERROR(CheckWorkspace("AttentionForward", workspace, workspace_bytes,
+                                       plan->workspace.forward_bytes));
+  const AttentionKernel kernel = plan->kernel;
+  if (kernel == AttentionKernel::kCudnn) {
     return cudnn_attention::Forward(qkv, dims, causal, out, lse, workspace, stream);
   }
-  if (*kernel == AttentionKernel::kTensorCore && Aligned({qkv, out})) {
+  if (kernel == AttentionKernel::kTensorCore && Aligned({qkv, out})) {
     return tensor_core::Forward(qkv, FlashGeometryOf(*g), g->head_dim, causal, out, lse, stream);
   }
   if (g->head_dim <= 32) return LaunchForward<32>(qkv, *g, causal, out, lse, stream);
@@ -453,13 +466,12 @@ absl::Status AttentionBackward(const __nv_bfloat16* dout, const __nv_bfloat16* q
   if (dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr || dqkv == nullptr) {
     return absl::InvalidArgumentError("AttentionBackward: null pointer argument");
   }
-  absl::StatusOr<AttentionWorkspace> needed = AttentionWorkspaceBytes(dims, causal);
-  if (!needed.ok()) return needed.status();
-  FSDPD_RETURN_IF_ERROR(
-      CheckWorkspace("AttentionBackward", workspace, workspace_bytes, needed->backward_bytes));
-  absl::StatusOr<AttentionKernel> kernel = ResolveAttentionKernel(dims, causal);
-  if (!kernel.ok()) return kernel.status();
-  if (*kernel == AttentionKernel::kCudnn) {
+  absl::StatusOr<AttentionPlan> plan = PlanAttention(dims, *g, causal);
+  if (!plan.ok()) return plan.status();
+  FSDPD_RETURN_IF_ERROR(CheckWorkspace("AttentionBackward", workspace, workspace_bytes,
+                                       plan->workspace.backward_bytes));
+  const AttentionKernel kernel = plan->kernel;
+  if (kernel == AttentionKernel::kCudnn) {
     return cudnn_attention::Backward(dout, qkv, out, lse, dims, causal, dqkv, workspace, stream);
   }
   auto* delta = static_cast<float*>(workspace);
@@ -467,7 +479,7 @@ absl::Status AttentionBackward(const __nv_bfloat16* dout, const __nv_bfloat16* q
   AttentionDeltaKernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(dout, out, *g,
                                                                                       delta);
   CUDA_CHECK_LAUNCH("AttentionDeltaKernel");
-  if (*kernel == AttentionKernel::kTensorCore && Aligned({dout, qkv, dqkv})) {
+  if (kernel == AttentionKernel::kTensorCore && Aligned({dout, qkv, dqkv})) {
     return tensor_core::Backward(dout, qkv, lse, delta, FlashGeometryOf(*g), g->head_dim, causal,
                                  dqkv, stream);
   }
