@@ -7,7 +7,7 @@ if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
     ${CMAKE_CURRENT_LIST_DIR}/control_plane_probe.cc)
   target_include_directories(fsdpd_control_plane_load PRIVATE ${CMAKE_SOURCE_DIR})
   target_link_libraries(fsdpd_control_plane_load PRIVATE
-    fsdpd_proto fsdpd_spec gRPC::grpc++ absl::status absl::statusor absl::strings
+    fsdpd_proto fsdpd_spec gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
     SQLite::SQLite3 CLI11::CLI11 Threads::Threads)
   # The coordinator it starts unless --fsdpd names another binary (built separately, so a
   # coordinator change in progress does not block the load generator).

@@ -266,6 +266,8 @@ void MetricsExporter::RemoveSeries(JobSeries& series) {
   series.gauges.clear();
   series.counters.clear();
   series.histograms.clear();
+  series.ranks.clear();
+  series.train = TrainSeries();
 }
 
 void MetricsExporter::RemoveExpiredSeries() {
@@ -297,33 +299,58 @@ std::string MetricsExporter::Render() {
 }
 
 void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker& worker) {
-  const std::string rank = absl::StrCat(report.rank());
   // Expired series are dropped on each scrape and when a job ends, not on this hot path.
   std::lock_guard<std::mutex> lock(series_mutex_);
-  const prometheus::Labels device{{"job", report.job_id()},
-                                  {"rank", rank},
-                                  {"hostname", worker.hostname()},
-                                  {"gpu", absl::StrCat(worker.gpu_index())},
-                                  {"UUID", worker.gpu_uuid()}};
-  JobGauge(memory_peak_, device).Set(static_cast<double>(report.memory_peak_bytes()));
+  // A rank keeps its worker for the whole attempt, so its labels are built once per attempt.
+  RankSeries& cached = series_by_job_[report.job_id()].ranks[report.rank()];
+  if (cached.attempt != report.attempt()) {
+    cached = RankSeries();
+    cached.attempt = report.attempt();
+  }
+  const auto device = [&] {
+    return prometheus::Labels{{"job", report.job_id()},
+                              {"rank", absl::StrCat(report.rank())},
+                              {"hostname", worker.hostname()},
+                              {"gpu", absl::StrCat(worker.gpu_index())},
+                              {"UUID", worker.gpu_uuid()}};
+  };
+  if (cached.memory_peak == nullptr) cached.memory_peak = &JobGauge(memory_peak_, device());
+  cached.memory_peak->Set(static_cast<double>(report.memory_peak_bytes()));
   // 0 is "unknown" (a worker that does not measure it): no series rather than a false zero.
   if (report.memory_device_used_bytes() > 0) {
-    JobGauge(memory_used_, device).Set(static_cast<double>(report.memory_device_used_bytes()));
+    if (cached.memory_used == nullptr) cached.memory_used = &JobGauge(memory_used_, device());
+    cached.memory_used->Set(static_cast<double>(report.memory_device_used_bytes()));
   }
   if (report.exposed_comm_seconds() > 0) {
-    JobCounter(comm_exposed_, {{"job", report.job_id()}, {"rank", rank}, {"op", "all"}})
-        .Increment(report.exposed_comm_seconds());
+    if (cached.comm_exposed == nullptr) {
+      cached.comm_exposed = &JobCounter(
+          comm_exposed_,
+          {{"job", report.job_id()}, {"rank", absl::StrCat(report.rank())}, {"op", "all"}});
+    }
+    cached.comm_exposed->Increment(report.exposed_comm_seconds());
   }
 }
 
 void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
-  const prometheus::Labels job{{"job", aggregate.job_id()}};
   std::lock_guard<std::mutex> lock(series_mutex_);
-  JobGauge(train_loss_, job).Set(aggregate.loss());
-  JobGauge(train_step_, job).Set(static_cast<double>(aggregate.step()));
-  JobGauge(train_tokens_per_second_, job).Set(aggregate.tokens_per_second());
-  JobGauge(train_mfu_, job).Set(aggregate.mfu_ratio());
-  if (aggregate.step_seconds() > 0) JobHistogram(job).Observe(aggregate.step_seconds());
+  TrainSeries& cached = series_by_job_[aggregate.job_id()].train;
+  if (cached.loss == nullptr) {
+    const prometheus::Labels job{{"job", aggregate.job_id()}};
+    cached.loss = &JobGauge(train_loss_, job);
+    cached.step = &JobGauge(train_step_, job);
+    cached.tokens_per_second = &JobGauge(train_tokens_per_second_, job);
+    cached.mfu = &JobGauge(train_mfu_, job);
+  }
+  cached.loss->Set(aggregate.loss());
+  cached.step->Set(static_cast<double>(aggregate.step()));
+  cached.tokens_per_second->Set(aggregate.tokens_per_second());
+  cached.mfu->Set(aggregate.mfu_ratio());
+  if (aggregate.step_seconds() > 0) {
+    if (cached.step_duration == nullptr) {
+      cached.step_duration = &JobHistogram({{"job", aggregate.job_id()}});
+    }
+    cached.step_duration->Observe(aggregate.step_seconds());
+  }
 }
 
 void MetricsExporter::OnJobFinished(const std::string& job_id) {

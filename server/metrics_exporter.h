@@ -68,12 +68,31 @@ class MetricsExporter : public JobObserver {
   void OnProfile(const v1::ProfileReport& report) override;
 
  private:
+  // One rank's device series in its current attempt, so that a step report sets them without
+  // building labels and looking them up (the hot path: every rank reports every step).
+  struct RankSeries {
+    int attempt = -1;
+    prometheus::Gauge* memory_peak = nullptr;
+    prometheus::Gauge* memory_used = nullptr;     // created on the first known reading
+    prometheus::Counter* comm_exposed = nullptr;  // created on the first exposed time
+  };
+  // A job's training series, set on every aggregated step.
+  struct TrainSeries {
+    prometheus::Gauge* loss = nullptr;  // the four gauges are created together
+    prometheus::Gauge* step = nullptr;
+    prometheus::Gauge* tokens_per_second = nullptr;
+    prometheus::Gauge* mfu = nullptr;
+    prometheus::Histogram* step_duration = nullptr;  // created on the first timed step
+  };
   // Every series one job added, by family, so they can be removed together.
   struct JobSeries {
     std::set<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges;
     std::set<std::pair<prometheus::Family<prometheus::Counter>*, prometheus::Counter*>> counters;
     std::set<std::pair<prometheus::Family<prometheus::Histogram>*, prometheus::Histogram*>>
         histograms;
+    // Shortcuts into the sets above.
+    TrainSeries train;
+    std::map<int, RankSeries> ranks;             // by rank
     std::optional<Clock::time_point> remove_at;  // set when the job finished
   };
   class PruningCollectable;

@@ -108,9 +108,11 @@ absl::StatusOr<SqliteDatabase> SqliteDatabase::Open(const std::string& path) {
   }
   SqliteDatabase database(handle);
   sqlite3_busy_timeout(handle, 5000);
-  // WAL lets readers and the writer proceed together and survives a crash mid-write.
-  for (const char* pragma :
-       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"}) {
+  // WAL lets readers and the writer proceed together and survives a crash mid-write. A 32 MiB
+  // page cache (SQLite's default is 2 MiB) holds the step-report index's hot pages at 1,000
+  // ranks, so appending reports does not re-read pages from the file.
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL",
+                             "PRAGMA foreign_keys=ON", "PRAGMA cache_size=-32768"}) {
     if (absl::Status status = database.Execute(pragma); !status.ok()) {
       return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
     }

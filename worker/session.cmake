@@ -13,5 +13,5 @@ target_link_libraries(fsdpd_worker_session PUBLIC
 if(TARGET fsdpd_engine)
   target_link_libraries(fsdpd_worker_session PUBLIC fsdpd_engine)
   add_executable(fsdpd-worker ${CMAKE_CURRENT_LIST_DIR}/main.cc)
-  target_link_libraries(fsdpd-worker PRIVATE fsdpd_worker_session CLI11::CLI11)
+  target_link_libraries(fsdpd-worker PRIVATE fsdpd_worker_session CLI11::CLI11 absl::synchronization)
 endif()

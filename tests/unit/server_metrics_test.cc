@@ -26,6 +26,13 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
+// A sample of the scrape ("name{labels} value"), or -1 when the series is absent.
+double Sample(const std::string& scrape, const std::string& series) {
+  const size_t at = scrape.find(series + " ");
+  if (at == std::string::npos) return -1.0;
+  return std::stod(scrape.substr(at + series.size() + 1));
+}
+
 class MetricsExporterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -173,6 +180,61 @@ TEST_F(MetricsExporterTest, DriverMemoryIsAGaugePerRankAndUnknownIsLeftOut) {
                                     "\"host-b\"")));
 }
 
+// A rank's device series are looked up once per attempt: later reports update the same series,
+// and a retry on another worker starts series with that worker's labels.
+TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
+  CreateExporter(std::chrono::minutes(5));
+  v1::Worker first;
+  first.set_hostname("host-a");
+  first.set_gpu_uuid("GPU-A");
+  v1::StepReport report;
+  report.set_job_id("job-r");
+  report.set_attempt(1);
+  report.set_rank(1);
+  for (int step = 1; step <= 3; ++step) {
+    report.set_step(step);
+    report.set_memory_peak_bytes(100 * step);
+    report.set_exposed_comm_seconds(0.5);
+    exporter_->OnRankStep(report, first);
+  }
+  const std::string labels_a =
+      "{UUID=\"GPU-A\",gpu=\"0\",hostname=\"host-a\",job=\"job-r\",rank=\"1\"}";
+  std::string scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "fsdpd_gpu_memory_peak_bytes" + labels_a), 300);
+  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",op=\"all\",rank=\"1\"}"),
+            1.5);
+
+  v1::Worker second;
+  second.set_hostname("host-b");
+  second.set_gpu_index(3);
+  second.set_gpu_uuid("GPU-B");
+  report.set_attempt(2);
+  report.set_step(4);
+  report.set_memory_peak_bytes(7);
+  exporter_->OnRankStep(report, second);
+  scrape = exporter_->Render();
+  EXPECT_EQ(
+      Sample(
+          scrape,
+          "fsdpd_gpu_memory_peak_bytes{UUID=\"GPU-B\",gpu=\"3\",hostname=\"host-b\",job=\"job-r\","
+          "rank=\"1\"}"),
+      7);
+  EXPECT_EQ(Sample(scrape, "fsdpd_gpu_memory_peak_bytes" + labels_a), 300);
+  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",op=\"all\",rank=\"1\"}"),
+            2.0);
+
+  // Once the job's series expire, a late report starts them afresh instead of writing to freed
+  // ones.
+  exporter_->OnJobFinished("job-r");
+  now_ += std::chrono::minutes(5);
+  EXPECT_EQ(Sample(exporter_->Render(), "fsdpd_gpu_memory_peak_bytes" + labels_a), -1);
+  report.set_step(5);
+  exporter_->OnRankStep(report, second);
+  EXPECT_EQ(Sample(exporter_->Render(),
+                   "fsdpd_comm_exposed_seconds_total{job=\"job-r\",op=\"all\",rank=\"1\"}"),
+            0.5);
+}
+
 TEST_F(MetricsExporterTest, FinishedJobSeriesStayForTheRetentionThenGo) {
   CreateExporter(std::chrono::minutes(5));
   ReportStep("job-done", 1, 4.5);
@@ -206,13 +268,6 @@ TEST_F(MetricsExporterTest, ZeroRetentionRemovesSeriesWhenTheJobEnds) {
   ExpectSeries(exporter_->Render(), "job-a", true);
   exporter_->OnJobFinished("job-a");
   ExpectSeries(exporter_->Render(), "job-a", false);
-}
-
-// A sample of the scrape ("name{labels} value"), or -1 when the series is absent.
-double Sample(const std::string& scrape, const std::string& series) {
-  const size_t at = scrape.find(series + " ");
-  if (at == std::string::npos) return -1.0;
-  return std::stod(scrape.substr(at + series.size() + 1));
 }
 
 // The real services behind a loopback server with the exporter's timing interceptors, as the
