@@ -1,6 +1,7 @@
 // The fsdpctl verbs. Each returns the process exit status and prints its own errors.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,8 +18,11 @@ int RunList(const ClientOptions& options, const std::string& state_filter);
 int RunStatus(const ClientOptions& options, const std::string& job_id);
 int RunCancel(const ClientOptions& options, const std::string& job_id);
 
-// watch_command.cc: exits 0 only if the job SUCCEEDED.
-int RunWatch(const ClientOptions& options, const std::string& job_id);
+// watch_command.cc: exits 0 only if the job SUCCEEDED. When the coordinator becomes
+// unavailable it reconnects for up to reconnect_for (0: fails at once), and prints each event of
+// the job's history once.
+int RunWatch(const ClientOptions& options, const std::string& job_id,
+             std::chrono::seconds reconnect_for = std::chrono::seconds(120));
 // logs_command.cc
 int RunLogs(const ClientOptions& options, const std::string& job_id, bool follow, int64_t tail);
 

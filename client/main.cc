@@ -1,4 +1,5 @@
 // fsdpctl: submits and watches fsdpd training jobs.
+#include <chrono>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -39,6 +40,12 @@ int main(int argc, char** argv) {
 
   CLI::App* watch_verb = app.add_subcommand("watch", "follow a job's progress until it ends");
   watch_verb->add_option("JOB", job_id, "job id")->required();
+  int reconnect_seconds = 120;
+  watch_verb
+      ->add_option("--reconnect-for", reconnect_seconds,
+                   "seconds to keep reconnecting to a coordinator that went away (0: exit)")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
 
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("JOB", job_id, "job id")->required();
@@ -81,7 +88,9 @@ int main(int argc, char** argv) {
   if (submit->parsed()) return RunSubmit(options, spec_path, watch, dry_run);
   if (list->parsed()) return RunList(options, state_filter);
   if (status->parsed()) return RunStatus(options, job_id);
-  if (watch_verb->parsed()) return RunWatch(options, job_id);
+  if (watch_verb->parsed()) {
+    return RunWatch(options, job_id, std::chrono::seconds(reconnect_seconds));
+  }
   if (cancel->parsed()) return RunCancel(options, job_id);
   if (logs->parsed()) return RunLogs(options, job_id, follow, tail);
   if (workers->parsed()) return RunWorkers(options);

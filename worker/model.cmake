@@ -4,7 +4,8 @@ add_library(fsdpd_model STATIC
   backend/cpu_ops.cc
   backend/cpu_backend.cc
   model/model_config.cc
-  model/minillm.cc)
+  model/minillm.cc
+  model/minillm_backward.cc)
 target_include_directories(fsdpd_model PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(fsdpd_model PUBLIC fsdpd_kernels_cpu fsdpd_spec absl::status
                       absl::statusor absl::strings spdlog::spdlog)

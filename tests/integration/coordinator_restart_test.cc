@@ -1,10 +1,13 @@
 // The coordinator is killed with SIGKILL in the middle of a job and started again on the same
-// state dir: the job and its history survive, the workers reconnect, and the job finishes.
+// state dir: the job and its history survive, the workers and a running `fsdpctl watch`
+// reconnect, and the job finishes.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/integration/process_harness.h"
 
@@ -35,6 +38,15 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   ASSERT_EQ(before.value("state", ""), "RUNNING") << before.dump() << cluster.Logs();
   const int64_t step_before_kill = before["step"];
 
+  // A watch started before the kill rides through the restart: it reconnects and prints each
+  // event of the job once.
+  int live_exit_code = -1;
+  std::vector<nlohmann::json> live_events;
+  std::thread watcher(
+      [&] { live_events = cluster.WatchEvents(id, &live_exit_code, seconds(180)); });
+  // It has printed at least one step before the coordinator goes away.
+  std::this_thread::sleep_for(seconds(1));
+
   cluster.KillCoordinator(SIGKILL);
   // Training goes on while the coordinator is away; the workers buffer their reports.
   std::this_thread::sleep_for(seconds(1));
@@ -48,6 +60,27 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   nlohmann::json done = cluster.WaitForState(id, "SUCCEEDED", seconds(120));
   ASSERT_EQ(done.value("state", ""), "SUCCEEDED") << done.dump() << cluster.Logs();
   EXPECT_EQ(done["step"], kSteps);
+
+  watcher.join();
+  EXPECT_EQ(live_exit_code, 0) << "fsdpctl watch did not see the job succeed";
+  std::vector<int64_t> live_steps;
+  std::set<std::string> live_states;
+  for (const auto& event : live_events) {
+    if (event.value("type", "") == "step") live_steps.push_back(event["step"]);
+    if (event.value("type", "") == "state") {
+      const std::string key = event["state"].get<std::string>() + "@" +
+                              std::to_string(event["unix_millis"].get<int64_t>());
+      EXPECT_TRUE(live_states.insert(key).second) << "state change printed twice: " << key;
+    }
+  }
+  ASSERT_FALSE(live_steps.empty());
+  EXPECT_LE(live_steps.front(), step_before_kill);
+  EXPECT_EQ(live_steps.back(), kSteps);
+  for (size_t i = 1; i < live_steps.size(); ++i) {
+    EXPECT_LT(live_steps[i - 1], live_steps[i]) << "watch printed a step twice or out of order";
+  }
+  ASSERT_FALSE(live_events.empty());
+  EXPECT_EQ(live_events.back().value("state", ""), "SUCCEEDED");
 
   // The history from before the kill is still there, in order, up to the last step.
   int exit_code = -1;

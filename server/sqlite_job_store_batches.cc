@@ -1,0 +1,124 @@
+// The batched side of the SQLite job store: per-rank step reports and log lines are queued and
+// written by the store's writer thread in chunks of batch_rows rows, one transaction each.
+#include <algorithm>
+#include <iterator>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "server/sqlite_job_store.h"
+#include "spdlog/spdlog.h"
+
+namespace fsdpd::server {
+
+size_t SqliteJobStore::PendingRowsLocked() const {
+  return pending_reports_.size() + pending_logs_.size();
+}
+
+absl::Status SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_reports_.push_back(report);
+    full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
+  }
+  if (full) batch_ready_.notify_one();
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::AppendLog(const v1::LogLine& line) {
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_logs_.push_back(line);
+    full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
+  }
+  if (full) batch_ready_.notify_one();
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::Flush() {
+  auto lock = LockConnection();
+  return FlushLocked();
+}
+
+absl::Status SqliteJobStore::FlushLocked() {
+  while (true) {
+    absl::StatusOr<size_t> written = WriteChunkLocked(static_cast<size_t>(config_.batch_rows));
+    if (!written.ok()) return written.status();
+    if (*written == 0) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
+  std::vector<v1::StepReport> reports;
+  std::vector<v1::LogLine> logs;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    const size_t report_count = std::min(max_rows, pending_reports_.size());
+    const size_t log_count = std::min(max_rows - report_count, pending_logs_.size());
+    reports.assign(std::make_move_iterator(pending_reports_.begin()),
+                   std::make_move_iterator(pending_reports_.begin() + report_count));
+    pending_reports_.erase(pending_reports_.begin(), pending_reports_.begin() + report_count);
+    logs.assign(std::make_move_iterator(pending_logs_.begin()),
+                std::make_move_iterator(pending_logs_.begin() + log_count));
+    pending_logs_.erase(pending_logs_.begin(), pending_logs_.begin() + log_count);
+  }
+  if (reports.empty() && logs.empty()) return 0;
+  auto write = [&]() -> absl::Status {
+    WriteScope transaction(*this);
+    if (!transaction.status().ok()) return transaction.status();
+    for (const v1::StepReport& report : reports) {
+      absl::Status status = statements_->insert_step_report.Bind(1, report.job_id())
+                                .Bind(2, static_cast<int64_t>(report.attempt()))
+                                .Bind(3, static_cast<int64_t>(report.rank()))
+                                .Bind(4, report.step())
+                                .BindBlob(5, report.SerializeAsString())
+                                .Run();
+      if (!status.ok()) return status;
+    }
+    for (const v1::LogLine& line : logs) {
+      absl::Status status = statements_->insert_log.Bind(1, line.job_id())
+                                .Bind(2, static_cast<int64_t>(line.attempt()))
+                                .Bind(3, static_cast<int64_t>(line.rank()))
+                                .Bind(4, line.unix_millis())
+                                .Bind(5, line.level())
+                                .Bind(6, line.text())
+                                .Run();
+      if (!status.ok()) return status;
+    }
+    return transaction.Commit();
+  };
+  if (absl::Status status = write(); !status.ok()) {
+    // Nothing accepted is dropped: the rows go back in front, in order, for the next attempt.
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_reports_.insert(pending_reports_.begin(), std::make_move_iterator(reports.begin()),
+                            std::make_move_iterator(reports.end()));
+    pending_logs_.insert(pending_logs_.begin(), std::make_move_iterator(logs.begin()),
+                         std::make_move_iterator(logs.end()));
+    return status;
+  }
+  return reports.size() + logs.size();
+}
+
+void SqliteJobStore::RunWriter() {
+  const size_t batch = static_cast<size_t>(config_.batch_rows);
+  std::unique_lock<std::mutex> pending(pending_mutex_);
+  while (true) {
+    batch_ready_.wait(pending, [&] { return stopping_ || PendingRowsLocked() >= batch; });
+    if (stopping_) return;
+    pending.unlock();
+    absl::Status status;
+    {
+      // One chunk per hold of the connection, so synchronous writes wait for one chunk at most.
+      auto lock = LockConnection();
+      status = WriteChunkLocked(batch).status();
+    }
+    if (!status.ok()) {
+      spdlog::error("job store: batch write failed (rows kept, retried): {}", status.ToString());
+      std::this_thread::sleep_for(config_.flush_interval);
+    }
+    pending.lock();
+  }
+}
+}  // namespace fsdpd::server

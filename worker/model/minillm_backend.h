@@ -1,0 +1,108 @@
+// The MiniLLM implementation shared by its two source files: minillm.cc (workspace, forward,
+// evaluation) and minillm_backward.cc (the head's and the blocks' backward). Internal to the
+// model; everything else uses MiniLLM.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/model/minillm.h"
+
+namespace fsdpd::minillm_internal {
+
+// What one block's forward keeps for its backward. The two RMSNorm outputs and the SiLU
+// output are not kept: backward recomputes them from what is kept (elementwise work, no
+// matrix products), so a block holds 10·dim values per token (with its residual input)
+// instead of 16. Activation recompute keeps less (ModelConfig::activation_recompute): with
+// kFfn every block's ffn_hidden is one shared workspace that backward refills with ffn.0's
+// GEMM (6·dim per token kept); with kBlock every block shares one whole set, refilled by
+// re-running the block's forward, and only the block's input stays (1·dim).
+struct BlockActivations {
+  Tensor attention_rstd;  // norm1's rstd  [T] fp32
+  Tensor qkv;             // [B, S, 3D]
+  Tensor attention;       // heads concatenated, before out_proj  [B, S, D]
+  Tensor lse;             // [B, H, S] fp32
+  Tensor middle;          // x + attention branch  [T, D]
+  Tensor ffn_rstd;        // norm2's rstd  [T] fp32
+  Tensor ffn_hidden;      // ffn.0 output before SiLU  [T, F]
+};
+
+class BackendMiniLLM : public MiniLLM {
+ public:
+  BackendMiniLLM(const ModelConfig& config, int64_t batch, int64_t seq, Backend* backend)
+      : MiniLLM(config),
+        backend_(backend),
+        ops_(backend->ops()),
+        stream_(backend->compute_stream()),
+        batch_(batch),
+        seq_(seq),
+        tokens_(batch * seq) {}
+
+  absl::Status AllocateWorkspace();
+
+  absl::Status BeginStep(const int32_t* tokens, const int32_t* targets) override;
+  absl::Status EmbedForward(const Tensor& root_params) override;
+  absl::Status BlockForward(int layer, const Tensor& block_params) override;
+  absl::StatusOr<float> HeadForwardBackward(const Tensor& root_params, const Tensor& root_grads,
+                                            double loss_scale) override;
+  absl::Status BlockBackward(int layer, const Tensor& block_params,
+                             const Tensor& block_grads) override;
+  absl::Status EmbedBackward(const Tensor& root_grads) override;
+  absl::Status Logits(const std::vector<Tensor>& unit_params, std::vector<float>* logits) override;
+
+ private:
+  // Progress through a step, so that calls out of order fail instead of reading stale data.
+  enum class Phase { kIdle, kStepBegun, kForward, kBackward, kDone };
+
+  absl::StatusOr<Tensor> NewTensor(DType dtype, std::vector<int64_t> shape);
+  // Checks that `flat` can hold unit `unit_index` (padding allowed) in a float dtype.
+  absl::Status CheckUnitTensor(const Tensor& flat, int unit_index, const char* what) const;
+  Tensor Parameter(const Tensor& flat, int unit_index, const std::string& name) const;
+  absl::Status RunForwardOnly(const std::vector<Tensor>& unit_params);
+  // Where block `layer`'s saved activations live (shared by every block under kBlock).
+  BlockActivations& Saved(int layer);
+  // Block `layer`'s forward up to ffn.0's output into Saved(layer): everything its backward
+  // reads. Leaves norm2's output in row_scratch_.
+  absl::Status ForwardToFfnHidden(int layer, const Tensor& block_params);
+  // The input of the head: the last residual, or its final norm when enabled.
+  absl::Status FinalNormForward(const Tensor& root_params, Tensor* head_input);
+
+  Backend* backend_;
+  Ops& ops_;
+  Stream& stream_;
+  int64_t batch_;
+  int64_t seq_;
+  int64_t tokens_;
+
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  Tensor token_ids_;
+  Tensor target_ids_;
+  std::vector<Tensor> residuals_;  // layers + 1 tensors [T, D]: the input of each block, then
+                                   // the output of the last one
+  std::vector<BlockActivations> blocks_;
+  Tensor final_normed_;  // final norm output and rstd, when enabled
+  Tensor final_rstd_;
+  Tensor loss_;
+
+  // Backward workspace, reused by every block.
+  Tensor residual_gradient_;   // dL/d(residual stream) [T, D]
+  Tensor normed_gradient_;     // gradient at a norm's output [T, D]
+  Tensor branch_gradient_;     // gradient from a norm back to the residual [T, D]
+  Tensor attention_gradient_;  // [B, S, D]
+  Tensor qkv_gradient_;        // [B, S, 3D]
+  // silu(ffn_hidden), recomputed [T, F]; once ffn.2's backward has read it, the gradient at
+  // ffn_hidden.
+  Tensor activated_;
+  Tensor activated_gradient_;  // [T, F]
+  // [T, D], holding in turn: a norm's output (forward, and recomputed in backward), then the
+  // out_proj or ffn.2 output before its residual add.
+  Tensor row_scratch_;
+
+  Phase phase_ = Phase::kIdle;
+  int next_layer_ = 0;
+  int forwarded_layer_ = -1;  // whose activations ForwardToFfnHidden last wrote
+};
+
+}  // namespace fsdpd::minillm_internal

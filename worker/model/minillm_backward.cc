@@ -1,0 +1,134 @@
+// MiniLLM's backward: the fused head and cross-entropy with the final norm, each block in
+// reverse (recomputing what its forward did not keep), and the embedding.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/minillm_backend.h"
+#include "worker/status_macros.h"
+
+namespace fsdpd::minillm_internal {
+
+absl::StatusOr<float> BackendMiniLLM::HeadForwardBackward(const Tensor& root_params,
+                                                          const Tensor& root_grads,
+                                                          double loss_scale) {
+  if (phase_ != Phase::kForward || next_layer_ != config_.layers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("MiniLLM::HeadForwardBackward: every block's forward must run first (",
+                     next_layer_, " of ", config_.layers, " done)"));
+  }
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_params, root_unit(), "parameters"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
+  Tensor head_input;
+  FSDPD_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
+  const Tensor& head_input_gradient = config_.final_norm ? normed_gradient_ : residual_gradient_;
+  FSDPD_RETURN_IF_ERROR(ops_.HeadCrossEntropy(
+      head_input, Parameter(root_params, root_unit(), "head.weight"), target_ids_, loss_scale,
+      loss_, head_input_gradient, Parameter(root_grads, root_unit(), "head.weight"), stream_));
+  if (config_.final_norm) {
+    FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
+        normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), "norm.weight"),
+        final_rstd_, residual_gradient_, Parameter(root_grads, root_unit(), "norm.weight"),
+        stream_));
+  }
+  float loss = 0.0f;
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(loss_, &loss, stream_));
+  FSDPD_RETURN_IF_ERROR(stream_.Synchronize());
+  phase_ = Phase::kBackward;
+  next_layer_ = static_cast<int>(config_.layers) - 1;
+  return loss;
+}
+
+absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params,
+                                           const Tensor& block_grads) {
+  if (phase_ != Phase::kBackward || layer != next_layer_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("MiniLLM::BlockBackward(", layer, "): expected ",
+                     phase_ == Phase::kBackward ? absl::StrCat("layer ", next_layer_)
+                                                : "HeadForwardBackward first"));
+  }
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_grads, layer, "gradients"));
+  const std::string prefix = absl::StrCat("layers.", layer, ".");
+  auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
+  auto gradient = [&](const char* name) { return Parameter(block_grads, layer, prefix + name); };
+  const BlockActivations& saved = Saved(layer);
+  const Tensor& input = residuals_[static_cast<size_t>(layer)];
+  const Tensor no_bias;
+
+  // Recompute what was not kept. Both ways leave norm2's output in row_scratch_ and rewrite
+  // the saved statistics with the very same values. The block whose forward ran last still has
+  // its shared set (its backward comes first): it needs only norm2 again.
+  const ActivationRecompute recompute = config_.activation_recompute;
+  if (recompute != ActivationRecompute::kNone) {
+    if (recompute == ActivationRecompute::kBlock && forwarded_layer_ != layer) {
+      FSDPD_RETURN_IF_ERROR(ForwardToFfnHidden(layer, block_params));
+    } else {
+      FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+                                                config_.norm_eps, row_scratch_, saved.ffn_rstd,
+                                                stream_));
+      if (forwarded_layer_ != layer) {
+        FSDPD_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias,
+                                                 saved.ffn_hidden, stream_));
+      }
+    }
+    forwarded_layer_ = -1;  // the shared set is this block's now, and is consumed below
+  }
+
+  // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))).
+  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
+                                            activated_gradient_, gradient("ffn.2.weight"), no_bias,
+                                            stream_));
+  // ffn.2's backward has read silu's output: its buffer now takes the gradient at ffn_hidden.
+  const Tensor& hidden_gradient = activated_;
+  FSDPD_RETURN_IF_ERROR(
+      ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient, stream_));
+  if (recompute == ActivationRecompute::kNone) {
+    // norm2's output, recomputed (its rstd is rewritten with the very same values).
+    FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+                                              config_.norm_eps, row_scratch_, saved.ffn_rstd,
+                                              stream_));
+  }
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, weight("ffn.0.weight"),
+                                            normed_gradient_, gradient("ffn.0.weight"), no_bias,
+                                            stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"),
+                                             saved.ffn_rstd, branch_gradient_,
+                                             gradient("norm2.weight"), stream_));
+  FSDPD_RETURN_IF_ERROR(
+      ops_.Add(residual_gradient_, branch_gradient_, residual_gradient_, stream_));
+
+  // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))).
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
+      residual_gradient_, saved.attention, weight("attn.out_proj.weight"), attention_gradient_,
+      gradient("attn.out_proj.weight"), gradient("attn.out_proj.bias"), stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv, saved.attention,
+                                               saved.lse, config_.heads, config_.causal,
+                                               qkv_gradient_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
+                                            row_scratch_, saved.attention_rstd, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
+      qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
+      gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight("norm1.weight"),
+                                             saved.attention_rstd, branch_gradient_,
+                                             gradient("norm1.weight"), stream_));
+  FSDPD_RETURN_IF_ERROR(
+      ops_.Add(residual_gradient_, branch_gradient_, residual_gradient_, stream_));
+  --next_layer_;
+  return absl::OkStatus();
+}
+
+absl::Status BackendMiniLLM::EmbedBackward(const Tensor& root_grads) {
+  if (phase_ != Phase::kBackward || next_layer_ != -1) {
+    return absl::FailedPreconditionError(
+        "MiniLLM::EmbedBackward: HeadForwardBackward and every block's backward must run first");
+  }
+  FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
+  FSDPD_RETURN_IF_ERROR(ops_.EmbeddingBackward(
+      residual_gradient_, token_ids_, Parameter(root_grads, root_unit(), "embed.weight"), stream_));
+  phase_ = Phase::kDone;
+  return absl::OkStatus();
+}
+
+}  // namespace fsdpd::minillm_internal
