@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -137,6 +138,17 @@ class JobManager {
     // Reports at or below this step are stored but not aggregated again: workers resend what
     // they buffered while the coordinator was away.
     int64_t last_aggregated_step = 0;
+    // Each rank's latest report seen by this coordinator; one at or below it is a resend, which
+    // is stored again (idempotent) but not counted again in the metrics.
+    std::vector<int64_t> last_reported_step;
+  };
+  // A step report handled but not yet confirmed to its worker: it is stored once the store's
+  // StoredStepReports() reaches `number` (0: nothing to store, the report was ignored).
+  struct UnconfirmedReport {
+    int64_t number = 0;
+    std::string job_id;
+    int attempt = 0;
+    int64_t step = 0;
   };
   struct JobRecord {
     v1::Job job;
@@ -170,6 +182,11 @@ class JobManager {
   void PublishLocked(const JobRecord& record);
   void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
                         const std::string& reason);
+  // Remembers a handled report until it is stored, then ConfirmStoredLocked tells its worker.
+  void NoteUnconfirmedLocked(const std::string& worker_id, const v1::StepReport& report,
+                             int64_t number);
+  // Adds to `ack` the worker's reports that are stored now, one entry per (job, attempt).
+  void ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack);
   void LogStoreError(const absl::Status& status, const char* what) const;
 
   const JobManagerConfig config_;
@@ -185,6 +202,9 @@ class JobManager {
   // Cancellations for work a worker reported at registration that no longer counts; sent
   // when its session opens.
   std::map<std::string, v1::Cancellation> pending_cancellations_;
+  // Per worker, in the order handled. Cleared when the worker registers again: its new session
+  // resends whatever it still holds.
+  std::map<std::string, std::deque<UnconfirmedReport>> unconfirmed_reports_;
   JobObserver* observer_ = nullptr;
   bool shutting_down_ = false;
 

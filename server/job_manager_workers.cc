@@ -17,6 +17,7 @@ absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(
       workers_.Register(request, now_());
   if (!registered.ok()) return registered.status();
   const auto& [worker_id, previous] = *registered;
+  unconfirmed_reports_.erase(worker_id);
   ReconcileRegistrationLocked(worker_id, previous, request);
   spdlog::info("worker {} registered: {} {}:{} ({} MiB){}", worker_id, request.hostname(),
                request.device_kind(), request.gpu_index(), request.memory_bytes() >> 20,
@@ -113,6 +114,7 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
     case v1::WorkerMessage::kHeartbeat: {
       v1::CoordinatorMessage ack;
       ack.mutable_heartbeat_ack()->set_unix_millis(absl::ToUnixMillis(absl::Now()));
+      ConfirmStoredLocked(worker_id, &ack);
       workers_.Send(worker_id, ack);
       break;
     }
@@ -155,12 +157,18 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   if (record == nullptr) {
     spdlog::debug("ignoring a step report of {} attempt {} rank {} from worker {}", report.job_id(),
                   report.attempt(), report.rank(), worker_id);
+    NoteUnconfirmedLocked(worker_id, report, 0);  // nothing to store: the worker may forget it
     return;
   }
   // A report proves the rank is alive, whatever the worker said when it registered.
   record->active->reattached[report.rank()] = true;
-  LogStoreError(store_.AppendStepReport(report), "step report");
-  if (observer_ != nullptr) {
+  absl::StatusOr<int64_t> number = store_.AppendStepReport(report);
+  LogStoreError(number.status(), "step report");
+  if (number.ok()) NoteUnconfirmedLocked(worker_id, report, *number);
+  int64_t& last_reported = record->active->last_reported_step[report.rank()];
+  const bool resent = report.step() <= last_reported;
+  last_reported = std::max(last_reported, report.step());
+  if (observer_ != nullptr && !resent) {
     if (std::optional<WorkerSnapshot> worker = workers_.Find(worker_id)) {
       observer_->OnRankStep(report, worker->info);
     }
@@ -205,6 +213,38 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   *event.mutable_step() = aggregate;
   for (const auto& subscriber : record->subscribers) subscriber->OnEvent(event);
   if (observer_ != nullptr) observer_->OnAggregateStep(aggregate);
+}
+
+void JobManager::NoteUnconfirmedLocked(const std::string& worker_id, const v1::StepReport& report,
+                                       int64_t number) {
+  // Bounded like the worker's own buffer. Dropping the oldest entry loses nothing: reports are
+  // stored in the order they were appended, so a later confirmation covers it.
+  constexpr size_t kMaxUnconfirmed = 20000;
+  std::deque<UnconfirmedReport>& unconfirmed = unconfirmed_reports_[worker_id];
+  if (unconfirmed.size() >= kMaxUnconfirmed) unconfirmed.pop_front();
+  unconfirmed.push_back({number, report.job_id(), report.attempt(), report.step()});
+}
+
+void JobManager::ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack) {
+  auto found = unconfirmed_reports_.find(worker_id);
+  if (found == unconfirmed_reports_.end()) return;
+  std::deque<UnconfirmedReport>& unconfirmed = found->second;
+  const int64_t stored = store_.StoredStepReports();
+  // Reports are stored in the order they were appended, so the stored ones are a prefix (ignored
+  // reports, number 0, count as stored). A worker runs one attempt at a time: consecutive
+  // entries of one (job, attempt) become one confirmation of the highest step.
+  v1::ReportsStored* last = nullptr;
+  while (!unconfirmed.empty() && unconfirmed.front().number <= stored) {
+    const UnconfirmedReport& report = unconfirmed.front();
+    if (last == nullptr || last->job_id() != report.job_id || last->attempt() != report.attempt) {
+      last = ack->add_reports_stored();
+      last->set_job_id(report.job_id);
+      last->set_attempt(report.attempt);
+    }
+    last->set_through_step(std::max(last->through_step(), report.step));
+    unconfirmed.pop_front();
+  }
+  if (unconfirmed.empty()) unconfirmed_reports_.erase(found);
 }
 
 void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result) {

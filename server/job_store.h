@@ -53,8 +53,12 @@ class JobStore {
   // must survive even a killed coordinator.
   virtual absl::Status RecordStep(const v1::Job& job, int64_t sequence,
                                   const v1::StepReport& aggregate) = 0;
-  // These two may be buffered until Flush (or the store's own batching) writes them.
-  virtual absl::Status AppendStepReport(const v1::StepReport& report) = 0;
+  // These two may be buffered until Flush (or the store's own batching) writes them. Step
+  // reports are numbered 1, 2, ... in the order they are appended, and written in that order:
+  // AppendStepReport returns the report's number, and the report is stored once
+  // StoredStepReports() reaches it.
+  virtual absl::StatusOr<int64_t> AppendStepReport(const v1::StepReport& report) = 0;
+  virtual int64_t StoredStepReports() const = 0;
   virtual absl::Status AppendLog(const v1::LogLine& line) = 0;
 
   virtual absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(

@@ -7,6 +7,7 @@
 // transition, an aggregated step) waits for at most one chunk.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -43,7 +44,8 @@ class SqliteJobStore : public JobStore {
 
   absl::Status RecordStep(const v1::Job& job, int64_t sequence,
                           const v1::StepReport& aggregate) override;
-  absl::Status AppendStepReport(const v1::StepReport& report) override;
+  absl::StatusOr<int64_t> AppendStepReport(const v1::StepReport& report) override;
+  int64_t StoredStepReports() const override;
   absl::Status AppendLog(const v1::LogLine& line) override;
 
   absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(const std::string& job_id) override;
@@ -114,6 +116,8 @@ class SqliteJobStore : public JobStore {
   std::condition_variable batch_ready_;
   std::deque<v1::StepReport> pending_reports_;
   std::deque<v1::LogLine> pending_logs_;
+  int64_t appended_reports_ = 0;            // under pending_mutex_
+  std::atomic<int64_t> stored_reports_{0};  // a prefix of the appended ones
   bool stopping_ = false;
   std::thread writer_;
 };

@@ -15,16 +15,20 @@ size_t SqliteJobStore::PendingRowsLocked() const {
   return pending_reports_.size() + pending_logs_.size();
 }
 
-absl::Status SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
+absl::StatusOr<int64_t> SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
   bool full = false;
+  int64_t number = 0;
   {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     pending_reports_.push_back(report);
+    number = ++appended_reports_;
     full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
   }
   if (full) batch_ready_.notify_one();
-  return absl::OkStatus();
+  return number;
 }
+
+int64_t SqliteJobStore::StoredStepReports() const { return stored_reports_.load(); }
 
 absl::Status SqliteJobStore::AppendLog(const v1::LogLine& line) {
   bool full = false;
@@ -98,6 +102,9 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
                          std::make_move_iterator(logs.end()));
     return status;
   }
+  // Chunks take the oldest queued reports and a failed one puts them back in front, so the
+  // stored reports are always the first ones appended.
+  stored_reports_ += static_cast<int64_t>(reports.size());
   return reports.size() + logs.size();
 }
 

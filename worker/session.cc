@@ -253,6 +253,8 @@ void WorkerSession::SleepBeforeReconnect(std::chrono::milliseconds backoff) {
 }
 
 void WorkerSession::RunStream() {
+  // Whatever the last coordinator did not confirm as stored goes first.
+  outbox_.RequeueUnconfirmed();
   grpc::ClientContext context;
   std::unique_ptr<Stream> stream = stub_->Session(&context);
   std::atomic<bool> broken{false};
@@ -275,6 +277,7 @@ void WorkerSession::RunStream() {
 }
 
 void WorkerSession::HandleMessage(const v1::CoordinatorMessage& message) {
+  for (const v1::ReportsStored& stored : message.reports_stored()) outbox_.ConfirmStored(stored);
   switch (message.payload_case()) {
     case v1::CoordinatorMessage::kAssignment:
       HandleAssignment(message.assignment());

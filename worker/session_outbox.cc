@@ -59,7 +59,42 @@ std::optional<v1::WorkerMessage> Outbox::FrontTelemetry() {
 
 void Outbox::PopTelemetry() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!telemetry_.empty()) telemetry_.pop_front();
+  if (telemetry_.empty()) return;
+  if (telemetry_.front().has_step()) {
+    // Beyond the bound the oldest is forgotten unconfirmed, as the queue drops its oldest.
+    if (unconfirmed_.size() >= telemetry_capacity_) unconfirmed_.pop_front();
+    unconfirmed_.push_back(std::move(*telemetry_.front().mutable_step()));
+  }
+  telemetry_.pop_front();
+}
+
+void Outbox::ConfirmStored(const v1::ReportsStored& stored) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  unconfirmed_.erase(std::remove_if(unconfirmed_.begin(), unconfirmed_.end(),
+                                    [&](const v1::StepReport& report) {
+                                      return report.job_id() == stored.job_id() &&
+                                             report.attempt() == stored.attempt() &&
+                                             report.step() <= stored.through_step();
+                                    }),
+                     unconfirmed_.end());
+}
+
+void Outbox::RequeueUnconfirmed() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!unconfirmed_.empty()) {
+      v1::WorkerMessage message;
+      *message.mutable_step() = std::move(unconfirmed_.back());
+      unconfirmed_.pop_back();
+      telemetry_.push_front(std::move(message));
+    }
+  }
+  changed_.notify_all();
+}
+
+size_t Outbox::UnconfirmedCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unconfirmed_.size();
 }
 
 std::optional<FinishedAttempt> Outbox::FrontFinished() {

@@ -6,6 +6,10 @@
 // step report or log line (profile traces only make sense whole), counting them so the loss is
 // reported once the session is back. Attempt results (with rank 0's exported
 // model) are never dropped; they are sent after the telemetry queued before them.
+//
+// A step report that was sent stays in the outbox until the coordinator confirms it stored it
+// (ReportsStored). A new session sends the unconfirmed ones again first, so a coordinator killed
+// before writing them loses none.
 #pragma once
 
 #include <chrono>
@@ -40,9 +44,15 @@ class Outbox {
   void Wake();
 
   // The writer peeks, sends, and pops only once the send worked, so nothing is lost to a
-  // write that fails.
+  // write that fails. A popped step report waits for its confirmation.
   std::optional<v1::WorkerMessage> FrontTelemetry();
   void PopTelemetry();
+  // Forgets the sent step reports the coordinator stored.
+  void ConfirmStored(const v1::ReportsStored& stored);
+  // Puts the sent but unconfirmed step reports back in front of the queue, in order: called
+  // when a new session starts.
+  void RequeueUnconfirmed();
+  size_t UnconfirmedCount();
   std::optional<FinishedAttempt> FrontFinished();
   void PopFinished();
   bool Empty();
@@ -62,6 +72,7 @@ class Outbox {
   std::condition_variable changed_;
   bool woken_ = false;
   std::deque<v1::WorkerMessage> telemetry_;
+  std::deque<v1::StepReport> unconfirmed_;  // sent, oldest first; at most telemetry_capacity_
   std::deque<FinishedAttempt> finished_;
   Dropped dropped_;
 };

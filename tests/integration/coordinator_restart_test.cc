@@ -1,9 +1,11 @@
 // The coordinator is killed with SIGKILL in the middle of a job and started again on the same
 // state dir: the job and its history survive, the workers and a running `fsdpctl watch`
-// reconnect, and the job finishes.
+// reconnect, the workers resend the step reports it had not stored, and the job finishes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -15,6 +17,31 @@ namespace fsdpd::testing {
 namespace {
 
 using std::chrono::seconds;
+
+// The steps of each rank's reports that the coordinator stored, read from its database.
+std::map<int, std::set<int64_t>> StoredRankSteps(const std::string& database,
+                                                 const std::string& job_id) {
+  std::map<int, std::set<int64_t>> steps;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(database.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << "cannot open " << database << ": " << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    return steps;
+  }
+  sqlite3_stmt* query = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT rank, step FROM step_reports WHERE job_id = ?1", -1, &query,
+                         nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << "cannot query " << database << ": " << sqlite3_errmsg(db);
+  } else {
+    sqlite3_bind_text(query, 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(query) == SQLITE_ROW) {
+      steps[sqlite3_column_int(query, 0)].insert(sqlite3_column_int64(query, 1));
+    }
+  }
+  sqlite3_finalize(query);
+  sqlite3_close(db);
+  return steps;
+}
 
 TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   Cluster cluster(2);
@@ -103,6 +130,18 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
     if (worker.value("state", "") == "IDLE") ids_after.insert(worker["id"]);
   }
   EXPECT_EQ(ids_after, worker_ids);
+
+  // No rank's report was lost with the killed coordinator: the workers resent what it had not
+  // confirmed as stored. (SIGTERM writes what the new coordinator still buffers.)
+  cluster.KillCoordinator(SIGTERM);
+  const std::map<int, std::set<int64_t>> stored =
+      StoredRankSteps(cluster.dir() + "/state/fsdpd.db", id);
+  ASSERT_EQ(stored.size(), 2u);
+  for (const auto& [rank, steps] : stored) {
+    EXPECT_EQ(steps.size(), static_cast<size_t>(kSteps)) << "rank " << rank << " lost reports";
+    EXPECT_EQ(*steps.begin(), 1) << "rank " << rank;
+    EXPECT_EQ(*steps.rbegin(), kSteps) << "rank " << rank;
+  }
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 

@@ -13,6 +13,8 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
     # The tests run the binaries, so building a test builds them too.
     add_dependencies(${test_name}_integration_test fsdpd fsdpd-worker fsdpctl)
   endforeach()
+  # Reads the stored per-rank reports straight from the coordinator's database.
+  target_link_libraries(coordinator_restart_integration_test PRIVATE SQLite::SQLite3)
 
   # The worker's outbox on its own, in process: a unit test kept beside the session's other tests.
   fsdpd_test(worker_outbox_test LABEL unit

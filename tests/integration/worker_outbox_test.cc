@@ -1,8 +1,10 @@
-// The worker's outbox: what survives a lost session, in which order, and what is dropped.
+// The worker's outbox: what survives a lost session, in which order, what is dropped, and what
+// waits for the coordinator to confirm it stored it.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "worker/session_outbox.h"
 
@@ -39,6 +41,61 @@ TEST(WorkerOutboxTest, KeepsTheNewestReportsAndCountsTheDropped) {
   }
   EXPECT_FALSE(outbox.FrontTelemetry().has_value());
   EXPECT_TRUE(outbox.Empty());
+}
+
+v1::ReportsStored Stored(const std::string& job_id, int attempt, int64_t through_step) {
+  v1::ReportsStored stored;
+  stored.set_job_id(job_id);
+  stored.set_attempt(attempt);
+  stored.set_through_step(through_step);
+  return stored;
+}
+
+// Drains the queue as the session's writer does, returning the steps sent.
+std::vector<int64_t> SendAll(Outbox& outbox) {
+  std::vector<int64_t> sent;
+  while (std::optional<v1::WorkerMessage> front = outbox.FrontTelemetry()) {
+    sent.push_back(front->has_step() ? front->step().step() : -1);
+    outbox.PopTelemetry();
+  }
+  return sent;
+}
+
+TEST(WorkerOutboxTest, SentReportsWaitForTheCoordinatorToStoreThem) {
+  Outbox outbox(100);
+  for (int64_t step = 1; step <= 4; ++step) outbox.PushTelemetry(Step("job-1", step));
+  v1::WorkerMessage log;
+  log.mutable_log()->set_job_id("job-1");
+  outbox.PushTelemetry(log);
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{1, 2, 3, 4, -1}));
+  EXPECT_EQ(outbox.UnconfirmedCount(), 4u) << "step reports wait; log lines do not";
+
+  // Only the stored ones of that job and attempt are forgotten.
+  outbox.ConfirmStored(Stored("job-1", 0, 2));
+  outbox.ConfirmStored(Stored("job-1", 5, 4));
+  outbox.ConfirmStored(Stored("job-2", 0, 4));
+  EXPECT_EQ(outbox.UnconfirmedCount(), 2u);
+
+  // A new session sends the rest first, in order, before what was queued meanwhile.
+  outbox.PushTelemetry(Step("job-1", 5));
+  outbox.RequeueUnconfirmed();
+  EXPECT_EQ(outbox.UnconfirmedCount(), 0u);
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{3, 4, 5}));
+  outbox.ConfirmStored(Stored("job-1", 0, 5));
+  EXPECT_EQ(outbox.UnconfirmedCount(), 0u);
+  outbox.RequeueUnconfirmed();
+  EXPECT_TRUE(outbox.Empty());
+}
+
+TEST(WorkerOutboxTest, UnconfirmedReportsAreBoundedByTheCapacity) {
+  Outbox outbox(3);
+  for (int64_t step = 1; step <= 5; ++step) {
+    outbox.PushTelemetry(Step("job-1", step));
+    SendAll(outbox);
+  }
+  EXPECT_EQ(outbox.UnconfirmedCount(), 3u);
+  outbox.RequeueUnconfirmed();
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{3, 4, 5})) << "the newest are kept";
 }
 
 TEST(WorkerOutboxTest, AResultWaitsForTheReportsQueuedBeforeIt) {

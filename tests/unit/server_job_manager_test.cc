@@ -262,6 +262,70 @@ TEST_F(JobManagerTest, GangRunsToSuccessWithAggregatedSteps) {
   EXPECT_EQ(history->events[4].state().state(), v1::SUCCEEDED);
 }
 
+// The ReportsStored entries of the heartbeat acks a worker received since `from`.
+std::vector<v1::ReportsStored> Confirmations(const FakeSession& session, size_t from) {
+  std::vector<v1::ReportsStored> found;
+  for (size_t i = from; i < session.messages.size(); ++i) {
+    for (const v1::ReportsStored& stored : session.messages[i].reports_stored()) {
+      found.push_back(stored);
+    }
+  }
+  return found;
+}
+
+// A worker learns which of its step reports are stored, so it can forget them; until then it
+// keeps them to send again after a coordinator restart.
+TEST_F(JobManagerTest, HeartbeatAcksConfirmStoredReportsOnly) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 0));
+  for (int step = 1; step <= 3; ++step) {
+    Step(w0, id, 1, 0, step, 5.0, 100);
+    Step(w1, id, 1, 1, step, 5.0, 100);
+  }
+  // Buffered, not yet written (batch_rows is larger): nothing is confirmed.
+  size_t seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  EXPECT_TRUE(Confirmations(*sessions_[w0], seen).empty());
+
+  ASSERT_TRUE(store_->Flush().ok());
+  seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  std::vector<v1::ReportsStored> stored = Confirmations(*sessions_[w0], seen);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].job_id(), id);
+  EXPECT_EQ(stored[0].attempt(), 1);
+  EXPECT_EQ(stored[0].through_step(), 3);
+  // Confirmed once: the next ack carries nothing for them.
+  seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  EXPECT_TRUE(Confirmations(*sessions_[w0], seen).empty());
+
+  // A resent report is stored again (idempotent) and confirmed again; one for an attempt that
+  // is not running is not stored, and is confirmed so the worker drops it.
+  Step(w0, id, 1, 0, 2, 5.0, 100);
+  Step(w0, id, 7, 0, 9, 5.0, 100);
+  ASSERT_TRUE(store_->Flush().ok());
+  seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  stored = Confirmations(*sessions_[w0], seen);
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(stored[0].attempt(), 1);
+  EXPECT_EQ(stored[0].through_step(), 2);
+  EXPECT_EQ(stored[1].attempt(), 7);
+  EXPECT_EQ(stored[1].through_step(), 9);
+  absl::StatusOr<std::vector<v1::StepReport>> rows = store_->LoadStepReports(id);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->size(), 6u) << "one row per rank and step, however often it arrived";
+
+  // The other worker's reports are confirmed on its own acks.
+  seen = sessions_[w1]->messages.size();
+  Heartbeat(w1);
+  stored = Confirmations(*sessions_[w1], seen);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].through_step(), 3);
+}
+
 TEST_F(JobManagerTest, RankErrorRetriesAndFailsAfterMaxRestarts) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string w1 = AddWorker("host-a", 1);

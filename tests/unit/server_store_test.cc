@@ -206,18 +206,22 @@ TEST_F(StoreTest, TheWriterThreadWritesFullBatchesWithoutAFlush) {
     v1::StepReport report;
     report.set_job_id("job-000001");
     report.set_step(step);
-    ASSERT_TRUE(store->AppendStepReport(report).ok());
+    absl::StatusOr<int64_t> number = store->AppendStepReport(report);
+    ASSERT_TRUE(number.ok()) << number.status();
+    EXPECT_EQ(*number, step) << "reports are numbered in the order they are appended";
   }
   // Appending never writes on the caller's thread; the writer takes whole batches (8 of the 9
-  // rows), and the ninth waits for a flush.
+  // rows), and the ninth waits for a flush. StoredStepReports follows what is written.
   int64_t rows = 0;
-  for (int wait = 0; wait < 200 && rows < 8; ++wait) {
+  for (int wait = 0; wait < 200 && (rows < 8 || store->StoredStepReports() < 8); ++wait) {
     rows = StoredReportRows(config_.database_path);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(rows, 8);
+  EXPECT_EQ(store->StoredStepReports(), 8);
   ASSERT_TRUE(store->Flush().ok());
   EXPECT_EQ(StoredReportRows(config_.database_path), 9);
+  EXPECT_EQ(store->StoredStepReports(), 9);
   EXPECT_EQ(store->LoadStepReports("job-000001")->size(), 9u);
 }
 
