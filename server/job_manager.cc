@@ -75,6 +75,7 @@ absl::Status JobManager::Load() {
       active.finished.assign(ranks, false);
       active.reattached.assign(ranks, false);
       active.last_reported_step.assign(ranks, 0);
+      active.last_log_sequence.assign(ranks, 0);
       active.recovery_deadline = deadline;
       active.last_aggregated_step = record.job.step();
       if (ranks == 0) broken.push_back(id);
@@ -259,6 +260,7 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
   active.finished.assign(world_size, false);
   active.reattached.assign(world_size, true);
   active.last_reported_step.assign(world_size, 0);
+  active.last_log_sequence.assign(world_size, 0);
   record.active = std::move(active);
   rendezvous_.OpenScope(job.id(), attempt);
   TransitionLocked(record, v1::SCHEDULED,

@@ -138,17 +138,20 @@ class JobManager {
     // Reports at or below this step are stored but not aggregated again: workers resend what
     // they buffered while the coordinator was away.
     int64_t last_aggregated_step = 0;
-    // Each rank's latest report seen by this coordinator; one at or below it is a resend, which
-    // is stored again (idempotent) but not counted again in the metrics.
+    // Each rank's latest step report and numbered log line seen by this coordinator; one at or
+    // below it is a resend, which is stored again (idempotent) but not counted or forwarded again.
     std::vector<int64_t> last_reported_step;
+    std::vector<int64_t> last_log_sequence;
   };
-  // A step report handled but not yet confirmed to its worker: it is stored once the store's
-  // StoredStepReports() reaches `number` (0: nothing to store, the report was ignored).
+  // A step report or numbered log line handled but not yet confirmed to its worker: it is stored
+  // once the store's StoredStepReports() or StoredLogs() reaches `number` (0: nothing to store,
+  // it was ignored).
   struct UnconfirmedReport {
+    bool log = false;
     int64_t number = 0;
     std::string job_id;
     int attempt = 0;
-    int64_t step = 0;
+    int64_t position = 0;  // the step, or the log line's sequence
   };
   struct JobRecord {
     v1::Job job;
@@ -182,9 +185,9 @@ class JobManager {
   void PublishLocked(const JobRecord& record);
   void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
                         const std::string& reason);
-  // Remembers a handled report until it is stored, then ConfirmStoredLocked tells its worker.
-  void NoteUnconfirmedLocked(const std::string& worker_id, const v1::StepReport& report,
-                             int64_t number);
+  // Remembers a handled report or line until it is stored; ConfirmStoredLocked then tells its
+  // worker.
+  void NoteUnconfirmedLocked(const std::string& worker_id, UnconfirmedReport report);
   // Adds to `ack` the worker's reports that are stored now, one entry per (job, attempt).
   void ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack);
   void LogStoreError(const absl::Status& status, const char* what) const;

@@ -157,14 +157,18 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   if (record == nullptr) {
     spdlog::debug("ignoring a step report of {} attempt {} rank {} from worker {}", report.job_id(),
                   report.attempt(), report.rank(), worker_id);
-    NoteUnconfirmedLocked(worker_id, report, 0);  // nothing to store: the worker may forget it
+    // Nothing to store: the worker may forget it.
+    NoteUnconfirmedLocked(worker_id, {false, 0, report.job_id(), report.attempt(), report.step()});
     return;
   }
   // A report proves the rank is alive, whatever the worker said when it registered.
   record->active->reattached[report.rank()] = true;
   absl::StatusOr<int64_t> number = store_.AppendStepReport(report);
   LogStoreError(number.status(), "step report");
-  if (number.ok()) NoteUnconfirmedLocked(worker_id, report, *number);
+  if (number.ok()) {
+    NoteUnconfirmedLocked(worker_id,
+                          {false, *number, report.job_id(), report.attempt(), report.step()});
+  }
   int64_t& last_reported = record->active->last_reported_step[report.rank()];
   const bool resent = report.step() <= last_reported;
   last_reported = std::max(last_reported, report.step());
@@ -215,33 +219,38 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   if (observer_ != nullptr) observer_->OnAggregateStep(aggregate);
 }
 
-void JobManager::NoteUnconfirmedLocked(const std::string& worker_id, const v1::StepReport& report,
-                                       int64_t number) {
-  // Bounded like the worker's own buffer. Dropping the oldest entry loses nothing: reports are
+void JobManager::NoteUnconfirmedLocked(const std::string& worker_id, UnconfirmedReport report) {
+  // Bounded like the worker's own buffer. Dropping the oldest entry loses nothing: rows are
   // stored in the order they were appended, so a later confirmation covers it.
   constexpr size_t kMaxUnconfirmed = 20000;
   std::deque<UnconfirmedReport>& unconfirmed = unconfirmed_reports_[worker_id];
   if (unconfirmed.size() >= kMaxUnconfirmed) unconfirmed.pop_front();
-  unconfirmed.push_back({number, report.job_id(), report.attempt(), report.step()});
+  unconfirmed.push_back(std::move(report));
 }
 
 void JobManager::ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack) {
   auto found = unconfirmed_reports_.find(worker_id);
   if (found == unconfirmed_reports_.end()) return;
   std::deque<UnconfirmedReport>& unconfirmed = found->second;
-  const int64_t stored = store_.StoredStepReports();
-  // Reports are stored in the order they were appended, so the stored ones are a prefix (ignored
-  // reports, number 0, count as stored). A worker runs one attempt at a time: consecutive
-  // entries of one (job, attempt) become one confirmation of the highest step.
+  const int64_t stored_steps = store_.StoredStepReports();
+  const int64_t stored_logs = store_.StoredLogs();
+  // Each kind is stored in the order it was appended, so its stored rows are a prefix (ignored
+  // ones, number 0, count as stored). A worker runs one attempt at a time: consecutive entries
+  // of one (job, attempt) become one confirmation of the highest step and line.
   v1::ReportsStored* last = nullptr;
-  while (!unconfirmed.empty() && unconfirmed.front().number <= stored) {
+  while (!unconfirmed.empty() &&
+         unconfirmed.front().number <= (unconfirmed.front().log ? stored_logs : stored_steps)) {
     const UnconfirmedReport& report = unconfirmed.front();
     if (last == nullptr || last->job_id() != report.job_id || last->attempt() != report.attempt) {
       last = ack->add_reports_stored();
       last->set_job_id(report.job_id);
       last->set_attempt(report.attempt);
     }
-    last->set_through_step(std::max(last->through_step(), report.step));
+    if (report.log) {
+      last->set_through_log_sequence(std::max(last->through_log_sequence(), report.position));
+    } else {
+      last->set_through_step(std::max(last->through_step(), report.position));
+    }
     unconfirmed.pop_front();
   }
   if (unconfirmed.empty()) unconfirmed_reports_.erase(found);
@@ -284,14 +293,33 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
   JobRecord* record = FindLocked(line.job_id());
   std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
   const bool assigned = worker.has_value() && worker->assignment.job_id == line.job_id();
+  const bool numbered = line.sequence() > 0;
   if (record == nullptr ||
       !(assigned || ActiveRecordForLocked(worker_id, line.job_id(), line.attempt(), line.rank()))) {
+    // Nothing to store: the worker may forget it.
+    if (numbered) {
+      NoteUnconfirmedLocked(worker_id, {true, 0, line.job_id(), line.attempt(), line.sequence()});
+    }
     return;
   }
   v1::LogLine stored = line;
   if (stored.unix_millis() == 0) stored.set_unix_millis(absl::ToUnixMillis(absl::Now()));
   if (stored.level().empty()) stored.set_level("info");
-  LogStoreError(store_.AppendLog(stored), "log line");
+  absl::StatusOr<int64_t> number = store_.AppendLog(stored);
+  LogStoreError(number.status(), "log line");
+  if (numbered && number.ok()) {
+    NoteUnconfirmedLocked(worker_id,
+                          {true, *number, line.job_id(), line.attempt(), line.sequence()});
+  }
+  // A resent line is stored once (the store ignores the copy) and not shown to followers again.
+  if (numbered && record->active.has_value() && record->active->attempt == line.attempt() &&
+      line.rank() >= 0 &&
+      line.rank() < static_cast<int>(record->active->last_log_sequence.size())) {
+    int64_t& last = record->active->last_log_sequence[line.rank()];
+    const bool resent = line.sequence() <= last;
+    last = std::max(last, line.sequence());
+    if (resent) return;
+  }
   for (const auto& subscriber : record->subscribers) subscriber->OnLog(stored);
 }
 

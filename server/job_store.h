@@ -53,13 +53,14 @@ class JobStore {
   // must survive even a killed coordinator.
   virtual absl::Status RecordStep(const v1::Job& job, int64_t sequence,
                                   const v1::StepReport& aggregate) = 0;
-  // These two may be buffered until Flush (or the store's own batching) writes them. Step
-  // reports are numbered 1, 2, ... in the order they are appended, and written in that order:
-  // AppendStepReport returns the report's number, and the report is stored once
-  // StoredStepReports() reaches it.
+  // These two may be buffered until Flush (or the store's own batching) writes them. Each kind
+  // is numbered 1, 2, ... in the order it is appended, and written in that order: Append*
+  // returns the row's number, and the row is stored once Stored*() reaches it. A log line with
+  // a sequence is stored once per (job, attempt, rank, sequence); a second copy is ignored.
   virtual absl::StatusOr<int64_t> AppendStepReport(const v1::StepReport& report) = 0;
   virtual int64_t StoredStepReports() const = 0;
-  virtual absl::Status AppendLog(const v1::LogLine& line) = 0;
+  virtual absl::StatusOr<int64_t> AppendLog(const v1::LogLine& line) = 0;
+  virtual int64_t StoredLogs() const = 0;
 
   virtual absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(
       const std::string& job_id) = 0;

@@ -76,6 +76,13 @@ const std::vector<std::string>& Migrations() {
         );
         CREATE INDEX logs_by_job ON logs (job_id, id);
       )sql",
+      // Log lines numbered by their worker are stored once: a worker resends the lines the
+      // coordinator had not confirmed as stored.
+      R"sql(
+        ALTER TABLE logs ADD COLUMN sequence INTEGER NOT NULL DEFAULT 0;
+        CREATE UNIQUE INDEX logs_by_sequence ON logs (job_id, attempt, rank, sequence)
+          WHERE sequence > 0;
+      )sql",
   };
   return migrations;
 }
@@ -127,8 +134,8 @@ absl::Status SqliteJobStore::PrepareStatements() {
            "VALUES (?1, ?2, ?3, ?4, ?5)",
            "INSERT OR REPLACE INTO step_reports (job_id, attempt, rank, step, report) "
            "VALUES (?1, ?2, ?3, ?4, ?5)",
-           "INSERT INTO logs (job_id, attempt, rank, unix_millis, level, text) "
-           "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+           "INSERT OR IGNORE INTO logs (job_id, attempt, rank, unix_millis, level, text, "
+           "sequence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
        }) {
     absl::StatusOr<SqliteStatement> statement = database_.Prepare(sql);
     if (!statement.ok()) return statement.status();

@@ -46,7 +46,8 @@ class SqliteJobStore : public JobStore {
                           const v1::StepReport& aggregate) override;
   absl::StatusOr<int64_t> AppendStepReport(const v1::StepReport& report) override;
   int64_t StoredStepReports() const override;
-  absl::Status AppendLog(const v1::LogLine& line) override;
+  absl::StatusOr<int64_t> AppendLog(const v1::LogLine& line) override;
+  int64_t StoredLogs() const override;
 
   absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(const std::string& job_id) override;
   absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id) override;
@@ -116,8 +117,11 @@ class SqliteJobStore : public JobStore {
   std::condition_variable batch_ready_;
   std::deque<v1::StepReport> pending_reports_;
   std::deque<v1::LogLine> pending_logs_;
-  int64_t appended_reports_ = 0;            // under pending_mutex_
-  std::atomic<int64_t> stored_reports_{0};  // a prefix of the appended ones
+  int64_t appended_reports_ = 0;  // under pending_mutex_
+  int64_t appended_logs_ = 0;     // under pending_mutex_
+  // Prefixes of the appended ones.
+  std::atomic<int64_t> stored_reports_{0};
+  std::atomic<int64_t> stored_logs_{0};
   bool stopping_ = false;
   std::thread writer_;
 };

@@ -30,16 +30,20 @@ absl::StatusOr<int64_t> SqliteJobStore::AppendStepReport(const v1::StepReport& r
 
 int64_t SqliteJobStore::StoredStepReports() const { return stored_reports_.load(); }
 
-absl::Status SqliteJobStore::AppendLog(const v1::LogLine& line) {
+absl::StatusOr<int64_t> SqliteJobStore::AppendLog(const v1::LogLine& line) {
   bool full = false;
+  int64_t number = 0;
   {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     pending_logs_.push_back(line);
+    number = ++appended_logs_;
     full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
   }
   if (full) batch_ready_.notify_one();
-  return absl::OkStatus();
+  return number;
 }
+
+int64_t SqliteJobStore::StoredLogs() const { return stored_logs_.load(); }
 
 absl::Status SqliteJobStore::Flush() {
   auto lock = LockConnection();
@@ -88,6 +92,7 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
                                 .Bind(4, line.unix_millis())
                                 .Bind(5, line.level())
                                 .Bind(6, line.text())
+                                .Bind(7, line.sequence())
                                 .Run();
       if (!status.ok()) return status;
     }
@@ -102,9 +107,10 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
                          std::make_move_iterator(logs.end()));
     return status;
   }
-  // Chunks take the oldest queued reports and a failed one puts them back in front, so the
-  // stored reports are always the first ones appended.
+  // Chunks take the oldest queued rows of each kind and a failed one puts them back in front, so
+  // the stored ones are always the first ones appended.
   stored_reports_ += static_cast<int64_t>(reports.size());
+  stored_logs_ += static_cast<int64_t>(logs.size());
   return reports.size() + logs.size();
 }
 

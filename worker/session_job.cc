@@ -98,6 +98,7 @@ void JobRun::Log(const std::string& level, const std::string& text) {
   line->set_unix_millis(NowUnixMillis());
   line->set_level(level);
   line->set_text(text);
+  line->set_sequence(++log_sequence_);
   outbox_->PushTelemetry(std::move(message));
 }
 

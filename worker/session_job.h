@@ -56,6 +56,8 @@ class JobRun {
   Outbox* outbox_;
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> finished_{false};
+  // The last number given to a log line of this run (LogLine.sequence).
+  std::atomic<int64_t> log_sequence_{0};
   std::mutex cancel_reason_mutex_;
   std::string cancel_reason_;
   std::mutex profile_mutex_;

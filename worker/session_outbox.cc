@@ -60,22 +60,28 @@ std::optional<v1::WorkerMessage> Outbox::FrontTelemetry() {
 void Outbox::PopTelemetry() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (telemetry_.empty()) return;
-  if (telemetry_.front().has_step()) {
+  const v1::WorkerMessage& front = telemetry_.front();
+  if (front.has_step() || (front.has_log() && front.log().sequence() > 0)) {
     // Beyond the bound the oldest is forgotten unconfirmed, as the queue drops its oldest.
     if (unconfirmed_.size() >= telemetry_capacity_) unconfirmed_.pop_front();
-    unconfirmed_.push_back(std::move(*telemetry_.front().mutable_step()));
+    unconfirmed_.push_back(std::move(telemetry_.front()));
   }
   telemetry_.pop_front();
 }
 
 void Outbox::ConfirmStored(const v1::ReportsStored& stored) {
   std::lock_guard<std::mutex> lock(mutex_);
-  unconfirmed_.erase(std::remove_if(unconfirmed_.begin(), unconfirmed_.end(),
-                                    [&](const v1::StepReport& report) {
-                                      return report.job_id() == stored.job_id() &&
-                                             report.attempt() == stored.attempt() &&
-                                             report.step() <= stored.through_step();
-                                    }),
+  auto confirmed = [&](const v1::WorkerMessage& message) {
+    if (message.has_step()) {
+      const v1::StepReport& report = message.step();
+      return report.job_id() == stored.job_id() && report.attempt() == stored.attempt() &&
+             report.step() <= stored.through_step();
+    }
+    const v1::LogLine& line = message.log();
+    return line.job_id() == stored.job_id() && line.attempt() == stored.attempt() &&
+           line.sequence() <= stored.through_log_sequence();
+  };
+  unconfirmed_.erase(std::remove_if(unconfirmed_.begin(), unconfirmed_.end(), confirmed),
                      unconfirmed_.end());
 }
 
@@ -83,10 +89,8 @@ void Outbox::RequeueUnconfirmed() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     while (!unconfirmed_.empty()) {
-      v1::WorkerMessage message;
-      *message.mutable_step() = std::move(unconfirmed_.back());
+      telemetry_.push_front(std::move(unconfirmed_.back()));
       unconfirmed_.pop_back();
-      telemetry_.push_front(std::move(message));
     }
   }
   changed_.notify_all();

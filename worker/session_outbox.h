@@ -7,9 +7,9 @@
 // reported once the session is back. Attempt results (with rank 0's exported
 // model) are never dropped; they are sent after the telemetry queued before them.
 //
-// A step report that was sent stays in the outbox until the coordinator confirms it stored it
-// (ReportsStored). A new session sends the unconfirmed ones again first, so a coordinator killed
-// before writing them loses none.
+// A step report or numbered log line that was sent stays in the outbox until the coordinator
+// confirms it stored it (ReportsStored). A new session sends the unconfirmed ones again first, so
+// a coordinator killed before writing them loses none.
 #pragma once
 
 #include <chrono>
@@ -44,13 +44,13 @@ class Outbox {
   void Wake();
 
   // The writer peeks, sends, and pops only once the send worked, so nothing is lost to a
-  // write that fails. A popped step report waits for its confirmation.
+  // write that fails. A popped step report or numbered log line waits for its confirmation.
   std::optional<v1::WorkerMessage> FrontTelemetry();
   void PopTelemetry();
-  // Forgets the sent step reports the coordinator stored.
+  // Forgets the sent messages the coordinator stored.
   void ConfirmStored(const v1::ReportsStored& stored);
-  // Puts the sent but unconfirmed step reports back in front of the queue, in order: called
-  // when a new session starts.
+  // Puts the sent but unconfirmed messages back in front of the queue, in order: called when a
+  // new session starts.
   void RequeueUnconfirmed();
   size_t UnconfirmedCount();
   std::optional<FinishedAttempt> FrontFinished();
@@ -72,7 +72,8 @@ class Outbox {
   std::condition_variable changed_;
   bool woken_ = false;
   std::deque<v1::WorkerMessage> telemetry_;
-  std::deque<v1::StepReport> unconfirmed_;  // sent, oldest first; at most telemetry_capacity_
+  // Sent step reports and numbered log lines, oldest first; at most telemetry_capacity_.
+  std::deque<v1::WorkerMessage> unconfirmed_;
   std::deque<FinishedAttempt> finished_;
   Dropped dropped_;
 };

@@ -1,10 +1,12 @@
 // The coordinator is killed with SIGKILL in the middle of a job and started again on the same
 // state dir: the job and its history survive, the workers and a running `fsdpctl watch`
-// reconnect, the workers resend the step reports it had not stored, and the job finishes.
+// reconnect, the workers resend the step reports and log lines it had not stored, and the job
+// finishes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -18,29 +20,43 @@ namespace {
 
 using std::chrono::seconds;
 
-// The steps of each rank's reports that the coordinator stored, read from its database.
-std::map<int, std::set<int64_t>> StoredRankSteps(const std::string& database,
-                                                 const std::string& job_id) {
-  std::map<int, std::set<int64_t>> steps;
+// Per rank, the steps the coordinator stored: of the step reports, or of the trainer's
+// "step N | ..." log lines (written at steps 1-3, every 10th and the last).
+struct StoredSteps {
+  std::map<int, std::set<int64_t>> reports;
+  std::map<int, std::set<int64_t>> log_lines;
+};
+
+StoredSteps ReadStoredSteps(const std::string& database, const std::string& job_id) {
+  StoredSteps stored;
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(database.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
     ADD_FAILURE() << "cannot open " << database << ": " << sqlite3_errmsg(db);
     sqlite3_close(db);
-    return steps;
+    return stored;
   }
-  sqlite3_stmt* query = nullptr;
-  if (sqlite3_prepare_v2(db, "SELECT rank, step FROM step_reports WHERE job_id = ?1", -1, &query,
-                         nullptr) != SQLITE_OK) {
-    ADD_FAILURE() << "cannot query " << database << ": " << sqlite3_errmsg(db);
-  } else {
-    sqlite3_bind_text(query, 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
-    while (sqlite3_step(query) == SQLITE_ROW) {
-      steps[sqlite3_column_int(query, 0)].insert(sqlite3_column_int64(query, 1));
+  auto query = [&](const char* sql, auto&& row) {
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &statement, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot query " << database << ": " << sqlite3_errmsg(db);
+    } else {
+      sqlite3_bind_text(statement, 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+      while (sqlite3_step(statement) == SQLITE_ROW) row(statement);
     }
-  }
-  sqlite3_finalize(query);
+    sqlite3_finalize(statement);
+  };
+  query("SELECT rank, step FROM step_reports WHERE job_id = ?1", [&](sqlite3_stmt* row) {
+    stored.reports[sqlite3_column_int(row, 0)].insert(sqlite3_column_int64(row, 1));
+  });
+  query("SELECT rank, text FROM logs WHERE job_id = ?1", [&](sqlite3_stmt* row) {
+    const char* text = reinterpret_cast<const char*>(sqlite3_column_text(row, 1));
+    long long step = 0;
+    if (text != nullptr && std::sscanf(text, "step %lld |", &step) == 1) {
+      stored.log_lines[sqlite3_column_int(row, 0)].insert(step);
+    }
+  });
   sqlite3_close(db);
-  return steps;
+  return stored;
 }
 
 TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
@@ -131,16 +147,21 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   }
   EXPECT_EQ(ids_after, worker_ids);
 
-  // No rank's report was lost with the killed coordinator: the workers resent what it had not
-  // confirmed as stored. (SIGTERM writes what the new coordinator still buffers.)
+  // No rank's report or log line was lost with the killed coordinator: the workers resent what
+  // it had not confirmed as stored. (SIGTERM writes what the new coordinator still buffers.)
   cluster.KillCoordinator(SIGTERM);
-  const std::map<int, std::set<int64_t>> stored =
-      StoredRankSteps(cluster.dir() + "/state/fsdpd.db", id);
-  ASSERT_EQ(stored.size(), 2u);
-  for (const auto& [rank, steps] : stored) {
+  const StoredSteps stored = ReadStoredSteps(cluster.dir() + "/state/fsdpd.db", id);
+  ASSERT_EQ(stored.reports.size(), 2u);
+  for (const auto& [rank, steps] : stored.reports) {
     EXPECT_EQ(steps.size(), static_cast<size_t>(kSteps)) << "rank " << rank << " lost reports";
     EXPECT_EQ(*steps.begin(), 1) << "rank " << rank;
     EXPECT_EQ(*steps.rbegin(), kSteps) << "rank " << rank;
+  }
+  std::set<int64_t> logged_steps = {1, 2, 3};
+  for (int64_t step = 10; step <= kSteps; step += 10) logged_steps.insert(step);
+  ASSERT_EQ(stored.log_lines.size(), 2u);
+  for (const auto& [rank, steps] : stored.log_lines) {
+    EXPECT_EQ(steps, logged_steps) << "rank " << rank << " lost log lines";
   }
   if (HasFailure()) std::cerr << cluster.Logs();
 }

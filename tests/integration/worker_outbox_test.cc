@@ -64,23 +64,32 @@ std::vector<int64_t> SendAll(Outbox& outbox) {
 TEST(WorkerOutboxTest, SentReportsWaitForTheCoordinatorToStoreThem) {
   Outbox outbox(100);
   for (int64_t step = 1; step <= 4; ++step) outbox.PushTelemetry(Step("job-1", step));
-  v1::WorkerMessage log;
-  log.mutable_log()->set_job_id("job-1");
-  outbox.PushTelemetry(log);
-  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{1, 2, 3, 4, -1}));
-  EXPECT_EQ(outbox.UnconfirmedCount(), 4u) << "step reports wait; log lines do not";
+  v1::WorkerMessage unnumbered;
+  unnumbered.mutable_log()->set_job_id("job-1");
+  outbox.PushTelemetry(unnumbered);
+  v1::WorkerMessage numbered = unnumbered;
+  numbered.mutable_log()->set_sequence(7);
+  outbox.PushTelemetry(numbered);
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{1, 2, 3, 4, -1, -1}));
+  EXPECT_EQ(outbox.UnconfirmedCount(), 5u) << "step reports and numbered lines wait; others not";
 
   // Only the stored ones of that job and attempt are forgotten.
   outbox.ConfirmStored(Stored("job-1", 0, 2));
   outbox.ConfirmStored(Stored("job-1", 5, 4));
   outbox.ConfirmStored(Stored("job-2", 0, 4));
-  EXPECT_EQ(outbox.UnconfirmedCount(), 2u);
+  EXPECT_EQ(outbox.UnconfirmedCount(), 3u);
+  v1::ReportsStored lines = Stored("job-1", 0, 0);
+  lines.set_through_log_sequence(6);
+  outbox.ConfirmStored(lines);
+  EXPECT_EQ(outbox.UnconfirmedCount(), 3u) << "line 7 is not stored yet";
 
   // A new session sends the rest first, in order, before what was queued meanwhile.
   outbox.PushTelemetry(Step("job-1", 5));
   outbox.RequeueUnconfirmed();
   EXPECT_EQ(outbox.UnconfirmedCount(), 0u);
-  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{3, 4, -1, 5}));
+  lines.set_through_log_sequence(7);
+  outbox.ConfirmStored(lines);
   outbox.ConfirmStored(Stored("job-1", 0, 5));
   EXPECT_EQ(outbox.UnconfirmedCount(), 0u);
   outbox.RequeueUnconfirmed();

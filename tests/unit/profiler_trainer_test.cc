@@ -112,8 +112,12 @@ TEST_F(ProfilerTrainerTest, TheSpecWindowProducesATableAndATrace) {
   EXPECT_EQ(units, (std::set<std::string>{"", "layers.0", "layers.1", "root"}));
   // Two steps, each with one forward of every linear per block: 4 linears × 2 blocks × 2 steps.
   for (const v1::KernelStat& row : table.kernels()) {
-    if (row.name() == "linear_forward" && row.unit() == "layers.0") EXPECT_EQ(row.calls(), 8);
-    if (row.name() == "attention_forward") EXPECT_EQ(row.calls(), 2);
+    if (row.name() == "linear_forward" && row.unit() == "layers.0") {
+      EXPECT_EQ(row.calls(), 8);
+    }
+    if (row.name() == "attention_forward") {
+      EXPECT_EQ(row.calls(), 2);
+    }
   }
 
   const nlohmann::json trace = nlohmann::json::parse(Trace(reports));

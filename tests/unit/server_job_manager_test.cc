@@ -566,5 +566,46 @@ TEST_F(JobManagerTest, LogsAreStoredAndFollowed) {
   ASSERT_TRUE(follower->ended.has_value());
 }
 
+// Numbered log lines are confirmed like step reports, stored once, and a resent one is not
+// shown to followers again.
+TEST_F(JobManagerTest, NumberedLogLinesAreConfirmedStoredOnceAndFollowedOnce) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  auto follower = std::make_shared<FakeSubscriber>();
+  ASSERT_TRUE(jobs_->Logs(id, 0, follower).ok());
+  auto send_line = [&](int64_t sequence, const std::string& text) {
+    v1::WorkerMessage message;
+    v1::LogLine* line = message.mutable_log();
+    line->set_job_id(id);
+    line->set_attempt(1);
+    line->set_sequence(sequence);
+    line->set_text(text);
+    jobs_->OnWorkerMessage(w0, message);
+  };
+  send_line(1, "first");
+  send_line(2, "second");
+  Step(w0, id, 1, 0, 1, 5.0, 100);
+  send_line(2, "second");  // resent after a reconnect
+  ASSERT_EQ(follower->logs.size(), 2u);
+  EXPECT_EQ(follower->logs[1].text(), "second");
+
+  size_t seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  EXPECT_TRUE(Confirmations(*sessions_[w0], seen).empty()) << "nothing is written yet";
+  ASSERT_TRUE(store_->Flush().ok());
+  seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  const std::vector<v1::ReportsStored> stored = Confirmations(*sessions_[w0], seen);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].through_log_sequence(), 2);
+  EXPECT_EQ(stored[0].through_step(), 1);
+
+  absl::StatusOr<std::vector<v1::LogLine>> lines = store_->LoadLogs(id, 0);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 2u) << "the resent line is stored once";
+  EXPECT_EQ((*lines)[0].text(), "first");
+  EXPECT_EQ((*lines)[1].text(), "second");
+}
+
 }  // namespace
 }  // namespace fsdpd::server

@@ -225,6 +225,37 @@ TEST_F(StoreTest, TheWriterThreadWritesFullBatchesWithoutAFlush) {
   EXPECT_EQ(store->LoadStepReports("job-000001")->size(), 9u);
 }
 
+TEST_F(StoreTest, ANumberedLogLineIsStoredOnce) {
+  auto store = Open();
+  auto line = [](int64_t sequence, const std::string& text) {
+    v1::LogLine log;
+    log.set_job_id("job-000001");
+    log.set_attempt(1);
+    log.set_rank(0);
+    log.set_sequence(sequence);
+    log.set_text(text);
+    log.set_level("info");
+    return log;
+  };
+  // Numbered 1 and 2, 2 again (a worker's resend), and an unnumbered line twice.
+  std::vector<int64_t> numbers;
+  for (const v1::LogLine& log :
+       {line(1, "a"), line(2, "b"), line(2, "b"), line(0, "warning"), line(0, "warning")}) {
+    absl::StatusOr<int64_t> number = store->AppendLog(log);
+    ASSERT_TRUE(number.ok()) << number.status();
+    numbers.push_back(*number);
+  }
+  EXPECT_EQ(numbers, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(store->StoredLogs(), 0);
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->StoredLogs(), 5) << "the copy counts as stored: it is in the database";
+  absl::StatusOr<std::vector<v1::LogLine>> logs = store->LoadLogs("job-000001", 0);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  std::vector<std::string> texts;
+  for (const v1::LogLine& log : *logs) texts.push_back(log.text());
+  EXPECT_EQ(texts, (std::vector<std::string>{"a", "b", "warning", "warning"}));
+}
+
 TEST_F(StoreTest, AGroupIsCommittedAtOnceAtItsEnd) {
   auto store = Open();
   v1::Job job = MakeJob("job-000001", v1::RUNNING);
