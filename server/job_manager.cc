@@ -327,6 +327,9 @@ void JobManager::Tick() {
   for (const WorkerSnapshot& lost : workers_.ExpireSilentWorkers(now_())) {
     spdlog::warn("worker {} on {} lost: no heartbeat for {} ms", lost.info.id(),
                  lost.info.hostname(), workers_.config().heartbeat_timeout.count());
+    // Its unconfirmed reports are resent if it comes back (and registers again); until then
+    // nothing would confirm them.
+    unconfirmed_reports_.erase(lost.info.id());
     const RankAssignment& assignment = lost.assignment;
     if (!assignment.active()) continue;
     JobRecord* record = ActiveRecordForLocked(lost.info.id(), assignment.job_id, assignment.attempt,

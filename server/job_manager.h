@@ -205,8 +205,8 @@ class JobManager {
   // Cancellations for work a worker reported at registration that no longer counts; sent
   // when its session opens.
   std::map<std::string, v1::Cancellation> pending_cancellations_;
-  // Per worker, in the order handled. Cleared when the worker registers again: its new session
-  // resends whatever it still holds.
+  // Per worker, in the order handled. Cleared when the worker is lost or registers again: its
+  // new session resends whatever it still holds.
   std::map<std::string, std::deque<UnconfirmedReport>> unconfirmed_reports_;
   JobObserver* observer_ = nullptr;
   bool shutting_down_ = false;

@@ -98,6 +98,10 @@ class SqliteJobStore : public JobStore {
   absl::StatusOr<size_t> WriteChunkLocked(size_t max_rows);
   void RunWriter();
   size_t PendingRowsLocked() const;
+  // Queues a row for the writer thread and wakes it when a batch is full; returns the row's
+  // number among the rows of its kind (`appended` counts them).
+  template <typename Row>
+  int64_t Enqueue(std::deque<Row>& queue, int64_t& appended, const Row& row);
 
   const JobStoreConfig config_;
   // Guards the connection and the statements.

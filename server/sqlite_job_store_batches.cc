@@ -15,32 +15,28 @@ size_t SqliteJobStore::PendingRowsLocked() const {
   return pending_reports_.size() + pending_logs_.size();
 }
 
-absl::StatusOr<int64_t> SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
+template <typename Row>
+int64_t SqliteJobStore::Enqueue(std::deque<Row>& queue, int64_t& appended, const Row& row) {
   bool full = false;
   int64_t number = 0;
   {
     std::lock_guard<std::mutex> lock(pending_mutex_);
-    pending_reports_.push_back(report);
-    number = ++appended_reports_;
+    queue.push_back(row);
+    number = ++appended;
     full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
   }
   if (full) batch_ready_.notify_one();
   return number;
 }
 
+absl::StatusOr<int64_t> SqliteJobStore::AppendStepReport(const v1::StepReport& report) {
+  return Enqueue(pending_reports_, appended_reports_, report);
+}
+
 int64_t SqliteJobStore::StoredStepReports() const { return stored_reports_.load(); }
 
 absl::StatusOr<int64_t> SqliteJobStore::AppendLog(const v1::LogLine& line) {
-  bool full = false;
-  int64_t number = 0;
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    pending_logs_.push_back(line);
-    number = ++appended_logs_;
-    full = PendingRowsLocked() >= static_cast<size_t>(config_.batch_rows);
-  }
-  if (full) batch_ready_.notify_one();
-  return number;
+  return Enqueue(pending_logs_, appended_logs_, line);
 }
 
 int64_t SqliteJobStore::StoredLogs() const { return stored_logs_.load(); }
