@@ -143,6 +143,7 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
   if (absl::Status commit = store_.EndGroup(); status.ok()) status = commit;
   deferring_publish_ = false;
   unpublished_.clear();
+  held_notifications_.clear();  // a new job has no subscribers yet
   if (!status.ok()) {
     if (stored != nullptr) jobs_.erase(*id);  // not stored: the job was never accepted
     return status;
@@ -192,6 +193,25 @@ void JobManager::PublishLocked(const JobRecord& record) {
   view_[record.job.id()] = std::move(snapshot);
 }
 
+void JobManager::NotifyLocked(const JobRecord& record,
+                              std::function<void(const std::shared_ptr<JobSubscriber>&)> notify) {
+  if (record.subscribers.empty()) return;
+  auto send = [subscribers = record.subscribers, notify = std::move(notify)] {
+    for (const auto& subscriber : subscribers) notify(subscriber);
+  };
+  if (deferring_publish_) {
+    held_notifications_.push_back(std::move(send));
+  } else {
+    send();
+  }
+}
+
+void JobManager::SendHeldNotificationsLocked() {
+  std::vector<std::function<void()>> held = std::move(held_notifications_);
+  held_notifications_.clear();
+  for (const auto& send : held) send();
+}
+
 void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
                                   const std::string& reason) {
   const int64_t now = UnixMillisNow();
@@ -213,9 +233,9 @@ void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
                reason);
   v1::JobEvent event;
   *event.mutable_state() = change;
-  for (const auto& subscriber : record.subscribers) subscriber->OnEvent(event);
+  NotifyLocked(record, [event](const auto& subscriber) { subscriber->OnEvent(event); });
   if (IsTerminal(state)) {
-    for (const auto& subscriber : record.subscribers) subscriber->OnEnd(absl::OkStatus());
+    NotifyLocked(record, [](const auto& subscriber) { subscriber->OnEnd(absl::OkStatus()); });
     record.subscribers.clear();
     if (observer_ != nullptr) observer_->OnJobFinished(job.id());
   }

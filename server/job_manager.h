@@ -183,6 +183,13 @@ class JobManager {
   // Publishes the record's job for Get, List and CountByState, which read these snapshots
   // without taking mutex_ and so never wait behind the report stream.
   void PublishLocked(const JobRecord& record);
+  // Calls the record's subscribers with `notify` now or, while a run's writes are not yet
+  // committed, once they are and its changes are published: a watcher never sees a state that
+  // Get and the store do not have yet.
+  void NotifyLocked(const JobRecord& record,
+                    std::function<void(const std::shared_ptr<JobSubscriber>&)> notify);
+  // Sends what NotifyLocked held back, in order.
+  void SendHeldNotificationsLocked();
   void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
                         const std::string& reason);
   // Remembers a handled report or line until it is stored; ConfirmStoredLocked then tells its
@@ -217,6 +224,7 @@ class JobManager {
   // committed.
   bool deferring_publish_ = false;
   std::vector<const JobRecord*> unpublished_;
+  std::vector<std::function<void()>> held_notifications_;
   mutable std::mutex view_mutex_;
   std::map<std::string, std::shared_ptr<const v1::Job>> view_;
 };

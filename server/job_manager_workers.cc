@@ -106,6 +106,7 @@ void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages)
   unpublished_.erase(std::unique(unpublished_.begin(), unpublished_.end()), unpublished_.end());
   for (const JobRecord* record : unpublished_) PublishLocked(*record);
   unpublished_.clear();
+  SendHeldNotificationsLocked();
 }
 
 void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
@@ -215,7 +216,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   PublishLocked(*record);
   v1::JobEvent event;
   *event.mutable_step() = aggregate;
-  for (const auto& subscriber : record->subscribers) subscriber->OnEvent(event);
+  NotifyLocked(*record, [event](const auto& subscriber) { subscriber->OnEvent(event); });
   if (observer_ != nullptr) observer_->OnAggregateStep(aggregate);
 }
 
@@ -320,7 +321,7 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
     last = std::max(last, line.sequence());
     if (resent) return;
   }
-  for (const auto& subscriber : record->subscribers) subscriber->OnLog(stored);
+  NotifyLocked(*record, [stored](const auto& subscriber) { subscriber->OnLog(stored); });
 }
 
 void JobManager::OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk) {

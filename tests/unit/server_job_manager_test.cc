@@ -326,6 +326,33 @@ TEST_F(JobManagerTest, HeartbeatAcksConfirmStoredReportsOnly) {
   EXPECT_EQ(stored[0].through_step(), 3);
 }
 
+// What a watcher is told is already what Get says: events of a run of worker messages reach
+// subscribers only once the run is committed and published.
+TEST_F(JobManagerTest, WatchersHearOfAChangeOnlyOnceGetShowsIt) {
+  class GetOnEnd : public FakeSubscriber {
+   public:
+    GetOnEnd(JobManager& jobs, std::string id) : jobs_(jobs), id_(std::move(id)) {}
+    void OnEvent(const v1::JobEvent& event) override {
+      FakeSubscriber::OnEvent(event);
+      if (event.has_state()) seen_by_get.push_back(jobs_.Get(id_)->state());
+    }
+    std::vector<v1::JobState> seen_by_get;
+
+   private:
+    JobManager& jobs_;
+    std::string id_;
+  };
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  auto watcher = std::make_shared<GetOnEnd>(*jobs_, id);
+  ASSERT_TRUE(jobs_->Watch(id, watcher).ok());
+  Step(w0, id, 1, 0, 1, 5.0, 100);
+  Result(w0, id, 1, 0, true);
+  ASSERT_EQ(watcher->events.size(), 3u);
+  EXPECT_EQ(watcher->events[2].state().state(), v1::SUCCEEDED);
+  EXPECT_THAT(watcher->seen_by_get, ::testing::ElementsAre(v1::RUNNING, v1::SUCCEEDED));
+}
+
 TEST_F(JobManagerTest, RankErrorRetriesAndFailsAfterMaxRestarts) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string w1 = AddWorker("host-a", 1);
