@@ -12,7 +12,7 @@ if(FSDPD_CUDA)
     cuda/rmsnorm.cu
     cuda/silu.cu)
   target_include_directories(fsdpd_kernels_cuda PUBLIC ${CMAKE_SOURCE_DIR})
-  target_link_libraries(fsdpd_kernels_cuda PUBLIC CUDA::cudart CUDA::cublasLt absl::status
+  target_link_libraries(fsdpd_kernels_cuda PUBLIC fsdpd_base CUDA::cudart CUDA::cublasLt absl::status
                         absl::statusor absl::strings PRIVATE spdlog::spdlog)
   # The kernels target Hopper (sm_90). CMake fills CMAKE_CUDA_ARCHITECTURES with the compiler's
   # default (sm_75 for CUDA 13) when none is given, which would leave the H100/H200 running

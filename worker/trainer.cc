@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "proto/spec/job_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cpu_backend.h"
@@ -25,7 +26,6 @@
 #include "worker/profiler/profile_window.h"
 #include "worker/profiler/profiling_backend.h"
 #include "worker/profiler/profiling_communicator.h"
-#include "worker/status_macros.h"
 #include "worker/trainer_checkpoint.h"
 #ifdef FSDPD_HAS_CUDA
 #include "worker/trainer_device.h"

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/checkpoint/checkpoint.h"
-#include "worker/status_macros.h"
 #include "worker/trainer_support.h"
 
 namespace fsdpd {

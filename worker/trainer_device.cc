@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/cuda_check.h"
 #include "worker/backend/cuda_backend.h"
-#include "worker/backend/cuda_check.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/profiler/cuda_device_profiler.h"
 

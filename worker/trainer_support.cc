@@ -9,7 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "worker/status_macros.h"
+#include "base/status_macros.h"
 #ifdef FSDPD_HAS_CUDA
 #include "worker/trainer_device.h"
 #endif

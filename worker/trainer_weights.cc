@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "worker/checkpoint/safetensors.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {

@@ -1,9 +1,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/device_common.cuh"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {

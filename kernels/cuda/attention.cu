@@ -5,12 +5,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tensor_core.cuh"
 #include "kernels/cuda/device_common.cuh"
-#include "worker/backend/cuda_check.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd::cuda {
 namespace {

@@ -17,9 +17,9 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "cudnn_frontend.h"
 #include "spdlog/spdlog.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd::cuda::cudnn_attention {
 namespace {

@@ -10,9 +10,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/attention_tensor_core.cuh"
 #include "kernels/cuda/device_common.cuh"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda::tensor_core {
 namespace {

@@ -1,9 +1,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/device_common.cuh"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -95,17 +95,17 @@ absl::Status HeadCrossEntropy(Gemm& gemm, const __nv_bfloat16* x, const __nv_bfl
   for (int64_t first = 0; first < tokens; first += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, tokens - first);
     const __nv_bfloat16* chunk_x = x + first * dim;
-    FSDPD_KERNEL_RETURN_IF_ERROR(
+    FSDPD_RETURN_IF_ERROR(
         gemm.LinearForward(chunk_x, head, nullptr, rows, vocab, dim, logits, stream));
     SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
         logits, targets + first, vocab, gradient_scale, write_gradient, row_losses + first);
     CUDA_CHECK_LAUNCH("SoftmaxCrossEntropyKernel");
     if (dx != nullptr) {
-      FSDPD_KERNEL_RETURN_IF_ERROR(
+      FSDPD_RETURN_IF_ERROR(
           gemm.LinearInputGradient(logits, head, rows, vocab, dim, dx + first * dim, stream));
     }
     if (dhead != nullptr) {
-      FSDPD_KERNEL_RETURN_IF_ERROR(
+      FSDPD_RETURN_IF_ERROR(
           gemm.LinearWeightGradient(logits, chunk_x, rows, vocab, dim, dhead, nullptr, stream));
     }
   }

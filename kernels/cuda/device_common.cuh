@@ -7,11 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-
-#define FSDPD_KERNEL_RETURN_IF_ERROR(expression)                            \
-  do {                                                                      \
-    if (absl::Status status_ = (expression); !status_.ok()) return status_; \
-  } while (false)
+#include "base/status_macros.h"
 
 namespace fsdpd::cuda {
 

@@ -1,7 +1,7 @@
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -99,8 +99,8 @@ absl::Status CheckCount(const char* op, const void* a, const void* b, int64_t co
 
 template <typename T>
 absl::Status LaunchAdd(const T* a, const T* b, int64_t count, T* out, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Add", a, out, count));
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Add", b, out, count));
+  FSDPD_RETURN_IF_ERROR(CheckCount("Add", a, out, count));
+  FSDPD_RETURN_IF_ERROR(CheckCount("Add", b, out, count));
   if (count == 0) return absl::OkStatus();
   AddKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(a, b, count, out);
   CUDA_CHECK_LAUNCH("AddKernel");
@@ -109,7 +109,7 @@ absl::Status LaunchAdd(const T* a, const T* b, int64_t count, T* out, cudaStream
 
 template <typename From, typename To>
 absl::Status LaunchCast(const From* src, int64_t count, To* dst, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Cast", src, dst, count));
+  FSDPD_RETURN_IF_ERROR(CheckCount("Cast", src, dst, count));
   if (count == 0) return absl::OkStatus();
   CastKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(src, count, dst);
   CUDA_CHECK_LAUNCH("CastKernel");
@@ -118,7 +118,7 @@ absl::Status LaunchCast(const From* src, int64_t count, To* dst, cudaStream_t st
 
 template <typename T>
 absl::Status LaunchFill(T* x, int64_t count, float value, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Fill", x, x, count));
+  FSDPD_RETURN_IF_ERROR(CheckCount("Fill", x, x, count));
   if (count == 0) return absl::OkStatus();
   FillKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count, value);
   CUDA_CHECK_LAUNCH("FillKernel");
@@ -127,7 +127,7 @@ absl::Status LaunchFill(T* x, int64_t count, float value, cudaStream_t stream) {
 
 template <typename T>
 absl::Status LaunchScale(T* x, int64_t count, float factor, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("Scale", x, x, count));
+  FSDPD_RETURN_IF_ERROR(CheckCount("Scale", x, x, count));
   if (count == 0) return absl::OkStatus();
   ScaleKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count, factor);
   CUDA_CHECK_LAUNCH("ScaleKernel");
@@ -137,7 +137,7 @@ absl::Status LaunchScale(T* x, int64_t count, float factor, cudaStream_t stream)
 template <typename T>
 absl::Status LaunchSumOfSquares(const T* x, int64_t count, float* partials, float* result,
                                 cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("SumOfSquares", partials, result, 1));
+  FSDPD_RETURN_IF_ERROR(CheckCount("SumOfSquares", partials, result, 1));
   if (count > 0 && x == nullptr) {
     return absl::InvalidArgumentError("SumOfSquares: null input");
   }
@@ -176,7 +176,7 @@ absl::Status CastBf16ToFloat(const __nv_bfloat16* src, int64_t count, float* dst
   return LaunchCast(src, count, dst, stream);
 }
 absl::Status RoundFloatToBf16(float* x, int64_t count, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckCount("RoundToBf16", x, x, count));
+  FSDPD_RETURN_IF_ERROR(CheckCount("RoundToBf16", x, x, count));
   if (count == 0) return absl::OkStatus();
   RoundKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(x, count);
   CUDA_CHECK_LAUNCH("RoundKernel");

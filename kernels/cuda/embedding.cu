@@ -1,9 +1,9 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/embedding.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "spdlog/spdlog.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -298,7 +298,7 @@ absl::Status CheckSizes(const char* op, int64_t m, int64_t n, int64_t k,
 absl::Status Gemm::LinearForward(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                                  const __nv_bfloat16* bias, int64_t m, int64_t n, int64_t k,
                                  __nv_bfloat16* out, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckSizes("Gemm::LinearForward", m, n, k, {x, weight, out}));
+  FSDPD_RETURN_IF_ERROR(CheckSizes("Gemm::LinearForward", m, n, k, {x, weight, out}));
   if (m == 0) return absl::OkStatus();
   // Column-major: outᵀ[n, m] = weight[n, k] (stored k × n, transposed) · xᵀ[k, m].
   Problem p;
@@ -322,7 +322,7 @@ absl::Status Gemm::LinearForward(const __nv_bfloat16* x, const __nv_bfloat16* we
     return absl::UnimplementedError(absl::StrCat(
         "Gemm::LinearForward: cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k));
   }
-  FSDPD_KERNEL_RETURN_IF_ERROR(state_->Run(p, **plan, weight, x, out, nullptr, stream));
+  FSDPD_RETURN_IF_ERROR(state_->Run(p, **plan, weight, x, out, nullptr, stream));
   if (bias != nullptr) {
     AddBiasKernel<<<GridFor(m * n, kThreads), kThreads, 0, stream>>>(out, bias, m, n);
     CUDA_CHECK_LAUNCH("AddBiasKernel");
@@ -333,8 +333,7 @@ absl::Status Gemm::LinearForward(const __nv_bfloat16* x, const __nv_bfloat16* we
 absl::Status Gemm::LinearInputGradient(const __nv_bfloat16* dout, const __nv_bfloat16* weight,
                                        int64_t m, int64_t n, int64_t k, __nv_bfloat16* dx,
                                        cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(
-      CheckSizes("Gemm::LinearInputGradient", m, n, k, {dout, weight, dx}));
+  FSDPD_RETURN_IF_ERROR(CheckSizes("Gemm::LinearInputGradient", m, n, k, {dout, weight, dx}));
   if (m == 0) return absl::OkStatus();
   // Column-major: dxᵀ[k, m] = weightᵀ (stored k × n) · doutᵀ[n, m].
   Problem p;
@@ -356,8 +355,7 @@ absl::Status Gemm::LinearInputGradient(const __nv_bfloat16* dout, const __nv_bfl
 absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                                         int64_t m, int64_t n, int64_t k, float* dweight,
                                         float* dbias, cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(
-      CheckSizes("Gemm::LinearWeightGradient", m, n, k, {dout, x, dweight}));
+  FSDPD_RETURN_IF_ERROR(CheckSizes("Gemm::LinearWeightGradient", m, n, k, {dout, x, dweight}));
   if (m == 0) return absl::OkStatus();
   // Column-major: dweightᵀ[k, n] += xᵀ[k, m] · dout[m, n] (doutᵀ stored n × m, transposed).
   // BGRADB sums op(B) = dout over the reduction dimension m: exactly the bias gradient.
@@ -374,8 +372,8 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
     absl::StatusOr<Plan*> plan = state_->GetPlan(p, x, dout, dweight, stream);
     if (!plan.ok()) return plan.status();
     if ((*plan)->available) {
-      FSDPD_KERNEL_RETURN_IF_ERROR(state_->EnsureBiasGradient(n));
-      FSDPD_KERNEL_RETURN_IF_ERROR(
+      FSDPD_RETURN_IF_ERROR(state_->EnsureBiasGradient(n));
+      FSDPD_RETURN_IF_ERROR(
           state_->Run(p, **plan, x, dout, dweight, state_->bias_gradient, stream));
       // BGRADB overwrites its output; the contract is to accumulate.
       return AddFloat(dbias, state_->bias_gradient, n, dbias, stream);
@@ -388,7 +386,7 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
     return absl::UnimplementedError(absl::StrCat(
         "Gemm::LinearWeightGradient: cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k));
   }
-  FSDPD_KERNEL_RETURN_IF_ERROR(state_->Run(p, **plan, x, dout, dweight, nullptr, stream));
+  FSDPD_RETURN_IF_ERROR(state_->Run(p, **plan, x, dout, dweight, nullptr, stream));
   if (dbias != nullptr) {
     ColumnSumKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         dout, m, n, dbias);

@@ -3,9 +3,9 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/rmsnorm.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -225,7 +225,7 @@ absl::Status CheckShape(const char* op, int64_t rows, int64_t dim) {
 absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight, int64_t rows,
                             int64_t dim, float eps, __nv_bfloat16* out, float* rstd,
                             cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckShape("RmsNormForward", rows, dim));
+  FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormForward", rows, dim));
   if (rows == 0) return absl::OkStatus();
   if (x == nullptr || weight == nullptr || out == nullptr || rstd == nullptr) {
     return absl::InvalidArgumentError("RmsNormForward: null pointer argument");
@@ -259,7 +259,7 @@ absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              const __nv_bfloat16* weight, const float* rstd, int64_t rows,
                              int64_t dim, __nv_bfloat16* dx, float* dweight, float* scratch,
                              cudaStream_t stream) {
-  FSDPD_KERNEL_RETURN_IF_ERROR(CheckShape("RmsNormBackward", rows, dim));
+  FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormBackward", rows, dim));
   if (rows == 0) return absl::OkStatus();
   if (dout == nullptr || x == nullptr || weight == nullptr || rstd == nullptr || dx == nullptr ||
       dweight == nullptr || scratch == nullptr) {

@@ -1,6 +1,6 @@
+#include "base/cuda_check.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/silu.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd::cuda {
 namespace {

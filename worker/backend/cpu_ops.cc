@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -15,7 +16,6 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/silu.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "spdlog/spdlog.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd {
 namespace {

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
@@ -15,8 +17,6 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/silu.h"
-#include "worker/backend/cuda_check.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace {

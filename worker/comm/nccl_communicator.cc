@@ -6,9 +6,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cuda_backend.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd {
 namespace {

@@ -1,7 +1,7 @@
 #include "worker/fsdp/fsdp_state.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/status_macros.h"
+#include "base/status_macros.h"
 
 namespace fsdpd {
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/model/minillm_backend.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd {
 namespace minillm_internal {

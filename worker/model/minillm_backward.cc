@@ -3,8 +3,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/model/minillm_backend.h"
-#include "worker/status_macros.h"
 
 namespace fsdpd::minillm_internal {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "worker/status_macros.h"
+#include "base/status_macros.h"
 
 namespace fsdpd {
 

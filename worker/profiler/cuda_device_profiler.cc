@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/cuda_check.h"
 #include "spdlog/spdlog.h"
-#include "worker/backend/cuda_check.h"
 #include "worker/profiler/cupti_activity.h"
 #include "worker/profiler/cupti_range_profiler.h"
 

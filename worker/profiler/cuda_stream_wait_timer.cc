@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "base/cuda_check.h"
 #include "worker/backend/cuda_backend.h"
-#include "worker/backend/cuda_check.h"
 
 namespace fsdpd {
 namespace {

@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
-#include "worker/backend/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace fsdpd {
 namespace {

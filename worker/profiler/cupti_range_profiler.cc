@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/backend/cuda_check.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
 
 namespace fsdpd {
 namespace {
@@ -47,13 +48,6 @@ absl::Status CuptiStatus(CUptiResult result, const char* what) {
   }
   return absl::InternalError(message);
 }
-
-#define FSDPD_RETURN_IF_CUPTI_ERROR(statement)                                        \
-  do {                                                                                \
-    if (absl::Status status_ = CuptiStatus((statement), #statement); !status_.ok()) { \
-      return status_;                                                                 \
-    }                                                                                 \
-  } while (false)
 
 }  // namespace
 
@@ -106,7 +100,8 @@ struct CuptiRangeProfiler::Handles {
     initialize.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
     initialize.pChipName = chip_name.c_str();
     initialize.pCounterAvailabilityImage = counter_availability.data();
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerHostInitialize(&initialize));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiProfilerHostInitialize(&initialize),
+                                      "cuptiProfilerHostInitialize(&initialize)"));
     host = initialize.pHostObject;
     return absl::OkStatus();
   }
@@ -118,18 +113,21 @@ struct CuptiRangeProfiler::Handles {
     add.pHostObject = host;
     add.ppMetricNames = metrics.data();
     add.numMetrics = metrics.size();
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerHostConfigAddMetrics(&add));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiProfilerHostConfigAddMetrics(&add),
+                                      "cuptiProfilerHostConfigAddMetrics(&add)"));
     auto size = CuptiParams<CUpti_Profiler_Host_GetConfigImageSize_Params>(
         CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
     size.pHostObject = host;
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerHostGetConfigImageSize(&size));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiProfilerHostGetConfigImageSize(&size),
+                                      "cuptiProfilerHostGetConfigImageSize(&size)"));
     config_image.assign(size.configImageSize, 0);
     auto image = CuptiParams<CUpti_Profiler_Host_GetConfigImage_Params>(
         CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE);
     image.pHostObject = host;
     image.configImageSize = config_image.size();
     image.pConfigImage = config_image.data();
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerHostGetConfigImage(&image));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiProfilerHostGetConfigImage(&image),
+                                      "cuptiProfilerHostGetConfigImage(&image)"));
     return absl::OkStatus();
   }
 
@@ -141,7 +139,8 @@ struct CuptiRangeProfiler::Handles {
     size.numMetrics = metrics.size();
     size.maxNumOfRanges = options.max_kernels;
     size.maxNumRangeTreeNodes = static_cast<uint32_t>(options.max_kernels);
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerGetCounterDataSize(&size));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiRangeProfilerGetCounterDataSize(&size),
+                                      "cuptiRangeProfilerGetCounterDataSize(&size)"));
     counter_data.assign(size.counterDataSize, 0);
     return InitializeCounterData();
   }
@@ -153,7 +152,8 @@ struct CuptiRangeProfiler::Handles {
     initialize.pRangeProfilerObject = range_profiler;
     initialize.counterDataSize = counter_data.size();
     initialize.pCounterData = counter_data.data();
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerCounterDataImageInitialize(&initialize));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiRangeProfilerCounterDataImageInitialize(&initialize),
+                                      "cuptiRangeProfilerCounterDataImageInitialize(&initialize)"));
     return absl::OkStatus();
   }
 };
@@ -178,22 +178,25 @@ absl::StatusOr<std::unique_ptr<CuptiRangeProfiler>> CuptiRangeProfiler::Create(
         CuptiParams<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
     return cuptiProfilerInitialize(&initialize);
   }();
-  FSDPD_RETURN_IF_CUPTI_ERROR(initialized);
+  FSDPD_RETURN_IF_ERROR(CuptiStatus(initialized, "initialized"));
 
   auto chip =
       CuptiParams<CUpti_Device_GetChipName_Params>(CUpti_Device_GetChipName_Params_STRUCT_SIZE);
   chip.deviceIndex = static_cast<size_t>(options.device_index);
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiDeviceGetChipName(&chip));
+  FSDPD_RETURN_IF_ERROR(
+      CuptiStatus(cuptiDeviceGetChipName(&chip), "cuptiDeviceGetChipName(&chip)"));
   handles->chip_name = chip.pChipName;
 
   // Asked twice: first for the size, then for the image. Restricted counters fail here.
   auto availability = CuptiParams<CUpti_Profiler_GetCounterAvailability_Params>(
       CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
   availability.ctx = context;
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerGetCounterAvailability(&availability));
+  FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiProfilerGetCounterAvailability(&availability),
+                                    "cuptiProfilerGetCounterAvailability(&availability)"));
   handles->counter_availability.assign(availability.counterAvailabilityImageSize, 0);
   availability.pCounterAvailabilityImage = handles->counter_availability.data();
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiProfilerGetCounterAvailability(&availability));
+  FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiProfilerGetCounterAvailability(&availability),
+                                    "cuptiProfilerGetCounterAvailability(&availability)"));
 
   // Each tensor-pipe metric is tried on its own: a name the chip does not know fails the whole
   // config, and costs only itself.
@@ -209,7 +212,8 @@ absl::StatusOr<std::unique_ptr<CuptiRangeProfiler>> CuptiRangeProfiler::Create(
   auto enable =
       CuptiParams<CUpti_RangeProfiler_Enable_Params>(CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE);
   enable.ctx = context;
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerEnable(&enable));
+  FSDPD_RETURN_IF_ERROR(
+      CuptiStatus(cuptiRangeProfilerEnable(&enable), "cuptiRangeProfilerEnable(&enable)"));
   handles->range_profiler = enable.pRangeProfilerObject;
   if (absl::Status status = handles->BuildCounterData(); !status.ok()) return status;
   return std::unique_ptr<CuptiRangeProfiler>(new CuptiRangeProfiler(std::move(handles)));
@@ -238,11 +242,13 @@ absl::Status CuptiRangeProfiler::Start() {
   config.minNestingLevel = 1;
   config.passIndex = 0;
   config.targetNestingLevel = 1;
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerSetConfig(&config));
+  FSDPD_RETURN_IF_ERROR(
+      CuptiStatus(cuptiRangeProfilerSetConfig(&config), "cuptiRangeProfilerSetConfig(&config)"));
   auto start =
       CuptiParams<CUpti_RangeProfiler_Start_Params>(CUpti_RangeProfiler_Start_Params_STRUCT_SIZE);
   start.pRangeProfilerObject = handles.range_profiler;
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerStart(&start));
+  FSDPD_RETURN_IF_ERROR(
+      CuptiStatus(cuptiRangeProfilerStart(&start), "cuptiRangeProfilerStart(&start)"));
   return absl::OkStatus();
 }
 
@@ -251,17 +257,20 @@ absl::StatusOr<std::vector<KernelCounters>> CuptiRangeProfiler::Stop() {
   auto stop =
       CuptiParams<CUpti_RangeProfiler_Stop_Params>(CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE);
   stop.pRangeProfilerObject = handles.range_profiler;
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerStop(&stop));
+  FSDPD_RETURN_IF_ERROR(
+      CuptiStatus(cuptiRangeProfilerStop(&stop), "cuptiRangeProfilerStop(&stop)"));
   auto decode = CuptiParams<CUpti_RangeProfiler_DecodeData_Params>(
       CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE);
   decode.pRangeProfilerObject = handles.range_profiler;
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerDecodeData(&decode));
+  FSDPD_RETURN_IF_ERROR(
+      CuptiStatus(cuptiRangeProfilerDecodeData(&decode), "cuptiRangeProfilerDecodeData(&decode)"));
 
   auto info = CuptiParams<CUpti_RangeProfiler_GetCounterDataInfo_Params>(
       CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
   info.pCounterDataImage = handles.counter_data.data();
   info.counterDataImageSize = handles.counter_data.size();
-  FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerGetCounterDataInfo(&info));
+  FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiRangeProfilerGetCounterDataInfo(&info),
+                                    "cuptiRangeProfilerGetCounterDataInfo(&info)"));
 
   std::vector<KernelCounters> kernels;
   kernels.reserve(info.numTotalRanges);
@@ -273,7 +282,8 @@ absl::StatusOr<std::vector<KernelCounters>> CuptiRangeProfiler::Stop() {
     range_info.counterDataImageSize = handles.counter_data.size();
     range_info.rangeIndex = range;
     range_info.rangeDelimiter = "/";
-    FSDPD_RETURN_IF_CUPTI_ERROR(cuptiRangeProfilerCounterDataGetRangeInfo(&range_info));
+    FSDPD_RETURN_IF_ERROR(CuptiStatus(cuptiRangeProfilerCounterDataGetRangeInfo(&range_info),
+                                      "cuptiRangeProfilerCounterDataGetRangeInfo(&range_info)"));
 
     // One metric at a time, so a metric the chip cannot evaluate costs only its own column.
     for (size_t metric = 0; metric < handles.metrics.size(); ++metric) {
