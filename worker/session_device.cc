@@ -1,6 +1,7 @@
 #include "worker/session_device.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/device/device_runtime.h"
 
 namespace fsdpd {
 

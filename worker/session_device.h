@@ -3,9 +3,11 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "worker/device/device_runtime.h"
+#include "worker/device/device_info.h"
 
 namespace fsdpd {
+
+class DeviceRuntime;
 
 // For cpu the memory is the host's total RAM; for cuda:N the GPU's name, UUID and memory.
 // Errors name --device.

@@ -17,19 +17,11 @@
 #include "worker/backend/backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/key_value_store.h"
+#include "worker/device/device_info.h"
 #include "worker/profiler/device_profiler.h"
 #include "worker/profiler/profiling_backend.h"
 
 namespace fsdpd {
-
-// What the worker tells the coordinator about its device when it registers.
-struct DeviceInfo {
-  std::string kind;   // cpu | cuda
-  int gpu_index = 0;  // 0 for cpu, which has no index
-  std::string gpu_name;
-  std::string gpu_uuid;
-  int64_t memory_bytes = 0;
-};
 
 // Memory as the driver or the OS sees this process (StepReport.memory_device_used_*).
 struct MemoryInUse {
