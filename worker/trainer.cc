@@ -115,11 +115,10 @@ bool OptimizerInBackward(const v1::JobSpec& spec, const RankContext& context) {
   return context.optimizer_in_backward && spec.train().grad_clip() <= 0.0;
 }
 
-// The backend and the communicator are the runtime's; the profiling decorators wrap them.
-absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& context,
-                                   const DeviceRuntime& runtime, const ModelConfig& config,
-                                   const v1::DataSpec& data) {
-  Engine engine;
+// The runtime's backend and communicator, each behind its profiling decorator, and the recorder
+// they share.
+absl::Status AttachDevice(const RankContext& context, const DeviceRuntime& runtime,
+                          Engine& engine) {
   engine.recorder = std::make_unique<ProfileRecorder>();
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> device_backend, runtime.CreateBackend());
   std::unique_ptr<StreamWaitTimer> wait_timer = runtime.CreateStreamWaitTimer(*device_backend);
@@ -137,6 +136,14 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
                          runtime.CreateCommunicator(communicator_options, context.store));
   engine.communicator = std::make_unique<ProfilingCommunicator>(
       std::move(communicator), engine.recorder.get(), timed_backend);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& context,
+                                   const DeviceRuntime& runtime, const ModelConfig& config,
+                                   const v1::DataSpec& data) {
+  Engine engine;
+  FSDPD_RETURN_IF_ERROR(AttachDevice(context, runtime, engine));
   const int64_t batch = spec.train().batch_size();
   FSDPD_ASSIGN_OR_RETURN(engine.model,
                          MiniLLM::Create(config, batch, data.seq_len(), engine.backend.get()));
