@@ -1,5 +1,6 @@
-# The training engine: collectives (Gloo), FSDP, the optimizer and the trainer loop, plus the
-# standalone `fsdpd-train` binary that runs one rank of a job from a spec file.
+# The training engine: collectives (Gloo), FSDP, the optimizer, the trainer loop and the device
+# runtime (worker/device/; the CUDA one comes from nccl.cmake), plus the standalone `fsdpd-train`
+# binary that runs one rank of a job from a spec file.
 add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/comm/file_key_value_store.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm/gloo_communicator.cc
@@ -9,8 +10,12 @@ add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/fsdp/fsdp_state.cc
   ${CMAKE_CURRENT_LIST_DIR}/optim/lr_schedule.cc
   ${CMAKE_CURRENT_LIST_DIR}/optim/sharded_adamw.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device/cpu_runtime.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device/device_runtime.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_checkpoint.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_profiling.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_support.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc)
 target_include_directories(fsdpd_engine PUBLIC ${CMAKE_SOURCE_DIR})

@@ -14,7 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
+#include "worker/device/device_runtime.h"
 #include "worker/session.h"
+#include "worker/session_device.h"
 
 namespace {
 
@@ -113,7 +115,14 @@ int main(int argc, char** argv) {
     std::cerr << "fsdpd-worker: " << valid.message() << "\n";
     return 2;
   }
-  absl::StatusOr<fsdpd::DeviceInfo> device = fsdpd::ProbeDevice(config.device);
+  // The device is chosen here, once; the session registers what it describes.
+  absl::StatusOr<std::unique_ptr<fsdpd::DeviceRuntime>> runtime =
+      fsdpd::CreateDeviceRuntime(config.device);
+  if (!runtime.ok()) {
+    std::cerr << "fsdpd-worker: " << runtime.status().message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<fsdpd::DeviceInfo> device = fsdpd::ProbeDevice(**runtime);
   if (!device.ok()) {
     std::cerr << "fsdpd-worker: " << device.status().message() << "\n";
     return 2;

@@ -14,9 +14,12 @@ if(FSDPD_CUDA AND TARGET fsdpd_cuda_backend)
   target_link_libraries(fsdpd_nccl PUBLIC
     fsdpd_cuda_backend ${FSDPD_NCCL_LIBRARY} CUDA::cudart
     absl::status absl::statusor absl::strings spdlog::spdlog Threads::Threads)
-  # The engine picks the CUDA backend and NCCL for `device: cuda` (trainer_device.cc).
+  # The CUDA device runtime (CUDA backend, NCCL, CUPTI), which CreateDeviceRuntime picks for
+  # --device cuda:N.
   if(TARGET fsdpd_engine)
-    target_sources(fsdpd_engine PRIVATE ${CMAKE_CURRENT_LIST_DIR}/trainer_device.cc)
+    target_sources(fsdpd_engine PRIVATE
+      ${CMAKE_CURRENT_LIST_DIR}/device/cuda_memory.cc
+      ${CMAKE_CURRENT_LIST_DIR}/device/cuda_runtime.cc)
     target_link_libraries(fsdpd_engine PUBLIC fsdpd_nccl)
   endif()
 endif()

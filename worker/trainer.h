@@ -35,7 +35,9 @@ struct RankContext {
   // Bounds every collective and the rendezvous, so a dead peer fails the attempt instead of
   // hanging it; 0 means the engine default (60 s, or FSDPD_COMM_TIMEOUT_SECONDS).
   std::chrono::milliseconds collective_timeout{0};
-  std::string device = "cpu";  // cpu | cuda:N
+  // cpu | cuda:N, the worker's --device: RunTrainer takes its device runtime from it
+  // (worker/device/device_runtime.h), which must run the job's parallel.device.
+  std::string device = "cpu";
   // Without clipping (train.grad_clip 0) each unit's AdamW update runs in backward, as soon as
   // its gradient shard is reduced, so the whole-model fp32 gradient shard never exists; the
   // weights are bit-identical to the step after backward. Tests turn it off to compare.

@@ -20,6 +20,7 @@
 #include "proto/spec/job_spec.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/device/cuda_runtime.h"
 #include "worker/profiler/profiling_backend.h"
 #include "worker/trainer.h"
 
@@ -275,8 +276,11 @@ TEST_F(ProfilerCudaTrainerTest, TheWindowProfilesKernelsWithCountersAndLeavesOth
 TEST_F(ProfilerCudaTrainerTest, StreamWaitsOnTheCommStreamAreTimedOnTheDevice) {
   absl::StatusOr<std::unique_ptr<CudaBackend>> cuda = CudaBackend::Create({});
   ASSERT_TRUE(cuda.ok()) << cuda.status();
+  // The timer the CUDA runtime gives the engine's ProfilingBackend.
+  std::unique_ptr<StreamWaitTimer> timer = CudaRuntime(0).CreateStreamWaitTimer(**cuda);
+  ASSERT_NE(timer, nullptr);
   ProfileRecorder recorder;
-  ProfilingBackend backend(std::move(*cuda), &recorder);
+  ProfilingBackend backend(std::move(*cuda), &recorder, std::move(timer));
   ASSERT_EQ(backend.stream_wait_seconds(), 0.0);
   constexpr int64_t kCount = int64_t{1} << 28;  // 1 GiB of floats
   absl::StatusOr<std::unique_ptr<Buffer>> buffer = backend.Allocate(kCount * 4);

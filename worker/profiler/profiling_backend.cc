@@ -2,10 +2,6 @@
 
 #include <utility>
 
-#ifdef FSDPD_HAS_CUDA
-#include "worker/profiler/cuda_stream_wait_timer.h"
-#endif
-
 namespace fsdpd {
 namespace {
 
@@ -42,14 +38,12 @@ OpCost CopyCost(const Tensor& device) { return {0.0, 2.0 * static_cast<double>(d
 
 }  // namespace
 
-ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner, ProfileRecorder* recorder)
+ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner, ProfileRecorder* recorder,
+                                   std::unique_ptr<StreamWaitTimer> timer)
     : inner_(std::move(inner)),
       recorder_(recorder),
-      ops_(&inner_->ops(), recorder, &inner_->comm_stream()) {
-#ifdef FSDPD_HAS_CUDA
-  timer_ = CreateCudaStreamWaitTimer(*inner_);
-#endif
-}
+      ops_(&inner_->ops(), recorder, &inner_->comm_stream()),
+      timer_(std::move(timer)) {}
 
 absl::StatusOr<std::unique_ptr<Event>> ProfilingBackend::CreateEvent() {
   absl::StatusOr<std::unique_ptr<Event>> event = inner_->CreateEvent();

@@ -2,9 +2,10 @@
 // host↔device copies are recorded too; everything else forwards. Installed for every run, so a
 // profiling window can open at any step; outside a window it costs one branch per op.
 //
-// On an asynchronous backend it also measures exposed communication on the device, every
+// Given a StreamWaitTimer (the device runtime makes one for an asynchronous backend,
+// worker/device/device_runtime.h) it also measures exposed communication on the device, every
 // step: its events remember the stream they were recorded on, and each wait of the compute
-// stream on a comm-stream event is bracketed by a StreamWaitTimer.
+// stream on a comm-stream event is bracketed by the timer.
 #pragma once
 
 #include <memory>
@@ -29,8 +30,10 @@ class StreamWaitTimer {
 
 class ProfilingBackend : public Backend {
  public:
-  // On the CUDA backend (FSDPD_HAS_CUDA) it creates its own CUDA-event StreamWaitTimer.
-  ProfilingBackend(std::unique_ptr<Backend> inner, ProfileRecorder* recorder);
+  // `timer` null: waits are not timed on the device (a synchronous backend's waits block the
+  // host, where the communicator times them).
+  ProfilingBackend(std::unique_ptr<Backend> inner, ProfileRecorder* recorder,
+                   std::unique_ptr<StreamWaitTimer> timer = nullptr);
 
   Backend& inner() { return *inner_; }
   // Device time the compute stream has waited on comm-stream events; 0 without a timer.

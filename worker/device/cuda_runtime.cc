@@ -1,0 +1,119 @@
+#include "worker/device/cuda_runtime.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/cuda_check.h"
+#include "worker/backend/cuda_backend.h"
+#include "worker/comm/nccl_communicator.h"
+#include "worker/device/cpu_runtime.h"
+#include "worker/device/cuda_memory.h"
+#include "worker/profiler/cuda_device_profiler.h"
+#include "worker/profiler/cuda_stream_wait_timer.h"
+
+namespace fsdpd {
+
+absl::StatusOr<std::unique_ptr<DeviceRuntime>> CreateCudaRuntime(int index) {
+  const int count = CudaBackend::DeviceCount();
+  if (index < 0 || index >= count) {
+    return absl::NotFoundError(absl::StrCat("cuda:", index, " does not exist (", count,
+                                            " CUDA device", count == 1 ? "" : "s", " visible)"));
+  }
+  return std::unique_ptr<DeviceRuntime>(new CudaRuntime(index));
+}
+
+absl::StatusOr<DeviceInfo> CudaRuntime::Describe() const {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, index_));
+  DeviceInfo info;
+  info.kind = "cuda";
+  info.gpu_index = index_;
+  info.gpu_name = properties.name;
+  info.memory_bytes = static_cast<int64_t>(properties.totalGlobalMem);
+  // "GPU-xxxxxxxx-…", as nvidia-smi and dcgm-exporter print it.
+  const auto* uuid = reinterpret_cast<const unsigned char*>(properties.uuid.bytes);
+  info.gpu_uuid =
+      absl::StrFormat("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                      uuid[0], uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7],
+                      uuid[8], uuid[9], uuid[10], uuid[11], uuid[12], uuid[13], uuid[14], uuid[15]);
+  return info;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
+  CudaBackendConfig config;
+  config.device = index_;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(config);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(std::move(*backend));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CudaRuntime::CreateCommunicator(
+    const CommunicatorOptions& options, KeyValueStore* store) const {
+  NcclCommunicatorOptions nccl;
+  nccl.rank = options.rank;
+  nccl.world_size = options.world_size;
+  nccl.device = index_;
+  nccl.timeout = options.timeout;
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
+      NcclCommunicator::Connect(nccl, store);
+  if (!communicator.ok()) return communicator.status();
+  return std::unique_ptr<Communicator>(std::move(*communicator));
+}
+
+absl::StatusOr<double> CudaRuntime::PeakFlops(Backend& backend) const {
+  if (std::getenv("FSDPD_PEAK_FLOPS") == nullptr) {
+    absl::StatusOr<double> peak = CudaPeakBf16Flops(index_);
+    if (peak.ok() && *peak > 0.0) return *peak;
+  }
+  return MeasuredPeakFlops(backend);
+}
+
+MemoryInUse CudaRuntime::ProcessMemory() const {
+  absl::StatusOr<MemoryInUse> used = DeviceMemoryInUse(index_);
+  return used.ok() ? *used : MemoryInUse{};
+}
+
+std::optional<DriverMemory> CudaRuntime::DeviceMemory() const {
+  absl::StatusOr<DriverMemory> driver = QueryDriverMemory(index_);
+  if (!driver.ok()) return std::nullopt;
+  return *driver;
+}
+
+std::unique_ptr<DeviceProfiler> CudaRuntime::CreateDeviceProfiler(int world_size,
+                                                                  double peak_flops_per_second,
+                                                                  const DeviceLog& log) const {
+  CudaDeviceProfilerOptions options;
+  options.device_index = index_;
+  options.world_size = world_size;
+  options.peak_flops_per_second = peak_flops_per_second;
+  absl::StatusOr<std::unique_ptr<DeviceProfiler>> profiler = CreateCudaDeviceProfiler(options);
+  if (!profiler.ok()) {
+    log("warning", absl::StrCat("CUPTI is unavailable (", profiler.status().message(),
+                                "): profiling windows time kernel launches on the host"));
+    return nullptr;
+  }
+  return std::move(*profiler);
+}
+
+std::unique_ptr<StreamWaitTimer> CudaRuntime::CreateStreamWaitTimer(Backend& backend) const {
+  return CreateCudaStreamWaitTimer(backend);
+}
+
+absl::StatusOr<double> CudaPeakBf16Flops(int index) {
+  int major = 0;
+  int multiprocessors = 0;
+  int clock_kilohertz = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+  CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, index));
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_kilohertz, cudaDevAttrClockRate, index));
+  double flops_per_clock = 0.0;
+  if (major == 8) flops_per_clock = 2048.0;
+  if (major == 9) flops_per_clock = 4096.0;
+  if (major == 10) flops_per_clock = 8192.0;
+  return flops_per_clock * multiprocessors * clock_kilohertz * 1e3;
+}
+
+}  // namespace fsdpd

@@ -1,0 +1,141 @@
+#include "worker/trainer_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/trainer_support.h"
+
+namespace fsdpd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+AdamWParams AdamWFor(const v1::TrainSpec& train, int64_t step) {
+  AdamWParams adamw;
+  adamw.lr = LearningRateAt(train, step);
+  adamw.beta1 = train.beta1();
+  adamw.beta2 = train.beta2();
+  adamw.eps = train.eps();
+  adamw.weight_decay = train.weight_decay();
+  adamw.step = step;
+  return adamw;
+}
+
+// Forward, backward and the AdamW update; returns this rank's loss.
+absl::StatusOr<float> ForwardBackwardUpdate(Engine& engine, const v1::TrainSpec& train,
+                                            const AdamWParams& adamw, bool optimizer_in_backward,
+                                            StepBatch& batch, double* grad_norm) {
+  ProfileRecorder* const recorder = engine.recorder.get();
+  if (optimizer_in_backward) {
+    FSDPD_RETURN_IF_ERROR(engine.optimizer->BeginBackwardStep(adamw));
+    FSDPD_ASSIGN_OR_RETURN(
+        const float local_loss,
+        engine.state->ForwardBackward(*engine.model, batch.inputs.data(), batch.targets.data(),
+                                      engine.optimizer.get()));
+    ProfileRange range(recorder, "", kPhaseOptimizer, "grad norm");
+    FSDPD_ASSIGN_OR_RETURN(*grad_norm, engine.optimizer->FinishBackwardStep());
+    return local_loss;
+  }
+  FSDPD_ASSIGN_OR_RETURN(
+      const float local_loss,
+      engine.state->ForwardBackward(*engine.model, batch.inputs.data(), batch.targets.data()));
+  ProfileRange range(recorder, "", kPhaseOptimizer);
+  FSDPD_ASSIGN_OR_RETURN(*grad_norm, engine.optimizer->Step(adamw, train.grad_clip()));
+  return local_loss;
+}
+
+}  // namespace
+
+absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train, int64_t step,
+                                      bool optimizer_in_backward, StepBatch& batch) {
+  ProfileRecorder* const recorder = engine.recorder.get();
+  Backend& backend = *engine.backend;
+  Communicator& communicator = *engine.communicator;
+  const Clock::time_point step_start = Clock::now();
+  const double comm_before = communicator.stats().blocked_seconds;
+  std::optional<ProfileRange> step_range;
+  if (recorder->active()) step_range.emplace(recorder, "", "", absl::StrCat("step ", step));
+
+  {
+    ProfileRange range(recorder, "", "", "data loader");
+    FSDPD_RETURN_IF_ERROR(engine.data->Batch(step - 1, batch.inputs.data(), batch.targets.data()));
+  }
+  StepOutcome outcome;
+  outcome.step = step;
+  const AdamWParams adamw = AdamWFor(train, step);
+  outcome.lr = adamw.lr;
+  std::vector<float> loss = {0.0f};
+  FSDPD_ASSIGN_OR_RETURN(loss[0], ForwardBackwardUpdate(engine, train, adamw, optimizer_in_backward,
+                                                        batch, &outcome.grad_norm));
+  // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
+  {
+    ProfileRange range(recorder, "", kPhaseComm, "loss all-reduce");
+    FSDPD_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
+  }
+  FSDPD_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
+  step_range.reset();
+
+  outcome.loss = loss[0];
+  outcome.step_seconds = SecondsSince(step_start);
+  outcome.exposed_comm_seconds = communicator.stats().blocked_seconds - comm_before;
+  outcome.memory = backend.memory_stats();
+  return outcome;
+}
+
+v1::StepReport StepReportFor(const StepOutcome& outcome, const RankContext& context,
+                             const StepRates& rates, const DeviceRuntime& runtime) {
+  v1::StepReport report;
+  report.set_job_id(context.job_id);
+  report.set_attempt(context.attempt);
+  report.set_rank(context.rank);
+  report.set_step(outcome.step);
+  report.set_loss(outcome.loss);
+  report.set_tokens_per_second(rates.tokens_per_rank_step / std::max(outcome.step_seconds, 1e-9));
+  report.set_step_seconds(outcome.step_seconds);
+  report.set_exposed_comm_seconds(outcome.exposed_comm_seconds);
+  report.set_compute_seconds(std::max(outcome.step_seconds - outcome.exposed_comm_seconds, 0.0));
+  report.set_mfu_ratio(rates.flops_per_token * report.tokens_per_second() / rates.peak_flops);
+  report.set_memory_current_bytes(outcome.memory.current_bytes);
+  report.set_memory_peak_bytes(outcome.memory.peak_bytes);
+  const MemoryInUse in_use = runtime.ProcessMemory();
+  report.set_memory_device_used_bytes(in_use.bytes);
+  report.set_memory_device_used_source(in_use.source);
+  report.set_lr(outcome.lr);
+  report.set_grad_norm(outcome.grad_norm);
+  report.set_unix_millis(UnixMillis());
+  return report;
+}
+
+std::string StepLogLine(const StepOutcome& outcome, const v1::StepReport& report,
+                        const DeviceRuntime& runtime) {
+  // On a GPU the allocator's peak leaves out the CUDA context, cuBLASLt and NCCL; the driver's
+  // view (every process on the device) is logged beside it.
+  std::string driver_note;
+  if (std::optional<DriverMemory> driver = runtime.DeviceMemory()) {
+    driver_note = absl::StrFormat(" (driver: %.1f MiB used of %.1f MiB)",
+                                  driver->used_bytes / 1048576.0, driver->total_bytes / 1048576.0);
+  }
+  return absl::StrFormat(
+      "step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s | %.1f ms (comm %.1f ms) | "
+      "peak %.1f MiB%s",
+      outcome.step, outcome.loss, outcome.lr, outcome.grad_norm, report.tokens_per_second(),
+      outcome.step_seconds * 1e3, outcome.exposed_comm_seconds * 1e3,
+      outcome.memory.peak_bytes / 1048576.0, driver_note);
+}
+
+}  // namespace fsdpd
