@@ -1,5 +1,5 @@
 // Output formatting for fsdpctl: tables and numbers for people, JSON objects for scripts.
-// The JSON field names are a contract (DESIGN.md): tests and scripts rely on them.
+// The JSON field names are a contract (README.md): tests and scripts rely on them.
 #pragma once
 
 #include <cstdint>

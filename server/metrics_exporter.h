@@ -1,4 +1,4 @@
-// The coordinator's Prometheus series (DESIGN.md "Interfaces users touch"), served on
+// The coordinator's Prometheus series (README.md "Metrics"), served on
 // --metrics-listen at /metrics. Training figures arrive through JobObserver; job and worker
 // counts are read from their owners at scrape time so they can never drift.
 //

@@ -24,7 +24,7 @@ QUERIES_SCRIPT = os.path.join(SOURCE_DIR, "tests/deploy/dashboard_queries.py")
 
 # Series without a `job` label of their own: coordinator-wide counts.
 COORDINATOR_METRICS = {"fsdpd_jobs", "fsdpd_workers", "fsdpd_rpc_requests_total"}
-# What the dashboard must show (DESIGN.md's metric list).
+# What the dashboard must show (README.md's metric list).
 REQUIRED_METRICS = {
     "fsdpd_train_loss", "fsdpd_train_tokens_per_second", "fsdpd_train_mfu_ratio",
     "fsdpd_train_step_duration_seconds_sum", "fsdpd_train_step_duration_seconds_count",

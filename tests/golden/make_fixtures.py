@@ -3,7 +3,7 @@
 Run where PyTorch is installed (the GPU machine has it):
     python3 tests/golden/make_fixtures.py tests/golden/tiny
 
-The model classes are the seed's (SEED.md §1) with the head count passed through. Everything
+The model classes are the seed's (bench/anchor's PyTorch model) with the head count passed through. Everything
 runs in fp32 on the CPU with deterministic algorithms, so the fixtures are exact references
 for the fp32 CPU engine. The data for the loss trajectory follows the `tokens` loader's window
 rule: global window k = (step·world·batch + rank·batch + i) mod num_windows,

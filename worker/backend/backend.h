@@ -1,6 +1,6 @@
 // What the model, FSDP and the trainer need from a device: memory, streams, events, ops and
 // collectives. Written once against this interface; implemented by the CPU backend
-// (worker/backend/cpu_backend.*) and the CUDA backend (later, worker/backend/cuda_backend.*).
+// (worker/backend/cpu_backend.*) and the CUDA backend (worker/backend/cuda_backend.*).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 // aborted: a watchdog thread polls ncclCommGetAsyncError and the completion of every enqueued
 // collective, and calls ncclCommAbort when NCCL reports an error or a collective has been
 // outstanding for longer than the configured timeout. A dead peer therefore fails the attempt
-// within the timeout instead of hanging the rank (DESIGN: no 30-minute NCCL hang).
+// within the timeout instead of hanging the rank (no 30-minute NCCL hang).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-// Fully sharded data parallelism over the model's units (DESIGN "FSDP in the worker").
+// Fully sharded data parallelism over the model's units (docs/architecture.md).
 // Each unit has one flat fp32 master buffer padded to a multiple of the world size; this rank
 // owns a contiguous slice of it together with the slice's gradient and AdamW moments. For
 // compute a unit is all-gathered into an unsharded buffer of the parameter dtype whose views

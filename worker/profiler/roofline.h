@@ -1,4 +1,4 @@
-// The speed-of-light verdict of SEED.md §2, in one place for every backend: thresholds,
+// The speed-of-light verdict of docs/profiling.md, in one place for every backend: thresholds,
 // verdicts and remedies, and the analytic roofline used where hardware counters cannot be
 // read (the CPU backend, or a GPU without counter permission). The CUPTI path fills the
 // ratios from counters and reuses ClassifyThroughput and the remedies.
@@ -9,8 +9,8 @@
 
 namespace fsdpd {
 
-// SEED.md §2: memory-bound when SM < 25 % and HBM > 75 % of peak; compute-bound when SM > 75 %
-// and HBM < 50 %; anything else is latency-bound or mixed. Comparisons are strict.
+// docs/profiling.md: memory-bound when SM < 25 % and HBM > 75 % of peak; compute-bound when SM > 75
+// % and HBM < 50 %; anything else is latency-bound or mixed. Comparisons are strict.
 inline constexpr double kMemoryBoundMaxSmRatio = 0.25;
 inline constexpr double kMemoryBoundMinDramRatio = 0.75;
 inline constexpr double kComputeBoundMinSmRatio = 0.75;
