@@ -16,7 +16,8 @@ struct FieldError {
   std::string message;
 };
 
-// The defaults of the job spec (README.md "The job spec") (the seed's workload), with an empty name.
+// The defaults of the job spec (README.md "The job spec") (the seed's workload), with an empty
+// name.
 v1::JobSpec DefaultJobSpec();
 
 // Parses a YAML job spec over the defaults. Unknown keys and wrongly typed values are

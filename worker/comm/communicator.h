@@ -1,8 +1,8 @@
 // Collectives among the ranks of one attempt. All collective traffic of the engine goes through
-// this interface (docs/architecture.md: all NCCL/Gloo use lives in worker/comm/). Every rank must issue the
-// same collectives in the same order. Operations are enqueued on `stream` after the work that
-// is already there; on the CPU backend streams run inline, so a call returns once its result is
-// in place. A dead or stuck peer yields an error after the configured timeout, never a hang.
+// this interface (docs/architecture.md: all NCCL/Gloo use lives in worker/comm/). Every rank must
+// issue the same collectives in the same order. Operations are enqueued on `stream` after the work
+// that is already there; on the CPU backend streams run inline, so a call returns once its result
+// is in place. A dead or stuck peer yields an error after the configured timeout, never a hang.
 #pragma once
 
 #include <chrono>

@@ -9,8 +9,8 @@
 
 namespace fsdpd {
 
-// docs/profiling.md: memory-bound when SM < 25 % and HBM > 75 % of peak; compute-bound when SM > 75
-// % and HBM < 50 %; anything else is latency-bound or mixed. Comparisons are strict.
+// docs/profiling.md: memory-bound when SM < 25 % and HBM > 75 % of peak; compute-bound when
+// SM > 75 % and HBM < 50 %; anything else is latency-bound or mixed. Comparisons are strict.
 inline constexpr double kMemoryBoundMaxSmRatio = 0.25;
 inline constexpr double kMemoryBoundMinDramRatio = 0.75;
 inline constexpr double kComputeBoundMinSmRatio = 0.75;
