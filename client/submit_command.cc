@@ -6,6 +6,7 @@
 #include "client/output.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "proto/spec/job_spec.h"
+#include "proto/spec/spec_validate.h"
 
 namespace fsdpd::client {
 namespace {
@@ -34,6 +35,12 @@ int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool w
     return Fail("invalid spec " + spec_path + ": " + std::string(spec.status().message()));
   }
   ResolveRelativePaths(spec_path, &*spec);
+  // An oversized field is named here; sent, it would fail as an oversized gRPC message.
+  FieldErrors too_long;
+  ValidateStringLengths(*spec, too_long);
+  if (!too_long.empty()) {
+    return Fail("invalid spec " + spec_path + ": " + FormatFieldErrors(too_long.Take()));
+  }
 
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::SubmitJobRequest request;

@@ -11,5 +11,5 @@ add_library(fsdpd_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint/rank_file.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint/safetensors.cc)
 target_link_libraries(fsdpd_io
-  PUBLIC fsdpd_spec absl::status absl::statusor absl::strings absl::str_format
+  PUBLIC fsdpd_base fsdpd_spec absl::status absl::statusor absl::strings absl::str_format
   PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json)

@@ -3,8 +3,6 @@
 #include <chrono>
 #include <exception>
 #include <filesystem>
-#include <iterator>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,40 +19,7 @@ int64_t NowUnixMillis() {
       .count();
 }
 
-bool IsInside(const std::filesystem::path& path, const std::filesystem::path& root) {
-  auto path_it = path.begin();
-  for (auto root_it = root.begin(); root_it != root.end(); ++root_it, ++path_it) {
-    // A trailing separator leaves an empty last element in the root.
-    if (root_it->empty() && std::next(root_it) == root.end()) return true;
-    if (path_it == path.end() || *path_it != *root_it) return false;
-  }
-  return true;
-}
-
-absl::Status CheckOnePath(const std::string& field, const std::string& value,
-                          const std::vector<std::string>& roots) {
-  if (value.empty() || roots.empty()) return absl::OkStatus();
-  std::error_code error;
-  const std::filesystem::path resolved = std::filesystem::weakly_canonical(value, error);
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": cannot resolve \"", value, "\": ", error.message()));
-  }
-  for (const std::string& root : roots) {
-    const std::filesystem::path resolved_root = std::filesystem::weakly_canonical(root, error);
-    if (!error && IsInside(resolved, resolved_root)) return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      field, ": \"", value, "\" is outside the worker's allowed roots (--allowed-root)"));
-}
-
 }  // namespace
-
-absl::Status CheckPathsAllowed(const v1::JobSpec& spec, const std::vector<std::string>& roots) {
-  absl::Status data = CheckOnePath("data.path", spec.data().path(), roots);
-  if (!data.ok()) return data;
-  return CheckOnePath("checkpoint.init_from", spec.checkpoint().init_from(), roots);
-}
 
 JobRun::JobRun(v1::Assignment assignment, JobRunOptions options,
                std::shared_ptr<grpc::Channel> channel, Outbox* outbox)
@@ -123,6 +88,85 @@ void JobRun::Body() {
   outbox_->Wake();
 }
 
+// The job id names the checkpoint directory under the root, so it must stay one component. The
+// trainer resolves the spec's paths and creates that directory, confined to the allowed roots
+// (worker/data/path_policy.h).
+absl::StatusOr<RankContext> JobRun::MakeRankContext() const {
+  if (job_id().empty() || job_id() == "." || job_id() == ".." ||
+      job_id().find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id \"", job_id(), "\" cannot name a checkpoint directory"));
+  }
+  RankContext context;
+  context.job_id = job_id();
+  context.attempt = attempt();
+  context.rank = rank();
+  context.world_size = assignment_.world_size();
+  context.checkpoint_dir = (std::filesystem::path(options_.checkpoint_root) / job_id()).string();
+  context.allowed_roots = options_.allowed_roots;
+  if (!context.allowed_roots.empty()) {
+    // The operator chose the checkpoint root, so the job may always write there.
+    context.allowed_roots.push_back(options_.checkpoint_root);
+  }
+  context.bind_address = options_.bind_address;
+  context.device = options_.device;
+  return context;
+}
+
+// Steps, profiles and log lines go to the outbox, stamped with this run's identity.
+TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<double>& last_loss) {
+  TrainerHooks hooks;
+  hooks.cancelled = &cancelled_;
+  hooks.on_step = [this, &last_step, &last_loss](const v1::StepReport& report) {
+    v1::WorkerMessage message;
+    v1::StepReport* step = message.mutable_step();
+    *step = report;
+    step->set_job_id(job_id());
+    step->set_attempt(attempt());
+    step->set_rank(rank());
+    if (step->unix_millis() == 0) step->set_unix_millis(NowUnixMillis());
+    last_step.store(step->step());
+    last_loss.store(step->loss());
+    outbox_->PushTelemetry(std::move(message));
+  };
+  hooks.on_profile = [this](const v1::ProfileReport& report) {
+    v1::WorkerMessage message;
+    v1::ProfileReport* profile = message.mutable_profile();
+    *profile = report;
+    profile->set_job_id(job_id());
+    profile->set_attempt(attempt());
+    profile->set_rank(rank());
+    outbox_->PushTelemetry(std::move(message));
+  };
+  hooks.poll_profile_request = [this]() -> std::optional<v1::ProfileRequest> {
+    std::lock_guard<std::mutex> lock(profile_mutex_);
+    std::optional<v1::ProfileRequest> request = std::move(profile_request_);
+    profile_request_.reset();
+    return request;
+  };
+  hooks.on_log = [this](const std::string& level, const std::string& text) {
+    spdlog::debug("job {} rank {}: {}", job_id(), rank(), text);
+    Log(level, text);
+  };
+  return hooks;
+}
+
+namespace {
+
+// A crash inside the engine fails this attempt only; the worker goes on.
+absl::StatusOr<TrainResult> RunTrainerGuarded(const v1::JobSpec& spec, const RankContext& context,
+                                              const TrainerHooks& hooks) {
+  try {
+    return RunTrainer(spec, context, hooks);
+  } catch (const std::exception& exception) {
+    return absl::InternalError(absl::StrCat("the trainer threw: ", exception.what()));
+  } catch (...) {
+    return absl::InternalError("the trainer threw an unknown exception");
+  }
+}
+
+}  // namespace
+
 FinishedAttempt JobRun::Train() {
   FinishedAttempt finished;
   v1::AttemptResult& result = finished.result;
@@ -133,81 +177,13 @@ FinishedAttempt JobRun::Train() {
   std::atomic<int64_t> last_step{0};
   std::atomic<double> last_loss{0.0};
   absl::StatusOr<TrainResult> trained = absl::UnknownError("the trainer did not run");
-  absl::Status paths = CheckPathsAllowed(assignment_.spec(), options_.allowed_roots);
-  // The job id names the checkpoint directory under the root, so it must stay one component.
-  if (paths.ok() && (job_id().empty() || job_id() == "." || job_id() == ".." ||
-                     job_id().find('/') != std::string::npos)) {
-    paths = absl::InvalidArgumentError(
-        absl::StrCat("job id \"", job_id(), "\" cannot name a checkpoint directory"));
-  }
-  if (!paths.ok()) {
-    trained = paths;
+  absl::StatusOr<RankContext> context = MakeRankContext();
+  if (!context.ok()) {
+    trained = context.status();
   } else {
-    RankContext context;
-    context.job_id = job_id();
-    context.attempt = attempt();
-    context.rank = rank();
-    context.world_size = assignment_.world_size();
-    context.checkpoint_dir = (std::filesystem::path(options_.checkpoint_root) / job_id()).string();
-    context.allowed_roots = options_.allowed_roots;
-    if (!context.allowed_roots.empty()) {
-      // The operator chose the checkpoint root, so the job may always write there.
-      context.allowed_roots.push_back(options_.checkpoint_root);
-    }
-    context.bind_address = options_.bind_address;
-    context.device = options_.device;
     CoordinatorKeyValueStore store(channel_, job_id(), attempt());
-    context.store = &store;
-
-    TrainerHooks hooks;
-    hooks.cancelled = &cancelled_;
-    hooks.on_step = [&](const v1::StepReport& report) {
-      v1::WorkerMessage message;
-      v1::StepReport* step = message.mutable_step();
-      *step = report;
-      step->set_job_id(job_id());
-      step->set_attempt(attempt());
-      step->set_rank(rank());
-      if (step->unix_millis() == 0) step->set_unix_millis(NowUnixMillis());
-      last_step.store(step->step());
-      last_loss.store(step->loss());
-      outbox_->PushTelemetry(std::move(message));
-    };
-    hooks.on_profile = [&](const v1::ProfileReport& report) {
-      v1::WorkerMessage message;
-      v1::ProfileReport* profile = message.mutable_profile();
-      *profile = report;
-      profile->set_job_id(job_id());
-      profile->set_attempt(attempt());
-      profile->set_rank(rank());
-      outbox_->PushTelemetry(std::move(message));
-    };
-    hooks.poll_profile_request = [&]() -> std::optional<v1::ProfileRequest> {
-      std::lock_guard<std::mutex> lock(profile_mutex_);
-      std::optional<v1::ProfileRequest> request = std::move(profile_request_);
-      profile_request_.reset();
-      return request;
-    };
-    hooks.on_log = [&](const std::string& level, const std::string& text) {
-      spdlog::debug("job {} rank {}: {}", job_id(), rank(), text);
-      Log(level, text);
-    };
-
-    std::error_code error;
-    std::filesystem::create_directories(context.checkpoint_dir, error);
-    if (error) {
-      trained = absl::InternalError(absl::StrCat("cannot create the checkpoint directory ",
-                                                 context.checkpoint_dir, ": ", error.message()));
-    } else {
-      // A crash inside the engine fails this attempt only; the worker goes on.
-      try {
-        trained = RunTrainer(assignment_.spec(), context, hooks);
-      } catch (const std::exception& exception) {
-        trained = absl::InternalError(absl::StrCat("the trainer threw: ", exception.what()));
-      } catch (...) {
-        trained = absl::InternalError("the trainer threw an unknown exception");
-      }
-    }
+    context->store = &store;
+    trained = RunTrainerGuarded(assignment_.spec(), *context, MakeHooks(last_step, last_loss));
   }
 
   if (trained.ok()) {

@@ -14,6 +14,7 @@
 #include "fsdpd/v1/worker.pb.h"
 #include "grpcpp/channel.h"
 #include "worker/session_outbox.h"
+#include "worker/trainer.h"
 
 namespace fsdpd {
 
@@ -48,6 +49,8 @@ class JobRun {
  private:
   void Body();
   FinishedAttempt Train();
+  absl::StatusOr<RankContext> MakeRankContext() const;
+  TrainerHooks MakeHooks(std::atomic<int64_t>& last_step, std::atomic<double>& last_loss);
   void Log(const std::string& level, const std::string& text);
 
   const v1::Assignment assignment_;
@@ -64,9 +67,5 @@ class JobRun {
   std::optional<v1::ProfileRequest> profile_request_;
   std::thread thread_;
 };
-
-// Checks that the spec's data and init paths lie inside one of the roots (empty: anything
-// goes). Paths are compared after resolving "..", so a spec cannot escape a root with them.
-absl::Status CheckPathsAllowed(const v1::JobSpec& spec, const std::vector<std::string>& roots);
 
 }  // namespace fsdpd

@@ -40,7 +40,6 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", FormatFieldErrors(errors)));
   }
-  FSDPD_RETURN_IF_ERROR(ValidateLearningRateSchedule(spec.train()));
   FSDPD_RETURN_IF_ERROR(CheckDevice(spec.parallel().device(), context.device));
   if (context.world_size != spec.parallel().world_size()) {
     return absl::InvalidArgumentError(
@@ -57,16 +56,6 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
   if (context.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("the rank context has no checkpoint directory");
   }
-  const std::string& param_dtype = spec.parallel().param_dtype();
-  if (param_dtype != "bf16" && param_dtype != "fp32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.param_dtype: must be 'bf16' or 'fp32' (got '", param_dtype, "')"));
-  }
-  if (spec.parallel().reduce_dtype() != "fp32" && !spec.parallel().reduce_dtype().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.reduce_dtype: only 'fp32' is supported (got '",
-                     spec.parallel().reduce_dtype(), "')"));
-  }
   return absl::OkStatus();
 }
 
@@ -77,36 +66,14 @@ struct JobPaths {
   v1::DataSpec data;      // with its path resolved
 };
 
-absl::StatusOr<std::string> ResolveField(const char* field, const std::string& path,
-                                         const RankContext& context) {
-  absl::StatusOr<std::string> resolved = ResolveConfinedPath(path, context.allowed_roots);
-  if (!resolved.ok()) {
-    return absl::Status(resolved.status().code(),
-                        absl::StrCat(field, ": ", resolved.status().message()));
-  }
-  return resolved;
-}
-
 absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankContext& context) {
   JobPaths paths;
   FSDPD_ASSIGN_OR_RETURN(paths.job_dir,
-                         ResolveField("checkpoint directory", context.checkpoint_dir, context));
-  std::error_code error;
-  std::filesystem::create_directories(paths.job_dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot create the checkpoint directory ",
-                                                      paths.job_dir, ": ", error.message()));
-  }
-  if (!spec.checkpoint().init_from().empty()) {
-    FSDPD_ASSIGN_OR_RETURN(paths.init_path, ResolveField("checkpoint.init_from",
-                                                         spec.checkpoint().init_from(), context));
-  }
+                         CreateConfinedDirectory(context.checkpoint_dir, context.allowed_roots));
+  FSDPD_ASSIGN_OR_RETURN(const SpecPaths spec_paths, ResolveSpecPaths(spec, context.allowed_roots));
+  paths.init_path = spec_paths.init_from;
   paths.data = spec.data();
-  if (!paths.data.path().empty()) {
-    FSDPD_ASSIGN_OR_RETURN(const std::string data_path,
-                           ResolveField("data.path", paths.data.path(), context));
-    paths.data.set_path(data_path);
-  }
+  paths.data.set_path(spec_paths.data_path);
   return paths;
 }
 
@@ -152,12 +119,8 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   const bool bf16_params = spec.parallel().param_dtype() == "bf16";
   if (engine.backend->activation_dtype() == DType::kBF16) {
     // The CUDA kernels read bf16 parameters: the fp32 master shard is cast to bf16 into its
-    // slice of the unsharded buffer and gathered in bf16 (half the bytes on the wire).
-    if (!bf16_params) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parallel.param_dtype 'fp32' on ", engine.backend->name(),
-                       ": the CUDA backend computes with bf16 parameters; use param_dtype: bf16"));
-    }
+    // slice of the unsharded buffer and gathered in bf16 (half the bytes on the wire). The
+    // spec's validator refuses param_dtype fp32 for device cuda at submission.
     fsdp_options.param_storage_dtype = DType::kBF16;
     fsdp_options.round_params_to_bf16 = false;
   } else {

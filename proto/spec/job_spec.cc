@@ -5,12 +5,15 @@
 
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace fsdpd {
 namespace {
@@ -26,12 +29,45 @@ absl::Status TypeError(const std::string& field, const YAML::Node& node, const c
   return absl::InvalidArgumentError(absl::StrCat(field, ": expected ", expected, ", got ", got));
 }
 
+// An integer written in the spec that does not fit the field's type: say so, with the range,
+// rather than "expected an integer".
+template <typename T>
+absl::Status RangeError(const std::string& field, const YAML::Node& node) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    static const std::regex kInteger("[-+]?[0-9]+");
+    if (std::regex_match(node.Scalar(), kInteger)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", node.Scalar(), " is out of range; it must be between ",
+                       std::numeric_limits<T>::min(), " and ", std::numeric_limits<T>::max()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::StatusOr<T> Scalar(const std::string& field, const YAML::Node& node, const char* expected) {
   if (!node.IsScalar()) return TypeError(field, node, expected);
   T value;
-  if (!YAML::convert<T>::decode(node, value)) return TypeError(field, node, expected);
+  if (!YAML::convert<T>::decode(node, value)) {
+    FSDPD_RETURN_IF_ERROR(RangeError<T>(field, node));
+    return TypeError(field, node, expected);
+  }
   return value;
+}
+
+// yaml-cpp keeps every entry of a mapping with a repeated key, and applying them in turn would
+// silently let the last one win: a repeated key is an error that names it.
+absl::Status CheckUniqueKeys(const std::string& prefix, const YAML::Node& map) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {
+    const std::string key = entry.first.as<std::string>();
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix.empty() ? key : prefix + "." + key,
+                       ": appears more than once in the spec; keep one"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -183,6 +219,7 @@ absl::Status ApplyNode(const std::string& path, const YAML::Node& node, v1::JobS
   if (Sections().count(path)) {
     if (node.IsNull()) return absl::OkStatus();
     if (!node.IsMap()) return TypeError(path, node, "a mapping");
+    FSDPD_RETURN_IF_ERROR(CheckUniqueKeys(path, node));
     for (const auto& entry : node) {
       absl::Status status =
           ApplyNode(path + "." + entry.first.as<std::string>(), entry.second, spec);
@@ -250,6 +287,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text) {
   }
   v1::JobSpec spec = DefaultJobSpec();
   try {
+    FSDPD_RETURN_IF_ERROR(CheckUniqueKeys("", root));
     for (const auto& entry : root) {
       absl::Status status = ApplyNode(entry.first.as<std::string>(), entry.second, &spec);
       if (!status.ok()) return status;

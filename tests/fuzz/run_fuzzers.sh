@@ -29,7 +29,8 @@ LIBS="$(pkg-config --libs $PACKAGES) -pthread"
 
 # Project sources are instrumented for coverage; the generated protobuf code only for ASan.
 LIBRARY_SOURCES=(
-  proto/spec/job_spec.cc proto/spec/job_spec_validate.cc
+  proto/spec/job_spec.cc proto/spec/job_spec_validate.cc proto/spec/job_spec_estimates.cc
+  proto/spec/validate_sections.cc proto/spec/validate_parallel.cc proto/spec/spec_paths.cc
   worker/data/data_loader.cc worker/data/mapped_file.cc worker/data/path_policy.cc
   worker/data/synthetic_tokens.cc worker/data/window_data_loader.cc
   worker/checkpoint/checkpoint.cc worker/checkpoint/crc32c.cc

@@ -202,8 +202,9 @@ TEST_F(JobLifecycleTest, AFailingJobReportsWhyAndTheWorkersCarryOn) {
   EXPECT_NE(status.value("reason", "").find("no-such-corpus.txt"), std::string::npos)
       << status.value("reason", "");
 
-  // A path outside the workers' --allowed-root is refused before anything reads it.
-  const std::string outside = TextSpec("outside", "/etc/hostname");
+  // A path outside the workers' --allowed-root is refused before anything reads it. (A path
+  // into /etc is refused earlier, at submission: spec_rejection_test.cc.)
+  const std::string outside = TextSpec("outside", "/usr/lib/os-release");
   const std::string refused = cluster_.SubmitJob(cluster_.WriteSpec("outside", outside));
   ASSERT_FALSE(refused.empty());
   status = cluster_.WaitForState(refused, "FAILED", seconds(60));

@@ -74,6 +74,58 @@ TEST_F(SpecRejectionTest, ModelTooLargeForAnyWorker) {
                  {"parallel.device", "memory"});
 }
 
+// Rules a worker used to find only after the job was stored and scheduled; each is now refused
+// at submission (proto/spec/spec_validate.h).
+TEST_F(SpecRejectionTest, CudaWithFp32ParametersIsRefusedAtSubmit) {
+  ExpectRejected("cudafp32",
+                 "name: cudafp32\nmodel: {vocab: 64, dim: 32, layers: 1, heads: 2}\n"
+                 "data: {source: synthetic, seq_len: 16}\n"
+                 "parallel: {world_size: 1, device: cuda, param_dtype: fp32}\n",
+                 {"parallel.param_dtype", "bf16"});
+}
+
+TEST_F(SpecRejectionTest, CudaAttentionLaunchLimitIsRefusedAtSubmit) {
+  ExpectRejected("cudagrid",
+                 "name: cudagrid\nmodel: {vocab: 64, dim: 64, layers: 1, heads: 16}\n"
+                 "data: {source: synthetic, seq_len: 16}\ntrain: {batch_size: 8192}\n"
+                 "parallel: {world_size: 1, device: cuda}\n",
+                 {"train.batch_size", "65535"});
+}
+
+TEST_F(SpecRejectionTest, EmptyLearningRateScheduleIsRefusedAtSubmit) {
+  ExpectRejected("nosched",
+                 "name: nosched\nmodel: {vocab: 64, dim: 32, layers: 1, heads: 2}\n"
+                 "train: {lr_schedule: \"\"}\n"
+                 "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"train.lr_schedule"});
+}
+
+TEST_F(SpecRejectionTest, DataInASystemFolderIsRefusedAtSubmit) {
+  ExpectRejected("passwd",
+                 "name: passwd\nmodel: {vocab: 256, dim: 32, layers: 1, heads: 2}\n"
+                 "data: {source: text, path: /etc/passwd, seq_len: 16}\n"
+                 "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"data.path", "system folder /etc"});
+}
+
+TEST_F(SpecRejectionTest, InitFromWithDotDotIsRefusedAtSubmit) {
+  ExpectRejected("dotdot",
+                 "name: dotdot\nmodel: {vocab: 64, dim: 32, layers: 1, heads: 2}\n"
+                 "checkpoint: {init_from: /srv/../etc/shadow}\n"
+                 "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"checkpoint.init_from", "'..'"});
+}
+
+TEST_F(SpecRejectionTest, OversizedFieldIsNamedBeforeSending) {
+  // 8 MiB: over gRPC's default 4 MiB message limit, which would otherwise be the only error.
+  const std::string path(8 << 20, 'a');
+  ExpectRejected("bigpath",
+                 "name: bigpath\nmodel: {vocab: 256, dim: 32, layers: 1, heads: 2}\n"
+                 "data: {source: text, path: /" +
+                     path + ", seq_len: 16}\n",
+                 {"data.path: must be at most 4096 characters"});
+}
+
 TEST_F(SpecRejectionTest, DryRunOfAGoodSpecStoresNothing) {
   const std::string path = cluster_->WriteSpec("dry", TinySpec("dry", 3));
   nlohmann::json checked = cluster_->CtlJson({"submit", "--dry-run", path});

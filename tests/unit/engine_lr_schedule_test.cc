@@ -45,14 +45,5 @@ TEST(LearningRateScheduleTest, CosineDecaysFromThePeakToTheFloor) {
   }
 }
 
-TEST(LearningRateScheduleTest, RejectsUnknownScheduleAndBadBounds) {
-  EXPECT_FALSE(ValidateLearningRateSchedule(Train("linear", 10, 0, 0)).ok());
-  EXPECT_FALSE(ValidateLearningRateSchedule(Train("cosine", 10, -1, 0)).ok());
-  EXPECT_FALSE(ValidateLearningRateSchedule(Train("cosine", 10, 0, 1.5)).ok());
-  EXPECT_TRUE(ValidateLearningRateSchedule(Train("cosine", 10, 2, 0.1)).ok());
-  const absl::Status status = ValidateLearningRateSchedule(Train("linear", 10, 0, 0));
-  EXPECT_NE(status.message().find("train.lr_schedule"), std::string::npos) << status;
-}
-
 }  // namespace
 }  // namespace fsdpd

@@ -6,5 +6,5 @@ fsdpd_test(security_server_test LABEL unit
 # The worker's confinement of a job's data and init paths (--allowed-root).
 if(TARGET fsdpd_worker_session)
   fsdpd_test(security_worker_paths_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/security_worker_paths_test.cc LIBS fsdpd_worker_session)
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/security_worker_paths_test.cc LIBS fsdpd_io)
 endif()

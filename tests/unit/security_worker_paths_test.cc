@@ -1,6 +1,6 @@
-// The worker's check of a job's paths before it trains: data.path and checkpoint.init_from must
-// resolve inside --allowed-root, with no `..` or symlink escape. (The trainer resolves them, and
-// the checkpoint directory, through the same policy again: worker/data/path_policy.h.)
+// The worker's one path policy for a job (worker/data/path_policy.h): data.path and
+// checkpoint.init_from must resolve inside --allowed-root, with no `..` or symlink escape, and
+// the checkpoint directory is created only there.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "worker/session_job.h"
+#include "worker/data/path_policy.h"
 
 namespace fsdpd {
 namespace {
@@ -42,25 +42,43 @@ class WorkerPathsTest : public ::testing::Test {
 };
 
 TEST_F(WorkerPathsTest, PathsInsideTheRootAreAllowed) {
-  EXPECT_TRUE(CheckPathsAllowed(Spec(base_ + "/root/data/tokens.bin", ""), roots_).ok());
-  EXPECT_TRUE(CheckPathsAllowed(Spec("", base_ + "/root/data/tokens.bin"), roots_).ok());
+  EXPECT_TRUE(ResolveSpecPaths(Spec(base_ + "/root/data/tokens.bin", ""), roots_).ok());
+  EXPECT_TRUE(ResolveSpecPaths(Spec("", base_ + "/root/data/tokens.bin"), roots_).ok());
 }
 
 TEST_F(WorkerPathsTest, DotDotEscapeInDataPathIsDenied) {
   absl::Status status =
-      CheckPathsAllowed(Spec(base_ + "/root/data/../../outside/secret.bin", ""), roots_);
+      ResolveSpecPaths(Spec(base_ + "/root/data/../../outside/secret.bin", ""), roots_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(status.message()), HasSubstr("data.path"));
 }
 
 TEST_F(WorkerPathsTest, SymlinkEscapeInInitFromIsDenied) {
-  absl::Status status = CheckPathsAllowed(Spec("", base_ + "/root/link/secret.bin"), roots_);
+  absl::Status status =
+      ResolveSpecPaths(Spec("", base_ + "/root/link/secret.bin"), roots_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(status.message()), HasSubstr("checkpoint.init_from"));
 }
 
+TEST_F(WorkerPathsTest, ResolvedPathsAreCanonical) {
+  absl::StatusOr<SpecPaths> paths =
+      ResolveSpecPaths(Spec(base_ + "/root/data/./tokens.bin", ""), roots_);
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  EXPECT_EQ(paths->data_path, std::filesystem::canonical(base_ + "/root/data/tokens.bin").string());
+  EXPECT_TRUE(paths->init_from.empty());
+}
+
+TEST_F(WorkerPathsTest, CheckpointDirectoryIsCreatedOnlyInsideTheRoots) {
+  absl::StatusOr<std::string> inside = CreateConfinedDirectory(base_ + "/root/ckpt/job", roots_);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  EXPECT_TRUE(std::filesystem::is_directory(base_ + "/root/ckpt/job"));
+  absl::StatusOr<std::string> outside = CreateConfinedDirectory(base_ + "/root/link/job", roots_);
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(std::filesystem::exists(base_ + "/outside/job"));
+}
+
 TEST_F(WorkerPathsTest, NoRootsAllowsAnyPath) {
-  EXPECT_TRUE(CheckPathsAllowed(Spec(base_ + "/outside/secret.bin", ""), {}).ok());
+  EXPECT_TRUE(ResolveSpecPaths(Spec(base_ + "/outside/secret.bin", ""), {}).ok());
 }
 
 }  // namespace

@@ -1,3 +1,6 @@
 fsdpd_test(spec_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/spec_test.cc
   LIBS fsdpd_spec)
+fsdpd_test(spec_validate_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/spec_validate_test.cc
+  LIBS fsdpd_spec)

@@ -70,6 +70,30 @@ TEST(JobSpec, ParseErrorsNameTheField) {
   EXPECT_THAT(ParseJobSpecYaml("- a\n- b\n").status().message(), HasSubstr("YAML mapping"));
 }
 
+TEST(JobSpec, RepeatedKeysAreRefusedByName) {
+  absl::StatusOr<v1::JobSpec> top = ParseJobSpecYaml("name: a\nname: b\n");
+  ASSERT_FALSE(top.ok());
+  EXPECT_THAT(std::string(top.status().message()), HasSubstr("name: appears more than once"));
+  absl::StatusOr<v1::JobSpec> nested = ParseJobSpecYaml("name: a\ntrain: {lr: 1.0e-3, lr: 5}\n");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_THAT(std::string(nested.status().message()),
+              HasSubstr("train.lr: appears more than once"));
+  absl::StatusOr<v1::JobSpec> sections = ParseJobSpecYaml("name: a\ntrain: {}\ntrain: {}\n");
+  EXPECT_FALSE(sections.ok());
+}
+
+TEST(JobSpec, IntegersOutOfRangeSaySoWithTheRange) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml("name: a\nparallel: {world_size: 99999999999}\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("parallel.world_size: 99999999999 is out of range; it must be between "
+                        "-2147483648 and 2147483647"));
+  absl::StatusOr<v1::JobSpec> word = ParseJobSpecYaml("name: a\nparallel: {world_size: many}\n");
+  ASSERT_FALSE(word.ok());
+  EXPECT_THAT(std::string(word.status().message()), HasSubstr("expected an integer, got 'many'"));
+}
+
 TEST(JobSpec, ValidationNamesEachFieldAndWhy) {
   v1::JobSpec spec = DefaultJobSpec();
   EXPECT_EQ(Errors(spec), "name: is required");
@@ -122,7 +146,7 @@ TEST(JobSpec, CudaHeadDimLimit) {
   v1::JobSpec spec = DefaultJobSpec();
   spec.set_name("x");
   spec.mutable_model()->set_heads(8);  // head_dim 256
-  EXPECT_THAT(Errors(spec), HasSubstr("head_dim up to 128 (got 256)"));
+  EXPECT_THAT(Errors(spec), HasSubstr("head_dim = dim / heads up to 128 (got 256)"));
   spec.mutable_parallel()->set_device("cpu");
   EXPECT_EQ(Errors(spec), "");
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 
 namespace fsdpd {
 namespace {
@@ -56,6 +57,38 @@ absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
       absl::StrCat("path '", path, "' resolves to '", resolved->string(),
                    "', which is outside the allowed roots: ",
                    canonical_roots.empty() ? "(none)" : absl::StrJoin(canonical_roots, ", ")));
+}
+
+absl::StatusOr<SpecPaths> ResolveSpecPaths(const v1::JobSpec& spec,
+                                           const std::vector<std::string>& allowed_roots) {
+  auto resolve = [&](const char* field, const std::string& path) -> absl::StatusOr<std::string> {
+    if (path.empty()) return std::string();
+    absl::StatusOr<std::string> resolved = ResolveConfinedPath(path, allowed_roots);
+    if (resolved.ok()) return resolved;
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat(field, ": ", resolved.status().message()));
+  };
+  SpecPaths paths;
+  FSDPD_ASSIGN_OR_RETURN(paths.data_path, resolve("data.path", spec.data().path()));
+  FSDPD_ASSIGN_OR_RETURN(paths.init_from,
+                         resolve("checkpoint.init_from", spec.checkpoint().init_from()));
+  return paths;
+}
+
+absl::StatusOr<std::string> CreateConfinedDirectory(const std::string& path,
+                                                    const std::vector<std::string>& allowed_roots) {
+  absl::StatusOr<std::string> resolved = ResolveConfinedPath(path, allowed_roots);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat("checkpoint directory: ", resolved.status().message()));
+  }
+  std::error_code error;
+  std::filesystem::create_directories(*resolved, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the checkpoint directory ", *resolved, ": ", error.message()));
+  }
+  return resolved;
 }
 
 }  // namespace fsdpd

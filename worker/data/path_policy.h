@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fsdpd/v1/spec.pb.h"
 
 namespace fsdpd {
 
@@ -17,5 +18,19 @@ namespace fsdpd {
 // directory. An empty `allowed_roots` allows everything.
 absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
                                                 const std::vector<std::string>& allowed_roots);
+
+// The spec's file paths, resolved and confined by ResolveConfinedPath; an empty field stays
+// empty. An error names the field ("data.path: path '...' resolves to ...").
+struct SpecPaths {
+  std::string data_path;
+  std::string init_from;
+};
+absl::StatusOr<SpecPaths> ResolveSpecPaths(const v1::JobSpec& spec,
+                                           const std::vector<std::string>& allowed_roots);
+
+// Resolves and confines `path` like ResolveConfinedPath, then creates it and its parents.
+// Returns the resolved path.
+absl::StatusOr<std::string> CreateConfinedDirectory(const std::string& path,
+                                                    const std::vector<std::string>& allowed_roots);
 
 }  // namespace fsdpd

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "proto/spec/spec_validate.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd {
@@ -69,33 +70,9 @@ absl::StatusOr<ActivationRecompute> ParseActivationRecompute(const std::string& 
 }
 
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec) {
-  auto positive = [](const char* field, int64_t value) -> absl::Status {
-    if (value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": must be positive, got ", value));
-    }
-    return absl::OkStatus();
-  };
-  for (const auto& [field, value] : {std::pair<const char*, int64_t>{"model.vocab", spec.vocab()},
-                                     {"model.dim", spec.dim()},
-                                     {"model.layers", spec.layers()},
-                                     {"model.heads", spec.heads()},
-                                     {"model.ffn_mult", spec.ffn_mult()}}) {
-    if (absl::Status status = positive(field, value); !status.ok()) return status;
-  }
-  if (spec.vocab() > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.vocab: token ids are int32, so vocab must be at most ",
-                     std::numeric_limits<int32_t>::max(), ", got ", spec.vocab()));
-  }
-  if (spec.dim() % spec.heads() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.dim: must be divisible by model.heads (got ", spec.dim(), " and ",
-                     spec.heads(), ")"));
-  }
-  if (!(spec.norm_eps() >= 0.0) || !std::isfinite(spec.norm_eps())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.norm_eps: must be finite and >= 0, got ", spec.norm_eps()));
-  }
+  FieldErrors errors;
+  ValidateModel(spec, errors);
+  if (!errors.empty()) return absl::InvalidArgumentError(FormatFieldErrors(errors.Take()));
   ModelConfig config;
   config.vocab = spec.vocab();
   config.dim = spec.dim();

@@ -3,26 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
-
 namespace fsdpd {
-
-absl::Status ValidateLearningRateSchedule(const v1::TrainSpec& train) {
-  const std::string& name = train.lr_schedule();
-  if (!name.empty() && name != "constant" && name != "cosine") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("train.lr_schedule: must be 'constant' or 'cosine' (got '", name, "')"));
-  }
-  if (train.warmup_steps() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("train.warmup_steps: must be ≥ 0 (got ", train.warmup_steps(), ")"));
-  }
-  if (train.min_lr_ratio() < 0.0 || train.min_lr_ratio() > 1.0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("train.min_lr_ratio: must be in [0, 1] (got ", train.min_lr_ratio(), ")"));
-  }
-  return absl::OkStatus();
-}
 
 double LearningRateAt(const v1::TrainSpec& train, int64_t step) {
   const double peak = train.lr();

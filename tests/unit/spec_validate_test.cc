@@ -1,0 +1,111 @@
+// The section validators (proto/spec/spec_validate.h): the rules a worker used to find only after
+// scheduling (CUDA needs bf16 parameters, the CUDA attention's launch limits, the learning-rate
+// schedule) and the syntax of path fields are all decided at submission.
+#include "proto/spec/spec_validate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/spec/job_spec.h"
+
+namespace fsdpd {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Errors(const v1::JobSpec& spec) { return FormatFieldErrors(ValidateJobSpec(spec)); }
+
+v1::JobSpec Seed() {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("x");
+  return spec;
+}
+
+TEST(SpecValidate, TheSeedSpecIsValid) { EXPECT_EQ(Errors(Seed()), ""); }
+
+TEST(SpecValidate, CudaNeedsBf16Parameters) {
+  v1::JobSpec spec = Seed();
+  spec.mutable_parallel()->set_param_dtype("fp32");
+  EXPECT_THAT(Errors(spec), HasSubstr("parallel.param_dtype: the cuda engine computes with bf16"));
+  spec.mutable_parallel()->set_device("cpu");
+  EXPECT_EQ(Errors(spec), "");
+}
+
+TEST(SpecValidate, CudaBoundsBatchTimesHeads) {
+  v1::JobSpec spec = Seed();
+  spec.mutable_train()->set_batch_size(4097);  // · 16 heads = 65552
+  EXPECT_THAT(Errors(spec), HasSubstr("train.batch_size: the cuda attention kernels support "
+                                      "batch_size · model.heads up to 65535 (got 65552)"));
+  spec.mutable_train()->set_batch_size(4095);
+  EXPECT_THAT(Errors(spec), Not(HasSubstr("train.batch_size")));
+}
+
+TEST(SpecValidate, LearningRateScheduleIsCheckedAtSubmission) {
+  v1::TrainSpec train = Seed().train();
+  FieldErrors errors;
+  train.set_lr_schedule("");
+  ValidateTrain(train, errors);
+  train.set_lr_schedule("cosine");
+  train.set_warmup_steps(-1);
+  ValidateTrain(train, errors);
+  train.set_warmup_steps(0);
+  train.set_min_lr_ratio(1.5);
+  ValidateTrain(train, errors);
+  const std::string text = FormatFieldErrors(errors.Take());
+  EXPECT_THAT(text, HasSubstr("train.lr_schedule: must be constant or cosine (got '')"));
+  EXPECT_THAT(text, HasSubstr("train.warmup_steps: must be between 0 and train.steps (got -1)"));
+  EXPECT_THAT(text, HasSubstr("train.min_lr_ratio: must be in [0, 1]"));
+}
+
+TEST(SpecValidate, PathsMustBeAbsoluteNormalAndOutsideSystemFolders) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"data/tokens.bin", "must be an absolute path"},
+      {"/data/../etc/passwd", "must be a normalised path: no empty, '.' or '..' components"},
+      {"/data//tokens.bin", "must be a normalised path: no empty, '.' or '..' components"},
+      {"/data/tokens.bin/", "must be a normalised path: no empty, '.' or '..' components"},
+      {"/data/tok\nens.bin", "must not contain control characters"},
+      {"/etc/passwd", "must not point into the system folder /etc"},
+      {"/proc/self/environ", "must not point into the system folder /proc"},
+      {"/dev", "must not point into the system folder /dev"},
+      {"/" + std::string(SpecLimits::kMaxPathLength, 'a'), "must be at most 4096 characters"},
+  };
+  for (const auto& [path, message] : cases) {
+    v1::JobSpec spec = Seed();
+    spec.mutable_data()->set_source("tokens");
+    spec.mutable_data()->set_path(path);
+    spec.mutable_checkpoint()->set_init_from(path);
+    const std::string errors = Errors(spec);
+    EXPECT_THAT(errors, HasSubstr("data.path: " + message)) << path;
+    EXPECT_THAT(errors, HasSubstr("checkpoint.init_from: " + message)) << path;
+  }
+  v1::JobSpec spec = Seed();
+  spec.mutable_data()->set_source("tokens");
+  spec.mutable_data()->set_path("/etcetera/tokens.bin");  // a prefix of a name is not the folder
+  spec.mutable_checkpoint()->set_init_from("/srv/models/init.safetensors");
+  EXPECT_EQ(Errors(spec), "");
+}
+
+TEST(SpecValidate, KeywordsAreBoundedAndNotEchoedWhole) {
+  v1::JobSpec spec = Seed();
+  spec.mutable_parallel()->set_device(std::string(1 << 20, 'x'));
+  spec.mutable_train()->set_lr_schedule(std::string(100, 'y'));
+  const std::string errors = Errors(spec);
+  EXPECT_THAT(errors, HasSubstr("parallel.device: must be cpu or cuda"));
+  EXPECT_THAT(errors, HasSubstr("train.lr_schedule: must be at most 64 characters (got 100)"));
+  EXPECT_LT(errors.size(), 2000u);
+}
+
+TEST(SpecValidate, EachSectionValidatorNamesOnlyItsFields) {
+  v1::JobSpec spec = Seed();
+  spec.mutable_model()->set_dim(30);
+  spec.mutable_model()->set_heads(4);
+  FieldErrors errors;
+  ValidateModel(spec.model(), errors);
+  const std::vector<FieldError> found = errors.Take();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].field, "model.dim");
+}
+
+}  // namespace
+}  // namespace fsdpd
