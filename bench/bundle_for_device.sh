@@ -15,7 +15,7 @@ size_limit_mib=${SIZE_LIMIT_MIB:-60}
 bundle_libs=${BUNDLE_LIBS:-$repo_root/../shared/device/bundle-libs.sh}
 
 binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench)
-gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test profiler_cupti_test
+gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_multirank_test profiler_cupti_test
   profiler_cuda_trainer_test)
 
 if [ ! -x "$bundle_libs" ]; then

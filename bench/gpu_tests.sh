@@ -1,0 +1,34 @@
+#!/bin/bash
+# Every GPU test binary of the bundle (bench/bundle_for_device.sh) on the GPU machine, each under
+# a time limit, with a one-line verdict per binary and its log under $OUT.
+#   OUT=/tmp/out bench/gpu_tests.sh
+set -uo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo_root" || exit 1
+out=${OUT:-$repo_root/bench-out}
+mkdir -p "$out"
+if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then
+  xz -dc .device/bundle.tar.xz | tar -C .device -xf - || exit 1
+fi
+cudnn_lib=${CUDNN_LIB:-$(/opt/torch/.venv/bin/python -c \
+  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
+export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}
+export FSDPD_SOURCE_DIR=$repo_root
+status=0
+for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_multirank_test \
+  profiler_cupti_test profiler_cuda_trainer_test}; do
+  binary=.device/bin/$test
+  if [ ! -x "$binary" ]; then
+    echo "$test: not in the bundle"
+    status=1
+    continue
+  fi
+  timeout -k 5 "${TEST_SECONDS:-240}" "$binary" --gtest_color=no >"$out/$test.log" 2>&1
+  code=$?
+  [ $code -ne 0 ] && status=1
+  echo "$test: exit $code, $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$out/$test.log" |
+    tr '\n' ' ')"
+  grep -E "Failure|relative distance" "$out/$test.log" | head -n 12
+done
+exit $status
