@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/cluster_identity.h"
 #include "server/sqlite_job_store.h"
 #include "spdlog/spdlog.h"
 
@@ -62,6 +63,10 @@ absl::Status Coordinator::Start() {
           absl::StrCat("state-dir: cannot create ", directory, ": ", error.message()));
     }
   }
+  absl::StatusOr<std::string> cluster =
+      OpenClusterIdentity(config_.state_dir, config_.store.database_path);
+  if (!cluster.ok()) return cluster.status();
+  cluster_id_ = *cluster;
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_.store);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);

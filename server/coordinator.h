@@ -63,6 +63,7 @@ class Coordinator {
   bool stopped_ = false;
   std::thread ticker_;
   bool job_service_serving_ = false;  // ticker thread only, after Start
+  std::string cluster_id_;            // the state folder's (server/cluster_identity.h)
 };
 
 }  // namespace fsdpd::server

@@ -1,36 +1,19 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
-#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "server/cluster_identity.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
 namespace {
 
 int64_t UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
-
-// A random (version 4) UUID: unique across clusters, state folders and coordinator restarts.
-std::string NewJobUid() {
-  static std::mutex mutex;
-  static std::mt19937_64 random(std::random_device{}() ^
-                                static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
-  uint64_t high, low;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    high = random();
-    low = random();
-  }
-  high = (high & ~uint64_t{0xf000}) | uint64_t{0x4000};
-  low = (low & ~(uint64_t{0xc} << 60)) | (uint64_t{0x8} << 60);
-  return absl::StrFormat("%08x-%04x-%04x-%04x-%012x", high >> 32, (high >> 16) & 0xffff,
-                         high & 0xffff, low >> 48, low & 0xffffffffffffULL);
-}
 
 int64_t SubmitOrderOf(const std::string& job_id) {
   int64_t order = 0;
@@ -149,7 +132,7 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
     JobRecord record;
     record.submit_order = SubmitOrderOf(*id);
     record.job.set_id(*id);
-    record.job.set_uid(NewJobUid());
+    record.job.set_uid(NewUuid());  // unique across clusters and restarts
     *record.job.mutable_spec() = spec;
     record.job.set_state(v1::PENDING);
     record.job.set_created_unix_millis(UnixMillisNow());
