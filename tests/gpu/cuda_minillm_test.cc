@@ -109,6 +109,9 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
                                   gpu_gradient.begin() + parameter.offset + parameter.numel);
       std::vector<float> cpu_part(host_grads[u].begin() + parameter.offset,
                                   host_grads[u].begin() + parameter.offset + parameter.numel);
+      // One parameter's gradient is a shorter sum than the whole unit's, so its share of the
+      // bf16 rounding noise averages out less: a bound of 0.08 for each, against 0.05 for the
+      // unit. Any wrong op moves its parameters' gradients by O(1).
       EXPECT_LT(RelativeDistance(gpu_part, cpu_part), 0.08) << parameter.name;
     }
   }

@@ -87,12 +87,18 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   std::vector<nlohmann::json> live_events;
   std::thread watcher(
       [&] { live_events = cluster.WatchEvents(id, &live_exit_code, seconds(180)); });
-  // It has printed at least one step before the coordinator goes away.
-  std::this_thread::sleep_for(seconds(1));
+  // Training moves on before the coordinator goes away, so the watch has steps to print.
+  nlohmann::json moved = cluster.WaitForJob(
+      id,
+      [&](const nlohmann::json& job) { return job.value("step", int64_t{0}) > step_before_kill; },
+      seconds(60));
+  ASSERT_GT(moved.value("step", int64_t{0}), step_before_kill) << moved.dump();
 
   cluster.KillCoordinator(SIGKILL);
-  // Training goes on while the coordinator is away; the workers buffer their reports.
-  std::this_thread::sleep_for(seconds(1));
+  // Training goes on while the coordinator is away; the workers see it gone and buffer their
+  // reports.
+  ASSERT_TRUE(cluster.WaitForWorkerLogs("lost the session with the coordinator", seconds(30)))
+      << cluster.Logs();
   ASSERT_TRUE(cluster.StartCoordinator());
 
   nlohmann::json listed = cluster.CtlJson({"list"});

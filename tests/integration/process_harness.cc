@@ -113,7 +113,11 @@ ChildProcess::~ChildProcess() {
 
 bool ChildProcess::Running() {
   if (pid_ <= 0 || reaped_) return false;
-  if (waitpid(pid_, nullptr, WNOHANG) == pid_) reaped_ = true;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    reaped_ = true;
+    if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
+  }
   return !reaped_;
 }
 
@@ -208,6 +212,13 @@ bool Cluster::StartWorkers() {
         log));
   }
   return WaitForWorkers(worker_count_, "IDLE", std::chrono::seconds(30));
+}
+
+bool Cluster::WaitForWorkerLogs(const std::string& text, std::chrono::milliseconds timeout) {
+  for (const std::unique_ptr<ChildProcess>& worker : workers_) {
+    if (!worker->WaitForLog(text, timeout)) return false;
+  }
+  return true;
 }
 
 bool Cluster::WaitForWorkers(int count, const std::string& state,

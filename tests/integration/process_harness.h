@@ -51,11 +51,14 @@ class ChildProcess {
   bool WaitForLog(const std::string& text, std::chrono::milliseconds timeout);
   const std::string& log_path() const { return log_path_; }
   pid_t pid() const { return pid_; }
+  // Its exit status once reaped; -1 while it runs or when a signal ended it.
+  int exit_code() const { return exit_code_; }
 
  private:
   std::string log_path_;
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int exit_code_ = -1;
 };
 
 struct CommandResult {
@@ -99,6 +102,9 @@ class Cluster {
                             std::chrono::milliseconds timeout);
   nlohmann::json WaitForState(const std::string& job_id, const std::string& state,
                               std::chrono::milliseconds timeout);
+
+  // Waits until every worker's log contains `text`.
+  bool WaitForWorkerLogs(const std::string& text, std::chrono::milliseconds timeout);
 
   // Every process's log, for a failure message.
   std::string Logs() const;

@@ -126,7 +126,9 @@ TEST(SafetensorsTest, ConvertsHalfBfloatAndIntegerDtypes) {
 }
 
 TEST(SafetensorsTest, PythonReadsOurFiles) {
-  if (!PythonSafetensorsAvailable()) GTEST_SKIP() << "python3 safetensors/numpy not importable";
+  // scripts/install_deps.sh installs them: without them this interop check would prove nothing.
+  ASSERT_TRUE(PythonSafetensorsAvailable())
+      << "python3 cannot import numpy and safetensors; run scripts/install_deps.sh";
   TempDirectory directory;
   const std::string path = directory.File("model.safetensors");
   const auto tensors = SampleTensors();
@@ -150,7 +152,9 @@ TEST(SafetensorsTest, PythonReadsOurFiles) {
 }
 
 TEST(SafetensorsTest, WeReadPythonFiles) {
-  if (!PythonSafetensorsAvailable()) GTEST_SKIP() << "python3 safetensors/numpy not importable";
+  // scripts/install_deps.sh installs them: without them this interop check would prove nothing.
+  ASSERT_TRUE(PythonSafetensorsAvailable())
+      << "python3 cannot import numpy and safetensors; run scripts/install_deps.sh";
   TempDirectory directory;
   const std::string path = directory.File("python.safetensors");
   const std::string script = directory.File("make.py");

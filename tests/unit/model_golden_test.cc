@@ -217,9 +217,8 @@ TEST_F(ModelGoldenTest, ThreeAdamWSteps) {
     OptimizerStep(config_.adamw, step);
   }
   std::map<std::string, NamedTensor> recorded = ReadAll("losses.safetensors");
-  if (recorded.count("adamw_losses")) {
-    ExpectClose("loss per AdamW step", losses.data(), recorded["adamw_losses"].values, 1e-5, 1e-5);
-  }
+  ASSERT_EQ(recorded.count("adamw_losses"), 1u) << "losses.safetensors has no adamw_losses";
+  ExpectClose("loss per AdamW step", losses.data(), recorded["adamw_losses"].values, 1e-5, 1e-5);
   // AdamW normalises each update to about lr whatever the gradient's size. The key part of
   // in_proj_bias has a gradient that is zero in exact arithmetic (softmax ignores a shift of
   // a whole row of scores), so both sides hold ~1e-9 of rounding noise there, and Adam turns
@@ -266,9 +265,12 @@ TEST_F(ModelGoldenTest, LossTrajectory) {
     losses.push_back(ForwardBackward(inputs, targets));
     OptimizerStep(adamw, step + 1);
   }
-  // Rounding differences compound through 20 updates; 1e-3 relative still separates a
-  // correct trajectory from one with any wrong gradient or optimizer term.
-  ExpectClose("trajectory loss", losses.data(), expected, 1e-4, 1e-3);
+  // fp32 against PyTorch's fp32: rounding differences compound through 20 updates, and the
+  // engine stays within 5e-7 of PyTorch's loss (~4.3) here. 5e-6 absolute plus 1e-6 relative
+  // (about 1e-5 in all) leaves ten times that for another BLAS's summation order, and still
+  // fails on any wrong gradient or optimizer term, which moves the loss by 1e-3 or more within
+  // a few steps.
+  ExpectClose("trajectory loss", losses.data(), expected, 5e-6, 1e-6);
   EXPECT_LT(losses.back(), losses.front());
 }
 

@@ -15,6 +15,7 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/input_limits.h"
+#include "tests/support/test_specs.h"
 #include "tests/unit/security_certificates.h"
 
 namespace fsdpd::server {
@@ -37,20 +38,7 @@ class TempDirectory {
   std::string path_;
 };
 
-v1::JobSpec TinySpec() {
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("tiny");
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(64);
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_heads(4);
-  spec.mutable_data()->set_seq_len(32);
-  spec.mutable_train()->set_batch_size(2);
-  spec.mutable_parallel()->set_world_size(1);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
-  return spec;
-}
+using ::fsdpd::testing::TinyJobSpec;
 
 // --- the tokens file --------------------------------------------------------------------------
 
@@ -181,7 +169,7 @@ class BearerTokenTest : public ::testing::Test {
     grpc::ClientContext context;
     context.AddMetadata("authorization", "Bearer " + token);
     v1::SubmitJobRequest request;
-    *request.mutable_spec() = TinySpec();
+    *request.mutable_spec() = TinyJobSpec();
     v1::SubmitJobResponse response;
     grpc::Status status = jobs_->SubmitJob(&context, request, &response);
     if (id != nullptr) *id = response.id();
@@ -370,7 +358,7 @@ TEST(RequestLimitTest, OversizedRequestIsRefusedBeforeParsing) {
   auto jobs = v1::JobService::NewStub(
       grpc::CreateChannel(coordinator.listen_address(), grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = TinySpec();
+  *request.mutable_spec() = TinyJobSpec();
   request.mutable_spec()->set_name(std::string(3 << 20, 'x'));
   v1::SubmitJobResponse response;
   grpc::ClientContext context;

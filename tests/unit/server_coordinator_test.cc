@@ -15,26 +15,14 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/spec/job_spec.h"
 #include "server/coordinator.h"
+#include "tests/support/test_specs.h"
 
 namespace fsdpd::server {
 namespace {
 
 using ::testing::HasSubstr;
 
-v1::JobSpec TinySpec() {
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("tiny");
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(64);
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_heads(4);
-  spec.mutable_data()->set_seq_len(32);
-  spec.mutable_train()->set_batch_size(2);
-  spec.mutable_parallel()->set_world_size(1);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
-  return spec;
-}
+using ::fsdpd::testing::TinyJobSpec;
 
 class CoordinatorTest : public ::testing::Test {
  protected:
@@ -70,7 +58,7 @@ class CoordinatorTest : public ::testing::Test {
 
 TEST_F(CoordinatorTest, RejectsBadSpecsByField) {
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = TinySpec();
+  *request.mutable_spec() = TinyJobSpec();
   request.mutable_spec()->mutable_parallel()->set_device("tpu");
   v1::SubmitJobResponse response;
   grpc::ClientContext context;
@@ -142,7 +130,7 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
   EXPECT_TRUE(incoming.has_heartbeat_ack());
 
   v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = TinySpec();
+  *submit.mutable_spec() = TinyJobSpec();
   v1::SubmitJobResponse submitted;
   grpc::ClientContext submit_context;
   ASSERT_TRUE(jobs_->SubmitJob(&submit_context, submit, &submitted).ok());
@@ -182,7 +170,8 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response.value();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The key does not exist yet, so the Get must still be parked, not answered.
+  ASSERT_EQ(parked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   v1::SetRequest set;
   *set.mutable_scope() = scope;
   set.set_key("gloo/0");
