@@ -34,6 +34,7 @@ bool IsTerminal(v1::JobState state) {
 nlohmann::json JobToJson(const v1::Job& job) {
   nlohmann::json out;
   out["id"] = job.id();
+  out["uid"] = job.uid();  // unique across clusters; names the checkpoint folder
   out["name"] = job.spec().name();
   out["state"] = StateName(job.state());
   out["reason"] = job.reason();

@@ -6,11 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/cluster_identity.h"
 #include "server/sqlite_job_store.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
 namespace {
+
+constexpr char kJobServiceName[] = "fsdpd.v1.JobService";
 
 absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -60,6 +63,10 @@ absl::Status Coordinator::Start() {
           absl::StrCat("state-dir: cannot create ", directory, ": ", error.message()));
     }
   }
+  absl::StatusOr<std::string> cluster =
+      OpenClusterIdentity(config_.state_dir, config_.store.database_path);
+  if (!cluster.ok()) return cluster.status();
+  cluster_id_ = *cluster;
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_.store);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
@@ -122,7 +129,9 @@ absl::Status Coordinator::Start() {
   listen_address_ = absl::StrCat(config_.listen.substr(0, config_.listen.rfind(':')), ":", port);
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
+    health->SetServingStatus(kJobServiceName, true);
   }
+  job_service_serving_ = true;
   ticker_ = std::thread([this] { RunTicker(); });
   return absl::OkStatus();
 }
@@ -139,6 +148,7 @@ void Coordinator::RunTicker() {
     if (stopping_) break;
     lock.unlock();
     jobs_->Tick();
+    ReportStoreHealth();
     if (Clock::now() >= next_flush) {
       if (absl::Status status = store_->Flush(); !status.ok()) {
         spdlog::error("job store: flush failed: {}", status.ToString());
@@ -146,6 +156,22 @@ void Coordinator::RunTicker() {
       next_flush = Clock::now() + config_.store.flush_interval;
     }
     lock.lock();
+  }
+}
+
+// The job service is NOT_SERVING while the store cannot write: it takes no submits then.
+void Coordinator::ReportStoreHealth() {
+  const bool writable = jobs_->GetStoreHealth().writable;
+  if (writable == job_service_serving_) return;
+  job_service_serving_ = writable;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(kJobServiceName, writable);
+  }
+  if (writable) {
+    spdlog::info("health: {} SERVING again: the job store writes", kJobServiceName);
+  } else {
+    spdlog::error("health: {} NOT_SERVING: the job store cannot write ({})", kJobServiceName,
+                  jobs_->GetStoreHealth().last_error);
   }
 }
 

@@ -41,6 +41,8 @@ class Coordinator {
 
  private:
   void RunTicker();
+  // Mirrors the store's health on the job service's health status (ticker thread).
+  void ReportStoreHealth();
 
   CoordinatorConfig config_;
   std::unique_ptr<JobStore> store_;
@@ -60,6 +62,8 @@ class Coordinator {
   bool stopping_ = false;
   bool stopped_ = false;
   std::thread ticker_;
+  bool job_service_serving_ = false;  // ticker thread only, after Start
+  std::string cluster_id_;            // the state folder's (server/cluster_identity.h)
 };
 
 }  // namespace fsdpd::server

@@ -1,36 +1,19 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
-#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "server/cluster_identity.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
 namespace {
 
 int64_t UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
-
-// A random (version 4) UUID: unique across clusters, state folders and coordinator restarts.
-std::string NewJobUid() {
-  static std::mutex mutex;
-  static std::mt19937_64 random(std::random_device{}() ^
-                                static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
-  uint64_t high, low;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    high = random();
-    low = random();
-  }
-  high = (high & ~uint64_t{0xf000}) | uint64_t{0x4000};
-  low = (low & ~(uint64_t{0xc} << 60)) | (uint64_t{0x8} << 60);
-  return absl::StrFormat("%08x-%04x-%04x-%04x-%012x", high >> 32, (high >> 16) & 0xffff,
-                         high & 0xffff, low >> 48, low & 0xffffffffffffULL);
-}
 
 int64_t SubmitOrderOf(const std::string& job_id) {
   int64_t order = 0;
@@ -54,10 +37,6 @@ JobManager::JobManager(JobManagerConfig config, JobStore& store, WorkerRegistry&
       artifacts_(config_.artifact_dir),
       profiles_(config_.artifact_dir),
       now_(std::move(now)) {}
-
-void JobManager::LogStoreError(const absl::Status& status, const char* what) const {
-  if (!status.ok()) spdlog::error("job store: {}: {}", what, status.ToString());
-}
 
 void JobManager::SetObserver(JobObserver* observer) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -141,6 +120,7 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
+  if (!store_writable_.load()) return StoreUnavailable();
   // The id, the row and the first transition in one commit; readers see the job once it is
   // committed.
   store_.BeginGroup();
@@ -152,7 +132,7 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
     JobRecord record;
     record.submit_order = SubmitOrderOf(*id);
     record.job.set_id(*id);
-    record.job.set_uid(NewJobUid());
+    record.job.set_uid(NewUuid());  // unique across clusters and restarts
     *record.job.mutable_spec() = spec;
     record.job.set_state(v1::PENDING);
     record.job.set_created_unix_millis(UnixMillisNow());
@@ -167,14 +147,17 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
   deferring_publish_ = false;
   unpublished_.clear();
   held_notifications_.clear();  // a new job has no subscribers yet
+  snapshots_.clear();
+  held_sends_.clear();
   if (!status.ok()) {
     if (stored != nullptr) jobs_.erase(*id);  // not stored: the job was never accepted
-    return status;
+    LogStoreError(status, "submit");
+    return StoreUnavailable();
   }
   PublishLocked(*stored);
   spdlog::info("{} submitted: {} on {} {} worker(s)", *id, spec.name(),
                spec.parallel().world_size(), spec.parallel().device());
-  ScheduleLocked();
+  RunGroupedLocked([this] { ScheduleLocked(); });
   return *id;
 }
 
@@ -199,10 +182,14 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " already ended as ", v1::JobState_Name(state), "; nothing to cancel"));
   }
+  if (!store_writable_.load()) return StoreUnavailable();
   const std::string why = reason.empty() ? "cancelled by user" : reason;
-  if (record->active.has_value()) EndAttemptLocked(*record, false, why);
-  TransitionLocked(*record, v1::CANCELLED, why);
-  ScheduleLocked();
+  const bool stored = RunGroupedLocked([&] {
+    if (record->active.has_value()) EndAttemptLocked(*record, false, why);
+    TransitionLocked(*record, v1::CANCELLED, why);
+    ScheduleLocked();
+  });
+  if (!stored) return StoreUnavailable();
   return record->job;
 }
 
@@ -237,6 +224,7 @@ void JobManager::SendHeldNotificationsLocked() {
 
 void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
                                   const std::string& reason) {
+  SnapshotLocked(record);
   const int64_t now = UnixMillisNow();
   v1::Job& job = record.job;
   job.set_state(state);
@@ -281,6 +269,7 @@ void JobManager::ScheduleLocked() {
 }
 
 void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids) {
+  SnapshotLocked(record);
   v1::Job& job = record.job;
   const int attempt = job.attempt() + 1;
   const int world_size = static_cast<int>(worker_ids.size());
@@ -321,10 +310,9 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
     assignment->set_world_size(world_size);
     *assignment->mutable_spec() = job.spec();
     assignment->set_rendezvous_scope(RendezvousStore::ScopeName(job.id(), attempt));
-    if (!workers_.Send(worker_ids[rank], message)) {
-      spdlog::warn("{}: worker {} has no open session for rank {}; it fails if it stays silent",
-                   job.id(), worker_ids[rank], rank);
-    }
+    // Sent once the attempt is stored; a worker without an open session fails the attempt by
+    // the SCHEDULED deadline unless it accepts after reconnecting.
+    SendLocked(worker_ids[rank], message);
   }
 }
 
@@ -335,11 +323,12 @@ void JobManager::SendCancellation(const std::string& worker_id, const std::strin
   cancellation->set_job_id(job_id);
   cancellation->set_attempt(attempt);
   cancellation->set_reason(reason);
-  workers_.Send(worker_id, message);
+  SendLocked(worker_id, message);
 }
 
 void JobManager::EndAttemptLocked(JobRecord& record, bool ok, const std::string& reason) {
   if (!record.active.has_value()) return;
+  SnapshotLocked(record);
   const ActiveAttempt& active = *record.active;
   const std::string& job_id = record.job.id();
   for (size_t rank = 0; rank < active.worker_ids.size(); ++rank) {
@@ -370,6 +359,12 @@ void JobManager::FailAttemptLocked(JobRecord& record, const std::string& reason)
 void JobManager::Tick() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return;
+  // Nothing is expired or scheduled while the store cannot write: it could not be stored.
+  if (!RecoverStoreLocked()) return;
+  RunGroupedLocked([this] { TickLocked(); });
+}
+
+void JobManager::TickLocked() {
   for (const WorkerSnapshot& lost : workers_.ExpireSilentWorkers(now_())) {
     spdlog::warn("worker {} on {} lost: no heartbeat for {} ms", lost.info.id(),
                  lost.info.hostname(), workers_.config().heartbeat_timeout.count());
@@ -383,6 +378,7 @@ void JobManager::Tick() {
     if (record != nullptr)
       FailAttemptLocked(*record, absl::StrCat("worker ", lost.info.id(), " lost"));
   }
+  FailAttemptsOnLostWorkersLocked();
   const Clock::time_point now = now_();
   for (auto& [id, record] : jobs_) {
     if (!record.active.has_value() || !record.active->recovery_deadline.has_value()) continue;
@@ -401,6 +397,21 @@ void JobManager::Tick() {
   }
   ExpireUnstartedAttemptsLocked();
   ScheduleLocked();
+}
+
+// A worker found lost while a failed write was undone still holds its rank: fail it now.
+void JobManager::FailAttemptsOnLostWorkersLocked() {
+  for (auto& [id, record] : jobs_) {
+    if (!record.active.has_value() || record.active->recovery_deadline.has_value()) continue;
+    const ActiveAttempt& active = *record.active;
+    for (size_t rank = 0; rank < active.worker_ids.size(); ++rank) {
+      if (active.finished[rank]) continue;
+      std::optional<WorkerSnapshot> worker = workers_.Find(active.worker_ids[rank]);
+      if (worker.has_value() && worker->info.state() != v1::LOST) continue;
+      FailAttemptLocked(record, absl::StrCat("worker ", active.worker_ids[rank], " lost"));
+      break;
+    }
+  }
 }
 
 std::chrono::milliseconds JobManager::StartTimeout() const {

@@ -9,6 +9,7 @@
 // on the first StepReport of that attempt. Every transition is stored with a time and a reason.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -106,8 +107,22 @@ class JobManager {
   };
   void OnWorkerMessages(const std::vector<WorkerMessageRef>& messages);
 
-  // Expires silent workers and unrecovered attempts, then schedules.
+  // Expires silent workers and unrecovered attempts, then schedules. While the store cannot
+  // write, only retries what is held (see StoreHealth).
   void Tick();
+
+  // Whether the store takes writes. After a failed write the coordinator applies nothing it
+  // could not store: the run of worker messages whose commit failed is undone in memory and
+  // held with everything that arrives after it (their workers keep the reports unconfirmed),
+  // submits and cancels get UNAVAILABLE, and Tick retries the held messages in order until
+  // they commit. See docs/operations.md.
+  struct StoreHealth {
+    bool writable = true;
+    int64_t errors = 0;      // failed store writes since start
+    std::string last_error;  // of the latest failure
+    int64_t held_messages = 0;
+  };
+  StoreHealth GetStoreHealth() const;
   // Ends every subscriber stream and closes worker sessions; jobs keep their state.
   void Shutdown();
 
@@ -187,6 +202,8 @@ class JobManager {
   JobRecord* ActiveRecordForLocked(const std::string& worker_id, const std::string& job_id,
                                    int attempt, int rank, const std::string& job_uid = "");
   void OnAcceptedLocked(const std::string& worker_id, const v1::AssignmentAccepted& accepted);
+  void TickLocked();
+  void FailAttemptsOnLostWorkersLocked();
   // Fails attempts whose ranks did not all accept before the SCHEDULED deadline.
   void ExpireUnstartedAttemptsLocked();
   std::chrono::milliseconds StartTimeout() const;
@@ -207,7 +224,31 @@ class JobManager {
   void NoteUnconfirmedLocked(const std::string& worker_id, UnconfirmedReport report);
   // Adds to `ack` the worker's reports that are stored now, one entry per (job, attempt).
   void ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack);
-  void LogStoreError(const absl::Status& status, const char* what) const;
+  // Logs and counts a failed write, and marks the store failing.
+  void LogStoreError(const absl::Status& status, const char* what);
+  // What a record was before a run of messages changed it, to undo a run that did not commit.
+  struct RecordSnapshot {
+    v1::Job job;
+    int64_t next_sequence = 0;
+    std::optional<ActiveAttempt> active;
+  };
+  // Saves the record as it is, once per run (only while a run's writes are grouped).
+  void SnapshotLocked(const JobRecord& record);
+  // Puts every snapshotted record back, with its workers' assignments and rendezvous scope.
+  void RollBackRunLocked();
+  // Runs `body` with its writes in one store group; false (and nothing applied) when any of
+  // them failed. Publishes, notifies and sends to workers only after the commit.
+  bool RunGroupedLocked(const std::function<void()>& body);
+  // UNAVAILABLE with the store's last error.
+  absl::Status StoreUnavailable() const;
+  // While the store is failing: retries what is held; true once it writes again.
+  bool RecoverStoreLocked();
+  // Keeps messages to handle once the store writes again.
+  void HoldLocked(const std::vector<WorkerMessageRef>& messages);
+  // Handles what was held, in order, when the store writes again; true when nothing is held.
+  bool RetryHeldLocked();
+  // Sends `message` to the worker now, or once the run's writes are committed.
+  void SendLocked(const std::string& worker_id, const v1::CoordinatorMessage& message);
 
   const JobManagerConfig config_;
   JobStore& store_;
@@ -235,6 +276,14 @@ class JobManager {
   bool deferring_publish_ = false;
   std::vector<const JobRecord*> unpublished_;
   std::vector<std::function<void()>> held_notifications_;
+  std::vector<std::pair<std::string, v1::CoordinatorMessage>> held_sends_;
+  std::map<const JobRecord*, RecordSnapshot> snapshots_;
+  std::deque<std::pair<std::string, v1::WorkerMessage>> held_messages_;
+  std::atomic<bool> store_writable_{true};
+  std::atomic<int64_t> store_errors_{0};
+  std::atomic<int64_t> held_count_{0};
+  bool run_failed_ = false;  // a write of the current group failed
+  std::string store_error_;  // under view_mutex_
   mutable std::mutex view_mutex_;
   std::map<std::string, std::shared_ptr<const v1::Job>> view_;
 };

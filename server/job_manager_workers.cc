@@ -78,7 +78,7 @@ absl::Status JobManager::OpenSession(const std::string& worker_id,
     workers_.Send(worker_id, message);
     pending_cancellations_.erase(pending);
   }
-  ScheduleLocked();
+  if (store_writable_.load()) RunGroupedLocked([this] { ScheduleLocked(); });
   return absl::OkStatus();
 }
 
@@ -97,16 +97,20 @@ void JobManager::OnWorkerMessage(const std::string& worker_id, const v1::WorkerM
 void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return;
-  deferring_publish_ = true;
-  store_.BeginGroup();
-  for (const WorkerMessageRef& ref : messages) OnWorkerMessageLocked(*ref.worker_id, *ref.message);
-  LogStoreError(store_.EndGroup(), "commit of a run of worker messages");
-  deferring_publish_ = false;
-  std::sort(unpublished_.begin(), unpublished_.end());
-  unpublished_.erase(std::unique(unpublished_.begin(), unpublished_.end()), unpublished_.end());
-  for (const JobRecord* record : unpublished_) PublishLocked(*record);
-  unpublished_.clear();
-  SendHeldNotificationsLocked();
+  if (!store_writable_.load() || !held_messages_.empty()) {
+    // Held behind what could not be stored, in order; heartbeats are still answered.
+    for (const WorkerMessageRef& ref : messages) {
+      if (ref.message->has_heartbeat()) OnWorkerMessageLocked(*ref.worker_id, *ref.message);
+    }
+    HoldLocked(messages);
+    return;
+  }
+  const bool stored = RunGroupedLocked([&] {
+    for (const WorkerMessageRef& ref : messages) {
+      OnWorkerMessageLocked(*ref.worker_id, *ref.message);
+    }
+  });
+  if (!stored) HoldLocked(messages);
 }
 
 void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
@@ -161,6 +165,7 @@ void JobManager::OnAcceptedLocked(const std::string& worker_id,
   JobRecord* record = ActiveRecordForLocked(worker_id, accepted.job_id(), accepted.attempt(),
                                             accepted.rank(), accepted.job_uid());
   if (record == nullptr) return;  // an attempt that already ended
+  SnapshotLocked(*record);
   record->active->accepted[accepted.rank()] = true;
   spdlog::info("{} attempt {}: rank {} accepted by worker {}", accepted.job_id(),
                accepted.attempt(), accepted.rank(), worker_id);
@@ -176,6 +181,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
     NoteUnconfirmedLocked(worker_id, {false, 0, report.job_id(), report.attempt(), report.step()});
     return;
   }
+  SnapshotLocked(*record);
   // A report proves the rank is alive and started, whatever the worker said when it registered.
   record->active->reattached[report.rank()] = true;
   record->active->accepted[report.rank()] = true;
@@ -282,6 +288,7 @@ void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptR
     ScheduleLocked();
     return;
   }
+  SnapshotLocked(*record);
   ActiveAttempt& active = *record->active;
   active.finished[result.rank()] = true;
   active.accepted[result.rank()] = true;
@@ -338,6 +345,7 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
   if (numbered && record->active.has_value() && record->active->attempt == line.attempt() &&
       line.rank() >= 0 &&
       line.rank() < static_cast<int>(record->active->last_log_sequence.size())) {
+    SnapshotLocked(*record);
     int64_t& last = record->active->last_log_sequence[line.rank()];
     const bool resent = line.sequence() <= last;
     last = std::max(last, line.sequence());

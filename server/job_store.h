@@ -79,6 +79,8 @@ class JobStore {
   // Not nested. Other threads' writes wait for EndGroup.
   virtual void BeginGroup() {}
   virtual absl::Status EndGroup() { return absl::OkStatus(); }
+  // Ends the group without committing: none of its writes are stored.
+  virtual void AbortGroup() {}
 };
 
 }  // namespace fsdpd::server

@@ -39,7 +39,32 @@ class StateCounts : public prometheus::Collectable {
           Gauge("state", v1::WorkerState_Name(static_cast<v1::WorkerState>(state)),
                 found == worker_counts.end() ? 0 : found->second));
     }
-    return {job_family, worker_family};
+    const JobManager::StoreHealth store = jobs_.GetStoreHealth();
+    prometheus::MetricFamily store_errors{
+        "fsdpd_store_errors_total",
+        "Job store writes that failed (a full disk, a read-only volume); while they fail the "
+        "coordinator holds changes and refuses submits.",
+        prometheus::MetricType::Counter,
+        {}};
+    prometheus::ClientMetric errors;
+    errors.counter.value = static_cast<double>(store.errors);
+    store_errors.metric.push_back(errors);
+    prometheus::MetricFamily store_writable{
+        "fsdpd_store_writable",
+        "1 while the job store takes writes, 0 while it cannot.",
+        prometheus::MetricType::Gauge,
+        {}};
+    prometheus::ClientMetric writable;
+    writable.gauge.value = store.writable ? 1 : 0;
+    store_writable.metric.push_back(writable);
+    prometheus::MetricFamily held{"fsdpd_store_held_messages",
+                                  "Worker messages held until the job store writes again.",
+                                  prometheus::MetricType::Gauge,
+                                  {}};
+    prometheus::ClientMetric held_count;
+    held_count.gauge.value = static_cast<double>(store.held_messages);
+    held.metric.push_back(held_count);
+    return {job_family, worker_family, store_errors, store_writable, held};
   }
 
  private:

@@ -161,6 +161,7 @@ void SqliteJobStore::BeginGroup() {
   auto lock = LockConnection();
   group_open_ = true;
   group_begun_ = false;
+  group_failed_ = false;
   group_owner_ = std::this_thread::get_id();
 }
 
@@ -168,7 +169,12 @@ absl::Status SqliteJobStore::EndGroup() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!InOwnGroupLocked()) return absl::FailedPreconditionError("EndGroup without BeginGroup");
   absl::Status status;
-  if (group_begun_) {
+  if (group_failed_) {
+    // SQLite may already have rolled the whole transaction back (SQLITE_FULL can): commit
+    // nothing of a group in which a write failed.
+    database_.Execute("ROLLBACK").IgnoreError();
+    status = absl::AbortedError("a write of the group failed; none of it was stored");
+  } else if (group_begun_) {
     status = database_.Execute("COMMIT");
     if (!status.ok()) database_.Execute("ROLLBACK").IgnoreError();
   }
@@ -179,11 +185,40 @@ absl::Status SqliteJobStore::EndGroup() {
   return status;
 }
 
+void SqliteJobStore::AbortGroup() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!InOwnGroupLocked()) return;
+  if (group_begun_) database_.Execute("ROLLBACK").IgnoreError();
+  group_open_ = false;
+  group_begun_ = false;
+  lock.unlock();
+  group_closed_.notify_all();
+}
+
+absl::StatusOr<int64_t> SqliteJobStore::LimitPages(int64_t max_pages) {
+  auto lock = LockConnection();
+  if (absl::Status status = database_.Execute(absl::StrCat("PRAGMA max_page_count = ", max_pages));
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<SqliteStatement> query = database_.Prepare("PRAGMA page_count");
+  if (!query.ok()) return query.status();
+  absl::StatusOr<bool> row = query->Step();
+  if (!row.ok()) return row.status();
+  return *row ? query->ColumnInt(0) : 0;
+}
+
 SqliteJobStore::WriteScope::WriteScope(SqliteJobStore& store) : store_(store) {
   in_group_ = store.InOwnGroupLocked();
   if (!in_group_) {
     transaction_.emplace(store.database_);
     begin_status_ = transaction_->status();
+    return;
+  }
+  if (store.group_failed_) {
+    // After a failed write SQLite may have ended the group's transaction; a write now would
+    // commit on its own.
+    begin_status_ = absl::AbortedError("an earlier write of this group failed");
     return;
   }
   if (!store.group_begun_) {
@@ -197,7 +232,9 @@ SqliteJobStore::WriteScope::WriteScope(SqliteJobStore& store) : store_(store) {
 }
 
 SqliteJobStore::WriteScope::~WriteScope() {
-  if (!in_group_ || done_ || !begin_status_.ok()) return;
+  if (!in_group_ || done_) return;
+  store_.group_failed_ = true;
+  if (!begin_status_.ok()) return;
   store_.database_.Execute("ROLLBACK TO write_scope").IgnoreError();
   store_.database_.Execute("RELEASE write_scope").IgnoreError();
 }

@@ -57,6 +57,10 @@ class SqliteJobStore : public JobStore {
   absl::Status Flush() override;
   void BeginGroup() override;
   absl::Status EndGroup() override;
+  void AbortGroup() override;
+  // Fault injection for tests: PRAGMA max_page_count on the connection, so writes that need
+  // more pages fail with SQLITE_FULL as on a full disk. Returns the page count now.
+  absl::StatusOr<int64_t> LimitPages(int64_t max_pages);
 
  private:
   // The statements of the write path, prepared once.
@@ -93,6 +97,7 @@ class SqliteJobStore : public JobStore {
   absl::Status WriteJobRow(const v1::Job& job);
   // Writes everything queued. The caller holds mutex_.
   absl::Status FlushLocked();
+  void FlushBeforeReadLocked();
   // Takes up to max_rows queued rows and writes them in one transaction; on failure puts them
   // back in front of the queue. The caller holds mutex_. Returns how many rows it wrote.
   absl::StatusOr<size_t> WriteChunkLocked(size_t max_rows);
@@ -112,6 +117,7 @@ class SqliteJobStore : public JobStore {
   // first write, so a run without writes costs nothing).
   bool group_open_ = false;
   bool group_begun_ = false;
+  bool group_failed_ = false;  // a write of the open group failed: the group stores nothing
   std::thread::id group_owner_;
   std::condition_variable group_closed_;
 

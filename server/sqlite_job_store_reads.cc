@@ -4,8 +4,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/sqlite_job_store.h"
+#include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
+
+// Reads see what is queued once it is written; when it cannot be (a full disk) they still
+// answer with what is stored, and the queued rows stay queued.
+void SqliteJobStore::FlushBeforeReadLocked() {
+  if (absl::Status status = FlushLocked(); !status.ok()) {
+    spdlog::warn("job store: reading without the queued rows: {}", status.ToString());
+  }
+}
+
 namespace {
 
 template <typename Message>
@@ -21,7 +31,7 @@ absl::StatusOr<Message> ParseBlob(const std::string& bytes, const char* what) {
 
 absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
   auto lock = LockConnection();
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
+  FlushBeforeReadLocked();
   std::vector<v1::Job> jobs;
   std::map<std::string, size_t> index;
   absl::StatusOr<SqliteStatement> select =
@@ -62,7 +72,7 @@ absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
 absl::StatusOr<std::vector<v1::StepReport>> SqliteJobStore::LoadStepReports(
     const std::string& job_id) {
   auto lock = LockConnection();
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
+  FlushBeforeReadLocked();
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT report FROM step_reports WHERE job_id = ?1 ORDER BY attempt, step, rank");
   if (!select.ok()) return select.status();
@@ -82,7 +92,7 @@ absl::StatusOr<std::vector<v1::StepReport>> SqliteJobStore::LoadStepReports(
 
 absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::string& job_id) {
   auto lock = LockConnection();
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
+  FlushBeforeReadLocked();
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT sequence, state, reason, attempt, unix_millis, NULL FROM transitions "
       "WHERE job_id = ?1 "
@@ -118,7 +128,7 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::s
 absl::StatusOr<std::vector<v1::LogLine>> SqliteJobStore::LoadLogs(const std::string& job_id,
                                                                   int64_t tail) {
   auto lock = LockConnection();
-  if (absl::Status status = FlushLocked(); !status.ok()) return status;
+  FlushBeforeReadLocked();
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT attempt, rank, unix_millis, level, text FROM ("
       "  SELECT * FROM logs WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2"

@@ -79,7 +79,14 @@ class FaultToleranceTest : public ::testing::Test {
   }
   static std::string Hostname(int index) { return "fault-worker-" + std::to_string(index); }
   std::string CheckpointRoot() const { return cluster_.dir() + "/checkpoints"; }
-  std::string JobDir(const std::string& job_id) const { return CheckpointRoot() + "/" + job_id; }
+  // Checkpoints live under the job's unique id (fsdpctl shows it as "uid").
+  std::string JobDir(const std::string& job_id) {
+    std::string& uid = uids_[job_id];
+    if (uid.empty()) uid = cluster_.Status(job_id).value("uid", "");
+    EXPECT_FALSE(uid.empty()) << "fsdpctl status " << job_id << " shows no uid";
+    return CheckpointRoot() + "/" + uid;
+  }
+  std::map<std::string, std::string> uids_;
 
   // The index of the worker process that runs `rank` of `job_id`, or -1.
   int WorkerRunning(const std::string& job_id, int rank) {
@@ -343,10 +350,12 @@ TEST_F(FaultToleranceTest, CorruptCheckpointIsSkippedAndTheJobResumesFromThePrev
       << logs;
 }
 
-TEST_F(FaultToleranceTest, JobFailingMoreThanMaxRestartsEndsFailedWithItsReason) {
+// Issue 11 §3: bad input (here a token file that does not exist) fails the same way on every
+// try, so the job fails at once with the cause, its restarts unused. Lost workers and crashes
+// are still retried (KilledWorkerIsDetectedAndTheJobResumesFromItsCheckpoint).
+TEST_F(FaultToleranceTest, BadInputFailsTheJobAtOnceWithItsReason) {
   for (int index = 0; index < 2; ++index) StartWorker(index);
   ASSERT_TRUE(cluster_.WaitForWorkers(2, "IDLE", seconds(30)));
-  // Every attempt fails the same way: its token file does not exist on the workers.
   FaultSpec spec;
   spec.steps = 50;
   spec.checkpoint_every = 0;
@@ -359,31 +368,15 @@ TEST_F(FaultToleranceTest, JobFailingMoreThanMaxRestartsEndsFailedWithItsReason)
   nlohmann::json done = cluster_.WaitForState(id, "FAILED", seconds(90));
   ASSERT_EQ(done.value("state", ""), "FAILED") << done.dump();
   const std::vector<std::string> states = StatesOf(done);
-  EXPECT_EQ(CountOf(states, "RETRYING"), spec.max_restarts) << done["transitions"].dump();
-  EXPECT_EQ(done.value("attempt", 0), spec.max_restarts + 1);
-  EXPECT_EQ(states.back(), "FAILED");
+  EXPECT_EQ(CountOf(states, "RETRYING"), 0) << done["transitions"].dump();
+  EXPECT_EQ(done.value("attempt", 0), 1);
   const std::string reason = done.value("reason", "");
   EXPECT_NE(reason.find("missing-tokens.bin"), std::string::npos)
       << "the reason does not name the cause: " << reason;
+  EXPECT_NE(reason.find("not retried"), std::string::npos) << reason;
 
   const std::string logs = Logs(id);
   EXPECT_NE(logs.find("missing-tokens.bin"), std::string::npos) << logs;
-  // Each attempt's error reached the job's log.
-  CommandResult json_logs = cluster_.Ctl({"--json", "logs", id}, seconds(30));
-  ASSERT_EQ(json_logs.exit_code, 0) << json_logs.err;
-  std::map<int, int> errors_by_attempt;
-  std::istringstream lines(json_logs.out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    nlohmann::json parsed = nlohmann::json::parse(line, nullptr, false);
-    if (!parsed.is_discarded() && parsed.value("level", "") == "error") {
-      ++errors_by_attempt[parsed.value("attempt", 0)];
-    }
-  }
-  for (int attempt = 1; attempt <= spec.max_restarts + 1; ++attempt) {
-    EXPECT_GE(errors_by_attempt[attempt], 1) << "no error logged for attempt " << attempt << "\n"
-                                             << json_logs.out;
-  }
 }
 
 }  // namespace

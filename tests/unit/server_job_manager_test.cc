@@ -741,5 +741,68 @@ TEST_F(JobManagerTest, PermanentFailureIsNotRetried) {
   EXPECT_EQ(GetJob(crashed).attempt(), 2);
 }
 
+// Issue 11 §2: a store that cannot write (SQLITE_FULL, injected with PRAGMA max_page_count)
+// never splits memory from disk. What failed is held, submits get UNAVAILABLE, and once space
+// is back the held reports are stored in order and the history is whole, with no restart.
+TEST_F(JobManagerTest, FullStoreHoldsChangesUntilItWritesAgainAndLosesNothing) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  Step(w0, id, 1, 0, 1, 5.0, 10);
+  ASSERT_TRUE(jobs_->GetStoreHealth().writable);
+
+  absl::StatusOr<int64_t> pages = store_->LimitPages(0);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  ASSERT_TRUE(store_->LimitPages(*pages).ok());
+  int step = 1;
+  while (jobs_->GetStoreHealth().writable && step < 2000) {
+    ++step;
+    Step(w0, id, 1, 0, step, 5.0 - step * 0.001, 10);
+  }
+  ASSERT_FALSE(jobs_->GetStoreHealth().writable) << "the page limit never made a write fail";
+  const int64_t stored_step = GetJob(id).step();
+  EXPECT_EQ(stored_step, step - 1) << "the step whose write failed is not shown";
+  for (int more = 0; more < 5; ++more) Step(w0, id, 1, 0, ++step, 4.0, 10);
+  Result(w0, id, 1, 0, true);
+  jobs_->Tick();  // still full: nothing moves
+  const JobManager::StoreHealth failing = jobs_->GetStoreHealth();
+  EXPECT_FALSE(failing.writable);
+  EXPECT_GE(failing.errors, 1);
+  EXPECT_GT(failing.held_messages, 0);
+  EXPECT_FALSE(failing.last_error.empty());
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RUNNING) << "SUCCEEDED was not stored, so it is not shown";
+  EXPECT_EQ(job.step(), stored_step);
+  absl::StatusOr<std::string> refused = jobs_->Submit(SmallSpec(1, 0));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("job store cannot write"));
+  EXPECT_EQ(jobs_->Cancel(id, "").status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<std::vector<StoredEvent>> events = store_->LoadEvents(id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(events->back().event.step().step(), stored_step) << "memory matches the disk";
+
+  ASSERT_TRUE(store_->LimitPages(int64_t{1} << 30).ok());
+  jobs_->Tick();
+  EXPECT_TRUE(jobs_->GetStoreHealth().writable);
+  EXPECT_EQ(jobs_->GetStoreHealth().held_messages, 0);
+  job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.step(), step);
+  EXPECT_EQ(job.attempt(), 1);
+  // The history is whole: every step once, in order, then SUCCEEDED.
+  events = store_->LoadEvents(id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<int64_t> steps;
+  for (const StoredEvent& event : *events) {
+    if (event.event.has_step()) steps.push_back(event.event.step().step());
+  }
+  ASSERT_EQ(steps.size(), static_cast<size_t>(step));
+  for (int i = 0; i < step; ++i) EXPECT_EQ(steps[i], i + 1);
+  EXPECT_EQ(events->back().event.state().state(), v1::SUCCEEDED);
+  Restart();
+  EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(GetJob(id).attempt(), 1);
+  EXPECT_TRUE(jobs_->Submit(SmallSpec(1, 0)).ok());
+}
+
 }  // namespace
 }  // namespace fsdpd::server

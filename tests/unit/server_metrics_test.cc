@@ -386,6 +386,36 @@ TEST_F(MetricsExporterTest, RpcMethodLabelsAreBoundedToTheServicesMethods) {
             1);
 }
 
+// Issue 11 §2: failed store writes are counted and the store's state is exposed.
+TEST_F(MetricsExporterTest, StoreErrorsAreCountedAndTheStoreStateIsExposed) {
+  CreateExporter(std::chrono::minutes(5));
+  std::string scrape = exporter_->Render();
+  EXPECT_THAT(scrape, HasSubstr("# TYPE fsdpd_store_errors_total counter"));
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_store_errors_total 0"));
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_store_writable 1"));
+  absl::StatusOr<int64_t> pages = store_->LimitPages(0);  // 0 reads the page count
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  ASSERT_TRUE(store_->LimitPages(*pages).ok());  // no room to grow: a full disk
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("tiny");
+  spec.mutable_model()->set_vocab(256);
+  spec.mutable_model()->set_dim(64);
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_heads(4);
+  spec.mutable_data()->set_seq_len(32);
+  spec.mutable_train()->set_batch_size(2);
+  spec.mutable_train()->set_steps(10);
+  spec.mutable_parallel()->set_world_size(1);
+  spec.mutable_parallel()->set_device("cpu");
+  spec.mutable_parallel()->set_param_dtype("fp32");
+  absl::StatusOr<std::string> submitted = std::string();
+  for (int tries = 0; tries < 1000 && submitted.ok(); ++tries) submitted = jobs_->Submit(spec);
+  EXPECT_EQ(submitted.status().code(), absl::StatusCode::kUnavailable) << submitted.status();
+  scrape = exporter_->Render();
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_store_errors_total 1"));
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_store_writable 0"));
+}
+
 TEST(MetricsConfigTest, NegativeRetentionIsRejected) {
   MetricsConfig config;
   config.retention = std::chrono::milliseconds(-1);

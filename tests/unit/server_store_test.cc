@@ -273,8 +273,6 @@ TEST_F(StoreTest, AGroupIsCommittedAtOnceAtItsEnd) {
     aggregate.set_step(step);
     ASSERT_TRUE(store->RecordStep(job, step + 1, aggregate).ok());
   }
-  // A write that fails inside the group (sequence 1 is taken) is undone alone.
-  EXPECT_FALSE(store->RecordTransition(job, 1, Change(job.id(), v1::FAILED, "again")).ok());
   EXPECT_TRUE((*reader)->LoadEvents(job.id())->empty());
   EXPECT_EQ((*reader)->LoadJobs()->front().step(), 0);
   ASSERT_TRUE(store->EndGroup().ok());
@@ -286,6 +284,21 @@ TEST_F(StoreTest, AGroupIsCommittedAtOnceAtItsEnd) {
   EXPECT_EQ(events->back().event.step().step(), 3);
   EXPECT_EQ((*reader)->LoadJobs()->front().step(), 3);
   EXPECT_EQ((*reader)->LoadJobs()->front().spec().name(), "model-job-000001");
+
+  // A write that fails inside a group (sequence 1 is taken) fails the whole group: SQLite may
+  // have ended its transaction (SQLITE_FULL can), so nothing of it is stored and the job
+  // manager undoes the whole run (issue 11 §2).
+  store->BeginGroup();
+  job.set_step(4);
+  v1::StepReport fourth;
+  fourth.set_job_id(job.id());
+  fourth.set_step(4);
+  ASSERT_TRUE(store->RecordStep(job, 5, fourth).ok());
+  EXPECT_FALSE(store->RecordTransition(job, 1, Change(job.id(), v1::FAILED, "again")).ok());
+  EXPECT_FALSE(store->RecordStep(job, 6, fourth).ok()) << "no write after a failed one";
+  EXPECT_FALSE(store->EndGroup().ok());
+  EXPECT_EQ((*reader)->LoadEvents(job.id())->size(), 4u);
+  EXPECT_EQ((*reader)->LoadJobs()->front().step(), 3);
   EXPECT_FALSE(store->EndGroup().ok()) << "EndGroup without a group must be refused";
 }
 
