@@ -92,6 +92,15 @@ TEST_F(SpecRejectionTest, CudaAttentionLaunchLimitIsRefusedAtSubmit) {
                  {"train.batch_size", "65535"});
 }
 
+TEST_F(SpecRejectionTest, CudaHeadDimAboveTheKernelLimitIsRefusedAtSubmit) {
+  // head_dim 256 is within the model's general bound; only the CUDA attention kernels refuse it.
+  ExpectRejected("cudahead",
+                 "name: cudahead\nmodel: {vocab: 64, dim: 512, layers: 1, heads: 2}\n"
+                 "data: {source: synthetic, seq_len: 16}\n"
+                 "parallel: {world_size: 1, device: cuda}\n",
+                 {"model.heads", "head_dim = dim / heads up to 128"});
+}
+
 TEST_F(SpecRejectionTest, EmptyLearningRateScheduleIsRefusedAtSubmit) {
   ExpectRejected("nosched",
                  "name: nosched\nmodel: {vocab: 64, dim: 32, layers: 1, heads: 2}\n"
@@ -124,6 +133,21 @@ TEST_F(SpecRejectionTest, OversizedFieldIsNamedBeforeSending) {
                  "data: {source: text, path: /" +
                      path + ", seq_len: 16}\n",
                  {"data.path: must be at most 4096 characters"});
+}
+
+TEST_F(SpecRejectionTest, RepeatedKeyIsNamedInsteadOfLastOneWinning) {
+  ExpectRejected("twice",
+                 "name: twice\nmodel: {vocab: 64, dim: 32, layers: 1, heads: 2}\n"
+                 "train: {steps: 3}\ntrain: {steps: 5}\n"
+                 "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"train: appears more than once"});
+}
+
+TEST_F(SpecRejectionTest, OutOfRangeIntegerSaysSoWithTheRange) {
+  ExpectRejected("wide",
+                 "name: wide\nmodel: {vocab: 64, dim: 32, layers: 1, heads: 2}\n"
+                 "parallel: {world_size: 99999999999, device: cpu, param_dtype: fp32}\n",
+                 {"parallel.world_size: 99999999999 is out of range", "2147483647"});
 }
 
 TEST_F(SpecRejectionTest, DryRunOfAGoodSpecStoresNothing) {

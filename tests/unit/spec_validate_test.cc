@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "proto/spec/job_spec.h"
 
 namespace fsdpd {
@@ -94,6 +97,49 @@ TEST(SpecValidate, KeywordsAreBoundedAndNotEchoedWhole) {
   EXPECT_THAT(errors, HasSubstr("parallel.device: must be cpu or cuda"));
   EXPECT_THAT(errors, HasSubstr("train.lr_schedule: must be at most 64 characters (got 100)"));
   EXPECT_LT(errors.size(), 2000u);
+}
+
+// Every string field has a limit (README.md "The job spec"); one over it is named with the limit
+// and its length, never echoed whole, by the same check fsdpctl runs before sending.
+TEST(SpecValidate, EveryStringFieldIsLengthLimitedByName) {
+  const std::string long_path = "/" + std::string(SpecLimits::kMaxPathLength, 'p');
+  const std::string long_keyword(SpecLimits::kMaxKeywordLength + 1, 'k');
+  v1::JobSpec spec = Seed();
+  spec.set_name(std::string(SpecLimits::kMaxNameLength + 1, 'n'));
+  spec.mutable_data()->set_source(long_keyword);
+  spec.mutable_data()->set_path(long_path);
+  spec.mutable_train()->set_lr_schedule(long_keyword);
+  spec.mutable_parallel()->set_device(long_keyword);
+  spec.mutable_parallel()->set_param_dtype(long_keyword);
+  spec.mutable_parallel()->set_reduce_dtype(long_keyword);
+  spec.mutable_parallel()->set_activation_recompute(long_keyword);
+  spec.mutable_checkpoint()->set_init_from(long_path);
+
+  FieldErrors lengths;
+  ValidateStringLengths(spec, lengths);
+  std::vector<std::string> fields;
+  for (const FieldError& error : lengths.Take()) {
+    fields.push_back(error.field);
+    EXPECT_THAT(error.message, HasSubstr("must be at most")) << error.field;
+  }
+  EXPECT_THAT(fields, ::testing::UnorderedElementsAre(
+                          "name", "data.source", "data.path", "train.lr_schedule",
+                          "parallel.device", "parallel.param_dtype", "parallel.reduce_dtype",
+                          "parallel.activation_recompute", "checkpoint.init_from"));
+
+  const std::string errors = Errors(spec);
+  EXPECT_THAT(errors, HasSubstr("name: must be at most 128 characters (got 129)"));
+  EXPECT_THAT(errors, Not(HasSubstr(long_path)));
+  EXPECT_THAT(errors, Not(HasSubstr(spec.name())));
+}
+
+TEST(SpecValidate, StringsAtTheirLimitPassTheLengthCheck) {
+  v1::JobSpec spec = Seed();
+  spec.set_name(std::string(SpecLimits::kMaxNameLength, 'n'));
+  spec.mutable_data()->set_path("/" + std::string(SpecLimits::kMaxPathLength - 1, 'p'));
+  FieldErrors lengths;
+  ValidateStringLengths(spec, lengths);
+  EXPECT_TRUE(lengths.empty());
 }
 
 TEST(SpecValidate, EachSectionValidatorNamesOnlyItsFields) {
