@@ -15,6 +15,8 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/input_limits.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_specs.h"
 #include "tests/unit/security_certificates.h"
 
 namespace fsdpd::server {
@@ -22,35 +24,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TempDirectory {
- public:
-  TempDirectory() {
-    char pattern[] = "/tmp/fsdpd-security-XXXXXX";
-    if (mkdtemp(pattern) != nullptr) path_ = pattern;
-  }
-  ~TempDirectory() {
-    if (!path_.empty()) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-v1::JobSpec TinySpec() {
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("tiny");
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(64);
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_heads(4);
-  spec.mutable_data()->set_seq_len(32);
-  spec.mutable_train()->set_batch_size(2);
-  spec.mutable_parallel()->set_world_size(1);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
-  return spec;
-}
+using ::fsdpd::testing::TempDir;
+using ::fsdpd::testing::TinyJobSpec;
 
 // --- the tokens file --------------------------------------------------------------------------
 
@@ -94,7 +69,7 @@ TEST(TokensFileTest, BadLinesNameTheLineAndTheProblem) {
 }
 
 TEST(TokensFileTest, AFileWithNoTokensIsAnError) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string path = directory.path() + "/tokens";
   std::ofstream(path) << "# nobody yet\n";
   absl::StatusOr<std::vector<TokenEntry>> entries = LoadTokensFile(path);
@@ -134,7 +109,7 @@ TEST(SecurityConfigTest, IncompleteTlsSettingsAreRejected) {
 }
 
 TEST(SecurityConfigTest, MissingCertificateFileFailsStart) {
-  TempDirectory directory;
+  TempDir directory;
   CoordinatorConfig config;
   config.listen = "127.0.0.1:0";
   config.state_dir = directory.path();
@@ -181,7 +156,7 @@ class BearerTokenTest : public ::testing::Test {
     grpc::ClientContext context;
     context.AddMetadata("authorization", "Bearer " + token);
     v1::SubmitJobRequest request;
-    *request.mutable_spec() = TinySpec();
+    *request.mutable_spec() = TinyJobSpec();
     v1::SubmitJobResponse response;
     grpc::Status status = jobs_->SubmitJob(&context, request, &response);
     if (id != nullptr) *id = response.id();
@@ -196,7 +171,7 @@ class BearerTokenTest : public ::testing::Test {
     return jobs_->CancelJob(&context, request, &response);
   }
 
-  TempDirectory directory_;
+  TempDir directory_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };
@@ -300,7 +275,7 @@ class TlsTest : public ::testing::Test {
     return v1::JobService::NewStub(channel)->ListJobs(&context, v1::ListJobsRequest(), &response);
   }
 
-  TempDirectory directory_;
+  TempDir directory_;
   testing::TestCertificates certificates_;
   std::unique_ptr<Coordinator> coordinator_;
 };
@@ -359,7 +334,7 @@ TEST_F(TlsTest, CertificateFromAnotherCaFailsTheHandshake) {
 // --- limits ------------------------------------------------------------------------------------
 
 TEST(RequestLimitTest, OversizedRequestIsRefusedBeforeParsing) {
-  TempDirectory directory;
+  TempDir directory;
   CoordinatorConfig config;
   config.listen = "127.0.0.1:0";
   config.state_dir = directory.path();
@@ -370,7 +345,7 @@ TEST(RequestLimitTest, OversizedRequestIsRefusedBeforeParsing) {
   auto jobs = v1::JobService::NewStub(
       grpc::CreateChannel(coordinator.listen_address(), grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = TinySpec();
+  *request.mutable_spec() = TinyJobSpec();
   request.mutable_spec()->set_name(std::string(3 << 20, 'x'));
   v1::SubmitJobResponse response;
   grpc::ClientContext context;
