@@ -38,6 +38,9 @@ struct RendezvousConfig {
 
 struct JobManagerConfig {
   int max_world_size = 1024;
+  // The SCHEDULED deadline: every rank must accept its assignment within this, or the attempt
+  // fails and is retried. 0: the heartbeat timeout plus the rendezvous Get timeout.
+  std::chrono::milliseconds start_timeout{0};
   std::string artifact_dir;  // <state-dir>/artifacts
   absl::Status Check() const;
 };

@@ -65,7 +65,11 @@ absl::Status Coordinator::Start() {
   store_ = std::move(*store);
   workers_ = std::make_unique<WorkerRegistry>(config_.workers);
   rendezvous_ = std::make_unique<RendezvousStore>(config_.rendezvous);
-  jobs_ = std::make_unique<JobManager>(config_.jobs, *store_, *workers_, *rendezvous_);
+  JobManagerConfig jobs = config_.jobs;
+  if (jobs.start_timeout.count() == 0) {
+    jobs.start_timeout = config_.workers.heartbeat_timeout + config_.rendezvous.default_get_timeout;
+  }
+  jobs_ = std::make_unique<JobManager>(jobs, *store_, *workers_, *rendezvous_);
   if (absl::Status status = jobs_->Load(); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("loading ", config_.store.database_path, ": ",
                                                     status.message()));

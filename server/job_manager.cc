@@ -1,9 +1,11 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
@@ -12,6 +14,23 @@ namespace fsdpd::server {
 namespace {
 
 int64_t UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
+
+// A random (version 4) UUID: unique across clusters, state folders and coordinator restarts.
+std::string NewJobUid() {
+  static std::mutex mutex;
+  static std::mt19937_64 random(std::random_device{}() ^
+                                static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+  uint64_t high, low;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    high = random();
+    low = random();
+  }
+  high = (high & ~uint64_t{0xf000}) | uint64_t{0x4000};
+  low = (low & ~(uint64_t{0xc} << 60)) | (uint64_t{0x8} << 60);
+  return absl::StrFormat("%08x-%04x-%04x-%04x-%012x", high >> 32, (high >> 16) & 0xffff,
+                         high & 0xffff, low >> 48, low & 0xffffffffffffULL);
+}
 
 int64_t SubmitOrderOf(const std::string& job_id) {
   int64_t order = 0;
@@ -55,6 +74,8 @@ absl::Status JobManager::Load() {
     JobRecord record;
     record.submit_order = SubmitOrderOf(job.id());
     record.job = std::move(job);
+    // Jobs stored before unique ids kept their checkpoints under the display id.
+    if (record.job.uid().empty()) record.job.set_uid(record.job.id());
     const std::string id = record.job.id();
     if (!IsTerminal(record.job.state())) {
       absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(id);
@@ -76,6 +97,7 @@ absl::Status JobManager::Load() {
       active.reattached.assign(ranks, false);
       active.last_reported_step.assign(ranks, 0);
       active.last_log_sequence.assign(ranks, 0);
+      active.accepted.assign(ranks, true);  // the recovery deadline governs from here
       active.recovery_deadline = deadline;
       active.last_aggregated_step = record.job.step();
       if (ranks == 0) broken.push_back(id);
@@ -130,6 +152,7 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
     JobRecord record;
     record.submit_order = SubmitOrderOf(*id);
     record.job.set_id(*id);
+    record.job.set_uid(NewJobUid());
     *record.job.mutable_spec() = spec;
     record.job.set_state(v1::PENDING);
     record.job.set_created_unix_millis(UnixMillisNow());
@@ -281,6 +304,8 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
   active.reattached.assign(world_size, true);
   active.last_reported_step.assign(world_size, 0);
   active.last_log_sequence.assign(world_size, 0);
+  active.accepted.assign(world_size, false);
+  active.start_deadline = now_() + StartTimeout();
   record.active = std::move(active);
   rendezvous_.OpenScope(job.id(), attempt);
   TransitionLocked(record, v1::SCHEDULED,
@@ -290,6 +315,7 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
     v1::CoordinatorMessage message;
     v1::Assignment* assignment = message.mutable_assignment();
     assignment->set_job_id(job.id());
+    assignment->set_job_uid(job.uid());
     assignment->set_attempt(attempt);
     assignment->set_rank(rank);
     assignment->set_world_size(world_size);
@@ -373,7 +399,32 @@ void JobManager::Tick() {
     FailAttemptLocked(record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
                                            ") did not come back after a coordinator restart"));
   }
+  ExpireUnstartedAttemptsLocked();
   ScheduleLocked();
+}
+
+std::chrono::milliseconds JobManager::StartTimeout() const {
+  if (config_.start_timeout.count() > 0) return config_.start_timeout;
+  return workers_.config().heartbeat_timeout + RendezvousConfig{}.default_get_timeout;
+}
+
+void JobManager::ExpireUnstartedAttemptsLocked() {
+  const Clock::time_point now = now_();
+  for (auto& [id, record] : jobs_) {
+    if (!record.active.has_value() || !record.active->start_deadline.has_value()) continue;
+    ActiveAttempt& active = *record.active;
+    const auto waiting = std::find(active.accepted.begin(), active.accepted.end(), false);
+    if (waiting == active.accepted.end()) {
+      active.start_deadline.reset();
+      continue;
+    }
+    if (now < *active.start_deadline) continue;
+    const size_t rank = static_cast<size_t>(waiting - active.accepted.begin());
+    FailAttemptLocked(
+        record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
+                             ") did not accept its assignment within ", StartTimeout().count(),
+                             " ms (the heartbeat timeout plus the rendezvous timeout)"));
+  }
 }
 
 void JobManager::Shutdown() {

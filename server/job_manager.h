@@ -142,6 +142,10 @@ class JobManager {
     // below it is a resend, which is stored again (idempotent) but not counted or forwarded again.
     std::vector<int64_t> last_reported_step;
     std::vector<int64_t> last_log_sequence;
+    // Which ranks accepted their assignment (or reported), and until when all must have: the
+    // SCHEDULED deadline. Unset once every rank accepted, and after a coordinator restart.
+    std::vector<bool> accepted;
+    std::optional<Clock::time_point> start_deadline;
   };
   // A step report or numbered log line handled but not yet confirmed to its worker: it is stored
   // once the store's StoredStepReports() or StoredLogs() reaches `number` (0: nothing to store,
@@ -177,9 +181,15 @@ class JobManager {
   void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
   void OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
   void OnProfileLocked(const std::string& worker_id, const v1::ProfileReport& report);
-  // The active attempt this worker runs as the given job/attempt/rank, or null.
+  // The active attempt this worker runs as the given job/attempt/rank, or null. A non-empty
+  // `job_uid` must be the job's: a worker that outlived another coordinator may still send
+  // reports of an older job with the same display id.
   JobRecord* ActiveRecordForLocked(const std::string& worker_id, const std::string& job_id,
-                                   int attempt, int rank);
+                                   int attempt, int rank, const std::string& job_uid = "");
+  void OnAcceptedLocked(const std::string& worker_id, const v1::AssignmentAccepted& accepted);
+  // Fails attempts whose ranks did not all accept before the SCHEDULED deadline.
+  void ExpireUnstartedAttemptsLocked();
+  std::chrono::milliseconds StartTimeout() const;
   // Publishes the record's job for Get, List and CountByState, which read these snapshots
   // without taking mutex_ and so never wait behind the report stream.
   void PublishLocked(const JobRecord& record);

@@ -134,6 +134,9 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
     case v1::WorkerMessage::kProfile:
       OnProfileLocked(worker_id, message.profile());
       break;
+    case v1::WorkerMessage::kAccepted:
+      OnAcceptedLocked(worker_id, message.accepted());
+      break;
     case v1::WorkerMessage::PAYLOAD_NOT_SET:
       break;
   }
@@ -141,9 +144,10 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
 
 JobManager::JobRecord* JobManager::ActiveRecordForLocked(const std::string& worker_id,
                                                          const std::string& job_id, int attempt,
-                                                         int rank) {
+                                                         int rank, const std::string& job_uid) {
   JobRecord* record = FindLocked(job_id);
   if (record == nullptr || !record->active.has_value()) return nullptr;
+  if (!job_uid.empty() && job_uid != record->job.uid()) return nullptr;
   const ActiveAttempt& active = *record->active;
   if (active.attempt != attempt || rank < 0 || rank >= static_cast<int>(active.worker_ids.size()) ||
       active.worker_ids[rank] != worker_id || active.finished[rank]) {
@@ -152,9 +156,19 @@ JobManager::JobRecord* JobManager::ActiveRecordForLocked(const std::string& work
   return record;
 }
 
+void JobManager::OnAcceptedLocked(const std::string& worker_id,
+                                  const v1::AssignmentAccepted& accepted) {
+  JobRecord* record = ActiveRecordForLocked(worker_id, accepted.job_id(), accepted.attempt(),
+                                            accepted.rank(), accepted.job_uid());
+  if (record == nullptr) return;  // an attempt that already ended
+  record->active->accepted[accepted.rank()] = true;
+  spdlog::info("{} attempt {}: rank {} accepted by worker {}", accepted.job_id(),
+               accepted.attempt(), accepted.rank(), worker_id);
+}
+
 void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport& report) {
-  JobRecord* record =
-      ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(), report.rank());
+  JobRecord* record = ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(),
+                                            report.rank(), report.job_uid());
   if (record == nullptr) {
     spdlog::debug("ignoring a step report of {} attempt {} rank {} from worker {}", report.job_id(),
                   report.attempt(), report.rank(), worker_id);
@@ -162,8 +176,9 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
     NoteUnconfirmedLocked(worker_id, {false, 0, report.job_id(), report.attempt(), report.step()});
     return;
   }
-  // A report proves the rank is alive, whatever the worker said when it registered.
+  // A report proves the rank is alive and started, whatever the worker said when it registered.
   record->active->reattached[report.rank()] = true;
+  record->active->accepted[report.rank()] = true;
   absl::StatusOr<int64_t> number = store_.AppendStepReport(report);
   LogStoreError(number.status(), "step report");
   if (number.ok()) {
@@ -259,8 +274,8 @@ void JobManager::ConfirmStoredLocked(const std::string& worker_id, v1::Coordinat
 
 void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result) {
   workers_.Release(worker_id, result.job_id(), result.attempt());
-  JobRecord* record =
-      ActiveRecordForLocked(worker_id, result.job_id(), result.attempt(), result.rank());
+  JobRecord* record = ActiveRecordForLocked(worker_id, result.job_id(), result.attempt(),
+                                            result.rank(), result.job_uid());
   if (record == nullptr) {
     // The result of an attempt that already ended (cancelled, failed elsewhere): the worker
     // is free again and nothing else changes.
@@ -269,11 +284,18 @@ void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptR
   }
   ActiveAttempt& active = *record->active;
   active.finished[result.rank()] = true;
+  active.accepted[result.rank()] = true;
   if (!result.ok()) {
     const std::string error = result.cancelled() ? "stopped before the end" : result.error();
-    FailAttemptLocked(*record,
-                      absl::StrCat("rank ", result.rank(), " (worker ", worker_id,
-                                   ") failed: ", error.empty() ? "no error given" : error));
+    const std::string reason = absl::StrCat("rank ", result.rank(), " (worker ", worker_id,
+                                            ") failed: ", error.empty() ? "no error given" : error);
+    if (result.permanent() && !result.cancelled()) {
+      // Bad input fails the same way on every try: no retry.
+      EndAttemptLocked(*record, false, reason);
+      TransitionLocked(*record, v1::FAILED, absl::StrCat(reason, " (bad input; not retried)"));
+    } else {
+      FailAttemptLocked(*record, reason);
+    }
   } else if (std::all_of(active.finished.begin(), active.finished.end(),
                          [](bool finished) { return finished; })) {
     const int world_size = static_cast<int>(active.worker_ids.size());

@@ -301,6 +301,7 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
     refused.result.set_job_id(assignment.job_id());
     refused.result.set_attempt(assignment.attempt());
     refused.result.set_rank(assignment.rank());
+    refused.result.set_job_uid(assignment.job_uid());
     refused.result.set_error(why);
     outbox_.PushFinished(std::move(refused));
   };
@@ -313,7 +314,7 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
       if (!job_ || job_->Finished() ||
-          (job_->job_id() == assignment.job_id() && job_->attempt() == assignment.attempt())) {
+          (job_->job_uid() == assignment.job_uid() && job_->attempt() == assignment.attempt())) {
         break;
       }
     }
@@ -328,7 +329,7 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
       return;
     }
     if (job_ && !job_->Finished()) {
-      if (job_->job_id() == assignment.job_id() && job_->attempt() == assignment.attempt() &&
+      if (job_->job_uid() == assignment.job_uid() && job_->attempt() == assignment.attempt() &&
           job_->rank() == assignment.rank()) {
         return;  // re-sent after a reconnect: already running it
       }
@@ -336,8 +337,16 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
                           job_->attempt()));
       return;
     }
-    if (finished_job_id_ == assignment.job_id() && finished_attempt_ == assignment.attempt()) {
-      return;  // already ran it; its result is on the way
+    if (assignment.job_uid().empty()) {
+      refuse("the assignment carries no job uid, so its checkpoints could not be told apart");
+      return;
+    }
+    if (started_job_uid_ == assignment.job_uid() && started_attempt_ == assignment.attempt()) {
+      // Re-sent after a reconnect: this very attempt already ran here and its result is queued
+      // in the outbox (results are never dropped), so the coordinator hears of it.
+      spdlog::info("job {} ({}) attempt {}: already ran here; its result is on the way",
+                   assignment.job_id(), assignment.job_uid(), assignment.attempt());
+      return;
     }
     if (assignment.world_size() <= 0 || assignment.rank() < 0 ||
         assignment.rank() >= assignment.world_size()) {
@@ -352,9 +361,16 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
     options.bind_address = config_.address;
     options.device = config_.device;
     job_ = std::make_unique<JobRun>(assignment, std::move(options), channel_, &outbox_);
-    finished_job_id_ = assignment.job_id();
-    finished_attempt_ = assignment.attempt();
+    started_job_uid_ = assignment.job_uid();
+    started_attempt_ = assignment.attempt();
     job_->Start();
+    // The explicit answer: the coordinator waits for it before the SCHEDULED deadline.
+    v1::WorkerMessage accepted;
+    accepted.mutable_accepted()->set_job_id(assignment.job_id());
+    accepted.mutable_accepted()->set_job_uid(assignment.job_uid());
+    accepted.mutable_accepted()->set_attempt(assignment.attempt());
+    accepted.mutable_accepted()->set_rank(assignment.rank());
+    outbox_.PushTelemetry(std::move(accepted));
   }
   // The previous run has already finished; joining it is immediate.
   if (previous) previous->Join();

@@ -98,9 +98,10 @@ class WorkerSession {
   std::chrono::milliseconds heartbeat_interval_;
   grpc::ClientContext* register_context_ = nullptr;  // a Register in flight, for Shutdown
   std::unique_ptr<JobRun> job_;
-  // The last attempt this worker finished, so a re-sent assignment is not run twice.
-  std::string finished_job_id_;
-  int finished_attempt_ = -1;
+  // The last attempt this worker started, by the job's unique id (display ids restart in a new
+  // state folder), so an assignment re-sent after a reconnect is not run twice.
+  std::string started_job_uid_;
+  int started_attempt_ = -1;
 };
 
 }  // namespace fsdpd

@@ -21,6 +21,20 @@ int64_t NowUnixMillis() {
 
 }  // namespace
 
+bool IsPermanentFailure(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:     // a shape or setting the worker cannot run
+    case absl::StatusCode::kNotFound:            // a missing data or init file
+    case absl::StatusCode::kPermissionDenied:    // a path outside --allowed-root, or unreadable
+    case absl::StatusCode::kFailedPrecondition:  // e.g. a checkpoint of another job or shape
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+      return true;
+    default:  // crashes, lost peers, collective timeouts, out of memory: worth a retry
+      return false;
+  }
+}
+
 JobRun::JobRun(v1::Assignment assignment, JobRunOptions options,
                std::shared_ptr<grpc::Channel> channel, Outbox* outbox)
     : assignment_(std::move(assignment)),
@@ -88,21 +102,23 @@ void JobRun::Body() {
   outbox_->Wake();
 }
 
-// The job id names the checkpoint directory under the root, so it must stay one component. The
-// trainer resolves the spec's paths and creates that directory, confined to the allowed roots
+// The job's unique id names the checkpoint directory under the root (display ids restart at
+// job-000001 in every new state folder), so it must stay one component. The trainer resolves
+// the spec's paths and creates that directory, confined to the allowed roots
 // (worker/data/path_policy.h).
 absl::StatusOr<RankContext> JobRun::MakeRankContext() const {
-  if (job_id().empty() || job_id() == "." || job_id() == ".." ||
-      job_id().find('/') != std::string::npos) {
+  if (job_uid().empty() || job_uid() == "." || job_uid() == ".." ||
+      job_uid().find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("job id \"", job_id(), "\" cannot name a checkpoint directory"));
+        absl::StrCat("job uid \"", job_uid(), "\" cannot name a checkpoint directory"));
   }
   RankContext context;
   context.job_id = job_id();
+  context.job_uid = job_uid();
   context.attempt = attempt();
   context.rank = rank();
   context.world_size = assignment_.world_size();
-  context.checkpoint_dir = (std::filesystem::path(options_.checkpoint_root) / job_id()).string();
+  context.checkpoint_dir = (std::filesystem::path(options_.checkpoint_root) / job_uid()).string();
   context.allowed_roots = options_.allowed_roots;
   if (!context.allowed_roots.empty()) {
     // The operator chose the checkpoint root, so the job may always write there.
@@ -124,6 +140,7 @@ TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<doub
     step->set_job_id(job_id());
     step->set_attempt(attempt());
     step->set_rank(rank());
+    step->set_job_uid(job_uid());
     if (step->unix_millis() == 0) step->set_unix_millis(NowUnixMillis());
     last_step.store(step->step());
     last_loss.store(step->loss());
@@ -173,6 +190,7 @@ FinishedAttempt JobRun::Train() {
   result.set_job_id(job_id());
   result.set_attempt(attempt());
   result.set_rank(rank());
+  result.set_job_uid(job_uid());
 
   std::atomic<int64_t> last_step{0};
   std::atomic<double> last_loss{0.0};
@@ -203,6 +221,7 @@ FinishedAttempt JobRun::Train() {
   } else {
     result.set_error(std::string(trained.status().message()));
     if (result.error().empty()) result.set_error(trained.status().ToString());
+    result.set_permanent(IsPermanentFailure(trained.status()));
   }
   return finished;
 }

@@ -19,11 +19,17 @@
 namespace fsdpd {
 
 struct JobRunOptions {
-  std::string checkpoint_root;  // the job's directory is <checkpoint_root>/<job_id>
+  std::string checkpoint_root;  // the job's directory is <checkpoint_root>/<job_uid>
   std::vector<std::string> allowed_roots;
   std::string bind_address;
   std::string device;
 };
+
+// Bad input (files, paths, settings or shapes this worker cannot run) fails the same way on
+// every try, so the coordinator fails the job at once instead of retrying it; everything else
+// (crashes, lost peers, collective timeouts) is worth a retry. Classified by the status code
+// the trainer returned.
+bool IsPermanentFailure(const absl::Status& status);
 
 class JobRun {
  public:
@@ -43,6 +49,7 @@ class JobRun {
   void Join();
 
   const std::string& job_id() const { return assignment_.job_id(); }
+  const std::string& job_uid() const { return assignment_.job_uid(); }
   int attempt() const { return assignment_.attempt(); }
   int rank() const { return assignment_.rank(); }
 

@@ -168,6 +168,7 @@ struct LoadedRun {
   Engine engine;
   int64_t start_step = 0;  // the last step already trained (0: none)
   double peak_flops = 0.0;
+  CheckpointIdentity checkpoint_identity;  // written into, and checked against, manifests
 };
 
 // Initial weights first, so a resume overwrites them; a bad init file fails even on resume.
@@ -181,8 +182,8 @@ absl::Status LoadWeights(const v1::JobSpec& spec, const ModelConfig& config, Loa
     FSDPD_RETURN_IF_ERROR(InitializeWeightsFromSeed(config, spec.train().seed(), state));
   }
   FSDPD_ASSIGN_OR_RETURN(run.start_step,
-                         ResumeFromCheckpoint(run.paths.job_dir, state, *run.engine.communicator,
-                                              *run.engine.backend, log));
+                         ResumeFromCheckpoint(run.paths.job_dir, run.checkpoint_identity, state,
+                                              *run.engine.communicator, *run.engine.backend, log));
   return absl::OkStatus();
 }
 
@@ -196,6 +197,8 @@ absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& conte
                          ParseActivationRecompute(spec.parallel().activation_recompute()));
   FSDPD_ASSIGN_OR_RETURN(run.paths, ResolveJobPaths(spec, context));
   FSDPD_ASSIGN_OR_RETURN(run.engine, BuildEngine(spec, context, runtime, config, run.paths.data));
+  run.checkpoint_identity =
+      CheckpointIdentityFor(spec, context.job_uid, context.attempt, context.world_size);
   FSDPD_RETURN_IF_ERROR(LoadWeights(spec, config, run, log));
   FSDPD_ASSIGN_OR_RETURN(run.peak_flops, runtime.PeakFlops(*run.engine.backend));
   log("info",
@@ -226,7 +229,7 @@ absl::Status CheckpointIfDue(const v1::JobSpec& spec, int64_t step, LoadedRun& r
                              const EngineLog& log) {
   const int64_t every = spec.checkpoint().every_steps();
   if (every <= 0 || step % every != 0) return absl::OkStatus();
-  FSDPD_RETURN_IF_ERROR(SaveCheckpoint(run.paths.job_dir, step,
+  FSDPD_RETURN_IF_ERROR(SaveCheckpoint(run.paths.job_dir, run.checkpoint_identity, step,
                                        std::max(spec.checkpoint().keep(), 1), *run.engine.state,
                                        *run.engine.communicator, *run.engine.backend));
   log("info", absl::StrCat("checkpoint of step ", step, " committed"));

@@ -20,10 +20,13 @@ namespace fsdpd {
 
 struct RankContext {
   std::string job_id;
+  // The job's unique id (v1::Job.uid), recorded in its checkpoints' manifests; empty when run
+  // without a coordinator (fsdpd-train).
+  std::string job_uid;
   int attempt = 0;
   int rank = 0;
   int world_size = 1;
-  // Where this job's checkpoints live: <checkpoint_root>/<job_id>/. All ranks of a job must
+  // Where this job's checkpoints live: <checkpoint_root>/<job_uid>/. All ranks of a job must
   // see the same directory (a shared filesystem across hosts).
   std::string checkpoint_dir;
   // Roots that data, init and checkpoint paths must stay inside (empty: no restriction).

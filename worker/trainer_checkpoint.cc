@@ -1,10 +1,13 @@
 #include "worker/trainer_checkpoint.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/trainer_support.h"
@@ -63,9 +66,65 @@ absl::Status ApplyCheckpoint(const RankCheckpoint& checkpoint, FsdpState& state,
   return absl::OkStatus();
 }
 
+// The words of `found` that `expected` does not have, as "key=found (this job: key=expected)".
+std::string FingerprintDifference(const std::string& found, const std::string& expected) {
+  std::vector<std::string> differences;
+  const std::vector<std::string> ours = absl::StrSplit(expected, ' ', absl::SkipEmpty());
+  for (absl::string_view word : absl::StrSplit(found, ' ', absl::SkipEmpty())) {
+    if (std::find(ours.begin(), ours.end(), word) != ours.end()) continue;
+    const std::string key(word.substr(0, word.find('=')));
+    std::string mine = "absent";
+    for (const std::string& candidate : ours) {
+      if (candidate.rfind(key + "=", 0) == 0) mine = candidate;
+    }
+    differences.push_back(absl::StrCat(word, " (this job: ", mine, ")"));
+  }
+  if (differences.empty()) return absl::StrCat("\"", found, "\" vs this job's \"", expected, "\"");
+  return absl::StrJoin(differences, ", ");
+}
+
 }  // namespace
 
-absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpState& state,
+CheckpointIdentity CheckpointIdentityFor(const v1::JobSpec& spec, const std::string& job_uid,
+                                         int attempt, int world_size) {
+  const v1::ModelSpec& model = spec.model();
+  const v1::TrainSpec& train = spec.train();
+  CheckpointIdentity identity;
+  identity.job_uid = job_uid;
+  identity.attempt = attempt;
+  identity.fingerprint = absl::StrCat(
+      "vocab=", model.vocab(), " dim=", model.dim(), " layers=", model.layers(),
+      " heads=", model.heads(), " ffn_mult=", model.ffn_mult(), " causal=", model.causal(),
+      " final_norm=", model.final_norm(), " norm_eps=", model.norm_eps(),
+      " world_size=", world_size, " param_dtype=", spec.parallel().param_dtype(),
+      " reduce_dtype=", spec.parallel().reduce_dtype(), " master_dtype=fp32 optimizer=adamw",
+      " beta1=", train.beta1(), " beta2=", train.beta2(), " eps=", train.eps(),
+      " weight_decay=", train.weight_decay());
+  return identity;
+}
+
+absl::Status CheckResumable(const CheckpointIdentity& found, const CheckpointIdentity& expected,
+                            const std::string& job_dir, int64_t step) {
+  const std::string where = absl::StrCat("the checkpoint of step ", step, " in ", job_dir);
+  const std::string advice =
+      "; refusing to resume from it (move it away, or start from its weights with "
+      "checkpoint.init_from)";
+  if (!expected.job_uid.empty() && found.job_uid != expected.job_uid) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, " belongs to ",
+        found.job_uid.empty() ? "no recorded job" : absl::StrCat("job ", found.job_uid),
+        ", not to this job (", expected.job_uid, ")", advice));
+  }
+  if (!found.fingerprint.empty() && found.fingerprint != expected.fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " was written for a different setup: ",
+                     FingerprintDifference(found.fingerprint, expected.fingerprint), advice));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
+                                             const CheckpointIdentity& identity, FsdpState& state,
                                              Communicator& communicator, Backend& backend,
                                              const EngineLog& log) {
   const int rank = communicator.rank();
@@ -88,6 +147,9 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
     std::optional<RankCheckpoint> loaded;
     std::string reason;
     if (step >= 0) {
+      // Every rank reads the same manifest, so all refuse together.
+      absl::StatusOr<CheckpointIdentity> found = ReadCheckpointIdentity(job_dir, step);
+      if (found.ok()) FSDPD_RETURN_IF_ERROR(CheckResumable(*found, identity, job_dir, step));
       absl::StatusOr<RankCheckpoint> checkpoint =
           LoadRankCheckpoint(job_dir, step, rank, world_size);
       absl::Status usable =
@@ -129,8 +191,9 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpSta
   }
 }
 
-absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, FsdpState& state,
-                            Communicator& communicator, Backend& backend) {
+absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity& identity,
+                            int64_t step, int keep, FsdpState& state, Communicator& communicator,
+                            Backend& backend) {
   RankCheckpoint checkpoint;
   checkpoint.step = step;
   checkpoint.rank = communicator.rank();
@@ -165,7 +228,7 @@ absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, 
   }
   absl::Status committed;
   if (communicator.rank() == 0) {
-    committed = CommitCheckpoint(job_dir, step, communicator.world_size(), keep);
+    committed = CommitCheckpoint(job_dir, step, communicator.world_size(), keep, identity);
   }
   std::vector<int32_t> all_committed = {committed.ok() ? 1 : 0};
   FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));

@@ -7,7 +7,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "fsdpd/v1/spec.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/checkpoint/checkpoint.h"
 #include "worker/comm/communicator.h"
 #include "worker/fsdp/fsdp_state.h"
 
@@ -15,15 +17,29 @@ namespace fsdpd {
 
 using EngineLog = std::function<void(const std::string& level, const std::string& text)>;
 
+// This run's identity for its manifests: the job's unique id (empty for fsdpd-train), the
+// attempt, and the fingerprint of what a checkpoint must match to be loaded.
+CheckpointIdentity CheckpointIdentityFor(const v1::JobSpec& spec, const std::string& job_uid,
+                                         int attempt, int world_size);
+
+// OK when a checkpoint recorded as `found` may be resumed by the run `expected`; otherwise
+// FAILED_PRECONDITION naming what differs. A checkpoint of another job (or with no job
+// recorded, when this run has one) is refused: checkpoint.init_from starts from other weights.
+absl::Status CheckResumable(const CheckpointIdentity& found, const CheckpointIdentity& expected,
+                            const std::string& job_dir, int64_t step);
+
 // Collective. Returns the step to continue after (0 when no usable checkpoint exists) and
 // leaves the state loaded from it.
-absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir, FsdpState& state,
+// A committed checkpoint that this run may not resume (CheckResumable) fails the run.
+absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
+                                             const CheckpointIdentity& identity, FsdpState& state,
                                              Communicator& communicator, Backend& backend,
                                              const EngineLog& log);
 
 // Collective. Every rank writes its file; if any rank failed, every rank returns the error
 // (the previous checkpoint stays intact). Then rank 0 commits and prunes to `keep`.
-absl::Status SaveCheckpoint(const std::string& job_dir, int64_t step, int keep, FsdpState& state,
-                            Communicator& communicator, Backend& backend);
+absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity& identity,
+                            int64_t step, int keep, FsdpState& state, Communicator& communicator,
+                            Backend& backend);
 
 }  // namespace fsdpd

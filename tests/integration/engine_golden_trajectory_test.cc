@@ -22,9 +22,10 @@ std::string GoldenDir() {
 
 TEST(EngineGoldenTrajectoryTest, FollowsPyTorchsLossesForTwentyAdamWSteps) {
   const std::string golden = GoldenDir();
-  // The fixtures are committed: a missing one is a broken checkout, not a reason to skip.
+  // The fixtures are committed (tests/golden/make_fixtures.py makes them): without them this
+  // test would prove nothing, so their absence is a failure.
   ASSERT_TRUE(std::filesystem::exists(golden + "/losses.safetensors"))
-      << "no PyTorch fixtures in " << golden << " (tests/golden/make_fixtures.py makes them)";
+      << "the PyTorch fixtures are missing from " << golden;
   nlohmann::json config = nlohmann::json::parse(std::ifstream(golden + "/config.json"));
   auto losses = ReadSafetensors(golden + "/losses.safetensors");
   ASSERT_TRUE(losses.ok()) << losses.status();

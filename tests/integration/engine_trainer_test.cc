@@ -135,5 +135,45 @@ TEST_F(EngineTrainerTest, AFailedCheckpointWriteFailsTheRunAndKeepsThePreviousCh
   EXPECT_EQ(resumed_steps, (std::vector<int64_t>{3, 4, 5, 6}));
 }
 
+// Issue 11 §1: a checkpoint is resumed only by the job that wrote it, and only into the same
+// shapes; anything else is refused with the reason, never resumed silently.
+TEST_F(EngineTrainerTest, ACheckpointOfAnotherJobOrSetupIsRefusedWithTheReason) {
+  RankContext first = Context();
+  first.job_uid = "5b0e8c1e-0000-4000-8000-00000000000a";
+  first.attempt = 2;
+  ASSERT_TRUE(RunTrainer(TinyJob(4, 2), first, {}).ok());
+  absl::StatusOr<CheckpointIdentity> recorded = ReadCheckpointIdentity(first.checkpoint_dir, 4);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_EQ(recorded->job_uid, first.job_uid);
+  EXPECT_EQ(recorded->attempt, 2);
+  EXPECT_NE(recorded->fingerprint.find("dim=16"), std::string::npos) << recorded->fingerprint;
+  EXPECT_NE(recorded->fingerprint.find("world_size=1"), std::string::npos);
+
+  int steps_run = 0;
+  TrainerHooks hooks;
+  hooks.on_step = [&](const v1::StepReport&) { ++steps_run; };
+  RankContext other = first;
+  other.job_uid = "5b0e8c1e-0000-4000-8000-00000000000b";
+  auto result = RunTrainer(TinyJob(40, 2), other, hooks);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_NE(result.status().message().find("belongs to job " + first.job_uid), std::string::npos)
+      << result.status();
+  EXPECT_EQ(steps_run, 0);
+
+  v1::JobSpec wider = TinyJob(8, 2);
+  wider.mutable_model()->set_dim(32);
+  result = RunTrainer(wider, first, hooks);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_NE(result.status().message().find("dim=16 (this job: dim=32)"), std::string::npos)
+      << result.status();
+
+  // The job that wrote it resumes from it.
+  std::vector<int64_t> resumed;
+  hooks.on_step = [&](const v1::StepReport& report) { resumed.push_back(report.step()); };
+  result = RunTrainer(TinyJob(6, 2), first, hooks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(resumed, (std::vector<int64_t>{5, 6}));
+}
+
 }  // namespace
 }  // namespace fsdpd

@@ -6,6 +6,8 @@ fsdpd_test(engine_lr_schedule_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_lr_schedule_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_file_store_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_file_store_test.cc LIBS fsdpd_engine)
+fsdpd_test(engine_host_staged_test LABEL unit TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_host_staged_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_communicator_test LABEL unit TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_communicator_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_sharded_adamw_test LABEL unit TIMEOUT 120

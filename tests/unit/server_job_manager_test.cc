@@ -634,5 +634,112 @@ TEST_F(JobManagerTest, NumberedLogLinesAreConfirmedStoredOnceAndFollowedOnce) {
   EXPECT_EQ((*lines)[1].text(), "second");
 }
 
+// Issue 11 §1: a job's unique id survives restarts and differs between state folders.
+TEST_F(JobManagerTest, JobsHaveUniqueIdsThatAssignmentsCarryAndRestartsKeep) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  const std::string uid = GetJob(id).uid();
+  EXPECT_EQ(uid.size(), 36u) << uid;
+  EXPECT_EQ(sessions_[w0]->Assignments().front().job_uid(), uid);
+  const std::string second = *jobs_->Submit(SmallSpec(1, 0));
+  EXPECT_NE(GetJob(second).uid(), uid);
+  Restart();
+  EXPECT_EQ(GetJob(id).uid(), uid);
+
+  // A new state folder starts again at job-000001, under a new unique id.
+  Stop();
+  std::filesystem::remove_all(directory_);
+  std::filesystem::create_directories(directory_);
+  Start();
+  const std::string again = *jobs_->Submit(SmallSpec(1, 0));
+  EXPECT_EQ(again, id);
+  EXPECT_NE(GetJob(again).uid(), uid);
+}
+
+// A worker that outlived an older coordinator may still send reports of the older job with the
+// same display id: they do not count for the new one.
+TEST_F(JobManagerTest, ReportsOfAnOlderJobWithTheSameDisplayIdAreIgnored) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  v1::WorkerMessage message;
+  v1::AttemptResult* result = message.mutable_result();
+  result->set_job_id(id);
+  result->set_job_uid("0c1d7a52-0000-4000-8000-000000000000");
+  result->set_attempt(1);
+  result->set_ok(true);
+  result->set_final_step(400);
+  jobs_->OnWorkerMessage(w0, message);
+  EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED) << GetJob(id).reason();
+  result->set_job_uid(GetJob(id).uid());
+  jobs_->OnWorkerMessage(w0, message);
+  EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
+}
+
+// SCHEDULED has a deadline: a rank that never accepts fails the attempt, which is retried.
+TEST_F(JobManagerTest, AttemptWhoseRanksDoNotAcceptInTimeFailsAndRetries) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 1));
+  const std::string uid = GetJob(id).uid();
+  v1::WorkerMessage message;
+  v1::AssignmentAccepted* accepted = message.mutable_accepted();
+  accepted->set_job_id(id);
+  accepted->set_job_uid(uid);
+  accepted->set_attempt(1);
+  accepted->set_rank(0);
+  jobs_->OnWorkerMessage(w0, message);
+  // Both keep beating, so neither is lost; only rank 1's acceptance is missing.
+  const auto timeout =
+      WorkerRegistryConfig{}.heartbeat_timeout + RendezvousConfig{}.default_get_timeout;
+  for (auto waited = std::chrono::milliseconds(0); waited < timeout;
+       waited += std::chrono::seconds(5)) {
+    EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
+    now_ += std::chrono::seconds(5);
+    Heartbeat(w0);
+    Heartbeat(w1);
+    jobs_->Tick();
+  }
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr("rank 1 (worker " + w1 + ") did not accept"));
+  Result(w0, id, 1, 0, false, "", true);
+  Result(w1, id, 1, 1, false, "", true);
+  EXPECT_EQ(GetJob(id).attempt(), 2);
+  EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
+  // Acceptance by every rank clears the deadline.
+  accepted->set_attempt(2);
+  jobs_->OnWorkerMessage(w0, message);
+  accepted->set_rank(1);
+  jobs_->OnWorkerMessage(w1, message);
+  now_ += timeout * 2;
+  Heartbeat(w0);
+  Heartbeat(w1);
+  jobs_->Tick();
+  EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
+}
+
+// Issue 11 §3: bad input fails at once; a crash is retried.
+TEST_F(JobManagerTest, PermanentFailureIsNotRetried) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 3));
+  v1::WorkerMessage message;
+  v1::AttemptResult* result = message.mutable_result();
+  result->set_job_id(id);
+  result->set_attempt(1);
+  result->set_error("data.path: /data/missing.bin: no such file");
+  result->set_permanent(true);
+  jobs_->OnWorkerMessage(w0, message);
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_THAT(job.reason(), HasSubstr("missing.bin"));
+  EXPECT_THAT(job.reason(), HasSubstr("not retried"));
+
+  const std::string crashed = *jobs_->Submit(SmallSpec(1, 3));
+  Result(w0, crashed, 1, 0, false, "the trainer threw: bad_alloc");
+  EXPECT_EQ(GetJob(crashed).state(), v1::SCHEDULED);
+  EXPECT_EQ(GetJob(crashed).attempt(), 2);
+}
+
 }  // namespace
 }  // namespace fsdpd::server

@@ -144,7 +144,8 @@ absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoin
   return absl::OkStatus();
 }
 
-absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep) {
+absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep,
+                              const CheckpointIdentity& identity) {
   const std::string prefix = absl::StrCat("checkpoint step ", step, ": ");
   if (keep < 1) {
     return absl::InvalidArgumentError(
@@ -168,9 +169,15 @@ absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int worl
                      {"size_bytes", summary->size_bytes},
                      {"crc32c", summary->crc32c}});
   }
-  const nlohmann::json manifest = {
-      {"format", kManifestFormat}, {"version", kManifestVersion}, {"step", step},
-      {"world_size", world_size},  {"checksum", "crc32c"},        {"ranks", ranks}};
+  const nlohmann::json manifest = {{"format", kManifestFormat},
+                                   {"version", kManifestVersion},
+                                   {"step", step},
+                                   {"world_size", world_size},
+                                   {"job_uid", identity.job_uid},
+                                   {"attempt", identity.attempt},
+                                   {"fingerprint", identity.fingerprint},
+                                   {"checksum", "crc32c"},
+                                   {"ranks", ranks}};
   if (auto status = WriteFileDurably(step_dir + "/" + kManifestName, manifest.dump(2) + "\n");
       !status.ok()) {
     return WithPrefix(prefix, status);
@@ -212,6 +219,31 @@ absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& job_d
     if (entry.committed) steps.push_back(entry.step);
   }
   return steps;
+}
+
+absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(const std::string& job_dir,
+                                                          int64_t step) {
+  const std::string prefix = absl::StrCat("checkpoint step ", step, ": ");
+  std::string text;
+  if (auto status = ReadSmallFile(StepDirectory(job_dir, step) + "/" + kManifestName, &text);
+      !status.ok()) {
+    return WithPrefix(prefix, status);
+  }
+  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object()) {
+    return absl::DataLossError(absl::StrCat(prefix, kManifestName, " is malformed"));
+  }
+  CheckpointIdentity identity;
+  if (manifest.contains("job_uid") && manifest["job_uid"].is_string()) {
+    identity.job_uid = manifest["job_uid"].get<std::string>();
+  }
+  if (manifest.contains("attempt") && manifest["attempt"].is_number_integer()) {
+    identity.attempt = manifest["attempt"].get<int>();
+  }
+  if (manifest.contains("fingerprint") && manifest["fingerprint"].is_string()) {
+    identity.fingerprint = manifest["fingerprint"].get<std::string>();
+  }
+  return identity;
 }
 
 absl::StatusOr<RankCheckpoint> LoadRankCheckpoint(const std::string& job_dir, int64_t step,

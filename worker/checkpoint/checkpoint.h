@@ -32,13 +32,28 @@ struct RankCheckpoint {
   std::vector<ShardBuffer> buffers;
 };
 
+// Who wrote a checkpoint and for what, recorded in its manifest: a checkpoint is resumed only
+// by the job that wrote it (its unique id) and only into the same shapes. Empty fields: not
+// recorded (fsdpd-train, or a manifest from before identities).
+struct CheckpointIdentity {
+  std::string job_uid;
+  int attempt = 0;
+  // What makes a checkpoint loadable: model config, world size, dtypes, optimizer
+  // (worker/trainer_checkpoint.h builds it), as "key=value" words.
+  std::string fingerprint;
+};
+
 // Writes this rank's file for `step` (durable on return). Does not commit.
 absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state);
 
 // Rank 0, after all ranks returned from WriteRankCheckpoint (a barrier): writes the manifest
 // for `step`, then deletes the oldest complete checkpoints beyond `keep` and any incomplete
 // step directories older than `step`.
-absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep);
+absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep,
+                              const CheckpointIdentity& identity = {});
+
+// The identity recorded in the manifest of committed `step` (empty fields where it has none).
+absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(const std::string& job_dir, int64_t step);
 
 // Steps with a manifest, newest first.
 absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& job_dir);

@@ -7,7 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "spdlog/spdlog.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/backend/cuda_ops.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/host_staged_communicator.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/device/cpu_runtime.h"
 #include "worker/device/cuda_memory.h"
@@ -50,17 +55,57 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
   return std::unique_ptr<Backend>(std::move(*backend));
 }
 
+namespace {
+
+// Staging copies on the collective's own stream, finished before they return.
+class CudaCopier : public DeviceCopier {
+ public:
+  absl::Status ToHost(const Tensor& device, void* host, Stream& stream) override {
+    FSDPD_ASSIGN_OR_RETURN(cudaStream_t cuda_stream, CudaStreamOf(stream));
+    CUDA_CHECK(cudaMemcpyAsync(host, device.data, static_cast<size_t>(device.bytes()),
+                               cudaMemcpyDeviceToHost, cuda_stream));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+    return absl::OkStatus();
+  }
+  absl::Status ToDevice(const void* host, const Tensor& device, Stream& stream) override {
+    FSDPD_ASSIGN_OR_RETURN(cudaStream_t cuda_stream, CudaStreamOf(stream));
+    CUDA_CHECK(cudaMemcpyAsync(device.data, host, static_cast<size_t>(device.bytes()),
+                               cudaMemcpyHostToDevice, cuda_stream));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+// NCCL, one rank per GPU. Where ranks of the attempt share a GPU (NCCL refuses that), Gloo over
+// host copies (worker/comm/host_staged_communicator.h), decided alike on every rank.
 absl::StatusOr<std::unique_ptr<Communicator>> CudaRuntime::CreateCommunicator(
     const CommunicatorOptions& options, KeyValueStore* store) const {
+  if (options.world_size > 1 && store != nullptr) {
+    FSDPD_ASSIGN_OR_RETURN(const DeviceInfo info, Describe());
+    FSDPD_ASSIGN_OR_RETURN(const bool shared,
+                           RanksShareADevice(*store, options.rank, options.world_size,
+                                             info.gpu_uuid, options.timeout));
+    if (shared) {
+      spdlog::warn(
+          "rank {}: ranks of this job share a GPU; collectives go through host memory "
+          "and Gloo instead of NCCL (correct, but slow)",
+          options.rank);
+      FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> gloo,
+                             GlooCommunicator::Connect(options, store));
+      return std::unique_ptr<Communicator>(
+          new HostStagedCommunicator(std::move(gloo), std::make_unique<CudaCopier>()));
+    }
+  }
   NcclCommunicatorOptions nccl;
   nccl.rank = options.rank;
   nccl.world_size = options.world_size;
   nccl.device = index_;
   nccl.timeout = options.timeout;
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
-      NcclCommunicator::Connect(nccl, store);
-  if (!communicator.ok()) return communicator.status();
-  return std::unique_ptr<Communicator>(std::move(*communicator));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> communicator,
+                         NcclCommunicator::Connect(nccl, store));
+  return std::unique_ptr<Communicator>(std::move(communicator));
 }
 
 absl::StatusOr<double> CudaRuntime::PeakFlops(Backend& backend) const {
