@@ -9,7 +9,7 @@ packages=(
   libspdlog-dev prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev libsystemd-dev
   libssl-dev clang-format prometheus curl ccache python3-yaml systemd
-  clang-14 libclang-rt-14-dev openssl xz-utils python3-pip
+  clang-14 libclang-rt-14-dev openssl xz-utils python3-pip python3-numpy
 )
 
 missing=()
@@ -33,6 +33,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# numpy and safetensors for the safetensors interoperability tests (io_safetensors_test), in
+# the python3 that the tests run. Debian has no safetensors package: it comes from PyPI, with
+# --break-system-packages where python3 is Debian's own (PEP 668).
+if ! python3 -c 'import numpy, safetensors.numpy' 2> /dev/null; then
+  echo "installing numpy and safetensors for $(command -v python3)"
+  python3 -m pip install --quiet numpy safetensors ||
+    python3 -m pip install --quiet --break-system-packages numpy safetensors
 fi
 
 # cuDNN's C++ frontend (header-only) for the fused attention, where the CUDA toolkit has cuDNN.

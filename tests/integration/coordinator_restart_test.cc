@@ -59,6 +59,23 @@ StoredSteps ReadStoredSteps(const std::string& database, const std::string& job_
   return stored;
 }
 
+// Whether fsdpctl watch has printed a step event to `path` (complete lines only: it may be in
+// the middle of writing one), polled until `timeout`.
+bool WaitForPrintedStep(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    const std::string text = ReadFile(path);
+    const size_t complete = text.rfind('\n');
+    if (complete != std::string::npos) {
+      for (const nlohmann::json& event : ParseJsonLines(text.substr(0, complete + 1))) {
+        if (event.value("type", "") == "step") return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   Cluster cluster(2);
   ASSERT_TRUE(cluster.StartCoordinator());
@@ -83,21 +100,16 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
 
   // A watch started before the kill rides through the restart: it reconnects and prints each
   // event of the job once.
-  int live_exit_code = -1;
-  std::vector<nlohmann::json> live_events;
-  std::thread watcher(
-      [&] { live_events = cluster.WatchEvents(id, &live_exit_code, seconds(180)); });
-  // Training moves on before the coordinator goes away, so the watch has steps to print.
-  nlohmann::json moved = cluster.WaitForJob(
-      id,
-      [&](const nlohmann::json& job) { return job.value("step", int64_t{0}) > step_before_kill; },
-      seconds(60));
-  ASSERT_GT(moved.value("step", int64_t{0}), step_before_kill) << moved.dump();
+  const std::string watch_path = cluster.dir() + "/watch.jsonl";
+  std::unique_ptr<ChildProcess> watcher = cluster.StartWatch(id, watch_path);
+  // It has printed at least one step before the coordinator goes away.
+  ASSERT_TRUE(WaitForPrintedStep(watch_path, seconds(60)))
+      << ReadFile(watch_path) << ReadFile(watcher->log_path());
 
   cluster.KillCoordinator(SIGKILL);
-  // Training goes on while the coordinator is away; the workers see it gone and buffer their
-  // reports.
-  ASSERT_TRUE(cluster.WaitForWorkerLogs("lost the session with the coordinator", seconds(30)))
+  // Training goes on while the coordinator is away; the workers buffer their reports. Every
+  // worker has seen its session end before the coordinator comes back.
+  ASSERT_TRUE(cluster.WaitForWorkerLogs("lost the session with the coordinator", seconds(60)))
       << cluster.Logs();
   ASSERT_TRUE(cluster.StartCoordinator());
 
@@ -110,8 +122,10 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   ASSERT_EQ(done.value("state", ""), "SUCCEEDED") << done.dump() << cluster.Logs();
   EXPECT_EQ(done["step"], kSteps);
 
-  watcher.join();
-  EXPECT_EQ(live_exit_code, 0) << "fsdpctl watch did not see the job succeed";
+  ASSERT_TRUE(watcher->WaitForExit(seconds(60))) << ReadFile(watcher->log_path());
+  EXPECT_EQ(watcher->exit_code(), 0)
+      << "fsdpctl watch did not see the job succeed: " << ReadFile(watcher->log_path());
+  const std::vector<nlohmann::json> live_events = ParseJsonLines(ReadFile(watch_path));
   std::vector<int64_t> live_steps;
   std::set<std::string> live_states;
   for (const auto& event : live_events) {

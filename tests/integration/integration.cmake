@@ -13,9 +13,9 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
     # The tests run the binaries, so building a test builds them too.
     add_dependencies(${test_name}_integration_test fsdpd fsdpd-worker fsdpctl)
   endforeach()
-  # What `--device cuda:N` must do depends on whether the worker was built with CUDA.
+  # Counts the CUDA devices, to know what --device cuda:0 must do on this host.
   if(FSDPD_CUDA)
-    target_compile_definitions(worker_flags_integration_test PRIVATE FSDPD_TEST_CUDA_BUILD=1)
+    target_link_libraries(worker_flags_integration_test PRIVATE CUDA::cudart)
   endif()
   # Reads the stored per-rank reports straight from the coordinator's database.
   target_link_libraries(coordinator_restart_integration_test PRIVATE SQLite::SQLite3)

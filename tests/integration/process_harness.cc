@@ -88,20 +88,15 @@ void WriteFile(const std::string& path, const std::string& text) {
   out << text;
 }
 
-TempDir::TempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "fsdpd-it-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
 ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path)
     : log_path_(std::move(log_path)) {
   pid_ = Spawn(argv, log_path_, log_path_);
+}
+
+ChildProcess::ChildProcess(std::vector<std::string> argv, std::string out_path,
+                           std::string log_path)
+    : log_path_(std::move(log_path)) {
+  pid_ = Spawn(argv, out_path, log_path_);
 }
 
 ChildProcess::~ChildProcess() {
@@ -113,16 +108,16 @@ ChildProcess::~ChildProcess() {
 
 bool ChildProcess::Running() {
   if (pid_ <= 0 || reaped_) return false;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    reaped_ = true;
-    if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
-  }
+  if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) reaped_ = true;
   return !reaped_;
 }
 
 void ChildProcess::Signal(int signal_number) {
   if (Running()) kill(pid_, signal_number);
+}
+
+int ChildProcess::exit_code() const {
+  return reaped_ && WIFEXITED(wait_status_) ? WEXITSTATUS(wait_status_) : -1;
 }
 
 bool ChildProcess::WaitForExit(std::chrono::milliseconds timeout) {
@@ -214,13 +209,6 @@ bool Cluster::StartWorkers() {
   return WaitForWorkers(worker_count_, "IDLE", std::chrono::seconds(30));
 }
 
-bool Cluster::WaitForWorkerLogs(const std::string& text, std::chrono::milliseconds timeout) {
-  for (const std::unique_ptr<ChildProcess>& worker : workers_) {
-    if (!worker->WaitForLog(text, timeout)) return false;
-  }
-  return true;
-}
-
 bool Cluster::WaitForWorkers(int count, const std::string& state,
                              std::chrono::milliseconds timeout) {
   const Clock::time_point until = Clock::now() + timeout;
@@ -269,19 +257,40 @@ std::vector<nlohmann::json> Cluster::WatchEvents(const std::string& job_id, int*
                                                  std::chrono::milliseconds timeout) {
   CommandResult result = Ctl({"--json", "watch", job_id}, timeout);
   *exit_code = result.exit_code;
-  std::vector<nlohmann::json> events;
-  std::istringstream lines(result.out);
+  return ParseJsonLines(result.out);
+}
+
+std::unique_ptr<ChildProcess> Cluster::StartWatch(const std::string& job_id,
+                                                  const std::string& out_path) {
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{BuildPath("client/fsdpctl"), "--coordinator", address_, "--json",
+                               "watch", job_id},
+      out_path, out_path + ".err");
+}
+
+bool Cluster::WaitForWorkerLogs(const std::string& text, std::chrono::milliseconds timeout) {
+  const Clock::time_point until = Clock::now() + timeout;
+  for (auto& worker : workers_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (!worker->WaitForLog(text, std::max(left, std::chrono::milliseconds(0)))) return false;
+  }
+  return true;
+}
+
+std::vector<nlohmann::json> ParseJsonLines(const std::string& text) {
+  std::vector<nlohmann::json> values;
+  std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
-    nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
-    if (event.is_discarded()) {
-      ADD_FAILURE() << "watch printed a line that is not JSON: " << line;
+    nlohmann::json value = nlohmann::json::parse(line, nullptr, false);
+    if (value.is_discarded()) {
+      ADD_FAILURE() << "a line that is not JSON: " << line;
       continue;
     }
-    events.push_back(std::move(event));
+    values.push_back(std::move(value));
   }
-  return events;
+  return values;
 }
 
 std::string Cluster::WriteSpec(const std::string& name, const std::string& yaml) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/support/temp_dir.h"
 
 namespace fsdpd::testing {
 
@@ -25,20 +26,12 @@ std::string SourcePath(const std::string& relative);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // A child process whose stdout and stderr go to a log file.
 class ChildProcess {
  public:
   ChildProcess(std::vector<std::string> argv, std::string log_path);
+  // stdout to `out_path`, stderr to `log_path`.
+  ChildProcess(std::vector<std::string> argv, std::string out_path, std::string log_path);
   ~ChildProcess();  // SIGKILL, then reaps it
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -51,14 +44,15 @@ class ChildProcess {
   bool WaitForLog(const std::string& text, std::chrono::milliseconds timeout);
   const std::string& log_path() const { return log_path_; }
   pid_t pid() const { return pid_; }
-  // Its exit status once reaped; -1 while it runs or when a signal ended it.
-  int exit_code() const { return exit_code_; }
+  // The exit status once it has exited and been reaped (by Running or WaitForExit); -1 while it
+  // runs or when a signal ended it.
+  int exit_code() const;
 
  private:
   std::string log_path_;
   pid_t pid_ = -1;
   bool reaped_ = false;
-  int exit_code_ = -1;
+  int wait_status_ = 0;
 };
 
 struct CommandResult {
@@ -66,6 +60,9 @@ struct CommandResult {
   std::string out;
   std::string err;
 };
+
+// One JSON value a line (fsdpctl --json watch); a line that is not JSON fails the test.
+std::vector<nlohmann::json> ParseJsonLines(const std::string& text);
 
 CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 
@@ -89,6 +86,11 @@ class Cluster {
   // fsdpctl --json <args>, with its output parsed; null (and a test failure) if it failed.
   nlohmann::json CtlJson(const std::vector<std::string>& args);
   // Every line of `fsdpctl --json watch ID`, and its exit code.
+  // fsdpctl --json watch <job_id> in the background, its events going to `out_path` as they
+  // come (ParseJsonLines reads them).
+  std::unique_ptr<ChildProcess> StartWatch(const std::string& job_id, const std::string& out_path);
+  // Waits until the log of every worker contains `text`.
+  bool WaitForWorkerLogs(const std::string& text, std::chrono::milliseconds timeout);
   std::vector<nlohmann::json> WatchEvents(const std::string& job_id, int* exit_code,
                                           std::chrono::milliseconds timeout);
 
@@ -102,9 +104,6 @@ class Cluster {
                             std::chrono::milliseconds timeout);
   nlohmann::json WaitForState(const std::string& job_id, const std::string& state,
                               std::chrono::milliseconds timeout);
-
-  // Waits until every worker's log contains `text`.
-  bool WaitForWorkerLogs(const std::string& text, std::chrono::milliseconds timeout);
 
   // Every process's log, for a failure message.
   std::string Logs() const;

@@ -14,31 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/file_key_value_store.h"
 
 namespace fsdpd::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "fsdpd-engine-XXXXXX").string();
-    const char* created = ::mkdtemp(pattern.data());
-    if (created == nullptr) {
-      ADD_FAILURE() << "cannot create a temporary directory from " << pattern;
-      return;
-    }
-    path_ = created;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Runs body(communicator) on `world_size` threads, one rank each; fails the test if a rank
 // cannot connect.

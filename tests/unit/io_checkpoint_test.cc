@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/support/temp_dir.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/crc32c.h"
 #include "worker/checkpoint/durable_file.h"
@@ -24,18 +25,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
-class TempDirectory {
- public:
-  TempDirectory() {
-    std::string pattern = ::testing::TempDir() + "io_checkpoint_XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDirectory() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::fsdpd::testing::TempDir;
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -114,7 +104,7 @@ TEST(Crc32cTest, KnownVectorsAndIncrementalUse) {
 }
 
 TEST(CheckpointTest, RoundTripAndManifestContents) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path() + "/job-1";
   WriteAndCommit(job_dir, 10, 2, 3);
   for (int rank = 0; rank < 2; ++rank) {
@@ -137,7 +127,7 @@ TEST(CheckpointTest, RoundTripAndManifestContents) {
 }
 
 TEST(CheckpointTest, OnlyCommittedStepsAreListed) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   auto none = ListCommittedSteps(job_dir + "/does-not-exist");
   ASSERT_TRUE(none.ok());
@@ -156,7 +146,7 @@ TEST(CheckpointTest, OnlyCommittedStepsAreListed) {
 }
 
 TEST(CheckpointTest, EmptyDirectoryHasNoCheckpoint) {
-  TempDirectory directory;
+  TempDir directory;
   std::vector<std::string> skipped;
   auto latest = LoadLatestRankCheckpoint(directory.path(), 0, 1, &skipped);
   ASSERT_TRUE(latest.ok());
@@ -165,7 +155,7 @@ TEST(CheckpointTest, EmptyDirectoryHasNoCheckpoint) {
 }
 
 TEST(CheckpointTest, RetentionKeepsNewestAndDropsStaleIncompleteSteps) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 2, 2);
   WriteAndCommit(job_dir, 20, 2, 2);
@@ -191,7 +181,7 @@ TEST(CheckpointTest, RetentionKeepsNewestAndDropsStaleIncompleteSteps) {
 }
 
 TEST(CheckpointTest, CorruptShardIsDetectedAndLoadingFallsBack) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 2, 3);
   WriteAndCommit(job_dir, 20, 2, 3);
@@ -220,7 +210,7 @@ TEST(CheckpointTest, CorruptShardIsDetectedAndLoadingFallsBack) {
 }
 
 TEST(CheckpointTest, TruncatedAndMissingShardsAreDetected) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 2, 3);
   WriteAndCommit(job_dir, 20, 2, 3);
@@ -245,7 +235,7 @@ TEST(CheckpointTest, TruncatedAndMissingShardsAreDetected) {
 }
 
 TEST(CheckpointTest, CorruptManifestIsSkipped) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 1, 3);
   WriteAndCommit(job_dir, 20, 1, 3);
@@ -261,7 +251,7 @@ TEST(CheckpointTest, CorruptManifestIsSkipped) {
 }
 
 TEST(CheckpointTest, WorldSizeAndRankMismatchesAreReported) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 2, 3);
   auto wrong_world = LoadRankCheckpoint(job_dir, 10, 0, 4);
@@ -282,7 +272,7 @@ TEST(CheckpointTest, WorldSizeAndRankMismatchesAreReported) {
 }
 
 TEST(CheckpointTest, CommitFailsWhenARankFileIsMissing) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   ASSERT_TRUE(WriteRankCheckpoint(job_dir, MakeState(10, 0, 2)).ok());
   auto status = CommitCheckpoint(job_dir, 10, 2, 3);
@@ -295,7 +285,7 @@ TEST(CheckpointTest, CommitFailsWhenARankFileIsMissing) {
 }
 
 TEST(CheckpointTest, FailedWritesLeaveThePreviousCheckpointIntact) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 1, 1);
   const std::string committed_bytes = ReadBytes(RankFile(job_dir, 10, 0));
@@ -334,7 +324,7 @@ TEST(CheckpointTest, FailedWritesLeaveThePreviousCheckpointIntact) {
 }
 
 TEST(CheckpointTest, RewritingACommittedStepWithdrawsItsManifestUntilRecommitted) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   WriteAndCommit(job_dir, 10, 2, 3);
   RankCheckpoint changed = MakeState(10, 0, 2);
@@ -351,7 +341,7 @@ TEST(CheckpointTest, RewritingACommittedStepWithdrawsItsManifestUntilRecommitted
 }
 
 TEST(RankFileTest, CorruptStructureBehindAValidChecksumNeverCrashes) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string job_dir = directory.path();
   ASSERT_TRUE(WriteRankCheckpoint(job_dir, MakeState(3, 0, 1)).ok());
   const std::string original = ReadBytes(RankFile(job_dir, 3, 0));
@@ -383,7 +373,7 @@ TEST(RankFileTest, CorruptStructureBehindAValidChecksumNeverCrashes) {
 }
 
 TEST(CheckpointTest, InvalidStatesAreRejected) {
-  TempDirectory directory;
+  TempDir directory;
   EXPECT_EQ(WriteRankCheckpoint(directory.path(), MakeState(1, 2, 2)).code(),
             absl::StatusCode::kInvalidArgument);
   RankCheckpoint unnamed = MakeState(1, 0, 1);

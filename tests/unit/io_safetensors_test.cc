@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "worker/checkpoint/durable_file.h"
 #include "worker/checkpoint/safetensors.h"
 
@@ -20,18 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TempDirectory {
- public:
-  TempDirectory() {
-    std::string pattern = ::testing::TempDir() + "io_safetensors_XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDirectory() { std::filesystem::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ::fsdpd::testing::TempDir;
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -62,12 +52,18 @@ std::vector<NamedTensor> SampleTensors() {
   return {matrix, vector, scalar, empty};
 }
 
-bool PythonSafetensorsAvailable() {
-  return std::system("python3 -c 'import numpy, safetensors.numpy' >/dev/null 2>&1") == 0;
+// The Python side of the interoperability tests: numpy and safetensors' numpy API, which
+// scripts/install_deps.sh installs. Their absence is a failure, not a reason to skip.
+::testing::AssertionResult PythonSafetensorsImportable() {
+  if (std::system("python3 -c 'import numpy, safetensors.numpy' >/dev/null 2>&1") == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "python3 cannot import numpy and safetensors.numpy; run scripts/install_deps.sh";
 }
 
 TEST(SafetensorsTest, RoundTripKeepsNamesShapesValuesAndOrder) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string path = directory.File("model.safetensors");
   const auto tensors = SampleTensors();
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
@@ -88,7 +84,7 @@ TEST(SafetensorsTest, RoundTripKeepsNamesShapesValuesAndOrder) {
 }
 
 TEST(SafetensorsTest, ViewsWriteTheSameFile) {
-  TempDirectory directory;
+  TempDir directory;
   const auto tensors = SampleTensors();
   std::vector<TensorView> views;
   for (const auto& tensor : tensors)
@@ -126,10 +122,8 @@ TEST(SafetensorsTest, ConvertsHalfBfloatAndIntegerDtypes) {
 }
 
 TEST(SafetensorsTest, PythonReadsOurFiles) {
-  // scripts/install_deps.sh installs them: without them this interop check would prove nothing.
-  ASSERT_TRUE(PythonSafetensorsAvailable())
-      << "python3 cannot import numpy and safetensors; run scripts/install_deps.sh";
-  TempDirectory directory;
+  ASSERT_TRUE(PythonSafetensorsImportable());
+  TempDir directory;
   const std::string path = directory.File("model.safetensors");
   const auto tensors = SampleTensors();
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"step", "10"}}).ok());
@@ -152,10 +146,8 @@ TEST(SafetensorsTest, PythonReadsOurFiles) {
 }
 
 TEST(SafetensorsTest, WeReadPythonFiles) {
-  // scripts/install_deps.sh installs them: without them this interop check would prove nothing.
-  ASSERT_TRUE(PythonSafetensorsAvailable())
-      << "python3 cannot import numpy and safetensors; run scripts/install_deps.sh";
-  TempDirectory directory;
+  ASSERT_TRUE(PythonSafetensorsImportable());
+  TempDir directory;
   const std::string path = directory.File("python.safetensors");
   const std::string script = directory.File("make.py");
   WriteBytes(script,
@@ -235,7 +227,7 @@ TEST(SafetensorsTest, MalformedFilesGiveClearErrors) {
 }
 
 TEST(SafetensorsTest, RandomCorruptionNeverCrashes) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string path = directory.File("model.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, SampleTensors()).ok());
   const std::string original = ReadBytes(path);
@@ -275,7 +267,7 @@ TEST(SafetensorsTest, ReadErrorsNameTheFile) {
 }
 
 TEST(SafetensorsTest, InvalidTensorsAreNotWritten) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string path = directory.File("bad.safetensors");
   auto duplicate = WriteSafetensors(path, {{"a", {1}, {1.0f}}, {"a", {1}, {2.0f}}});
   EXPECT_THAT(duplicate.message(), HasSubstr("tensor 'a' appears twice"));
@@ -291,7 +283,7 @@ TEST(SafetensorsTest, InvalidTensorsAreNotWritten) {
 }
 
 TEST(SafetensorsTest, FailedWriteLeavesTheOldFileIntact) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string path = directory.File("model.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, SampleTensors()).ok());
   const std::string before = ReadBytes(path);

@@ -1,6 +1,7 @@
 # Security of the coordinator in process: tokens, roles, TLS/mTLS, request and input limits.
 fsdpd_test(security_server_test LABEL unit
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/security_server_test.cc LIBS fsdpd_server_lib
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/security_server_test.cc
+  LIBS fsdpd_server_lib fsdpd_test_support
   TIMEOUT 120)
 
 # The worker's confinement of a job's data and init paths (--allowed-root).

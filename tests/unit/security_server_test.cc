@@ -15,6 +15,7 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/input_limits.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_specs.h"
 #include "tests/unit/security_certificates.h"
 
@@ -23,21 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TempDirectory {
- public:
-  TempDirectory() {
-    char pattern[] = "/tmp/fsdpd-security-XXXXXX";
-    if (mkdtemp(pattern) != nullptr) path_ = pattern;
-  }
-  ~TempDirectory() {
-    if (!path_.empty()) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
+using ::fsdpd::testing::TempDir;
 using ::fsdpd::testing::TinyJobSpec;
 
 // --- the tokens file --------------------------------------------------------------------------
@@ -82,7 +69,7 @@ TEST(TokensFileTest, BadLinesNameTheLineAndTheProblem) {
 }
 
 TEST(TokensFileTest, AFileWithNoTokensIsAnError) {
-  TempDirectory directory;
+  TempDir directory;
   const std::string path = directory.path() + "/tokens";
   std::ofstream(path) << "# nobody yet\n";
   absl::StatusOr<std::vector<TokenEntry>> entries = LoadTokensFile(path);
@@ -122,7 +109,7 @@ TEST(SecurityConfigTest, IncompleteTlsSettingsAreRejected) {
 }
 
 TEST(SecurityConfigTest, MissingCertificateFileFailsStart) {
-  TempDirectory directory;
+  TempDir directory;
   CoordinatorConfig config;
   config.listen = "127.0.0.1:0";
   config.state_dir = directory.path();
@@ -184,7 +171,7 @@ class BearerTokenTest : public ::testing::Test {
     return jobs_->CancelJob(&context, request, &response);
   }
 
-  TempDirectory directory_;
+  TempDir directory_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };
@@ -288,7 +275,7 @@ class TlsTest : public ::testing::Test {
     return v1::JobService::NewStub(channel)->ListJobs(&context, v1::ListJobsRequest(), &response);
   }
 
-  TempDirectory directory_;
+  TempDir directory_;
   testing::TestCertificates certificates_;
   std::unique_ptr<Coordinator> coordinator_;
 };
@@ -347,7 +334,7 @@ TEST_F(TlsTest, CertificateFromAnotherCaFailsTheHandshake) {
 // --- limits ------------------------------------------------------------------------------------
 
 TEST(RequestLimitTest, OversizedRequestIsRefusedBeforeParsing) {
-  TempDirectory directory;
+  TempDir directory;
   CoordinatorConfig config;
   config.listen = "127.0.0.1:0";
   config.state_dir = directory.path();

@@ -15,24 +15,23 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/spec/job_spec.h"
 #include "server/coordinator.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_specs.h"
 
 namespace fsdpd::server {
 namespace {
 
-using ::testing::HasSubstr;
-
+using ::fsdpd::testing::TempDir;
 using ::fsdpd::testing::TinyJobSpec;
+using ::testing::HasSubstr;
 
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/fsdpd-coordinator-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    directory_ = pattern;
+    ASSERT_FALSE(directory_.path().empty());
     CoordinatorConfig config;
     config.listen = "127.0.0.1:0";
-    config.state_dir = directory_;
+    config.state_dir = directory_.path();
     config.metrics.listen = "";
     coordinator_ = std::make_unique<Coordinator>(config);
     absl::Status started = coordinator_->Start();
@@ -43,12 +42,9 @@ class CoordinatorTest : public ::testing::Test {
     workers_ = v1::WorkerService::NewStub(channel_);
     rendezvous_ = v1::RendezvousService::NewStub(channel_);
   }
-  void TearDown() override {
-    coordinator_.reset();
-    std::filesystem::remove_all(directory_);
-  }
+  void TearDown() override { coordinator_.reset(); }
 
-  std::string directory_;
+  TempDir directory_{"coordinator"};
   std::unique_ptr<Coordinator> coordinator_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
@@ -155,7 +151,9 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
     return events;
   });
 
-  // Rendezvous: a Get parks until another client Sets the key.
+  // Rendezvous: a Get issued before the key exists completes with the value another client Sets.
+  // Whether it parked on the server or arrived after the Set is not observable through gRPC; the
+  // parking itself is checked deterministically against the store in server_rendezvous_test.
   v1::Scope scope;
   scope.set_job_id(id);
   scope.set_attempt(1);
@@ -170,8 +168,8 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response.value();
   });
-  // The key does not exist yet, so the Get must still be parked, not answered.
-  ASSERT_EQ(parked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  // The key does not exist yet, so the Get cannot have completed.
+  EXPECT_EQ(parked.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   v1::SetRequest set;
   *set.mutable_scope() = scope;
   set.set_key("gloo/0");
