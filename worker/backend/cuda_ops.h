@@ -1,5 +1,5 @@
-// The Ops of the CUDA backend: shape and dtype checks, then the kernels of kernels/cuda on the
-// stream given. Dtypes (the model allocates by Backend::activation_dtype(), kBF16 here):
+// The Ops of the CUDA backend, behind CheckedOps: dtype checks, then the kernels of kernels/cuda on
+// the stream given. Dtypes (the model allocates by Backend::activation_dtype(), kBF16 here):
 //   - activations and their gradients (x, out, dout, dx, qkv, dqkv): bf16;
 //   - parameters (weight, bias, head): bf16 views into the unsharded parameter buffer;
 //   - parameter gradients (dweight, dbias, dhead): fp32, accumulated. The GEMMs accumulate
