@@ -12,6 +12,8 @@
 // (the stream is synchronised once when it does), so concurrent streams never share scratch.
 // The reductions (RMSNorm weight gradient, embedding scatter-add, sum of squares, loss mean)
 // run in a fixed order: the same inputs give the same bits.
+// The launchers of kernels/cuda trust the contract checked here and in CheckedOps (pointers
+// present, eps and step valid) and check only their launch limits (grid sizes, scratch sizes).
 #pragma once
 
 #include <cuda_runtime_api.h>
