@@ -1,6 +1,8 @@
 # The backend interface's CPU implementation and MiniLLM, written once against that interface.
 add_library(fsdpd_model STATIC
   backend/tensor.cc
+  backend/op_arguments.cc
+  backend/checked_ops.cc
   backend/cpu_ops.cc
   backend/cpu_backend.cc
   model/model_config.cc

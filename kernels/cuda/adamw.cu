@@ -43,12 +43,6 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
                        int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("AdamW: negative count ", count));
   if (count == 0) return absl::OkStatus();
-  if (param == nullptr || grad == nullptr || exp_avg == nullptr || exp_avg_sq == nullptr) {
-    return absl::InvalidArgumentError("AdamW: null pointer argument");
-  }
-  if (params.step < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("AdamW: step must be >= 1, got ", params.step));
-  }
   const double step = static_cast<double>(params.step);
   const double bias_correction1 = 1.0 - std::pow(params.beta1, step);
   const double bias_correction2 = 1.0 - std::pow(params.beta2, step);

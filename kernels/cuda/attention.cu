@@ -438,9 +438,6 @@ absl::Status AttentionForward(const __nv_bfloat16* qkv, const AttentionDims& dim
                               int64_t workspace_bytes, cudaStream_t stream) {
   absl::StatusOr<Geometry> g = CheckDims("AttentionForward", dims);
   if (!g.ok()) return g.status();
-  if (qkv == nullptr || out == nullptr || lse == nullptr) {
-    return absl::InvalidArgumentError("AttentionForward: null pointer argument");
-  }
   absl::StatusOr<AttentionPlan> plan = PlanAttention(dims, *g, causal);
   if (!plan.ok()) return plan.status();
   FSDPD_RETURN_IF_ERROR(CheckWorkspace("AttentionForward", workspace, workspace_bytes,
@@ -463,9 +460,6 @@ absl::Status AttentionBackward(const __nv_bfloat16* dout, const __nv_bfloat16* q
                                void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   absl::StatusOr<Geometry> g = CheckDims("AttentionBackward", dims);
   if (!g.ok()) return g.status();
-  if (dout == nullptr || qkv == nullptr || out == nullptr || lse == nullptr || dqkv == nullptr) {
-    return absl::InvalidArgumentError("AttentionBackward: null pointer argument");
-  }
   absl::StatusOr<AttentionPlan> plan = PlanAttention(dims, *g, causal);
   if (!plan.ok()) return plan.status();
   FSDPD_RETURN_IF_ERROR(CheckWorkspace("AttentionBackward", workspace, workspace_bytes,

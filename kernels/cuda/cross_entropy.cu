@@ -77,10 +77,6 @@ absl::Status HeadCrossEntropy(Gemm& gemm, const __nv_bfloat16* x, const __nv_bfl
     return absl::InvalidArgumentError(absl::StrCat("HeadCrossEntropy: bad sizes (tokens ", tokens,
                                                    ", dim ", dim, ", vocab ", vocab, ")"));
   }
-  if (x == nullptr || head == nullptr || targets == nullptr || loss == nullptr ||
-      scratch == nullptr) {
-    return absl::InvalidArgumentError("HeadCrossEntropy: null pointer argument");
-  }
   const int64_t needed = HeadCrossEntropyScratchBytes(tokens, vocab);
   if (scratch_bytes < needed) {
     return absl::InvalidArgumentError(

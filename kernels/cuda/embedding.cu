@@ -69,9 +69,6 @@ absl::Status EmbeddingForward(const __nv_bfloat16* weight, const int32_t* tokens
         absl::StrCat("EmbeddingForward: bad sizes (count ", count, ", dim ", dim, ")"));
   }
   if (count == 0) return absl::OkStatus();
-  if (weight == nullptr || tokens == nullptr || out == nullptr) {
-    return absl::InvalidArgumentError("EmbeddingForward: null pointer argument");
-  }
   EmbeddingForwardKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(weight, tokens, dim,
                                                                                 out);
   CUDA_CHECK_LAUNCH("EmbeddingForwardKernel");
@@ -91,9 +88,6 @@ absl::Status EmbeddingBackward(const __nv_bfloat16* dout, const int32_t* tokens,
                                                    ", dim ", dim, ", vocab ", vocab, ")"));
   }
   if (count == 0) return absl::OkStatus();
-  if (dout == nullptr || tokens == nullptr || dweight == nullptr || scratch == nullptr) {
-    return absl::InvalidArgumentError("EmbeddingBackward: null pointer argument");
-  }
   const int64_t needed = EmbeddingBackwardScratchBytes(count);
   if (scratch_bytes < needed) {
     return absl::InvalidArgumentError(

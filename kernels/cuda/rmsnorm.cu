@@ -227,12 +227,6 @@ absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                             cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormForward", rows, dim));
   if (rows == 0) return absl::OkStatus();
-  if (x == nullptr || weight == nullptr || out == nullptr || rstd == nullptr) {
-    return absl::InvalidArgumentError("RmsNormForward: null pointer argument");
-  }
-  if (!(eps >= 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("RmsNormForward: eps must be >= 0, got ", eps));
-  }
   const unsigned grid = static_cast<unsigned>(rows);
   const auto* x8 = reinterpret_cast<const Bf16x8*>(x);
   const auto* weight8 = reinterpret_cast<const Bf16x8*>(weight);
@@ -261,10 +255,6 @@ absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormBackward", rows, dim));
   if (rows == 0) return absl::OkStatus();
-  if (dout == nullptr || x == nullptr || weight == nullptr || rstd == nullptr || dx == nullptr ||
-      dweight == nullptr || scratch == nullptr) {
-    return absl::InvalidArgumentError("RmsNormBackward: null pointer argument");
-  }
   const int64_t blocks = std::min(rows, kBackwardBlocks);
   const unsigned grid = static_cast<unsigned>(blocks);
   const auto* dout8 = reinterpret_cast<const Bf16x8*>(dout);

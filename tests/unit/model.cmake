@@ -5,6 +5,9 @@ fsdpd_test(kernels_cpu_elementwise_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_cpu_elementwise_test.cc LIBS fsdpd_kernels_cpu)
 fsdpd_test(model_backend_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_backend_test.cc LIBS fsdpd_model)
+# The ops contract, checked once by CheckedOps in front of the backend's ops.
+fsdpd_test(model_checked_ops_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_checked_ops_test.cc LIBS fsdpd_model)
 fsdpd_test(model_minillm_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_minillm_test.cc LIBS fsdpd_model)
 # Against PyTorch's fixtures; needs the safetensors reader of fsdpd_io.

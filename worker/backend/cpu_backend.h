@@ -9,6 +9,7 @@
 #include <string>
 
 #include "worker/backend/backend.h"
+#include "worker/backend/checked_ops.h"
 #include "worker/backend/cpu_ops.h"
 
 namespace fsdpd {
@@ -53,7 +54,8 @@ class CpuBackend : public Backend {
   std::shared_ptr<MemoryCounters> counters_;
   std::unique_ptr<InlineStream> compute_stream_;
   std::unique_ptr<InlineStream> comm_stream_;
-  CpuOps ops_;
+  // CpuOps behind the shared contract checks.
+  CheckedOps ops_{std::make_unique<CpuOps>()};
 };
 
 }  // namespace fsdpd

@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       cuda::Gemm::Create(backend->gemm_workspace_->data(), config.gemm);
   if (!gemm.ok()) return gemm.status();
   backend->gemm_ = std::move(*gemm);
-  backend->ops_ = std::make_unique<CudaOps>(backend->allocator_.get(), backend->gemm_.get());
+  backend->ops_ = std::make_unique<CheckedOps>(
+      std::make_unique<CudaOps>(backend->allocator_.get(), backend->gemm_.get()));
   cudaDeviceProp properties{};
   if (cudaGetDeviceProperties(&properties, config.device) == cudaSuccess) {
     spdlog::info("cuda:{}: {} (sm_{}{}, {} MiB)", config.device, properties.name, properties.major,

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/gemm.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/checked_ops.h"
 #include "worker/backend/cuda_allocator.h"
 #include "worker/backend/cuda_ops.h"
 
@@ -73,7 +74,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaStream> comm_stream_;
   std::unique_ptr<Buffer> gemm_workspace_;
   std::unique_ptr<cuda::Gemm> gemm_;
-  std::unique_ptr<CudaOps> ops_;
+  // CudaOps behind the shared contract checks.
+  std::unique_ptr<CheckedOps> ops_;
 };
 
 }  // namespace fsdpd

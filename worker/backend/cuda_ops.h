@@ -1,5 +1,5 @@
-// The Ops of the CUDA backend: shape and dtype checks, then the kernels of kernels/cuda on the
-// stream given. Dtypes (the model allocates by Backend::activation_dtype(), kBF16 here):
+// The Ops of the CUDA backend, behind CheckedOps: dtype checks, then the kernels of kernels/cuda on
+// the stream given. Dtypes (the model allocates by Backend::activation_dtype(), kBF16 here):
 //   - activations and their gradients (x, out, dout, dx, qkv, dqkv): bf16;
 //   - parameters (weight, bias, head): bf16 views into the unsharded parameter buffer;
 //   - parameter gradients (dweight, dbias, dhead): fp32, accumulated. The GEMMs accumulate
@@ -12,6 +12,8 @@
 // (the stream is synchronised once when it does), so concurrent streams never share scratch.
 // The reductions (RMSNorm weight gradient, embedding scatter-add, sum of squares, loss mean)
 // run in a fixed order: the same inputs give the same bits.
+// The launchers of kernels/cuda trust the contract checked here and in CheckedOps (pointers
+// present, eps and step valid) and check only their launch limits (grid sizes, scratch sizes).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,39 +34,7 @@ class CudaOps : public Ops {
   CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm);
   ~CudaOps() override;
 
-  absl::Status EmbeddingForward(const Tensor& weight, const Tensor& tokens, const Tensor& out,
-                                Stream& stream) override;
-  absl::Status EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dweight,
-                                 Stream& stream) override;
-  absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
-                              const Tensor& rstd, Stream& stream) override;
-  absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                               Stream& stream) override;
-  absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                             const Tensor& out, Stream& stream) override;
-  absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                              const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                              Stream& stream) override;
-  absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal, const Tensor& out,
-                                const Tensor& lse, Stream& stream) override;
-  absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Tensor& lse, int64_t heads, bool causal, const Tensor& dqkv,
-                                 Stream& stream) override;
-  absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) override;
-  absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                            Stream& stream) override;
-  absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) override;
-  absl::Status HeadCrossEntropy(const Tensor& x, const Tensor& head, const Tensor& targets,
-                                double loss_scale, const Tensor& loss, const Tensor& dx,
-                                const Tensor& dhead, Stream& stream) override;
-  absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) override;
-  absl::Status RoundToBf16(const Tensor& x, Stream& stream) override;
-  absl::Status Fill(const Tensor& x, float value, Stream& stream) override;
-  absl::Status Scale(const Tensor& x, float factor, Stream& stream) override;
-  absl::Status SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) override;
-  absl::Status AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                     const Tensor& exp_avg_sq, const AdamWParams& params, Stream& stream) override;
+  FSDPD_OPS_OVERRIDES
 
  private:
   struct Scratch {

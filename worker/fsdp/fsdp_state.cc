@@ -49,19 +49,12 @@ absl::Status FsdpState::IssueGather(int unit) {
   ProfileRange range(options_.profiler, units_[unit].name, kPhaseComm, "all-gather");
   const FlatShardLayout& layout = shards_[unit].layout;
   const DType dtype = options_.param_storage_dtype;
-  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
-      backend_->Allocate(layout.padded_numel * DTypeSize(dtype));
-  if (!buffer.ok()) return buffer.status();
-  target.params = std::move(*buffer);
+  FSDPD_ASSIGN_OR_RETURN(target.params, backend_->Allocate(layout.padded_numel * DTypeSize(dtype)));
   if (target.params_ready == nullptr) {
-    absl::StatusOr<std::unique_ptr<Event>> event = backend_->CreateEvent();
-    if (!event.ok()) return event.status();
-    target.params_ready = std::move(*event);
+    FSDPD_ASSIGN_OR_RETURN(target.params_ready, backend_->CreateEvent());
   }
   if (compute_progress_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<Event>> event = backend_->CreateEvent();
-    if (!event.ok()) return event.status();
-    compute_progress_ = std::move(*event);
+    FSDPD_ASSIGN_OR_RETURN(compute_progress_, backend_->CreateEvent());
   }
   // The new buffer may be memory that compute freed with kernels still queued on it, and the
   // master shard is written by the optimizer on the compute stream: the gather waits for both.
@@ -104,10 +97,8 @@ void FsdpState::ReleaseParams(int unit) {
 
 absl::Status FsdpState::AllocateGrads(int unit) {
   const FlatShardLayout& layout = shards_[unit].layout;
-  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
-      backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32));
-  if (!buffer.ok()) return buffer.status();
-  unsharded_[unit].grads = std::move(*buffer);
+  FSDPD_ASSIGN_OR_RETURN(unsharded_[unit].grads,
+                         backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32)));
   // Zero including the padding: the padding's reduce-scattered gradient must stay zero.
   return backend_->ops().Fill(unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel}),
                               0.0f, backend_->compute_stream());
@@ -117,10 +108,9 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
   const FlatShardLayout& layout = shards_[unit].layout;
   ProfileRange range(options_.profiler, units_[unit].name, kPhaseComm, "reduce-scatter");
   Stream& comm = backend_->comm_stream();
-  absl::StatusOr<std::unique_ptr<Event>> computed = backend_->CreateEvent();
-  if (!computed.ok()) return computed.status();
-  FSDPD_RETURN_IF_ERROR((*computed)->Record(backend_->compute_stream()));
-  FSDPD_RETURN_IF_ERROR((*computed)->WaitOn(comm));
+  FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<Event> computed, backend_->CreateEvent());
+  FSDPD_RETURN_IF_ERROR(computed->Record(backend_->compute_stream()));
+  FSDPD_RETURN_IF_ERROR(computed->WaitOn(comm));
   UnitShard& shard = shards_[unit];
   if (shard.grad == nullptr) {
     // Not zeroed: the reduce-scatter writes every element of the shard, padding included.
@@ -140,9 +130,7 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
   Unsharded& target = unsharded_[unit];
   target.reduce_sequence = reduce_sequence_;
   if (target.grads_reduced == nullptr) {
-    absl::StatusOr<std::unique_ptr<Event>> event = backend_->CreateEvent();
-    if (!event.ok()) return event.status();
-    target.grads_reduced = std::move(*event);
+    FSDPD_ASSIGN_OR_RETURN(target.grads_reduced, backend_->CreateEvent());
   }
   return target.grads_reduced->Record(comm);
 }
@@ -236,10 +224,9 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   if (consumer != nullptr) FSDPD_RETURN_IF_ERROR(ConsumeGrads(root, *consumer));
 
   // The optimizer runs on the compute stream; it must see every reduced gradient.
-  absl::StatusOr<std::unique_ptr<Event>> reduced = backend_->CreateEvent();
-  if (!reduced.ok()) return reduced.status();
-  FSDPD_RETURN_IF_ERROR((*reduced)->Record(backend_->comm_stream()));
-  FSDPD_RETURN_IF_ERROR((*reduced)->WaitOn(backend_->compute_stream()));
+  FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<Event> reduced, backend_->CreateEvent());
+  FSDPD_RETURN_IF_ERROR(reduced->Record(backend_->comm_stream()));
+  FSDPD_RETURN_IF_ERROR(reduced->WaitOn(backend_->compute_stream()));
   retired_grads_.clear();
   return *loss;
 }

@@ -1,0 +1,187 @@
+// CheckedOps, the one check of the ops contract in front of every backend's ops: each
+// violation (absent data, shapes that do not fit, dtypes the contract fixes, scalar arguments,
+// outputs overlapping inputs) is rejected as INVALID_ARGUMENT naming the op and the argument,
+// before the backend runs; the in-place forms the contract allows still run.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/backend/checked_ops.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/backend/op_arguments.h"
+
+namespace fsdpd {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CheckedOpsTest : public ::testing::Test {
+ protected:
+  // A fresh f32 tensor of this shape, filled with `value`.
+  Tensor Floats(std::vector<int64_t> shape, float value = 0.5f) {
+    Tensor tensor{nullptr, DType::kF32, std::move(shape)};
+    storage_.emplace_back(static_cast<size_t>(tensor.numel() + 1), value);
+    tensor.data = storage_.back().data();
+    return tensor;
+  }
+  // A view of `shape` starting `offset` floats into `base`'s storage.
+  static Tensor ViewInto(const Tensor& base, int64_t offset, std::vector<int64_t> shape,
+                         DType dtype = DType::kF32) {
+    return Tensor{base.as<float>() + offset, dtype, std::move(shape)};
+  }
+  Tensor Ids(std::vector<int32_t> values) {
+    const auto count = static_cast<int64_t>(values.size());
+    ids_.push_back(std::move(values));
+    return Tensor{ids_.back().data(), DType::kI32, {count}};
+  }
+  Ops& ops() { return backend_.ops(); }
+  Stream& stream() { return backend_.compute_stream(); }
+
+  CpuBackend backend_;
+  std::vector<std::vector<float>> storage_;
+  std::vector<std::vector<int32_t>> ids_;
+};
+
+void ExpectInvalid(const absl::Status& status, const std::vector<std::string>& fragments) {
+  ASSERT_FALSE(status.ok()) << "expected a rejection mentioning " << fragments.front();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  for (const std::string& fragment : fragments) {
+    EXPECT_THAT(std::string(status.message()), HasSubstr(fragment));
+  }
+}
+
+TEST_F(CheckedOpsTest, TheBackendHandsOutCheckedOps) {
+  EXPECT_NE(dynamic_cast<CheckedOps*>(&ops()), nullptr);
+}
+
+TEST_F(CheckedOpsTest, AbsentAndNegativeTensorsAreRejected) {
+  ExpectInvalid(ops().SiluForward(Tensor{nullptr, DType::kF32, {4}}, Floats({4}), stream()),
+                {"SiluForward", "x has no data"});
+  Tensor negative = Floats({4});
+  negative.shape = {-4};
+  ExpectInvalid(ops().Fill(negative, 1.0f, stream()), {"Fill", "x has a negative dimension"});
+}
+
+TEST_F(CheckedOpsTest, ShapesThatDoNotFitAreRejected) {
+  ExpectInvalid(
+      ops().LinearForward(Floats({4, 5}), Floats({3, 6}), Tensor{}, Floats({4, 3}), stream()),
+      {"LinearForward", "x must hold 4 rows of 6"});
+  ExpectInvalid(ops().LinearBackward(Floats({4, 3}), Floats({4, 6}), Floats({3, 6}), Floats({4, 5}),
+                                     Tensor{}, Tensor{}, stream()),
+                {"LinearBackward", "dx must hold 4 rows of 6"});
+  ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({5}), 1e-6, Floats({3, 4}), Floats({3}),
+                                     stream()),
+                {"RmsNormForward", "weight must be f32[4]"});
+  ExpectInvalid(ops().RmsNormBackward(Floats({3, 4}), Floats({3, 4}), Floats({4}), Floats({2}),
+                                      Floats({3, 4}), Floats({4}), stream()),
+                {"RmsNormBackward", "rstd must have one value per row of x (3)"});
+  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, false, Floats({2, 3, 4}),
+                                       Floats({2, 3, 3}), stream()),
+                {"AttentionForward", "heads (3) must be positive and divide dim 4"});
+  ExpectInvalid(ops().AttentionBackward(Floats({2, 3, 5}), Floats({2, 3, 12}), Floats({2, 3, 4}),
+                                        Floats({2, 2, 3}), 2, false, Floats({2, 3, 12}), stream()),
+                {"AttentionBackward", "dout must be f32[2, 3, 4]"});
+  ExpectInvalid(ops().EmbeddingForward(Floats({5, 2}), Ids({0, 1, 2}), Floats({3, 3}), stream()),
+                {"EmbeddingForward", "out must hold 3 rows of 2"});
+  ExpectInvalid(ops().Add(Floats({4}), Floats({5}), Floats({4}), stream()),
+                {"Add", "b f32[5] must have as many elements as a f32[4]"});
+  ExpectInvalid(ops().Cast(Floats({4}), Floats({3}), stream()), {"Cast", "dst"});
+  ExpectInvalid(
+      ops().AdamW(Floats({4}), Floats({4}), Floats({3}), Floats({4}), AdamWParams{}, stream()),
+      {"AdamW", "exp_avg f32[3] must have as many elements as param"});
+}
+
+TEST_F(CheckedOpsTest, DtypesTheContractFixesAreChecked) {
+  ExpectInvalid(ops().EmbeddingForward(Floats({5, 2}), Floats({3}), Floats({3, 2}), stream()),
+                {"EmbeddingForward", "tokens must be i32"});
+  Tensor ids = Ids({0});
+  ExpectInvalid(ops().SumOfSquares(Floats({4}), ids, stream()),
+                {"SumOfSquares", "result must be f32"});
+  ExpectInvalid(ops().Fill(ids, 1.0f, stream()), {"Fill", "x must be f32 or bf16"});
+  ExpectInvalid(ops().SumOfSquares(Floats({4}), Floats({2}), stream()),
+                {"SumOfSquares", "result must be a single value"});
+}
+
+TEST_F(CheckedOpsTest, ScalarArgumentsAreChecked) {
+  ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({4}), -1.0, Floats({3, 4}), Floats({3}),
+                                     stream()),
+                {"RmsNormForward", "eps must be >= 0"});
+  AdamWParams params;
+  params.step = 0;
+  ExpectInvalid(ops().AdamW(Floats({4}), Floats({4}), Floats({4}), Floats({4}), params, stream()),
+                {"AdamW", "step must be >= 1"});
+  params = AdamWParams{};
+  params.beta2 = 1.0;
+  ExpectInvalid(ops().AdamW(Floats({4}), Floats({4}), Floats({4}), Floats({4}), params, stream()),
+                {"AdamW", "betas must lie in [0, 1)"});
+  Tensor no_targets = Ids({0});
+  no_targets.shape = {0};
+  ExpectInvalid(ops().HeadCrossEntropy(Floats({0, 3}), Floats({4, 3}), no_targets, 1.0, Floats({1}),
+                                       Tensor{}, Tensor{}, stream()),
+                {"HeadCrossEntropy", "zero tokens"});
+}
+
+TEST_F(CheckedOpsTest, OutputsOverlappingInputsAreRejectedAndNothingIsWritten) {
+  // out written over x: the product would read rows it has already overwritten.
+  Tensor x = Floats({4, 4}, 1.0f);
+  Tensor weight = Floats({4, 4}, 1.0f);
+  ExpectInvalid(ops().LinearForward(x, weight, Tensor{}, x, stream()),
+                {"LinearForward", "out f32[4, 4] overlaps x f32[4, 4]"});
+  EXPECT_EQ(x.as<float>()[0], 1.0f);
+  // An output that starts inside an input.
+  Tensor big = Floats({16}, 2.0f);
+  ExpectInvalid(ops().RmsNormForward(ViewInto(big, 0, {2, 4}), Floats({4}), 1e-6,
+                                     ViewInto(big, 4, {2, 4}), Floats({2}), stream()),
+                {"RmsNormForward", "out", "overlaps x"});
+  // Two outputs sharing memory.
+  Tensor grads = Floats({8});
+  ExpectInvalid(ops().LinearBackward(Floats({2, 2}), Floats({2, 2}), Floats({2, 2}),
+                                     ViewInto(grads, 0, {2, 2}), ViewInto(grads, 2, {2, 2}),
+                                     Tensor{}, stream()),
+                {"LinearBackward", "dx", "overlaps dweight"});
+  Tensor param = Floats({4});
+  ExpectInvalid(ops().AdamW(param, param, Floats({4}), Floats({4}), AdamWParams{}, stream()),
+                {"AdamW", "param f32[4] overlaps grad f32[4]"});
+  Tensor qkv = Floats({1, 2, 6});
+  ExpectInvalid(ops().AttentionForward(qkv, 1, false, ViewInto(qkv, 0, {1, 2, 2}),
+                                       Floats({1, 1, 2}), stream()),
+                {"AttentionForward", "out", "overlaps qkv"});
+  Tensor values = Floats({4});
+  ExpectInvalid(ops().SumOfSquares(values, ViewInto(values, 3, {1}), stream()),
+                {"SumOfSquares", "result", "overlaps x"});
+}
+
+TEST_F(CheckedOpsTest, ElementWiseOpsRunInPlaceButNotOnPartialOverlaps) {
+  Tensor a = Floats({4}, 1.0f);
+  Tensor b = Floats({4}, 2.0f);
+  ASSERT_TRUE(ops().Add(a, b, a, stream()).ok());
+  EXPECT_EQ(a.as<float>()[3], 3.0f);
+  Tensor shifted = Floats({5}, 1.0f);
+  ExpectInvalid(ops().Add(ViewInto(shifted, 0, {4}), b, ViewInto(shifted, 1, {4}), stream()),
+                {"Add", "out", "partly overlaps a"});
+  Tensor x = Floats({4}, 0.0f);
+  ASSERT_TRUE(ops().SiluForward(x, x, stream()).ok());
+  EXPECT_EQ(x.as<float>()[0], 0.0f);
+  ASSERT_TRUE(ops().SiluBackward(b, x, b, stream()).ok());
+  // A same-dtype copy may be in place; a conversion, which changes element sizes, may not.
+  ASSERT_TRUE(ops().Cast(a, a, stream()).ok());
+  ExpectInvalid(ops().Cast(a, ViewInto(a, 0, {4}, DType::kBF16), stream()),
+                {"Cast", "dst bf16[4] overlaps src f32[4]"});
+}
+
+TEST(OpArgumentsTest, OverlapsIsExactAboutByteRanges) {
+  std::vector<float> storage(8);
+  const Tensor first{storage.data(), DType::kF32, {4}};
+  const Tensor second{storage.data() + 4, DType::kF32, {4}};
+  const Tensor straddling{storage.data() + 3, DType::kF32, {2}};
+  const Tensor empty{storage.data(), DType::kF32, {0}};
+  EXPECT_FALSE(Overlaps(first, second));
+  EXPECT_TRUE(Overlaps(first, straddling));
+  EXPECT_TRUE(Overlaps(second, straddling));
+  EXPECT_FALSE(Overlaps(first, empty));
+  EXPECT_FALSE(Overlaps(first, Tensor{}));
+}
+
+}  // namespace
+}  // namespace fsdpd

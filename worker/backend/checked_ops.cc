@@ -1,0 +1,305 @@
+#include "worker/backend/checked_ops.h"
+
+#include <initializer_list>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "worker/backend/op_arguments.h"
+
+namespace fsdpd {
+namespace {
+
+using Named = std::pair<const Tensor*, const char*>;
+
+// No output overlaps an input or another output (absent optional outputs are skipped).
+absl::Status NoOverlap(const OpArguments& check, std::initializer_list<Named> outputs,
+                       std::initializer_list<Named> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    for (const Named& in : inputs) {
+      FSDPD_RETURN_IF_ERROR(check.Disjoint(*out->first, out->second, *in.first, in.second));
+    }
+    for (auto other = out + 1; other != outputs.end(); ++other) {
+      FSDPD_RETURN_IF_ERROR(check.Disjoint(*out->first, out->second, *other->first, other->second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRstd(const OpArguments& check, const Tensor& rstd, int64_t rows) {
+  FSDPD_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
+  if (rstd.numel() != rows) {
+    return check.Error(
+        absl::StrCat("rstd must have one value per row of x (", rows, "), got ", rstd.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+// x[.., K] against weight[N, K]; returns the rows of x.
+absl::StatusOr<int64_t> CheckLinearInput(const OpArguments& check, const Tensor& x,
+                                         const Tensor& weight) {
+  FSDPD_RETURN_IF_ERROR(check.Matrix(weight, "weight"));
+  FSDPD_RETURN_IF_ERROR(check.Width(x, "x").status());
+  const int64_t rows = RowsOf(x);
+  FSDPD_RETURN_IF_ERROR(
+      check.Rows(x, "x", rows, weight.shape[1], absl::StrCat("weight is ", weight.Describe())));
+  return rows;
+}
+
+// qkv[B, S, 3·D] with `heads` dividing D, out[B, S, D] and lse[B, heads, S] (f32).
+absl::Status CheckAttention(const OpArguments& check, const Tensor& qkv, int64_t heads,
+                            const Tensor& out, const Tensor& lse) {
+  FSDPD_RETURN_IF_ERROR(check.Present(qkv, "qkv"));
+  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0) {
+    return check.Error(absl::StrCat("qkv must be [batch, seq, 3·dim], got ", qkv.Describe()));
+  }
+  const int64_t dim = qkv.shape[2] / 3;
+  if (heads <= 0 || dim % heads != 0) {
+    return check.Error(absl::StrCat("heads (", heads, ") must be positive and divide dim ", dim,
+                                    " of qkv ", qkv.Describe()));
+  }
+  FSDPD_RETURN_IF_ERROR(check.Shaped(out, "out", {qkv.shape[0], qkv.shape[1], dim}));
+  FSDPD_RETURN_IF_ERROR(check.Typed(lse, "lse", DType::kF32));
+  return check.Shaped(lse, "lse", {qkv.shape[0], heads, qkv.shape[1]});
+}
+
+absl::Status CheckAdamWParams(const OpArguments& check, const AdamWParams& params) {
+  if (params.step < 1) return check.Error(absl::StrCat("step must be >= 1, got ", params.step));
+  if (!(params.lr >= 0.0)) return check.Error(absl::StrCat("lr must be >= 0, got ", params.lr));
+  if (!(params.beta1 >= 0.0 && params.beta1 < 1.0) ||
+      !(params.beta2 >= 0.0 && params.beta2 < 1.0)) {
+    return check.Error(
+        absl::StrCat("betas must lie in [0, 1), got ", params.beta1, " and ", params.beta2));
+  }
+  if (!(params.eps >= 0.0)) return check.Error(absl::StrCat("eps must be >= 0, got ", params.eps));
+  if (!(params.weight_decay >= 0.0)) {
+    return check.Error(absl::StrCat("weight_decay must be >= 0, got ", params.weight_decay));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckedOps::EmbeddingForward(const Tensor& weight, const Tensor& tokens,
+                                          const Tensor& out, Stream& stream) {
+  OpArguments check("EmbeddingForward");
+  FSDPD_RETURN_IF_ERROR(check.Matrix(weight, "weight"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(tokens, "tokens", DType::kI32));
+  FSDPD_RETURN_IF_ERROR(
+      check.Rows(out, "out", tokens.numel(), weight.shape[1], "one row per token"));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&out, "out"}}, {{&weight, "weight"}, {&tokens, "tokens"}}));
+  return inner_->EmbeddingForward(weight, tokens, out, stream);
+}
+
+absl::Status CheckedOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens,
+                                           const Tensor& dweight, Stream& stream) {
+  OpArguments check("EmbeddingBackward");
+  FSDPD_RETURN_IF_ERROR(check.Matrix(dweight, "dweight"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(tokens, "tokens", DType::kI32));
+  FSDPD_RETURN_IF_ERROR(
+      check.Rows(dout, "dout", tokens.numel(), dweight.shape[1], "one row per token"));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&dweight, "dweight"}}, {{&dout, "dout"}, {&tokens, "tokens"}}));
+  return inner_->EmbeddingBackward(dout, tokens, dweight, stream);
+}
+
+absl::Status CheckedOps::RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
+                                        const Tensor& out, const Tensor& rstd, Stream& stream) {
+  OpArguments check("RmsNormForward");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t dim, check.Width(x, "x"));
+  const int64_t rows = RowsOf(x);
+  FSDPD_RETURN_IF_ERROR(check.Shaped(weight, "weight", {dim}));
+  FSDPD_RETURN_IF_ERROR(check.Rows(out, "out", rows, dim, "the shape of x"));
+  FSDPD_RETURN_IF_ERROR(CheckRstd(check, rstd, rows));
+  if (!(eps >= 0.0)) return check.Error(absl::StrCat("eps must be >= 0, got ", eps));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&out, "out"}, {&rstd, "rstd"}}, {{&x, "x"}, {&weight, "weight"}}));
+  return inner_->RmsNormForward(x, weight, eps, out, rstd, stream);
+}
+
+absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                         const Tensor& rstd, const Tensor& dx,
+                                         const Tensor& dweight, Stream& stream) {
+  OpArguments check("RmsNormBackward");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t dim, check.Width(x, "x"));
+  const int64_t rows = RowsOf(x);
+  FSDPD_RETURN_IF_ERROR(check.Rows(dout, "dout", rows, dim, "the shape of x"));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(weight, "weight", {dim}));
+  FSDPD_RETURN_IF_ERROR(CheckRstd(check, rstd, rows));
+  FSDPD_RETURN_IF_ERROR(check.Rows(dx, "dx", rows, dim, "the shape of x"));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", {dim}));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}},
+                {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}, {&rstd, "rstd"}}));
+  return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dweight, stream);
+}
+
+absl::Status CheckedOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                       const Tensor& out, Stream& stream) {
+  OpArguments check("LinearForward");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t rows, CheckLinearInput(check, x, weight));
+  const int64_t out_features = weight.shape[0];
+  if (bias.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Shaped(bias, "bias", {out_features}));
+  FSDPD_RETURN_IF_ERROR(
+      check.Rows(out, "out", rows, out_features,
+                 absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&out, "out"}}, {{&x, "x"}, {&weight, "weight"}, {&bias, "bias"}}));
+  return inner_->LinearForward(x, weight, bias, out, stream);
+}
+
+absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                        const Tensor& dx, const Tensor& dweight,
+                                        const Tensor& dbias, Stream& stream) {
+  OpArguments check("LinearBackward");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t rows, CheckLinearInput(check, x, weight));
+  const int64_t out_features = weight.shape[0];
+  FSDPD_RETURN_IF_ERROR(
+      check.Rows(dout, "dout", rows, out_features,
+                 absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
+  if (dx.data != nullptr) {
+    FSDPD_RETURN_IF_ERROR(check.Rows(dx, "dx", rows, weight.shape[1], "the shape of x"));
+  }
+  if (dweight.data != nullptr) {
+    FSDPD_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", weight.shape));
+  }
+  if (dbias.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Shaped(dbias, "dbias", {out_features}));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}, {&dbias, "dbias"}},
+                                  {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}}));
+  return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, stream);
+}
+
+absl::Status CheckedOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
+                                          const Tensor& out, const Tensor& lse, Stream& stream) {
+  OpArguments check("AttentionForward");
+  FSDPD_RETURN_IF_ERROR(CheckAttention(check, qkv, heads, out, lse));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&out, "out"}, {&lse, "lse"}}, {{&qkv, "qkv"}}));
+  return inner_->AttentionForward(qkv, heads, causal, out, lse, stream);
+}
+
+absl::Status CheckedOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                           const Tensor& lse, int64_t heads, bool causal,
+                                           const Tensor& dqkv, Stream& stream) {
+  OpArguments check("AttentionBackward");
+  FSDPD_RETURN_IF_ERROR(CheckAttention(check, qkv, heads, out, lse));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(dout, "dout", out.shape));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(dqkv, "dqkv", qkv.shape));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dqkv, "dqkv"}},
+                                  {{&dout, "dout"}, {&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}}));
+  return inner_->AttentionBackward(dout, qkv, out, lse, heads, causal, dqkv, stream);
+}
+
+absl::Status CheckedOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {
+  OpArguments check("SiluForward");
+  FSDPD_RETURN_IF_ERROR(check.Present(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(out, "out", x, "x"));
+  return inner_->SiluForward(x, out, stream);
+}
+
+absl::Status CheckedOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
+                                      Stream& stream) {
+  OpArguments check("SiluBackward");
+  FSDPD_RETURN_IF_ERROR(check.Present(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(dout, "dout", x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(dx, "dx", x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(dx, "dx", dout, "dout"));
+  FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(dx, "dx", x, "x"));
+  return inner_->SiluBackward(dout, x, dx, stream);
+}
+
+absl::Status CheckedOps::Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {
+  OpArguments check("Add");
+  FSDPD_RETURN_IF_ERROR(check.Present(a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(b, "b", a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(out, "out", a, "a"));
+  FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(out, "out", b, "b"));
+  return inner_->Add(a, b, out, stream);
+}
+
+absl::Status CheckedOps::HeadCrossEntropy(const Tensor& x, const Tensor& head,
+                                          const Tensor& targets, double loss_scale,
+                                          const Tensor& loss, const Tensor& dx, const Tensor& dhead,
+                                          Stream& stream) {
+  OpArguments check("HeadCrossEntropy");
+  FSDPD_RETURN_IF_ERROR(check.Matrix(head, "head"));
+  const int64_t dim = head.shape[1];
+  FSDPD_RETURN_IF_ERROR(check.Typed(targets, "targets", DType::kI32));
+  const int64_t tokens = targets.numel();
+  FSDPD_RETURN_IF_ERROR(check.Rows(
+      x, "x", tokens, dim,
+      absl::StrCat("one row per target of ", targets.Describe(), ", head is ", head.Describe())));
+  FSDPD_RETURN_IF_ERROR(check.Typed(loss, "loss", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Scalar(loss, "loss"));
+  if (dx.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Rows(dx, "dx", tokens, dim, "as x"));
+  if (dhead.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Shaped(dhead, "dhead", head.shape));
+  if (tokens == 0) return check.Error("the mean over zero tokens is undefined");
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&loss, "loss"}, {&dx, "dx"}, {&dhead, "dhead"}},
+                                  {{&x, "x"}, {&head, "head"}, {&targets, "targets"}}));
+  return inner_->HeadCrossEntropy(x, head, targets, loss_scale, loss, dx, dhead, stream);
+}
+
+absl::Status CheckedOps::Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
+  OpArguments check("Cast");
+  FSDPD_RETURN_IF_ERROR(check.Present(src, "src"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(dst, "dst", src, "src"));
+  // A copy (any dtype) may be in place; a conversion changes the element size, so it may not.
+  if (src.dtype == dst.dtype) {
+    FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(dst, "dst", src, "src"));
+  } else if (src.dtype == DType::kI32 || dst.dtype == DType::kI32) {
+    return check.Error(absl::StrCat("no conversion from ", src.Describe(), " to ", dst.Describe(),
+                                    " (only between f32 and bf16)"));
+  } else {
+    FSDPD_RETURN_IF_ERROR(check.Disjoint(dst, "dst", src, "src"));
+  }
+  return inner_->Cast(src, dst, stream);
+}
+
+absl::Status CheckedOps::RoundToBf16(const Tensor& x, Stream& stream) {
+  OpArguments check("RoundToBf16");
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  return inner_->RoundToBf16(x, stream);
+}
+
+absl::Status CheckedOps::Fill(const Tensor& x, float value, Stream& stream) {
+  OpArguments check("Fill");
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  return inner_->Fill(x, value, stream);
+}
+
+absl::Status CheckedOps::Scale(const Tensor& x, float factor, Stream& stream) {
+  OpArguments check("Scale");
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  return inner_->Scale(x, factor, stream);
+}
+
+absl::Status CheckedOps::SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) {
+  OpArguments check("SumOfSquares");
+  FSDPD_RETURN_IF_ERROR(check.FloatingPoint(x, "x"));
+  FSDPD_RETURN_IF_ERROR(check.Typed(result, "result", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Scalar(result, "result"));
+  FSDPD_RETURN_IF_ERROR(check.Disjoint(result, "result", x, "x"));
+  return inner_->SumOfSquares(x, result, stream);
+}
+
+absl::Status CheckedOps::AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                               const Tensor& exp_avg_sq, const AdamWParams& params,
+                               Stream& stream) {
+  OpArguments check("AdamW");
+  FSDPD_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", param, "param"));
+  FSDPD_RETURN_IF_ERROR(CheckAdamWParams(check, params));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&param, "param"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}},
+                {{&grad, "grad"}}));
+  return inner_->AdamW(param, grad, exp_avg, exp_avg_sq, params, stream);
+}
+
+}  // namespace fsdpd
