@@ -68,6 +68,8 @@ T LoadUnaligned(const uint8_t* data) {
 }
 
 void ConvertToFloat(const std::string& dtype, const uint8_t* data, size_t count, float* out) {
+  // An empty tensor has no storage: memcpy must not see its null pointer, even for 0 bytes.
+  if (count == 0) return;
   if (dtype == "F32") {
     std::memcpy(out, data, count * sizeof(float));
   } else if (dtype == "BF16") {
