@@ -145,10 +145,14 @@ TEST_P(CudaMultiRankTest, FollowsTheCpuEngineAtTheSameWorldSize) {
   EXPECT_LT(sum_of_differences / kSteps, 0.03) << "mean |cuda − cpu| over the trajectory";
   EXPECT_LT(gpu.losses.back(), gpu.losses.front()) << "the CUDA ranks learn";
 
-  // Exported from N shards: the same names and shapes, and weights that agree. Both start from
-  // the same init and take 10 AdamW steps; bf16 rounding can flip the sign of tiny gradients, so
-  // a few elements differ by up to 2·lr per step, while a misplaced shard or a wrong average
-  // differs by the size of the weights themselves.
+  // Exported from N shards: the same names and shapes, and weights that agree. Measured on an
+  // H200 at 2 and 4 ranks: every tensor within 0.0051 relative distance of the CPU engine's, so
+  // 0.01; a misplaced shard or a wrong average misses by the size of the weights. The exception
+  // is attn.in_proj_bias (0.39-0.56): its key part has a gradient that is zero in exact
+  // arithmetic, so both engines hold rounding noise there, which AdamW turns into updates of up
+  // to lr either way (model_golden_test.cc says the same); those elements may differ by up to
+  // 2·lr per step.
+  const double lr = config_["trajectory_lr"].get<double>();
   ASSERT_EQ(gpu.exported.size(), cpu.exported.size());
   for (const auto& [name, cpu_values] : cpu.exported) {
     auto found = gpu.exported.find(name);
@@ -156,7 +160,14 @@ TEST_P(CudaMultiRankTest, FollowsTheCpuEngineAtTheSameWorldSize) {
     ASSERT_EQ(found->second.size(), cpu_values.size()) << name;
     const double distance = RelativeDistance(found->second, cpu_values);
     std::cout << "world " << world << " " << name << ": relative distance " << distance << "\n";
-    EXPECT_LT(distance, 0.05) << name;
+    if (name.find("in_proj_bias") != std::string::npos) {
+      for (size_t i = 0; i < cpu_values.size(); ++i) {
+        EXPECT_LE(std::abs(found->second[i] - cpu_values[i]), 2.0 * kSteps * lr * 1.01)
+            << name << "[" << i << "]";
+      }
+    } else {
+      EXPECT_LT(distance, 0.01) << name;
+    }
   }
 }
 
