@@ -8,6 +8,7 @@
 
 #include "server/job_manager.h"
 #include "server/sqlite_job_store.h"
+#include "tests/support/test_specs.h"
 
 namespace fsdpd::server {
 namespace {
@@ -46,18 +47,9 @@ class FakeSubscriber : public JobSubscriber {
 };
 
 v1::JobSpec SmallSpec(int world_size, int max_restarts) {
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("tiny");
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(64);
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_heads(4);
-  spec.mutable_data()->set_seq_len(32);
-  spec.mutable_train()->set_batch_size(2);
+  v1::JobSpec spec = ::fsdpd::testing::TinyJobSpec();
   spec.mutable_train()->set_steps(10);
   spec.mutable_parallel()->set_world_size(world_size);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
   spec.set_max_restarts(max_restarts);
   return spec;
 }

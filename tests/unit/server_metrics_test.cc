@@ -18,6 +18,7 @@
 #include "server/metrics_exporter.h"
 #include "server/rendezvous_service.h"
 #include "server/sqlite_job_store.h"
+#include "tests/support/test_specs.h"
 
 namespace fsdpd::server {
 namespace {
@@ -396,18 +397,8 @@ TEST_F(MetricsExporterTest, StoreErrorsAreCountedAndTheStoreStateIsExposed) {
   absl::StatusOr<int64_t> pages = store_->LimitPages(0);  // 0 reads the page count
   ASSERT_TRUE(pages.ok()) << pages.status();
   ASSERT_TRUE(store_->LimitPages(*pages).ok());  // no room to grow: a full disk
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("tiny");
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(64);
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_heads(4);
-  spec.mutable_data()->set_seq_len(32);
-  spec.mutable_train()->set_batch_size(2);
+  v1::JobSpec spec = ::fsdpd::testing::TinyJobSpec();
   spec.mutable_train()->set_steps(10);
-  spec.mutable_parallel()->set_world_size(1);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
   absl::StatusOr<std::string> submitted = std::string();
   for (int tries = 0; tries < 1000 && submitted.ok(); ++tries) submitted = jobs_->Submit(spec);
   EXPECT_EQ(submitted.status().code(), absl::StatusCode::kUnavailable) << submitted.status();
