@@ -53,6 +53,8 @@ bool IsTokenText(absl::string_view token) {
 
 const char* RoleName(Role role) {
   switch (role) {
+    case Role::kWorker:
+      return "worker";
     case Role::kViewer:
       return "viewer";
     case Role::kSubmitter:
@@ -64,11 +66,12 @@ const char* RoleName(Role role) {
 }
 
 absl::StatusOr<Role> ParseRole(absl::string_view name) {
+  if (name == "worker") return Role::kWorker;
   if (name == "viewer") return Role::kViewer;
   if (name == "submitter") return Role::kSubmitter;
   if (name == "admin") return Role::kAdmin;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown role \"", name, "\" (known: viewer, submitter, admin)"));
+      absl::StrCat("unknown role \"", name, "\" (known: worker, viewer, submitter, admin)"));
 }
 
 Sha256Digest Sha256(absl::string_view data) {
@@ -155,9 +158,8 @@ absl::StatusOr<std::string> TokenLine(absl::string_view token, Role role, const 
   return absl::StrCat(ToHex(Sha256(token)), " ", RoleName(role), " ", name);
 }
 
-grpc::Status Authenticator::Authorize(const grpc::ServerContextBase& context, Role needed,
-                                      const char* method) const {
-  if (tokens_.empty()) return grpc::Status::OK;
+grpc::Status Authenticator::FindToken(const grpc::ServerContextBase& context,
+                                      const TokenEntry** entry) const {
   const auto& metadata = context.client_metadata();
   auto found = metadata.find("authorization");
   if (found == metadata.end()) {
@@ -173,30 +175,89 @@ grpc::Status Authenticator::Authorize(const grpc::ServerContextBase& context, Ro
   // Every entry is compared in constant time and the loop does not stop early, so timing says
   // nothing about which digest came close.
   const TokenEntry* match = nullptr;
-  for (const TokenEntry& entry : tokens_) {
-    if (CRYPTO_memcmp(entry.digest.data(), digest.data(), digest.size()) == 0) match = &entry;
+  for (const TokenEntry& candidate : tokens_) {
+    if (CRYPTO_memcmp(candidate.digest.data(), digest.data(), digest.size()) == 0) {
+      match = &candidate;
+    }
   }
   if (match == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token is not valid");
   }
+  *entry = match;
+  return grpc::Status::OK;
+}
+
+grpc::Status Authenticator::Authorize(const grpc::ServerContextBase& context, Role needed,
+                                      const char* method) const {
+  Caller caller;
+  return Identify(context, needed, method, &caller);
+}
+
+grpc::Status Authenticator::Identify(const grpc::ServerContextBase& context, Role needed,
+                                     const char* method, Caller* caller) const {
+  *caller = Caller{};
+  if (tokens_.empty()) return grpc::Status::OK;
+  const TokenEntry* match = nullptr;
+  if (grpc::Status found = FindToken(context, &match); !found.ok()) return found;
   if (static_cast<int>(match->role) < static_cast<int>(needed)) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat(method, " needs the role ", RoleName(needed), "; token \"",
                                      match->name, "\" has the role ", RoleName(match->role)));
   }
+  caller->principal = absl::StrCat("token:", match->name);
+  caller->role = match->role;
   return grpc::Status::OK;
 }
 
-grpc::Status Authenticator::CheckClientCertificate(const grpc::ServerContextBase& context) const {
-  if (!require_client_certificate_) return grpc::Status::OK;
+namespace {
+
+// The subject of the verified client certificate, or "" when the caller sent none.
+std::string CertificateSubject(const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr || auth->FindPropertyValues("x509_pem_cert").empty()) return "";
+  for (const char* property : {"x509_subject", "x509_common_name"}) {
+    std::vector<grpc::string_ref> values = auth->FindPropertyValues(property);
+    if (!values.empty() && values.front().size() > 0) {
+      return std::string(values.front().data(), values.front().size());
+    }
+  }
+  return "(no subject)";
+}
+
+}  // namespace
+
+grpc::Status Authenticator::AuthenticateWorker(const grpc::ServerContextBase& context,
+                                               std::string* principal) const {
+  principal->clear();
+  if (!worker_credentials_required()) return grpc::Status::OK;
   // The handshake already verified any certificate the client sent (REQUEST_..._AND_VERIFY);
   // what is left to check is that one was sent at all.
-  if (auth == nullptr || auth->FindPropertyValues("x509_pem_cert").empty()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "workers must present a client certificate signed by the coordinator's "
-                        "--tls-client-ca (fsdpd-worker --tls-cert/--tls-key)");
+  if (require_client_certificate_) {
+    std::string subject = CertificateSubject(context);
+    if (!subject.empty()) {
+      *principal = absl::StrCat("cert:", subject);
+      return grpc::Status::OK;
+    }
   }
+  const bool has_token = context.client_metadata().count("authorization") > 0;
+  if (tokens_.empty() || !has_token) {
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        tokens_.empty()
+            ? "workers must present a client certificate signed by the coordinator's "
+              "--tls-client-ca (fsdpd-worker --tls-cert/--tls-key)"
+            : "workers must present a worker token (fsdpd-worker --token-file) or a client "
+              "certificate signed by the coordinator's --tls-client-ca");
+  }
+  const TokenEntry* match = nullptr;
+  if (grpc::Status found = FindToken(context, &match); !found.ok()) return found;
+  if (match->role != Role::kWorker) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("the worker services need a token with the role worker; "
+                                     "token \"",
+                                     match->name, "\" has the role ", RoleName(match->role)));
+  }
+  *principal = absl::StrCat("token:", match->name);
   return grpc::Status::OK;
 }
 

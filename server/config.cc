@@ -47,6 +47,14 @@ absl::Status WorkerRegistryConfig::Check() const {
     return absl::InvalidArgumentError(
         "lost worker retention must be at least the heartbeat timeout");
   }
+  if (max_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-workers: must be positive, got ", max_workers));
+  }
+  if (!(register_rate_per_peer > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register-rate: must be positive, got ", register_rate_per_peer));
+  }
   return absl::OkStatus();
 }
 
@@ -76,7 +84,14 @@ absl::Status MetricsConfig::Check() const {
         absl::StrCat("metrics-retention: must not be negative, got ", retention.count(), "ms"));
   }
   if (listen.empty()) return absl::OkStatus();
-  return CheckHostPort("metrics-listen", listen);
+  if (absl::Status status = CheckHostPort("metrics-listen", listen); !status.ok()) return status;
+  if (!insecure && !IsLoopbackAddress(listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics-listen: ", listen,
+        " is not a loopback address and /metrics is served in plaintext; keep it on loopback "
+        "(scrape through a TLS proxy) or pass --insecure-metrics to serve it anyway"));
+  }
+  return absl::OkStatus();
 }
 
 void CoordinatorConfig::FillPaths() {

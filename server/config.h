@@ -25,6 +25,11 @@ struct WorkerRegistryConfig {
   std::chrono::milliseconds heartbeat_interval{1000};  // what workers are told to use
   // How long a LOST worker stays listed (alerts watch it) before it is forgotten.
   std::chrono::milliseconds lost_retention{3600 * 1000};
+  // Registration bounds (--max-workers, --register-rate): the workers known at once, lost ones
+  // included, and the Register calls one peer address may make per second (with a burst of
+  // twice that), so a flood of fake workers cannot grow the registry.
+  int max_workers = 4096;
+  double register_rate_per_peer = 20;
   absl::Status Check() const;
 };
 
@@ -47,6 +52,9 @@ struct JobManagerConfig {
 
 struct MetricsConfig {
   std::string listen;  // empty: no HTTP endpoint (the registry still collects)
+  // /metrics is served in plaintext: a non-loopback listen address needs this set
+  // (--insecure-metrics), the same rule as the gRPC --listen without TLS.
+  bool insecure = false;
   // How long a finished job's per-job series stay exposed before they are removed, so the
   // last figures can still be scraped; zero removes them as soon as the job ends.
   std::chrono::milliseconds retention{5 * 60 * 1000};

@@ -38,7 +38,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const T
     if (!client_ca.ok()) return client_ca.status();
     options.pem_root_certs = *client_ca;
     // Requested, not required: fsdpctl has no certificate. The worker and rendezvous services
-    // refuse callers without one (Authenticator::CheckClientCertificate).
+    // refuse callers without one or a worker token (Authenticator::AuthenticateWorker).
     options.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   options.pem_key_cert_pairs.push_back({*key, *cert});
@@ -101,8 +101,8 @@ absl::Status Coordinator::Start() {
       std::make_unique<JobServiceImpl>(*jobs_, *workers_, metrics_.get(), authenticator_.get());
   worker_service_ =
       std::make_unique<WorkerServiceImpl>(*jobs_, metrics_.get(), authenticator_.get());
-  rendezvous_service_ =
-      std::make_unique<RendezvousServiceImpl>(*rendezvous_, metrics_.get(), authenticator_.get());
+  rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(
+      *rendezvous_, metrics_.get(), authenticator_.get(), workers_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

@@ -89,8 +89,11 @@ class JobManager {
   void Unsubscribe(const std::string& job_id, const JobSubscriber* subscriber);
 
   // Worker side.
-  absl::StatusOr<v1::RegisterResponse> RegisterWorker(const v1::RegisterRequest& request);
-  absl::Status OpenSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session);
+  // `principal` is the caller's credential (auth.h); worker ids are bound to it.
+  absl::StatusOr<v1::RegisterResponse> RegisterWorker(const v1::RegisterRequest& request,
+                                                      const std::string& principal = "");
+  absl::Status OpenSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session,
+                           const std::string& principal = "");
   void CloseSession(const std::string& worker_id, const WorkerSession* session);
   // Stamps the worker alive, then handles the message.
   void OnWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& message);
@@ -128,6 +131,7 @@ class JobManager {
 
   void SetObserver(JobObserver* observer);
   ArtifactStore& artifacts() { return artifacts_; }
+  const WorkerRegistryConfig& worker_config() const { return workers_.config(); }
   ProfileStore& profiles() { return profiles_; }
 
  private:

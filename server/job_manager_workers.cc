@@ -4,17 +4,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
 
-absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(
-    const v1::RegisterRequest& request) {
+absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(const v1::RegisterRequest& request,
+                                                                const std::string& principal) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
   absl::StatusOr<std::pair<std::string, RankAssignment>> registered =
-      workers_.Register(request, now_());
+      workers_.Register(request, now_(), principal);
   if (!registered.ok()) return registered.status();
   const auto& [worker_id, previous] = *registered;
   unconfirmed_reports_.erase(worker_id);
@@ -63,9 +64,12 @@ void JobManager::ReconcileRegistrationLocked(const std::string& worker_id,
 }
 
 absl::Status JobManager::OpenSession(const std::string& worker_id,
-                                     std::shared_ptr<WorkerSession> session) {
+                                     std::shared_ptr<WorkerSession> session,
+                                     const std::string& principal) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
+  // Only the credential the id is bound to may open its session (a takeover is refused).
+  FSDPD_RETURN_IF_ERROR(workers_.CheckPrincipal(worker_id, principal));
   if (!workers_.AttachSession(worker_id, std::move(session))) {
     return absl::NotFoundError(
         absl::StrCat("unknown worker \"", worker_id, "\"; call Register before Session"));

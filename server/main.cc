@@ -41,6 +41,9 @@ struct Settings {
   std::optional<std::string> tls_client_ca;
   std::optional<std::string> tokens_file;
   std::optional<int> max_request_bytes;
+  std::optional<bool> insecure_metrics;
+  std::optional<int> max_workers;
+  std::optional<double> register_rate;
 };
 
 std::string DefaultStateDir() {
@@ -54,7 +57,7 @@ std::string DefaultStateDir() {
 }
 
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
-// metrics-retention, max-world-size, insecure.
+// metrics-retention, max-world-size, insecure, insecure-metrics, max-workers, register-rate.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -83,11 +86,18 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.max_world_size = entry.second.as<int>();
       } else if (key == "insecure") {
         settings.insecure = entry.second.as<bool>();
+      } else if (key == "insecure-metrics") {
+        settings.insecure_metrics = entry.second.as<bool>();
+      } else if (key == "max-workers") {
+        settings.max_workers = entry.second.as<int>();
+      } else if (key == "register-rate") {
+        settings.register_rate = entry.second.as<double>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
-                         "metrics-retention, max-world-size, insecure)"));
+                         "metrics-retention, max-world-size, insecure, insecure-metrics, "
+                         "max-workers, register-rate)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -132,6 +142,9 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.tls_client_ca) onto.tls_client_ca = from.tls_client_ca;
   if (from.tokens_file) onto.tokens_file = from.tokens_file;
   if (from.max_request_bytes) onto.max_request_bytes = from.max_request_bytes;
+  if (from.insecure_metrics) onto.insecure_metrics = from.insecure_metrics;
+  if (from.max_workers) onto.max_workers = from.max_workers;
+  if (from.register_rate) onto.register_rate = from.register_rate;
 }
 
 absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
@@ -140,6 +153,9 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   config.metrics.listen = settings.metrics_listen.value_or("127.0.0.1:7071");
   config.state_dir = settings.state_dir.value_or(DefaultStateDir());
   config.insecure = settings.insecure.value_or(false);
+  config.metrics.insecure = settings.insecure_metrics.value_or(false);
+  if (settings.max_workers) config.workers.max_workers = *settings.max_workers;
+  if (settings.register_rate) config.workers.register_rate_per_peer = *settings.register_rate;
   config.tls.cert_path = settings.tls_cert.value_or("");
   config.tls.key_path = settings.tls_key.value_or("");
   config.tls.client_ca_path = settings.tls_client_ca.value_or("");
@@ -239,7 +255,16 @@ int main(int argc, char** argv) {
                      "PEM CA: workers must present a client certificate it signed (mutual TLS)");
   auto* tokens_option = app.add_option(
       "--tokens-file", tokens_file,
-      "lines `<sha256-hex> <role> <name>`: fsdpctl must send one of these bearer tokens");
+      "lines `<sha256-hex> <role> <name>`: fsdpctl and workers (role worker) send these tokens");
+  bool insecure_metrics = false;
+  int max_workers = 0;
+  double register_rate = 0;
+  auto* insecure_metrics_flag = app.add_flag("--insecure-metrics", insecure_metrics,
+                                             "allow a non-loopback --metrics-listen (plaintext)");
+  auto* max_workers_option = app.add_option(
+      "--max-workers", max_workers, "most workers known at once, lost ones included (4096)");
+  auto* register_rate_option = app.add_option(
+      "--register-rate", register_rate, "worker registrations a second per peer address (20)");
   auto* max_request_option = app.add_option("--max-request-bytes", max_request_bytes,
                                             "largest gRPC request accepted (4194304)");
   app.add_option("--config", config_file, "YAML file with the same keys as the flags")
@@ -249,7 +274,8 @@ int main(int argc, char** argv) {
   CLI::App* hash_token = app.add_subcommand(
       "hash-token", "print the --tokens-file line for a token read from stdin or --token-file");
   hash_token->add_option("--token-file", hash_token_file, "file whose first line is the token");
-  hash_token->add_option("--role", hash_role, "viewer, submitter or admin")->capture_default_str();
+  hash_token->add_option("--role", hash_role, "worker, viewer, submitter or admin")
+      ->capture_default_str();
   hash_token->add_option("--name", hash_name, "who the token belongs to")->required();
   CLI11_PARSE(app, argc, argv);
   if (hash_token->parsed()) return HashToken(hash_token_file, hash_role, hash_name);
@@ -265,6 +291,9 @@ int main(int argc, char** argv) {
   if (*tls_client_ca_option) flags.tls_client_ca = tls_client_ca;
   if (*tokens_option) flags.tokens_file = tokens_file;
   if (*max_request_option) flags.max_request_bytes = max_request_bytes;
+  if (*insecure_metrics_flag) flags.insecure_metrics = insecure_metrics;
+  if (*max_workers_option) flags.max_workers = max_workers;
+  if (*register_rate_option) flags.register_rate = register_rate;
 
   Settings settings;
   if (!config_file.empty()) {

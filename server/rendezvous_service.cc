@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "server/grpc_util.h"
 
 namespace fsdpd::server {
@@ -15,19 +16,39 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Reply(grpc::CallbackServerConte
   return reactor;
 }
 
-grpc::Status RendezvousServiceImpl::CheckCaller(grpc::CallbackServerContext* context) const {
-  if (authenticator_ == nullptr) return grpc::Status::OK;
-  return authenticator_->CheckClientCertificate(*context);
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Refuse(grpc::CallbackServerContext* context,
+                                                        const char* method,
+                                                        const grpc::Status& status) {
+  if (metrics_ != nullptr) metrics_->CountRpc(method, status.error_code());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::Status RendezvousServiceImpl::CheckCaller(grpc::CallbackServerContext* context,
+                                                const v1::Scope& scope) const {
+  std::string principal;
+  if (authenticator_ != nullptr) {
+    if (grpc::Status status = authenticator_->AuthenticateWorker(*context, &principal);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (workers_ != nullptr && !workers_->RunsAttempt(principal, scope.job_id(), scope.attempt())) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("rendezvous scope ",
+                                     RendezvousStore::ScopeName(scope.job_id(), scope.attempt()),
+                                     " belongs to the ranks of that attempt; this credential "
+                                     "runs none of them"));
+  }
+  return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* context,
                                                      const v1::SetRequest* request,
                                                      v1::SetResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
-    if (metrics_ != nullptr) metrics_->CountRpc("Set", allowed.error_code());
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(allowed);
-    return reactor;
+  if (grpc::Status allowed = CheckCaller(context, request->scope()); !allowed.ok()) {
+    return Refuse(context, "Set", allowed);
   }
   return Reply(context, "Set",
                store_.Set(request->scope().job_id(), request->scope().attempt(), request->key(),
@@ -37,11 +58,8 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* context,
                                                      const v1::GetRequest* request,
                                                      v1::GetResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
-    if (metrics_ != nullptr) metrics_->CountRpc("Get", allowed.error_code());
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(allowed);
-    return reactor;
+  if (grpc::Status allowed = CheckCaller(context, request->scope()); !allowed.ok()) {
+    return Refuse(context, "Get", allowed);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   MetricsExporter* metrics = metrics_;
@@ -60,11 +78,8 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* context,
                                                      const v1::AddRequest* request,
                                                      v1::AddResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
-    if (metrics_ != nullptr) metrics_->CountRpc("Add", allowed.error_code());
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(allowed);
-    return reactor;
+  if (grpc::Status allowed = CheckCaller(context, request->scope()); !allowed.ok()) {
+    return Refuse(context, "Add", allowed);
   }
   absl::StatusOr<int64_t> value = store_.Add(request->scope().job_id(), request->scope().attempt(),
                                              request->key(), request->delta());

@@ -6,15 +6,19 @@
 #include "server/auth.h"
 #include "server/metrics_exporter.h"
 #include "server/rendezvous_store.h"
+#include "server/worker_registry.h"
 
 namespace fsdpd::server {
 
 class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  public:
-  // authenticator may be null (tests): then no client certificate is asked for.
+  // authenticator may be null (tests): then no credential is asked for. workers may be null
+  // (tests): then any caller may use any scope. Otherwise only a worker bound to the caller's
+  // credential that runs a rank of (job, attempt) may read or write the attempt's keys.
   RendezvousServiceImpl(RendezvousStore& store, MetricsExporter* metrics,
-                        const Authenticator* authenticator = nullptr)
-      : store_(store), metrics_(metrics), authenticator_(authenticator) {}
+                        const Authenticator* authenticator = nullptr,
+                        const WorkerRegistry* workers = nullptr)
+      : store_(store), metrics_(metrics), authenticator_(authenticator), workers_(workers) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
                                 v1::SetResponse* response) override;
@@ -26,11 +30,15 @@ class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
                                   const absl::Status& status);
-  grpc::Status CheckCaller(grpc::CallbackServerContext* context) const;
+  // The credential, then the scope: UNAUTHENTICATED, PERMISSION_DENIED or OK.
+  grpc::Status CheckCaller(grpc::CallbackServerContext* context, const v1::Scope& scope) const;
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const char* method,
+                                   const grpc::Status& status);
 
   RendezvousStore& store_;
   MetricsExporter* metrics_;
   const Authenticator* authenticator_;
+  const WorkerRegistry* workers_;
 };
 
 }  // namespace fsdpd::server

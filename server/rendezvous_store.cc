@@ -1,6 +1,7 @@
 #include "server/rendezvous_store.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -66,6 +67,10 @@ size_t RendezvousStore::ScopeCount() const {
 
 absl::Status RendezvousStore::CheckKeyLocked(const Scope& scope, const std::string& key) const {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
+  if (key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous key is ", key.size(), " bytes; at most ", kMaxKeyBytes));
+  }
   if (scope.values.count(key) == 0 &&
       static_cast<int>(scope.values.size()) >= config_.max_keys_per_scope) {
     return absl::ResourceExhaustedError(absl::StrCat("rendezvous scope holds the maximum of ",
@@ -114,8 +119,9 @@ void RendezvousStore::Get(const std::string& job_id, int attempt, const std::str
     } else if (found == scopes_.end()) {
       immediate = absl::FailedPreconditionError(
           absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
-    } else if (key.empty()) {
-      immediate = absl::InvalidArgumentError("rendezvous key must not be empty");
+    } else if (key.empty() || key.size() > kMaxKeyBytes) {
+      immediate = absl::InvalidArgumentError(
+          absl::StrCat("rendezvous key must be 1..", kMaxKeyBytes, " bytes"));
     } else if (auto value = found->second.values.find(key); value != found->second.values.end()) {
       immediate = value->second;
     } else {
@@ -146,6 +152,12 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int atte
     if (existing != scope.values.end() && !absl::SimpleAtoi(existing->second, &value)) {
       return absl::FailedPreconditionError(
           absl::StrCat("rendezvous key \"", key, "\" holds a value that is not an integer"));
+    }
+    // A counter that would wrap is refused and keeps its value.
+    if ((delta > 0 && value > std::numeric_limits<int64_t>::max() - delta) ||
+        (delta < 0 && value < std::numeric_limits<int64_t>::min() - delta)) {
+      return absl::OutOfRangeError(absl::StrCat("rendezvous counter \"", key, "\" at ", value,
+                                                " would overflow adding ", delta));
     }
     value += delta;
     text = absl::StrCat(value);

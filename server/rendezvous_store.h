@@ -21,6 +21,9 @@ namespace fsdpd::server {
 
 class RendezvousStore {
  public:
+  // Bounds per scope: keys of at most this many bytes, at most RendezvousConfig's
+  // max_keys_per_scope keys of max_value_bytes each.
+  static constexpr size_t kMaxKeyBytes = 1024;
   using GetCallback = std::function<void(absl::StatusOr<std::string>)>;
   using Clock = std::chrono::steady_clock;
 
@@ -42,6 +45,7 @@ class RendezvousStore {
   // caller's thread, on a Set's thread or on the timer thread, never under the store's lock.
   void Get(const std::string& job_id, int attempt, const std::string& key,
            std::chrono::milliseconds timeout, GetCallback done);
+  // OUT_OF_RANGE, leaving the counter as it was, when the sum would overflow int64.
   absl::StatusOr<int64_t> Add(const std::string& job_id, int attempt, const std::string& key,
                               int64_t delta);
 

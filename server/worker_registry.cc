@@ -18,8 +18,52 @@ std::string WorkerRegistry::NewIdLocked() {
   return id;
 }
 
+absl::Status WorkerRegistry::CheckReclaimLocked(const std::string& id, const Entry& entry,
+                                                const std::string& principal,
+                                                Clock::time_point now) const {
+  if (entry.principal != principal) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker id \"", id, "\" is bound to another credential; register without an id"));
+  }
+  const bool live =
+      entry.session != nullptr && now - entry.last_heartbeat <= config_.heartbeat_timeout;
+  if (live) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("worker id \"", id,
+                     "\" has a live session; it can be reclaimed once that session is gone"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::CheckPrincipal(const std::string& worker_id,
+                                            const std::string& principal) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown worker \"", worker_id, "\"; call Register before Session"));
+  }
+  if (found->second.principal != principal) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker id \"", worker_id, "\" is bound to another credential"));
+  }
+  return absl::OkStatus();
+}
+
+bool WorkerRegistry::RunsAttempt(const std::string& principal, const std::string& job_id,
+                                 int attempt) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [id, entry] : workers_) {
+    if (entry.principal == principal && entry.assignment.active() &&
+        entry.assignment.job_id == job_id && entry.assignment.attempt == attempt) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
-    const v1::RegisterRequest& request, Clock::time_point now) {
+    const v1::RegisterRequest& request, Clock::time_point now, const std::string& principal) {
   if (request.device_kind() != "cpu" && request.device_kind() != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
         "device_kind: must be \"cpu\" or \"cuda\", got \"", request.device_kind(), "\""));
@@ -37,7 +81,19 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   }
   std::lock_guard<std::mutex> lock(mutex_);
   std::string id = request.worker_id().empty() ? NewIdLocked() : request.worker_id();
+  auto known = workers_.find(id);
+  if (known != workers_.end()) {
+    if (absl::Status status = CheckReclaimLocked(id, known->second, principal, now); !status.ok()) {
+      return status;
+    }
+  } else if (static_cast<int64_t>(workers_.size()) >= config_.max_workers) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the coordinator already knows ", workers_.size(),
+                     " workers, its --max-workers; lost workers are forgotten after ",
+                     config_.lost_retention.count() / 1000, "s"));
+  }
   Entry& entry = workers_[id];
+  entry.principal = principal;
   RankAssignment previous = entry.assignment;
   entry.info.set_id(id);
   entry.info.set_hostname(request.hostname());

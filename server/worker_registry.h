@@ -53,8 +53,18 @@ class WorkerRegistry {
 
   // Registers a new worker or refreshes a known one; keeps the id the worker sent back.
   // Returns the worker's id and the assignment the registry held for it before this call.
+  // A worker id is bound to the principal (auth.h) that first registered it:
+  //  - PERMISSION_DENIED when another principal registers a known id;
+  //  - ALREADY_EXISTS while the id has a live session (open and heard from within the
+  //    heartbeat timeout): the same credential reclaims it only after the old session is gone;
+  //  - RESOURCE_EXHAUSTED for a new id once config().max_workers are known.
   absl::StatusOr<std::pair<std::string, RankAssignment>> Register(
-      const v1::RegisterRequest& request, Clock::time_point now);
+      const v1::RegisterRequest& request, Clock::time_point now, const std::string& principal = "");
+  // PERMISSION_DENIED unless the worker is known and bound to this principal (a Session).
+  absl::Status CheckPrincipal(const std::string& worker_id, const std::string& principal) const;
+  // Whether a worker bound to this principal runs a rank of (job, attempt): who may use the
+  // attempt's rendezvous scope.
+  bool RunsAttempt(const std::string& principal, const std::string& job_id, int attempt) const;
 
   std::optional<WorkerSnapshot> Find(const std::string& worker_id) const;
   std::vector<v1::Worker> List() const;
@@ -87,7 +97,11 @@ class WorkerRegistry {
     RankAssignment assignment;
     std::shared_ptr<WorkerSession> session;
     Clock::time_point last_heartbeat;
+    std::string principal;  // the credential the id is bound to
   };
+  // The checks of Register for an id already known.
+  absl::Status CheckReclaimLocked(const std::string& id, const Entry& entry,
+                                  const std::string& principal, Clock::time_point now) const;
   WorkerSnapshot SnapshotLocked(const Entry& entry) const;
   std::string NewIdLocked();
 

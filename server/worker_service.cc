@@ -109,8 +109,12 @@ constexpr int kMaxQueuedPerSession = 16;
 
 class SessionReactor : public SessionBase {
  public:
-  SessionReactor(JobManager& jobs, SessionDispatcher& dispatcher, MetricsExporter* metrics)
-      : jobs_(jobs), dispatcher_(dispatcher), handle_(std::make_shared<SessionHandle>(this)) {
+  SessionReactor(JobManager& jobs, SessionDispatcher& dispatcher, MetricsExporter* metrics,
+                 std::string principal)
+      : jobs_(jobs),
+        dispatcher_(dispatcher),
+        handle_(std::make_shared<SessionHandle>(this)),
+        principal_(std::move(principal)) {
     if (metrics != nullptr) {
       SetOnFinish([metrics](grpc::StatusCode code) { metrics->CountRpc("Session", code); });
     }
@@ -130,7 +134,8 @@ class SessionReactor : public SessionBase {
                                       "the first Session message must carry worker_id"));
         return;
       }
-      if (absl::Status status = jobs_.OpenSession(incoming_.worker_id(), handle_); !status.ok()) {
+      if (absl::Status status = jobs_.OpenSession(incoming_.worker_id(), handle_, principal_);
+          !status.ok()) {
         FinishAfterDrain(ToGrpcStatus(status));
         return;
       }
@@ -205,6 +210,7 @@ class SessionReactor : public SessionBase {
   JobManager& jobs_;
   SessionDispatcher& dispatcher_;
   std::shared_ptr<SessionHandle> handle_;
+  const std::string principal_;  // the caller's credential; the worker id must be bound to it
   std::string worker_id_;
   v1::WorkerMessage incoming_;
   bool warned_long_log_ = false;
@@ -227,7 +233,7 @@ void SessionHandle::Close(const absl::Status& status) {
   if (reactor_ != nullptr) reactor_->CloseFromCoordinator(status);
 }
 
-// A Session refused before it starts (no client certificate).
+// A Session refused before it starts (no worker credential).
 class RefusedSession : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
   explicit RefusedSession(const grpc::Status& status) { Finish(status); }
@@ -241,19 +247,27 @@ WorkerServiceImpl::WorkerServiceImpl(JobManager& jobs, MetricsExporter* metrics,
     : jobs_(jobs),
       metrics_(metrics),
       authenticator_(authenticator),
-      dispatcher_(std::make_unique<SessionDispatcher>(jobs)) {}
+      dispatcher_(std::make_unique<SessionDispatcher>(jobs)),
+      register_limiter_(jobs.worker_config().register_rate_per_peer,
+                        2 * jobs.worker_config().register_rate_per_peer) {}
 
 WorkerServiceImpl::~WorkerServiceImpl() = default;
 
-grpc::Status WorkerServiceImpl::CheckCaller(grpc::CallbackServerContext* context) const {
+grpc::Status WorkerServiceImpl::CheckCaller(grpc::CallbackServerContext* context,
+                                            std::string* principal) const {
+  principal->clear();
   if (authenticator_ == nullptr) return grpc::Status::OK;
-  return authenticator_->CheckClientCertificate(*context);
+  return authenticator_->AuthenticateWorker(*context, principal);
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Register(grpc::CallbackServerContext* context,
                                                       const v1::RegisterRequest* request,
                                                       v1::RegisterResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+  std::string principal;
+  grpc::Status allowed = CheckCaller(context, &principal);
+  // Callers without a credential are refused before they count against the peer's rate.
+  if (allowed.ok()) allowed = ToGrpcStatus(register_limiter_.Take(context->peer()));
+  if (!allowed.ok()) {
     if (metrics_ != nullptr) metrics_->CountRpc("Register", allowed.error_code());
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(allowed);
@@ -261,7 +275,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Register(grpc::CallbackServerContex
   }
   const absl::Status valid = CheckRegistration(*request);
   absl::StatusOr<v1::RegisterResponse> registered =
-      valid.ok() ? jobs_.RegisterWorker(*request) : absl::StatusOr<v1::RegisterResponse>(valid);
+      valid.ok() ? jobs_.RegisterWorker(*request, principal)
+                 : absl::StatusOr<v1::RegisterResponse>(valid);
   if (registered.ok()) *response = std::move(*registered);
   const grpc::Status status = ToGrpcStatus(registered.status());
   if (metrics_ != nullptr) metrics_->CountRpc("Register", status.error_code());
@@ -272,11 +287,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Register(grpc::CallbackServerContex
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
     grpc::CallbackServerContext* context) {
-  if (grpc::Status allowed = CheckCaller(context); !allowed.ok()) {
+  std::string principal;
+  if (grpc::Status allowed = CheckCaller(context, &principal); !allowed.ok()) {
     if (metrics_ != nullptr) metrics_->CountRpc("Session", allowed.error_code());
     return new RefusedSession(allowed);
   }
-  return new SessionReactor(jobs_, *dispatcher_, metrics_);
+  return new SessionReactor(jobs_, *dispatcher_, metrics_, std::move(principal));
 }
 
 }  // namespace fsdpd::server

@@ -8,6 +8,7 @@
 #include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/metrics_exporter.h"
+#include "server/peer_rate_limiter.h"
 
 namespace fsdpd::server {
 
@@ -17,7 +18,9 @@ class SessionDispatcher;
 
 class WorkerServiceImpl : public v1::WorkerService::CallbackService {
  public:
-  // authenticator may be null (tests): then no client certificate is asked for.
+  // authenticator may be null (tests): then no credential is asked for. Every RPC needs a
+  // worker credential when the authenticator asks for one (Authenticator::AuthenticateWorker);
+  // Register is also limited per peer address (WorkerRegistryConfig::register_rate_per_peer).
   WorkerServiceImpl(JobManager& jobs, MetricsExporter* metrics,
                     const Authenticator* authenticator = nullptr);
   // Handles what is still queued. Destroy after the gRPC server has shut down and before the
@@ -31,12 +34,13 @@ class WorkerServiceImpl : public v1::WorkerService::CallbackService {
       grpc::CallbackServerContext* context) override;
 
  private:
-  grpc::Status CheckCaller(grpc::CallbackServerContext* context) const;
+  grpc::Status CheckCaller(grpc::CallbackServerContext* context, std::string* principal) const;
 
   JobManager& jobs_;
   MetricsExporter* metrics_;
   const Authenticator* authenticator_;
   std::unique_ptr<SessionDispatcher> dispatcher_;
+  PeerRateLimiter register_limiter_;
 };
 
 }  // namespace fsdpd::server

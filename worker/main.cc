@@ -17,6 +17,7 @@
 #include "worker/device/device_runtime.h"
 #include "worker/session.h"
 #include "worker/session_device.h"
+#include "worker/worker_token.h"
 
 namespace {
 
@@ -96,6 +97,11 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", tls_cert, "PEM client certificate for mutual TLS")
       ->envname("FSDPD_TLS_CERT");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->envname("FSDPD_TLS_KEY");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "file whose first line is this worker's token (role worker in the "
+                 "coordinator's --tokens-file)")
+      ->envname("FSDPD_WORKER_TOKEN_FILE");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -109,6 +115,12 @@ int main(int argc, char** argv) {
   if (absl::Status tls = fsdpd::LoadWorkerTls(tls_ca, tls_cert, tls_key, &config); !tls.ok()) {
     std::cerr << "fsdpd-worker: " << tls.message() << "\n";
     return 2;
+  }
+  if (!token_file.empty()) {
+    if (absl::Status token = fsdpd::LoadWorkerToken(token_file, &config.token); !token.ok()) {
+      std::cerr << "fsdpd-worker: " << token.message() << "\n";
+      return 2;
+    }
   }
   absl::Status valid = fsdpd::ValidateWorkerConfig(config);
   if (!valid.ok()) {

@@ -12,6 +12,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "spdlog/spdlog.h"
+#include "worker/worker_token.h"
 
 namespace fsdpd {
 namespace {
@@ -38,7 +39,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const WorkerConfig& config) {
     ssl.pem_private_key = config.tls_key_pem;
     credentials = grpc::SslCredentials(ssl);
   }
-  return grpc::CreateCustomChannel(config.coordinator_address, credentials, arguments);
+  // The worker token goes with every call on this channel, the rendezvous calls included.
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      config.coordinator_address, credentials, arguments, BearerTokenInterceptors(config.token));
 }
 
 absl::Status ReadPem(const char* flag, const std::string& path, std::string* out) {
@@ -163,7 +166,7 @@ absl::Status WorkerSession::Register() {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       return absl::InvalidArgumentError(why);
     }
-    // Nor will a missing or refused client certificate.
+    // Nor will a missing or refused credential, or a worker id bound to another credential.
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
         status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()), why);

@@ -39,6 +39,8 @@ struct WorkerConfig {
   std::string tls_ca_pem;
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // The worker token (LoadWorkerToken), sent as a bearer token on every call; "" sends none.
+  std::string token;
   // Step reports and log lines kept while the coordinator is unreachable.
   size_t telemetry_buffer_capacity = 20000;
   std::chrono::milliseconds reconnect_initial_backoff{250};

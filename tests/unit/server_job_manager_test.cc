@@ -512,7 +512,9 @@ TEST_F(JobManagerTest, WorkerThatReconnectsInTimeKeepsItsRank) {
   EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
   EXPECT_EQ(StateOf(w0), v1::BUSY);
 
-  // w1's process restarts and registers with nothing running: its rank is gone.
+  // w1's process restarts (its stream ends with it) and registers with nothing running: its
+  // rank is gone. While its old session was live the id could not have been registered again.
+  jobs_->CloseSession(w1, sessions_[w1].get());
   AddWorker("host-a", 1, w1);
   v1::Job job = GetJob(id);
   EXPECT_EQ(job.state(), v1::RETRYING);
