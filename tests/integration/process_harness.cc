@@ -352,6 +352,17 @@ std::string Cluster::Logs() const {
   return out.str();
 }
 
+std::string HashTokenLine(const std::string& dir, const std::string& token,
+                          const std::string& role, const std::string& name) {
+  const std::string token_file = dir + "/" + name + ".token";
+  WriteFile(token_file, token + "\n");
+  CommandResult result = RunCommand({BuildPath("server/fsdpd"), "hash-token", "--token-file",
+                                     token_file, "--role", role, "--name", name},
+                                    std::chrono::seconds(30));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return result.exit_code == 0 ? result.out : "";
+}
+
 std::string TinySpec(const std::string& name, int64_t steps, int world_size) {
   std::ostringstream yaml;
   yaml << "name: " << name << "\n"
