@@ -166,7 +166,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
 Cluster::Cluster(int workers) : worker_count_(workers) {
   address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
   metrics_address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
-  std::filesystem::create_directories(dir() + "/state");
+  state_dir_ = dir() + "/state";
+  std::filesystem::create_directories(state_dir_);
   std::filesystem::create_directories(dir() + "/checkpoints");
 }
 
@@ -180,7 +181,7 @@ bool Cluster::StartCoordinator() {
   const std::string log = dir() + "/fsdpd." + std::to_string(++coordinator_starts_) + ".log";
   coordinator_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_, "--metrics-listen",
-                               metrics_address_, "--state-dir", dir() + "/state",
+                               metrics_address_, "--state-dir", state_dir_,
                                "--heartbeat-timeout", "5s"},
       log);
   if (!coordinator_->WaitForLog("fsdpd listening on", std::chrono::seconds(30))) {

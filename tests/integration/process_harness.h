@@ -76,6 +76,9 @@ class Cluster {
   // serves. Returns false, with the log in the test output, if it does not.
   bool StartCoordinator();
   void KillCoordinator(int signal_number);
+  // The state folder the next StartCoordinator uses (default <dir>/state): a new one is a new
+  // cluster, as after a lost volume or a fresh install beside workers that outlive it.
+  void UseStateDir(const std::string& state_dir) { state_dir_ = state_dir; }
   bool StartWorkers();
   // Waits until the coordinator lists `count` workers in `state` (e.g. "IDLE").
   bool WaitForWorkers(int count, const std::string& state, std::chrono::milliseconds timeout);
@@ -115,6 +118,7 @@ class Cluster {
   int worker_count_;
   std::string address_;
   std::string metrics_address_;
+  std::string state_dir_;
   std::unique_ptr<ChildProcess> coordinator_;
   int coordinator_starts_ = 0;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
