@@ -156,8 +156,9 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec, const st
     return StoreUnavailable();
   }
   PublishLocked(*stored);
-  spdlog::info("{} submitted: {} on {} {} worker(s)", *id, spec.name(),
-               spec.parallel().world_size(), spec.parallel().device());
+  spdlog::info("{} submitted by {}: {} on {} {} worker(s), uid {}", *id,
+               owner.empty() ? "anonymous" : owner, spec.name(), spec.parallel().world_size(),
+               spec.parallel().device(), stored->job.uid());
   RunGroupedLocked([this] { ScheduleLocked(); });
   return *id;
 }
