@@ -241,7 +241,8 @@ absl::Status ExportModel(LoadedRun& run, const EngineLog& log, TrainResult* resu
   FSDPD_ASSIGN_OR_RETURN(
       result->exported_model_path,
       ExportConsolidatedModel(run.paths.job_dir + "/model.safetensors", result->final_step,
-                              *run.engine.state, *run.engine.communicator));
+                              run.engine.model->config(), *run.engine.state,
+                              *run.engine.communicator));
   if (!result->exported_model_path.empty()) {
     log("info", absl::StrCat("exported the model to ", result->exported_model_path));
   }

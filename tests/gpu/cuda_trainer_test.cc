@@ -16,7 +16,7 @@
 #include "proto/spec/job_spec.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
-#include "worker/checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/trainer.h"
 

@@ -9,7 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
 #include "tests/unit/engine_test_support.h"
-#include "worker/checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "worker/trainer.h"
 
 namespace fsdpd {

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/engine_process_support.h"
 #include "tests/unit/engine_test_support.h"
-#include "worker/checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace fsdpd {
 namespace {

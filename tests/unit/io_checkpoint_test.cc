@@ -14,7 +14,7 @@
 #include "tests/support/temp_dir.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/crc32c.h"
-#include "worker/checkpoint/durable_file.h"
+#include "formats/durable_file.h"
 #include "worker/checkpoint/rank_file.h"
 
 namespace fsdpd {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "tests/support/temp_dir.h"
-#include "worker/checkpoint/durable_file.h"
-#include "worker/checkpoint/safetensors.h"
+#include "formats/durable_file.h"
+#include "formats/safetensors.h"
 
 namespace fsdpd {
 namespace {

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/backend/cpu_backend.h"
-#include "worker/checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "worker/model/minillm.h"
 
 namespace fsdpd {

@@ -14,9 +14,9 @@
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/crc32c.h"
-#include "worker/checkpoint/durable_file.h"
+#include "formats/durable_file.h"
 #include "worker/checkpoint/rank_file.h"
-#include "worker/data/mapped_file.h"
+#include "formats/mapped_file.h"
 
 namespace fsdpd {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/checkpoint/crc32c.h"
-#include "worker/checkpoint/durable_file.h"
+#include "formats/durable_file.h"
 
 namespace fsdpd {
 namespace {
