@@ -1,0 +1,6 @@
+# The edge runtime (edge/) on lavapipe with the Vulkan validation layer: each shader against
+# the CPU reference, a trained and exported model end to end, and bad inputs.
+if(TARGET fsdpd_edge)
+  fsdpd_test(edge_kernels_test LABEL unit TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
+endif()
