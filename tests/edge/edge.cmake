@@ -4,3 +4,9 @@ if(TARGET fsdpd_edge)
   fsdpd_test(edge_kernels_test LABEL unit TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
 endif()
+if(TARGET fsdpd_edge AND TARGET fsdpd_engine)
+  fsdpd_test(edge_model_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_model_test.cc LIBS fsdpd_edge fsdpd_engine)
+  target_compile_definitions(edge_model_test PRIVATE
+    FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+endif()
