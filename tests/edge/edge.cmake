@@ -10,3 +10,9 @@ if(TARGET fsdpd_edge AND TARGET fsdpd_engine)
   target_compile_definitions(edge_model_test PRIVATE
     FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
+if(TARGET fsdpd-edge)
+  fsdpd_test(edge_cli_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_cli_test.cc LIBS fsdpd_edge)
+  target_compile_definitions(edge_cli_test PRIVATE FSDPD_EDGE_BINARY="$<TARGET_FILE:fsdpd-edge>")
+  add_dependencies(edge_cli_test fsdpd-edge)
+endif()
