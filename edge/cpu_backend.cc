@@ -97,8 +97,8 @@ class CpuBackend : public Backend {
       for (int64_t v = 1; v < vocab; ++v) best = std::max<double>(best, row[v]);
       double sum = 0.0;
       for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - best);
-      Host(nll).floats[static_cast<size_t>(r)] =
-          static_cast<float>(std::log(sum) + best - row[Host(targets).ints[static_cast<size_t>(r)]]);
+      Host(nll).floats[static_cast<size_t>(r)] = static_cast<float>(
+          std::log(sum) + best - row[Host(targets).ints[static_cast<size_t>(r)]]);
     }
     return absl::OkStatus();
   }

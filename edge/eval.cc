@@ -54,9 +54,9 @@ absl::StatusOr<Perplexity> EvaluatePerplexity(ModelRunner& runner,
   const int64_t windows = tokens.empty() ? 0 : (static_cast<int64_t>(tokens.size()) - 1) / seq;
   const int64_t batches = windows / batch;
   if (batches == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the input has ", tokens.size(), " tokens; one batch needs batch × seq + 1 = ",
-        batch * seq + 1, " (lower --batch or --seq)"));
+    return absl::InvalidArgumentError(absl::StrCat("the input has ", tokens.size(),
+                                                   " tokens; one batch needs batch × seq + 1 = ",
+                                                   batch * seq + 1, " (lower --batch or --seq)"));
   }
   std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
@@ -92,7 +92,8 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
   if (runner.batch() != 1) return absl::InternalError("generate needs a runner of batch 1");
   if (prompt.empty()) return absl::InvalidArgumentError("--prompt is empty");
   if (options.top_k < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--top-k must be ≥ 1 (got ", options.top_k, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--top-k must be ≥ 1 (got ", options.top_k, ")"));
   }
   const int64_t seq = runner.seq();
   std::mt19937_64 random(options.seed);
@@ -115,7 +116,8 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
     int32_t next = order[0];
     if (k > 1) {
       std::vector<double> weights(static_cast<size_t>(k));
-      for (int i = 0; i < k; ++i) weights[static_cast<size_t>(i)] = std::exp(row[order[i]] - row[order[0]]);
+      for (int i = 0; i < k; ++i)
+        weights[static_cast<size_t>(i)] = std::exp(row[order[i]] - row[order[0]]);
       std::discrete_distribution<int> pick(weights.begin(), weights.end());
       next = order[static_cast<size_t>(pick(random))];
     }

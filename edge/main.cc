@@ -67,8 +67,9 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
   command->add_option("--backend", options->backend, "vulkan or cpu (the fp32 reference)")
       ->check(CLI::IsMember({"vulkan", "cpu"}));
   command->add_option("--device", options->device, "Vulkan device index (fsdpd-edge devices)");
-  command->add_option("--precision", options->precision,
-                      "auto (fp16 where the device supports it), fp16 or fp32")
+  command
+      ->add_option("--precision", options->precision,
+                   "auto (fp16 where the device supports it), fp16 or fp32")
       ->check(CLI::IsMember({"auto", "fp16", "fp32"}));
   command->add_flag("--no-coop-matrix", options->no_coop,
                     "use the tiled matmul even where cooperative matrices exist");

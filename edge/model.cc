@@ -142,9 +142,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel
 absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
   const int64_t rows = batch_ * seq_;
   if (static_cast<int64_t>(tokens.size()) != rows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected ", rows, " tokens (batch ", batch_, " × seq ", seq_, "), got ",
-                     tokens.size()));
+    return absl::InvalidArgumentError(absl::StrCat("expected ", rows, " tokens (batch ", batch_,
+                                                   " × seq ", seq_, "), got ", tokens.size()));
   }
   for (size_t t = 0; t < tokens.size(); ++t) {
     if (tokens[t] < 0 || tokens[t] >= config_.vocab) {
@@ -160,9 +159,8 @@ absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
   FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
   for (Layer& layer : layers_) {
     FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm1, rows, dim, config_.norm_eps, *normed_));
-    FSDPD_RETURN_IF_ERROR(
-        b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows, dim, 3 * dim,
-                 *qkv_));
+    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
+                                   dim, 3 * dim, *qkv_));
     FSDPD_RETURN_IF_ERROR(
         b.Attention(*qkv_, batch_, seq_, config_.heads, dim, config_.causal, *attention_));
     FSDPD_RETURN_IF_ERROR(b.Linear(*attention_, *layer.out_proj_weight, layer.out_proj_bias.get(),

@@ -44,32 +44,52 @@ SpirV Code(const uint32_t (&words)[N]) {
 
 SpirV ShaderCode(Shader shader) {
   switch (shader) {
-    case Shader::kEmbedding: return Code(kEmbedding);
-    case Shader::kEmbeddingF16: return Code(kEmbeddingF16);
-    case Shader::kElementwise: return Code(kElementwise);
-    case Shader::kRmsNorm: return Code(kRmsNorm);
-    case Shader::kRmsNormF16: return Code(kRmsNormF16);
-    case Shader::kTokenNll: return Code(kTokenNll);
-    case Shader::kAttention: return Code(kAttention);
-    case Shader::kMatmul: return Code(kMatmul);
-    case Shader::kMatmulF16: return Code(kMatmulF16);
-    case Shader::kMatmulCoop: return Code(kMatmulCoop);
+    case Shader::kEmbedding:
+      return Code(kEmbedding);
+    case Shader::kEmbeddingF16:
+      return Code(kEmbeddingF16);
+    case Shader::kElementwise:
+      return Code(kElementwise);
+    case Shader::kRmsNorm:
+      return Code(kRmsNorm);
+    case Shader::kRmsNormF16:
+      return Code(kRmsNormF16);
+    case Shader::kTokenNll:
+      return Code(kTokenNll);
+    case Shader::kAttention:
+      return Code(kAttention);
+    case Shader::kMatmul:
+      return Code(kMatmul);
+    case Shader::kMatmulF16:
+      return Code(kMatmulF16);
+    case Shader::kMatmulCoop:
+      return Code(kMatmulCoop);
   }
   return Code(kMatmul);
 }
 
 const char* ShaderName(Shader shader) {
   switch (shader) {
-    case Shader::kEmbedding: return "embedding";
-    case Shader::kEmbeddingF16: return "embedding (fp16)";
-    case Shader::kElementwise: return "elementwise";
-    case Shader::kRmsNorm: return "rmsnorm";
-    case Shader::kRmsNormF16: return "rmsnorm (fp16)";
-    case Shader::kTokenNll: return "token_nll";
-    case Shader::kAttention: return "attention";
-    case Shader::kMatmul: return "matmul";
-    case Shader::kMatmulF16: return "matmul (fp16)";
-    case Shader::kMatmulCoop: return "matmul (cooperative matrix)";
+    case Shader::kEmbedding:
+      return "embedding";
+    case Shader::kEmbeddingF16:
+      return "embedding (fp16)";
+    case Shader::kElementwise:
+      return "elementwise";
+    case Shader::kRmsNorm:
+      return "rmsnorm";
+    case Shader::kRmsNormF16:
+      return "rmsnorm (fp16)";
+    case Shader::kTokenNll:
+      return "token_nll";
+    case Shader::kAttention:
+      return "attention";
+    case Shader::kMatmul:
+      return "matmul";
+    case Shader::kMatmulF16:
+      return "matmul (fp16)";
+    case Shader::kMatmulCoop:
+      return "matmul (cooperative matrix)";
   }
   return "?";
 }

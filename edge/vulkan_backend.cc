@@ -21,47 +21,70 @@ constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
 
 std::string ResultName(VkResult result) {
   switch (result) {
-    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
-    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
-    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
-    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
-    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
-    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
-    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
-    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
-    default: return absl::StrCat("VkResult ", static_cast<int>(result));
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+      return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED:
+      return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST:
+      return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_LAYER_NOT_PRESENT:
+      return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT:
+      return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT:
+      return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_OUT_OF_POOL_MEMORY:
+      return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    default:
+      return absl::StrCat("VkResult ", static_cast<int>(result));
   }
 }
 
-#define VK_RETURN_IF_ERROR(call)                                                        \
-  do {                                                                                  \
-    const VkResult vk_result = (call);                                                  \
-    if (vk_result != VK_SUCCESS) {                                                      \
+#define VK_RETURN_IF_ERROR(call)                                                           \
+  do {                                                                                     \
+    const VkResult vk_result = (call);                                                     \
+    if (vk_result != VK_SUCCESS) {                                                         \
       return absl::InternalError(absl::StrCat(#call, " failed: ", ResultName(vk_result))); \
-    }                                                                                   \
+    }                                                                                      \
   } while (0)
 
 std::string DeviceTypeName(VkPhysicalDeviceType type) {
   switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
   }
 }
 
 std::string ComponentName(VkComponentTypeNV type) {
   switch (type) {
-    case VK_COMPONENT_TYPE_FLOAT16_NV: return "fp16";
-    case VK_COMPONENT_TYPE_FLOAT32_NV: return "fp32";
-    case VK_COMPONENT_TYPE_FLOAT64_NV: return "fp64";
-    case VK_COMPONENT_TYPE_SINT8_NV: return "s8";
-    case VK_COMPONENT_TYPE_UINT8_NV: return "u8";
-    case VK_COMPONENT_TYPE_SINT32_NV: return "s32";
-    case VK_COMPONENT_TYPE_UINT32_NV: return "u32";
-    default: return absl::StrCat("type", static_cast<int>(type));
+    case VK_COMPONENT_TYPE_FLOAT16_NV:
+      return "fp16";
+    case VK_COMPONENT_TYPE_FLOAT32_NV:
+      return "fp32";
+    case VK_COMPONENT_TYPE_FLOAT64_NV:
+      return "fp64";
+    case VK_COMPONENT_TYPE_SINT8_NV:
+      return "s8";
+    case VK_COMPONENT_TYPE_UINT8_NV:
+      return "u8";
+    case VK_COMPONENT_TYPE_SINT32_NV:
+      return "s32";
+    case VK_COMPONENT_TYPE_UINT32_NV:
+      return "u32";
+    default:
+      return absl::StrCat("type", static_cast<int>(type));
   }
 }
 
@@ -86,9 +109,10 @@ struct Instance {
     if (instance != VK_NULL_HANDLE) vkDestroyInstance(instance, nullptr);
   }
 
-  static VKAPI_ATTR VkBool32 VKAPI_CALL OnMessage(
-      VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
-      const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
+  static VKAPI_ATTR VkBool32 VKAPI_CALL OnMessage(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                  VkDebugUtilsMessageTypeFlagsEXT,
+                                                  const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                  void* user) {
     if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
       auto* self = static_cast<Instance*>(user);
       std::lock_guard<std::mutex> lock(self->mutex);
@@ -107,8 +131,9 @@ absl::StatusOr<std::unique_ptr<Instance>> CreateInstance(bool validation) {
       vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion"));
   if (enumerate_version != nullptr) enumerate_version(&loader_version);
   if (loader_version < VK_API_VERSION_1_1) {
-    return absl::FailedPreconditionError("the Vulkan loader offers only Vulkan 1.0; fsdpd-edge "
-                                         "needs 1.1");
+    return absl::FailedPreconditionError(
+        "the Vulkan loader offers only Vulkan 1.0; fsdpd-edge "
+        "needs 1.1");
   }
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "fsdpd-edge";
@@ -191,10 +216,11 @@ bool IsCoopShape(const VkCooperativeMatrixPropertiesNV& p) {
 }
 
 VulkanDeviceInfo DescribeDevice(VkInstance instance, VkPhysicalDevice device, int index,
-                          std::vector<VkCooperativeMatrixPropertiesNV>* coop_properties) {
+                                std::vector<VkCooperativeMatrixPropertiesNV>* coop_properties) {
   VulkanDeviceInfo info;
   info.index = index;
-  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceSubgroupProperties subgroup{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   VkPhysicalDeviceProperties2 properties{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   properties.pNext = &subgroup;
   vkGetPhysicalDeviceProperties2(device, &properties);
@@ -280,8 +306,8 @@ class VulkanBackendImpl : public VulkanBackend {
     if (device_ == VK_NULL_HANDLE) return;
     vkDeviceWaitIdle(device_);
     dummy_.reset();
-    for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_,
-                        &matmul_}) {
+    for (Pipeline* p :
+         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &matmul_}) {
       if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
       if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
       if (p->set_layout != VK_NULL_HANDLE) {
@@ -312,8 +338,9 @@ class VulkanBackendImpl : public VulkanBackend {
     vkGetPhysicalDeviceProperties(physical_, &properties);
     limits_ = properties.limits;
     if (properties.apiVersion < VK_API_VERSION_1_1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "device '", info_.name, "' supports Vulkan ", info_.api_version, "; fsdpd-edge needs 1.1"));
+      return absl::FailedPreconditionError(absl::StrCat("device '", info_.name,
+                                                        "' supports Vulkan ", info_.api_version,
+                                                        "; fsdpd-edge needs 1.1"));
     }
     const bool fp16_capable = info_.shader_float16 && info_.storage_buffer_16bit;
     if (options.precision == VulkanOptions::Precision::kFp16 && !fp16_capable) {
@@ -323,8 +350,23 @@ class VulkanBackendImpl : public VulkanBackend {
           " (VK_KHR_shader_float16_int8 / VK_KHR_16bit_storage); use --precision fp32"));
     }
     fp16_ = fp16_capable && options.precision != VulkanOptions::Precision::kFp32;
-    coop_ = fp16_ && options.cooperative_matrix && info_.subgroup_size == 32 &&
-            std::any_of(coop.begin(), coop.end(), IsCoopShape);
+    // matmul_coop.comp also declares the Vulkan memory model (GL_KHR_memory_scope_semantics,
+    // which gl_ScopeSubgroup needs), so the device must offer that feature too.
+    bool coop_features_present = false;
+    if (info_.nv_cooperative_matrix &&
+        HasExtension(physical_, VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME)) {
+      VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_query{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      coop_query.pNext = &memory_model;
+      VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      query.pNext = &coop_query;
+      vkGetPhysicalDeviceFeatures2(physical_, &query);
+      coop_features_present = coop_query.cooperativeMatrix && memory_model.vulkanMemoryModel;
+    }
+    coop_ = fp16_ && options.cooperative_matrix && coop_features_present &&
+            info_.subgroup_size == 32 && std::any_of(coop.begin(), coop.end(), IsCoopShape);
 
     uint32_t family_count = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
@@ -356,9 +398,16 @@ class VulkanBackendImpl : public VulkanBackend {
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     storage16.storageBuffer16BitAccess = VK_TRUE;
     storage16.pNext = &float16;
+    VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+    memory_model.vulkanMemoryModel = VK_TRUE;
+    coop_features.pNext = &memory_model;
     if (coop_) float16.pNext = &coop_features;
     std::vector<const char*> extensions;
-    if (coop_) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (coop_) {
+      extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+      extensions.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
+    }
     VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     device_info.pNext = fp16_ ? &storage16 : nullptr;
     device_info.queueCreateInfoCount = 1;
@@ -385,37 +434,36 @@ class VulkanBackendImpl : public VulkanBackend {
     descriptor_info.maxSets = kMaxSetsPerSubmit;
     descriptor_info.poolSizeCount = 1;
     descriptor_info.pPoolSizes = &size;
-    VK_RETURN_IF_ERROR(vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
+    VK_RETURN_IF_ERROR(
+        vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
 
     // Weights: zero-copy where one memory type is device-local and host-visible.
-    weight_type_ = FindMemoryType(UINT32_MAX,
-                                  VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
-                                      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                      VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    weight_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
+                                                  VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                  VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
     zero_copy_ = !options.force_staging && weight_type_ != UINT32_MAX;
 
-    FSDPD_RETURN_IF_ERROR(MakePipeline(fp16_ ? Shader::kEmbeddingF16 : Shader::kEmbedding, 3, 8,
-                                       &embedding_));
+    FSDPD_RETURN_IF_ERROR(
+        MakePipeline(fp16_ ? Shader::kEmbeddingF16 : Shader::kEmbedding, 3, 8, &embedding_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwise, 3, 8, &elementwise_));
     FSDPD_RETURN_IF_ERROR(
         MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
-    FSDPD_RETURN_IF_ERROR(MakePipeline(
-        coop_ ? Shader::kMatmulCoop : (fp16_ ? Shader::kMatmulF16 : Shader::kMatmul), 4, 16,
-        &matmul_));
+    FSDPD_RETURN_IF_ERROR(
+        MakePipeline(coop_ ? Shader::kMatmulCoop : (fp16_ ? Shader::kMatmulF16 : Shader::kMatmul),
+                     4, 16, &matmul_));
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
     return absl::OkStatus();
   }
 
   std::string Describe() const override {
-    return absl::StrCat("vulkan device ", info_.index, " '", info_.name, "' (", info_.type,
-                        "), ", fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32",
-                        ", matmul ", coop_ ? "on cooperative matrices (NV, 16x16x16)" : "tiled",
-                        ", weights ",
-                        zero_copy_ ? "zero-copy (device-local host-visible heap)"
-                                   : "uploaded through staging");
+    return absl::StrCat(
+        "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
+        fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
+        coop_ ? "on cooperative matrices (NV, 16x16x16)" : "tiled", ", weights ",
+        zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging");
   }
   int validation_errors() const override {
     std::lock_guard<std::mutex> lock(instance_->mutex);
@@ -516,8 +564,8 @@ class VulkanBackendImpl : public VulkanBackend {
         y_groups > limits_.maxComputeWorkGroupCount[1]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "linear of ", rows, " rows × ", out_features,
-          " outputs needs more workgroups than the device allows (", limits_.maxComputeWorkGroupCount[0],
-          " × ", limits_.maxComputeWorkGroupCount[1], ")"));
+          " outputs needs more workgroups than the device allows (",
+          limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
     }
     const uint32_t push[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
                               static_cast<uint32_t>(in_features), bias != nullptr ? 1u : 0u};
@@ -541,8 +589,11 @@ class VulkanBackendImpl : public VulkanBackend {
     struct {
       uint32_t batch, seq, heads, head_dim, causal;
       float scale;
-    } push{static_cast<uint32_t>(batch), static_cast<uint32_t>(seq),
-           static_cast<uint32_t>(heads), static_cast<uint32_t>(head_dim), causal ? 1u : 0u,
+    } push{static_cast<uint32_t>(batch),
+           static_cast<uint32_t>(seq),
+           static_cast<uint32_t>(heads),
+           static_cast<uint32_t>(head_dim),
+           causal ? 1u : 0u,
            static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
     return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((seq + 63) / 64),
                     static_cast<uint32_t>(batch * heads));
@@ -578,7 +629,8 @@ class VulkanBackendImpl : public VulkanBackend {
  private:
   uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const {
     for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
-      if ((type_bits & (1u << t)) && (memory_.memoryTypes[t].propertyFlags & required) == required) {
+      if ((type_bits & (1u << t)) &&
+          (memory_.memoryTypes[t].propertyFlags & required) == required) {
         return t;
       }
     }
@@ -589,10 +641,10 @@ class VulkanBackendImpl : public VulkanBackend {
                                                              uint32_t memory_type = UINT32_MAX) {
     if (bytes == 0) bytes = 4;
     if (bytes > limits_.maxStorageBufferRange) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a tensor of ", bytes, " bytes exceeds device '", info_.name,
-          "''s maxStorageBufferRange of ", limits_.maxStorageBufferRange,
-          " bytes; use a smaller batch or sequence"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a tensor of ", bytes, " bytes exceeds device '", info_.name,
+                       "''s maxStorageBufferRange of ", limits_.maxStorageBufferRange,
+                       " bytes; use a smaller batch or sequence"));
     }
     auto buffer = std::make_unique<VulkanBuffer>();
     buffer->device = device_;
@@ -609,9 +661,9 @@ class VulkanBackendImpl : public VulkanBackend {
     if (type == UINT32_MAX || !(requirements.memoryTypeBits & (1u << type))) {
       const VkMemoryPropertyFlags host =
           VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-      type = host_visible ? FindMemoryType(requirements.memoryTypeBits, host)
-                          : FindMemoryType(requirements.memoryTypeBits,
-                                           VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+      type = host_visible
+                 ? FindMemoryType(requirements.memoryTypeBits, host)
+                 : FindMemoryType(requirements.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
       if (type == UINT32_MAX) type = FindMemoryType(requirements.memoryTypeBits, 0);
     }
     if (type == UINT32_MAX) {
@@ -623,13 +675,14 @@ class VulkanBackendImpl : public VulkanBackend {
     allocate.memoryTypeIndex = type;
     const VkResult allocated = vkAllocateMemory(device_, &allocate, nullptr, &buffer->memory);
     if (allocated != VK_SUCCESS) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", requirements.size, " bytes on device '", info_.name,
-                       "': ", ResultName(allocated)));
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", requirements.size,
+                                                       " bytes on device '", info_.name,
+                                                       "': ", ResultName(allocated)));
     }
     VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
     if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
-      VK_RETURN_IF_ERROR(vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
+      VK_RETURN_IF_ERROR(
+          vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
     }
     return buffer;
   }
@@ -690,8 +743,8 @@ class VulkanBackendImpl : public VulkanBackend {
     vkDestroyShaderModule(device_, module, nullptr);
     if (created != VK_SUCCESS) {
       return absl::InternalError(absl::StrCat("cannot build the ", ShaderName(shader),
-                                              " pipeline on '", info_.name, "': ",
-                                              ResultName(created)));
+                                              " pipeline on '", info_.name,
+                                              "': ", ResultName(created)));
     }
     out->bindings = bindings;
     out->push_bytes = push_bytes;
@@ -700,8 +753,9 @@ class VulkanBackendImpl : public VulkanBackend {
 
   absl::Status CheckIndex(const char* what, int64_t elements) const {
     if (elements >= (int64_t{1} << 32)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": ", elements, " elements exceed the shaders' 32-bit indices; use a smaller batch"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", elements,
+                       " elements exceed the shaders' 32-bit indices; use a smaller batch"));
     }
     return absl::OkStatus();
   }

@@ -17,7 +17,7 @@ namespace fsdpd::edge {
 struct VulkanHeap {
   uint64_t size = 0;
   bool device_local = false;
-  bool host_visible = false;  // some memory type of this heap is host-visible
+  bool host_visible = false;               // some memory type of this heap is host-visible
   bool device_local_host_visible = false;  // ... and one is both (zero-copy weights)
 };
 

@@ -31,8 +31,8 @@ absl::StatusOr<bool> Boolean(const std::map<std::string, std::string>& metadata,
   const std::string& text = metadata.at(key);
   if (text == "true") return true;
   if (text == "false") return false;
-  return MetadataError(source, absl::StrCat("__metadata__ '", key,
-                                            "' must be true or false (got '", text, "')"));
+  return MetadataError(
+      source, absl::StrCat("__metadata__ '", key, "' must be true or false (got '", text, "')"));
 }
 
 }  // namespace
@@ -65,13 +65,13 @@ absl::StatusOr<ExportedModelConfig> ParseModelMetadata(
                          "job spec there)");
   }
   if (!missing.empty()) {
-    return MetadataError(source, absl::StrCat("__metadata__ lacks the model key(s) ",
-                                              absl::StrJoin(missing, ", ")));
+    return MetadataError(
+        source, absl::StrCat("__metadata__ lacks the model key(s) ", absl::StrJoin(missing, ", ")));
   }
   if (metadata.at("architecture") != kMiniLlmArchitecture) {
-    return MetadataError(source, absl::StrCat("__metadata__ 'architecture' is '",
-                                              metadata.at("architecture"), "', expected '",
-                                              kMiniLlmArchitecture, "'"));
+    return MetadataError(
+        source, absl::StrCat("__metadata__ 'architecture' is '", metadata.at("architecture"),
+                             "', expected '", kMiniLlmArchitecture, "'"));
   }
   ExportedModelConfig config;
   absl::StatusOr<int64_t> value = PositiveInteger(metadata, "vocab", source);
@@ -93,9 +93,9 @@ absl::StatusOr<ExportedModelConfig> ParseModelMetadata(
   const std::string& eps = metadata.at("norm_eps");
   if (!absl::SimpleAtod(eps, &config.norm_eps) || !std::isfinite(config.norm_eps) ||
       config.norm_eps <= 0.0) {
-    return MetadataError(source,
-                         absl::StrCat("__metadata__ 'norm_eps' must be a positive number (got '",
-                                      eps, "')"));
+    return MetadataError(
+        source,
+        absl::StrCat("__metadata__ 'norm_eps' must be a positive number (got '", eps, "')"));
   }
   if (config.dim % config.heads != 0) {
     return MetadataError(source, absl::StrCat("__metadata__ 'dim' ", config.dim,

@@ -6,9 +6,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "formats/durable_file.h"
 #include "formats/mapped_file.h"
+#include "nlohmann/json.hpp"
 
 namespace fsdpd {
 namespace {

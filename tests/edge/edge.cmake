@@ -1,7 +1,8 @@
 # The edge runtime (edge/) on lavapipe with the Vulkan validation layer: each shader against
-# the CPU reference, a trained and exported model end to end, and bad inputs.
+# the CPU reference, a trained and exported model end to end, and bad inputs. Labelled
+# integration: they need a Vulkan driver (Mesa's JIT is not built for the ASan unit run).
 if(TARGET fsdpd_edge)
-  fsdpd_test(edge_kernels_test LABEL unit TIMEOUT 300
+  fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
 endif()
 if(TARGET fsdpd_edge AND TARGET fsdpd_engine)

@@ -19,8 +19,7 @@ struct Outcome {
 };
 
 Outcome RunEdge(const std::string& arguments, const std::string& environment = "") {
-  const std::string command =
-      environment + " " + FSDPD_EDGE_BINARY + " " + arguments + " 2>&1";
+  const std::string command = environment + " " + FSDPD_EDGE_BINARY + " " + arguments + " 2>&1";
   Outcome outcome;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return outcome;
@@ -34,9 +33,8 @@ Outcome RunEdge(const std::string& arguments, const std::string& environment = "
 
 void ExpectError(const Outcome& outcome, const std::string& message) {
   EXPECT_EQ(outcome.exit_code, 1) << outcome.output;
-  EXPECT_NE(outcome.output.find(message), std::string::npos)
-      << "expected '" << message << "' in:\n"
-      << outcome.output;
+  EXPECT_NE(outcome.output.find(message), std::string::npos) << "expected '" << message << "' in:\n"
+                                                             << outcome.output;
 }
 
 class EdgeCliTest : public ::testing::Test {
@@ -75,7 +73,8 @@ TEST_F(EdgeCliTest, DevicesListsLavapipeWithItsHeapsAndFp16Support) {
 }
 
 TEST_F(EdgeCliTest, EvalReportsPerplexityTokensPerSecondAndThePathsThatRan) {
-  const Outcome zero_copy = RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --validate");
+  const Outcome zero_copy =
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --validate");
   ASSERT_EQ(zero_copy.exit_code, 0) << zero_copy.output;
   EXPECT_NE(zero_copy.output.find("perplexity "), std::string::npos) << zero_copy.output;
   EXPECT_NE(zero_copy.output.find("tokens/s"), std::string::npos) << zero_copy.output;
@@ -91,15 +90,16 @@ TEST_F(EdgeCliTest, EvalReportsPerplexityTokensPerSecondAndThePathsThatRan) {
     return output.substr(start, output.find('\n', start) - start);
   };
   EXPECT_EQ(perplexity_line(zero_copy.output), perplexity_line(staged.output));
-  const Outcome cpu = RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --backend cpu");
+  const Outcome cpu =
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --backend cpu");
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
   EXPECT_NE(cpu.output.find("cpu (fp32 reference"), std::string::npos) << cpu.output;
 }
 
 TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
   for (const std::string sampling : {"", " --top-k 5 --seed 3"}) {
-    const Outcome outcome =
-        RunEdge("generate " + model_ + " --prompt 'the quick' --tokens 8 --seq 16 --validate" + sampling);
+    const Outcome outcome = RunEdge(
+        "generate " + model_ + " --prompt 'the quick' --tokens 8 --seq 16 --validate" + sampling);
     ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
     EXPECT_NE(outcome.output.find("the quick"), std::string::npos) << outcome.output;
   }
@@ -109,12 +109,13 @@ TEST_F(EdgeCliTest, NoVulkanDeviceIsAClearError) {
   const std::string none = "VK_ICD_FILENAMES=" + dir_.File("no_such_icd.json");
   ExpectError(RunEdge("devices", none), "no Vulkan");
   ExpectError(RunEdge("eval " + model_ + " --text " + text_, none), "mesa-vulkan-drivers");
-  ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --device 7"), "--device 7: there are");
+  ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --device 7"),
+              "--device 7: there are");
 }
 
 TEST_F(EdgeCliTest, AMissingValidationLayerIsAClearError) {
   ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --validate",
-                  "VK_LAYER_PATH=" + dir_.path() + " VK_ADD_LAYER_PATH="),
+                      "VK_LAYER_PATH=" + dir_.path() + " VK_ADD_LAYER_PATH="),
               "VK_LAYER_KHRONOS_validation is not installed");
 }
 
@@ -132,7 +133,8 @@ TEST_F(EdgeCliTest, ATruncatedModelFileIsAClearError) {
 TEST_F(EdgeCliTest, AFileWithoutConfigMetadataIsRefused) {
   const std::string bare = dir_.File("bare.safetensors");
   testing::WriteModel(bare, config_, tensors_, /*with_config=*/false);
-  ExpectError(RunEdge("eval " + bare + " --text " + text_), "has no model config in its __metadata__");
+  ExpectError(RunEdge("eval " + bare + " --text " + text_),
+              "has no model config in its __metadata__");
 }
 
 TEST_F(EdgeCliTest, AModelThatDoesNotMatchItsConfigIsAClearError) {
@@ -145,7 +147,8 @@ TEST_F(EdgeCliTest, AModelThatDoesNotMatchItsConfigIsAClearError) {
               "config needs [128]");
   std::vector<NamedTensor> missing(tensors_.begin() + 1, tensors_.end());
   testing::WriteModel(mismatched, config_, missing);
-  ExpectError(RunEdge("eval " + mismatched + " --text " + text_), "tensor layers.0.norm1.weight is missing");
+  ExpectError(RunEdge("eval " + mismatched + " --text " + text_),
+              "tensor layers.0.norm1.weight is missing");
 }
 
 TEST_F(EdgeCliTest, AShapeTheShadersDoNotSupportIsAClearError) {

@@ -73,9 +73,7 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
     EXPECT_TRUE(cpu_->WriteInts(*pair.cpu, values.data(), values.size()).ok());
     return pair;
   }
-  Pair Outputs(int64_t count) {
-    return {*vulkan_->Floats(count), *cpu_->Floats(count)};
-  }
+  Pair Outputs(int64_t count) { return {*vulkan_->Floats(count), *cpu_->Floats(count)}; }
   // Reads both outputs and checks |gpu − cpu| ≤ tolerance(i) element by element.
   void ExpectWithin(const char* what, Pair& out, int64_t count,
                     const std::function<double(size_t, double)>& tolerance) {
@@ -92,9 +90,8 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
         worst = i;
       }
     }
-    EXPECT_LE(worst_excess, 0.0) << what << "[" << worst << "]: vulkan " << gpu[worst]
-                                 << ", cpu " << cpu[worst] << ", tolerance "
-                                 << tolerance(worst, cpu[worst]);
+    EXPECT_LE(worst_excess, 0.0) << what << "[" << worst << "]: vulkan " << gpu[worst] << ", cpu "
+                                 << cpu[worst] << ", tolerance " << tolerance(worst, cpu[worst]);
   }
 
   std::unique_ptr<VulkanBackend> vulkan_;
@@ -114,16 +111,20 @@ TEST_P(EdgeKernelsTest, LinearMatchesTheReferenceAtTileAndRaggedShapes) {
     const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 2);
     const std::vector<float> b = RandomValues(s.out, 1.0f, 3);
     Pair xs = Floats(x), ws = Weights(w), bs = Weights(b), out = Outputs(s.rows * s.out);
-    ASSERT_TRUE(vulkan_->Linear(*xs.gpu, *ws.gpu, s.bias ? bs.gpu.get() : nullptr, s.rows, s.in,
-                                s.out, *out.gpu).ok());
-    ASSERT_TRUE(cpu_->Linear(*xs.cpu, *ws.cpu, s.bias ? bs.cpu.get() : nullptr, s.rows, s.in,
-                             s.out, *out.cpu).ok());
+    ASSERT_TRUE(vulkan_
+                    ->Linear(*xs.gpu, *ws.gpu, s.bias ? bs.gpu.get() : nullptr, s.rows, s.in, s.out,
+                             *out.gpu)
+                    .ok());
+    ASSERT_TRUE(cpu_->Linear(*xs.cpu, *ws.cpu, s.bias ? bs.cpu.get() : nullptr, s.rows, s.in, s.out,
+                             *out.cpu)
+                    .ok());
     ExpectWithin("linear", out, s.rows * s.out, [&](size_t i, double) {
       const int64_t r = static_cast<int64_t>(i) / s.out, c = static_cast<int64_t>(i) % s.out;
       double magnitude = 0.0;
       for (int64_t k = 0; k < s.in; ++k) magnitude += std::fabs(x[r * s.in + k] * w[c * s.in + k]);
       double bound = 2.0 * static_cast<double>(s.in) * kU32 * magnitude;
-      if (fp16_) bound += (2 * kU16 + kU16 * kU16) * magnitude + (s.bias ? kU16 * std::fabs(b[c]) : 0);
+      if (fp16_)
+        bound += (2 * kU16 + kU16 * kU16) * magnitude + (s.bias ? kU16 * std::fabs(b[c]) : 0);
       return bound + 1e-30;
     });
   }
@@ -174,9 +175,9 @@ TEST_P(EdgeKernelsTest, AttentionMatchesTheReferenceWithAndWithoutTheCausalMask)
   };
   for (const Shape& s : {Shape{2, 37, 3, 16}, Shape{1, 130, 2, 64}, Shape{1, 5, 1, 128}}) {
     for (bool causal : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads "
-                                        << s.heads << " head_dim " << s.head_dim
-                                        << (causal ? " causal" : ""));
+      SCOPED_TRACE(::testing::Message()
+                   << "batch " << s.batch << " seq " << s.seq << " heads " << s.heads
+                   << " head_dim " << s.head_dim << (causal ? " causal" : ""));
       const int64_t dim = s.heads * s.head_dim;
       const std::vector<float> qkv = RandomValues(s.batch * s.seq * 3 * dim, 1.0f, 9);
       Pair in = Floats(qkv), out = Outputs(s.batch * s.seq * dim);

@@ -223,9 +223,8 @@ TEST_F(EdgeModelTest, VulkanLogitsMatchTheEngineInFp32AndFp16) {
   const std::vector<float> engine = EngineLogits(tokens_);
   const double largest = MaxAbs(engine);
   ASSERT_GT(largest, 0.0);
-  for (auto [precision, relative] :
-       {std::pair{VulkanOptions::Precision::kFp32, 1e-4},
-        std::pair{VulkanOptions::Precision::kFp16, 2e-2}}) {
+  for (auto [precision, relative] : {std::pair{VulkanOptions::Precision::kFp32, 1e-4},
+                                     std::pair{VulkanOptions::Precision::kFp16, 2e-2}}) {
     std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(precision);
     ASSERT_NE(vulkan, nullptr);
     const std::vector<float> edge = EdgeLogits(vulkan.get());
@@ -243,9 +242,8 @@ TEST_F(EdgeModelTest, PerplexityAgreesWithTheEngineAndShowsTheModelLearned) {
   const double reference = EnginePerplexity();
   // Trained on this corpus: well below a uniform guess over 256 bytes.
   EXPECT_LT(reference, 64.0);
-  for (auto [precision, relative] :
-       {std::pair{VulkanOptions::Precision::kFp32, 2e-4},
-        std::pair{VulkanOptions::Precision::kFp16, 4e-2}}) {
+  for (auto [precision, relative] : {std::pair{VulkanOptions::Precision::kFp32, 2e-4},
+                                     std::pair{VulkanOptions::Precision::kFp16, 4e-2}}) {
     std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(precision);
     ASSERT_NE(vulkan, nullptr);
     absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
@@ -268,7 +266,8 @@ TEST_F(EdgeModelTest, GreedyGenerationIsTheSameOnVulkanAndTheCpu) {
   ASSERT_NE(vulkan, nullptr);
   std::vector<std::vector<int32_t>> texts;
   for (Backend* backend : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(vulkan.get())}) {
-    absl::StatusOr<std::unique_ptr<ModelRunner>> runner = ModelRunner::Create(model_, backend, 1, kSeq);
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, backend, 1, kSeq);
     ASSERT_TRUE(runner.ok()) << runner.status();
     absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
     ASSERT_TRUE(text.ok()) << text.status();

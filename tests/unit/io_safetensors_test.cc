@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/temp_dir.h"
 #include "formats/durable_file.h"
 #include "formats/safetensors.h"
+#include "tests/support/temp_dir.h"
 
 namespace fsdpd {
 namespace {
