@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_path, "where the random export is written");
   app.add_flag("--fp32", fp32, "also time the fp32 path");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once
 
   auto start = std::chrono::steady_clock::now();
   if (absl::Status written = WriteRandomModel(model_path, config); !written.ok()) {
@@ -183,7 +184,8 @@ int main(int argc, char** argv) {
     tokens[i] = static_cast<int32_t>(random() % config.vocab);
     targets[i] = static_cast<int32_t>(random() % config.vocab);
   }
-  for (const Variant& variant : variants) {
+  // A variant that fails (a driver refusing a pipeline, say) is reported and the next one runs.
+  auto run_variant = [&](const Variant& variant) -> int {
     VulkanOptions options;
     options.device = device;
     options.cooperative_matrix = variant.coop;
@@ -194,7 +196,7 @@ int main(int argc, char** argv) {
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());
     if (variant.coop && !variant.staging && !(*backend)->uses_cooperative_matrix()) {
       std::printf("  no cooperative matrices on this device: skipped\n");
-      continue;
+      return 0;
     }
     absl::StatusOr<double> check = CheckMatmul(**backend);
     if (!check.ok()) return Fail(check.status());
@@ -249,6 +251,9 @@ int main(int argc, char** argv) {
     if ((*backend)->validation_errors() != 0) {
       return Fail(absl::InternalError("validation errors"));
     }
-  }
-  return 0;
+    return 0;
+  };
+  int failures = 0;
+  for (const Variant& variant : variants) failures += run_variant(variant);
+  return failures == 0 ? 0 : 1;
 }
