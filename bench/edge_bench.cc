@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants = {
       {"coop-matrix fp16, zero-copy", true, false, VulkanOptions::Precision::kFp16},
       {"tiled fp16, zero-copy", false, false, VulkanOptions::Precision::kFp16},
-      {"coop-matrix fp16, staging", true, true, VulkanOptions::Precision::kFp16}};
+      {"fp16, staging (coop-matrix where present)", true, true, VulkanOptions::Precision::kFp16}};
   if (fp32) variants.push_back({"tiled fp32", false, false, VulkanOptions::Precision::kFp32});
   std::vector<int32_t> tokens(static_cast<size_t>(rows)), targets(tokens.size());
   std::mt19937 random(1);
