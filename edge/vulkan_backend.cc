@@ -308,11 +308,7 @@ class VulkanBackendImpl : public VulkanBackend {
     dummy_.reset();
     for (Pipeline* p :
          {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &matmul_}) {
-      if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
-      if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
-      if (p->set_layout != VK_NULL_HANDLE) {
-        vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
-      }
+      DestroyPipeline(p);
     }
     if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
     if (descriptor_pool_ != VK_NULL_HANDLE) {
@@ -320,6 +316,15 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     if (command_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, command_pool_, nullptr);
     vkDestroyDevice(device_, nullptr);
+  }
+
+  void DestroyPipeline(Pipeline* p) {
+    if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
+    if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
+    if (p->set_layout != VK_NULL_HANDLE) {
+      vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+    }
+    *p = Pipeline{};
   }
 
   absl::Status Init(const VulkanOptions& options) {
@@ -450,9 +455,20 @@ class VulkanBackendImpl : public VulkanBackend {
         MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
-    FSDPD_RETURN_IF_ERROR(
-        MakePipeline(coop_ ? Shader::kMatmulCoop : (fp16_ ? Shader::kMatmulF16 : Shader::kMatmul),
-                     4, 16, &matmul_));
+    if (coop_) {
+      // A driver that reports the shape but refuses the pipeline falls back to the tiled
+      // shader, and Describe() says so.
+      absl::Status coop_pipeline = MakePipeline(Shader::kMatmulCoop, 4, 16, &matmul_);
+      if (!coop_pipeline.ok()) {
+        DestroyPipeline(&matmul_);
+        coop_ = false;
+        coop_refused_ = std::string(coop_pipeline.message());
+      }
+    }
+    if (!coop_) {
+      FSDPD_RETURN_IF_ERROR(
+          MakePipeline(fp16_ ? Shader::kMatmulF16 : Shader::kMatmul, 4, 16, &matmul_));
+    }
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
     return absl::OkStatus();
@@ -462,7 +478,12 @@ class VulkanBackendImpl : public VulkanBackend {
     return absl::StrCat(
         "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
         fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
-        coop_ ? "on cooperative matrices (NV, 16x16x16)" : "tiled", ", weights ",
+        coop_                   ? "on cooperative matrices (NV, 16x16x16)"
+        : coop_refused_.empty() ? "tiled"
+                                : absl::StrCat("tiled (the cooperative-matrix pipeline was "
+                                               "refused: ",
+                                               coop_refused_, ")"),
+        ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging");
   }
   int validation_errors() const override {
@@ -833,6 +854,7 @@ class VulkanBackendImpl : public VulkanBackend {
   bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;
+  std::string coop_refused_;  // why the cooperative-matrix pipeline could not be built
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_, matmul_;
