@@ -254,10 +254,10 @@ absl::Status CheckpointIfDue(const v1::JobSpec& spec, int64_t step, LoadedRun& r
 
 // The consolidated model with PyTorch's names, written by rank 0.
 absl::Status ExportModel(LoadedRun& run, const EngineLog& log, TrainResult* result) {
-  FSDPD_ASSIGN_OR_RETURN(
-      result->exported_model_path,
-      ExportConsolidatedModel(run.paths.job_dir + "/model.safetensors", result->final_step,
-                              *run.engine.state, *run.engine.communicator));
+  FSDPD_ASSIGN_OR_RETURN(result->exported_model_path,
+                         ExportConsolidatedModel(run.paths.job_dir + "/model.safetensors",
+                                                 result->final_step, run.engine.model->config(),
+                                                 *run.engine.state, *run.engine.communicator));
   if (!result->exported_model_path.empty()) {
     log("info", absl::StrCat("exported the model to ", result->exported_model_path));
   }
