@@ -34,9 +34,9 @@ int RunExport(const ClientOptions& options, const std::string& job_id,
               const std::string& output_path);
 
 // profile_commands.cc: with steps > 0 asks for a profiling window, otherwise prints the
-// latest window's kernel table.
+// latest window's kernel table, and with a roofline_path also writes its roofline chart (SVG).
 int RunProfile(const ClientOptions& options, const std::string& job_id, int rank,
-               int64_t start_step, int64_t steps);
+               int64_t start_step, int64_t steps, const std::string& roofline_path = "");
 int RunTrace(const ClientOptions& options, const std::string& job_id, int rank,
              const std::string& output_path);
 

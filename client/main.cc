@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   profile->add_option("--rank", rank, "whose window to show (default 0)");
   profile->add_option("--start", start_step, "first step to profile (default: the next)");
   profile->add_option("--steps", profile_steps, "profile this many steps of a running job");
+  std::string roofline_path;
+  profile->add_option("--roofline", roofline_path,
+                      "also draw the window's kernels on the device roofline into this SVG file");
 
   CLI::App* trace = app.add_subcommand("trace", "download a job's Chrome trace (Perfetto)");
   trace->add_option("JOB", job_id, "job id")->required();
@@ -95,7 +98,9 @@ int main(int argc, char** argv) {
   if (logs->parsed()) return RunLogs(options, job_id, follow, tail);
   if (workers->parsed()) return RunWorkers(options);
   if (export_verb->parsed()) return RunExport(options, job_id, output_path);
-  if (profile->parsed()) return RunProfile(options, job_id, rank, start_step, profile_steps);
+  if (profile->parsed()) {
+    return RunProfile(options, job_id, rank, start_step, profile_steps, roofline_path);
+  }
   if (trace->parsed()) return RunTrace(options, job_id, rank, output_path);
   return 1;
 }

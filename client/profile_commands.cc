@@ -1,9 +1,11 @@
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "client/commands.h"
 #include "client/file_download.h"
 #include "client/output.h"
+#include "client/roofline_svg.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 
 namespace fsdpd::client {
@@ -64,12 +66,31 @@ int RequestProfile(const ClientOptions& options, const std::string& job_id, int6
   return 0;
 }
 
+// Writes the roofline chart of `report` to `path`; an error message, or "" on success.
+std::string WriteRoofline(const v1::ProfileReport& report, const std::string& job_id,
+                          const std::string& path) {
+  RooflineOptions chart;
+  chart.title = job_id + " rank " + std::to_string(report.rank()) + " on " + report.device() +
+                ", steps " + std::to_string(report.start_step()) + ".." +
+                std::to_string(report.start_step() + report.steps() - 1);
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, chart);
+  if (!svg.ok()) return "--roofline: " + std::string(svg.status().message());
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file || !(file << *svg) || !file.flush()) {
+    return "--roofline: cannot write " + path;
+  }
+  return "";
+}
+
 }  // namespace
 
 int RunProfile(const ClientOptions& options, const std::string& job_id, int rank,
-               int64_t start_step, int64_t steps) {
+               int64_t start_step, int64_t steps, const std::string& roofline_path) {
   if (steps < 0) return Fail("--steps: must not be negative");
   if (start_step < 0) return Fail("--start: must not be negative");
+  if (steps > 0 && !roofline_path.empty()) {
+    return Fail("--roofline draws a recorded window; it does not go with --steps");
+  }
   if (steps > 0) return RequestProfile(options, job_id, start_step, steps);
 
   auto stub = v1::JobService::NewStub(Connect(options));
@@ -81,6 +102,11 @@ int RunProfile(const ClientOptions& options, const std::string& job_id, int rank
   SetUnaryDeadline(&context);
   grpc::Status status = stub->GetProfile(&context, request, &report);
   if (!status.ok()) return Fail(DescribeError(status, options, job_id));
+  if (!roofline_path.empty()) {
+    if (std::string error = WriteRoofline(report, job_id, roofline_path); !error.empty()) {
+      return Fail(error);
+    }
+  }
 
   if (options.json) {
     nlohmann::json kernels = nlohmann::json::array();
@@ -91,6 +117,8 @@ int RunProfile(const ClientOptions& options, const std::string& job_id, int rank
                                 {"device", report.device()},
                                 {"start_step", report.start_step()},
                                 {"steps", report.steps()},
+                                {"peak_flops_per_second", report.peak_flops_per_second()},
+                                {"peak_bytes_per_second", report.peak_bytes_per_second()},
                                 {"kernels", kernels}}
                      .dump()
               << std::endl;

@@ -10,6 +10,7 @@
 
 #include "client/commands.h"
 #include "client/output.h"
+#include "client/sparkline.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 
 namespace fsdpd::client {
@@ -63,10 +64,13 @@ std::string EventKey(const v1::JobEvent& event) {
          std::to_string(event.step().step());
 }
 
-// Prints a job's events as they arrive: a line per state change, and a progress line (on a
-// terminal) or one step line a second (otherwise); with --json, every event as one JSON line.
+// Prints a job's events as they arrive: a line per state change, and a progress line with the
+// recent loss as a sparkline (on a terminal) or one step line a second (otherwise); with --json,
+// every event as one JSON line.
 class EventPrinter {
  public:
+  static constexpr size_t kLossSparklineSteps = 30;  // the steps the sparkline draws
+
   EventPrinter(const ClientOptions& options, const v1::Job& job)
       : json_(options.json),
         live_line_(!options.json && isatty(STDOUT_FILENO)),
@@ -124,6 +128,9 @@ class EventPrinter {
   }
 
   void PrintStep(const v1::StepReport& step) {
+    // A restarted attempt resumes from a checkpoint: its curve starts again.
+    if (step.step() <= last_step_.step()) loss_history_.Clear();
+    loss_history_.Add(step.loss());
     last_step_ = step;
     progress_.Add(step);
     if (json_) {
@@ -142,6 +149,7 @@ class EventPrinter {
               << "  loss " << FormatLoss(step.loss()) << "  tokens/s "
               << FormatRate(step.tokens_per_second()) << "  ETA "
               << (left >= 0 ? FormatDuration(left) : "-");
+    if (live_line_) std::cout << "  " << loss_history_.Render();
     if (live_line_) {
       std::cout << std::flush;
       progress_line_open_ = true;
@@ -157,6 +165,7 @@ class EventPrinter {
   v1::JobState final_state_;
   std::string final_reason_;
   v1::StepReport last_step_;
+  SparklineSeries loss_history_{kLossSparklineSteps};
   std::set<std::string> seen_;
   bool progress_line_open_ = false;
   std::chrono::steady_clock::time_point last_printed_;

@@ -23,7 +23,8 @@ struct JobStoreConfig {
 struct WorkerRegistryConfig {
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{1000};  // what workers are told to use
-  // How long a LOST worker stays listed (alerts watch it) before it is forgotten.
+  // How long a LOST worker stays listed (alerts watch it) before it is forgotten
+  // (--lost-worker-retention).
   std::chrono::milliseconds lost_retention{3600 * 1000};
   // Registration bounds (--max-workers, --register-rate): the workers known at once, lost ones
   // included, and the Register calls one peer address may make per second (with a burst of

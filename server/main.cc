@@ -34,6 +34,7 @@ struct Settings {
   std::optional<std::string> state_dir;
   std::optional<std::string> heartbeat_timeout;
   std::optional<std::string> metrics_retention;
+  std::optional<std::string> lost_worker_retention;
   std::optional<int> max_world_size;
   std::optional<bool> insecure;
   std::optional<std::string> tls_cert;
@@ -58,8 +59,8 @@ std::string DefaultStateDir() {
 }
 
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
-// metrics-retention, max-world-size, insecure, insecure-metrics, max-workers, register-rate,
-// health-listen.
+// metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
+// max-workers, register-rate, health-listen.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -84,6 +85,8 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.heartbeat_timeout = entry.second.as<std::string>();
       } else if (key == "metrics-retention") {
         settings.metrics_retention = entry.second.as<std::string>();
+      } else if (key == "lost-worker-retention") {
+        settings.lost_worker_retention = entry.second.as<std::string>();
       } else if (key == "max-world-size") {
         settings.max_world_size = entry.second.as<int>();
       } else if (key == "insecure") {
@@ -100,8 +103,8 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
-                         "metrics-retention, max-world-size, insecure, insecure-metrics, "
-                         "max-workers, register-rate, health-listen)"));
+                         "metrics-retention, lost-worker-retention, max-world-size, insecure, "
+                         "insecure-metrics, max-workers, register-rate, health-listen)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -139,6 +142,7 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.state_dir) onto.state_dir = from.state_dir;
   if (from.heartbeat_timeout) onto.heartbeat_timeout = from.heartbeat_timeout;
   if (from.metrics_retention) onto.metrics_retention = from.metrics_retention;
+  if (from.lost_worker_retention) onto.lost_worker_retention = from.lost_worker_retention;
   if (from.max_world_size) onto.max_world_size = from.max_world_size;
   if (from.insecure) onto.insecure = from.insecure;
   if (from.tls_cert) onto.tls_cert = from.tls_cert;
@@ -188,6 +192,15 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
     }
     config.metrics.retention = *retention;
   }
+  if (settings.lost_worker_retention) {
+    absl::StatusOr<std::chrono::milliseconds> retention =
+        fsdpd::server::ParseDuration(*settings.lost_worker_retention);
+    if (!retention.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lost-worker-retention: ", retention.status().message()));
+    }
+    config.workers.lost_retention = *retention;
+  }
   config.FillPaths();
   if (absl::Status status = config.Check(); !status.ok()) return status;
   return config;
@@ -234,7 +247,8 @@ int main(int argc, char** argv) {
   CLI::App app{"fsdpd: the coordinator of fsdpd training jobs"};
   Settings flags;
   std::string config_file;
-  std::string listen, metrics_listen, state_dir, heartbeat_timeout, metrics_retention;
+  std::string listen, metrics_listen, state_dir, heartbeat_timeout, metrics_retention,
+      lost_worker_retention;
   int max_world_size = 0;
   bool insecure = false;
   auto* listen_option = app.add_option("--listen", listen, "gRPC address (127.0.0.1:7070)");
@@ -247,6 +261,10 @@ int main(int argc, char** argv) {
   auto* retention_option =
       app.add_option("--metrics-retention", metrics_retention,
                      "how long a finished job's series stay on /metrics (5m; 0: remove at once)");
+  auto* lost_retention_option = app.add_option(
+      "--lost-worker-retention", lost_worker_retention,
+      "how long a LOST worker stays listed (and alerted on) before it is forgotten (1h; at "
+      "least --heartbeat-timeout)");
   auto* world_option =
       app.add_option("--max-world-size", max_world_size, "largest world_size accepted (1024)");
   auto* insecure_flag =
@@ -294,6 +312,7 @@ int main(int argc, char** argv) {
   if (*state_option) flags.state_dir = state_dir;
   if (*heartbeat_option) flags.heartbeat_timeout = heartbeat_timeout;
   if (*retention_option) flags.metrics_retention = metrics_retention;
+  if (*lost_retention_option) flags.lost_worker_retention = lost_worker_retention;
   if (*world_option) flags.max_world_size = max_world_size;
   if (*insecure_flag) flags.insecure = insecure;
   if (*tls_cert_option) flags.tls_cert = tls_cert;

@@ -39,6 +39,26 @@ class StateCounts : public prometheus::Collectable {
           Gauge("state", v1::WorkerState_Name(static_cast<v1::WorkerState>(state)),
                 found == worker_counts.end() ? 0 : found->second));
     }
+    // One series per worker, so an alert can name the host and device of a lost one and see
+    // when a live worker is back on that device.
+    prometheus::MetricFamily worker_state{
+        "fsdpd_worker_state",
+        "1 for each worker the coordinator knows, labelled by its current state and its host "
+        "and device (cpu, cuda:N).",
+        prometheus::MetricType::Gauge,
+        {}};
+    for (const v1::Worker& worker : workers_.List()) {
+      prometheus::ClientMetric metric;
+      // In name order, as the registry's own series are.
+      metric.label = {{"device", worker.device_kind() == "cuda"
+                                     ? absl::StrCat("cuda:", worker.gpu_index())
+                                     : worker.device_kind()},
+                      {"hostname", worker.hostname()},
+                      {"state", v1::WorkerState_Name(worker.state())},
+                      {"worker", worker.id()}};
+      metric.gauge.value = 1;
+      worker_state.metric.push_back(std::move(metric));
+    }
     const JobManager::StoreHealth store = jobs_.GetStoreHealth();
     prometheus::MetricFamily store_errors{
         "fsdpd_store_errors_total",
@@ -64,7 +84,7 @@ class StateCounts : public prometheus::Collectable {
     prometheus::ClientMetric held_count;
     held_count.gauge.value = static_cast<double>(store.held_messages);
     held.metric.push_back(held_count);
-    return {job_family, worker_family, store_errors, store_writable, held};
+    return {job_family, worker_family, worker_state, store_errors, store_writable, held};
   }
 
  private:
@@ -130,6 +150,7 @@ class MetricsExporter::PruningCollectable : public prometheus::Collectable {
   explicit PruningCollectable(MetricsExporter& exporter) : exporter_(exporter) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
     exporter_.RemoveExpiredSeries();
+    exporter_.TrackActiveJobs();
     return exporter_.registry_->Collect();
   }
 
@@ -147,6 +168,11 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
       registry_(std::make_shared<prometheus::Registry>()),
       pruning_registry_(std::make_shared<PruningCollectable>(*this)),
       state_counts_(std::make_shared<StateCounts>(jobs, workers)),
+      job_info_(prometheus::BuildGauge()
+                    .Name("fsdpd_job_info")
+                    .Help("1 for every job, from submission (its first scrape) until the "
+                          "retention after it ended; labels: job id and spec name.")
+                    .Register(*registry_)),
       train_loss_(prometheus::BuildGauge()
                       .Name("fsdpd_train_loss")
                       .Help("Training loss of the latest step (rank 0's global mean).")
@@ -178,7 +204,8 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
                        .Register(*registry_)),
       comm_exposed_(prometheus::BuildCounter()
                         .Name("fsdpd_comm_exposed_seconds_total")
-                        .Help("Communication time not hidden behind compute.")
+                        .Help("Communication time not hidden behind compute, all collectives "
+                              "together.")
                         .Register(*registry_)),
       rpc_requests_(prometheus::BuildCounter()
                         .Name("fsdpd_rpc_requests_total")
@@ -312,8 +339,34 @@ void MetricsExporter::RemoveExpiredSeriesLocked() {
   }
 }
 
+void MetricsExporter::TrackActiveJobs() {
+  // Listed before taking series_mutex_: the job manager calls OnJobFinished with its own lock
+  // held, so this side must not hold series_mutex_ while it asks the job manager.
+  const std::vector<v1::Job> active =
+      jobs_.List({v1::PENDING, v1::SCHEDULED, v1::RUNNING, v1::RETRYING}, /*limit=*/0);
+  std::lock_guard<std::mutex> lock(series_mutex_);
+  for (const v1::Job& job : active) {
+    auto known = series_by_job_.find(job.id());
+    if (known != series_by_job_.end() && known->second.has_info) continue;
+    // Asked again under the lock: a job that ended since the listing has had (or will have,
+    // after this lock) its OnJobFinished, which adds the series with its removal time. One
+    // added here for an ended job would never be removed.
+    absl::StatusOr<v1::Job> current = jobs_.Get(job.id());
+    if (!current.ok() || current->finished_unix_millis() != 0) continue;
+    AddJobInfoLocked(*current);
+  }
+}
+
+void MetricsExporter::AddJobInfoLocked(const v1::Job& job) {
+  JobSeries& series = series_by_job_[job.id()];
+  if (series.has_info) return;
+  JobGauge(job_info_, {{"job", job.id()}, {"name", job.spec().name()}}).Set(1);
+  series.has_info = true;
+}
+
 std::string MetricsExporter::Render() {
   RemoveExpiredSeries();
+  TrackActiveJobs();
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (prometheus::MetricFamily& family : state_counts_->Collect()) {
     families.push_back(std::move(family));
@@ -348,9 +401,11 @@ void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker&
   }
   if (report.exposed_comm_seconds() > 0) {
     if (cached.comm_exposed == nullptr) {
+      // No `op` label: the communicator measures its blocked time over all collectives
+      // together (host wait plus, on CUDA, the compute stream's waits on the comm stream),
+      // not per collective, so a per-op split would be invented.
       cached.comm_exposed = &JobCounter(
-          comm_exposed_,
-          {{"job", report.job_id()}, {"rank", absl::StrCat(report.rank())}, {"op", "all"}});
+          comm_exposed_, {{"job", report.job_id()}, {"rank", absl::StrCat(report.rank())}});
     }
     cached.comm_exposed->Increment(report.exposed_comm_seconds());
   }
@@ -381,7 +436,11 @@ void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
 void MetricsExporter::OnJobFinished(const std::string& job_id) {
   // The last figures stay scrapeable for the retention, then go, so dashboards and the stall
   // alert can tell a finished job from a stalled one and label sets do not grow forever.
+  // A job that ended between two scrapes still gets its info series, for the retention. The
+  // job manager published the finished job before calling here, and its view has its own lock.
+  absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   std::lock_guard<std::mutex> lock(series_mutex_);
+  if (job.ok()) AddJobInfoLocked(*job);
   auto found = series_by_job_.find(job_id);
   if (found != series_by_job_.end()) found->second.remove_at = now_() + retention_;
   RemoveExpiredSeriesLocked();

@@ -2,7 +2,12 @@
 // --metrics-listen at /metrics. Training figures arrive through JobObserver; job and worker
 // counts are read from their owners at scrape time so they can never drift.
 //
-// Per-job series (loss, step, throughput, MFU, step duration, memory peak, exposed
+// fsdpd_job_info{job, name} exists for every job from its first scrape while it is active (or
+// from its end, for a job that ends between two scrapes), so dashboards can list jobs that
+// fail before their first step. fsdpd_worker_state{worker, hostname, device, state} is one
+// series per known worker, read from the registry at scrape time.
+//
+// Per-job series (info, loss, step, throughput, MFU, step duration, memory peak, exposed
 // communication, kernel families) are tracked per job and removed once the job has been
 // finished for the configured retention. Expiry is checked on every scrape and every report,
 // so a removed series never reaches Prometheus and memory stays bounded by live jobs.
@@ -59,6 +64,8 @@ class MetricsExporter : public JobObserver {
   std::string Render();
   // Removes the series of jobs whose retention has passed.
   void RemoveExpiredSeries();
+  // Adds fsdpd_job_info for the jobs that are active now (pending to running) and lack it.
+  void TrackActiveJobs();
   // The bound port of the HTTP endpoint (0 when there is none).
   int port() const;
 
@@ -94,6 +101,7 @@ class MetricsExporter : public JobObserver {
     TrainSeries train;
     std::map<int, RankSeries> ranks;             // by rank
     std::optional<Clock::time_point> remove_at;  // set when the job finished
+    bool has_info = false;                       // fsdpd_job_info is set
   };
   class PruningCollectable;
 
@@ -107,6 +115,8 @@ class MetricsExporter : public JobObserver {
                                   const prometheus::Labels& labels);
   prometheus::Histogram& JobHistogram(const prometheus::Labels& labels);
   void RemoveExpiredSeriesLocked();
+  // Sets fsdpd_job_info{job, name} once per job.
+  void AddJobInfoLocked(const v1::Job& job);
   static void RemoveSeries(JobSeries& series);
 
   JobManager& jobs_;
@@ -118,6 +128,7 @@ class MetricsExporter : public JobObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<prometheus::Collectable> pruning_registry_;
   std::shared_ptr<prometheus::Collectable> state_counts_;
+  prometheus::Family<prometheus::Gauge>& job_info_;
   prometheus::Family<prometheus::Gauge>& train_loss_;
   prometheus::Family<prometheus::Gauge>& train_step_;
   prometheus::Family<prometheus::Gauge>& train_tokens_per_second_;

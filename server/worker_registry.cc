@@ -35,6 +35,22 @@ absl::Status WorkerRegistry::CheckReclaimLocked(const std::string& id, const Ent
   return absl::OkStatus();
 }
 
+std::string WorkerRegistry::ReturningIdLocked(const v1::RegisterRequest& request,
+                                              const std::string& principal,
+                                              Clock::time_point now) const {
+  for (const auto& [id, entry] : workers_) {
+    const v1::Worker& info = entry.info;
+    const bool same_device =
+        info.hostname() == request.hostname() && info.device_kind() == request.device_kind() &&
+        info.gpu_index() == request.gpu_index() &&
+        (info.gpu_uuid().empty() || request.gpu_uuid().empty() ||
+         info.gpu_uuid() == request.gpu_uuid());
+    // The same rule as an id sent back: the same credential, and the old session gone.
+    if (same_device && CheckReclaimLocked(id, entry, principal, now).ok()) return id;
+  }
+  return "";
+}
+
 absl::Status WorkerRegistry::CheckPrincipal(const std::string& worker_id,
                                             const std::string& principal) const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -80,7 +96,9 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
         "gpu_index: must be -1 (no GPU) or a device index, got ", request.gpu_index()));
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  std::string id = request.worker_id().empty() ? NewIdLocked() : request.worker_id();
+  std::string id = request.worker_id();
+  if (id.empty()) id = ReturningIdLocked(request, principal, now);
+  if (id.empty()) id = NewIdLocked();
   auto known = workers_.find(id);
   if (known != workers_.end()) {
     if (absl::Status status = CheckReclaimLocked(id, known->second, principal, now); !status.ok()) {

@@ -51,7 +51,10 @@ class WorkerRegistry {
   explicit WorkerRegistry(WorkerRegistryConfig config) : config_(std::move(config)) {}
   const WorkerRegistryConfig& config() const { return config_; }
 
-  // Registers a new worker or refreshes a known one; keeps the id the worker sent back.
+  // Registers a new worker or refreshes a known one; keeps the id the worker sent back. A
+  // worker that sends no id (a restarted process) takes the id of a known worker on the same
+  // host and device (hostname, device kind, GPU index, and GPU UUID when both have one) when
+  // that id passes the checks below, so a restart does not leave its old id LOST.
   // Returns the worker's id and the assignment the registry held for it before this call.
   // A worker id is bound to the principal (auth.h) that first registered it:
   //  - PERMISSION_DENIED when another principal registers a known id;
@@ -102,6 +105,9 @@ class WorkerRegistry {
   // The checks of Register for an id already known.
   absl::Status CheckReclaimLocked(const std::string& id, const Entry& entry,
                                   const std::string& principal, Clock::time_point now) const;
+  // The id a worker registering without one returns to, or "" (see Register).
+  std::string ReturningIdLocked(const v1::RegisterRequest& request, const std::string& principal,
+                                Clock::time_point now) const;
   WorkerSnapshot SnapshotLocked(const Entry& entry) const;
   std::string NewIdLocked();
 

@@ -23,15 +23,19 @@ DASHBOARD = os.path.join(SOURCE_DIR, "deploy/grafana/fsdpd.json")
 QUERIES_SCRIPT = os.path.join(SOURCE_DIR, "tests/deploy/dashboard_queries.py")
 
 # Series without a `job` label of their own: coordinator-wide counts.
-COORDINATOR_METRICS = {"fsdpd_jobs", "fsdpd_workers", "fsdpd_rpc_requests_total"}
+COORDINATOR_METRICS = {
+    "fsdpd_jobs", "fsdpd_workers", "fsdpd_rpc_requests_total", "fsdpd_rpc_duration_seconds_bucket",
+    "fsdpd_rpc_duration_seconds_count", "fsdpd_rpc_first_message_seconds_bucket",
+    "fsdpd_rpc_first_message_seconds_count",
+}
 # What the dashboard must show (README.md's metric list).
 REQUIRED_METRICS = {
     "fsdpd_train_loss", "fsdpd_train_tokens_per_second", "fsdpd_train_mfu_ratio",
     "fsdpd_train_step_duration_seconds_sum", "fsdpd_train_step_duration_seconds_count",
     "fsdpd_train_step_duration_seconds_bucket", "fsdpd_comm_exposed_seconds_total",
-    "fsdpd_gpu_memory_peak_bytes", "fsdpd_kernel_gpu_seconds_total",
+    "fsdpd_gpu_memory_peak_bytes", "fsdpd_gpu_memory_used_bytes", "fsdpd_kernel_gpu_seconds_total",
     "fsdpd_kernel_sm_throughput_ratio", "fsdpd_kernel_dram_throughput_ratio", "fsdpd_jobs",
-    "fsdpd_workers",
+    "fsdpd_workers", "fsdpd_rpc_duration_seconds_bucket", "fsdpd_rpc_first_message_seconds_bucket",
 }
 SELECTOR = re.compile(r"\b(fsdpd_\w+)\s*(\{[^}]*\})?")
 
@@ -69,6 +73,8 @@ class DashboardTest(unittest.TestCase):
         self.assertEqual(job["type"], "query")
         self.assertIn("label_values(", job["definition"])
         self.assertTrue(job["definition"].rstrip().endswith("job)"), job["definition"])
+        # A series every job has from submission, not one that starts with the first step.
+        self.assertEqual(job["definition"], "label_values(fsdpd_job_info, job)")
         self.assertTrue(job["multi"] and job["includeAll"])
         self.assertEqual(job["allValue"], ".*")
         self.assertIn("datasource", variables)
@@ -188,16 +194,59 @@ class DashboardSemanticsTest(unittest.TestCase):
         series = [
             ('fsdpd_train_step_duration_seconds_count{job="j1"}', "0+2x30"),
             ('fsdpd_train_step_duration_seconds_sum{job="j1"}', "0+1x30"),
-            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="0", op="all"}', "0+0.2x30"),
-            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="1", op="all"}', "0+0.2x30"),
+            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="0"}', "0+0.2x30"),
+            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="1"}', "0+0.2x30"),
         ]
         panel = "Step time and exposed communication"
         ok, output = self.evaluate(series, self.expr[(panel, "A")], [('{job="j1"}', 0.5)])
         self.assertTrue(ok, output)
         # Rounded: rates over scrapes are not exact in binary floating point.
         ok, output = self.evaluate(series, f'round({self.expr[(panel, "C")]}, 0.001)',
-                                   [('{job="j1", op="all"}', 0.1)])
+                                   [('{job="j1"}', 0.1)])
         self.assertTrue(ok, output)
+
+    def test_a_stopped_job_draws_no_step_time_line(self):
+        # The job stopped stepping at minute 2: its counters stay flat, so every rate is 0.
+        # Each query of the panel gives nothing for it, not NaN from 0/0.
+        series = [
+            ('fsdpd_train_step_duration_seconds_count{job="j1"}', "0+2x8 16x22"),
+            ('fsdpd_train_step_duration_seconds_sum{job="j1"}', "0+1x8 8x22"),
+            ('fsdpd_train_step_duration_seconds_bucket{job="j1", le="1"}', "0+2x8 16x22"),
+            ('fsdpd_train_step_duration_seconds_bucket{job="j1", le="+Inf"}', "0+2x8 16x22"),
+            ('fsdpd_comm_exposed_seconds_total{job="j1", rank="0"}', "0+0.2x8 1.6x22"),
+        ]
+        panel = "Step time and exposed communication"
+        for ref in ("A", "B", "C"):
+            ok, output = self.evaluate(series, self.expr[(panel, ref)], [])
+            self.assertTrue(ok, f"query {ref}: {output}")
+
+    def test_kernel_panels_keep_a_finished_jobs_window(self):
+        # The job's kernel series left /metrics at minute 3 (a staleness marker); at minute 5
+        # the panels still show its last values, over the dashboard's range.
+        with open(DASHBOARD, encoding="utf-8") as file:
+            queries = dashboard_queries.extract(json.load(file), job_regex="j1",
+                                                rate_interval="1m", range_window="1h")
+        expr = {(q["panel"], q["ref"]): q["expr"] for q in queries}
+        series = [
+            ('fsdpd_kernel_gpu_seconds_total{job="j1", kernel="gemm"}', "0 2 3 stale"),
+            ('fsdpd_kernel_sm_throughput_ratio{job="j1", kernel="gemm"}', "0.8 0.8 0.8 stale"),
+            ('fsdpd_kernel_dram_throughput_ratio{job="j1", kernel="gemm"}', "0.3 0.3 0.3 stale"),
+        ]
+        ok, output = self.evaluate(series, expr[("Kernel GPU time, profiled total", "A")],
+                                   [('{kernel="gemm"}', 3)])
+        self.assertTrue(ok, output)
+        ok, output = self.evaluate(series, expr[("SM vs HBM throughput per kernel", "SM")],
+                                   [('{job="j1", kernel="gemm"}', 0.8)])
+        self.assertTrue(ok, output)
+        ok, output = self.evaluate(
+            series, expr[("SM vs HBM throughput per kernel", "Verdict")],
+            [('{job="j1", kernel="gemm", verdict="compute-bound"}', 1)])
+        self.assertTrue(ok, output)
+        # Shown to be needed: the bare series are gone by then.
+        ok, _ = self.evaluate(series, 'fsdpd_kernel_sm_throughput_ratio{job="j1"}',
+                              [('{__name__="fsdpd_kernel_sm_throughput_ratio", job="j1", '
+                                'kernel="gemm"}', 0.8)])
+        self.assertFalse(ok)
 
     def test_top_kernels_rank_by_gpu_time(self):
         series = [(f'fsdpd_kernel_gpu_seconds_total{{job="j1", kernel="k{index}"}}',

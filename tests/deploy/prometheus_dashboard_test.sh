@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Integration: every PromQL query of deploy/grafana/fsdpd.json returns data from a real
-# Prometheus scraping a real fsdpd while a CPU job trains on two fsdpd-workers.
+# Prometheus scraping a real fsdpd, while a CPU job trains on two fsdpd-workers and again after
+# the job ended and its series left /metrics; both alerts of a lost worker fire and resolve.
 #
-# Starts, all on loopback ports chosen at random: fsdpd, two `fsdpd-worker --device cpu`, and
-# `prometheus` (scraping every second, loading deploy/prometheus/rules). Submits a tiny job with
-# a profiling window, waits until it has trained past the window, then queries each panel with
-# /api/v1/query. A panel with no series fails the test, except the kernel throughput panels
-# (SM %, HBM %, verdicts) when the backend reports no hardware counters: those are listed as
-# skipped, with the reason. Finally cancels the job, checks that the state panels see it and
-# that the job's per-job series end with it (what the stall alert relies on).
+# Starts, all on loopback ports chosen at random: fsdpd (short heartbeat timeout and metrics
+# retention), two `fsdpd-worker --device cpu`, and `prometheus` (scraping every second) with
+# deploy/prometheus/rules. Prometheus loads the shipped rule file as it is (its rule count is
+# checked) and a copy whose `for:` and `[5m]` windows are shortened to seconds, so that firing
+# and resolving take seconds; the expressions are the shipped ones.
+#
+#  1. Submits a tiny job with a profiling window and waits until it trained past the window.
+#     Every panel has data, queried as Grafana does (instant panels at now, the others over
+#     the last minutes); kernel throughput panels are skipped, with the reason, when the backend
+#     reports no throughput ratios. $job's label_values(fsdpd_job_info, job) lists the job.
+#     `fsdpctl profile --roofline` writes an SVG with one mark per kernel of the table.
+#  2. Kills one worker (SIGKILL): the job fails and the worker is LOST, so FsdpdJobFailed and
+#     FsdpdWorkerLost fire.
+#  3. Restarts that worker on the same host and device: it takes its old id back, and
+#     FsdpdWorkerLost resolves; FsdpdJobFailed resolves once the failure is out of its window.
+#  4. After the metrics retention the job's series are gone from /metrics, and every panel still
+#     has data for the finished job.
 #
 # Binaries: $FSDPD_BINARY, $FSDPD_WORKER_BINARY, $FSDPCTL_BINARY, or found under
 # $FSDPD_BUILD_DIR. Sources: $FSDPD_SOURCE_DIR (default: this script's repository).
@@ -78,44 +89,65 @@ wait_until() {  # wait_until SECONDS WHAT COMMAND...
   done
 }
 
-# A short metrics retention, so the cancelled job's series are seen to go at the end (the
-# default keeps them five minutes).
+# A short metrics retention, so the finished job's series are seen to go; a short heartbeat
+# timeout, so a killed worker is LOST within seconds.
 "$fsdpd" --listen "127.0.0.1:$grpc_port" --metrics-listen "127.0.0.1:$metrics_port" \
-  --state-dir "$work/state" --heartbeat-timeout 10s --metrics-retention 3s \
+  --state-dir "$work/state" --heartbeat-timeout 3s --metrics-retention 3s \
   >"$work/fsdpd.log" 2>&1 &
 pids+=($!)
 wait_until 30 "fsdpd's /metrics" curl -sf "http://127.0.0.1:$metrics_port/metrics"
 
-for rank in 0 1; do
+start_worker() {  # start_worker RANK: a CPU worker on this host; its pid in worker_pids[RANK]
   "$worker" --coordinator "127.0.0.1:$grpc_port" --device cpu \
     --checkpoint-root "$work/checkpoints" --heartbeat-interval 500ms \
-    >"$work/worker-$rank.log" 2>&1 &
+    >>"$work/worker-$1.log" 2>&1 &
   pids+=($!)
-done
-two_idle_workers() {
-  "$fsdpctl" workers --json >"$work/workers.json" &&
-    python3 -c '
+  worker_pids[$1]=$!
+}
+declare -a worker_pids
+start_worker 0
+start_worker 1
+workers_json() {  # the registry as a JSON list, whatever shape `fsdpctl workers --json` has
+  "$fsdpctl" workers --json | python3 -c '
 import json, sys
-text = open(sys.argv[1]).read()
+text = sys.stdin.read()
 try:
     workers = json.loads(text)
 except json.JSONDecodeError:  # one object per line
     workers = [json.loads(line) for line in text.splitlines() if line.strip()]
 if isinstance(workers, dict):
     workers = workers.get("workers", [])
-idle = [w for w in workers if str(w.get("state", "")).upper().endswith("IDLE")]
-sys.exit(0 if len(idle) >= 2 else 1)
-' "$work/workers.json"
+print(json.dumps(workers))'
 }
+count_workers() {  # count_workers STATE → how many workers are in that state
+  workers_json | python3 -c '
+import json, sys
+state = sys.argv[1]
+print(sum(1 for w in json.load(sys.stdin) if str(w.get("state", "")).upper().endswith(state)))
+' "$1"
+}
+two_idle_workers() { [ "$(count_workers IDLE)" -ge 2 ]; }
 wait_until 60 "two idle workers" two_idle_workers
 
-# Rules are loaded from the repository, so a real server also accepts them.
+# The shipped rules as they are, and a copy with their waits in seconds (same expressions).
+rules=$source_dir/deploy/prometheus/rules/fsdpd.rules.yml
+python3 - "$rules" "$work/fsdpd.fast.rules.yml" <<'PYTHON'
+import re
+import sys
+
+text = open(sys.argv[1]).read()
+text = text.replace("- name: fsdpd", "- name: fsdpd-fast")
+text = re.sub(r"^(\s+for:) \S+$", r"\1 3s", text, flags=re.M)
+text = text.replace("[5m]", "[20s]")
+open(sys.argv[2], "w").write(text)
+PYTHON
 cat >"$work/prometheus.yml" <<CONFIG
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
 rule_files:
-  - $source_dir/deploy/prometheus/rules/fsdpd.rules.yml
+  - $rules
+  - $work/fsdpd.fast.rules.yml
 scrape_configs:
   - job_name: fsdpd
     honor_labels: true
@@ -127,8 +159,10 @@ prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb"
 pids+=($!)
 prometheus_url=http://127.0.0.1:$prometheus_port
 wait_until 60 "Prometheus to be ready" curl -sf "$prometheus_url/-/ready"
+panels_tool=$script_dir/prometheus_panels.py
 
-# Tiny, and long enough to be still RUNNING while the panels are queried; cancelled at the end.
+# Tiny, and long enough to be still RUNNING while the panels are queried; no restarts, so the
+# lost worker fails it.
 profile_start=5
 profile_steps=3
 cat >"$work/job.yaml" <<SPEC
@@ -168,91 +202,112 @@ past_profile_window() {
   [ "$state" = RUNNING ] && [ "${step:-0}" -gt $((profile_start + profile_steps + 2)) ]
 }
 wait_until 180 "job $job_id to train past its profiling window" past_profile_window
+# A watch stream, for the time-to-first-message panel.
+timeout 2 "$fsdpctl" watch "$job_id" >/dev/null 2>&1 || true
 # Rate windows need several scrapes of a running job.
 sleep 12
 
 python3 "$script_dir/dashboard_queries.py" "$source_dir/deploy/grafana/fsdpd.json" \
   --job "$job_id" --rate-interval 10s --range 10m >"$work/queries.json"
 
-query_panels() {  # query_panels → 0 when every required panel has data; prints a report
-  python3 - "$prometheus_url" "$work/queries.json" <<'PYTHON'
-import json
-import sys
-import urllib.parse
-import urllib.request
-
-url, queries_path = sys.argv[1], sys.argv[2]
-
-
-def query(expr):
-    data = urllib.parse.urlencode({"query": expr}).encode()
-    with urllib.request.urlopen(f"{url}/api/v1/query", data, timeout=10) as response:
-        body = json.load(response)
-    if body.get("status") != "success":
-        raise RuntimeError(body.get("error", body))
-    return body["data"]["result"]
-
-
-has_counters = bool(query("fsdpd_kernel_sm_throughput_ratio >= 0 or "
-                          "fsdpd_kernel_dram_throughput_ratio >= 0"))
-missing = []
-for entry in json.load(open(queries_path)):
-    name = f'{entry["panel"]} [{entry["ref"]}]'
-    try:
-        result = query(entry["expr"])
-    except Exception as error:  # a query Prometheus rejects is a failure, not a skip
-        print(f"FAIL  {name}: {error}")
-        missing.append(name)
-        continue
-    if result:
-        print(f"ok    {name}: {len(result)} series")
-    elif entry["requires"] == "counters" and not has_counters:
-        print(f"SKIP  {name}: the backend reported no SM/DRAM throughput counters")
-    else:
-        print(f"EMPTY {name}: {entry['expr']}")
-        missing.append(name)
-sys.exit(1 if missing else 0)
-PYTHON
+check_panels() {  # check_panels PHASE: every panel has data within 30 s, or the test fails
+  local deadline=$((SECONDS + 30))
+  until python3 "$panels_tool" panels "$prometheus_url" "$work/queries.json" \
+    >"$work/report.txt" 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      cat "$work/report.txt"
+      echo "FAIL: dashboard panels without data $1 (see above)" >&2
+      exit 1
+    fi
+    sleep 2
+  done
+  echo "== panels $1"
+  cat "$work/report.txt"
 }
+check_panels "while the job trains"
 
-# Series appear one scrape after the coordinator updates them; give them a few more seconds.
-deadline=$((SECONDS + 30))
-until query_panels >"$work/report.txt" 2>&1; do
-  if [ $SECONDS -ge $deadline ]; then
-    cat "$work/report.txt"
-    echo "FAIL: dashboard panels without data (see above)" >&2
-    exit 1
-  fi
-  sleep 2
-done
-cat "$work/report.txt"
-
-# The alert rules loaded on the real server.
-rules=$(curl -sf "$prometheus_url/api/v1/rules" | python3 -c '
+# The rule files loaded on the real server: the shipped one, and its fast copy.
+loaded_rules=$(curl -sf "$prometheus_url/api/v1/rules" | python3 -c '
 import json, sys
-print(sum(len(g["rules"]) for g in json.load(sys.stdin)["data"]["groups"]))')
-expected_rules=$(grep -c '^      - alert:' "$source_dir/deploy/prometheus/rules/fsdpd.rules.yml")
-if [ "$rules" -ne "$expected_rules" ]; then
-  echo "FAIL: Prometheus loaded $rules rules, the file has $expected_rules" >&2
+groups = json.load(sys.stdin)["data"]["groups"]
+print(sum(len(g["rules"]) for g in groups if g["name"] == "fsdpd"))')
+expected_rules=$(grep -c '^      - alert:' "$rules")
+if [ "$loaded_rules" -ne "$expected_rules" ]; then
+  echo "FAIL: Prometheus loaded $loaded_rules rules of $rules, the file has $expected_rules" >&2
   exit 1
 fi
 
-# Cancelling shows up on the jobs-by-state panel.
-"$fsdpctl" cancel "$job_id" >/dev/null
-cancelled_job_counted() {
-  curl -sf "$prometheus_url/api/v1/query" \
-    --data-urlencode 'query=sum(fsdpd_jobs{state="CANCELLED"}) >= 1' |
-    python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["data"]["result"] else 1)'
+# The $job variable lists the job from fsdpd_job_info.
+python3 "$panels_tool" label-values "$prometheus_url" fsdpd_job_info job "$job_id" >/dev/null || {
+  echo "FAIL: label_values(fsdpd_job_info, job) does not list $job_id" >&2
+  exit 1
 }
-wait_until 30 "fsdpd_jobs{state=\"CANCELLED\"} to count the cancelled job" cancelled_job_counted
-# FsdpdTrainingStalled tells finished jobs from stalled ones by their per-job series going
-# away when the job ends, so the exporter must drop them.
+
+# The roofline of the profiled window: one mark per kernel of the table that has a cost.
+"$fsdpctl" profile "$job_id" --roofline "$work/roofline.svg" --json >"$work/profile.json"
+python3 - "$work/roofline.svg" "$work/profile.json" <<'PYTHON'
+import json
+import sys
+import xml.etree.ElementTree as ElementTree
+
+svg = ElementTree.parse(sys.argv[1]).getroot()
+namespace = "{http://www.w3.org/2000/svg}"
+assert svg.tag == namespace + "svg", svg.tag
+marks = [c for c in svg.iter(namespace + "circle") if c.get("class") == "kernel"]
+kernels = json.load(open(sys.argv[2]))["kernels"]
+placed = [k for k in kernels if k["flops"] > 0 and k["bytes"] > 0 and k["total_seconds"] > 0]
+if not placed:
+    sys.exit("FAIL: the profile has no kernel with a FLOP and byte cost")
+names = sorted(m.get("data-kernel") for m in marks)
+if names != sorted(k["name"] for k in placed):
+    sys.exit(f"FAIL: roofline marks {names} are not the table's kernels with a cost")
+texts = "".join(svg.itertext())
+if "Analytic estimate" not in texts:
+    sys.exit("FAIL: a CPU roofline is not labelled as an analytic estimate")
+print(f"roofline: {len(marks)} marks for {len(kernels)} kernels ({len(placed)} with a cost)")
+PYTHON
+
+# A worker dies: the job fails (no restarts) and the worker is LOST.
+kill -KILL "${worker_pids[1]}"
+job_failed() { [ "$(job_field state)" = FAILED ]; }
+wait_until 60 "job $job_id to fail after its worker was killed" job_failed
+a_lost_worker() { [ "$(count_workers LOST)" -ge 1 ]; }
+wait_until 30 "a LOST worker" a_lost_worker
+lost_worker=$(workers_json | python3 -c '
+import json, sys
+print([w for w in json.load(sys.stdin) if str(w.get("state", "")).upper().endswith("LOST")][0]["id"])')
+for alert in FsdpdJobFailed FsdpdWorkerLost; do
+  wait_until 60 "$alert to fire" python3 "$panels_tool" alert "$prometheus_url" "$alert" firing
+  echo "alert $alert fired"
+done
+
+# The worker comes back on the same host and device and takes back its old id: two workers,
+# both idle, one of them the lost id, and none LOST.
+start_worker 1
+lost_id_back() {
+  workers_json | python3 -c '
+import json, sys
+workers = json.load(sys.stdin)
+states = {w["id"]: str(w.get("state", "")).upper() for w in workers}
+sys.exit(0 if len(workers) == 2 and states.get(sys.argv[1], "").endswith("IDLE") and
+         all(s.endswith("IDLE") for s in states.values()) else 1)' "$lost_worker"
+}
+if ! wait_until 60 "the restarted worker to take back the id $lost_worker" lost_id_back; then
+  workers_json >&2
+  exit 1
+fi
+for alert in FsdpdWorkerLost FsdpdJobFailed; do
+  wait_until 90 "$alert to resolve" python3 "$panels_tool" alert "$prometheus_url" "$alert" inactive
+  echo "alert $alert resolved"
+done
+
+# The finished job's series leave /metrics after the retention (what the stall alert relies
+# on), and the dashboard still shows the job.
 finished_job_series_gone() {
-  curl -sf "$prometheus_url/api/v1/query" \
-    --data-urlencode "query=fsdpd_train_step{job=\"$job_id\"}" |
-    python3 -c 'import json, sys; sys.exit(1 if json.load(sys.stdin)["data"]["result"] else 0)'
+  ! curl -sf "http://127.0.0.1:$metrics_port/metrics" | grep -q "job=\"$job_id\""
 }
-wait_until 30 "fsdpd_train_step{job=\"$job_id\"} to go away after the job ended" \
-  finished_job_series_gone
+wait_until 30 "the series of job $job_id to leave /metrics" finished_job_series_gone
+sleep 3  # a few scrapes without them: Prometheus marks them stale
+check_panels "after the job ended and its series left /metrics"
 job_id=
-echo "dashboard: every panel has data from a live fsdpd"
+echo "dashboard: every panel has data from a live fsdpd, during the job and after it"

@@ -202,7 +202,7 @@ TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
       "{UUID=\"GPU-A\",gpu=\"0\",hostname=\"host-a\",job=\"job-r\",rank=\"1\"}";
   std::string scrape = exporter_->Render();
   EXPECT_EQ(Sample(scrape, "fsdpd_gpu_memory_peak_bytes" + labels_a), 300);
-  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",op=\"all\",rank=\"1\"}"),
+  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
             1.5);
 
   v1::Worker second;
@@ -221,7 +221,7 @@ TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
           "rank=\"1\"}"),
       7);
   EXPECT_EQ(Sample(scrape, "fsdpd_gpu_memory_peak_bytes" + labels_a), 300);
-  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",op=\"all\",rank=\"1\"}"),
+  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
             2.0);
 
   // Once the job's series expire, a late report starts them afresh instead of writing to freed
@@ -232,7 +232,7 @@ TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
   report.set_step(5);
   exporter_->OnRankStep(report, second);
   EXPECT_EQ(Sample(exporter_->Render(),
-                   "fsdpd_comm_exposed_seconds_total{job=\"job-r\",op=\"all\",rank=\"1\"}"),
+                   "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
             0.5);
 }
 
@@ -269,6 +269,68 @@ TEST_F(MetricsExporterTest, ZeroRetentionRemovesSeriesWhenTheJobEnds) {
   ExpectSeries(exporter_->Render(), "job-a", true);
   exporter_->OnJobFinished("job-a");
   ExpectSeries(exporter_->Render(), "job-a", false);
+}
+
+// fsdpd_job_info exists for every job from submission, including one that never reaches a
+// step, and one that ends between two scrapes; it goes with the job's other series.
+TEST_F(MetricsExporterTest, EveryJobHasAnInfoSeriesFromSubmissionUntilItsRetentionEnds) {
+  CreateExporter(std::chrono::minutes(5));
+  v1::JobSpec spec = ::fsdpd::testing::TinyJobSpec();
+  absl::StatusOr<std::string> waiting = jobs_->Submit(spec);  // no workers: stays PENDING
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  const std::string waiting_info =
+      "fsdpd_job_info{job=\"" + *waiting + "\",name=\"" + spec.name() + "\"}";
+  EXPECT_EQ(Sample(exporter_->Render(), waiting_info), 1);
+
+  spec.set_name("cancelled-unseen");
+  absl::StatusOr<std::string> unseen = jobs_->Submit(spec);
+  ASSERT_TRUE(unseen.ok()) << unseen.status();
+  ASSERT_TRUE(jobs_->Cancel(*unseen, "test").ok());  // ends before any scrape
+  const std::string unseen_info =
+      "fsdpd_job_info{job=\"" + *unseen + "\",name=\"cancelled-unseen\"}";
+  std::string scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, unseen_info), 1);
+  EXPECT_EQ(Sample(scrape, waiting_info), 1);
+
+  ASSERT_TRUE(jobs_->Cancel(*waiting, "test").ok());
+  now_ += std::chrono::minutes(4);
+  EXPECT_EQ(Sample(exporter_->Render(), waiting_info), 1);
+  now_ += std::chrono::minutes(1);
+  scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, waiting_info), -1);
+  EXPECT_EQ(Sample(scrape, unseen_info), -1);
+  // An ended job is not added back by later scrapes.
+  EXPECT_THAT(exporter_->Render(), Not(HasSubstr("fsdpd_job_info{")));
+}
+
+// One series per known worker, with its host, device and state, for the lost-worker alert.
+TEST_F(MetricsExporterTest, WorkerStateIsOneSeriesPerWorkerWithHostAndDevice) {
+  CreateExporter(std::chrono::minutes(5));
+  v1::RegisterRequest gpu;
+  gpu.set_hostname("host-a");
+  gpu.set_device_kind("cuda");
+  gpu.set_gpu_index(3);
+  absl::StatusOr<std::pair<std::string, RankAssignment>> gpu_worker =
+      registry_->Register(gpu, Clock::now());
+  ASSERT_TRUE(gpu_worker.ok()) << gpu_worker.status();
+  v1::RegisterRequest cpu;
+  cpu.set_hostname("host-b");
+  cpu.set_device_kind("cpu");
+  cpu.set_gpu_index(-1);
+  absl::StatusOr<std::pair<std::string, RankAssignment>> cpu_worker =
+      registry_->Register(cpu, Clock::now());
+  ASSERT_TRUE(cpu_worker.ok()) << cpu_worker.status();
+  std::string scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "fsdpd_worker_state{device=\"cuda:3\",hostname=\"host-a\",state="
+                           "\"IDLE\",worker=\"" + gpu_worker->first + "\"}"), 1);
+  EXPECT_EQ(Sample(scrape, "fsdpd_worker_state{device=\"cpu\",hostname=\"host-b\",state="
+                           "\"IDLE\",worker=\"" + cpu_worker->first + "\"}"), 1);
+  registry_->ExpireSilentWorkers(Clock::now() + registry_->config().heartbeat_timeout +
+                                 std::chrono::seconds(1));
+  scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "fsdpd_worker_state{device=\"cpu\",hostname=\"host-b\",state="
+                           "\"LOST\",worker=\"" + cpu_worker->first + "\"}"), 1);
+  EXPECT_THAT(scrape, Not(HasSubstr("state=\"IDLE\",worker=")));
 }
 
 // The real services behind a loopback server with the exporter's timing interceptors, as the

@@ -19,9 +19,10 @@ class NullSession : public WorkerSession {
   void Close(const absl::Status&) override {}
 };
 
-v1::RegisterRequest Request(const std::string& id = "") {
+v1::RegisterRequest Request(const std::string& id = "", int gpu = 0) {
   v1::RegisterRequest request;
   request.set_worker_id(id);
+  request.set_gpu_index(gpu);
   request.set_hostname("host");
   request.set_device_kind("cpu");
   request.set_memory_bytes(1 << 30);
@@ -74,15 +75,15 @@ TEST_F(WorkerRegistryTest, ALiveSessionCannotBeReplacedAndIsReclaimedOnceGone) {
 
 TEST_F(WorkerRegistryTest, NewIdsStopAtMaxWorkersButKnownOnesReturn) {
   std::string ids[3];
-  for (std::string& id : ids) {
-    auto registered = registry_.Register(Request(), now_, "token:host");
+  for (int gpu = 0; gpu < 3; ++gpu) {  // three devices, so none takes back another's id
+    auto registered = registry_.Register(Request("", gpu), now_, "token:host");
     ASSERT_TRUE(registered.ok());
-    id = registered->first;
+    ids[gpu] = registered->first;
   }
-  auto refused = registry_.Register(Request(), now_, "token:host");
+  auto refused = registry_.Register(Request("", 3), now_, "token:host");
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("--max-workers"), std::string::npos);
-  EXPECT_TRUE(registry_.Register(Request(ids[1]), now_, "token:host").ok());
+  EXPECT_TRUE(registry_.Register(Request(ids[1], 1), now_, "token:host").ok());
   EXPECT_EQ(registry_.List().size(), 3u);
 }
 

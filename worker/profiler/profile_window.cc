@@ -167,6 +167,8 @@ std::vector<v1::ProfileReport> ProfileWindow::BuildReports() {
     if (device_timed_ && row.source() == kSourceHostTimer) row.set_source(kSourceDeviceActivity);
     *table.add_kernels() = std::move(row);
   }
+  table.set_peak_flops_per_second(std::max(peaks.flops_per_second, 0.0));
+  table.set_peak_bytes_per_second(std::max(peaks.bytes_per_second, 0.0));
   reports.push_back(std::move(table));
 
   ChromeTraceInfo info;

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Asks a live Prometheus what the fsdpd dashboard and alerts would show.
+
+  prometheus_panels.py panels URL QUERIES_JSON [--window SECONDS]
+      Runs every query of dashboard_queries.py's output the way Grafana does: instant panels
+      at now, the others as range queries over the last --window seconds. Exits 0 when every
+      query has data; prints one line per query. Kernel throughput queries (requires
+      "counters") are skipped, with the reason, when the backend reported no counters.
+  prometheus_panels.py alert URL NAME firing|inactive
+      Exits 0 when alert NAME is firing (at least one instance) or, for inactive, has none
+      pending or firing. Prints the alert's instances.
+  prometheus_panels.py label-values URL METRIC LABEL VALUE
+      Exits 0 when VALUE is among METRIC's LABEL values over the last hour (what Grafana's
+      label_values(METRIC, LABEL) variable lists).
+"""
+import argparse
+import json
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+
+def api(url, path, parameters):
+    data = urllib.parse.urlencode(parameters, doseq=True).encode()
+    with urllib.request.urlopen(f"{url}/api/v1/{path}", data, timeout=10) as response:
+        body = json.load(response)
+    if body.get("status") != "success":
+        raise RuntimeError(body.get("error", body))
+    return body["data"]
+
+
+def has_data(url, expr, instant, window):
+    now = time.time()
+    if instant:
+        return len(api(url, "query", {"query": expr, "time": now})["result"])
+    result = api(url, "query_range", {"query": expr, "start": now - window, "end": now,
+                                      "step": 1})["result"]
+    return sum(1 for series in result if series.get("values"))
+
+
+def panels(args):
+    with open(args.queries, encoding="utf-8") as file:
+        queries = json.load(file)
+    counters = bool(api(args.url, "query", {"query": (
+        f"last_over_time(fsdpd_kernel_sm_throughput_ratio[{args.window}s]) >= 0 or "
+        f"last_over_time(fsdpd_kernel_dram_throughput_ratio[{args.window}s]) >= 0")})["result"])
+    missing = []
+    for entry in queries:
+        name = f'{entry["panel"]} [{entry["ref"]}]'
+        kind = "instant" if entry["instant"] else "range"
+        try:
+            count = has_data(args.url, entry["expr"], entry["instant"], args.window)
+        except Exception as error:  # a query Prometheus rejects is a failure, not a skip
+            print(f"FAIL  {name}: {error}")
+            missing.append(name)
+            continue
+        if count:
+            print(f"ok    {name} ({kind}): {count} series")
+        elif entry["requires"] == "counters" and not counters:
+            print(f"SKIP  {name}: the backend reported no SM/DRAM throughput ratios")
+        else:
+            print(f"EMPTY {name} ({kind}): {entry['expr']}")
+            missing.append(name)
+    return 1 if missing else 0
+
+
+def alert(args):
+    alerts = [a for a in api(args.url, "query", {"query": "ALERTS"})["result"]
+              if a["metric"].get("alertname") == args.name]
+    for entry in alerts:
+        print(json.dumps(entry["metric"], sort_keys=True))
+    states = {a["metric"].get("alertstate") for a in alerts}
+    if args.state == "firing":
+        return 0 if "firing" in states else 1
+    return 0 if not alerts else 1
+
+
+def label_values(args):
+    now = time.time()
+    values = api(args.url, f"label/{args.label}/values",
+                 {"match[]": args.metric, "start": now - 3600, "end": now})
+    print(" ".join(values))
+    return 0 if args.value in values else 1
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("panels")
+    p.add_argument("url")
+    p.add_argument("queries")
+    p.add_argument("--window", type=int, default=600)
+    p.set_defaults(run=panels)
+    p = commands.add_parser("alert")
+    p.add_argument("url")
+    p.add_argument("name")
+    p.add_argument("state", choices=("firing", "inactive"))
+    p.set_defaults(run=alert)
+    p = commands.add_parser("label-values")
+    for name in ("url", "metric", "label", "value"):
+        p.add_argument(name)
+    p.set_defaults(run=label_values)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

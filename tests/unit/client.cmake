@@ -1,0 +1,9 @@
+# fsdpctl's pictures: the roofline SVG (parsed back with expat, an XML parser) and the sparkline.
+find_package(EXPAT)
+if(EXPAT_FOUND)
+  fsdpd_test(client_charts_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_charts_test.cc
+    LIBS fsdpd_client_charts EXPAT::EXPAT)
+else()
+  message(WARNING "expat not found (Debian: libexpat1-dev): client_charts_test is not built")
+endif()

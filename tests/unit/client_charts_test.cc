@@ -1,0 +1,245 @@
+// fsdpctl's pictures: the roofline SVG parses as XML and holds one mark per kernel of the table
+// that has a cost, at the position its FLOPs, bytes and time give, under roofs drawn from the
+// report's peaks; the loss sparkline scales a series onto eight block heights.
+#include <expat.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "client/roofline_svg.h"
+#include "client/sparkline.h"
+
+namespace fsdpd::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+// An element of the parsed SVG: its name, attributes and the text directly inside it.
+struct Element {
+  std::string name;
+  std::map<std::string, std::string> attributes;
+  std::string text;
+  std::string parent;
+};
+
+struct ParsedSvg {
+  bool ok = false;
+  std::string error;
+  std::vector<Element> elements;
+  std::vector<size_t> open;  // the stack while parsing
+};
+
+ParsedSvg ParseXml(const std::string& text) {
+  ParsedSvg parsed;
+  XML_Parser parser = XML_ParserCreate("UTF-8");
+  XML_SetUserData(parser, &parsed);
+  XML_SetElementHandler(
+      parser,
+      [](void* data, const XML_Char* name, const XML_Char** attributes) {
+        auto* svg = static_cast<ParsedSvg*>(data);
+        Element element;
+        element.name = name;
+        element.parent = svg->open.empty() ? "" : svg->elements[svg->open.back()].name;
+        for (int i = 0; attributes[i] != nullptr; i += 2) {
+          element.attributes[attributes[i]] = attributes[i + 1];
+        }
+        svg->elements.push_back(element);
+        svg->open.push_back(svg->elements.size() - 1);
+      },
+      [](void* data, const XML_Char*) { static_cast<ParsedSvg*>(data)->open.pop_back(); });
+  XML_SetCharacterDataHandler(parser, [](void* data, const XML_Char* text, int length) {
+    auto* svg = static_cast<ParsedSvg*>(data);
+    if (!svg->open.empty()) svg->elements[svg->open.back()].text.append(text, length);
+  });
+  parsed.ok = XML_Parse(parser, text.data(), static_cast<int>(text.size()), 1) == XML_STATUS_OK;
+  if (!parsed.ok) parsed.error = XML_ErrorString(XML_GetErrorCode(parser));
+  XML_ParserFree(parser);
+  return parsed;
+}
+
+std::vector<Element> WithClass(const ParsedSvg& svg, const std::string& element,
+                               const std::string& css_class) {
+  std::vector<Element> found;
+  for (const Element& e : svg.elements) {
+    auto it = e.attributes.find("class");
+    if (e.name == element && it != e.attributes.end() &&
+        (" " + it->second + " ").find(" " + css_class + " ") != std::string::npos) {
+      found.push_back(e);
+    }
+  }
+  return found;
+}
+
+v1::KernelStat* AddKernel(v1::ProfileReport& report, const std::string& name, double seconds,
+                          double flops, double bytes, const std::string& verdict,
+                          const std::string& source = "analytic-estimate") {
+  v1::KernelStat* kernel = report.add_kernels();
+  kernel->set_name(name);
+  kernel->set_total_seconds(seconds);
+  kernel->set_flops(flops);
+  kernel->set_bytes(bytes);
+  kernel->set_verdict(verdict);
+  kernel->set_source(source);
+  return kernel;
+}
+
+// A CPU window: 100 GFLOP/s and 20 GB/s peaks, kernels on both sides of the ridge (5 FLOP/B),
+// one name with characters XML must escape, and a collective without a cost.
+v1::ProfileReport CpuWindow() {
+  v1::ProfileReport report;
+  report.set_rank(0);
+  report.set_device("cpu");
+  report.set_start_step(5);
+  report.set_steps(3);
+  report.set_peak_flops_per_second(100e9);
+  report.set_peak_bytes_per_second(20e9);
+  AddKernel(report, "matmul<float, 64>", 0.5, 40e9, 0.2e9, "compute-bound");  // 200 FLOP/B
+  AddKernel(report, "rmsnorm", 0.2, 0.2e9, 3.2e9, "memory-bound");           // 1/16 FLOP/B
+  AddKernel(report, "softmax & mask", 0.05, 0.1e9, 0.1e9, "latency-or-mixed");
+  AddKernel(report, "adamw", 0.01, 0.02e9, 0.16e9, "memory-bound");
+  AddKernel(report, "AllGather", 0.3, -1, -1, "", "host-timer");
+  return report;
+}
+
+TEST(RooflineSvgTest, ParsesAndHasOneMarkPerKernelWithACost) {
+  const v1::ProfileReport report = CpuWindow();
+  RooflineOptions options;
+  options.title = "job-1 rank 0 on cpu";
+  options.labelled_kernels = 2;
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, options);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  const ParsedSvg parsed = ParseXml(*svg);
+  ASSERT_TRUE(parsed.ok) << parsed.error << "\n" << *svg;
+  EXPECT_EQ(parsed.elements.front().name, "svg");
+
+  int with_cost = 0;
+  for (const v1::KernelStat& kernel : report.kernels()) with_cost += HasRooflinePoint(kernel);
+  const std::vector<Element> marks = WithClass(parsed, "circle", "kernel");
+  ASSERT_EQ(marks.size(), static_cast<size_t>(with_cost));
+  std::map<std::string, Element> by_name;
+  for (const Element& mark : marks) by_name[mark.attributes.at("data-kernel")] = mark;
+  for (const v1::KernelStat& kernel : report.kernels()) {
+    EXPECT_EQ(by_name.count(kernel.name()), HasRooflinePoint(kernel) ? 1u : 0u) << kernel.name();
+  }
+  // The escaped names come back as they were.
+  EXPECT_EQ(by_name.count("matmul<float, 64>"), 1u);
+  EXPECT_EQ(by_name.count("softmax & mask"), 1u);
+  // Colour by verdict, size by time.
+  EXPECT_NE(by_name["matmul<float, 64>"].attributes["fill"], by_name["rmsnorm"].attributes["fill"]);
+  EXPECT_EQ(by_name["rmsnorm"].attributes["fill"], by_name["adamw"].attributes["fill"]);
+  EXPECT_GT(std::stod(by_name["matmul<float, 64>"].attributes["r"]),
+            std::stod(by_name["rmsnorm"].attributes["r"]));
+  EXPECT_GT(std::stod(by_name["rmsnorm"].attributes["r"]),
+            std::stod(by_name["adamw"].attributes["r"]));
+  // Log axes: higher intensity is further right, higher FLOP/s further up (smaller y).
+  EXPECT_GT(std::stod(by_name["matmul<float, 64>"].attributes["cx"]),
+            std::stod(by_name["rmsnorm"].attributes["cx"]));
+  EXPECT_LT(std::stod(by_name["matmul<float, 64>"].attributes["cy"]),
+            std::stod(by_name["rmsnorm"].attributes["cy"]));
+
+  // Both roofs, meeting at the ridge: the memory roof ends where the compute roof starts.
+  const std::vector<Element> memory = WithClass(parsed, "polyline", "memory-roof");
+  const std::vector<Element> compute = WithClass(parsed, "polyline", "compute-roof");
+  ASSERT_EQ(memory.size(), 1u);
+  ASSERT_EQ(compute.size(), 1u);
+  const std::string memory_points = memory[0].attributes.at("points");
+  const std::string compute_points = compute[0].attributes.at("points");
+  EXPECT_EQ(memory_points.substr(memory_points.rfind(' ') + 1),
+            compute_points.substr(0, compute_points.find(' ')));
+  // The compute roof is flat and above every mark.
+  const double roof_y = std::stod(compute_points.substr(compute_points.find(',') + 1));
+  for (const Element& mark : marks) EXPECT_LT(roof_y, std::stod(mark.attributes.at("cy")));
+
+  // The two longest kernels are labelled, by name.
+  const std::vector<Element> labels = WithClass(parsed, "text", "label");
+  ASSERT_EQ(labels.size(), 2u);
+  EXPECT_EQ(labels[0].text, "matmul<float, 64>");
+  EXPECT_EQ(labels[1].text, "rmsnorm");
+  // Labelled as an estimate on CPU, and the collective is counted as left out.
+  ASSERT_EQ(WithClass(parsed, "text", "basis").size(), 1u);
+  EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, HasSubstr("Analytic estimate"));
+  ASSERT_EQ(WithClass(parsed, "text", "left-out").size(), 1u);
+  EXPECT_THAT(WithClass(parsed, "text", "left-out")[0].text, HasSubstr("1 without"));
+  EXPECT_THAT(WithClass(parsed, "text", "title")[0].text, HasSubstr("job-1 rank 0 on cpu"));
+}
+
+TEST(RooflineSvgTest, MarksSitWhereIntensityAndRateSayOnTheLogAxes) {
+  // Two kernels one decade apart in both intensity and rate are one decade apart on screen,
+  // whichever decade they are in.
+  v1::ProfileReport report = CpuWindow();
+  report.clear_kernels();
+  AddKernel(report, "a", 1.0, 1e9, 1e9, "");    // 1 FLOP/B, 1 GFLOP/s
+  AddKernel(report, "b", 1.0, 1e10, 1e9, "");   // 10 FLOP/B, 10 GFLOP/s
+  AddKernel(report, "c", 1.0, 1e11, 1e9, "");   // 100 FLOP/B, 100 GFLOP/s
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, {});
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  const ParsedSvg parsed = ParseXml(*svg);
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  std::map<std::string, std::pair<double, double>> at;
+  for (const Element& mark : WithClass(parsed, "circle", "kernel")) {
+    at[mark.attributes.at("data-kernel")] = {std::stod(mark.attributes.at("cx")),
+                                             std::stod(mark.attributes.at("cy"))};
+  }
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_NEAR(at["b"].first - at["a"].first, at["c"].first - at["b"].first, 0.02);
+  EXPECT_NEAR(at["b"].second - at["a"].second, at["c"].second - at["b"].second, 0.02);
+  EXPECT_GT(at["b"].first - at["a"].first, 0);
+}
+
+TEST(RooflineSvgTest, CounterWindowsAreNotLabelledAsAnEstimate) {
+  v1::ProfileReport report = CpuWindow();
+  for (v1::KernelStat& kernel : *report.mutable_kernels()) kernel.set_source("cupti");
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, {});
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  const ParsedSvg parsed = ParseXml(*svg);
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, HasSubstr("CUPTI"));
+  EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, ::testing::Not(HasSubstr("estimate")));
+}
+
+TEST(RooflineSvgTest, NoPeaksOrNoCostIsAClearError) {
+  v1::ProfileReport report = CpuWindow();
+  report.set_peak_bytes_per_second(0);
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, {});
+  EXPECT_EQ(svg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(svg.status().message()), HasSubstr("peak_bytes_per_second"));
+
+  report = CpuWindow();
+  for (v1::KernelStat& kernel : *report.mutable_kernels()) kernel.set_flops(-1);
+  svg = RenderRooflineSvg(report, {});
+  EXPECT_EQ(svg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(svg.status().message()), HasSubstr("none of the 5 kernels"));
+}
+
+TEST(SparklineTest, ScalesTheSeriesFromLowestToHighestBlock) {
+  EXPECT_EQ(Sparkline({4.0, 3.0, 2.0, 1.0}, 10), "█▆▃▁");
+  EXPECT_EQ(Sparkline({0, 7}, 10), "▁█");
+  EXPECT_EQ(Sparkline({0, 1, 2, 3, 4, 5, 6, 7}, 8), "▁▂▃▄▅▆▇█");
+}
+
+TEST(SparklineTest, KeepsTheLastWidthValues) {
+  // Only the last three are drawn and scaled among themselves.
+  EXPECT_EQ(Sparkline({100.0, 1.0, 2.0, 3.0}, 3), "▁▅█");
+}
+
+TEST(SparklineTest, FlatEmptyAndNonFiniteSeries) {
+  EXPECT_EQ(Sparkline({2.5, 2.5, 2.5}, 8), "▄▄▄");
+  EXPECT_EQ(Sparkline({}, 8), "");
+  EXPECT_EQ(Sparkline({1.0, 2.0}, 0), "");
+  EXPECT_EQ(Sparkline({1.0, NAN, 2.0, INFINITY}, 8), "▁ █ ");
+}
+
+TEST(SparklineTest, SeriesKeepsItsCapacity) {
+  SparklineSeries series(4);
+  for (double loss : {9.0, 8.0, 4.0, 3.0, 2.0, 1.0}) series.Add(loss);
+  EXPECT_EQ(series.Render(), "█▆▃▁");
+  series.Clear();
+  EXPECT_EQ(series.Render(), "");
+}
+
+}  // namespace
+}  // namespace fsdpd::client
