@@ -2,6 +2,7 @@
 // model with FSDP (world size 2), `fsdpctl export` downloads it, and fsdpd-edge evaluates and
 // generates from that file on lavapipe (validation on) and on its CPU reference.
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <string>
 
@@ -66,6 +67,7 @@ TEST(EdgeClusterTest, AModelTrainedByTheClusterRunsOnFsdpdEdge) {
       Edge({"eval", model, "--text", corpus, "--seq", "32", "--batch", "2", "--backend", "cpu"});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
   const double reference = Perplexity(cpu);
+  std::cout << "perplexity: cpu " << reference << ", vulkan fp32 " << Perplexity(vulkan) << "\n";
   // Trained: far below a uniform guess over 256 bytes. Vulkan fp32 within 2e-4 relative
   // (tests/edge/edge_model_test.cc derives the bound).
   EXPECT_LT(reference, 64.0);
