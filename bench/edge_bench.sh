@@ -12,7 +12,8 @@
 #   cmake -S . -B build-edge -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPD_CUDA=OFF -DFSDPD_TESTS=OFF
 #   cmake --build build-edge --target fsdpd-edge edge_bench
 #   mkdir -p .device/edge && cp build-edge/edge/fsdpd-edge build-edge/bench/edge_bench .device/edge/
-#   strip .device/edge/*; ../shared/device/bundle-libs.sh .device/edge/* .device/edge/lib
+#   strip .device/edge/fsdpd-edge .device/edge/edge_bench
+#   ../shared/device/bundle-libs.sh .device/edge/fsdpd-edge .device/edge/edge_bench .device/edge/lib
 # and carry .device and .gl (the Vulkan loader and GL dispatch libraries, see the device notes);
 # the run then starts with
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig

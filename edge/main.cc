@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
   CLI::App* gen = app.add_subcommand("generate", "continue a prompt (causal byte-level models)");
   AddRunOptions(gen, &generate_options);
   gen->add_option("--prompt", prompt, "prompt text (one token per byte)")->required();
-  gen->add_option("--tokens", generate.new_tokens, "tokens to generate");
+  gen->add_option("--new-tokens", generate.new_tokens, "tokens to generate (default 64)");
   gen->add_option("--top-k", generate.top_k, "sample among the k likeliest (1: greedy)");
   gen->add_option("--seed", generate.seed, "sampling seed");
 

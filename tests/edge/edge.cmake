@@ -20,3 +20,13 @@ if(TARGET fsdpd-edge)
   target_compile_definitions(edge_cli_test PRIVATE FSDPD_EDGE_BINARY="$<TARGET_FILE:fsdpd-edge>")
   add_dependencies(edge_cli_test fsdpd-edge)
 endif()
+# Through a real coordinator, CPU workers and fsdpctl export (tests/integration's harness, which
+# tests/integration/integration.cmake defines; the link resolves once every file is read).
+if(TARGET fsdpd-edge AND TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
+  fsdpd_test(edge_cluster_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_cluster_test.cc
+    LIBS fsdpd_process_harness fsdpd_formats)
+  target_compile_definitions(edge_cluster_test PRIVATE
+    FSDPD_EDGE_BINARY="$<TARGET_FILE:fsdpd-edge>" FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_dependencies(edge_cluster_test fsdpd-edge fsdpd fsdpd-worker fsdpctl)
+endif()

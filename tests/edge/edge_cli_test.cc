@@ -98,8 +98,9 @@ TEST_F(EdgeCliTest, EvalReportsPerplexityTokensPerSecondAndThePathsThatRan) {
 
 TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
   for (const std::string sampling : {"", " --top-k 5 --seed 3"}) {
-    const Outcome outcome = RunEdge(
-        "generate " + model_ + " --prompt 'the quick' --tokens 8 --seq 16 --validate" + sampling);
+    const Outcome outcome =
+        RunEdge("generate " + model_ + " --prompt 'the quick' --new-tokens 8 --seq 16 --validate" +
+                sampling);
     ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
     EXPECT_NE(outcome.output.find("the quick"), std::string::npos) << outcome.output;
   }
