@@ -116,12 +116,13 @@ class RogueClientTest : public ::testing::Test {
     return context;
   }
   grpc::StatusCode Register(const std::string& token, const std::string& worker_id,
-                            std::string* assigned = nullptr) {
+                            std::string* assigned = nullptr, int gpu = 0) {
     auto stub = v1::WorkerService::NewStub(channel_);
     v1::RegisterRequest request;
     request.set_worker_id(worker_id);
     request.set_hostname("rogue");
     request.set_device_kind("cpu");
+    request.set_gpu_index(gpu);
     request.set_memory_bytes(1);
     request.set_address("127.0.0.1");
     v1::RegisterResponse response;
@@ -254,7 +255,8 @@ TEST_F(RogueClientTest, RegistrationIsBoundedPerPeerAndInTotal) {
   int refused = 0;
   int accepted = 0;
   for (int i = 0; i < 40; ++i) {
-    grpc::StatusCode code = Register(kRogueWorker, "");
+    // A new device each time: the same one would take back its own id, adding nobody.
+    grpc::StatusCode code = Register(kRogueWorker, "", nullptr, i);
     if (code == grpc::StatusCode::OK) ++accepted;
     if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused;
   }
