@@ -98,6 +98,18 @@ TEST_F(WorkerRegistryTest, LiveWorkerKeepsItsIdFromASecondProcessOnTheSameDevice
   EXPECT_EQ(StateOf(second), v1::IDLE);
 }
 
+TEST_F(WorkerRegistryTest, WorkersStartingTogetherOnOneHostGetTheirOwnIds) {
+  // The first has registered but not opened its session yet when the second registers.
+  absl::StatusOr<std::pair<std::string, RankAssignment>> first =
+      registry_.Register(Device("host-a", "cpu", -1), now_, "");
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::pair<std::string, RankAssignment>> second =
+      registry_.Register(Device("host-a", "cpu", -1), now_, "");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(first->first, second->first);
+  EXPECT_EQ(registry_.List().size(), 2u);
+}
+
 TEST_F(WorkerRegistryTest, ADifferentDeviceOrGpuDoesNotTakeTheId) {
   const std::string old = Join(Device("host-a", "cuda", 0, "GPU-0"), "alice");
   Kill(old);
