@@ -61,6 +61,7 @@ int RunStatus(const ClientOptions& options, const std::string& job_id) {
   }
   const v1::JobSpec& spec = job.spec();
   std::cout << "job        " << job.id() << " (" << spec.name() << ")\n"
+            << "owner      " << ActorName(job.owner()) << "\n"
             << "state      " << StateName(job.state())
             << (job.reason().empty() ? "" : ": " + job.reason()) << "\n"
             << "attempt    " << job.attempt() << " (max restarts " << spec.max_restarts() << ")\n"
@@ -86,6 +87,7 @@ int RunStatus(const ClientOptions& options, const std::string& job_id) {
     std::cout << "history\n";
     for (const v1::StateChange& change : job.transitions()) {
       std::cout << "  " << FormatTime(change.unix_millis()) << "  " << StateName(change.state())
+                << " by " << ActorName(change.actor())
                 << (change.reason().empty() ? "" : ": " + change.reason()) << "\n";
     }
   }

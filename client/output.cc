@@ -35,6 +35,7 @@ nlohmann::json JobToJson(const v1::Job& job) {
   nlohmann::json out;
   out["id"] = job.id();
   out["uid"] = job.uid();  // unique across clusters; names the checkpoint folder
+  out["owner"] = job.owner();
   out["name"] = job.spec().name();
   out["state"] = StateName(job.state());
   out["reason"] = job.reason();
@@ -81,13 +82,18 @@ nlohmann::json StepEventToJson(const v1::StepReport& step) {
           {"unix_millis", step.unix_millis()}};
 }
 
+std::string ActorName(const std::string& principal) {
+  return principal.empty() ? "anonymous" : principal;
+}
+
 nlohmann::json StateEventToJson(const v1::StateChange& change) {
   return {{"type", "state"},
           {"job_id", change.job_id()},
           {"state", StateName(change.state())},
           {"reason", change.reason()},
           {"attempt", change.attempt()},
-          {"unix_millis", change.unix_millis()}};
+          {"unix_millis", change.unix_millis()},
+          {"actor", change.actor()}};
 }
 
 nlohmann::json WorkerToJson(const v1::Worker& worker) {

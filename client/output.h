@@ -13,6 +13,9 @@
 namespace fsdpd::client {
 
 std::string StateName(v1::JobState state);
+// Who submitted a job or caused a state change: a principal ("token:alice"), "fsdpd" for the
+// coordinator, or "anonymous" for a caller without credentials (authentication off).
+std::string ActorName(const std::string& principal);
 std::string WorkerStateName(v1::WorkerState state);
 // Accepts a state name in any case ("running", "RUNNING").
 std::optional<v1::JobState> ParseJobState(const std::string& name);

@@ -87,6 +87,7 @@ grep -q "fsdpd listening on" "$work/fsdpd.log" || { echo "fsdpd did not start" >
 say "starting two CPU workers"
 for rank in 0 1; do
   "$worker" --coordinator "$listen" --device cpu --checkpoint-root "$work/checkpoints" \
+    --allowed-root "$repo/examples" \
     --hostname "demo-worker-$rank" >"$work/worker$rank.log" 2>&1 &
   pids+=($!)
 done

@@ -10,6 +10,9 @@ packages=(
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev nlohmann-json3-dev libsystemd-dev
   libssl-dev clang-format prometheus curl ccache python3-yaml systemd
   clang-14 libclang-rt-14-dev openssl xz-utils python3-pip python3-numpy
+  # the edge runtime (edge/): Vulkan loader and headers, glslc; lavapipe and the validation
+  # layer for its tests
+  libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers
 )
 
 missing=()

@@ -193,22 +193,6 @@ grpc::Status Authenticator::Authorize(const grpc::ServerContextBase& context, Ro
   return Identify(context, needed, method, &caller);
 }
 
-grpc::Status Authenticator::Identify(const grpc::ServerContextBase& context, Role needed,
-                                     const char* method, Caller* caller) const {
-  *caller = Caller{};
-  if (tokens_.empty()) return grpc::Status::OK;
-  const TokenEntry* match = nullptr;
-  if (grpc::Status found = FindToken(context, &match); !found.ok()) return found;
-  if (static_cast<int>(match->role) < static_cast<int>(needed)) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat(method, " needs the role ", RoleName(needed), "; token \"",
-                                     match->name, "\" has the role ", RoleName(match->role)));
-  }
-  caller->principal = absl::StrCat("token:", match->name);
-  caller->role = match->role;
-  return grpc::Status::OK;
-}
-
 namespace {
 
 // The subject of the verified client certificate, or "" when the caller sent none.
@@ -225,6 +209,31 @@ std::string CertificateSubject(const grpc::ServerContextBase& context) {
 }
 
 }  // namespace
+
+grpc::Status Authenticator::Identify(const grpc::ServerContextBase& context, Role needed,
+                                     const char* method, Caller* caller) const {
+  *caller = Caller{};
+  if (tokens_.empty()) {
+    // Without tokens every caller may do everything; a verified client certificate still
+    // names who it is (the owner of what it submits).
+    if (require_client_certificate_) {
+      const std::string subject = CertificateSubject(context);
+      if (!subject.empty()) caller->principal = absl::StrCat("cert:", subject);
+    }
+    return grpc::Status::OK;
+  }
+  const TokenEntry* match = nullptr;
+  if (grpc::Status found = FindToken(context, &match); !found.ok()) return found;
+  if (static_cast<int>(match->role) < static_cast<int>(needed)) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat(method, " needs the role ", RoleName(needed), "; token \"",
+                                     match->name, "\" has the role ", RoleName(match->role)));
+  }
+  caller->principal = absl::StrCat("token:", match->name);
+  caller->role = match->role;
+  return grpc::Status::OK;
+}
+
 
 grpc::Status Authenticator::AuthenticateWorker(const grpc::ServerContextBase& context,
                                                std::string* principal) const {

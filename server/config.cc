@@ -119,6 +119,11 @@ absl::Status CoordinatorConfig::Check() const {
         " is not a loopback address; serve it with --tls-cert and --tls-key, or pass --insecure "
         "to serve it in plaintext anyway"));
   }
+  if (!health_listen.empty()) {
+    if (absl::Status status = CheckHostPort("health-listen", health_listen); !status.ok()) {
+      return status;
+    }
+  }
   if (max_receive_message_bytes < (1 << 20) + (64 << 10)) {
     // Workers upload artifacts in 1 MiB chunks; a smaller limit would refuse every upload.
     return absl::InvalidArgumentError(

@@ -77,6 +77,9 @@ struct CoordinatorConfig {
   bool insecure = false;  // allows a non-loopback listen address without TLS
   TlsConfig tls;
   std::string tokens_file;  // empty: no bearer tokens asked for (server/auth.h)
+  // A second, plaintext gRPC port serving only grpc.health.v1 (empty: none). Kubernetes' gRPC
+  // probes cannot speak TLS; this port tells them SERVING or NOT_SERVING and nothing else.
+  std::string health_listen;
   // The largest request accepted; artifacts and rendezvous values travel in 1 MiB pieces.
   int max_receive_message_bytes = 4 << 20;
   std::string state_dir;

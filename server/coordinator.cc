@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/cluster_identity.h"
 #include "server/sqlite_job_store.h"
@@ -127,13 +128,68 @@ absl::Status Coordinator::Start() {
                                                " (address in use or not local?)"));
   }
   listen_address_ = absl::StrCat(config_.listen.substr(0, config_.listen.rfind(':')), ":", port);
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
-    health->SetServingStatus(true);
-    health->SetServingStatus(kJobServiceName, true);
+  if (absl::Status status = StartHealthPort(); !status.ok()) {
+    server_->Shutdown();
+    server_.reset();
+    return status;
   }
+  SetServing("", true);
+  SetServing(kJobServiceName, true);
   job_service_serving_ = true;
   ticker_ = std::thread([this] { RunTicker(); });
   return absl::OkStatus();
+}
+
+namespace {
+
+// Every method but grpc.health.v1's on the health port: UNIMPLEMENTED, as for a method that
+// does not exist. gRPC also needs one callback service before it serves the health service.
+class UnimplementedGenericService : public grpc::CallbackGenericService {
+ public:
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    class Refuse : public grpc::ServerGenericBidiReactor {
+     public:
+      Refuse() {
+        Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                            "this port serves grpc.health.v1 only (--health-listen)"));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Refuse;
+  }
+};
+
+}  // namespace
+
+absl::Status Coordinator::StartHealthPort() {
+  if (config_.health_listen.empty()) return absl::OkStatus();
+  health_fallback_ = std::make_unique<UnimplementedGenericService>();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config_.health_listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterCallbackGenericService(health_fallback_.get());
+  health_server_ = builder.BuildAndStart();  // the default health service, nothing else
+  if (health_server_ == nullptr || port == 0) {
+    health_server_.reset();
+    return absl::UnavailableError(absl::StrCat("health-listen: cannot serve on ",
+                                               config_.health_listen,
+                                               " (address in use or not local?)"));
+  }
+  spdlog::info("health checks (grpc.health.v1 only, plaintext) on port {}", port);
+  return absl::OkStatus();
+}
+
+void Coordinator::SetServing(const std::string& service, bool serving) {
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) {
+      if (service.empty()) {
+        health->SetServingStatus(serving);
+      } else {
+        health->SetServingStatus(service, serving);
+      }
+    }
+  }
 }
 
 void Coordinator::RunTicker() {
@@ -164,9 +220,7 @@ void Coordinator::ReportStoreHealth() {
   const bool writable = jobs_->GetStoreHealth().writable;
   if (writable == job_service_serving_) return;
   job_service_serving_ = writable;
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
-    health->SetServingStatus(kJobServiceName, writable);
-  }
+  SetServing(kJobServiceName, writable);
   if (writable) {
     spdlog::info("health: {} SERVING again: the job store writes", kJobServiceName);
   } else {
@@ -184,17 +238,17 @@ void Coordinator::Shutdown() {
   }
   ticker_wakeup_.notify_all();
   if (ticker_.joinable()) ticker_.join();
-  if (server_ != nullptr) {
-    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
-      health->SetServingStatus(false);
-    }
-  }
+  SetServing("", false);
   // Ends every long-lived stream first, so the server's shutdown does not wait on them.
   if (jobs_ != nullptr) jobs_->Shutdown();
   if (rendezvous_ != nullptr) rendezvous_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_.reset();
+  }
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    health_server_.reset();
   }
   if (store_ != nullptr) {
     if (absl::Status status = store_->Flush(); !status.ok()) {

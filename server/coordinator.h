@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/auth.h"
 #include "server/config.h"
@@ -43,6 +44,9 @@ class Coordinator {
   void RunTicker();
   // Mirrors the store's health on the job service's health status (ticker thread).
   void ReportStoreHealth();
+  // Sets a service's status ("" for the whole server) on the main port and the health port.
+  void SetServing(const std::string& service, bool serving);
+  absl::Status StartHealthPort();
 
   CoordinatorConfig config_;
   std::unique_ptr<JobStore> store_;
@@ -55,6 +59,8 @@ class Coordinator {
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::CallbackGenericService> health_fallback_;  // outlives health_server_
+  std::unique_ptr<grpc::Server> health_server_;  // --health-listen: grpc.health.v1 only
   std::string listen_address_;
 
   std::mutex ticker_mutex_;

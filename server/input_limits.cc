@@ -6,23 +6,38 @@
 
 namespace fsdpd::server {
 
+bool CapText(std::string* text, size_t limit) {
+  if (text->size() <= limit) return false;
+  size_t cut = limit;
+  // Backs up over UTF-8 continuation bytes (10xxxxxx) so no character is split.
+  while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) --cut;
+  const size_t dropped = text->size() - cut;
+  text->resize(cut);
+  absl::StrAppend(text, " [truncated ", dropped, " bytes]");
+  return true;
+}
+
 bool CapLogLine(v1::LogLine* line) {
   bool changed = false;
   if (line->level().size() > kMaxLogLevelBytes) {
     line->set_level("info");
     changed = true;
   }
-  std::string* text = line->mutable_text();
-  if (text->size() > kMaxLogLineBytes) {
-    size_t cut = kMaxLogLineBytes;
-    // Backs up over UTF-8 continuation bytes (10xxxxxx) so no character is split.
-    while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) --cut;
-    const size_t dropped = text->size() - cut;
-    text->resize(cut);
-    absl::StrAppend(text, " [truncated ", dropped, " bytes]");
-    changed = true;
+  return CapText(line->mutable_text(), kMaxLogLineBytes) || changed;
+}
+
+absl::Status CheckCancelReason(const std::string& reason) {
+  if (reason.size() <= kMaxReasonBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("reason: ", reason.size(), " bytes; at most ",
+                                                 kMaxReasonBytes, " are allowed"));
+}
+
+bool CapWorkerMessage(v1::WorkerMessage* message) {
+  if (message->has_log()) return CapLogLine(message->mutable_log());
+  if (message->has_result()) {
+    return CapText(message->mutable_result()->mutable_error(), kMaxReasonBytes);
   }
-  return changed;
+  return false;
 }
 
 absl::Status CheckRegistration(const v1::RegisterRequest& request) {

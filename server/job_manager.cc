@@ -114,7 +114,7 @@ std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec) const {
   return errors;
 }
 
-absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner) {
   if (std::vector<FieldError> errors = CheckSpec(spec); !errors.empty()) {
     return absl::InvalidArgumentError(FormatFieldErrors(errors));
   }
@@ -137,10 +137,11 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
     record.job.set_state(v1::PENDING);
     record.job.set_created_unix_millis(UnixMillisNow());
     record.job.set_reason("submitted");
+    record.job.set_owner(owner);
     status = store_.InsertJob(record.job);
     if (status.ok()) {
       stored = &jobs_.emplace(*id, std::move(record)).first->second;
-      TransitionLocked(*stored, v1::PENDING, "submitted");
+      TransitionLocked(*stored, v1::PENDING, "submitted", owner);
     }
   }
   if (absl::Status commit = store_.EndGroup(); status.ok()) status = commit;
@@ -155,8 +156,9 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec) {
     return StoreUnavailable();
   }
   PublishLocked(*stored);
-  spdlog::info("{} submitted: {} on {} {} worker(s)", *id, spec.name(),
-               spec.parallel().world_size(), spec.parallel().device());
+  spdlog::info("{} submitted by {}: {} on {} {} worker(s), uid {}", *id,
+               owner.empty() ? "anonymous" : owner, spec.name(), spec.parallel().world_size(),
+               spec.parallel().device(), stored->job.uid());
   RunGroupedLocked([this] { ScheduleLocked(); });
   return *id;
 }
@@ -171,7 +173,8 @@ const JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) c
   return found == jobs_.end() ? nullptr : &found->second;
 }
 
-absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason,
+                                           const std::string& actor) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord* record = FindLocked(job_id);
   if (record == nullptr)
@@ -186,7 +189,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   const std::string why = reason.empty() ? "cancelled by user" : reason;
   const bool stored = RunGroupedLocked([&] {
     if (record->active.has_value()) EndAttemptLocked(*record, false, why);
-    TransitionLocked(*record, v1::CANCELLED, why);
+    TransitionLocked(*record, v1::CANCELLED, why, actor);
     ScheduleLocked();
   });
   if (!stored) return StoreUnavailable();
@@ -222,8 +225,8 @@ void JobManager::SendHeldNotificationsLocked() {
   for (const auto& send : held) send();
 }
 
-void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
-                                  const std::string& reason) {
+void JobManager::TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
+                                  const std::string& actor) {
   SnapshotLocked(record);
   const int64_t now = UnixMillisNow();
   v1::Job& job = record.job;
@@ -237,11 +240,12 @@ void JobManager::TransitionLocked(JobRecord& record, v1::JobState state,
   change.set_reason(reason);
   change.set_attempt(job.attempt());
   change.set_unix_millis(now);
+  change.set_actor(actor);
   *job.add_transitions() = change;
   LogStoreError(store_.RecordTransition(job, record.next_sequence++, change), "transition");
   PublishLocked(record);
-  spdlog::info("{} → {} (attempt {}): {}", job.id(), v1::JobState_Name(state), job.attempt(),
-               reason);
+  spdlog::info("{} → {} (attempt {}, by {}): {}", job.id(), v1::JobState_Name(state),
+               job.attempt(), actor.empty() ? "anonymous" : actor, reason);
   v1::JobEvent event;
   *event.mutable_state() = change;
   NotifyLocked(record, [event](const auto& subscriber) { subscriber->OnEvent(event); });

@@ -33,6 +33,9 @@
 
 namespace fsdpd::server {
 
+// The actor of the state changes the coordinator decides itself (StateChange.actor).
+inline constexpr char kCoordinatorActor[] = "fsdpd";
+
 // A WatchJob or GetJobLogs stream. Called under the job manager's lock: must not block.
 class JobSubscriber {
  public:
@@ -66,11 +69,15 @@ class JobManager {
 
   // Field errors of the spec, including the coordinator's own limits (world size, memory).
   std::vector<FieldError> CheckSpec(const v1::JobSpec& spec) const;
-  // INVALID_ARGUMENT naming each bad field, or the new job's id.
-  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  // INVALID_ARGUMENT naming each bad field, or the new job's id. `owner` is the submitter's
+  // principal (auth.h; "" without authentication): stored as Job.owner and as the actor of
+  // the first transition.
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
-  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // `actor` is recorded on the CANCELLED transition (StateChange.actor).
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason,
+                                 const std::string& actor = kCoordinatorActor);
   std::map<v1::JobState, int> CountByState() const;
   // Asks every rank of the job's running attempt to profile a window.
   absl::Status StartProfile(const v1::ProfileRequest& request);
@@ -186,7 +193,8 @@ class JobManager {
 
   JobRecord* FindLocked(const std::string& job_id);
   const JobRecord* FindLocked(const std::string& job_id) const;
-  void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason);
+  void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
+                        const std::string& actor = kCoordinatorActor);
   void ScheduleLocked();
   void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids);
   // Cancels the ranks that have not reported, frees the rendezvous scope and stores the end.

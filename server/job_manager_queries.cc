@@ -6,6 +6,20 @@
 #include "server/job_manager.h"
 
 namespace fsdpd::server {
+namespace {
+
+// A damaged page of the store (DATA_LOSS) says what it cost: this part of this job. The rest of
+// the store is read from other pages and keeps answering.
+absl::Status NameDamage(const absl::Status& status, const char* what, const std::string& job_id) {
+  if (!absl::IsDataLoss(status)) return status;
+  return absl::DataLossError(absl::StrCat(
+      "the stored ", what, " of job ", job_id, " are damaged (", status.message(),
+      "); the job's state and spec, and other jobs, still answer; docs/operations.md, \"When the "
+      "store or its volume fails\", says how to recover"));
+}
+
+}  // namespace
+
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   std::shared_ptr<const v1::Job> snapshot;
@@ -81,7 +95,7 @@ absl::StatusOr<JobManager::History> JobManager::Watch(
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
   // Reading the history and subscribing under one lock: no event falls between the two.
   absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(job_id);
-  if (!events.ok()) return events.status();
+  if (!events.ok()) return NameDamage(events.status(), "history (state changes and steps)", job_id);
   History history;
   for (StoredEvent& stored : *events) history.events.push_back(std::move(stored.event));
   history.ended = IsTerminal(record->job.state());
@@ -96,7 +110,7 @@ absl::StatusOr<JobManager::History> JobManager::Logs(
   if (record == nullptr)
     return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   absl::StatusOr<std::vector<v1::LogLine>> logs = store_.LoadLogs(job_id, tail);
-  if (!logs.ok()) return logs.status();
+  if (!logs.ok()) return NameDamage(logs.status(), "log lines", job_id);
   History history;
   history.logs = std::move(*logs);
   history.ended = IsTerminal(record->job.state()) || shutting_down_;

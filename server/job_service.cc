@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_util.h"
+#include "server/input_limits.h"
 
 namespace fsdpd::server {
 namespace {
@@ -165,6 +166,29 @@ grpc::Status JobServiceImpl::Authorize(grpc::CallbackServerContext* context, Rol
   return authenticator_->Authorize(*context, needed, method);
 }
 
+grpc::Status JobServiceImpl::Identify(grpc::CallbackServerContext* context, Role needed,
+                                      const char* method, Caller* caller) const {
+  if (authenticator_ == nullptr) {
+    *caller = Caller{};
+    return grpc::Status::OK;
+  }
+  return authenticator_->Identify(*context, needed, method, caller);
+}
+
+grpc::Status JobServiceImpl::CheckOwner(const Caller& caller, const std::string& job_id,
+                                        const char* method) const {
+  if (caller.role == Role::kAdmin) return grpc::Status::OK;
+  absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (job->owner() == caller.principal) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(method, ": job ", job_id, " belongs to ",
+                                   job->owner().empty() ? "nobody (submitted without a token)"
+                                                        : job->owner(),
+                                   "; a ", RoleName(caller.role),
+                                   " may act only on its own jobs, an admin on every job"));
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::Reply(grpc::CallbackServerContext* context,
                                                 const char* method, const grpc::Status& status) {
   if (metrics_ != nullptr) metrics_->CountRpc(method, status.error_code());
@@ -176,7 +200,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::Reply(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobResponse* response) {
-  if (grpc::Status allowed = Authorize(context, Role::kSubmitter, "SubmitJob"); !allowed.ok()) {
+  Caller caller;
+  if (grpc::Status allowed = Identify(context, Role::kSubmitter, "SubmitJob", &caller);
+      !allowed.ok()) {
     return Reply(context, "SubmitJob", allowed);
   }
   if (request->dry_run()) {
@@ -188,7 +214,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
     }
     return Reply(context, "SubmitJob", grpc::Status::OK);
   }
-  absl::StatusOr<std::string> id = jobs_.Submit(request->spec());
+  absl::StatusOr<std::string> id = jobs_.Submit(request->spec(), caller.principal);
   if (id.ok()) response->set_id(*id);
   return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
 }
@@ -225,10 +251,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::Job* response) {
-  if (grpc::Status allowed = Authorize(context, Role::kSubmitter, "CancelJob"); !allowed.ok()) {
-    return Reply(context, "CancelJob", allowed);
-  }
-  absl::StatusOr<v1::Job> job = jobs_.Cancel(request->id(), request->reason());
+  Caller caller;
+  grpc::Status allowed = Identify(context, Role::kSubmitter, "CancelJob", &caller);
+  if (allowed.ok()) allowed = ToGrpcStatus(CheckCancelReason(request->reason()));
+  if (allowed.ok()) allowed = CheckOwner(caller, request->id(), "CancelJob");
+  if (!allowed.ok()) return Reply(context, "CancelJob", allowed);
+  absl::StatusOr<v1::Job> job = jobs_.Cancel(request->id(), request->reason(), caller.principal);
   if (job.ok()) *response = std::move(*job);
   return Reply(context, "CancelJob", ToGrpcStatus(job.status()));
 }
@@ -299,9 +327,10 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
 grpc::ServerUnaryReactor* JobServiceImpl::StartProfile(grpc::CallbackServerContext* context,
                                                        const v1::ProfileRequest* request,
                                                        v1::StartProfileResponse* response) {
-  if (grpc::Status allowed = Authorize(context, Role::kSubmitter, "StartProfile"); !allowed.ok()) {
-    return Reply(context, "StartProfile", allowed);
-  }
+  Caller caller;
+  grpc::Status allowed = Identify(context, Role::kSubmitter, "StartProfile", &caller);
+  if (allowed.ok()) allowed = CheckOwner(caller, request->job_id(), "StartProfile");
+  if (!allowed.ok()) return Reply(context, "StartProfile", allowed);
   return Reply(context, "StartProfile", ToGrpcStatus(jobs_.StartProfile(*request)));
 }
 

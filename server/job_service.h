@@ -51,6 +51,13 @@ class JobServiceImpl : public v1::JobService::CallbackService {
   std::function<void(grpc::StatusCode)> Counter(const char* method);
   grpc::Status Authorize(grpc::CallbackServerContext* context, Role needed,
                          const char* method) const;
+  // As Authorize, and says who called.
+  grpc::Status Identify(grpc::CallbackServerContext* context, Role needed, const char* method,
+                        Caller* caller) const;
+  // A verb that changes a job (cancel, profile): admins may act on every job, submitters only
+  // on their own. NOT_FOUND for an unknown job, PERMISSION_DENIED naming the owner otherwise.
+  grpc::Status CheckOwner(const Caller& caller, const std::string& job_id,
+                          const char* method) const;
 
   JobManager& jobs_;
   WorkerRegistry& workers_;

@@ -45,6 +45,7 @@ struct Settings {
   std::optional<bool> insecure_metrics;
   std::optional<int> max_workers;
   std::optional<double> register_rate;
+  std::optional<std::string> health_listen;
 };
 
 std::string DefaultStateDir() {
@@ -59,7 +60,7 @@ std::string DefaultStateDir() {
 
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
 // metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
-// max-workers, register-rate.
+// max-workers, register-rate, health-listen.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -96,12 +97,14 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.max_workers = entry.second.as<int>();
       } else if (key == "register-rate") {
         settings.register_rate = entry.second.as<double>();
+      } else if (key == "health-listen") {
+        settings.health_listen = entry.second.as<std::string>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
                          "metrics-retention, lost-worker-retention, max-world-size, insecure, "
-                         "insecure-metrics, max-workers, register-rate)"));
+                         "insecure-metrics, max-workers, register-rate, health-listen)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -150,6 +153,7 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.insecure_metrics) onto.insecure_metrics = from.insecure_metrics;
   if (from.max_workers) onto.max_workers = from.max_workers;
   if (from.register_rate) onto.register_rate = from.register_rate;
+  if (from.health_listen) onto.health_listen = from.health_listen;
 }
 
 absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
@@ -159,6 +163,7 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   config.state_dir = settings.state_dir.value_or(DefaultStateDir());
   config.insecure = settings.insecure.value_or(false);
   config.metrics.insecure = settings.insecure_metrics.value_or(false);
+  config.health_listen = settings.health_listen.value_or("");
   if (settings.max_workers) config.workers.max_workers = *settings.max_workers;
   if (settings.register_rate) config.workers.register_rate_per_peer = *settings.register_rate;
   config.tls.cert_path = settings.tls_cert.value_or("");
@@ -286,6 +291,10 @@ int main(int argc, char** argv) {
       "--register-rate", register_rate, "worker registrations a second per peer address (20)");
   auto* max_request_option = app.add_option("--max-request-bytes", max_request_bytes,
                                             "largest gRPC request accepted (4194304)");
+  std::string health_listen;
+  auto* health_option = app.add_option(
+      "--health-listen", health_listen,
+      "plaintext gRPC port serving only grpc.health.v1, for probes that cannot speak TLS (none)");
   app.add_option("--config", config_file, "YAML file with the same keys as the flags")
       ->check(CLI::ExistingFile);
 
@@ -314,6 +323,7 @@ int main(int argc, char** argv) {
   if (*insecure_metrics_flag) flags.insecure_metrics = insecure_metrics;
   if (*max_workers_option) flags.max_workers = max_workers;
   if (*register_rate_option) flags.register_rate = register_rate;
+  if (*health_option) flags.health_listen = health_listen;
 
   Settings settings;
   if (!config_file.empty()) {

@@ -9,8 +9,13 @@
 namespace fsdpd::server {
 namespace {
 
+// A damaged file (a torn page, a bad disk) is DATA_LOSS, so callers can say what is damaged;
+// everything else is INTERNAL.
 absl::Status SqliteError(sqlite3* database, const std::string& what) {
-  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(database)));
+  const std::string message = absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(database));
+  const int code = sqlite3_errcode(database) & 0xff;
+  if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) return absl::DataLossError(message);
+  return absl::InternalError(message);
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ const std::vector<std::string>& Migrations() {
         CREATE UNIQUE INDEX logs_by_sequence ON logs (job_id, attempt, rank, sequence)
           WHERE sequence > 0;
       )sql",
+      // Who caused each state change (StateChange.actor). Rows from before are "".
+      R"sql(
+        ALTER TABLE transitions ADD COLUMN actor TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return migrations;
 }
@@ -128,8 +132,8 @@ absl::Status SqliteJobStore::PrepareStatements() {
            "ON CONFLICT(id) DO UPDATE SET state = ?2, job = ?4",
            // A step leaves the spec as it is: it is not serialized again for every step.
            "UPDATE jobs SET state = ?2, job = ?3 WHERE id = ?1",
-           "INSERT INTO transitions (job_id, sequence, state, reason, attempt, unix_millis) "
-           "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+           "INSERT INTO transitions (job_id, sequence, state, reason, attempt, unix_millis, actor) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
            "INSERT OR REPLACE INTO step_events (job_id, sequence, attempt, step, report) "
            "VALUES (?1, ?2, ?3, ?4, ?5)",
            "INSERT OR REPLACE INTO step_reports (job_id, attempt, rank, step, report) "
@@ -300,6 +304,7 @@ absl::Status SqliteJobStore::RecordTransition(const v1::Job& job, int64_t sequen
                             .Bind(4, change.reason())
                             .Bind(5, static_cast<int64_t>(change.attempt()))
                             .Bind(6, change.unix_millis())
+                            .Bind(7, change.actor())
                             .Run();
   if (!status.ok()) return status;
   return transaction.Commit();

@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
     jobs.push_back(std::move(*job));
   }
   absl::StatusOr<SqliteStatement> transitions = database_.Prepare(
-      "SELECT job_id, state, reason, attempt, unix_millis FROM transitions "
+      "SELECT job_id, state, reason, attempt, unix_millis, actor FROM transitions "
       "ORDER BY job_id, sequence");
   if (!transitions.ok()) return transitions.status();
   while (true) {
@@ -65,6 +65,7 @@ absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::LoadJobs() {
     change->set_reason(transitions->ColumnText(2));
     change->set_attempt(static_cast<int32_t>(transitions->ColumnInt(3)));
     change->set_unix_millis(transitions->ColumnInt(4));
+    change->set_actor(transitions->ColumnText(5));
   }
   return jobs;
 }
@@ -94,9 +95,9 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::s
   auto lock = LockConnection();
   FlushBeforeReadLocked();
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
-      "SELECT sequence, state, reason, attempt, unix_millis, NULL FROM transitions "
+      "SELECT sequence, state, reason, attempt, unix_millis, NULL, actor FROM transitions "
       "WHERE job_id = ?1 "
-      "UNION ALL SELECT sequence, NULL, NULL, NULL, NULL, report FROM step_events "
+      "UNION ALL SELECT sequence, NULL, NULL, NULL, NULL, report, NULL FROM step_events "
       "WHERE job_id = ?1 ORDER BY 1");
   if (!select.ok()) return select.status();
   select->Bind(1, job_id);
@@ -119,6 +120,7 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::s
       change->set_reason(select->ColumnText(2));
       change->set_attempt(static_cast<int32_t>(select->ColumnInt(3)));
       change->set_unix_millis(select->ColumnInt(4));
+      change->set_actor(select->ColumnText(6));
     }
     events.push_back(std::move(stored));
   }

@@ -146,10 +146,11 @@ class SessionReactor : public SessionBase {
                                     "worker_id changed in the middle of a session"));
       return;
     }
-    if (incoming_.has_log() && CapLogLine(incoming_.mutable_log()) && !warned_long_log_) {
+    if (CapWorkerMessage(&incoming_) && !warned_long_log_) {
       warned_long_log_ = true;
-      spdlog::warn("worker {} sent a log line over {} bytes; long lines are truncated", worker_id_,
-                   kMaxLogLineBytes);
+      spdlog::warn("worker {} sent a log line over {} bytes or a reason over {} bytes; they are "
+                   "truncated",
+                   worker_id_, kMaxLogLineBytes, kMaxReasonBytes);
     }
     jobs_.NoteAlive(worker_id_);
     bool read_next = false;

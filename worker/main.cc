@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
 #include "worker/device/device_runtime.h"
@@ -57,6 +59,17 @@ std::string DefaultCheckpointRoot() {
   return std::string(home != nullptr ? home : ".") + "/.local/state/fsdpd-worker/checkpoints";
 }
 
+// Where jobs' data and init files must lie unless --allowed-root says otherwise: the worker's
+// own data folder, so a job cannot read /etc/passwd by default. `--allowed-root /` allows all.
+std::string DefaultDataRoot() {
+  const char* data_home = std::getenv("XDG_DATA_HOME");
+  if (data_home != nullptr && *data_home != '\0') {
+    return std::string(data_home) + "/fsdpd-worker/data";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.local/share/fsdpd-worker/data";
+}
+
 std::string LocalHostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
@@ -90,7 +103,8 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-interval", heartbeat_interval, "e.g. 1s or 500ms")
       ->capture_default_str();
   app.add_option("--allowed-root", config.allowed_roots,
-                 "data and init paths of jobs must lie inside one of these (repeatable)");
+                 "data and init paths of jobs must lie inside one of these (repeatable; "
+                 "default: ~/.local/share/fsdpd-worker/data; `/` allows every path)");
   std::string tls_ca, tls_cert, tls_key;
   app.add_option("--tls-ca", tls_ca, "PEM CA that signed the coordinator's certificate: use TLS")
       ->envname("FSDPD_TLS_CA");
@@ -122,6 +136,19 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (config.allowed_roots.empty()) {
+    const std::string root = DefaultDataRoot();
+    std::error_code error;
+    std::filesystem::create_directories(root, error);
+    if (error) {
+      std::cerr << "fsdpd-worker: cannot create the default data folder " << root << ": "
+                << error.message() << " (pass --allowed-root)\n";
+      return 2;
+    }
+    config.allowed_roots.push_back(root);
+  }
+  spdlog::info("job paths confined to {} (and the checkpoint root)",
+               absl::StrJoin(config.allowed_roots, ", "));
   absl::Status valid = fsdpd::ValidateWorkerConfig(config);
   if (!valid.ok()) {
     std::cerr << "fsdpd-worker: " << valid.message() << "\n";

@@ -57,6 +57,10 @@ void JobRun::Cancel(const std::string& reason) {
     if (cancel_reason_.empty()) cancel_reason_ = reason;
   }
   cancelled_.store(true);
+  // A rank whose peer died waits inside a collective and would see the flag only after the
+  // collective timeout: abort it now (ncclCommAbort on NCCL).
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (abort_) abort_();
 }
 
 void JobRun::RequestProfile(const v1::ProfileRequest& request) {
@@ -133,6 +137,11 @@ absl::StatusOr<RankContext> JobRun::MakeRankContext() const {
 TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<double>& last_loss) {
   TrainerHooks hooks;
   hooks.cancelled = &cancelled_;
+  hooks.set_abort = [this](std::function<void()> abort) {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    abort_ = std::move(abort);
+    if (abort_ && cancelled_.load()) abort_();  // cancelled while the run was starting
+  };
   hooks.on_step = [this, &last_step, &last_loss](const v1::StepReport& report) {
     v1::WorkerMessage message;
     v1::StepReport* step = message.mutable_step();

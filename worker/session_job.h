@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,6 +70,10 @@ class JobRun {
   // The last number given to a log line of this run (LogLine.sequence).
   std::atomic<int64_t> log_sequence_{0};
   std::mutex cancel_reason_mutex_;
+  // The trainer's way to abort its collectives while they exist (TrainerHooks::set_abort);
+  // guarded by abort_mutex_, so the trainer cannot drop its communicator while Cancel uses it.
+  std::mutex abort_mutex_;
+  std::function<void()> abort_;
   std::string cancel_reason_;
   std::mutex profile_mutex_;
   std::optional<v1::ProfileRequest> profile_request_;

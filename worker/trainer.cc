@@ -210,6 +210,22 @@ absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& conte
   return run;
 }
 
+// Offers hooks.set_abort a way to abort the communicator while it lives.
+class AbortOffer {
+ public:
+  AbortOffer(const TrainerHooks& hooks, Communicator& communicator) : hooks_(hooks) {
+    if (hooks_.set_abort) hooks_.set_abort([&communicator] { communicator.Abort(); });
+  }
+  ~AbortOffer() {
+    if (hooks_.set_abort) hooks_.set_abort(nullptr);
+  }
+  AbortOffer(const AbortOffer&) = delete;
+  AbortOffer& operator=(const AbortOffer&) = delete;
+
+ private:
+  const TrainerHooks& hooks_;
+};
+
 // Between steps: a cancelled run aborts its collectives and ends with CANCELLED.
 absl::Status StopIfCancelled(const TrainerHooks& hooks, int64_t step, Communicator& communicator,
                              const EngineLog& log) {
@@ -238,10 +254,10 @@ absl::Status CheckpointIfDue(const v1::JobSpec& spec, int64_t step, LoadedRun& r
 
 // The consolidated model with PyTorch's names, written by rank 0.
 absl::Status ExportModel(LoadedRun& run, const EngineLog& log, TrainResult* result) {
-  FSDPD_ASSIGN_OR_RETURN(
-      result->exported_model_path,
-      ExportConsolidatedModel(run.paths.job_dir + "/model.safetensors", result->final_step,
-                              *run.engine.state, *run.engine.communicator));
+  FSDPD_ASSIGN_OR_RETURN(result->exported_model_path,
+                         ExportConsolidatedModel(run.paths.job_dir + "/model.safetensors",
+                                                 result->final_step, run.engine.model->config(),
+                                                 *run.engine.state, *run.engine.communicator));
   if (!result->exported_model_path.empty()) {
     log("info", absl::StrCat("exported the model to ", result->exported_model_path));
   }
@@ -257,6 +273,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<DeviceRuntime> runtime,
                          CreateDeviceRuntime(context.device));
   FSDPD_ASSIGN_OR_RETURN(LoadedRun run, Load(spec, context, *runtime, log));
+  const AbortOffer abort_offer(hooks, *run.engine.communicator);
   TrainerProfiling profiling(spec, context, hooks, *runtime, run.engine.recorder.get(),
                              run.engine.backend->name(), run.peak_flops, log);
   const bool optimizer_in_backward = OptimizerInBackward(spec, context);

@@ -53,6 +53,11 @@ struct TrainerHooks {
   // Set by the session to stop the run promptly; the trainer checks it between steps
   // and aborts its collectives.
   const std::atomic<bool>* cancelled = nullptr;
+  // Called with a function that aborts the run's collectives from another thread (NCCL's
+  // ncclCommAbort), once the communicator exists, and with null before it goes away. A rank
+  // whose peer died sits inside a collective, where `cancelled` is never read: the session calls
+  // the function when the coordinator cancels the attempt. Null: not offered.
+  std::function<void(std::function<void()>)> set_abort;
   // Receives each profiling window's reports (spec.profile, or a request), in order: the
   // kernel table first, then the Chrome trace in chunks, the last marked trace_last. Null: the
   // run is never profiled.

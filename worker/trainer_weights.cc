@@ -7,7 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "worker/checkpoint/safetensors.h"
+#include "formats/model_metadata.h"
+#include "formats/safetensors.h"
 
 namespace fsdpd {
 namespace {
@@ -96,7 +97,8 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
 }
 
 absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
-                                                    FsdpState& state, Communicator& communicator) {
+                                                    const ModelConfig& config, FsdpState& state,
+                                                    Communicator& communicator) {
   std::vector<NamedTensor> tensors;
   for (int unit = 0; unit < state.num_units(); ++unit) {
     std::vector<float> values;
@@ -112,8 +114,20 @@ absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int
     }
   }
   if (communicator.rank() != 0) return std::string();
-  absl::Status written =
-      WriteSafetensors(path, tensors, {{"format", "pt"}, {"step", absl::StrCat(step)}});
+  // The model section of the spec travels with the weights, so that a reader without the
+  // spec (fsdpd-edge, PyTorch) can rebuild the architecture; "format": "pt" is what
+  // safetensors' PyTorch loader expects.
+  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", absl::StrCat(step)}};
+  AppendModelMetadata({.vocab = config.vocab,
+                       .dim = config.dim,
+                       .layers = config.layers,
+                       .heads = config.heads,
+                       .ffn_mult = config.ffn_hidden / config.dim,
+                       .causal = config.causal,
+                       .final_norm = config.final_norm,
+                       .norm_eps = config.norm_eps},
+                      &metadata);
+  absl::Status written = WriteSafetensors(path, tensors, metadata);
   if (!written.ok()) {
     return absl::InternalError(
         absl::StrCat("cannot write the exported model to ", path, ": ", written.message()));

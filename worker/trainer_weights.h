@@ -22,9 +22,11 @@ absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
 absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state);
 
 // Collective: gathers every unit's fp32 master; rank 0 then writes one safetensors file of
-// the whole model with PyTorch's names to `path` (atomically). Returns `path` on rank 0 and
-// an empty string elsewhere.
+// the whole model with PyTorch's names to `path` (atomically), with the model config in its
+// __metadata__ (formats/model_metadata.h). Returns `path` on rank 0 and an empty string
+// elsewhere.
 absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
-                                                    FsdpState& state, Communicator& communicator);
+                                                    const ModelConfig& config, FsdpState& state,
+                                                    Communicator& communicator);
 
 }  // namespace fsdpd

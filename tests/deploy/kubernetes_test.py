@@ -150,9 +150,15 @@ class RenderedChecks:
         config = self.config()
         self.assertEqual(state_mount[0]["mountPath"], config["FSDPD_STATE_DIR"])
         ports = {p["name"]: p["containerPort"] for p in fsdpd["ports"]}
-        self.assertEqual(ports, {"grpc": 7070, "metrics": 7071})
+        self.assertEqual(ports, {"grpc": 7070, "metrics": 7071, "health": 7072})
+        # The gRPC port speaks mutual TLS, which kubelet probes cannot: they use the health port.
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            self.assertEqual(fsdpd[probe].get("grpc", {}).get("port"), 7070, probe)
+            self.assertEqual(fsdpd[probe].get("grpc", {}).get("port"), 7072, probe)
+        args = fsdpd.get("args", [])
+        self.assertIn("--health-listen=0.0.0.0:7072", args)
+        for flag in ("--tls-cert=", "--tls-key=", "--tls-client-ca=", "--tokens-file="):
+            self.assertTrue(any(a.startswith(flag) for a in args), flag)
+        self.assertNotIn("--insecure", args)
         self.assertTrue(config["FSDPD_LISTEN"].endswith(":7070"))
         self.assertTrue(config["FSDPD_METRICS_LISTEN"].endswith(":7071"))
 
@@ -182,11 +188,22 @@ class RenderedChecks:
         checkpoints = [m for m in worker["volumeMounts"]
                        if m["mountPath"] == self.config()["FSDPD_CHECKPOINT_ROOT"]]
         self.assertEqual(len(checkpoints), 1, "the checkpoint root is not a mounted volume")
+        data = [m for m in worker["volumeMounts"]
+                if m["mountPath"] == self.config()["FSDPD_ALLOWED_ROOT"]]
+        self.assertEqual(len(data), 1, "the workers' allowed root is not a mounted volume")
+        # Workers present their client certificate to the coordinator.
+        tls = {m["mountPath"] for m in worker["volumeMounts"] if m["name"] == "tls"}
+        for variable in ("FSDPD_TLS_CA", "FSDPD_TLS_CERT", "FSDPD_TLS_KEY"):
+            self.assertTrue(any(env[variable]["value"].startswith(p + "/") for p in tls),
+                            variable)
 
     def test_secret_holds_tls_and_token_placeholders(self):
         secret = one(self.objects, "Secret", "fsdpd-tls")
         data = secret.get("stringData", secret.get("data", {}))
         self.assertEqual(set(data), {"tls.crt", "tls.key", "ca.crt", "tokens"})
+        worker = one(self.objects, "Secret", "fsdpd-worker-tls")
+        data = worker.get("stringData", worker.get("data", {}))
+        self.assertEqual(set(data), {"tls.crt", "tls.key", "ca.crt"})
 
     def config(self):
         return one(self.objects, "ConfigMap", prefix="fsdpd-config-")["data"]

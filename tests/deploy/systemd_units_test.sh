@@ -44,7 +44,8 @@ if [ ! -f "$unit_dir/fsdpd.service" ] || [ ! -f "$unit_dir/fsdpd-worker@.service
 fi
 
 # The installed units must start the binaries of the prefix they were installed to.
-grep -qx "ExecStart=$prefix/bin/fsdpd \$FSDPD_OPTIONS" "$unit_dir/fsdpd.service" ||
+grep -qx "ExecStart=$prefix/bin/fsdpd --tokens-file \${CREDENTIALS_DIRECTORY}/tokens \$FSDPD_OPTIONS" \
+  "$unit_dir/fsdpd.service" ||
   fail "installed fsdpd.service does not start $prefix/bin/fsdpd:" \
     "$(grep ^ExecStart= "$unit_dir/fsdpd.service")"
 grep -q "^ExecStart=$prefix/bin/fsdpd-worker " "$unit_dir/fsdpd-worker@.service" ||
@@ -117,11 +118,12 @@ coordinator=$unit_dir/fsdpd.service
 for line in Type=notify WatchdogSec=30s Restart=on-failure User=fsdpd StateDirectory=fsdpd \
   ProtectSystem=strict ProtectHome=yes PrivateTmp=yes NoNewPrivileges=yes \
   EnvironmentFile=-/etc/fsdpd/fsdpd.env Environment=XDG_STATE_HOME=%S \
-  CapabilityBoundingSet= WantedBy=multi-user.target; do
+  LoadCredential=tokens:/etc/fsdpd/tokens CapabilityBoundingSet= WantedBy=multi-user.target; do
   require_line "$coordinator" "$line"
 done
 worker=$unit_dir/fsdpd-worker@.service
-for line in Restart=on-failure User=fsdpd StateDirectory=fsdpd-worker ProtectSystem=strict \
+for line in Restart=on-failure User=fsdpd "StateDirectory=fsdpd-worker fsdpd-worker/data" \
+  LoadCredential=worker-token:/etc/fsdpd/worker-token ProtectSystem=strict \
   ProtectHome=yes PrivateTmp=yes NoNewPrivileges=yes DevicePolicy=closed \
   "DeviceAllow=char-nvidia-frontend rw" "DeviceAllow=char-nvidia-uvm rw" \
   EnvironmentFile=-/etc/fsdpd/fsdpd-worker.env WantedBy=multi-user.target; do
@@ -129,6 +131,10 @@ for line in Restart=on-failure User=fsdpd StateDirectory=fsdpd-worker ProtectSys
 done
 grep -q -- '--device cuda:%i ' "$worker" ||
   fail "fsdpd-worker@.service does not pass --device cuda:%i"
+grep -q -- '--token-file ${CREDENTIALS_DIRECTORY}/worker-token' "$worker" ||
+  fail "fsdpd-worker@.service does not authenticate with its worker token"
+grep -q -- '--allowed-root %S/fsdpd-worker/data' "$worker" ||
+  fail "fsdpd-worker@.service does not confine job paths to its data folder"
 if grep -q '^PrivateDevices=yes' "$worker"; then fail "PrivateDevices=yes hides /dev/nvidia*"; fi
 if grep -q '^MemoryDenyWriteExecute=yes' "$worker"; then
   fail "MemoryDenyWriteExecute=yes breaks the CUDA driver's PTX compilation"

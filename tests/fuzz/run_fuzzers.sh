@@ -31,11 +31,10 @@ LIBS="$(pkg-config --libs $PACKAGES) -pthread"
 LIBRARY_SOURCES=(
   proto/spec/job_spec.cc proto/spec/job_spec_validate.cc proto/spec/job_spec_estimates.cc
   proto/spec/validate_sections.cc proto/spec/validate_parallel.cc proto/spec/spec_paths.cc
-  worker/data/data_loader.cc worker/data/mapped_file.cc worker/data/path_policy.cc
+  formats/durable_file.cc formats/mapped_file.cc formats/safetensors.cc
+  worker/data/data_loader.cc worker/data/path_policy.cc
   worker/data/synthetic_tokens.cc worker/data/window_data_loader.cc
-  worker/checkpoint/checkpoint.cc worker/checkpoint/crc32c.cc
-  worker/checkpoint/durable_file.cc worker/checkpoint/rank_file.cc
-  worker/checkpoint/safetensors.cc)
+  worker/checkpoint/checkpoint.cc worker/checkpoint/crc32c.cc worker/checkpoint/rank_file.cc)
 
 compile() {  # compile SOURCE OBJECT FLAGS...
   local source="$1" object="$2"

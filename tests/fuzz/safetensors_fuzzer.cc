@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "worker/checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)fsdpd::ParseSafetensors(std::string_view(reinterpret_cast<const char*>(data), size),

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
-#include "worker/checkpoint/safetensors.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/trainer.h"
 

@@ -186,5 +186,48 @@ TEST(CoordinatorRestartTest, JobSurvivesAKilledCoordinator) {
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 
+// A new state folder (a fresh install, a lost volume) restarts job ids at job-000001 while the
+// workers and their checkpoint root live on. The new job-000001 must run from step 1: not sit
+// SCHEDULED on workers that take it for the job they finished, and not resume the old job's
+// checkpoint, which lives under the old job's unique id.
+TEST(CoordinatorRestartTest, ANewStateFolderBesideTheSameWorkersRunsNewJobsFromTheStart) {
+  Cluster cluster(2);
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorkers());
+  auto spec = [](const std::string& name, int64_t steps) {
+    std::string yaml = TinySpec(name, steps);
+    yaml.replace(yaml.find("checkpoint: {every_steps: 0}"),
+                 std::string("checkpoint: {every_steps: 0}").size(),
+                 "checkpoint: {every_steps: 5, keep: 2}");
+    return yaml;
+  };
+  const std::string first = cluster.SubmitJob(cluster.WriteSpec("first", spec("first", 40)));
+  ASSERT_EQ(first, "job-000001");
+  nlohmann::json done = cluster.WaitForState(first, "SUCCEEDED", seconds(120));
+  ASSERT_EQ(done.value("state", ""), "SUCCEEDED") << done.dump() << cluster.Logs();
+  const std::string first_uid = done.value("uid", "");
+
+  cluster.KillCoordinator(SIGKILL);
+  cluster.UseStateDir(cluster.dir() + "/state-of-a-new-cluster");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.WaitForWorkers(2, "IDLE", seconds(60))) << cluster.Logs();
+
+  const std::string second = cluster.SubmitJob(cluster.WriteSpec("second", spec("second", 20)));
+  ASSERT_EQ(second, "job-000001");  // the same display id as the first
+  nlohmann::json again = cluster.WaitForState(second, "SUCCEEDED", seconds(120));
+  ASSERT_EQ(again.value("state", ""), "SUCCEEDED") << again.dump() << cluster.Logs();
+  EXPECT_NE(again.value("uid", ""), first_uid);
+  EXPECT_EQ(again.value("step", 0), 20);
+  EXPECT_EQ(again.value("attempt", 0), 1);
+  int exit_code = -1;
+  std::vector<int64_t> steps;
+  for (const auto& event : cluster.WatchEvents(second, &exit_code, seconds(60))) {
+    if (event.value("type", "") == "step") steps.push_back(event["step"]);
+  }
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 1) << "the new job resumed instead of starting at step 1";
+  EXPECT_EQ(steps.back(), 20);
+}
+
 }  // namespace
 }  // namespace fsdpd::testing

@@ -5,11 +5,11 @@
 #include <fstream>
 #include <vector>
 
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
 #include "tests/unit/engine_test_support.h"
-#include "worker/checkpoint/safetensors.h"
 #include "worker/trainer.h"
 
 namespace fsdpd {

@@ -8,10 +8,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/integration/engine_process_support.h"
 #include "tests/unit/engine_test_support.h"
-#include "worker/checkpoint/safetensors.h"
 
 namespace fsdpd {
 namespace {

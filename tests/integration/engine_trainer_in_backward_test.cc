@@ -8,10 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "proto/spec/job_spec.h"
 #include "tests/unit/engine_test_support.h"
-#include "worker/checkpoint/safetensors.h"
 #include "worker/comm/file_key_value_store.h"
 #include "worker/trainer.h"
 

@@ -2,6 +2,7 @@
 // checkpoint write that fails.
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <vector>
 
@@ -87,6 +88,34 @@ TEST_F(EngineTrainerTest, CancellingStopsBetweenStepsWithCancelled) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
   EXPECT_EQ(steps_seen, 2);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/job/model.safetensors"));
+}
+
+// The session may abort the collectives from its own thread while a step runs (a dead peer
+// leaves the rank inside one, where the cancelled flag is never read): the run then fails that
+// step with CANCELLED, and the abort function is withdrawn before the communicator goes.
+TEST_F(EngineTrainerTest, AbortOfferedToTheSessionStopsTheCollectivesMidStep) {
+  std::function<void()> abort;
+  int offers = 0;
+  int withdrawals = 0;
+  int steps_seen = 0;
+  TrainerHooks hooks;
+  hooks.set_abort = [&](std::function<void()> offered) {
+    (offered ? offers : withdrawals) += 1;
+    abort = std::move(offered);
+  };
+  hooks.on_step = [&](const v1::StepReport& report) {
+    ++steps_seen;
+    if (report.step() == 2) {
+      ASSERT_TRUE(abort);
+      abort();
+    }
+  };
+  auto result = RunTrainer(TinyJob(50, 0), Context(), hooks);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+  EXPECT_EQ(steps_seen, 2);
+  EXPECT_EQ(offers, 1);
+  EXPECT_EQ(withdrawals, 1);
+  EXPECT_FALSE(abort);
 }
 
 TEST_F(EngineTrainerTest, RefusesWhatItCannotRunWithAClearError) {

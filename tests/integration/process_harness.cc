@@ -166,7 +166,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
 Cluster::Cluster(int workers) : worker_count_(workers) {
   address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
   metrics_address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
-  std::filesystem::create_directories(dir() + "/state");
+  state_dir_ = dir() + "/state";
+  std::filesystem::create_directories(state_dir_);
   std::filesystem::create_directories(dir() + "/checkpoints");
 }
 
@@ -180,7 +181,7 @@ bool Cluster::StartCoordinator() {
   const std::string log = dir() + "/fsdpd." + std::to_string(++coordinator_starts_) + ".log";
   coordinator_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_, "--metrics-listen",
-                               metrics_address_, "--state-dir", dir() + "/state",
+                               metrics_address_, "--state-dir", state_dir_,
                                "--heartbeat-timeout", "5s"},
       log);
   if (!coordinator_->WaitForLog("fsdpd listening on", std::chrono::seconds(30))) {
@@ -350,6 +351,17 @@ std::string Cluster::Logs() const {
     out << "==== " << path.filename().string() << "\n" << text << "\n";
   }
   return out.str();
+}
+
+std::string HashTokenLine(const std::string& dir, const std::string& token,
+                          const std::string& role, const std::string& name) {
+  const std::string token_file = dir + "/" + name + ".token";
+  WriteFile(token_file, token + "\n");
+  CommandResult result = RunCommand({BuildPath("server/fsdpd"), "hash-token", "--token-file",
+                                     token_file, "--role", role, "--name", name},
+                                    std::chrono::seconds(30));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return result.exit_code == 0 ? result.out : "";
 }
 
 std::string TinySpec(const std::string& name, int64_t steps, int world_size) {

@@ -76,6 +76,9 @@ class Cluster {
   // serves. Returns false, with the log in the test output, if it does not.
   bool StartCoordinator();
   void KillCoordinator(int signal_number);
+  // The state folder the next StartCoordinator uses (default <dir>/state): a new one is a new
+  // cluster, as after a lost volume or a fresh install beside workers that outlive it.
+  void UseStateDir(const std::string& state_dir) { state_dir_ = state_dir; }
   bool StartWorkers();
   // Waits until the coordinator lists `count` workers in `state` (e.g. "IDLE").
   bool WaitForWorkers(int count, const std::string& state, std::chrono::milliseconds timeout);
@@ -115,10 +118,16 @@ class Cluster {
   int worker_count_;
   std::string address_;
   std::string metrics_address_;
+  std::string state_dir_;
   std::unique_ptr<ChildProcess> coordinator_;
   int coordinator_starts_ = 0;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
 };
+
+// The tokens-file line `fsdpd hash-token` prints for `token` (written to a file in `dir`),
+// with its newline; "" and a test failure if the command fails.
+std::string HashTokenLine(const std::string& dir, const std::string& token,
+                          const std::string& role, const std::string& name);
 
 // A MiniLLM spec small enough to train in seconds on two cores.
 std::string TinySpec(const std::string& name, int64_t steps, int world_size = 2);

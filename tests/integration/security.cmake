@@ -5,4 +5,10 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl AND TARGET fsdpd_proc
     LIBS fsdpd_process_harness
     TIMEOUT 180)
   add_dependencies(security_process_test fsdpd fsdpd-worker fsdpctl)
+  # The attacker's side: the generated stubs, called with and without credentials.
+  fsdpd_test(rogue_client_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rogue_client_test.cc
+    LIBS fsdpd_process_harness fsdpd_proto
+    TIMEOUT 240)
+  add_dependencies(rogue_client_test fsdpd fsdpd-worker fsdpctl)
 endif()

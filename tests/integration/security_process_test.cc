@@ -33,13 +33,7 @@ class SecureClusterTest : public ::testing::Test {
 
   std::string HashToken(const std::string& token, const std::string& role,
                         const std::string& name) {
-    const std::string token_file = dir_.path() + "/" + name + ".token";
-    WriteFile(token_file, token + "\n");
-    CommandResult result = RunCommand({BuildPath("server/fsdpd"), "hash-token", "--token-file",
-                                       token_file, "--role", role, "--name", name},
-                                      seconds(30));
-    EXPECT_EQ(result.exit_code, 0) << result.err;
-    return result.out;
+    return HashTokenLine(dir_.path(), token, role, name);
   }
 
   bool StartCoordinator(const std::string& tokens_file) {

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #ifdef FSDPD_HAS_CUDA
@@ -145,6 +147,34 @@ TEST(WorkerFlagsTest, ShutsDownCleanlyOnSigtermWhileTheCoordinatorIsAway) {
   ASSERT_TRUE(worker.WaitForExit(std::chrono::seconds(3))) << ReadFile(worker.log_path());
   EXPECT_EQ(worker.exit_code(), 0) << ReadFile(worker.log_path());
   EXPECT_THAT(ReadFile(worker.log_path()), HasSubstr("received signal 15; shutting down"));
+}
+
+// Without --allowed-root a worker reads job files only from its own data folder, which it
+// creates; allowing every path takes an explicit `--allowed-root /`.
+TEST(WorkerFlagsTest, JobPathsAreConfinedToTheDataFolderByDefault) {
+  TempDir dir;
+  SilentListener coordinator;
+  ASSERT_GT(coordinator.port(), 0);
+  const std::string data_home = dir.path() + "/xdg-data";
+  setenv("XDG_DATA_HOME", data_home.c_str(), 1);
+  ChildProcess worker({BuildPath("worker/fsdpd-worker"), "--coordinator",
+                       "127.0.0.1:" + std::to_string(coordinator.port()), "--checkpoint-root",
+                       dir.path() + "/checkpoints"},
+                      dir.path() + "/worker.log");
+  unsetenv("XDG_DATA_HOME");
+  ASSERT_TRUE(coordinator.WaitForConnection(std::chrono::seconds(20)))
+      << ReadFile(worker.log_path());
+  EXPECT_THAT(ReadFile(worker.log_path()),
+              HasSubstr("job paths confined to " + data_home + "/fsdpd-worker/data"));
+  EXPECT_TRUE(std::filesystem::is_directory(data_home + "/fsdpd-worker/data"));
+
+  ChildProcess open_worker({BuildPath("worker/fsdpd-worker"), "--coordinator",
+                            "127.0.0.1:" + std::to_string(coordinator.port()), "--checkpoint-root",
+                            dir.path() + "/checkpoints", "--allowed-root", "/"},
+                           dir.path() + "/open-worker.log");
+  ASSERT_TRUE(coordinator.WaitForConnection(std::chrono::seconds(20)))
+      << ReadFile(open_worker.log_path());
+  EXPECT_THAT(ReadFile(open_worker.log_path()), HasSubstr("job paths confined to / "));
 }
 
 }  // namespace

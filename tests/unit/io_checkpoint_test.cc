@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "formats/durable_file.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/temp_dir.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/crc32c.h"
-#include "worker/checkpoint/durable_file.h"
 #include "worker/checkpoint/rank_file.h"
 
 namespace fsdpd {

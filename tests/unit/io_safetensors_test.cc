@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/durable_file.h"
+#include "formats/safetensors.h"
 #include "tests/support/temp_dir.h"
-#include "worker/checkpoint/durable_file.h"
-#include "worker/checkpoint/safetensors.h"
 
 namespace fsdpd {
 namespace {

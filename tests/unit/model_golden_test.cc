@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/backend/cpu_backend.h"
-#include "worker/checkpoint/safetensors.h"
 #include "worker/model/minillm.h"
 
 namespace fsdpd {

@@ -4,12 +4,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <future>
 #include <fstream>
 
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "fsdpd/v1/rendezvous.grpc.pb.h"
 #include "fsdpd/v1/worker.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/spec/job_spec.h"
 #include "server/auth.h"
@@ -204,15 +211,42 @@ TEST_F(BearerTokenTest, ViewerReadsButCannotSubmitOrCancel) {
   EXPECT_THAT(cancel.error_message(), HasSubstr("CancelJob needs the role submitter"));
 }
 
-TEST_F(BearerTokenTest, SubmitterAndAdminSubmitAndCancel) {
+TEST_F(BearerTokenTest, SubmittersActOnTheirOwnJobsAndAdminsOnAll) {
+  std::string mine, admins, third;
+  ASSERT_TRUE(Submit("submitter-token", &mine).ok());
+  ASSERT_TRUE(Submit("admin-token", &admins).ok());
+  ASSERT_TRUE(Submit("submitter-token", &third).ok());
+  grpc::Status refused = Cancel("submitter-token", admins);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("belongs to token:ada"));
+  EXPECT_TRUE(Cancel("submitter-token", mine).ok());
+  EXPECT_TRUE(Cancel("admin-token", third).ok());
+
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer viewer-token");
+  v1::GetJobRequest request;
+  request.set_id(third);
+  v1::Job job;
+  ASSERT_TRUE(jobs_->GetJob(&context, request, &job).ok());
+  EXPECT_EQ(job.owner(), "token:sam");
+  ASSERT_GE(job.transitions_size(), 2);
+  EXPECT_EQ(job.transitions(0).actor(), "token:sam");
+  EXPECT_EQ(job.transitions(job.transitions_size() - 1).state(), v1::CANCELLED);
+  EXPECT_EQ(job.transitions(job.transitions_size() - 1).actor(), "token:ada");
+}
+
+TEST_F(BearerTokenTest, CancelReasonsAreBounded) {
   std::string id;
   ASSERT_TRUE(Submit("submitter-token", &id).ok());
-  // Jobs have no owner: any submitter may cancel any job.
-  std::string other;
-  ASSERT_TRUE(Submit("admin-token", &other).ok());
-  EXPECT_TRUE(Cancel("submitter-token", other).ok());
-  EXPECT_TRUE(Cancel("admin-token", id).ok());
-  EXPECT_TRUE(List("Bearer admin-token").ok());
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer submitter-token");
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason(std::string(kMaxReasonBytes + 1, 'r'));
+  v1::Job response;
+  grpc::Status status = jobs_->CancelJob(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("reason: 1025 bytes; at most 1024"));
 }
 
 TEST_F(BearerTokenTest, StreamsAreCheckedToo) {
@@ -242,9 +276,26 @@ class TlsTest : public ::testing::Test {
     config.tls.cert_path = certificates_.server_pem;
     config.tls.key_path = certificates_.server_key;
     config.tls.client_ca_path = certificates_.ca_pem;
+    health_address_ = "127.0.0.1:" + std::to_string(FreePort());
+    config.health_listen = health_address_;
     coordinator_ = std::make_unique<Coordinator>(config);
     absl::Status started = coordinator_->Start();
     ASSERT_TRUE(started.ok()) << started;
+  }
+
+  static int FreePort() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    int port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      port = ntohs(address.sin_port);
+    }
+    close(fd);
+    return port;
   }
 
   std::shared_ptr<grpc::Channel> Channel(const std::string& ca, const std::string& cert,
@@ -277,12 +328,45 @@ class TlsTest : public ::testing::Test {
 
   TempDir directory_;
   testing::TestCertificates certificates_;
+  std::string health_address_;
   std::unique_ptr<Coordinator> coordinator_;
 };
 
 TEST_F(TlsTest, TlsClientWithoutCertificateUsesTheJobService) {
   grpc::Status status = List(Channel(certificates_.ca_pem, "", ""));
   EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// Probes that cannot speak TLS (Kubernetes' gRPC probes) ask the plaintext health port, which
+// answers grpc.health.v1 and nothing else.
+TEST_F(TlsTest, HealthPortAnswersProbesInPlaintextAndNothingElse) {
+  auto channel = grpc::CreateChannel(health_address_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto call = [&](const std::string& method, grpc::ByteBuffer* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice empty("", 0);
+    grpc::ByteBuffer request(&empty, 1);
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, method, grpc::StubOptions(), &request, response,
+                   [&](grpc::Status status) { done.set_value(status); });
+    return done.get_future().get();
+  };
+  grpc::ByteBuffer health;
+  ASSERT_TRUE(call("/grpc.health.v1.Health/Check", &health).ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(health.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // HealthCheckResponse{status: SERVING}
+  grpc::ByteBuffer jobs;
+  EXPECT_EQ(call("/fsdpd.v1.JobService/ListJobs", &jobs).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  grpc::ByteBuffer registered;
+  EXPECT_EQ(call("/fsdpd.v1.WorkerService/Register", &registered).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
 }
 
 TEST_F(TlsTest, PlaintextClientFails) {

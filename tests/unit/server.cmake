@@ -8,7 +8,7 @@ fsdpd_test(server_rendezvous_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_rendezvous_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_job_manager_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_test.cc
-  LIBS fsdpd_server_lib fsdpd_test_support)
+  LIBS fsdpd_server_lib fsdpd_test_support SQLite::SQLite3)
 fsdpd_test(server_coordinator_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_coordinator_test.cc
   LIBS fsdpd_server_lib fsdpd_test_support)
@@ -18,3 +18,5 @@ fsdpd_test(server_cluster_identity_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_cluster_identity_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_worker_registry_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_worker_registry_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_worker_reclaim_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_worker_reclaim_test.cc LIBS fsdpd_server_lib)

@@ -38,6 +38,24 @@ TEST(ConfigTest, NonLoopbackListenNeedsInsecure) {
   }
 }
 
+// /metrics and the health port are plaintext: the first follows --listen's rule with its own
+// flag; the second serves only health statuses, so any address is accepted if it parses.
+TEST(ConfigTest, NonLoopbackMetricsNeedInsecureMetrics) {
+  CoordinatorConfig config = ValidConfig();
+  config.metrics.listen = "0.0.0.0:7071";
+  absl::Status status = config.Check();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("--insecure-metrics"), std::string::npos) << status;
+  config.insecure = true;  // --insecure is for the gRPC port only
+  EXPECT_FALSE(config.Check().ok());
+  config.metrics.insecure = true;
+  EXPECT_TRUE(config.Check().ok());
+  config.health_listen = "0.0.0.0:7072";
+  EXPECT_TRUE(config.Check().ok());
+  config.health_listen = "no-port";
+  EXPECT_NE(config.Check().message().find("health-listen"), std::string::npos);
+}
+
 TEST(ConfigTest, BadValuesNameTheSetting) {
   CoordinatorConfig config = ValidConfig();
   config.listen = "127.0.0.1";

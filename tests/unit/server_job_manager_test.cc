@@ -2,9 +2,11 @@
 // hand-driven clock.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "server/job_manager.h"
 #include "server/sqlite_job_store.h"
@@ -585,6 +587,54 @@ TEST_F(JobManagerTest, LogsAreStoredAndFollowed) {
   EXPECT_EQ(follower->logs[0].text(), "step 1");
   Result(w0, id, 1, 0, true);
   ASSERT_TRUE(follower->ended.has_value());
+}
+
+// A damaged page of the log table (a torn write, a bad disk) makes `fsdpctl logs` say what is
+// damaged, not a raw SQL error, and the job's state and history keep answering.
+TEST_F(JobManagerTest, DamagedLogPagesAreNamedAndTheRestStaysReadable) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  v1::WorkerMessage message;
+  message.mutable_log()->set_job_id(id);
+  message.mutable_log()->set_attempt(1);
+  message.mutable_log()->set_text(std::string(200, 'x'));
+  for (int i = 0; i < 200; ++i) jobs_->OnWorkerMessage(w0, message);  // several pages
+  Result(w0, id, 1, 0, true);
+  ASSERT_TRUE(jobs_->Logs(id, 0, nullptr).ok());
+  Stop();
+  {
+    // Overwrites the log table's root page with garbage, as a torn write would leave it.
+    sqlite3* database = nullptr;
+    ASSERT_EQ(sqlite3_open((directory_ + "/fsdpd.db").c_str(), &database), SQLITE_OK);
+    sqlite3_stmt* query = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(database,
+                                 "SELECT rootpage FROM sqlite_master WHERE name = 'logs'", -1,
+                                 &query, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(query), SQLITE_ROW);
+    const int64_t root_page = sqlite3_column_int64(query, 0);
+    sqlite3_finalize(query);
+    ASSERT_EQ(sqlite3_exec(database, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(database);
+    std::fstream file(directory_ + "/fsdpd.db", std::ios::in | std::ios::out | std::ios::binary);
+    constexpr int64_t kPageSize = 4096;  // SQLite's default
+    file.seekp((root_page - 1) * kPageSize);
+    const std::string garbage(kPageSize, '\x5a');
+    file.write(garbage.data(), garbage.size());
+  }
+  Start();
+  absl::StatusOr<JobManager::History> logs = jobs_->Logs(id, 0, nullptr);
+  ASSERT_FALSE(logs.ok());
+  EXPECT_EQ(logs.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(logs.status().message()),
+              HasSubstr("the stored log lines of job " + id + " are damaged"));
+  absl::StatusOr<v1::Job> job = jobs_->Get(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::SUCCEEDED);
+  absl::StatusOr<JobManager::History> history = jobs_->Watch(id, nullptr);
+  ASSERT_TRUE(history.ok()) << history.status();
+  EXPECT_FALSE(history->events.empty());
 }
 
 // Numbered log lines are confirmed like step reports, stored once, and a resent one is not

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "server/rendezvous_store.h"
@@ -75,6 +76,19 @@ TEST(RendezvousTest, AddIsAnAtomicCounterVisibleToGet) {
   ASSERT_TRUE(store.Set("job-000001", 2, "text", "abc").ok());
   EXPECT_EQ(store.Add("job-000001", 2, "text", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RendezvousTest, AddRefusesToOverflowAndKeepsTheValue) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(*store.Add("job-000001", 1, "count", max), max);
+  absl::StatusOr<int64_t> wrapped = store.Add("job-000001", 1, "count", 1);
+  EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(*store.Add("job-000001", 1, "count", 0), max);
+  ASSERT_EQ(*store.Add("job-000001", 1, "low", std::numeric_limits<int64_t>::min()),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(store.Add("job-000001", 1, "low", -1).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(RendezvousTest, ScopesAreIsolatedAndDroppedWithTheirAttempt) {

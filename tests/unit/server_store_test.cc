@@ -66,8 +66,11 @@ TEST_F(StoreTest, EverythingSurvivesReopening) {
   {
     auto store = Open();
     v1::Job job = MakeJob("job-000001", v1::PENDING);
+    job.set_owner("token:alice");
     ASSERT_TRUE(store->InsertJob(job).ok());
-    ASSERT_TRUE(store->RecordTransition(job, 1, Change(job.id(), v1::PENDING, "submitted")).ok());
+    v1::StateChange submitted = Change(job.id(), v1::PENDING, "submitted");
+    submitted.set_actor("token:alice");
+    ASSERT_TRUE(store->RecordTransition(job, 1, submitted).ok());
     job.set_state(v1::SCHEDULED);
     job.set_attempt(1);
     job.add_worker_ids("w0");
@@ -115,6 +118,9 @@ TEST_F(StoreTest, EverythingSurvivesReopening) {
   ASSERT_EQ(job.transitions_size(), 2);
   EXPECT_EQ(job.transitions(0).state(), v1::PENDING);
   EXPECT_EQ(job.transitions(1).reason(), "placed");
+  EXPECT_EQ(job.owner(), "token:alice");
+  EXPECT_EQ(job.transitions(0).actor(), "token:alice");
+  EXPECT_EQ(job.transitions(1).actor(), "");
 
   absl::StatusOr<std::vector<AssignmentRecord>> assignments =
       store->LoadAssignments("job-000001", 1);
@@ -127,6 +133,7 @@ TEST_F(StoreTest, EverythingSurvivesReopening) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 3u);
   EXPECT_TRUE((*events)[0].event.has_state());
+  EXPECT_EQ((*events)[0].event.state().actor(), "token:alice");
   EXPECT_TRUE((*events)[1].event.has_state());
   ASSERT_TRUE((*events)[2].event.has_step());
   EXPECT_DOUBLE_EQ((*events)[2].event.step().tokens_per_second(), 123);

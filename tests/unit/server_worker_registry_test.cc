@@ -1,19 +1,17 @@
-// The worker registry's identities: a restarted worker that registers without an id takes back
-// the id of its host and device, under the same rules as an id sent back (same credential, old
-// session gone), and never another credential's or a live worker's.
-#include <gmock/gmock.h>
+// Worker ids bound to the credential that registered them, and the bounds on registration.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <string>
 
+#include "server/peer_rate_limiter.h"
 #include "server/worker_registry.h"
 
 namespace fsdpd::server {
 namespace {
 
-using ::testing::HasSubstr;
-using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
 class NullSession : public WorkerSession {
  public:
@@ -21,127 +19,87 @@ class NullSession : public WorkerSession {
   void Close(const absl::Status&) override {}
 };
 
-v1::RegisterRequest Device(const std::string& host, const std::string& kind, int gpu,
-                           const std::string& uuid = "") {
+v1::RegisterRequest Request(const std::string& id = "", int gpu = 0) {
   v1::RegisterRequest request;
-  request.set_hostname(host);
-  request.set_device_kind(kind);
+  request.set_worker_id(id);
   request.set_gpu_index(gpu);
-  request.set_gpu_uuid(uuid);
+  request.set_hostname("host");
+  request.set_device_kind("cpu");
+  request.set_memory_bytes(1 << 30);
+  request.set_address("127.0.0.1");
   return request;
 }
 
 class WorkerRegistryTest : public ::testing::Test {
  protected:
-  // Registers and attaches a session, as a worker's Register then Session do.
-  std::string Join(const v1::RegisterRequest& request, const std::string& principal) {
-    absl::StatusOr<std::pair<std::string, RankAssignment>> registered =
-        registry_.Register(request, now_, principal);
-    EXPECT_TRUE(registered.ok()) << registered.status();
-    if (!registered.ok()) return "";
-    sessions_[registered->first] = std::make_shared<NullSession>();
-    EXPECT_TRUE(registry_.AttachSession(registered->first, sessions_[registered->first]));
-    registry_.Heartbeat(registered->first, now_);
-    return registered->first;
+  WorkerRegistryConfig Config() {
+    WorkerRegistryConfig config;
+    config.heartbeat_timeout = milliseconds(1000);
+    config.max_workers = 3;
+    return config;
   }
-  // The process dies: its stream ends, and the heartbeat timeout marks it LOST while the
-  // others keep beating.
-  void Kill(const std::string& id) {
-    registry_.DetachSession(id, sessions_[id].get());
-    sessions_.erase(id);
-    now_ += registry_.config().heartbeat_timeout + std::chrono::seconds(1);
-    for (const auto& [live, session] : sessions_) registry_.Heartbeat(live, now_);
-    registry_.ExpireSilentWorkers(now_);
-  }
-  v1::WorkerState StateOf(const std::string& id) { return registry_.Find(id)->info.state(); }
-
-  WorkerRegistry registry_{WorkerRegistryConfig{}};
-  Clock::time_point now_ = Clock::now();
-  std::map<std::string, std::shared_ptr<NullSession>> sessions_;
+  WorkerRegistry registry_{Config()};
+  WorkerRegistry::Clock::time_point now_ = WorkerRegistry::Clock::now();
 };
 
-TEST_F(WorkerRegistryTest, RestartedWorkerTakesBackTheIdOfItsHostAndDevice) {
-  const std::string gpu0 = Join(Device("host-a", "cuda", 0, "GPU-0"), "alice");
-  const std::string gpu1 = Join(Device("host-a", "cuda", 1, "GPU-1"), "alice");
-  Kill(gpu0);
-  ASSERT_EQ(StateOf(gpu0), v1::LOST);
-  EXPECT_EQ(registry_.CountByState()[v1::LOST], 1);
-
-  const std::string back = Join(Device("host-a", "cuda", 0, "GPU-0"), "alice");
-  EXPECT_EQ(back, gpu0);
-  EXPECT_EQ(StateOf(gpu0), v1::IDLE);
-  EXPECT_EQ(registry_.CountByState()[v1::LOST], 0);
-  EXPECT_EQ(registry_.List().size(), 2u);
-  EXPECT_NE(back, gpu1);
-}
-
-TEST_F(WorkerRegistryTest, ReturningIdNeedsTheSameCredential) {
-  const std::string old = Join(Device("host-a", "cuda", 0), "alice");
-  Kill(old);
-  const std::string other = Join(Device("host-a", "cuda", 0), "mallory");
-  EXPECT_NE(other, old);
-  EXPECT_EQ(StateOf(old), v1::LOST);  // still bound to alice
-  // Sending the id explicitly is refused too.
-  v1::RegisterRequest explicit_id = Device("host-a", "cuda", 0);
-  explicit_id.set_worker_id(old);
-  absl::StatusOr<std::pair<std::string, RankAssignment>> taken =
-      registry_.Register(explicit_id, now_, "mallory");
-  EXPECT_EQ(taken.status().code(), absl::StatusCode::kPermissionDenied) << taken.status();
-}
-
-TEST_F(WorkerRegistryTest, LiveWorkerKeepsItsIdFromASecondProcessOnTheSameDevice) {
-  const std::string live = Join(Device("host-a", "cpu", -1), "alice");
-  // A second CPU worker on the same host while the first is live gets an id of its own.
-  const std::string second = Join(Device("host-a", "cpu", -1), "alice");
-  EXPECT_NE(second, live);
-  EXPECT_EQ(StateOf(live), v1::IDLE);
-  EXPECT_EQ(StateOf(second), v1::IDLE);
-}
-
-TEST_F(WorkerRegistryTest, WorkersStartingTogetherOnOneHostGetTheirOwnIds) {
-  // The first has registered but not opened its session yet when the second registers.
-  absl::StatusOr<std::pair<std::string, RankAssignment>> first =
-      registry_.Register(Device("host-a", "cpu", -1), now_, "");
+TEST_F(WorkerRegistryTest, AnIdIsBoundToTheCredentialThatRegisteredIt) {
+  auto first = registry_.Register(Request(), now_, "token:host-a");
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<std::pair<std::string, RankAssignment>> second =
-      registry_.Register(Device("host-a", "cpu", -1), now_, "");
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_NE(first->first, second->first);
-  EXPECT_EQ(registry_.List().size(), 2u);
+  const std::string id = first->first;
+  EXPECT_EQ(registry_.Register(Request(id), now_, "token:rogue").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_.CheckPrincipal(id, "token:rogue").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(registry_.CheckPrincipal(id, "token:host-a").ok());
+  // The rogue's attempt changed nothing: the id still describes the real worker's host.
+  EXPECT_EQ(registry_.Find(id)->info.hostname(), "host");
 }
 
-TEST_F(WorkerRegistryTest, ADifferentDeviceOrGpuDoesNotTakeTheId) {
-  const std::string old = Join(Device("host-a", "cuda", 0, "GPU-0"), "alice");
-  Kill(old);
-  EXPECT_NE(Join(Device("host-a", "cuda", 1, "GPU-1"), "alice"), old);
-  EXPECT_NE(Join(Device("host-b", "cuda", 0, "GPU-0"), "alice"), old);
-  EXPECT_NE(Join(Device("host-a", "cpu", -1), "alice"), old);
-  // Index 0 now names another physical GPU (its UUID differs).
-  EXPECT_NE(Join(Device("host-a", "cuda", 0, "GPU-9"), "alice"), old);
-  EXPECT_EQ(StateOf(old), v1::LOST);
+TEST_F(WorkerRegistryTest, ALiveSessionCannotBeReplacedAndIsReclaimedOnceGone) {
+  auto first = registry_.Register(Request(), now_, "token:host-a");
+  ASSERT_TRUE(first.ok());
+  const std::string id = first->first;
+  auto session = std::make_shared<NullSession>();
+  ASSERT_TRUE(registry_.AttachSession(id, session));
+  ASSERT_TRUE(registry_.Heartbeat(id, now_));
+  EXPECT_EQ(registry_.Register(Request(id), now_ + milliseconds(500), "token:host-a")
+                .status()
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  // Silent past the heartbeat timeout: the same credential may take its id back.
+  EXPECT_TRUE(registry_.Register(Request(id), now_ + milliseconds(1500), "token:host-a").ok());
+  // Or at once after the session closed.
+  registry_.DetachSession(id, session.get());
+  EXPECT_TRUE(registry_.Register(Request(id), now_, "token:host-a").ok());
 }
 
-TEST_F(WorkerRegistryTest, ReturningWorkerGetsThePreviousAssignmentToReconcile) {
-  const std::string old = Join(Device("host-a", "cuda", 0), "alice");
-  registry_.Assign(old, {"job-1", 2, 1});
-  // The stream ends and the process restarts before the heartbeat timeout.
-  registry_.DetachSession(old, sessions_[old].get());
-  absl::StatusOr<std::pair<std::string, RankAssignment>> back =
-      registry_.Register(Device("host-a", "cuda", 0), now_, "alice");
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->first, old);
-  // The job manager fails the rank the old process ran, as for an id sent back.
-  EXPECT_EQ(back->second.job_id, "job-1");
-  EXPECT_EQ(back->second.attempt, 2);
-  EXPECT_EQ(back->second.rank, 1);
+TEST_F(WorkerRegistryTest, NewIdsStopAtMaxWorkersButKnownOnesReturn) {
+  std::string ids[3];
+  for (int gpu = 0; gpu < 3; ++gpu) {  // three devices, so none takes back another's id
+    auto registered = registry_.Register(Request("", gpu), now_, "token:host");
+    ASSERT_TRUE(registered.ok());
+    ids[gpu] = registered->first;
+  }
+  auto refused = registry_.Register(Request("", 3), now_, "token:host");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("--max-workers"), std::string::npos);
+  EXPECT_TRUE(registry_.Register(Request(ids[1], 1), now_, "token:host").ok());
+  EXPECT_EQ(registry_.List().size(), 3u);
 }
 
-TEST(WorkerRegistryConfigTest, LostRetentionShorterThanTheHeartbeatTimeoutIsRejected) {
-  WorkerRegistryConfig config;
-  config.lost_retention = config.heartbeat_timeout - std::chrono::milliseconds(1);
-  const absl::Status status = config.Check();
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("lost-worker-retention"));
+TEST(PeerRateLimiterTest, EachHostHasItsOwnBucketWhateverItsPort) {
+  PeerRateLimiter limiter(/*rate=*/2, /*burst=*/4);
+  const auto start = PeerRateLimiter::Clock::now();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(limiter.Take("ipv4:10.0.0.5:" + std::to_string(40000 + i), start).ok());
+  }
+  absl::Status refused = limiter.Take("ipv4:10.0.0.5:41000", start);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(limiter.Take("ipv4:10.0.0.6:40000", start).ok());
+  // Half a second refills one call at 2 a second.
+  EXPECT_TRUE(limiter.Take("ipv4:10.0.0.5:41001", start + milliseconds(500)).ok());
+  EXPECT_FALSE(limiter.Take("ipv4:10.0.0.5:41002", start + milliseconds(500)).ok());
+  EXPECT_EQ(PeerRateLimiter::PeerHost("ipv6:[::1]:41234"), "ipv6:[::1]");
 }
 
 }  // namespace

@@ -11,12 +11,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "formats/durable_file.h"
+#include "formats/mapped_file.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/crc32c.h"
-#include "worker/checkpoint/durable_file.h"
 #include "worker/checkpoint/rank_file.h"
-#include "worker/data/mapped_file.h"
 
 namespace fsdpd {
 namespace {

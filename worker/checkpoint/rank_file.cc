@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "formats/durable_file.h"
 #include "worker/checkpoint/crc32c.h"
-#include "worker/checkpoint/durable_file.h"
 
 namespace fsdpd {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data/mapped_file.h"
+#include "formats/mapped_file.h"
 
 namespace fsdpd {
 namespace {

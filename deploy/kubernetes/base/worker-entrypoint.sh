@@ -10,6 +10,7 @@
 #   FSDPD_WORKER_DEVICES   "auto" (default): cuda:0..N-1 for the N GPUs the pod was given;
 #                          or a list such as "cpu,cpu" or "cuda:0 cuda:1".
 #   FSDPD_CHECKPOINT_ROOT  --checkpoint-root for every worker (shared by a job's ranks).
+#   FSDPD_ALLOWED_ROOT     --allowed-root: where jobs' data and init files may lie.
 #   FSDPD_WORKER_HOSTNAME  --hostname (the node name, so the scheduler packs ranks by node).
 #   FSDPD_WORKER_ADDRESS   --address (the pod IP, where peers reach these ranks).
 #   FSDPD_WORKER_BINARY    the worker binary (default: fsdpd-worker on PATH).
@@ -59,6 +60,7 @@ done
 
 common=()
 [[ -n "${FSDPD_CHECKPOINT_ROOT:-}" ]] && common+=(--checkpoint-root "$FSDPD_CHECKPOINT_ROOT")
+[[ -n "${FSDPD_ALLOWED_ROOT:-}" ]] && common+=(--allowed-root "$FSDPD_ALLOWED_ROOT")
 [[ -n "${FSDPD_WORKER_HOSTNAME:-}" ]] && common+=(--hostname "$FSDPD_WORKER_HOSTNAME")
 [[ -n "${FSDPD_WORKER_ADDRESS:-}" ]] && common+=(--address "$FSDPD_WORKER_ADDRESS")
 

@@ -1,4 +1,4 @@
-#include "worker/checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,9 +6,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "formats/durable_file.h"
+#include "formats/mapped_file.h"
 #include "nlohmann/json.hpp"
-#include "worker/checkpoint/durable_file.h"
-#include "worker/data/mapped_file.h"
 
 namespace fsdpd {
 namespace {
@@ -176,7 +176,8 @@ absl::StatusOr<Entry> ParseEntry(const std::string& source, const std::string& n
 }
 
 absl::StatusOr<std::vector<Entry>> ParseHeader(const std::string& source, std::string_view header,
-                                               uint64_t data_size) {
+                                               uint64_t data_size,
+                                               std::map<std::string, std::string>* metadata_out) {
   nlohmann::json root = nlohmann::json::parse(header.begin(), header.end(), nullptr,
                                               /*allow_exceptions=*/false);
   if (root.is_discarded()) return HeaderError(source, "header is not valid JSON");
@@ -191,6 +192,9 @@ absl::StatusOr<std::vector<Entry>> ParseHeader(const std::string& source, std::s
         if (!metadata.value().is_string()) {
           return HeaderError(
               source, absl::StrCat("__metadata__ value of '", metadata.key(), "' is not a string"));
+        }
+        if (metadata_out != nullptr) {
+          (*metadata_out)[metadata.key()] = metadata.value().get<std::string>();
         }
       }
       continue;
@@ -298,8 +302,10 @@ absl::Status WriteSafetensorsViews(const std::string& path, const std::vector<Te
   return WriteTensors(path, references, metadata);
 }
 
-absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(std::string_view bytes,
-                                                          const std::string& source) {
+absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
+    std::string_view bytes, const std::string& source,
+    std::map<std::string, std::string>* metadata) {
+  if (metadata != nullptr) metadata->clear();
   if (bytes.size() < 8) {
     return HeaderError(source, absl::StrCat("file of ", bytes.size(),
                                             " bytes is too short for the 8-byte header length"));
@@ -320,7 +326,7 @@ absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(std::string_view bytes
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data()) + 8 + header_length;
   absl::StatusOr<std::vector<Entry>> entries;
   try {
-    entries = ParseHeader(source, header, data_size);
+    entries = ParseHeader(source, header, data_size, metadata);
   } catch (const nlohmann::json::exception& error) {
     // Every access above is type-checked first; this is a last line of defence for the fuzzer.
     return HeaderError(source, absl::StrCat("malformed header: ", error.what()));
@@ -340,11 +346,13 @@ absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(std::string_view bytes
   return tensors;
 }
 
-absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(const std::string& path) {
+absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(
+    const std::string& path, std::map<std::string, std::string>* metadata) {
   auto file = MappedFile::Open(path, "safetensors file");
   if (!file.ok()) return file.status();
   return ParseSafetensors(
-      std::string_view(reinterpret_cast<const char*>((*file)->data()), (*file)->size()), path);
+      std::string_view(reinterpret_cast<const char*>((*file)->data()), (*file)->size()), path,
+      metadata);
 }
 
 }  // namespace fsdpd

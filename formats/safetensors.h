@@ -38,12 +38,15 @@ absl::Status WriteSafetensorsViews(const std::string& path, const std::vector<Te
 // Reads every tensor, converting BF16/F16/F32 to fp32. A malformed header, overlapping or
 // out-of-range offsets, or an unsupported dtype is a clear error, never a crash.
 // I64/I32/I16/I8/U8/BOOL/F64 tensors are accepted too and converted to float (test fixtures
-// store token ids that way). Tensors come back in file order (by data offset).
-absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(const std::string& path);
+// store token ids that way). Tensors come back in file order (by data offset). When
+// `metadata` is given, it receives the header's "__metadata__" strings (empty when absent).
+absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(
+    const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
 // The same parser over bytes already in memory (the fuzz target; never crashes on any input).
 // `source` names the bytes in error messages.
-absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(std::string_view bytes,
-                                                          const std::string& source = "buffer");
+absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
+    std::string_view bytes, const std::string& source = "buffer",
+    std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace fsdpd

@@ -1,4 +1,4 @@
-#include "worker/data/mapped_file.h"
+#include "formats/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "worker/checkpoint/durable_file.h"
+#include "formats/durable_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,0 +1,259 @@
+// fsdpd-edge's throughput on one Vulkan device: a model of the given shape with random weights
+// is written as an export (config metadata and all) and read back as fsdpd-edge reads it; then
+// forward tokens/s (forward plus log-softmax NLL, the `eval` work) and the matmul shader's
+// TFLOP/s, each with cooperative matrices and with the tiled shader, and the time to place the
+// weights zero-copy and through staging. Random weights time the same as trained ones.
+//
+//   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
+//              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "edge/cpu_backend.h"
+#include "edge/model.h"
+#include "edge/vulkan_backend.h"
+#include "formats/model_metadata.h"
+#include "formats/safetensors.h"
+
+namespace fsdpd::edge {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "edge_bench: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+// Uniform(±scale) from a fast generator: the values only need to be finite and O(1/√fan_in).
+std::vector<float> Random(int64_t count, float scale, uint64_t seed) {
+  std::vector<float> values(static_cast<size_t>(count));
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (float& value : values) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    value = scale * (static_cast<float>(state >> 40) * 0x1.0p-23f - 1.0f);
+  }
+  return values;
+}
+
+absl::Status WriteRandomModel(const std::string& path, const ExportedModelConfig& c) {
+  std::vector<NamedTensor> tensors;
+  uint64_t seed = 1;
+  auto add = [&](std::string name, std::vector<int64_t> shape, float scale, float offset) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    NamedTensor tensor{std::move(name), std::move(shape), Random(count, scale, ++seed)};
+    for (float& value : tensor.values) value += offset;
+    tensors.push_back(std::move(tensor));
+  };
+  const int64_t ffn = c.ffn_mult * c.dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    add(p + "norm1.weight", {c.dim}, 0.0f, 1.0f);
+    add(p + "attn.in_proj_weight", {3 * c.dim, c.dim}, scale, 0.0f);
+    add(p + "attn.in_proj_bias", {3 * c.dim}, 0.0f, 0.0f);
+    add(p + "attn.out_proj.weight", {c.dim, c.dim}, scale, 0.0f);
+    add(p + "attn.out_proj.bias", {c.dim}, 0.0f, 0.0f);
+    add(p + "norm2.weight", {c.dim}, 0.0f, 1.0f);
+    add(p + "ffn.0.weight", {ffn, c.dim}, scale, 0.0f);
+    add(p + "ffn.2.weight", {c.dim, ffn}, 1.0f / std::sqrt(static_cast<float>(ffn)), 0.0f);
+  }
+  add("embed.weight", {c.vocab, c.dim}, 1.0f, 0.0f);
+  add("head.weight", {c.vocab, c.dim}, scale, 0.0f);
+  if (c.final_norm) add("norm.weight", {c.dim}, 0.0f, 1.0f);
+  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "0"}};
+  AppendModelMetadata(c, &metadata);
+  return WriteSafetensors(path, tensors, metadata);
+}
+
+// The matmul on ragged shapes against the CPU reference, with edge_kernels_test's fp16 bound
+// (|Δ| ≤ (2·2^-11 + 2^-22 + 2·K·2^-24)·Σ|x·w|): returns the worst error / bound (≤ 1 passes).
+absl::StatusOr<double> CheckMatmul(Backend& gpu) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  double worst = 0.0;
+  for (auto [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{77, 70, 45}, {130, 129, 256}, {256, 192, 2048}}) {
+    const std::vector<float> x = Random(m * k, 1.0f, 11), w = Random(n * k, 1.0f, 12);
+    std::vector<float> gpu_out(static_cast<size_t>(m * n)), cpu_out(gpu_out.size());
+    for (Backend* backend : {&gpu, cpu.get()}) {
+      auto weight = backend->Weight(w.data(), n * k);
+      auto input = backend->Floats(m * k);
+      auto output = backend->Floats(m * n);
+      if (!weight.ok() || !input.ok() || !output.ok()) return absl::InternalError("allocation");
+      std::vector<float>& out = backend == &gpu ? gpu_out : cpu_out;
+      absl::Status status = backend->WriteFloats(**input, x.data(), m * k);
+      if (status.ok()) status = backend->Linear(**input, **weight, nullptr, m, k, n, **output);
+      if (status.ok()) status = backend->ReadFloats(**output, out.data(), m * n);
+      if (!status.ok()) return status;
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        double magnitude = 0.0;
+        for (int64_t i = 0; i < k; ++i) magnitude += std::fabs(x[r * k + i] * w[c * k + i]);
+        const double bound = (2.0 / 2048 + 1.0 / (1 << 22) + 2.0 * k / (1 << 24)) * magnitude;
+        const double error = std::fabs(gpu_out[r * n + c] - cpu_out[r * n + c]);
+        if (!std::isfinite(gpu_out[r * n + c])) return absl::InternalError("non-finite output");
+        worst = std::max(worst, error / bound);
+      }
+    }
+  }
+  return worst;
+}
+
+struct Variant {
+  const char* name;
+  bool coop;
+  bool staging;
+  VulkanOptions::Precision precision;
+};
+
+}  // namespace
+}  // namespace fsdpd::edge
+
+int main(int argc, char** argv) {
+  using namespace fsdpd;
+  using namespace fsdpd::edge;
+  ExportedModelConfig config{.vocab = 32000,
+                             .dim = 2048,
+                             .layers = 12,
+                             .heads = 16,
+                             .ffn_mult = 4,
+                             .causal = false,
+                             .final_norm = false,
+                             .norm_eps = 1.1920928955078125e-07};
+  int64_t batch = 8, seq = 1024;
+  int iters = 5, device = 0;
+  std::string model_path = "/tmp/edge_bench.safetensors";
+  bool fp32 = false;
+  CLI::App app{"edge_bench: fsdpd-edge forward tokens/s and matmul TFLOP/s on a Vulkan device"};
+  app.add_option("--dim", config.dim);
+  app.add_option("--layers", config.layers);
+  app.add_option("--heads", config.heads);
+  app.add_option("--vocab", config.vocab);
+  app.add_option("--ffn-mult", config.ffn_mult);
+  app.add_flag("--causal", config.causal);
+  app.add_option("--batch", batch);
+  app.add_option("--seq", seq);
+  app.add_option("--iters", iters);
+  app.add_option("--device", device);
+  app.add_option("--model", model_path, "where the random export is written");
+  app.add_flag("--fp32", fp32, "also time the fp32 path");
+  CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once
+
+  auto start = std::chrono::steady_clock::now();
+  if (absl::Status written = WriteRandomModel(model_path, config); !written.ok()) {
+    return Fail(written);
+  }
+  absl::StatusOr<HostModel> model = LoadHostModel(model_path);
+  if (!model.ok()) return Fail(model.status());
+  std::printf(
+      "model dim %lld layers %lld heads %lld vocab %lld ffn_mult %lld, batch %lld × seq "
+      "%lld; written and read back in %.1f s\n",
+      (long long)config.dim, (long long)config.layers, (long long)config.heads,
+      (long long)config.vocab, (long long)config.ffn_mult, (long long)batch, (long long)seq,
+      Seconds(start));
+  const int64_t rows = batch * seq;
+  const double d = static_cast<double>(config.dim);
+  const double gemm_flops =
+      2.0 * rows *
+      (config.layers * (4.0 * d * d + 2.0 * config.ffn_mult * d * d) + d * config.vocab);
+  const double attention_flops =
+      4.0 * batch * seq * seq * d * config.layers * (config.causal ? 0.5 : 1.0);
+  std::printf("forward: %.2f TFLOP (GEMMs %.2f, attention %.2f)\n",
+              (gemm_flops + attention_flops) * 1e-12, gemm_flops * 1e-12, attention_flops * 1e-12);
+
+  std::vector<Variant> variants = {
+      {"coop-matrix fp16, zero-copy", true, false, VulkanOptions::Precision::kFp16},
+      {"tiled fp16, zero-copy", false, false, VulkanOptions::Precision::kFp16},
+      {"fp16, staging (coop-matrix where present)", true, true, VulkanOptions::Precision::kFp16}};
+  if (fp32) variants.push_back({"tiled fp32", false, false, VulkanOptions::Precision::kFp32});
+  std::vector<int32_t> tokens(static_cast<size_t>(rows)), targets(tokens.size());
+  std::mt19937 random(1);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(random() % config.vocab);
+    targets[i] = static_cast<int32_t>(random() % config.vocab);
+  }
+  // A variant that fails (a driver refusing a pipeline, say) is reported and the next one runs.
+  auto run_variant = [&](const Variant& variant) -> int {
+    VulkanOptions options;
+    options.device = device;
+    options.cooperative_matrix = variant.coop;
+    options.force_staging = variant.staging;
+    options.precision = variant.precision;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+    if (!backend.ok()) return Fail(backend.status());
+    std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());
+    if (variant.coop && !variant.staging && !(*backend)->uses_cooperative_matrix()) {
+      std::printf("  no cooperative matrices on this device: skipped\n");
+      return 0;
+    }
+    absl::StatusOr<double> check = CheckMatmul(**backend);
+    if (!check.ok()) return Fail(check.status());
+    std::printf(
+        "  matmul vs the CPU reference on ragged shapes: worst error %.3f of the fp16 "
+        "bound (%s)\n",
+        *check, *check <= 1.0 ? "pass" : "FAIL");
+    if (*check > 1.0) return 1;
+    start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(*model, backend->get(), batch, seq);
+    if (!runner.ok()) return Fail(runner.status());
+    std::printf("  weights placed in %.2f s\n", Seconds(start));
+    absl::StatusOr<double> nll = (*runner)->SumNll(tokens, targets);  // warm-up
+    if (!nll.ok()) return Fail(nll.status());
+    start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      nll = (*runner)->SumNll(tokens, targets);
+      if (!nll.ok()) return Fail(nll.status());
+    }
+    const double seconds = Seconds(start) / iters;
+    std::printf(
+        "  forward: %.0f tokens/s (%.1f ms per batch, %.4g TFLOP/s overall), mean nll "
+        "%.4f\n",
+        rows / seconds, seconds * 1e3, (gemm_flops + attention_flops) / seconds * 1e-12,
+        *nll / rows);
+    // The matmul alone, on the forward's two FFN shapes.
+    for (auto [m, n, k] :
+         {std::tuple<int64_t, int64_t, int64_t>{rows, config.ffn_mult * config.dim, config.dim},
+          {rows, config.dim, config.ffn_mult * config.dim}}) {
+      std::vector<float> w = Random(n * k, 0.02f, 7);
+      auto weight = (*backend)->Weight(w.data(), n * k);
+      auto x = (*backend)->Floats(m * k);
+      auto y = (*backend)->Floats(m * n);
+      if (!weight.ok() || !x.ok() || !y.ok()) return Fail(absl::InternalError("allocation failed"));
+      std::vector<float> input = Random(m * k, 1.0f, 8);
+      if (auto s = (*backend)->WriteFloats(**x, input.data(), m * k); !s.ok()) return Fail(s);
+      auto run = [&](int count) -> absl::Status {
+        for (int i = 0; i < count; ++i) {
+          if (auto s = (*backend)->Linear(**x, **weight, nullptr, m, k, n, **y); !s.ok()) return s;
+        }
+        return (*backend)->Finish();
+      };
+      if (auto s = run(2); !s.ok()) return Fail(s);
+      const int repeats = 20;
+      start = std::chrono::steady_clock::now();
+      if (auto s = run(repeats); !s.ok()) return Fail(s);
+      const double each = Seconds(start) / repeats;
+      std::printf("  matmul %lldx%lldx%lld: %.4g TFLOP/s (%.3f ms)\n", (long long)m, (long long)n,
+                  (long long)k, 2.0 * m * n * k / each * 1e-12, each * 1e3);
+    }
+    if ((*backend)->validation_errors() != 0) {
+      return Fail(absl::InternalError("validation errors"));
+    }
+    return 0;
+  };
+  int failures = 0;
+  for (const Variant& variant : variants) failures += run_variant(variant);
+  return failures == 0 ? 0 : 1;
+}

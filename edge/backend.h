@@ -1,0 +1,61 @@
+// The edge runtime's device layer: the few operations MiniLLM's forward needs, on opaque
+// buffers. The CPU backend (the reference, kernels/cpu) and the Vulkan backend implement it;
+// a Metal backend would be a third implementation of this interface and nothing else
+// (docs/edge.md). Operations are enqueued in order; Finish waits for them and returns the
+// first error. Activations are fp32; a backend may keep weights in a narrower type.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fsdpd::edge {
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // One line for reports: the device and the paths it runs (precision, weight upload).
+  virtual std::string Describe() const = 0;
+
+  // A weight tensor from fp32 host values (count floats).
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) = 0;
+  // Uninitialised fp32 activations, or int32 token ids.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) = 0;
+  // Host ↔ buffer copies; both wait for the work enqueued before them.
+  virtual absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) = 0;
+  virtual absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) = 0;
+  virtual absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) = 0;
+
+  // out[count, dim] = table[tokens[t]]; ids already checked against the table's rows.
+  virtual absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
+                                 Buffer& out) = 0;
+  // out = x · rsqrt(mean(x²) + eps) · weight, per row of dim.
+  virtual absl::Status RmsNorm(Buffer& x, Buffer& weight, int64_t rows, int64_t dim, double eps,
+                               Buffer& out) = 0;
+  // out[rows, out_features] = x[rows, in_features] · weightᵀ (+ bias, may be null).
+  virtual absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                              int64_t in_features, int64_t out_features, Buffer& out) = 0;
+  // nn.MultiheadAttention's core on packed qkv[batch, seq, 3·dim] → out[batch, seq, dim].
+  virtual absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t dim, bool causal, Buffer& out) = 0;
+  virtual absl::Status Silu(Buffer& x, int64_t count, Buffer& out) = 0;
+  virtual absl::Status Add(Buffer& a, Buffer& b, int64_t count, Buffer& out) = 0;
+  // nll[r] = logsumexp(logits[r]) − logits[r][targets[r]] (log-softmax, cross-entropy).
+  virtual absl::Status TokenNll(Buffer& logits, Buffer& targets, int64_t rows, int64_t vocab,
+                                Buffer& nll) = 0;
+
+  virtual absl::Status Finish() = 0;
+};
+
+}  // namespace fsdpd::edge

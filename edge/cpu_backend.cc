@@ -1,0 +1,116 @@
+#include "edge/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/silu.h"
+
+namespace fsdpd::edge {
+namespace {
+
+struct HostBuffer : Buffer {
+  std::vector<float> floats;
+  std::vector<int32_t> ints;
+};
+
+HostBuffer& Host(Buffer& buffer) { return static_cast<HostBuffer&>(buffer); }
+
+class CpuBackend : public Backend {
+ public:
+  std::string Describe() const override { return "cpu (fp32 reference, kernels/cpu)"; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
+    auto buffer = std::make_unique<HostBuffer>();
+    buffer->floats.assign(values, values + count);
+    return buffer;
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
+    auto buffer = std::make_unique<HostBuffer>();
+    buffer->floats.resize(static_cast<size_t>(count));
+    return buffer;
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) override {
+    auto buffer = std::make_unique<HostBuffer>();
+    buffer->ints.resize(static_cast<size_t>(count));
+    return buffer;
+  }
+  absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) override {
+    std::memcpy(Host(buffer).ints.data(), values, static_cast<size_t>(count) * sizeof(int32_t));
+    return absl::OkStatus();
+  }
+  absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) override {
+    std::memcpy(Host(buffer).floats.data(), values, static_cast<size_t>(count) * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) override {
+    std::memcpy(values, Host(buffer).floats.data(), static_cast<size_t>(count) * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
+                         Buffer& out) override {
+    cpu::EmbeddingForward(Host(table).floats.data(), Host(tokens).ints.data(), count, dim,
+                          Host(out).floats.data());
+    return absl::OkStatus();
+  }
+  absl::Status RmsNorm(Buffer& x, Buffer& weight, int64_t rows, int64_t dim, double eps,
+                       Buffer& out) override {
+    rstd_.resize(static_cast<size_t>(rows));
+    cpu::RmsNormForward(Host(x).floats.data(), Host(weight).floats.data(), rows, dim, eps,
+                        Host(out).floats.data(), rstd_.data());
+    return absl::OkStatus();
+  }
+  absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
+                      int64_t out_features, Buffer& out) override {
+    cpu::LinearForward(Host(x).floats.data(), Host(weight).floats.data(),
+                       bias != nullptr ? Host(*bias).floats.data() : nullptr, rows, in_features,
+                       out_features, Host(out).floats.data());
+    return absl::OkStatus();
+  }
+  absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
+                         bool causal, Buffer& out) override {
+    lse_.resize(static_cast<size_t>(batch * heads * seq));
+    cpu::AttentionForward(Host(qkv).floats.data(), {batch, seq, heads, dim}, causal,
+                          Host(out).floats.data(), lse_.data());
+    return absl::OkStatus();
+  }
+  absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
+    cpu::SiluForward(Host(x).floats.data(), count, Host(out).floats.data());
+    return absl::OkStatus();
+  }
+  absl::Status Add(Buffer& a, Buffer& b, int64_t count, Buffer& out) override {
+    cpu::Add(Host(a).floats.data(), Host(b).floats.data(), count, Host(out).floats.data());
+    return absl::OkStatus();
+  }
+  absl::Status TokenNll(Buffer& logits, Buffer& targets, int64_t rows, int64_t vocab,
+                        Buffer& nll) override {
+    const float* values = Host(logits).floats.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = values + r * vocab;
+      double best = row[0];
+      for (int64_t v = 1; v < vocab; ++v) best = std::max<double>(best, row[v]);
+      double sum = 0.0;
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - best);
+      Host(nll).floats[static_cast<size_t>(r)] = static_cast<float>(
+          std::log(sum) + best - row[Host(targets).ints[static_cast<size_t>(r)]]);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Finish() override { return absl::OkStatus(); }
+
+ private:
+  std::vector<float> rstd_;  // what the training kernels save for backward; unused here
+  std::vector<float> lse_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace fsdpd::edge

@@ -1,0 +1,44 @@
+// What the CLI does with a ModelRunner: perplexity over a token stream and text generation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "edge/model.h"
+
+namespace fsdpd::edge {
+
+// A text file is one token per byte (the engine's `text` source); a tokens file is flat
+// little-endian uint16 or uint32 ids (token_bytes 2 or 4), as for training.
+absl::StatusOr<std::vector<int32_t>> ReadTextTokens(const std::string& path);
+absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int token_bytes);
+
+struct Perplexity {
+  double mean_nll = 0.0;    // nats per predicted token
+  double perplexity = 0.0;  // exp(mean_nll)
+  int64_t tokens = 0;       // predicted tokens (windows × seq)
+  double seconds = 0.0;     // forward passes only (not loading)
+  double tokens_per_second = 0.0;
+};
+
+// Cuts the stream into windows of seq + 1 tokens overlapping by one (inputs, next-token
+// targets), the training data loader's rule, batch windows per forward; a last partial batch
+// is dropped. Fewer than batch·seq + 1 tokens is an error.
+absl::StatusOr<Perplexity> EvaluatePerplexity(ModelRunner& runner,
+                                              const std::vector<int32_t>& tokens);
+
+struct GenerateOptions {
+  int64_t new_tokens = 64;
+  int top_k = 1;  // 1: greedy
+  uint64_t seed = 0;
+};
+
+// Appends new_tokens to prompt (causal models only), one forward per token over the last
+// runner.seq() tokens (batch 1).
+absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
+                                              const std::vector<int32_t>& prompt,
+                                              const GenerateOptions& options);
+
+}  // namespace fsdpd::edge

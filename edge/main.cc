@@ -1,0 +1,210 @@
+// fsdpd-edge: runs an exported fsdpd model (fsdpctl export) on any Vulkan device, or on the
+// CPU reference backend. Separate from the daemon: it links neither gRPC, CUDA nor worker/.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "edge/cpu_backend.h"
+#include "edge/eval.h"
+#include "edge/vulkan_backend.h"
+
+namespace fsdpd::edge {
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "fsdpd-edge: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+std::string Bytes(uint64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
+int RunDevices() {
+  absl::StatusOr<std::vector<VulkanDeviceInfo>> devices = ListVulkanDevices();
+  if (!devices.ok()) return Fail(devices.status());
+  for (const VulkanDeviceInfo& d : *devices) {
+    std::printf("device %d: %s (%s), Vulkan %s, subgroup %u\n", d.index, d.name.c_str(),
+                d.type.c_str(), d.api_version.c_str(), d.subgroup_size);
+    for (size_t h = 0; h < d.heaps.size(); ++h) {
+      const VulkanHeap& heap = d.heaps[h];
+      std::printf("  heap %zu: %s%s%s%s\n", h, Bytes(heap.size).c_str(),
+                  heap.device_local ? ", device-local" : "",
+                  heap.host_visible ? ", host-visible" : "",
+                  heap.device_local_host_visible ? " (zero-copy weights)" : "");
+    }
+    std::printf("  fp16: shaderFloat16 %s, storageBuffer16BitAccess %s\n",
+                d.shader_float16 ? "yes" : "no", d.storage_buffer_16bit ? "yes" : "no");
+    if (!d.nv_cooperative_matrix) {
+      std::printf("  cooperative matrices: none (no VK_NV_cooperative_matrix)\n");
+    } else {
+      std::printf("  cooperative matrices (VK_NV_cooperative_matrix):\n");
+      for (const std::string& shape : d.cooperative_matrix_shapes) {
+        std::printf("    %s\n", shape.c_str());
+      }
+    }
+  }
+  return 0;
+}
+
+struct RunOptions {
+  std::string model;
+  std::string backend = "vulkan";
+  int device = 0;
+  std::string precision = "auto";
+  bool no_coop = false;
+  bool staging = false;
+  bool validate = false;
+  int64_t batch = 1;
+  int64_t seq = 128;
+};
+
+void AddRunOptions(CLI::App* command, RunOptions* options) {
+  command->add_option("model", options->model, "exported model (.safetensors)")->required();
+  command->add_option("--backend", options->backend, "vulkan or cpu (the fp32 reference)")
+      ->check(CLI::IsMember({"vulkan", "cpu"}));
+  command->add_option("--device", options->device, "Vulkan device index (fsdpd-edge devices)");
+  command
+      ->add_option("--precision", options->precision,
+                   "auto (fp16 where the device supports it), fp16 or fp32")
+      ->check(CLI::IsMember({"auto", "fp16", "fp32"}));
+  command->add_flag("--no-coop-matrix", options->no_coop,
+                    "use the tiled matmul even where cooperative matrices exist");
+  command->add_flag("--staging", options->staging,
+                    "upload weights through a staging buffer even where zero-copy is possible");
+  command->add_flag("--validate", options->validate,
+                    "enable VK_LAYER_KHRONOS_validation; fail if it reports an error");
+  command->add_option("--seq", options->seq, "tokens per sequence");
+}
+
+// The backend, the model on it, and a runner; prints which paths run.
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  VulkanBackend* vulkan = nullptr;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
+  absl::StatusOr<HostModel> model = LoadHostModel(options.model);
+  if (!model.ok()) return model.status();
+  Loaded loaded;
+  if (options.backend == "cpu") {
+    loaded.backend = CreateCpuBackend();
+  } else {
+    VulkanOptions vulkan;
+    vulkan.device = options.device;
+    vulkan.precision = options.precision == "fp16"   ? VulkanOptions::Precision::kFp16
+                       : options.precision == "fp32" ? VulkanOptions::Precision::kFp32
+                                                     : VulkanOptions::Precision::kAuto;
+    vulkan.cooperative_matrix = !options.no_coop;
+    vulkan.force_staging = options.staging;
+    vulkan.validation = options.validate;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(vulkan);
+    if (!backend.ok()) return backend.status();
+    loaded.vulkan = backend->get();
+    loaded.backend = std::move(*backend);
+  }
+  const ExportedModelConfig& c = model->config;
+  std::printf("model %s: dim %lld, layers %lld, heads %lld, vocab %lld, ffn_mult %lld, %s%s\n",
+              options.model.c_str(), static_cast<long long>(c.dim),
+              static_cast<long long>(c.layers), static_cast<long long>(c.heads),
+              static_cast<long long>(c.vocab), static_cast<long long>(c.ffn_mult),
+              c.causal ? "causal" : "no mask", c.final_norm ? ", final norm" : "");
+  std::printf("backend: %s\n", loaded.backend->Describe().c_str());
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      ModelRunner::Create(*model, loaded.backend.get(), batch, options.seq);
+  if (!runner.ok()) return runner.status();
+  std::printf("weights placed in %.3f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  loaded.runner = std::move(*runner);
+  return loaded;
+}
+
+int CheckValidation(const Loaded& loaded) {
+  if (loaded.vulkan == nullptr) return 0;
+  const int errors = loaded.vulkan->validation_errors();
+  if (errors == 0) return 0;
+  std::fprintf(stderr, "fsdpd-edge: %d Vulkan validation error(s); the last: %s\n", errors,
+               loaded.vulkan->last_validation_error().c_str());
+  return 1;
+}
+
+int RunEval(const RunOptions& options, const std::string& text, const std::string& tokens_path,
+            int token_bytes) {
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      !text.empty() ? ReadTextTokens(text) : ReadTokenFile(tokens_path, token_bytes);
+  if (!tokens.ok()) return Fail(tokens.status());
+  absl::StatusOr<Loaded> loaded = Load(options, options.batch);
+  if (!loaded.ok()) return Fail(loaded.status());
+  absl::StatusOr<Perplexity> result = EvaluatePerplexity(*loaded->runner, *tokens);
+  if (!result.ok()) return Fail(result.status());
+  std::printf("perplexity %.6f (mean nll %.6f nats over %lld tokens)\n", result->perplexity,
+              result->mean_nll, static_cast<long long>(result->tokens));
+  std::printf("forward %.1f tokens/s (%.3f s)\n", result->tokens_per_second, result->seconds);
+  return CheckValidation(*loaded);
+}
+
+int RunGenerate(const RunOptions& options, const std::string& prompt,
+                const GenerateOptions& generate) {
+  absl::StatusOr<Loaded> loaded = Load(options, 1);
+  if (!loaded.ok()) return Fail(loaded.status());
+  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  for (int32_t& token : tokens) token = static_cast<unsigned char>(token);
+  absl::StatusOr<std::vector<int32_t>> text = Generate(*loaded->runner, tokens, generate);
+  if (!text.ok()) return Fail(text.status());
+  // Byte-level models print as text; any other vocabulary as ids.
+  if (loaded->runner->config().vocab <= 256) {
+    std::string out(text->begin(), text->end());
+    std::printf("%s\n", out.c_str());
+  } else {
+    for (int32_t token : *text) std::printf("%d ", token);
+    std::printf("\n");
+  }
+  return CheckValidation(*loaded);
+}
+
+}  // namespace
+}  // namespace fsdpd::edge
+
+int main(int argc, char** argv) {
+  using namespace fsdpd::edge;
+  CLI::App app{"fsdpd-edge: run an exported fsdpd model on a Vulkan device or the CPU"};
+  app.require_subcommand(1);
+  app.add_subcommand("devices", "list Vulkan devices: type, heaps, fp16, cooperative matrices");
+
+  RunOptions eval_options;
+  std::string text, tokens_path;
+  int token_bytes = 2;
+  CLI::App* eval = app.add_subcommand("eval", "perplexity and forward tokens/s over a file");
+  AddRunOptions(eval, &eval_options);
+  auto* text_option = eval->add_option("--text", text, "text file (one token per byte)");
+  auto* tokens_option = eval->add_option("--tokens", tokens_path, "flat uint16/uint32 token ids");
+  text_option->excludes(tokens_option);
+  eval->add_option("--token-bytes", token_bytes, "width of --tokens ids: 2 or 4");
+  eval->add_option("--batch", eval_options.batch, "sequences per forward");
+
+  RunOptions generate_options;
+  std::string prompt;
+  GenerateOptions generate;
+  CLI::App* gen = app.add_subcommand("generate", "continue a prompt (causal byte-level models)");
+  AddRunOptions(gen, &generate_options);
+  gen->add_option("--prompt", prompt, "prompt text (one token per byte)")->required();
+  gen->add_option("--tokens", generate.new_tokens, "tokens to generate");
+  gen->add_option("--top-k", generate.top_k, "sample among the k likeliest (1: greedy)");
+  gen->add_option("--seed", generate.seed, "sampling seed");
+
+  CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("devices")) return RunDevices();
+  if (app.got_subcommand("eval")) {
+    if (text.empty() && tokens_path.empty()) {
+      std::fprintf(stderr, "fsdpd-edge: eval needs --text FILE or --tokens FILE\n");
+      return 1;
+    }
+    return RunEval(eval_options, text, tokens_path, token_bytes);
+  }
+  return RunGenerate(generate_options, prompt, generate);
+}

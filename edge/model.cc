@@ -1,0 +1,215 @@
+#include "edge/model.h"
+
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "formats/safetensors.h"
+
+namespace fsdpd::edge {
+namespace {
+
+struct Expected {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+std::vector<Expected> ExpectedTensors(const ExportedModelConfig& c) {
+  const int64_t ffn = c.ffn_mult * c.dim;
+  std::vector<Expected> expected;
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    const std::string prefix = absl::StrCat("layers.", layer, ".");
+    expected.push_back({prefix + "norm1.weight", {c.dim}});
+    expected.push_back({prefix + "attn.in_proj_weight", {3 * c.dim, c.dim}});
+    expected.push_back({prefix + "attn.in_proj_bias", {3 * c.dim}});
+    expected.push_back({prefix + "attn.out_proj.weight", {c.dim, c.dim}});
+    expected.push_back({prefix + "attn.out_proj.bias", {c.dim}});
+    expected.push_back({prefix + "norm2.weight", {c.dim}});
+    expected.push_back({prefix + "ffn.0.weight", {ffn, c.dim}});
+    expected.push_back({prefix + "ffn.2.weight", {c.dim, ffn}});
+  }
+  expected.push_back({"embed.weight", {c.vocab, c.dim}});
+  expected.push_back({"head.weight", {c.vocab, c.dim}});
+  if (c.final_norm) expected.push_back({"norm.weight", {c.dim}});
+  return expected;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
+
+const std::vector<float>& HostModel::Tensor(const std::string& name) const {
+  for (const auto& [tensor_name, values] : tensors) {
+    if (tensor_name == name) return values;
+  }
+  std::abort();  // LoadHostModel checked every name
+}
+
+absl::StatusOr<HostModel> LoadHostModel(const std::string& path) {
+  std::map<std::string, std::string> metadata;
+  absl::StatusOr<std::vector<NamedTensor>> tensors = ReadSafetensors(path, &metadata);
+  if (!tensors.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the model ", path, ": ", tensors.status().message()));
+  }
+  HostModel model;
+  model.path = path;
+  FSDPD_ASSIGN_OR_RETURN(model.config, ParseModelMetadata(metadata, path));
+  std::map<std::string, NamedTensor*> by_name;
+  for (NamedTensor& tensor : *tensors) by_name[tensor.name] = &tensor;
+  std::vector<std::string> problems;
+  std::set<std::string> known;
+  for (const Expected& expected : ExpectedTensors(model.config)) {
+    known.insert(expected.name);
+    auto found = by_name.find(expected.name);
+    if (found == by_name.end()) {
+      problems.push_back(absl::StrCat("tensor ", expected.name, " is missing"));
+    } else if (found->second->shape != expected.shape) {
+      problems.push_back(absl::StrCat("tensor ", expected.name, " is ",
+                                      ShapeText(found->second->shape), ", the config needs ",
+                                      ShapeText(expected.shape)));
+    } else {
+      model.tensors.emplace_back(expected.name, std::move(found->second->values));
+    }
+  }
+  for (const auto& [name, tensor] : by_name) {
+    if (known.count(name) == 0) problems.push_back(absl::StrCat("unexpected tensor ", name));
+  }
+  if (!problems.empty()) {
+    const size_t shown = std::min<size_t>(problems.size(), 4);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " does not match its config metadata: ",
+        absl::StrJoin(problems.begin(), problems.begin() + shown, "; "),
+        problems.size() > shown ? absl::StrCat(" and ", problems.size() - shown, " more") : ""));
+  }
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel& model,
+                                                                 Backend* backend, int64_t batch,
+                                                                 int64_t seq) {
+  if (batch <= 0 || seq <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch and seq must be positive (got ", batch, " and ", seq, ")"));
+  }
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model.config, backend, batch, seq));
+  auto weight = [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Buffer>> {
+    const std::vector<float>& values = model.Tensor(name);
+    return backend->Weight(values.data(), static_cast<int64_t>(values.size()));
+  };
+  const ExportedModelConfig& c = model.config;
+  FSDPD_ASSIGN_OR_RETURN(runner->embed_, weight("embed.weight"));
+  FSDPD_ASSIGN_OR_RETURN(runner->head_, weight("head.weight"));
+  if (c.final_norm) {
+    FSDPD_ASSIGN_OR_RETURN(runner->final_norm_, weight("norm.weight"));
+  }
+  for (int64_t index = 0; index < c.layers; ++index) {
+    const std::string prefix = absl::StrCat("layers.", index, ".");
+    Layer layer;
+    FSDPD_ASSIGN_OR_RETURN(layer.norm1, weight(prefix + "norm1.weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.in_proj_weight, weight(prefix + "attn.in_proj_weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.in_proj_bias, weight(prefix + "attn.in_proj_bias"));
+    FSDPD_ASSIGN_OR_RETURN(layer.out_proj_weight, weight(prefix + "attn.out_proj.weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.out_proj_bias, weight(prefix + "attn.out_proj.bias"));
+    FSDPD_ASSIGN_OR_RETURN(layer.norm2, weight(prefix + "norm2.weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.ffn0, weight(prefix + "ffn.0.weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.ffn2, weight(prefix + "ffn.2.weight"));
+    runner->layers_.push_back(std::move(layer));
+  }
+  const int64_t rows = batch * seq;
+  const int64_t ffn = c.ffn_mult * c.dim;
+  FSDPD_ASSIGN_OR_RETURN(runner->tokens_, backend->Ints(rows));
+  FSDPD_ASSIGN_OR_RETURN(runner->targets_, backend->Ints(rows));
+  FSDPD_ASSIGN_OR_RETURN(runner->hidden_, backend->Floats(rows * c.dim));
+  FSDPD_ASSIGN_OR_RETURN(runner->middle_, backend->Floats(rows * c.dim));
+  FSDPD_ASSIGN_OR_RETURN(runner->normed_, backend->Floats(rows * c.dim));
+  FSDPD_ASSIGN_OR_RETURN(runner->qkv_, backend->Floats(rows * 3 * c.dim));
+  FSDPD_ASSIGN_OR_RETURN(runner->attention_, backend->Floats(rows * c.dim));
+  FSDPD_ASSIGN_OR_RETURN(runner->projected_, backend->Floats(rows * c.dim));
+  FSDPD_ASSIGN_OR_RETURN(runner->ffn_hidden_, backend->Floats(rows * ffn));
+  FSDPD_ASSIGN_OR_RETURN(runner->activated_, backend->Floats(rows * ffn));
+  FSDPD_ASSIGN_OR_RETURN(runner->logits_, backend->Floats(rows * c.vocab));
+  FSDPD_ASSIGN_OR_RETURN(runner->nll_, backend->Floats(rows));
+  FSDPD_RETURN_IF_ERROR(backend->Finish());
+  return runner;
+}
+
+absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
+  const int64_t rows = batch_ * seq_;
+  if (static_cast<int64_t>(tokens.size()) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", rows, " tokens (batch ", batch_,
+                                                   " × seq ", seq_, "), got ", tokens.size()));
+  }
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < 0 || tokens[t] >= config_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", tokens[t], " at position ", t,
+                                                     " is outside the model's vocab of ",
+                                                     config_.vocab));
+    }
+  }
+  const int64_t dim = config_.dim;
+  const int64_t ffn = config_.ffn_mult * dim;
+  Backend& b = *backend_;
+  FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens.data(), rows));
+  FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
+  for (Layer& layer : layers_) {
+    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm1, rows, dim, config_.norm_eps, *normed_));
+    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
+                                   dim, 3 * dim, *qkv_));
+    FSDPD_RETURN_IF_ERROR(
+        b.Attention(*qkv_, batch_, seq_, config_.heads, dim, config_.causal, *attention_));
+    FSDPD_RETURN_IF_ERROR(b.Linear(*attention_, *layer.out_proj_weight, layer.out_proj_bias.get(),
+                                   rows, dim, dim, *projected_));
+    FSDPD_RETURN_IF_ERROR(b.Add(*hidden_, *projected_, rows * dim, *middle_));
+    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*middle_, *layer.norm2, rows, dim, config_.norm_eps, *normed_));
+    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.ffn0, nullptr, rows, dim, ffn, *ffn_hidden_));
+    FSDPD_RETURN_IF_ERROR(b.Silu(*ffn_hidden_, rows * ffn, *activated_));
+    FSDPD_RETURN_IF_ERROR(b.Linear(*activated_, *layer.ffn2, nullptr, rows, ffn, dim, *projected_));
+    FSDPD_RETURN_IF_ERROR(b.Add(*middle_, *projected_, rows * dim, *hidden_));
+  }
+  Buffer* head_input = hidden_.get();
+  if (final_norm_ != nullptr) {
+    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *final_norm_, rows, dim, config_.norm_eps, *normed_));
+    head_input = normed_.get();
+  }
+  return b.Linear(*head_input, *head_, nullptr, rows, dim, config_.vocab, *logits_);
+}
+
+absl::Status ModelRunner::Logits(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
+  FSDPD_RETURN_IF_ERROR(Forward(tokens));
+  FSDPD_RETURN_IF_ERROR(backend_->Finish());
+  logits->resize(static_cast<size_t>(batch_ * seq_ * config_.vocab));
+  return backend_->ReadFloats(*logits_, logits->data(), static_cast<int64_t>(logits->size()));
+}
+
+absl::StatusOr<double> ModelRunner::SumNll(const std::vector<int32_t>& tokens,
+                                           const std::vector<int32_t>& targets) {
+  const int64_t rows = batch_ * seq_;
+  if (static_cast<int64_t>(targets.size()) != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", rows, " targets, got ", targets.size()));
+  }
+  for (size_t t = 0; t < targets.size(); ++t) {
+    if (targets[t] < 0 || targets[t] >= config_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", targets[t], " at position ", t,
+                                                     " is outside the model's vocab of ",
+                                                     config_.vocab));
+    }
+  }
+  FSDPD_RETURN_IF_ERROR(backend_->WriteInts(*targets_, targets.data(), rows));
+  FSDPD_RETURN_IF_ERROR(Forward(tokens));
+  FSDPD_RETURN_IF_ERROR(backend_->TokenNll(*logits_, *targets_, rows, config_.vocab, *nll_));
+  FSDPD_RETURN_IF_ERROR(backend_->Finish());
+  std::vector<float> nll(static_cast<size_t>(rows));
+  FSDPD_RETURN_IF_ERROR(backend_->ReadFloats(*nll_, nll.data(), rows));
+  double sum = 0.0;
+  for (float value : nll) sum += value;
+  return sum;
+}
+
+}  // namespace fsdpd::edge

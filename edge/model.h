@@ -1,0 +1,72 @@
+// An exported fsdpd model (MiniLLM, docs/architecture.md) read for inference: the config
+// from the safetensors __metadata__ (formats/model_metadata.h) and every tensor checked by
+// name and shape against it, then placed on a backend.
+//
+// Forward, as the training engine computes it (worker/model/minillm.cc):
+//   h = embed.weight[tokens]
+//   per layer:  m = h + out_proj(attention(in_proj(rmsnorm1(h))))
+//               h = m + ffn.2(silu(ffn.0(rmsnorm2(m))))
+//   logits = head.weight · (final_norm ? rmsnorm(h) : h)      (head untied from embed)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "edge/backend.h"
+#include "formats/model_metadata.h"
+
+namespace fsdpd::edge {
+
+// Host copy of the file: config and fp32 tensors in PyTorch's names.
+struct HostModel {
+  std::string path;
+  ExportedModelConfig config;
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // in load order
+  const std::vector<float>& Tensor(const std::string& name) const;  // aborts when absent
+};
+
+// Reads and checks `path`: no config metadata, a missing, extra or misshapen tensor are
+// INVALID_ARGUMENT naming the file and tensor.
+absl::StatusOr<HostModel> LoadHostModel(const std::string& path);
+
+// The model's weights on a backend, with the activations for batch × seq tokens.
+class ModelRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const HostModel& model,
+                                                             Backend* backend, int64_t batch,
+                                                             int64_t seq);
+
+  const ExportedModelConfig& config() const { return config_; }
+  int64_t batch() const { return batch_; }
+  int64_t seq() const { return seq_; }
+
+  // tokens[batch·seq] (checked against vocab) → logits[batch·seq, vocab] on the host.
+  absl::Status Logits(const std::vector<int32_t>& tokens, std::vector<float>* logits);
+  // Σ over batch·seq of −log p(target | prefix): the sum of token NLLs, and forward only on
+  // the device (the logits stay there).
+  absl::StatusOr<double> SumNll(const std::vector<int32_t>& tokens,
+                                const std::vector<int32_t>& targets);
+
+ private:
+  ModelRunner(ExportedModelConfig config, Backend* backend, int64_t batch, int64_t seq)
+      : config_(config), backend_(backend), batch_(batch), seq_(seq) {}
+  absl::Status Forward(const std::vector<int32_t>& tokens);
+
+  struct Layer {
+    std::unique_ptr<Buffer> norm1, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+        norm2, ffn0, ffn2;
+  };
+  ExportedModelConfig config_;
+  Backend* backend_;
+  int64_t batch_;
+  int64_t seq_;
+  std::unique_ptr<Buffer> embed_, head_, final_norm_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<Buffer> tokens_, targets_, hidden_, middle_, normed_, qkv_, attention_,
+      projected_, ffn_hidden_, activated_, logits_, nll_;
+};
+
+}  // namespace fsdpd::edge

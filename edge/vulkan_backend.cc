@@ -1,0 +1,908 @@
+#include "edge/vulkan_backend.h"
+
+#include <vulkan/vulkan.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "edge/shaders.h"
+
+namespace fsdpd::edge {
+namespace {
+
+constexpr uint32_t kMaxSetsPerSubmit = 1024;
+constexpr uint32_t kMaxBindings = 4;
+constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
+
+std::string ResultName(VkResult result) {
+  switch (result) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+      return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED:
+      return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST:
+      return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_LAYER_NOT_PRESENT:
+      return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT:
+      return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT:
+      return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_OUT_OF_POOL_MEMORY:
+      return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    default:
+      return absl::StrCat("VkResult ", static_cast<int>(result));
+  }
+}
+
+#define VK_RETURN_IF_ERROR(call)                                                           \
+  do {                                                                                     \
+    const VkResult vk_result = (call);                                                     \
+    if (vk_result != VK_SUCCESS) {                                                         \
+      return absl::InternalError(absl::StrCat(#call, " failed: ", ResultName(vk_result))); \
+    }                                                                                      \
+  } while (0)
+
+std::string DeviceTypeName(VkPhysicalDeviceType type) {
+  switch (type) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
+  }
+}
+
+std::string ComponentName(VkComponentTypeNV type) {
+  switch (type) {
+    case VK_COMPONENT_TYPE_FLOAT16_NV:
+      return "fp16";
+    case VK_COMPONENT_TYPE_FLOAT32_NV:
+      return "fp32";
+    case VK_COMPONENT_TYPE_FLOAT64_NV:
+      return "fp64";
+    case VK_COMPONENT_TYPE_SINT8_NV:
+      return "s8";
+    case VK_COMPONENT_TYPE_UINT8_NV:
+      return "u8";
+    case VK_COMPONENT_TYPE_SINT32_NV:
+      return "s32";
+    case VK_COMPONENT_TYPE_UINT32_NV:
+      return "u32";
+    default:
+      return absl::StrCat("type", static_cast<int>(type));
+  }
+}
+
+const char* const kNoDeviceHelp =
+    " (install a Vulkan driver; on a machine without a GPU, lavapipe from mesa-vulkan-drivers, "
+    "and check VK_ICD_FILENAMES if it is set)";
+
+// The instance, with validation when asked. Errors reported by the layer are counted.
+struct Instance {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  std::mutex mutex;
+  int errors = 0;
+  std::string last_error;
+
+  ~Instance() {
+    if (messenger != VK_NULL_HANDLE) {
+      auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+          vkGetInstanceProcAddr(instance, "vkDestroyDebugUtilsMessengerEXT"));
+      if (destroy != nullptr) destroy(instance, messenger, nullptr);
+    }
+    if (instance != VK_NULL_HANDLE) vkDestroyInstance(instance, nullptr);
+  }
+
+  static VKAPI_ATTR VkBool32 VKAPI_CALL OnMessage(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                  VkDebugUtilsMessageTypeFlagsEXT,
+                                                  const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                  void* user) {
+    if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+      auto* self = static_cast<Instance*>(user);
+      std::lock_guard<std::mutex> lock(self->mutex);
+      ++self->errors;
+      self->last_error = data->pMessage != nullptr ? data->pMessage : "(no message)";
+      fprintf(stderr, "fsdpd-edge: Vulkan validation error: %s\n", self->last_error.c_str());
+    }
+    return VK_FALSE;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Instance>> CreateInstance(bool validation) {
+  auto result = std::make_unique<Instance>();
+  uint32_t loader_version = VK_API_VERSION_1_0;
+  auto enumerate_version = reinterpret_cast<PFN_vkEnumerateInstanceVersion>(
+      vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion"));
+  if (enumerate_version != nullptr) enumerate_version(&loader_version);
+  if (loader_version < VK_API_VERSION_1_1) {
+    return absl::FailedPreconditionError(
+        "the Vulkan loader offers only Vulkan 1.0; fsdpd-edge "
+        "needs 1.1");
+  }
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "fsdpd-edge";
+  app.apiVersion = VK_API_VERSION_1_1;
+  std::vector<const char*> layers, extensions;
+  VkDebugUtilsMessengerCreateInfoEXT messenger_info{
+      VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+  messenger_info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT |
+                                   VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
+  messenger_info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                               VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                               VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+  messenger_info.pfnUserCallback = &Instance::OnMessage;
+  messenger_info.pUserData = result.get();
+  if (validation) {
+    uint32_t count = 0;
+    vkEnumerateInstanceLayerProperties(&count, nullptr);
+    std::vector<VkLayerProperties> available(count);
+    vkEnumerateInstanceLayerProperties(&count, available.data());
+    const bool found = std::any_of(available.begin(), available.end(), [](const auto& layer) {
+      return std::strcmp(layer.layerName, "VK_LAYER_KHRONOS_validation") == 0;
+    });
+    if (!found) {
+      return absl::FailedPreconditionError(
+          "validation was asked for but VK_LAYER_KHRONOS_validation is not installed "
+          "(Debian: vulkan-validationlayers)");
+    }
+    layers.push_back("VK_LAYER_KHRONOS_validation");
+    extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  }
+  VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  info.pApplicationInfo = &app;
+  info.enabledLayerCount = static_cast<uint32_t>(layers.size());
+  info.ppEnabledLayerNames = layers.data();
+  info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  info.ppEnabledExtensionNames = extensions.data();
+  if (validation) info.pNext = &messenger_info;
+  const VkResult created = vkCreateInstance(&info, nullptr, &result->instance);
+  if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
+    return absl::NotFoundError(absl::StrCat("no Vulkan driver found", kNoDeviceHelp));
+  }
+  if (created != VK_SUCCESS) {
+    return absl::InternalError(absl::StrCat("vkCreateInstance failed: ", ResultName(created)));
+  }
+  if (validation) {
+    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(result->instance, "vkCreateDebugUtilsMessengerEXT"));
+    if (create == nullptr) {
+      return absl::FailedPreconditionError("VK_EXT_debug_utils is missing its entry points");
+    }
+    VK_RETURN_IF_ERROR(create(result->instance, &messenger_info, nullptr, &result->messenger));
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<VkPhysicalDevice>> PhysicalDevices(VkInstance instance) {
+  uint32_t count = 0;
+  VK_RETURN_IF_ERROR(vkEnumeratePhysicalDevices(instance, &count, nullptr));
+  if (count == 0) return absl::NotFoundError(absl::StrCat("no Vulkan device found", kNoDeviceHelp));
+  std::vector<VkPhysicalDevice> devices(count);
+  VK_RETURN_IF_ERROR(vkEnumeratePhysicalDevices(instance, &count, devices.data()));
+  return devices;
+}
+
+bool HasExtension(VkPhysicalDevice device, const char* name) {
+  uint32_t count = 0;
+  vkEnumerateDeviceExtensionProperties(device, nullptr, &count, nullptr);
+  std::vector<VkExtensionProperties> extensions(count);
+  vkEnumerateDeviceExtensionProperties(device, nullptr, &count, extensions.data());
+  return std::any_of(extensions.begin(), extensions.end(),
+                     [&](const auto& e) { return std::strcmp(e.extensionName, name) == 0; });
+}
+
+// The 16×16×16 fp16·fp16 + fp32 subgroup shape matmul_coop.comp is written for.
+bool IsCoopShape(const VkCooperativeMatrixPropertiesNV& p) {
+  return p.MSize == 16 && p.NSize == 16 && p.KSize == 16 &&
+         p.AType == VK_COMPONENT_TYPE_FLOAT16_NV && p.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+         p.CType == VK_COMPONENT_TYPE_FLOAT32_NV && p.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+         p.scope == VK_SCOPE_SUBGROUP_NV;
+}
+
+VulkanDeviceInfo DescribeDevice(VkInstance instance, VkPhysicalDevice device, int index,
+                                std::vector<VkCooperativeMatrixPropertiesNV>* coop_properties) {
+  VulkanDeviceInfo info;
+  info.index = index;
+  VkPhysicalDeviceSubgroupProperties subgroup{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceProperties2 properties{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  properties.pNext = &subgroup;
+  vkGetPhysicalDeviceProperties2(device, &properties);
+  info.name = properties.properties.deviceName;
+  info.type = DeviceTypeName(properties.properties.deviceType);
+  const uint32_t api = properties.properties.apiVersion;
+  info.api_version = absl::StrCat(VK_API_VERSION_MAJOR(api), ".", VK_API_VERSION_MINOR(api), ".",
+                                  VK_API_VERSION_PATCH(api));
+  info.subgroup_size = subgroup.subgroupSize;
+  VkPhysicalDeviceShaderFloat16Int8Features float16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  VkPhysicalDevice16BitStorageFeatures storage16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+  storage16.pNext = &float16;
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &storage16;
+  vkGetPhysicalDeviceFeatures2(device, &features);
+  info.shader_float16 = float16.shaderFloat16 == VK_TRUE;
+  info.storage_buffer_16bit = storage16.storageBuffer16BitAccess == VK_TRUE;
+  VkPhysicalDeviceMemoryProperties memory;
+  vkGetPhysicalDeviceMemoryProperties(device, &memory);
+  for (uint32_t h = 0; h < memory.memoryHeapCount; ++h) {
+    VulkanHeap heap;
+    heap.size = memory.memoryHeaps[h].size;
+    heap.device_local = memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
+    for (uint32_t t = 0; t < memory.memoryTypeCount; ++t) {
+      if (memory.memoryTypes[t].heapIndex != h) continue;
+      const VkMemoryPropertyFlags flags = memory.memoryTypes[t].propertyFlags;
+      if (flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) heap.host_visible = true;
+      if ((flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
+          (flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) {
+        heap.device_local_host_visible = true;
+      }
+    }
+    info.heaps.push_back(heap);
+  }
+  info.nv_cooperative_matrix = HasExtension(device, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  if (info.nv_cooperative_matrix) {
+    auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+        vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+    uint32_t count = 0;
+    if (get != nullptr && get(device, &count, nullptr) == VK_SUCCESS) {
+      std::vector<VkCooperativeMatrixPropertiesNV> shapes(
+          count, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+      get(device, &count, shapes.data());
+      for (const auto& p : shapes) {
+        info.cooperative_matrix_shapes.push_back(absl::StrFormat(
+            "%ux%ux%u %s·%s+%s→%s%s", p.MSize, p.NSize, p.KSize, ComponentName(p.AType),
+            ComponentName(p.BType), ComponentName(p.CType), ComponentName(p.DType),
+            p.scope == VK_SCOPE_SUBGROUP_NV ? "" : " (not subgroup scope)"));
+      }
+      if (coop_properties != nullptr) *coop_properties = shapes;
+    }
+  }
+  return info;
+}
+
+struct Pipeline {
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  uint32_t bindings = 0;
+  uint32_t push_bytes = 0;
+};
+
+struct VulkanBuffer : Buffer {
+  VkDevice device = VK_NULL_HANDLE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkDeviceSize bytes = 0;
+  void* mapped = nullptr;  // host-visible memory stays mapped
+  ~VulkanBuffer() override {
+    if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
+    if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
+  }
+};
+
+VulkanBuffer& Vk(Buffer& buffer) { return static_cast<VulkanBuffer&>(buffer); }
+
+class VulkanBackendImpl : public VulkanBackend {
+ public:
+  ~VulkanBackendImpl() override {
+    if (device_ == VK_NULL_HANDLE) return;
+    vkDeviceWaitIdle(device_);
+    dummy_.reset();
+    for (Pipeline* p :
+         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &matmul_}) {
+      DestroyPipeline(p);
+    }
+    if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
+    if (descriptor_pool_ != VK_NULL_HANDLE) {
+      vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
+    }
+    if (command_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, command_pool_, nullptr);
+    vkDestroyDevice(device_, nullptr);
+  }
+
+  void DestroyPipeline(Pipeline* p) {
+    if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
+    if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
+    if (p->set_layout != VK_NULL_HANDLE) {
+      vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+    }
+    *p = Pipeline{};
+  }
+
+  absl::Status Init(const VulkanOptions& options) {
+    FSDPD_ASSIGN_OR_RETURN(instance_, CreateInstance(options.validation));
+    FSDPD_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> devices,
+                           PhysicalDevices(instance_->instance));
+    if (options.device < 0 || options.device >= static_cast<int>(devices.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device ", options.device, ": there are ", devices.size(),
+                       " Vulkan device(s), numbered from 0 (see `fsdpd-edge devices`)"));
+    }
+    physical_ = devices[static_cast<size_t>(options.device)];
+    std::vector<VkCooperativeMatrixPropertiesNV> coop;
+    info_ = DescribeDevice(instance_->instance, physical_, options.device, &coop);
+    VkPhysicalDeviceProperties properties;
+    vkGetPhysicalDeviceProperties(physical_, &properties);
+    limits_ = properties.limits;
+    if (properties.apiVersion < VK_API_VERSION_1_1) {
+      return absl::FailedPreconditionError(absl::StrCat("device '", info_.name,
+                                                        "' supports Vulkan ", info_.api_version,
+                                                        "; fsdpd-edge needs 1.1"));
+    }
+    const bool fp16_capable = info_.shader_float16 && info_.storage_buffer_16bit;
+    if (options.precision == VulkanOptions::Precision::kFp16 && !fp16_capable) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--precision fp16: device '", info_.name, "' lacks ",
+          !info_.shader_float16 ? "shaderFloat16" : "storageBuffer16BitAccess",
+          " (VK_KHR_shader_float16_int8 / VK_KHR_16bit_storage); use --precision fp32"));
+    }
+    fp16_ = fp16_capable && options.precision != VulkanOptions::Precision::kFp32;
+    // matmul_coop.comp also declares the Vulkan memory model (GL_KHR_memory_scope_semantics,
+    // which gl_ScopeSubgroup needs), so the device must offer that feature too.
+    bool coop_features_present = false;
+    if (info_.nv_cooperative_matrix &&
+        HasExtension(physical_, VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME)) {
+      VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_query{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      coop_query.pNext = &memory_model;
+      VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      query.pNext = &coop_query;
+      vkGetPhysicalDeviceFeatures2(physical_, &query);
+      coop_features_present = coop_query.cooperativeMatrix && memory_model.vulkanMemoryModel;
+    }
+    coop_ = fp16_ && options.cooperative_matrix && coop_features_present &&
+            info_.subgroup_size == 32 && std::any_of(coop.begin(), coop.end(), IsCoopShape);
+
+    uint32_t family_count = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
+    std::vector<VkQueueFamilyProperties> families(family_count);
+    vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, families.data());
+    queue_family_ = UINT32_MAX;
+    for (uint32_t f = 0; f < family_count; ++f) {
+      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        queue_family_ = f;
+        break;
+      }
+    }
+    if (queue_family_ == UINT32_MAX) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", info_.name, "' has no compute queue"));
+    }
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    queue_info.queueFamilyIndex = queue_family_;
+    queue_info.queueCount = 1;
+    queue_info.pQueuePriorities = &priority;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_features{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    coop_features.cooperativeMatrix = VK_TRUE;
+    VkPhysicalDeviceShaderFloat16Int8Features float16{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    float16.shaderFloat16 = VK_TRUE;
+    VkPhysicalDevice16BitStorageFeatures storage16{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    storage16.storageBuffer16BitAccess = VK_TRUE;
+    storage16.pNext = &float16;
+    VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+    memory_model.vulkanMemoryModel = VK_TRUE;
+    coop_features.pNext = &memory_model;
+    if (coop_) float16.pNext = &coop_features;
+    std::vector<const char*> extensions;
+    if (coop_) {
+      extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+      extensions.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
+    }
+    VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    device_info.pNext = fp16_ ? &storage16 : nullptr;
+    device_info.queueCreateInfoCount = 1;
+    device_info.pQueueCreateInfos = &queue_info;
+    device_info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+    device_info.ppEnabledExtensionNames = extensions.data();
+    VK_RETURN_IF_ERROR(vkCreateDevice(physical_, &device_info, nullptr, &device_));
+    vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+    vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+
+    VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool_info.queueFamilyIndex = queue_family_;
+    VK_RETURN_IF_ERROR(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_));
+    VkCommandBufferAllocateInfo allocate{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    allocate.commandPool = command_pool_;
+    allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    allocate.commandBufferCount = 1;
+    VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(device_, &allocate, &commands_));
+    VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &fence_));
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * kMaxBindings};
+    VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    descriptor_info.maxSets = kMaxSetsPerSubmit;
+    descriptor_info.poolSizeCount = 1;
+    descriptor_info.pPoolSizes = &size;
+    VK_RETURN_IF_ERROR(
+        vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
+
+    // Weights: zero-copy where one memory type is device-local and host-visible.
+    weight_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
+                                                  VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                  VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    zero_copy_ = !options.force_staging && weight_type_ != UINT32_MAX;
+
+    FSDPD_RETURN_IF_ERROR(
+        MakePipeline(fp16_ ? Shader::kEmbeddingF16 : Shader::kEmbedding, 3, 8, &embedding_));
+    FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwise, 3, 8, &elementwise_));
+    FSDPD_RETURN_IF_ERROR(
+        MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
+    FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
+    FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
+    if (coop_) {
+      // A driver that reports the shape but refuses the pipeline falls back to the tiled
+      // shader, and Describe() says so.
+      absl::Status coop_pipeline = MakePipeline(Shader::kMatmulCoop, 4, 16, &matmul_);
+      if (!coop_pipeline.ok()) {
+        DestroyPipeline(&matmul_);
+        coop_ = false;
+        coop_refused_ = std::string(coop_pipeline.message());
+      }
+    }
+    if (!coop_) {
+      FSDPD_RETURN_IF_ERROR(
+          MakePipeline(fp16_ ? Shader::kMatmulF16 : Shader::kMatmul, 4, 16, &matmul_));
+    }
+    // Bound where a shader's optional input is absent (a Linear without bias).
+    FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
+    return absl::OkStatus();
+  }
+
+  std::string Describe() const override {
+    return absl::StrCat(
+        "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
+        fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
+        coop_                   ? "on cooperative matrices (NV, 16x16x16)"
+        : coop_refused_.empty() ? "tiled"
+                                : absl::StrCat("tiled (the cooperative-matrix pipeline was "
+                                               "refused: ",
+                                               coop_refused_, ")"),
+        ", weights ",
+        zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging");
+  }
+  int validation_errors() const override {
+    std::lock_guard<std::mutex> lock(instance_->mutex);
+    return instance_->errors;
+  }
+  std::string last_validation_error() const override {
+    std::lock_guard<std::mutex> lock(instance_->mutex);
+    return instance_->last_error;
+  }
+  bool uses_fp16() const override { return fp16_; }
+  bool uses_cooperative_matrix() const override { return coop_; }
+  bool zero_copy_weights() const override { return zero_copy_; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * (fp16_ ? 2 : 4);
+    std::vector<uint16_t> halves;
+    const void* source = values;
+    if (fp16_) {
+      halves.resize(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) halves[static_cast<size_t>(i)] = FloatToHalf(values[i]);
+      source = halves.data();
+    }
+    if (zero_copy_) {
+      FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
+                             CreateBuffer(bytes, /*host_visible=*/true, weight_type_));
+      std::memcpy(buffer->mapped, source, bytes);
+      return std::unique_ptr<Buffer>(std::move(buffer));
+    }
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer, CreateBuffer(bytes, false));
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
+    std::memcpy(staging->mapped, source, bytes);
+    FSDPD_RETURN_IF_ERROR(Copy(*staging, *buffer, bytes));
+    return std::unique_ptr<Buffer>(std::move(buffer));
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
+                           CreateBuffer(static_cast<VkDeviceSize>(count) * 4, false));
+    return std::unique_ptr<Buffer>(std::move(buffer));
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) override {
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
+                           CreateBuffer(static_cast<VkDeviceSize>(count) * 4, true));
+    return std::unique_ptr<Buffer>(std::move(buffer));
+  }
+  absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(Finish());  // work enqueued before must see the old values
+    std::memcpy(Vk(buffer).mapped, values, static_cast<size_t>(count) * sizeof(int32_t));
+    return absl::OkStatus();
+  }
+  absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(Finish());
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
+    if (Vk(buffer).mapped != nullptr) {
+      std::memcpy(Vk(buffer).mapped, values, bytes);
+      return absl::OkStatus();
+    }
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
+    std::memcpy(staging->mapped, values, bytes);
+    return Copy(*staging, Vk(buffer), bytes);
+  }
+  absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(Finish());
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
+    if (Vk(buffer).mapped != nullptr) {
+      std::memcpy(values, Vk(buffer).mapped, bytes);
+      return absl::OkStatus();
+    }
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
+    FSDPD_RETURN_IF_ERROR(Copy(Vk(buffer), *staging, bytes));
+    std::memcpy(values, staging->mapped, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
+                         Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(CheckIndex("embedding", count * dim));
+    const uint32_t push[2] = {static_cast<uint32_t>(count), static_cast<uint32_t>(dim)};
+    return Dispatch(embedding_, {&table, &tokens, &out}, push, GridStride(count * dim), 1);
+  }
+  absl::Status RmsNorm(Buffer& x, Buffer& weight, int64_t rows, int64_t dim, double eps,
+                       Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(CheckIndex("rmsnorm", rows * dim));
+    struct {
+      uint32_t rows, dim;
+      float eps;
+    } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(dim), static_cast<float>(eps)};
+    auto [x_groups, y_groups] = RowGrid(rows);
+    return Dispatch(rmsnorm_, {&x, &weight, &out}, &push, x_groups, y_groups);
+  }
+  absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
+                      int64_t out_features, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
+    FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
+    FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
+    const int64_t x_groups = (out_features + 63) / 64;
+    const int64_t y_groups = (rows + 63) / 64;
+    if (x_groups > limits_.maxComputeWorkGroupCount[0] ||
+        y_groups > limits_.maxComputeWorkGroupCount[1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "linear of ", rows, " rows × ", out_features,
+          " outputs needs more workgroups than the device allows (",
+          limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
+    }
+    const uint32_t push[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
+                              static_cast<uint32_t>(in_features), bias != nullptr ? 1u : 0u};
+    Buffer& bias_buffer = bias != nullptr ? *bias : *dummy_;
+    return Dispatch(matmul_, {&x, &weight, &bias_buffer, &out}, push,
+                    static_cast<uint32_t>(x_groups), static_cast<uint32_t>(y_groups));
+  }
+  absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
+                         bool causal, Buffer& out) override {
+    const int64_t head_dim = dim / heads;
+    if (head_dim > kMaxAttentionHeadDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention head_dim ", head_dim, " (dim ", dim, " / heads ", heads,
+                       ") exceeds the shader's limit of ", kMaxAttentionHeadDim));
+    }
+    FSDPD_RETURN_IF_ERROR(CheckIndex("attention qkv", batch * seq * 3 * dim));
+    if (batch * heads > limits_.maxComputeWorkGroupCount[1]) {
+      return absl::InvalidArgumentError(absl::StrCat("attention: batch × heads = ", batch * heads,
+                                                     " exceeds the device's workgroup limit"));
+    }
+    struct {
+      uint32_t batch, seq, heads, head_dim, causal;
+      float scale;
+    } push{static_cast<uint32_t>(batch),
+           static_cast<uint32_t>(seq),
+           static_cast<uint32_t>(heads),
+           static_cast<uint32_t>(head_dim),
+           causal ? 1u : 0u,
+           static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
+    return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((seq + 63) / 64),
+                    static_cast<uint32_t>(batch * heads));
+  }
+  absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(CheckIndex("silu", count));
+    const uint32_t push[2] = {static_cast<uint32_t>(count), 1u};
+    return Dispatch(elementwise_, {&x, &x, &out}, push, GridStride(count), 1);
+  }
+  absl::Status Add(Buffer& a, Buffer& b, int64_t count, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(CheckIndex("add", count));
+    const uint32_t push[2] = {static_cast<uint32_t>(count), 0u};
+    return Dispatch(elementwise_, {&a, &b, &out}, push, GridStride(count), 1);
+  }
+  absl::Status TokenNll(Buffer& logits, Buffer& targets, int64_t rows, int64_t vocab,
+                        Buffer& nll) override {
+    FSDPD_RETURN_IF_ERROR(CheckIndex("log-softmax", rows * vocab));
+    const uint32_t push[2] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(vocab)};
+    auto [x_groups, y_groups] = RowGrid(rows);
+    return Dispatch(token_nll_, {&logits, &targets, &nll}, push, x_groups, y_groups);
+  }
+
+  absl::Status Finish() override {
+    if (!recording_) return absl::OkStatus();
+    recording_ = false;
+    VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
+    FSDPD_RETURN_IF_ERROR(SubmitAndWait());
+    VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
+    sets_used_ = 0;
+    return absl::OkStatus();
+  }
+
+ private:
+  uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const {
+    for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
+      if ((type_bits & (1u << t)) &&
+          (memory_.memoryTypes[t].propertyFlags & required) == required) {
+        return t;
+      }
+    }
+    return UINT32_MAX;
+  }
+
+  absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateBuffer(VkDeviceSize bytes, bool host_visible,
+                                                             uint32_t memory_type = UINT32_MAX) {
+    if (bytes == 0) bytes = 4;
+    if (bytes > limits_.maxStorageBufferRange) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a tensor of ", bytes, " bytes exceeds device '", info_.name,
+                       "''s maxStorageBufferRange of ", limits_.maxStorageBufferRange,
+                       " bytes; use a smaller batch or sequence"));
+    }
+    auto buffer = std::make_unique<VulkanBuffer>();
+    buffer->device = device_;
+    buffer->bytes = bytes;
+    VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    info.size = bytes;
+    info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VK_RETURN_IF_ERROR(vkCreateBuffer(device_, &info, nullptr, &buffer->buffer));
+    VkMemoryRequirements requirements;
+    vkGetBufferMemoryRequirements(device_, buffer->buffer, &requirements);
+    uint32_t type = memory_type;
+    if (type == UINT32_MAX || !(requirements.memoryTypeBits & (1u << type))) {
+      const VkMemoryPropertyFlags host =
+          VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+      type = host_visible
+                 ? FindMemoryType(requirements.memoryTypeBits, host)
+                 : FindMemoryType(requirements.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+      if (type == UINT32_MAX) type = FindMemoryType(requirements.memoryTypeBits, 0);
+    }
+    if (type == UINT32_MAX) {
+      return absl::InternalError(absl::StrCat("device '", info_.name, "' has no memory type for a ",
+                                              bytes, "-byte buffer"));
+    }
+    VkMemoryAllocateInfo allocate{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    allocate.allocationSize = requirements.size;
+    allocate.memoryTypeIndex = type;
+    const VkResult allocated = vkAllocateMemory(device_, &allocate, nullptr, &buffer->memory);
+    if (allocated != VK_SUCCESS) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", requirements.size,
+                                                       " bytes on device '", info_.name,
+                                                       "': ", ResultName(allocated)));
+    }
+    VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
+    if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+      VK_RETURN_IF_ERROR(
+          vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
+    }
+    return buffer;
+  }
+
+  absl::Status Copy(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes) {
+    FSDPD_RETURN_IF_ERROR(Finish());
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
+    VkBufferCopy region{0, 0, bytes};
+    vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
+    VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
+    return SubmitAndWait();
+  }
+
+  absl::Status SubmitAndWait() {
+    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submit.commandBufferCount = 1;
+    submit.pCommandBuffers = &commands_;
+    VK_RETURN_IF_ERROR(vkQueueSubmit(queue_, 1, &submit, fence_));
+    VK_RETURN_IF_ERROR(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+    VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &fence_));
+    VK_RETURN_IF_ERROR(vkResetCommandBuffer(commands_, 0));
+    return absl::OkStatus();
+  }
+
+  absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out) {
+    const SpirV code = ShaderCode(shader);
+    VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    module_info.codeSize = code.bytes;
+    module_info.pCode = code.words;
+    VkShaderModule module;
+    VK_RETURN_IF_ERROR(vkCreateShaderModule(device_, &module_info, nullptr, &module));
+    std::vector<VkDescriptorSetLayoutBinding> layout_bindings(bindings);
+    for (uint32_t b = 0; b < bindings; ++b) {
+      layout_bindings[b] = {b, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
+                            nullptr};
+    }
+    VkDescriptorSetLayoutCreateInfo set_info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    set_info.bindingCount = bindings;
+    set_info.pBindings = layout_bindings.data();
+    VK_RETURN_IF_ERROR(vkCreateDescriptorSetLayout(device_, &set_info, nullptr, &out->set_layout));
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPipelineLayoutCreateInfo layout_info{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    layout_info.setLayoutCount = 1;
+    layout_info.pSetLayouts = &out->set_layout;
+    layout_info.pushConstantRangeCount = 1;
+    layout_info.pPushConstantRanges = &range;
+    VK_RETURN_IF_ERROR(vkCreatePipelineLayout(device_, &layout_info, nullptr, &out->layout));
+    VkComputePipelineCreateInfo pipeline_info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    pipeline_info.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    pipeline_info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    pipeline_info.stage.module = module;
+    pipeline_info.stage.pName = "main";
+    pipeline_info.layout = out->layout;
+    const VkResult created = vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &pipeline_info,
+                                                      nullptr, &out->pipeline);
+    vkDestroyShaderModule(device_, module, nullptr);
+    if (created != VK_SUCCESS) {
+      return absl::InternalError(absl::StrCat("cannot build the ", ShaderName(shader),
+                                              " pipeline on '", info_.name,
+                                              "': ", ResultName(created)));
+    }
+    out->bindings = bindings;
+    out->push_bytes = push_bytes;
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckIndex(const char* what, int64_t elements) const {
+    if (elements >= (int64_t{1} << 32)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", elements,
+                       " elements exceed the shaders' 32-bit indices; use a smaller batch"));
+    }
+    return absl::OkStatus();
+  }
+  uint32_t GridStride(int64_t count) const {
+    const int64_t groups = std::max<int64_t>(1, (count + 255) / 256);
+    return static_cast<uint32_t>(
+        std::min<int64_t>(groups, std::min<uint32_t>(limits_.maxComputeWorkGroupCount[0], 65535)));
+  }
+  std::pair<uint32_t, uint32_t> RowGrid(int64_t rows) const {
+    const int64_t x = std::min<int64_t>(std::max<int64_t>(rows, 1), 65535);
+    return {static_cast<uint32_t>(x), static_cast<uint32_t>((rows + x - 1) / x)};
+  }
+
+  absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
+                        const void* push, uint32_t x_groups, uint32_t y_groups) {
+    if (sets_used_ == kMaxSetsPerSubmit) FSDPD_RETURN_IF_ERROR(Finish());
+    if (!recording_) {
+      VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+      begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+      VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
+      recording_ = true;
+    }
+    VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    allocate.descriptorPool = descriptor_pool_;
+    allocate.descriptorSetCount = 1;
+    allocate.pSetLayouts = &pipeline.set_layout;
+    VkDescriptorSet set;
+    VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(device_, &allocate, &set));
+    ++sets_used_;
+    VkDescriptorBufferInfo infos[kMaxBindings];
+    VkWriteDescriptorSet writes[kMaxBindings];
+    uint32_t b = 0;
+    for (Buffer* buffer : buffers) {
+      infos[b] = {Vk(*buffer).buffer, 0, VK_WHOLE_SIZE};
+      writes[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      writes[b].dstSet = set;
+      writes[b].dstBinding = b;
+      writes[b].descriptorCount = 1;
+      writes[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[b].pBufferInfo = &infos[b];
+      ++b;
+    }
+    vkUpdateDescriptorSets(device_, b, writes, 0, nullptr);
+    vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+    vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set,
+                            0, nullptr);
+    vkCmdPushConstants(commands_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       pipeline.push_bytes, push);
+    vkCmdDispatch(commands_, x_groups, y_groups, 1);
+    // Each op reads what the one before wrote.
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                             VK_PIPELINE_STAGE_HOST_BIT,
+                         0, 1, &barrier, 0, nullptr, 0, nullptr);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<Instance> instance_;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VulkanDeviceInfo info_;
+  VkPhysicalDeviceLimits limits_{};
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer commands_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
+  uint32_t sets_used_ = 0;
+  bool recording_ = false;
+  bool fp16_ = false;
+  bool coop_ = false;
+  std::string coop_refused_;  // why the cooperative-matrix pipeline could not be built
+  bool zero_copy_ = false;
+  uint32_t weight_type_ = UINT32_MAX;
+  Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_, matmul_;
+  std::unique_ptr<VulkanBuffer> dummy_;
+};
+
+}  // namespace
+
+uint16_t FloatToHalf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t exponent = (bits >> 23) & 0xFFu;
+  uint32_t mantissa = bits & 0x7FFFFFu;
+  if (exponent == 0xFF) return static_cast<uint16_t>(sign | 0x7C00u | (mantissa ? 0x200u : 0u));
+  const int32_t half_exponent = static_cast<int32_t>(exponent) - 127 + 15;
+  if (half_exponent >= 31) return static_cast<uint16_t>(sign | 0x7C00u);  // overflow → inf
+  if (half_exponent <= 0) {
+    if (half_exponent < -10) return static_cast<uint16_t>(sign);  // underflow → ±0
+    mantissa |= 0x800000u;  // subnormal half: shift the implicit one in, round to even
+    const uint32_t shift = static_cast<uint32_t>(14 - half_exponent);
+    uint32_t half = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(half_exponent) << 10) | (mantissa >> 13);
+  const uint32_t rest = mantissa & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // may carry into inf: right
+  return static_cast<uint16_t>(sign | half);
+}
+
+absl::StatusOr<std::vector<VulkanDeviceInfo>> ListVulkanDevices() {
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Instance> instance, CreateInstance(false));
+  FSDPD_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> devices,
+                         PhysicalDevices(instance->instance));
+  std::vector<VulkanDeviceInfo> infos;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    infos.push_back(DescribeDevice(instance->instance, devices[i], static_cast<int>(i), nullptr));
+  }
+  return infos;
+}
+
+absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options) {
+  auto backend = std::make_unique<VulkanBackendImpl>();
+  FSDPD_RETURN_IF_ERROR(backend->Init(options));
+  return std::unique_ptr<VulkanBackend>(std::move(backend));
+}
+
+}  // namespace fsdpd::edge

@@ -1,0 +1,65 @@
+// The Vulkan compute backend: SPIR-V shaders embedded at build time (edge/shaders), one
+// command buffer per Finish, weights in fp16 where the device can read and compute on fp16
+// (shaderFloat16 and storageBuffer16BitAccess) and fp32 otherwise, the matmul on
+// cooperative matrices (VK_NV_cooperative_matrix) where the device reports the shape.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "edge/backend.h"
+
+namespace fsdpd::edge {
+
+struct VulkanHeap {
+  uint64_t size = 0;
+  bool device_local = false;
+  bool host_visible = false;               // some memory type of this heap is host-visible
+  bool device_local_host_visible = false;  // ... and one is both (zero-copy weights)
+};
+
+struct VulkanDeviceInfo {
+  int index = 0;
+  std::string name;
+  std::string type;  // discrete, integrated, virtual, cpu, other
+  std::string api_version;
+  std::vector<VulkanHeap> heaps;
+  bool shader_float16 = false;
+  bool storage_buffer_16bit = false;
+  uint32_t subgroup_size = 0;
+  bool nv_cooperative_matrix = false;
+  std::vector<std::string> cooperative_matrix_shapes;  // "16x16x16 fp16·fp16+fp32" etc.
+};
+
+// Every Vulkan device the loader reports. No loader or no device is an error saying how to
+// get one.
+absl::StatusOr<std::vector<VulkanDeviceInfo>> ListVulkanDevices();
+
+struct VulkanOptions {
+  int device = 0;
+  enum class Precision { kAuto, kFp32, kFp16 } precision = Precision::kAuto;
+  bool cooperative_matrix = true;  // used only where the device reports the shape
+  bool force_staging = false;      // upload weights through a staging buffer even where
+                                   // a heap is device-local and host-visible
+  bool validation = false;         // VK_LAYER_KHRONOS_validation, errors counted
+};
+
+class VulkanBackend : public Backend {
+ public:
+  // Validation messages of severity error reported so far (0 unless options.validation).
+  virtual int validation_errors() const = 0;
+  virtual std::string last_validation_error() const = 0;
+  virtual bool uses_fp16() const = 0;
+  virtual bool uses_cooperative_matrix() const = 0;
+  virtual bool zero_copy_weights() const = 0;
+};
+
+absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);
+
+// fp32 → IEEE fp16, round to nearest even (what the fp16 weight path stores).
+uint16_t FloatToHalf(float value);
+
+}  // namespace fsdpd::edge

@@ -1,0 +1,22 @@
+# The edge runtime (edge/) on lavapipe with the Vulkan validation layer: each shader against
+# the CPU reference, a trained and exported model end to end, and bad inputs. Labelled
+# integration: they need a Vulkan driver (Mesa's JIT is not built for the ASan unit run).
+# The config metadata needs no Vulkan: a unit test (ASan runs it too).
+fsdpd_test(edge_metadata_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_metadata_test.cc LIBS fsdpd_formats)
+if(TARGET fsdpd_edge)
+  fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
+endif()
+if(TARGET fsdpd_edge AND TARGET fsdpd_engine)
+  fsdpd_test(edge_model_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_model_test.cc LIBS fsdpd_edge fsdpd_engine)
+  target_compile_definitions(edge_model_test PRIVATE
+    FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+endif()
+if(TARGET fsdpd-edge)
+  fsdpd_test(edge_cli_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_cli_test.cc LIBS fsdpd_edge)
+  target_compile_definitions(edge_cli_test PRIVATE FSDPD_EDGE_BINARY="$<TARGET_FILE:fsdpd-edge>")
+  add_dependencies(edge_cli_test fsdpd-edge)
+endif()

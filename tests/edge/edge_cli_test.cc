@@ -1,0 +1,192 @@
+// fsdpd-edge as a user runs it: devices, eval and generate on lavapipe with validation, and
+// every bad input answered by a clear message and exit status 1, never a crash.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/edge/edge_test_support.h"
+#include "tests/support/temp_dir.h"
+
+namespace fsdpd::edge {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;  // -1: did not exit normally (a crash)
+  std::string output;  // stdout and stderr
+};
+
+Outcome RunEdge(const std::string& arguments, const std::string& environment = "") {
+  const std::string command = environment + " " + FSDPD_EDGE_BINARY + " " + arguments + " 2>&1";
+  Outcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return outcome;
+  char buffer[4096];
+  size_t read;
+  while ((read = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, read);
+  const int status = pclose(pipe);
+  if (WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
+  return outcome;
+}
+
+void ExpectError(const Outcome& outcome, const std::string& message) {
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.output;
+  EXPECT_NE(outcome.output.find(message), std::string::npos) << "expected '" << message << "' in:\n"
+                                                             << outcome.output;
+}
+
+class EdgeCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.vocab = 256;
+    config_.dim = 64;
+    config_.layers = 2;
+    config_.heads = 4;
+    config_.ffn_mult = 2;
+    config_.causal = true;
+    config_.final_norm = true;
+    config_.norm_eps = 1e-6;
+    tensors_ = testing::RandomModelTensors(config_, 7);
+    model_ = dir_.File("model.safetensors");
+    testing::WriteModel(model_, config_, tensors_);
+    text_ = dir_.File("text.txt");
+    std::ofstream(text_) << std::string(2000, 'a') + "the quick brown fox jumps over the lazy dog";
+  }
+  fsdpd::testing::TempDir dir_;
+  ExportedModelConfig config_;
+  std::vector<NamedTensor> tensors_;
+  std::string model_, text_;
+};
+
+TEST_F(EdgeCliTest, DevicesListsLavapipeWithItsHeapsAndFp16Support) {
+  const Outcome outcome = RunEdge("devices");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  // CI runs on lavapipe; a machine without it must fail here, loudly, not skip.
+  EXPECT_NE(outcome.output.find("llvmpipe"), std::string::npos)
+      << "lavapipe (mesa-vulkan-drivers) is not visible to the Vulkan loader:\n"
+      << outcome.output;
+  EXPECT_NE(outcome.output.find("heap 0:"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("shaderFloat16"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("cooperative matrices"), std::string::npos) << outcome.output;
+}
+
+TEST_F(EdgeCliTest, EvalReportsPerplexityTokensPerSecondAndThePathsThatRan) {
+  const Outcome zero_copy =
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --validate");
+  ASSERT_EQ(zero_copy.exit_code, 0) << zero_copy.output;
+  EXPECT_NE(zero_copy.output.find("perplexity "), std::string::npos) << zero_copy.output;
+  EXPECT_NE(zero_copy.output.find("tokens/s"), std::string::npos) << zero_copy.output;
+  EXPECT_NE(zero_copy.output.find("fp16 weights"), std::string::npos) << zero_copy.output;
+  EXPECT_NE(zero_copy.output.find("zero-copy"), std::string::npos) << zero_copy.output;
+  const Outcome staged =
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --validate --staging");
+  ASSERT_EQ(staged.exit_code, 0) << staged.output;
+  EXPECT_NE(staged.output.find("through staging"), std::string::npos) << staged.output;
+  // Same weights, same shaders: the same perplexity line.
+  auto perplexity_line = [](const std::string& output) {
+    const size_t start = output.find("perplexity ");
+    return output.substr(start, output.find('\n', start) - start);
+  };
+  EXPECT_EQ(perplexity_line(zero_copy.output), perplexity_line(staged.output));
+  const Outcome cpu =
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --batch 2 --backend cpu");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("cpu (fp32 reference"), std::string::npos) << cpu.output;
+}
+
+TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
+  for (const std::string sampling : {"", " --top-k 5 --seed 3"}) {
+    const Outcome outcome = RunEdge(
+        "generate " + model_ + " --prompt 'the quick' --tokens 8 --seq 16 --validate" + sampling);
+    ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+    EXPECT_NE(outcome.output.find("the quick"), std::string::npos) << outcome.output;
+  }
+}
+
+TEST_F(EdgeCliTest, NoVulkanDeviceIsAClearError) {
+  const std::string none = "VK_ICD_FILENAMES=" + dir_.File("no_such_icd.json");
+  ExpectError(RunEdge("devices", none), "no Vulkan");
+  ExpectError(RunEdge("eval " + model_ + " --text " + text_, none), "mesa-vulkan-drivers");
+  ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --device 7"),
+              "--device 7: there are");
+}
+
+TEST_F(EdgeCliTest, AMissingValidationLayerIsAClearError) {
+  ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --validate",
+                      "VK_LAYER_PATH=" + dir_.path() + " VK_ADD_LAYER_PATH="),
+              "VK_LAYER_KHRONOS_validation is not installed");
+}
+
+TEST_F(EdgeCliTest, ATruncatedModelFileIsAClearError) {
+  const std::string truncated = dir_.File("truncated.safetensors");
+  std::filesystem::copy_file(model_, truncated);
+  std::filesystem::resize_file(truncated, std::filesystem::file_size(model_) / 2);
+  ExpectError(RunEdge("eval " + truncated + " --text " + text_), "cannot read the model");
+  std::filesystem::resize_file(truncated, 5);
+  ExpectError(RunEdge("eval " + truncated + " --text " + text_), "too short");
+  ExpectError(RunEdge("eval " + dir_.File("absent.safetensors") + " --text " + text_),
+              "absent.safetensors");
+}
+
+TEST_F(EdgeCliTest, AFileWithoutConfigMetadataIsRefused) {
+  const std::string bare = dir_.File("bare.safetensors");
+  testing::WriteModel(bare, config_, tensors_, /*with_config=*/false);
+  ExpectError(RunEdge("eval " + bare + " --text " + text_),
+              "has no model config in its __metadata__");
+}
+
+TEST_F(EdgeCliTest, AModelThatDoesNotMatchItsConfigIsAClearError) {
+  ExportedModelConfig wider = config_;
+  wider.dim = 128;  // the tensors stay 64 wide
+  const std::string mismatched = dir_.File("mismatched.safetensors");
+  testing::WriteModel(mismatched, wider, tensors_);
+  ExpectError(RunEdge("eval " + mismatched + " --text " + text_),
+              "does not match its config metadata: tensor layers.0.norm1.weight is [64], the "
+              "config needs [128]");
+  std::vector<NamedTensor> missing(tensors_.begin() + 1, tensors_.end());
+  testing::WriteModel(mismatched, config_, missing);
+  ExpectError(RunEdge("eval " + mismatched + " --text " + text_),
+              "tensor layers.0.norm1.weight is missing");
+}
+
+TEST_F(EdgeCliTest, AShapeTheShadersDoNotSupportIsAClearError) {
+  ExportedModelConfig wide_heads = config_;
+  wide_heads.dim = 256;
+  wide_heads.heads = 1;  // head_dim 256 > the attention shader's 128
+  wide_heads.layers = 1;
+  const std::string path = dir_.File("wide.safetensors");
+  testing::WriteModel(path, wide_heads, testing::RandomModelTensors(wide_heads, 3));
+  ExpectError(RunEdge("eval " + path + " --text " + text_ + " --seq 8"),
+              "head_dim 256 (dim 256 / heads 1) exceeds the shader's limit of 128");
+  // The CPU reference has no such limit.
+  const Outcome cpu = RunEdge("eval " + path + " --text " + text_ + " --seq 8 --backend cpu");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+}
+
+TEST_F(EdgeCliTest, BadTokenInputIsAClearError) {
+  const std::string odd = dir_.File("odd.bin");
+  std::ofstream(odd) << "abc";
+  ExpectError(RunEdge("eval " + model_ + " --tokens " + odd), "not a multiple of --token-bytes 2");
+  const std::string large = dir_.File("large.bin");
+  {
+    std::ofstream out(large, std::ios::binary);
+    for (uint16_t id = 0; id < 600; ++id) out.write(reinterpret_cast<const char*>(&id), 2);
+  }
+  ExpectError(RunEdge("eval " + model_ + " --tokens " + large + " --seq 32"),
+              "outside the model's vocab of 256");
+  ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --seq 4096"), "one batch needs");
+  ExpectError(RunEdge("eval " + model_), "eval needs --text FILE or --tokens FILE");
+}
+
+TEST_F(EdgeCliTest, GenerateRefusesAModelWithoutTheCausalMask) {
+  ExportedModelConfig full = config_;
+  full.causal = false;
+  const std::string path = dir_.File("full.safetensors");
+  testing::WriteModel(path, full, tensors_);
+  ExpectError(RunEdge("generate " + path + " --prompt hi"), "generate needs a causal model");
+}
+
+}  // namespace
+}  // namespace fsdpd::edge

@@ -1,0 +1,221 @@
+// Each Vulkan shader against the CPU reference backend (kernels/cpu) on random inputs, in the
+// fp32 path and the fp16 path, on lavapipe with the validation layer on (zero errors).
+//
+// Tolerances, per element, with u32 = 2^-24 and u16 = 2^-11 (unit roundoffs):
+//  - matmul (Linear): both sides sum K products in fp32 in different orders, so each is within
+//    K·u32·Σ|x·w| of the exact value (the standard dot-product bound): |Δ| ≤ 2·K·u32·Σ|x·w|.
+//    In fp16 both operands are rounded to fp16 first (relative error ≤ u16 each, so a product
+//    is off by ≤ (2·u16 + u16²)·|x·w|) and the bias by ≤ u16·|b|: those terms are added.
+//  - rmsnorm: the sum of squares (≤ dim·u32 relative each side) and inversesqrt (Vulkan allows
+//    2 ULP) give ≤ (dim + 8)·u32·|y| on top of the weight's fp16 rounding (u16·|y|) in fp16.
+//  - embedding: a copy, exact in fp32; fp16 rounding (≤ u16·|y|) in the fp16 path.
+//  - add: one fp32 rounding on both sides: exact.
+//  - silu: Vulkan's exp is within 3 + 2·|x| ULP and division 2.5 ULP, so ≤ (8 + 2|x|)·u32·2
+//    relative, with |x| ≤ 4 here.
+//  - attention: scores of size ≤ √head_dim·max|q|·max|k|; exp error (3 + 2|s|) ULP relative
+//    per softmax weight and fp32 sums over ≤ seq keys: |Δ| ≤ (seq + 3 + 2·s_max)·4·u32·max|v|.
+//  - log-softmax / cross-entropy: the sum over vocab terms (≤ vocab·u32 relative), exp and log
+//    (a few ULP of |logit| size): |Δ| ≤ (vocab + 16)·u32·(1 + max|logit|).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "edge/cpu_backend.h"
+#include "tests/edge/edge_test_support.h"
+
+namespace fsdpd::edge {
+namespace {
+
+using testing::RandomValues;
+constexpr double kU32 = 1.0 / (1 << 24);
+constexpr double kU16 = 1.0 / (1 << 11);
+
+class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision> {
+ protected:
+  void SetUp() override {
+    vulkan_ = testing::ValidatedVulkan(GetParam());
+    ASSERT_NE(vulkan_, nullptr);
+    cpu_ = CreateCpuBackend();
+    fp16_ = vulkan_->uses_fp16();
+    if (GetParam() == VulkanOptions::Precision::kFp16) ASSERT_TRUE(fp16_);
+  }
+  void TearDown() override {
+    if (vulkan_ != nullptr) {
+      EXPECT_EQ(vulkan_->validation_errors(), 0) << vulkan_->last_validation_error();
+    }
+  }
+
+  // The same inputs on both backends: weights through Weight, activations through WriteFloats.
+  struct Pair {
+    std::unique_ptr<Buffer> gpu, cpu;
+  };
+  Pair Weights(const std::vector<float>& values) {
+    Pair pair;
+    pair.gpu = *vulkan_->Weight(values.data(), static_cast<int64_t>(values.size()));
+    pair.cpu = *cpu_->Weight(values.data(), static_cast<int64_t>(values.size()));
+    return pair;
+  }
+  Pair Floats(const std::vector<float>& values) {
+    Pair pair;
+    pair.gpu = *vulkan_->Floats(static_cast<int64_t>(values.size()));
+    pair.cpu = *cpu_->Floats(static_cast<int64_t>(values.size()));
+    EXPECT_TRUE(vulkan_->WriteFloats(*pair.gpu, values.data(), values.size()).ok());
+    EXPECT_TRUE(cpu_->WriteFloats(*pair.cpu, values.data(), values.size()).ok());
+    return pair;
+  }
+  Pair Ints(const std::vector<int32_t>& values) {
+    Pair pair;
+    pair.gpu = *vulkan_->Ints(static_cast<int64_t>(values.size()));
+    pair.cpu = *cpu_->Ints(static_cast<int64_t>(values.size()));
+    EXPECT_TRUE(vulkan_->WriteInts(*pair.gpu, values.data(), values.size()).ok());
+    EXPECT_TRUE(cpu_->WriteInts(*pair.cpu, values.data(), values.size()).ok());
+    return pair;
+  }
+  Pair Outputs(int64_t count) { return {*vulkan_->Floats(count), *cpu_->Floats(count)}; }
+  // Reads both outputs and checks |gpu − cpu| ≤ tolerance(i) element by element.
+  void ExpectWithin(const char* what, Pair& out, int64_t count,
+                    const std::function<double(size_t, double)>& tolerance) {
+    std::vector<float> gpu(static_cast<size_t>(count)), cpu(static_cast<size_t>(count));
+    ASSERT_TRUE(vulkan_->ReadFloats(*out.gpu, gpu.data(), count).ok());
+    ASSERT_TRUE(cpu_->ReadFloats(*out.cpu, cpu.data(), count).ok());
+    size_t worst = 0;
+    double worst_excess = -1e300;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(gpu[i])) << what << "[" << i << "] is " << gpu[i];
+      const double excess = std::fabs(gpu[i] - cpu[i]) - tolerance(i, cpu[i]);
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+    EXPECT_LE(worst_excess, 0.0) << what << "[" << worst << "]: vulkan " << gpu[worst] << ", cpu "
+                                 << cpu[worst] << ", tolerance " << tolerance(worst, cpu[worst]);
+  }
+
+  std::unique_ptr<VulkanBackend> vulkan_;
+  std::unique_ptr<Backend> cpu_;
+  bool fp16_ = false;
+};
+
+TEST_P(EdgeKernelsTest, LinearMatchesTheReferenceAtTileAndRaggedShapes) {
+  struct Shape {
+    int64_t rows, in, out;
+    bool bias;
+  };
+  for (const Shape& s : {Shape{77, 45, 70, true}, Shape{130, 256, 129, false},
+                         Shape{64, 64, 64, true}, Shape{1, 300, 17, true}}) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out << "x" << s.in);
+    const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, 1);
+    const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 2);
+    const std::vector<float> b = RandomValues(s.out, 1.0f, 3);
+    Pair xs = Floats(x), ws = Weights(w), bs = Weights(b), out = Outputs(s.rows * s.out);
+    ASSERT_TRUE(vulkan_
+                    ->Linear(*xs.gpu, *ws.gpu, s.bias ? bs.gpu.get() : nullptr, s.rows, s.in, s.out,
+                             *out.gpu)
+                    .ok());
+    ASSERT_TRUE(cpu_->Linear(*xs.cpu, *ws.cpu, s.bias ? bs.cpu.get() : nullptr, s.rows, s.in, s.out,
+                             *out.cpu)
+                    .ok());
+    ExpectWithin("linear", out, s.rows * s.out, [&](size_t i, double) {
+      const int64_t r = static_cast<int64_t>(i) / s.out, c = static_cast<int64_t>(i) % s.out;
+      double magnitude = 0.0;
+      for (int64_t k = 0; k < s.in; ++k) magnitude += std::fabs(x[r * s.in + k] * w[c * s.in + k]);
+      double bound = 2.0 * static_cast<double>(s.in) * kU32 * magnitude;
+      if (fp16_)
+        bound += (2 * kU16 + kU16 * kU16) * magnitude + (s.bias ? kU16 * std::fabs(b[c]) : 0);
+      return bound + 1e-30;
+    });
+  }
+}
+
+TEST_P(EdgeKernelsTest, RmsNormMatchesTheReference) {
+  const int64_t rows = 37, dim = 300;
+  const std::vector<float> x = RandomValues(rows * dim, 2.0f, 4);
+  std::vector<float> w = RandomValues(dim, 0.2f, 5);
+  for (float& value : w) value += 1.0f;
+  Pair xs = Floats(x), ws = Weights(w), out = Outputs(rows * dim);
+  ASSERT_TRUE(vulkan_->RmsNorm(*xs.gpu, *ws.gpu, rows, dim, 1e-6, *out.gpu).ok());
+  ASSERT_TRUE(cpu_->RmsNorm(*xs.cpu, *ws.cpu, rows, dim, 1e-6, *out.cpu).ok());
+  ExpectWithin("rmsnorm", out, rows * dim, [&](size_t, double y) {
+    return ((dim + 8) * kU32 + (fp16_ ? kU16 : 0.0)) * std::fabs(y) + 1e-30;
+  });
+}
+
+TEST_P(EdgeKernelsTest, EmbeddingGathersRows) {
+  const int64_t vocab = 50, dim = 33, count = 300;
+  const std::vector<float> table = RandomValues(vocab * dim, 3.0f, 6);
+  std::vector<int32_t> tokens(count);
+  for (int64_t t = 0; t < count; ++t) tokens[t] = static_cast<int32_t>((t * 7 + 3) % vocab);
+  Pair ts = Weights(table), ids = Ints(tokens), out = Outputs(count * dim);
+  ASSERT_TRUE(vulkan_->Embedding(*ts.gpu, *ids.gpu, count, dim, *out.gpu).ok());
+  ASSERT_TRUE(cpu_->Embedding(*ts.cpu, *ids.cpu, count, dim, *out.cpu).ok());
+  ExpectWithin("embedding", out, count * dim,
+               [&](size_t, double y) { return fp16_ ? kU16 * std::fabs(y) : 0.0; });
+}
+
+TEST_P(EdgeKernelsTest, AddAndSiluMatchTheReference) {
+  const int64_t count = 70001;  // more than one grid-stride pass at 256 per group on small grids
+  const std::vector<float> a = RandomValues(count, 4.0f, 7), b = RandomValues(count, 4.0f, 8);
+  Pair as = Floats(a), bs = Floats(b), sum = Outputs(count), silu = Outputs(count);
+  ASSERT_TRUE(vulkan_->Add(*as.gpu, *bs.gpu, count, *sum.gpu).ok());
+  ASSERT_TRUE(cpu_->Add(*as.cpu, *bs.cpu, count, *sum.cpu).ok());
+  ASSERT_TRUE(vulkan_->Silu(*as.gpu, count, *silu.gpu).ok());
+  ASSERT_TRUE(cpu_->Silu(*as.cpu, count, *silu.cpu).ok());
+  ExpectWithin("add", sum, count, [](size_t, double) { return 0.0; });
+  ExpectWithin("silu", silu, count, [&](size_t i, double y) {
+    return (8 + 2 * std::fabs(a[i])) * 2 * kU32 * std::max(std::fabs(y), std::fabs(double(a[i])));
+  });
+}
+
+TEST_P(EdgeKernelsTest, AttentionMatchesTheReferenceWithAndWithoutTheCausalMask) {
+  struct Shape {
+    int64_t batch, seq, heads, head_dim;
+  };
+  for (const Shape& s : {Shape{2, 37, 3, 16}, Shape{1, 130, 2, 64}, Shape{1, 5, 1, 128}}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "batch " << s.batch << " seq " << s.seq << " heads " << s.heads
+                   << " head_dim " << s.head_dim << (causal ? " causal" : ""));
+      const int64_t dim = s.heads * s.head_dim;
+      const std::vector<float> qkv = RandomValues(s.batch * s.seq * 3 * dim, 1.0f, 9);
+      Pair in = Floats(qkv), out = Outputs(s.batch * s.seq * dim);
+      ASSERT_TRUE(vulkan_->Attention(*in.gpu, s.batch, s.seq, s.heads, dim, causal, *out.gpu).ok());
+      ASSERT_TRUE(cpu_->Attention(*in.cpu, s.batch, s.seq, s.heads, dim, causal, *out.cpu).ok());
+      const double score_max = std::sqrt(static_cast<double>(s.head_dim));  // |q|,|k| ≤ 1
+      ExpectWithin("attention", out, s.batch * s.seq * dim, [&](size_t, double) {
+        return (static_cast<double>(s.seq) + 3 + 2 * score_max) * 4 * kU32;  // max|v| ≤ 1
+      });
+    }
+  }
+}
+
+TEST_P(EdgeKernelsTest, TokenNllIsLogSoftmaxCrossEntropy) {
+  const int64_t rows = 41, vocab = 1000;
+  const std::vector<float> logits = RandomValues(rows * vocab, 8.0f, 10);
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = static_cast<int32_t>((r * 37) % vocab);
+  Pair ls = Floats(logits), ts = Ints(targets), out = Outputs(rows);
+  ASSERT_TRUE(vulkan_->TokenNll(*ls.gpu, *ts.gpu, rows, vocab, *out.gpu).ok());
+  ASSERT_TRUE(cpu_->TokenNll(*ls.cpu, *ts.cpu, rows, vocab, *out.cpu).ok());
+  ExpectWithin("nll", out, rows, [&](size_t, double) { return (vocab + 16) * kU32 * (1 + 8.0); });
+}
+
+TEST_P(EdgeKernelsTest, UnsupportedShapesAreClearErrors) {
+  Pair in = Outputs(3 * 256), out = Outputs(256);
+  absl::Status status = vulkan_->Attention(*in.gpu, 1, 1, 1, 256, false, *out.gpu);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("head_dim 256"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("limit of 128"), std::string::npos) << status;
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, EdgeKernelsTest,
+                         ::testing::Values(VulkanOptions::Precision::kFp32,
+                                           VulkanOptions::Precision::kFp16),
+                         [](const auto& info) {
+                           return info.param == VulkanOptions::Precision::kFp32 ? "fp32" : "fp16";
+                         });
+
+}  // namespace
+}  // namespace fsdpd::edge

@@ -1,0 +1,282 @@
+// A whole model end to end: the engine trains a small causal byte-level MiniLLM on the demo
+// corpus (RunTrainer, the CPU engine, as a worker runs it) and exports it; fsdpd-edge's
+// Vulkan backend (fp32 and fp16 paths, lavapipe, validation on) and its CPU backend then
+// compute logits and perplexity, compared with the training engine's own forward
+// (worker/model, MiniLLM::Logits) on the same weights.
+//
+// Tolerances on logits, relative to the largest |logit| (L) of the reference:
+//  - edge cpu vs engine: the same kernels (kernels/cpu) in the same order: bit-identical.
+//  - vulkan fp32: every shader stays within a few K·2^-24 of its reference (edge_kernels_test);
+//    through 2 blocks of 5 GEMMs, attention and norms on K ≤ 128, errors add to ≤ 1e-4·L.
+//  - vulkan fp16: weights and GEMM inputs are rounded to fp16 (2^-11 relative) at 5 GEMMs in
+//    sequence per block plus the head: about 11·2·2^-11 ≈ 1% relative in the worst case,
+//    2e-2·L with margin.
+// Perplexity: exp of the mean NLL; its relative error is the NLL's absolute error, bounded by
+// the largest logit error twice (logsumexp and the target logit): 2·tolerance above.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "edge/cpu_backend.h"
+#include "edge/eval.h"
+#include "edge/model.h"
+#include "proto/spec/job_spec.h"
+#include "tests/edge/edge_test_support.h"
+#include "tests/support/temp_dir.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/model/minillm.h"
+#include "worker/trainer.h"
+
+namespace fsdpd::edge {
+namespace {
+
+constexpr int64_t kBatch = 2;
+constexpr int64_t kSeq = 32;
+
+class EdgeModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    directory_ = new fsdpd::testing::TempDir();
+    v1::JobSpec spec = DefaultJobSpec();
+    spec.set_name("edge-model-test");
+    spec.mutable_model()->set_vocab(256);
+    spec.mutable_model()->set_dim(64);
+    spec.mutable_model()->set_layers(2);
+    spec.mutable_model()->set_heads(4);
+    spec.mutable_model()->set_ffn_mult(2);
+    spec.mutable_model()->set_causal(true);
+    spec.mutable_model()->set_final_norm(true);
+    spec.mutable_data()->set_source("text");
+    spec.mutable_data()->set_path(std::string(FSDPD_DEFAULT_SOURCE_DIR) +
+                                  "/examples/tiny_corpus.txt");
+    spec.mutable_data()->set_seq_len(kSeq);
+    spec.mutable_train()->set_batch_size(4);
+    spec.mutable_train()->set_steps(40);
+    spec.mutable_train()->set_lr(3e-3);
+    spec.mutable_parallel()->set_world_size(1);
+    spec.mutable_parallel()->set_device("cpu");
+    spec.mutable_checkpoint()->set_every_steps(0);
+    RankContext context;
+    context.job_id = "edge";
+    context.checkpoint_dir = directory_->path() + "/job";
+    absl::StatusOr<TrainResult> result = RunTrainer(spec, context, {});
+    ASSERT_TRUE(result.ok()) << result.status();
+    model_path_ = new std::string(result->exported_model_path);
+    final_loss_ = result->final_loss;
+  }
+  static void TearDownTestSuite() {
+    delete directory_;
+    delete model_path_;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(model_path_, nullptr);
+    ASSERT_FALSE(model_path_->empty());
+    absl::StatusOr<HostModel> model = LoadHostModel(*model_path_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    absl::StatusOr<std::vector<int32_t>> corpus =
+        ReadTextTokens(std::string(FSDPD_DEFAULT_SOURCE_DIR) + "/examples/tiny_corpus.txt");
+    ASSERT_TRUE(corpus.ok()) << corpus.status();
+    corpus_ = std::move(*corpus);
+    tokens_.assign(corpus_.begin(), corpus_.begin() + kBatch * kSeq);
+  }
+
+  // The training engine's forward (worker/model on its CPU backend) on the exported weights.
+  std::vector<float> EngineLogits(const std::vector<int32_t>& tokens) {
+    ModelConfig config;
+    config.vocab = model_.config.vocab;
+    config.dim = model_.config.dim;
+    config.layers = model_.config.layers;
+    config.heads = model_.config.heads;
+    config.ffn_hidden = model_.config.ffn_mult * model_.config.dim;
+    config.causal = model_.config.causal;
+    config.final_norm = model_.config.final_norm;
+    config.norm_eps = model_.config.norm_eps;
+    CpuBackend backend;
+    absl::StatusOr<std::unique_ptr<MiniLLM>> model =
+        MiniLLM::Create(config, kBatch, kSeq, &backend);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return {};
+    std::vector<std::vector<float>> flat;
+    std::vector<Tensor> views;
+    for (const UnitLayout& unit : (*model)->units()) {
+      flat.emplace_back(static_cast<size_t>(unit.numel));
+      for (const ParameterInfo& info : unit.parameters) {
+        const std::vector<float>& values = model_.Tensor(info.name);
+        std::copy(values.begin(), values.end(), flat.back().begin() + info.offset);
+      }
+    }
+    for (auto& values : flat) {
+      views.push_back(Tensor{values.data(), DType::kF32, {static_cast<int64_t>(values.size())}});
+    }
+    std::vector<int32_t> targets(tokens.size(), 0);
+    EXPECT_TRUE((*model)->BeginStep(tokens.data(), targets.data()).ok());
+    std::vector<float> logits;
+    EXPECT_TRUE((*model)->Logits(views, &logits).ok());
+    return logits;
+  }
+
+  std::vector<float> EdgeLogits(Backend* backend) {
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, backend, kBatch, kSeq);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    if (!runner.ok()) return {};
+    std::vector<float> logits;
+    absl::Status status = (*runner)->Logits(tokens_, &logits);
+    EXPECT_TRUE(status.ok()) << status;
+    return logits;
+  }
+
+  // The engine's perplexity over the windows EvaluatePerplexity uses, from its logits.
+  double EnginePerplexity() {
+    const int64_t windows = (static_cast<int64_t>(corpus_.size()) - 1) / kSeq;
+    const int64_t batches = windows / kBatch;
+    double nll = 0.0;
+    const int64_t vocab = model_.config.vocab;
+    for (int64_t b = 0; b < batches; ++b) {
+      std::vector<int32_t> inputs(kBatch * kSeq);
+      std::copy(corpus_.begin() + b * kBatch * kSeq, corpus_.begin() + (b + 1) * kBatch * kSeq,
+                inputs.begin());
+      const std::vector<float> logits = EngineLogits(inputs);
+      for (int64_t t = 0; t < kBatch * kSeq; ++t) {
+        const float* row = logits.data() + t * vocab;
+        const double best = *std::max_element(row, row + vocab);
+        double sum = 0.0;
+        for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - best);
+        nll += std::log(sum) + best - row[corpus_[b * kBatch * kSeq + t + 1]];
+      }
+    }
+    return std::exp(nll / static_cast<double>(batches * kBatch * kSeq));
+  }
+
+  static double MaxAbs(const std::vector<float>& values) {
+    double largest = 0.0;
+    for (float value : values) largest = std::max(largest, std::fabs(double(value)));
+    return largest;
+  }
+  static double MaxError(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double largest = 0.0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      largest = std::max(largest, std::fabs(double(a[i]) - b[i]));
+    }
+    return largest;
+  }
+
+  static fsdpd::testing::TempDir* directory_;
+  static std::string* model_path_;
+  static double final_loss_;
+  HostModel model_;
+  std::vector<int32_t> corpus_;
+  std::vector<int32_t> tokens_;
+};
+
+fsdpd::testing::TempDir* EdgeModelTest::directory_ = nullptr;
+std::string* EdgeModelTest::model_path_ = nullptr;
+double EdgeModelTest::final_loss_ = 0.0;
+
+TEST_F(EdgeModelTest, TheExportCarriesTheModelConfigAndSafetensorsStillLoadsIt) {
+  std::map<std::string, std::string> metadata;
+  ASSERT_TRUE(ReadSafetensors(*model_path_, &metadata).ok());
+  EXPECT_EQ(metadata["format"], "pt");
+  EXPECT_EQ(metadata["architecture"], "fsdpd.MiniLLM");
+  EXPECT_EQ(metadata["vocab"], "256");
+  EXPECT_EQ(metadata["dim"], "64");
+  EXPECT_EQ(metadata["layers"], "2");
+  EXPECT_EQ(metadata["heads"], "4");
+  EXPECT_EQ(metadata["ffn_mult"], "2");
+  EXPECT_EQ(metadata["causal"], "true");
+  EXPECT_EQ(metadata["final_norm"], "true");
+  EXPECT_EQ(std::stod(metadata["norm_eps"]), 1.1920928955078125e-07);  // fp32 epsilon, exact
+  EXPECT_EQ(metadata["step"], "40");
+  // The Python package (what PyTorch's safetensors.torch.load_file uses underneath) reads the
+  // file and its metadata; install_deps installs it, and its absence is a failure.
+  const std::string script =
+      "import sys, safetensors, safetensors.numpy as s\n"
+      "t = s.load_file(sys.argv[1])\n"
+      "m = safetensors.safe_open(sys.argv[1], 'np').metadata()\n"
+      "assert t['layers.1.ffn.2.weight'].shape == (64, 128), t['layers.1.ffn.2.weight'].shape\n"
+      "assert m['heads'] == '4' and m['causal'] == 'true' and m['format'] == 'pt', m\n";
+  const std::string path = directory_->File("check.py");
+  FILE* file = std::fopen(path.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fputs(script.c_str(), file);
+  std::fclose(file);
+  EXPECT_EQ(std::system(("python3 " + path + " " + *model_path_).c_str()), 0)
+      << "python3 with safetensors and numpy (scripts/install_deps.sh) must load the export";
+}
+
+TEST_F(EdgeModelTest, CpuBackendIsTheEnginesForwardBitForBit) {
+  const std::vector<float> engine = EngineLogits(tokens_);
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  const std::vector<float> edge = EdgeLogits(cpu.get());
+  ASSERT_EQ(edge.size(), engine.size());
+  ASSERT_GT(MaxAbs(engine), 0.0);
+  EXPECT_EQ(MaxError(edge, engine), 0.0);
+}
+
+TEST_F(EdgeModelTest, VulkanLogitsMatchTheEngineInFp32AndFp16) {
+  const std::vector<float> engine = EngineLogits(tokens_);
+  const double largest = MaxAbs(engine);
+  ASSERT_GT(largest, 0.0);
+  for (auto [precision, relative] : {std::pair{VulkanOptions::Precision::kFp32, 1e-4},
+                                     std::pair{VulkanOptions::Precision::kFp16, 2e-2}}) {
+    std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(precision);
+    ASSERT_NE(vulkan, nullptr);
+    const std::vector<float> edge = EdgeLogits(vulkan.get());
+    const double error = MaxError(edge, engine);
+    EXPECT_LE(error, relative * largest) << vulkan->Describe() << ": largest |logit| " << largest;
+    // fp16 must really have run in fp16: its error is well above fp32's.
+    if (precision == VulkanOptions::Precision::kFp16) {
+      EXPECT_GT(error, 1e-4 * largest);
+    }
+    EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+  }
+}
+
+TEST_F(EdgeModelTest, PerplexityAgreesWithTheEngineAndShowsTheModelLearned) {
+  const double reference = EnginePerplexity();
+  // Trained on this corpus: well below a uniform guess over 256 bytes.
+  EXPECT_LT(reference, 64.0);
+  for (auto [precision, relative] : {std::pair{VulkanOptions::Precision::kFp32, 2e-4},
+                                     std::pair{VulkanOptions::Precision::kFp16, 4e-2}}) {
+    std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(precision);
+    ASSERT_NE(vulkan, nullptr);
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, vulkan.get(), kBatch, kSeq);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    absl::StatusOr<Perplexity> result = EvaluatePerplexity(**runner, corpus_);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_NEAR(result->perplexity, reference, relative * reference) << vulkan->Describe();
+    EXPECT_GT(result->tokens_per_second, 0.0);
+    EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+  }
+}
+
+TEST_F(EdgeModelTest, GreedyGenerationIsTheSameOnVulkanAndTheCpu) {
+  const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 10);
+  GenerateOptions options;
+  options.new_tokens = 12;
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
+  ASSERT_NE(vulkan, nullptr);
+  std::vector<std::vector<int32_t>> texts;
+  for (Backend* backend : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(vulkan.get())}) {
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, backend, 1, kSeq);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
+    ASSERT_TRUE(text.ok()) << text.status();
+    ASSERT_EQ(text->size(), prompt.size() + 12);
+    texts.push_back(*text);
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+}
+
+}  // namespace
+}  // namespace fsdpd::edge
