@@ -257,6 +257,8 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
     const double radius = 3.0 + 15.0 * std::sqrt(point.kernel->total_seconds() / longest);
     std::string name = point.kernel->name();
     if (name.size() > 40) name = name.substr(0, 37) + "...";
+    // The same kernel runs in several units (layers.0, layers.1): the unit tells them apart.
+    if (!point.kernel->unit().empty()) name += " (" + point.kernel->unit() + ")";
     svg << "<text class=\"label\" x=\"" << Number(x_axis.Map(point.intensity) + radius + 3)
         << "\" y=\"" << Number(y_axis.Map(point.flops_per_second) + 4) << "\">" << Escape(name)
         << "</text>\n";

@@ -45,8 +45,12 @@ std::string WorkerRegistry::ReturningIdLocked(const v1::RegisterRequest& request
         info.gpu_index() == request.gpu_index() &&
         (info.gpu_uuid().empty() || request.gpu_uuid().empty() ||
          info.gpu_uuid() == request.gpu_uuid());
-    // The same rule as an id sent back: the same credential, and the old session gone.
-    if (same_device && CheckReclaimLocked(id, entry, principal, now).ok()) return id;
+    // Only an id whose worker is gone: LOST, or its session stream ended. A worker registered
+    // a moment ago that has not opened its session yet is not gone (two workers starting
+    // together on one host would otherwise share an id).
+    const bool gone = info.state() == v1::LOST || entry.session_ended;
+    // Then the same rule as an id sent back: the same credential, and no live session.
+    if (same_device && gone && CheckReclaimLocked(id, entry, principal, now).ok()) return id;
   }
   return "";
 }
@@ -112,6 +116,7 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   }
   Entry& entry = workers_[id];
   entry.principal = principal;
+  entry.session_ended = false;
   RankAssignment previous = entry.assignment;
   entry.info.set_id(id);
   entry.info.set_hostname(request.hostname());
@@ -212,6 +217,7 @@ bool WorkerRegistry::AttachSession(const std::string& worker_id,
     auto found = workers_.find(worker_id);
     if (found == workers_.end()) return false;
     replaced = std::exchange(found->second.session, std::move(session));
+    found->second.session_ended = false;
   }
   if (replaced != nullptr) {
     replaced->Close(absl::AbortedError("a newer session of this worker replaced this one"));
@@ -224,6 +230,7 @@ void WorkerRegistry::DetachSession(const std::string& worker_id, const WorkerSes
   auto found = workers_.find(worker_id);
   if (found != workers_.end() && found->second.session.get() == session) {
     found->second.session.reset();
+    found->second.session_ended = true;
   }
 }
 

@@ -53,8 +53,9 @@ class WorkerRegistry {
 
   // Registers a new worker or refreshes a known one; keeps the id the worker sent back. A
   // worker that sends no id (a restarted process) takes the id of a known worker on the same
-  // host and device (hostname, device kind, GPU index, and GPU UUID when both have one) when
-  // that id passes the checks below, so a restart does not leave its old id LOST.
+  // host and device (hostname, device kind, GPU index, and GPU UUID when both have one) that is
+  // gone (LOST, or its session stream ended) when that id passes the checks below, so a
+  // restart does not leave its old id LOST.
   // Returns the worker's id and the assignment the registry held for it before this call.
   // A worker id is bound to the principal (auth.h) that first registered it:
   //  - PERMISSION_DENIED when another principal registers a known id;
@@ -101,6 +102,7 @@ class WorkerRegistry {
     std::shared_ptr<WorkerSession> session;
     Clock::time_point last_heartbeat;
     std::string principal;  // the credential the id is bound to
+    bool session_ended = false;  // its session stream ended and no other has been opened
   };
   // The checks of Register for an id already known.
   absl::Status CheckReclaimLocked(const std::string& id, const Entry& entry,

@@ -55,7 +55,8 @@ if(TARGET fsdpd)
   set_tests_properties(deploy_systemd_notify PROPERTIES LABELS integration TIMEOUT 120)
 endif()
 
-# Every dashboard query against a real Prometheus scraping a real fsdpd while a CPU job trains.
+# Every dashboard query against a real Prometheus scraping a real fsdpd while a CPU job trains
+# and after its series' retention, and the lost-worker alerts firing and resolving.
 if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
   add_test(NAME deploy_prometheus_dashboard
            COMMAND bash ${deploy_tests_dir}/prometheus_dashboard_test.sh)

@@ -22,8 +22,9 @@ import urllib.request
 
 
 def api(url, path, parameters):
-    data = urllib.parse.urlencode(parameters, doseq=True).encode()
-    with urllib.request.urlopen(f"{url}/api/v1/{path}", data, timeout=10) as response:
+    # GET: the label values endpoint takes no POST.
+    query = urllib.parse.urlencode(parameters, doseq=True)
+    with urllib.request.urlopen(f"{url}/api/v1/{path}?{query}", timeout=10) as response:
         body = json.load(response)
     if body.get("status") != "success":
         raise RuntimeError(body.get("error", body))

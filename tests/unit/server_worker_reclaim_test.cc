@@ -31,7 +31,7 @@ v1::RegisterRequest Device(const std::string& host, const std::string& kind, int
   return request;
 }
 
-class WorkerRegistryTest : public ::testing::Test {
+class WorkerReclaimTest : public ::testing::Test {
  protected:
   // Registers and attaches a session, as a worker's Register then Session do.
   std::string Join(const v1::RegisterRequest& request, const std::string& principal) {
@@ -60,7 +60,7 @@ class WorkerRegistryTest : public ::testing::Test {
   std::map<std::string, std::shared_ptr<NullSession>> sessions_;
 };
 
-TEST_F(WorkerRegistryTest, RestartedWorkerTakesBackTheIdOfItsHostAndDevice) {
+TEST_F(WorkerReclaimTest, RestartedWorkerTakesBackTheIdOfItsHostAndDevice) {
   const std::string gpu0 = Join(Device("host-a", "cuda", 0, "GPU-0"), "alice");
   const std::string gpu1 = Join(Device("host-a", "cuda", 1, "GPU-1"), "alice");
   Kill(gpu0);
@@ -75,7 +75,7 @@ TEST_F(WorkerRegistryTest, RestartedWorkerTakesBackTheIdOfItsHostAndDevice) {
   EXPECT_NE(back, gpu1);
 }
 
-TEST_F(WorkerRegistryTest, ReturningIdNeedsTheSameCredential) {
+TEST_F(WorkerReclaimTest, ReturningIdNeedsTheSameCredential) {
   const std::string old = Join(Device("host-a", "cuda", 0), "alice");
   Kill(old);
   const std::string other = Join(Device("host-a", "cuda", 0), "mallory");
@@ -89,7 +89,7 @@ TEST_F(WorkerRegistryTest, ReturningIdNeedsTheSameCredential) {
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kPermissionDenied) << taken.status();
 }
 
-TEST_F(WorkerRegistryTest, LiveWorkerKeepsItsIdFromASecondProcessOnTheSameDevice) {
+TEST_F(WorkerReclaimTest, LiveWorkerKeepsItsIdFromASecondProcessOnTheSameDevice) {
   const std::string live = Join(Device("host-a", "cpu", -1), "alice");
   // A second CPU worker on the same host while the first is live gets an id of its own.
   const std::string second = Join(Device("host-a", "cpu", -1), "alice");
@@ -98,7 +98,19 @@ TEST_F(WorkerRegistryTest, LiveWorkerKeepsItsIdFromASecondProcessOnTheSameDevice
   EXPECT_EQ(StateOf(second), v1::IDLE);
 }
 
-TEST_F(WorkerRegistryTest, ADifferentDeviceOrGpuDoesNotTakeTheId) {
+TEST_F(WorkerReclaimTest, WorkersStartingTogetherOnOneHostGetTheirOwnIds) {
+  // The first has registered but not opened its session yet when the second registers.
+  absl::StatusOr<std::pair<std::string, RankAssignment>> first =
+      registry_.Register(Device("host-a", "cpu", -1), now_, "");
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::pair<std::string, RankAssignment>> second =
+      registry_.Register(Device("host-a", "cpu", -1), now_, "");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(first->first, second->first);
+  EXPECT_EQ(registry_.List().size(), 2u);
+}
+
+TEST_F(WorkerReclaimTest, ADifferentDeviceOrGpuDoesNotTakeTheId) {
   const std::string old = Join(Device("host-a", "cuda", 0, "GPU-0"), "alice");
   Kill(old);
   EXPECT_NE(Join(Device("host-a", "cuda", 1, "GPU-1"), "alice"), old);
@@ -109,7 +121,7 @@ TEST_F(WorkerRegistryTest, ADifferentDeviceOrGpuDoesNotTakeTheId) {
   EXPECT_EQ(StateOf(old), v1::LOST);
 }
 
-TEST_F(WorkerRegistryTest, ReturningWorkerGetsThePreviousAssignmentToReconcile) {
+TEST_F(WorkerReclaimTest, ReturningWorkerGetsThePreviousAssignmentToReconcile) {
   const std::string old = Join(Device("host-a", "cuda", 0), "alice");
   registry_.Assign(old, {"job-1", 2, 1});
   // The stream ends and the process restarts before the heartbeat timeout.
