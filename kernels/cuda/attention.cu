@@ -403,6 +403,18 @@ absl::StatusOr<AttentionPlan> PlanAttention(const AttentionDims& dims, const Geo
     }
     if (kernel == AttentionKernel::kCudnn) return cudnn.status();
   }
+  if (g.head_dim > kMaxOwnAttentionHeadDim) {
+    // Only cuDNN runs this head_dim: say why it did not (own kernels asked for, no cuDNN in the
+    // build or on the library path, or the shape refused) and what the own kernels support.
+    const std::string reason =
+        kernel != AttentionKernel::kAuto
+            ? "FSDPD_ATTENTION_KERNEL selects the own kernels"
+            : std::string(cudnn_attention::Prepare(dims, causal).status().message());
+    return absl::FailedPreconditionError(
+        absl::StrCat("attention with head_dim ", g.head_dim,
+                     " needs cuDNN's fused attention (the own kernels support head_dim up to ",
+                     kMaxOwnAttentionHeadDim, "): ", reason));
+  }
   if (kernel == AttentionKernel::kAuto) kernel = AttentionKernel::kTensorCore;
   if (kernel == AttentionKernel::kTensorCore && !tensor_core::Supports(g.head_dim)) {
     kernel = AttentionKernel::kCudaCore;

@@ -32,7 +32,11 @@ struct AttentionDims {
   AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
-inline constexpr int64_t kMaxAttentionHeadDim = 128;
+// head_dim the own kernels run (tensor-core or CUDA-core), and the most any implementation runs:
+// head_dim above kMaxOwnAttentionHeadDim needs cuDNN's fused attention (Hopper's supports 256),
+// and planning such a shape without it fails with an error that names both limits.
+inline constexpr int64_t kMaxOwnAttentionHeadDim = 128;
+inline constexpr int64_t kMaxAttentionHeadDim = 256;
 
 // Device scratch (bytes) each direction needs for the implementation that runs these dims.
 struct AttentionWorkspace {

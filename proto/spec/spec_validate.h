@@ -19,10 +19,13 @@ struct SpecLimits {
   static constexpr int64_t kMaxVocab = 1 << 24;
   static constexpr int64_t kMaxDim = 1 << 16;
   static constexpr int64_t kMaxLayers = 1024;
+  // Both devices: the CPU kernels and, on CUDA, cuDNN's fused attention. CUDA's own attention
+  // kernels stop at 128 (kernels/cuda/attention.h); the submission cannot know whether a
+  // worker has cuDNN, so a cuda job with head_dim above 128 is accepted here and a worker without
+  // cuDNN fails it permanently, with an error that names both limits.
   static constexpr int64_t kMaxHeadDim = 256;
-  // The CUDA attention kernels (kernels/cuda/attention.cu) hold a head in registers up to this
-  // size, and launch one block row per (batch, head) in a grid dimension capped at 65535.
-  static constexpr int64_t kMaxCudaHeadDim = 128;
+  // The own CUDA attention kernels launch one block row per (batch, head) in a grid dimension
+  // capped at 65535.
   static constexpr int64_t kMaxCudaBatchHeads = 65535;
   static constexpr int64_t kMaxSeqLen = 1 << 20;
   static constexpr int64_t kMaxBatch = 1 << 16;

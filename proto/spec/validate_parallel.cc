@@ -9,7 +9,7 @@ namespace fsdpd {
 namespace {
 
 // The CUDA engine computes with bf16 parameters (worker/trainer.cc casts the fp32 master shard
-// to bf16 for the gather), and its attention kernels bound head_dim and batch·heads.
+// to bf16 for the gather), and its own attention kernels bound batch·heads.
 void ValidateCudaLimits(const v1::JobSpec& spec, FieldErrors& errors) {
   const v1::ParallelSpec& parallel = spec.parallel();
   if (parallel.param_dtype() == "fp32") {
@@ -18,13 +18,7 @@ void ValidateCudaLimits(const v1::JobSpec& spec, FieldErrors& errors) {
                 "(fp32 runs on device: cpu)");
   }
   const v1::ModelSpec& model = spec.model();
-  if (model.heads() <= 0 || model.dim() % model.heads() != 0) return;  // ValidateModel says why
-  const int64_t head_dim = model.dim() / model.heads();
-  if (head_dim > SpecLimits::kMaxCudaHeadDim) {
-    errors.Fail("model.heads",
-                absl::StrCat("the cuda attention kernels support head_dim = dim / heads up to ",
-                             SpecLimits::kMaxCudaHeadDim, " (got ", head_dim, ")"));
-  }
+  // head_dim needs no rule of its own here: SpecLimits::kMaxHeadDim bounds it for both devices.
   const int64_t batch_heads = spec.train().batch_size() * model.heads();
   if (batch_heads > SpecLimits::kMaxCudaBatchHeads) {
     errors.Fail("train.batch_size",

@@ -25,14 +25,23 @@ double GradientAbsoluteTolerance(int64_t head_dim, bool tensor_cores) {
   return tensor_core_path ? 0.04 : 0.01;
 }
 
-class CudaAttentionTest : public CudaTest, public ::testing::WithParamInterface<AttentionCase> {};
+class CudaAttentionTest : public CudaTest, public ::testing::WithParamInterface<AttentionCase> {
+ protected:
+  // The Ops path (whichever implementation kAuto picks) against the CPU for one case, every
+  // output poisoned first. `gradient_tolerance` is dqkv's absolute bound as a fraction of its
+  // root mean square.
+  void ExpectOpsMatchTheCpu(const AttentionCase& c, double gradient_tolerance);
+};
 
 // Everything runs in fp32 from the same bf16 inputs; only the summation order and the online
 // softmax's rescaling differ from the CPU, so before the final bf16 rounding the outputs agree
 // to ~1e-5. The bf16 outputs get one rounding (2^-9 relative, 2^-8 allowed) and an absolute
 // allowance of 1% of the output's root mean square for values that cancel to near zero.
 TEST_P(CudaAttentionTest, ForwardAndBackwardMatchTheCpu) {
-  const AttentionCase c = GetParam();
+  ExpectOpsMatchTheCpu(GetParam(), GradientAbsoluteTolerance(GetParam().head_dim, true));
+}
+
+void CudaAttentionTest::ExpectOpsMatchTheCpu(const AttentionCase& c, double gradient_tolerance) {
   const int64_t dim = c.heads * c.head_dim;
   const int64_t b = c.batch, s = c.seq;
   std::vector<float> qkv = RoundedToBf16(RandomValues(random_, b * s * 3 * dim));
@@ -76,8 +85,38 @@ TEST_P(CudaAttentionTest, ForwardAndBackwardMatchTheCpu) {
                                      cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(dqkv), expected_dqkv,
-                       GradientAbsoluteTolerance(c.head_dim, true) * RootMeanSquare(expected_dqkv),
-                       1.0 / 64));
+                       gradient_tolerance * RootMeanSquare(expected_dqkv), 1.0 / 64))
+      << "causal " << c.causal;
+}
+
+// head_dim 256 (dim 4096 over 16 heads) runs only through cuDNN's fused attention, which rounds
+// the probabilities to bf16 as the own tensor-core kernels do: their gradient bound applies.
+class CudaAttentionWideHeadTest : public CudaAttentionTest {};
+
+TEST_F(CudaAttentionWideHeadTest, HeadDim256RunsThroughCudnnAndMatchesTheCpu) {
+  if (!cuda::cudnn_attention::Compiled()) GTEST_SKIP() << "this build has no cuDNN";
+  for (bool causal : {false, true}) {
+    const AttentionCase c{2, 130, 2, 256, causal};
+    absl::StatusOr<cuda::AttentionKernel> resolved =
+        cuda::ResolveAttentionKernel({c.batch, c.seq, c.heads, c.heads * c.head_dim}, causal);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    ASSERT_EQ(*resolved, cuda::AttentionKernel::kCudnn);
+    ExpectOpsMatchTheCpu(c, GradientAbsoluteTolerance(128, true));
+  }
+}
+
+// The own kernels keep their head_dim limit of 128; asked for 256 they refuse with an error that
+// names the limit and cuDNN, a permanent failure for the job (FailedPrecondition).
+TEST(CudaAttentionArguments, OwnKernelsRefuseHeadDim256NamingTheirLimit) {
+  for (cuda::AttentionKernel kernel :
+       {cuda::AttentionKernel::kTensorCore, cuda::AttentionKernel::kCudaCore}) {
+    cuda::AttentionDims dims{1, 64, 2, 2 * 256};
+    dims.kernel = kernel;
+    const absl::Status status = cuda::ResolveAttentionKernel(dims, false).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("head_dim 256 needs cuDNN"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("up to 128"), std::string::npos) << status;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -182,16 +221,17 @@ TEST(CudaAttentionArguments, HeadDimAboveTheLimitIsRejected) {
   if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create({});
   ASSERT_TRUE(backend.ok()) << backend.status();
-  auto qkv = (*backend)->Allocate(2 * 4 * 3 * 256);
-  auto out = (*backend)->Allocate(2 * 4 * 256);
+  // 512: above every implementation's limit (cuDNN's 256 included).
+  auto qkv = (*backend)->Allocate(2 * 4 * 3 * 512);
+  auto out = (*backend)->Allocate(2 * 4 * 512);
   auto lse = (*backend)->Allocate(4 * 4);
   ASSERT_TRUE(qkv.ok() && out.ok() && lse.ok());
   const absl::Status status = (*backend)->ops().AttentionForward(
-      (*qkv)->View(DType::kBF16, {1, 4, 3 * 256}), 1, false,
-      (*out)->View(DType::kBF16, {1, 4, 256}), (*lse)->View(DType::kF32, {1, 1, 4}),
+      (*qkv)->View(DType::kBF16, {1, 4, 3 * 512}), 1, false,
+      (*out)->View(DType::kBF16, {1, 4, 512}), (*lse)->View(DType::kF32, {1, 1, 4}),
       (*backend)->compute_stream());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("head_dim 256"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("head_dim 512 exceeds 256"), std::string::npos) << status;
 }
 
 }  // namespace

@@ -92,13 +92,13 @@ TEST_F(SpecRejectionTest, CudaAttentionLaunchLimitIsRefusedAtSubmit) {
                  {"train.batch_size", "65535"});
 }
 
-TEST_F(SpecRejectionTest, CudaHeadDimAboveTheKernelLimitIsRefusedAtSubmit) {
-  // head_dim 256 is within the model's general bound; only the CUDA attention kernels refuse it.
+TEST_F(SpecRejectionTest, CudaHeadDimAboveTheCudnnLimitIsRefusedAtSubmit) {
+  // head_dim 256 is accepted for cuda (cuDNN's fused attention runs it); 512 is beyond any.
   ExpectRejected("cudahead",
-                 "name: cudahead\nmodel: {vocab: 64, dim: 512, layers: 1, heads: 2}\n"
+                 "name: cudahead\nmodel: {vocab: 64, dim: 1024, layers: 1, heads: 2}\n"
                  "data: {source: synthetic, seq_len: 16}\n"
                  "parallel: {world_size: 1, device: cuda}\n",
-                 {"model.heads", "head_dim = dim / heads up to 128"});
+                 {"model.heads", "head_dim = dim / heads must be at most 256"});
 }
 
 TEST_F(SpecRejectionTest, EmptyLearningRateScheduleIsRefusedAtSubmit) {

@@ -106,12 +106,26 @@ absl::Status FsdpState::AllocateGrads(int unit) {
 
 absl::Status FsdpState::ReduceScatterGrads(int unit) {
   const FlatShardLayout& layout = shards_[unit].layout;
+  UnitShard& shard = shards_[unit];
+  Unsharded& target = unsharded_[unit];
+  if (target.grads_reduced == nullptr) {
+    FSDPD_ASSIGN_OR_RETURN(target.grads_reduced, backend_->CreateEvent());
+  }
+  if (communicator_->world_size() == 1 && shard.grad == nullptr &&
+      layout.shard_numel == layout.padded_numel) {
+    // One rank with transient shards: the average over one rank is the gradient itself, so the
+    // unsharded buffer becomes the shard. No copy on the comm stream (it would compete with
+    // compute for memory bandwidth), and no second buffer of the unit's size. The gradient is
+    // ready once the compute stream's work queued so far is done.
+    shard.grad = std::move(target.grads);
+    target.reduce_sequence = reduce_sequence_;
+    return target.grads_reduced->Record(backend_->compute_stream());
+  }
   ProfileRange range(options_.profiler, units_[unit].name, kPhaseComm, "reduce-scatter");
   Stream& comm = backend_->comm_stream();
   FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<Event> computed, backend_->CreateEvent());
   FSDPD_RETURN_IF_ERROR(computed->Record(backend_->compute_stream()));
   FSDPD_RETURN_IF_ERROR(computed->WaitOn(comm));
-  UnitShard& shard = shards_[unit];
   if (shard.grad == nullptr) {
     // Not zeroed: the reduce-scatter writes every element of the shard, padding included.
     absl::StatusOr<std::unique_ptr<Buffer>> buffer =
@@ -126,12 +140,8 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
   const Tensor full = unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel});
   FSDPD_RETURN_IF_ERROR(communicator_->ReduceScatter(full, shard.Grad(), ReduceOp::kAverage, comm));
   retired_grads_.push_back(
-      RetiredGrads{gather_sequence_, ++reduce_sequence_, std::move(unsharded_[unit].grads)});
-  Unsharded& target = unsharded_[unit];
+      RetiredGrads{gather_sequence_, ++reduce_sequence_, std::move(target.grads)});
   target.reduce_sequence = reduce_sequence_;
-  if (target.grads_reduced == nullptr) {
-    FSDPD_ASSIGN_OR_RETURN(target.grads_reduced, backend_->CreateEvent());
-  }
   return target.grads_reduced->Record(comm);
 }
 

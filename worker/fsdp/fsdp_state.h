@@ -30,7 +30,8 @@ struct FsdpOptions {
   // Gradient shards exist only while a unit's gradient is in flight in backward: each is
   // allocated for its unit's reduce-scatter and freed once a GradientShardConsumer (the
   // optimizer in backward) has queued its work on it, so the whole-model fp32 gradient shard
-  // never exists. ForwardBackward then needs a consumer.
+  // never exists. ForwardBackward then needs a consumer. With one rank the reduce-scatter is
+  // the identity, so the unit's unsharded gradient buffer itself becomes the shard (no copy).
   bool transient_grad_shards = false;
   // Told which unit and phase (forward, backward, comm) the work belongs to; null: not profiled.
   ProfileRecorder* profiler = nullptr;
