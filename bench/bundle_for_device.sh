@@ -15,6 +15,8 @@ size_limit_mib=${SIZE_LIMIT_MIB:-60}
 bundle_libs=${BUNDLE_LIBS:-$repo_root/../shared/device/bundle-libs.sh}
 
 binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench)
+# The edge runtime and its benchmark, where Vulkan and glslc were found (bench/edge_bench.sh).
+extras=(fsdpd-edge edge_bench)
 gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_multirank_test profiler_cupti_test
   profiler_cuda_trainer_test)
 
@@ -33,7 +35,7 @@ cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDP
 # Only targets this configuration defines (a test whose area is not built yet is left out).
 targets=()
 available=$(cmake --build "$build_dir" --target help | awk -F: '/^[A-Za-z0-9_.-]+: /{print $1}')
-for target in "${binaries[@]}" "${gpu_tests[@]}"; do
+for target in "${binaries[@]}" "${gpu_tests[@]}" "${extras[@]}"; do
   if grep -qx "$target" <<<"$available"; then
     targets+=("$target")
   else
@@ -56,7 +58,7 @@ for target in "${targets[@]}"; do
         exit 1
         ;;
     esac
-    echo "bundle_for_device: test $target did not build; left out of the bundle" >&2
+    echo "bundle_for_device: $target did not build; left out of the bundle" >&2
     continue
   fi
   strip --strip-unneeded -o ".device/bin/$target" "$binary"
