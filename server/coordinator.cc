@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/cluster_identity.h"
 #include "server/sqlite_job_store.h"
@@ -14,6 +15,10 @@ namespace fsdpd::server {
 namespace {
 
 constexpr char kJobServiceName[] = "fsdpd.v1.JobService";
+// Health answers by service name too (Kubernetes gRPC probes and load balancers ask so); the
+// job service follows the store (ReportStoreHealth), these are SERVING while the server is.
+constexpr const char* kOtherServiceNames[] = {"fsdpd.v1.WorkerService",
+                                              "fsdpd.v1.RendezvousService"};
 
 absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -105,6 +110,9 @@ absl::Status Coordinator::Start() {
       *rendezvous_, metrics_.get(), authenticator_.get(), workers_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Server reflection: grpcurl and other generic clients list and call the services without
+  // the .proto files.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config_.listen, *credentials, &port);
@@ -130,6 +138,7 @@ absl::Status Coordinator::Start() {
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
     health->SetServingStatus(kJobServiceName, true);
+    for (const char* name : kOtherServiceNames) health->SetServingStatus(name, true);
   }
   job_service_serving_ = true;
   ticker_ = std::thread([this] { RunTicker(); });
