@@ -16,3 +16,5 @@ fsdpd_test(server_config_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_config_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_cluster_identity_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_cluster_identity_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_api_replies_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_api_replies_test.cc LIBS fsdpd_server_lib)
