@@ -124,7 +124,7 @@ std::string DescribeInvalidArgument(const grpc::Status& status) {
       }
     }
   }
-  return lines.empty() ? status.error_message() : lines;
+  return lines.empty() ? " " + status.error_message() : lines;
 }
 
 std::string DescribeError(const grpc::Status& status, const ClientOptions& options,
@@ -144,7 +144,7 @@ std::string DescribeError(const grpc::Status& status, const ClientOptions& optio
       }
       return status.error_message();
     case grpc::StatusCode::INVALID_ARGUMENT:
-      return "rejected by the coordinator: " + DescribeInvalidArgument(status);
+      return "rejected by the coordinator:" + DescribeInvalidArgument(status);
     case grpc::StatusCode::UNAUTHENTICATED:
       return "not authenticated: " + status.error_message();
     case grpc::StatusCode::PERMISSION_DENIED:

@@ -54,7 +54,7 @@ int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool w
   grpc::Status status = stub->SubmitJob(&context, request, &response);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      return Fail("invalid spec " + spec_path + ": " + DescribeInvalidArgument(status));
+      return Fail("invalid spec " + spec_path + ":" + DescribeInvalidArgument(status));
     }
     return Fail(DescribeError(status, options));
   }
