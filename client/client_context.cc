@@ -6,6 +6,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -110,6 +112,21 @@ void SetUnaryDeadline(grpc::ClientContext* context) {
   context->set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
 }
 
+std::string DescribeInvalidArgument(const grpc::Status& status) {
+  google::rpc::Status details;
+  std::string lines;
+  if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
+    for (const google::protobuf::Any& detail : details.details()) {
+      google::rpc::BadRequest bad_request;
+      if (!detail.UnpackTo(&bad_request)) continue;
+      for (const auto& violation : bad_request.field_violations()) {
+        lines += "\n  " + violation.field() + ": " + violation.description();
+      }
+    }
+  }
+  return lines.empty() ? " " + status.error_message() : lines;
+}
+
 std::string DescribeError(const grpc::Status& status, const ClientOptions& options,
                           const std::string& job_id) {
   switch (status.error_code()) {
@@ -120,10 +137,14 @@ std::string DescribeError(const grpc::Status& status, const ClientOptions& optio
       return "cannot reach the coordinator at " + options.coordinator + ": no answer within " +
              std::to_string(kUnaryTimeout.count()) + "s";
     case grpc::StatusCode::NOT_FOUND:
-      if (!job_id.empty()) return "job " + job_id + " not found";
+      // Only a missing job is "job ID not found"; a job without a profile window, a trace or an
+      // export yet is said so in the coordinator's words.
+      if (!job_id.empty() && status.error_message().rfind("no job with id", 0) == 0) {
+        return "job " + job_id + " not found";
+      }
       return status.error_message();
     case grpc::StatusCode::INVALID_ARGUMENT:
-      return "rejected by the coordinator: " + status.error_message();
+      return "rejected by the coordinator:" + DescribeInvalidArgument(status);
     case grpc::StatusCode::UNAUTHENTICATED:
       return "not authenticated: " + status.error_message();
     case grpc::StatusCode::PERMISSION_DENIED:

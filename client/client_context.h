@@ -35,6 +35,11 @@ std::shared_ptr<grpc::Channel> Connect(const ClientOptions& options);
 // Unary calls give up after this long, so a coordinator that does not answer is reported.
 void SetUnaryDeadline(grpc::ClientContext* context);
 
+// An INVALID_ARGUMENT's field violations (google.rpc.BadRequest in the status details), one per
+// line as "\n  field: description"; " " and the status message where the details hold none. It
+// follows a "...:" prefix.
+std::string DescribeInvalidArgument(const grpc::Status& status);
+
 // "cannot reach the coordinator at ADDR", "job ID not found", the server's reason otherwise.
 std::string DescribeError(const grpc::Status& status, const ClientOptions& options,
                           const std::string& job_id = "");

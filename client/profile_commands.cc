@@ -155,7 +155,7 @@ int RunTrace(const ClientOptions& options, const std::string& job_id, int rank,
              const std::string& output_path) {
   if (output_path.empty()) return Fail("-o: an output file is required");
   auto stub = v1::JobService::NewStub(Connect(options));
-  v1::GetProfileRequest request;
+  v1::GetTraceRequest request;
   request.set_id(job_id);
   request.set_rank(rank);
   grpc::ClientContext context;

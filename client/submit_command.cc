@@ -22,15 +22,17 @@ void ResolveRelativePaths(const std::string& spec_path, v1::JobSpec* spec) {
     if (path->empty() || std::filesystem::path(*path).is_absolute()) return;
     *path = (folder / *path).lexically_normal().string();
   };
-  resolve(spec->mutable_data()->mutable_path());
-  resolve(spec->mutable_checkpoint()->mutable_init_from());
+  // Only the paths the spec sets: an unset field stays unset, for the coordinator's default.
+  if (spec->data().has_path()) resolve(spec->mutable_data()->mutable_path());
+  if (spec->checkpoint().has_init_from()) resolve(spec->mutable_checkpoint()->mutable_init_from());
 }
 
 }  // namespace
 
 int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch,
               bool dry_run) {
-  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path);
+  // Only what the YAML says is sent: the coordinator fills in the defaults.
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path, SpecDefaults::kLeaveUnset);
   if (!spec.ok()) {
     return Fail("invalid spec " + spec_path + ": " + std::string(spec.status().message()));
   }
@@ -52,7 +54,7 @@ int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool w
   grpc::Status status = stub->SubmitJob(&context, request, &response);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      return Fail("invalid spec " + spec_path + ": " + status.error_message());
+      return Fail("invalid spec " + spec_path + ":" + DescribeInvalidArgument(status));
     }
     return Fail(DescribeError(status, options));
   }

@@ -47,6 +47,18 @@ if ! python3 -c 'import numpy, safetensors.numpy' 2> /dev/null; then
     python3 -m pip install --quiet --break-system-packages numpy safetensors
 fi
 
+# The Python client (python/) and its test (tests/python): gRPC, protobuf and the stub generator,
+# googleapis' google.rpc messages (BadRequest), PyYAML, and gRPC reflection for the test's
+# reflection check; setuptools and wheel to install the package without build isolation.
+python_client_modules='grpc, grpc_tools, google.protobuf, google.rpc.error_details_pb2, yaml, grpc_reflection.v1alpha, setuptools, wheel'
+if ! python3 -c "import $python_client_modules" 2> /dev/null; then
+  echo "installing the Python client's packages for $(command -v python3)"
+  python_client_packages=(grpcio grpcio-tools protobuf googleapis-common-protos pyyaml
+    grpcio-reflection setuptools wheel)
+  python3 -m pip install --quiet "${python_client_packages[@]}" ||
+    python3 -m pip install --quiet --break-system-packages "${python_client_packages[@]}"
+fi
+
 # cuDNN's C++ frontend (header-only) for the fused attention, where the CUDA toolkit has cuDNN.
 # Its PyPI wheel carries the headers; they go to /opt/cudnn-frontend/include, where the build
 # looks. Without them the build leaves cuDNN out and the own attention kernels run.

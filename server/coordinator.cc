@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/cluster_identity.h"
@@ -15,6 +16,10 @@ namespace fsdpd::server {
 namespace {
 
 constexpr char kJobServiceName[] = "fsdpd.v1.JobService";
+// Health answers by service name too (Kubernetes gRPC probes and load balancers ask so); the
+// job service follows the store (ReportStoreHealth), these are SERVING while the server is.
+constexpr const char* kOtherServiceNames[] = {"fsdpd.v1.WorkerService",
+                                              "fsdpd.v1.RendezvousService"};
 
 absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -106,6 +111,9 @@ absl::Status Coordinator::Start() {
       *rendezvous_, metrics_.get(), authenticator_.get(), workers_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Server reflection: grpcurl and other generic clients list and call the services without
+  // the .proto files.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config_.listen, *credentials, &port);
@@ -135,6 +143,7 @@ absl::Status Coordinator::Start() {
   }
   SetServing("", true);
   SetServing(kJobServiceName, true);
+  for (const char* name : kOtherServiceNames) SetServing(name, true);
   job_service_serving_ = true;
   ticker_ = std::thread([this] { RunTicker(); });
   return absl::OkStatus();

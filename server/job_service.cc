@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/spec/job_spec.h"
+#include "server/api_replies.h"
 #include "server/grpc_util.h"
 #include "server/input_limits.h"
 
@@ -152,6 +154,17 @@ grpc::ServerWriteReactor<Message>* FailedStream(const grpc::Status& status,
   return new Failed(status);
 }
 
+// Every request that names a job names it in `id`: an empty one is INVALID_ARGUMENT, not a
+// job that is not found.
+grpc::Status CheckJobId(const std::string& id) {
+  if (!id.empty()) return grpc::Status::OK;
+  return InvalidArgument("id", "must name a job (e.g. job-000001; fsdpctl list shows them)");
+}
+
+bool Terminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
 }  // namespace
 
 std::function<void(grpc::StatusCode)> JobServiceImpl::Counter(const char* method) {
@@ -205,18 +218,31 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
       !allowed.ok()) {
     return Reply(context, "SubmitJob", allowed);
   }
+  // Defaults belong to the coordinator: what the client left unset takes its default here, so
+  // the stored spec is the one the job runs with.
+  v1::JobSpec spec = request->spec();
+  ApplyJobSpecDefaults(&spec);
+  const std::vector<FieldError> errors = jobs_.CheckSpec(spec);
   if (request->dry_run()) {
     // A dry run answers OK and lists the violations, so a client can show all of them.
-    for (const FieldError& error : jobs_.CheckSpec(request->spec())) {
+    for (const FieldError& error : errors) {
       v1::FieldViolation* violation = response->add_violations();
       violation->set_field(error.field);
       violation->set_description(error.message);
     }
+    *response->mutable_job()->mutable_spec() = std::move(spec);
     return Reply(context, "SubmitJob", grpc::Status::OK);
   }
-  absl::StatusOr<std::string> id = jobs_.Submit(request->spec(), caller.principal);
-  if (id.ok()) response->set_id(*id);
-  return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
+  if (!errors.empty()) return Reply(context, "SubmitJob", InvalidArgument(errors));
+  absl::StatusOr<std::string> id = jobs_.Submit(spec, caller.principal);
+  if (!id.ok()) return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
+  response->set_id(*id);
+  absl::StatusOr<v1::Job> job = jobs_.Get(*id);
+  if (job.ok()) {
+    *response->mutable_job() = std::move(*job);
+    SetJobTimestamps(response->mutable_job());
+  }
+  return Reply(context, "SubmitJob", grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
@@ -225,8 +251,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetJob"); !allowed.ok()) {
     return Reply(context, "GetJob", allowed);
   }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) return Reply(context, "GetJob", id);
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
-  if (job.ok()) *response = std::move(*job);
+  if (job.ok()) {
+    *response = std::move(*job);
+    SetJobTimestamps(response);
+  }
   return Reply(context, "GetJob", ToGrpcStatus(job.status()));
 }
 
@@ -236,15 +266,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "ListJobs"); !allowed.ok()) {
     return Reply(context, "ListJobs", allowed);
   }
-  if (request->limit() < 0) {
-    return Reply(context, "ListJobs",
-                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "limit: must not be negative"));
-  }
+  std::vector<FieldError> errors;
+  if (request->limit() < 0) errors.push_back({"limit", "must not be negative"});
+  if (request->page_size() < 0) errors.push_back({"page_size", "must not be negative"});
+  if (!errors.empty()) return Reply(context, "ListJobs", InvalidArgument(errors));
   std::vector<v1::JobState> states;
   for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
-  for (v1::Job& job : jobs_.List(states, request->limit())) {
+  // page_size (or the older limit) cuts the newest-first order, so every job is listed first.
+  const int page_size = request->page_size() > 0 ? request->page_size() : request->limit();
+  absl::StatusOr<JobPage> page =
+      PageJobsNewestFirst(jobs_.List(states, 0), page_size, request->page_token());
+  if (!page.ok()) {
+    return Reply(context, "ListJobs",
+                 InvalidArgument("page_token", std::string(page.status().message())));
+  }
+  for (v1::Job& job : page->jobs) {
+    SetJobTimestamps(&job);
     *response->add_jobs() = std::move(job);
   }
+  response->set_next_page_token(page->next_page_token);
   return Reply(context, "ListJobs", grpc::Status::OK);
 }
 
@@ -253,11 +293,15 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                                                     v1::Job* response) {
   Caller caller;
   grpc::Status allowed = Identify(context, Role::kSubmitter, "CancelJob", &caller);
+  if (allowed.ok()) allowed = CheckJobId(request->id());
   if (allowed.ok()) allowed = ToGrpcStatus(CheckCancelReason(request->reason()));
   if (allowed.ok()) allowed = CheckOwner(caller, request->id(), "CancelJob");
   if (!allowed.ok()) return Reply(context, "CancelJob", allowed);
   absl::StatusOr<v1::Job> job = jobs_.Cancel(request->id(), request->reason(), caller.principal);
-  if (job.ok()) *response = std::move(*job);
+  if (job.ok()) {
+    *response = std::move(*job);
+    SetJobTimestamps(response);
+  }
   return Reply(context, "CancelJob", ToGrpcStatus(job.status()));
 }
 
@@ -265,6 +309,9 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "WatchJob"); !allowed.ok()) {
     return FailedStream<v1::JobEvent>(allowed, Counter("WatchJob"));
+  }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return FailedStream<v1::JobEvent>(id, Counter("WatchJob"));
   }
   auto* stream = new FollowStream<v1::JobEvent>(jobs_, request->id());
   stream->SetOnFinish(Counter("WatchJob"));
@@ -282,10 +329,12 @@ grpc::ServerWriteReactor<v1::LogLine>* JobServiceImpl::GetJobLogs(
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetJobLogs"); !allowed.ok()) {
     return FailedStream<v1::LogLine>(allowed, Counter("GetJobLogs"));
   }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return FailedStream<v1::LogLine>(id, Counter("GetJobLogs"));
+  }
   if (request->tail() < 0) {
-    return FailedStream<v1::LogLine>(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "tail: must not be negative"),
-        Counter("GetJobLogs"));
+    return FailedStream<v1::LogLine>(InvalidArgument("tail", "must not be negative"),
+                                     Counter("GetJobLogs"));
   }
   auto* stream = new FollowStream<v1::LogLine>(jobs_, request->id());
   stream->SetOnFinish(Counter("GetJobLogs"));
@@ -314,9 +363,20 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "ExportJob"); !allowed.ok()) {
     return FailedStream<v1::FileChunk>(allowed, Counter("ExportJob"));
   }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return FailedStream<v1::FileChunk>(id, Counter("ExportJob"));
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
+  // The weights are exported when the job ends; until then there is nothing to export yet.
+  if (!Terminal(job->state())) {
+    return FailedStream<v1::FileChunk>(
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                     absl::StrCat("job ", request->id(), " is ", v1::JobState_Name(job->state()),
+                                  ": its weights are exported once it has finished")),
+        Counter("ExportJob"));
+  }
   absl::StatusOr<std::string> path = jobs_.artifacts().Find(request->id(), "model.safetensors");
   if (!path.ok()) {
     return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("ExportJob"));
@@ -329,6 +389,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::StartProfile(grpc::CallbackServerConte
                                                        v1::StartProfileResponse* response) {
   Caller caller;
   grpc::Status allowed = Identify(context, Role::kSubmitter, "StartProfile", &caller);
+  if (allowed.ok()) allowed = CheckJobId(request->job_id());
   if (allowed.ok()) allowed = CheckOwner(caller, request->job_id(), "StartProfile");
   if (!allowed.ok()) return Reply(context, "StartProfile", allowed);
   return Reply(context, "StartProfile", ToGrpcStatus(jobs_.StartProfile(*request)));
@@ -340,6 +401,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetProfile"); !allowed.ok()) {
     return Reply(context, "GetProfile", allowed);
   }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return Reply(context, "GetProfile", id);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok()) return Reply(context, "GetProfile", ToGrpcStatus(job.status()));
   absl::StatusOr<v1::ProfileReport> report =
@@ -349,9 +413,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::GetTrace(
-    grpc::CallbackServerContext* context, const v1::GetProfileRequest* request) {
+    grpc::CallbackServerContext* context, const v1::GetTraceRequest* request) {
   if (grpc::Status allowed = Authorize(context, Role::kViewer, "GetTrace"); !allowed.ok()) {
     return FailedStream<v1::FileChunk>(allowed, Counter("GetTrace"));
+  }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return FailedStream<v1::FileChunk>(id, Counter("GetTrace"));
   }
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok())

@@ -43,7 +43,7 @@ class JobServiceImpl : public v1::JobService::CallbackService {
                                        const v1::GetProfileRequest* request,
                                        v1::ProfileReport* response) override;
   grpc::ServerWriteReactor<v1::FileChunk>* GetTrace(grpc::CallbackServerContext* context,
-                                                    const v1::GetProfileRequest* request) override;
+                                                    const v1::GetTraceRequest* request) override;
 
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,

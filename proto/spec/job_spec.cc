@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace fsdpd {
 namespace {
@@ -156,6 +158,10 @@ const std::map<std::string, Setter>& FieldSetters() {
        Number<double>("train.weight_decay",
                       [](S* s, double v) { s->mutable_train()->set_weight_decay(v); })},
       {"train.betas", Betas()},
+      {"train.beta1",
+       Number<double>("train.beta1", [](S* s, double v) { s->mutable_train()->set_beta1(v); })},
+      {"train.beta2",
+       Number<double>("train.beta2", [](S* s, double v) { s->mutable_train()->set_beta2(v); })},
       {"train.eps",
        Number<double>("train.eps", [](S* s, double v) { s->mutable_train()->set_eps(v); })},
       {"train.seed",
@@ -234,7 +240,62 @@ absl::Status ApplyNode(const std::string& path, const YAML::Node& node, v1::JobS
   return setter->second(node, spec);
 }
 
+// Copies each scalar that defaults has and message lacks, recursing into sub-messages.
+void FillUnset(const google::protobuf::Message& defaults, google::protobuf::Message* message) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* from = defaults.GetReflection();
+  const google::protobuf::Reflection* to = message->GetReflection();
+  const google::protobuf::Descriptor* descriptor = message->GetDescriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    if (field->is_repeated()) continue;
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (from->HasField(defaults, field)) {
+        FillUnset(from->GetMessage(defaults, field), to->MutableMessage(message, field));
+      }
+      continue;
+    }
+    if (!field->has_presence() || to->HasField(*message, field) ||
+        !from->HasField(defaults, field)) {
+      continue;
+    }
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        to->SetInt32(message, field, from->GetInt32(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        to->SetInt64(message, field, from->GetInt64(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        to->SetUInt32(message, field, from->GetUInt32(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        to->SetUInt64(message, field, from->GetUInt64(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        to->SetDouble(message, field, from->GetDouble(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        to->SetFloat(message, field, from->GetFloat(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        to->SetBool(message, field, from->GetBool(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM:
+        to->SetEnumValue(message, field, from->GetEnumValue(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        to->SetString(message, field, from->GetString(defaults, field));
+        break;
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        break;
+    }
+  }
+}
+
 }  // namespace
+
+void ApplyJobSpecDefaults(v1::JobSpec* spec) { FillUnset(DefaultJobSpec(), spec); }
 
 v1::JobSpec DefaultJobSpec() {
   v1::JobSpec spec;
@@ -244,9 +305,13 @@ v1::JobSpec DefaultJobSpec() {
   model->set_layers(12);
   model->set_heads(16);
   model->set_ffn_mult(4);
+  model->set_causal(false);
+  model->set_final_norm(false);
+  model->set_norm_eps(0);
   v1::DataSpec* data = spec.mutable_data();
   data->set_source("synthetic");
   data->set_seq_len(1024);
+  data->set_path("");
   data->set_token_bytes(2);
   v1::TrainSpec* train = spec.mutable_train();
   train->set_batch_size(8);
@@ -256,7 +321,11 @@ v1::JobSpec DefaultJobSpec() {
   train->set_beta1(0.9);
   train->set_beta2(0.999);
   train->set_eps(1e-8);
+  train->set_seed(0);
+  train->set_grad_clip(0);
   train->set_lr_schedule("constant");
+  train->set_warmup_steps(0);
+  train->set_min_lr_ratio(0);
   v1::ParallelSpec* parallel = spec.mutable_parallel();
   parallel->set_world_size(4);
   parallel->set_device("cuda");
@@ -267,15 +336,17 @@ v1::JobSpec DefaultJobSpec() {
   v1::CheckpointSpec* checkpoint = spec.mutable_checkpoint();
   checkpoint->set_every_steps(200);
   checkpoint->set_keep(3);
+  checkpoint->set_init_from("");
   v1::ProfileSpec* profile = spec.mutable_profile();
   profile->set_start_step(20);
   profile->set_steps(3);
   profile->set_counters(false);  // opt-in: the counter replay roughly doubles device memory
   spec.set_max_restarts(3);
+  spec.set_priority(0);
   return spec;
 }
 
-absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text) {
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text, SpecDefaults defaults) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -285,7 +356,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text) {
   if (!root.IsMap()) {
     return absl::InvalidArgumentError("spec must be a YAML mapping of fields (name, model, ...)");
   }
-  v1::JobSpec spec = DefaultJobSpec();
+  v1::JobSpec spec = defaults == SpecDefaults::kApply ? DefaultJobSpec() : v1::JobSpec();
   try {
     FSDPD_RETURN_IF_ERROR(CheckUniqueKeys("", root));
     for (const auto& entry : root) {
@@ -298,12 +369,12 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text) {
   return spec;
 }
 
-absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path, SpecDefaults defaults) {
   std::ifstream file(path);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read spec file ", path));
   std::stringstream text;
   text << file.rdbuf();
-  return ParseJobSpecYaml(text.str());
+  return ParseJobSpecYaml(text.str(), defaults);
 }
 
 std::string JobSpecToYaml(const v1::JobSpec& spec) {
@@ -325,10 +396,10 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   out << YAML::Key << "train" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "batch_size" << YAML::Value << t.batch_size() << YAML::Key << "steps"
       << YAML::Value << t.steps() << YAML::Key << "lr" << YAML::Value << t.lr() << YAML::Key
-      << "weight_decay" << YAML::Value << t.weight_decay() << YAML::Key << "betas" << YAML::Value
-      << YAML::Flow << YAML::BeginSeq << t.beta1() << t.beta2() << YAML::EndSeq << YAML::Key
-      << "seed" << YAML::Value << t.seed() << YAML::Key << "lr_schedule" << YAML::Value
-      << t.lr_schedule() << YAML::EndMap;
+      << "weight_decay" << YAML::Value << t.weight_decay() << YAML::Key << "beta1" << YAML::Value
+      << t.beta1() << YAML::Key << "beta2" << YAML::Value << t.beta2() << YAML::Key << "seed"
+      << YAML::Value << t.seed() << YAML::Key << "lr_schedule" << YAML::Value << t.lr_schedule()
+      << YAML::EndMap;
   const v1::ParallelSpec& p = spec.parallel();
   out << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "world_size" << YAML::Value << p.world_size() << YAML::Key << "device"

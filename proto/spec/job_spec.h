@@ -20,10 +20,23 @@ struct FieldError {
 // name.
 v1::JobSpec DefaultJobSpec();
 
-// Parses a YAML job spec over the defaults. Unknown keys and wrongly typed values are
-// errors that name the field. The result is not yet validated.
-absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text);
-absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+// Sets every field of spec that is unset (no presence) to its DefaultJobSpec() value; fields
+// set, zeros and empty strings included, stay. The coordinator applies it to every submitted
+// spec, so the stored spec is what the job runs with.
+void ApplyJobSpecDefaults(v1::JobSpec* spec);
+
+// Whether parsing fills the fields the YAML leaves out with their defaults (the worker, tests)
+// or leaves them unset (fsdpctl, which sends only what the YAML says: the coordinator applies
+// the defaults).
+enum class SpecDefaults { kApply, kLeaveUnset };
+
+// Parses a YAML job spec. Unknown keys and wrongly typed values are errors that name the field.
+// The result is not yet validated. The YAML keys are the proto's field names; `train.betas:
+// [b1, b2]` is still read as train.beta1 and train.beta2.
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml_text,
+                                             SpecDefaults defaults = SpecDefaults::kApply);
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
+                                            SpecDefaults defaults = SpecDefaults::kApply);
 
 // Renders a spec back to YAML (what `fsdpctl status --spec` and logs show).
 std::string JobSpecToYaml(const v1::JobSpec& spec);

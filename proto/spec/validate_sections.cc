@@ -106,8 +106,8 @@ void ValidateTrain(const v1::TrainSpec& train, FieldErrors& errors) {
   if (!Finite(train.weight_decay()) || train.weight_decay() < 0) {
     errors.Fail("train.weight_decay", "must be a non-negative number");
   }
-  for (auto [field, beta] : {std::pair<const char*, double>{"train.betas[0]", train.beta1()},
-                             {"train.betas[1]", train.beta2()}}) {
+  for (auto [field, beta] : {std::pair<const char*, double>{"train.beta1", train.beta1()},
+                             {"train.beta2", train.beta2()}}) {
     if (!Finite(beta) || beta < 0 || beta >= 1) {
       errors.Fail(field, absl::StrCat("must be in [0, 1) (got ", beta, ")"));
     }

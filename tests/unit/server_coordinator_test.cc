@@ -233,7 +233,9 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
     EXPECT_EQ(table.kernels(0).name(), "gemm_bf16");
     EXPECT_TRUE(table.trace_chunk().empty());
     grpc::ClientContext trace_context;
-    auto reader = jobs_->GetTrace(&trace_context, request);
+    v1::GetTraceRequest trace_request;
+    trace_request.set_id(id);
+    auto reader = jobs_->GetTrace(&trace_context, trace_request);
     std::string trace;
     v1::FileChunk chunk;
     while (reader->Read(&chunk)) trace += chunk.data();

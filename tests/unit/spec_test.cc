@@ -139,7 +139,7 @@ TEST(JobSpec, NumbersMustBeFiniteAndInRange) {
   v1::JobSpec spec = ParseOk("name: x\ntrain: {lr: .nan, betas: [1.0, 0.5]}\n");
   std::string errors = Errors(spec);
   EXPECT_THAT(errors, HasSubstr("train.lr: must be a number in (0, 10]"));
-  EXPECT_THAT(errors, HasSubstr("train.betas[0]: must be in [0, 1)"));
+  EXPECT_THAT(errors, HasSubstr("train.beta1: must be in [0, 1)"));
 }
 
 // head_dim 256 is accepted for cuda too (cuDNN's fused attention runs it; a worker without cuDNN
@@ -208,6 +208,45 @@ TEST(JobSpec, YamlRoundTrip) {
   EXPECT_EQ(again.model().dim(), 64);
   EXPECT_DOUBLE_EQ(again.train().beta1(), 0.5);
   EXPECT_EQ(again.name(), "rt");
+}
+
+}  // namespace
+}  // namespace fsdpd
+
+namespace fsdpd {
+namespace {
+
+// The coordinator fills in what a submit leaves unset and keeps what it sets, zeros included.
+TEST(ApplyJobSpecDefaultsTest, FillsUnsetFieldsAndKeepsExplicitZeros) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      "name: d\nparallel: {reshard_after_forward: false}\nprofile: {steps: 0}\n"
+      "train: {beta1: 0.5}\n",
+      SpecDefaults::kLeaveUnset);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_model());
+  EXPECT_FALSE(spec->train().has_eps());
+  ApplyJobSpecDefaults(&*spec);
+  const v1::JobSpec defaults = DefaultJobSpec();
+  EXPECT_FALSE(spec->parallel().reshard_after_forward());
+  EXPECT_TRUE(spec->profile().has_steps());
+  EXPECT_EQ(spec->profile().steps(), 0);
+  EXPECT_EQ(spec->train().beta1(), 0.5);
+  EXPECT_EQ(spec->train().beta2(), defaults.train().beta2());
+  EXPECT_EQ(spec->train().eps(), defaults.train().eps());
+  EXPECT_EQ(spec->train().lr_schedule(), defaults.train().lr_schedule());
+  EXPECT_EQ(spec->data().token_bytes(), defaults.data().token_bytes());
+  EXPECT_EQ(spec->model().dim(), defaults.model().dim());
+  EXPECT_EQ(spec->profile().start_step(), defaults.profile().start_step());
+  EXPECT_TRUE(ValidateJobSpec(*spec).empty()) << FormatFieldErrors(ValidateJobSpec(*spec));
+}
+
+// The old YAML form of the betas still reads into the proto's fields.
+TEST(ApplyJobSpecDefaultsTest, OldBetasListStillReads) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml("name: b\ntrain: {betas: [0.7, 0.8]}\n", SpecDefaults::kLeaveUnset);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().beta1(), 0.7);
+  EXPECT_EQ(spec->train().beta2(), 0.8);
 }
 
 }  // namespace
