@@ -33,10 +33,13 @@ int RunWorkers(const ClientOptions& options);
 int RunExport(const ClientOptions& options, const std::string& job_id,
               const std::string& output_path);
 
-// profile_commands.cc: with steps > 0 asks for a profiling window, otherwise prints the
-// latest window's kernel table, and with a roofline_path also writes its roofline chart (SVG).
+// profile_commands.cc: with steps > 0 asks for a profiling window (with hardware counters when
+// `counters`, whose kernel replay costs time and device memory: docs/profiling.md), otherwise
+// prints the latest window's kernel table, and with a roofline_path also writes its roofline
+// chart (SVG).
 int RunProfile(const ClientOptions& options, const std::string& job_id, int rank,
-               int64_t start_step, int64_t steps, const std::string& roofline_path = "");
+               int64_t start_step, int64_t steps, bool counters = false,
+               const std::string& roofline_path = "");
 int RunTrace(const ClientOptions& options, const std::string& job_id, int rank,
              const std::string& output_path);
 

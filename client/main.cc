@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
   profile->add_option("--rank", rank, "whose window to show (default 0)");
   profile->add_option("--start", start_step, "first step to profile (default: the next)");
   profile->add_option("--steps", profile_steps, "profile this many steps of a running job");
+  bool profile_counters = false;
+  profile->add_flag("--counters", profile_counters,
+                    "with --steps: also read hardware counters (SM/HBM %; kernel replay costs "
+                    "time and device memory)");
   std::string roofline_path;
   profile->add_option("--roofline", roofline_path,
                       "also draw the window's kernels on the device roofline into this SVG file");
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
   if (workers->parsed()) return RunWorkers(options);
   if (export_verb->parsed()) return RunExport(options, job_id, output_path);
   if (profile->parsed()) {
-    return RunProfile(options, job_id, rank, start_step, profile_steps, roofline_path);
+    return RunProfile(options, job_id, rank, start_step, profile_steps, profile_counters,
+                      roofline_path);
   }
   if (trace->parsed()) return RunTrace(options, job_id, rank, output_path);
   return 1;

@@ -43,13 +43,13 @@ nlohmann::json KernelToJson(const v1::KernelStat& kernel) {
 }
 
 int RequestProfile(const ClientOptions& options, const std::string& job_id, int64_t start_step,
-                   int64_t steps) {
+                   int64_t steps, bool counters) {
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::ProfileRequest request;
   request.set_job_id(job_id);
   request.set_start_step(start_step);
   request.set_steps(steps);
-  request.set_counters(true);
+  request.set_counters(counters);
   v1::StartProfileResponse response;
   grpc::ClientContext context;
   SetUnaryDeadline(&context);
@@ -85,13 +85,14 @@ std::string WriteRoofline(const v1::ProfileReport& report, const std::string& jo
 }  // namespace
 
 int RunProfile(const ClientOptions& options, const std::string& job_id, int rank,
-               int64_t start_step, int64_t steps, const std::string& roofline_path) {
+               int64_t start_step, int64_t steps, bool counters, const std::string& roofline_path) {
   if (steps < 0) return Fail("--steps: must not be negative");
   if (start_step < 0) return Fail("--start: must not be negative");
   if (steps > 0 && !roofline_path.empty()) {
     return Fail("--roofline draws a recorded window; it does not go with --steps");
   }
-  if (steps > 0) return RequestProfile(options, job_id, start_step, steps);
+  if (counters && steps == 0) return Fail("--counters goes with --steps (it asks for a window)");
+  if (steps > 0) return RequestProfile(options, job_id, start_step, steps, counters);
 
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::GetProfileRequest request;

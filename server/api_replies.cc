@@ -58,6 +58,9 @@ void SetJobTimestamps(v1::Job* job) {
   if (job->finished_unix_millis() > 0) {
     SetTimestamp(job->finished_unix_millis(), job->mutable_finish_time());
   }
+  for (v1::StateChange& change : *job->mutable_transitions()) {
+    if (change.unix_millis() > 0) SetTimestamp(change.unix_millis(), change.mutable_time());
+  }
 }
 
 absl::StatusOr<JobPage> PageJobsNewestFirst(std::vector<v1::Job> jobs, int page_size,

@@ -18,7 +18,8 @@ namespace fsdpd::server {
 grpc::Status InvalidArgument(const std::vector<FieldError>& errors);
 grpc::Status InvalidArgument(std::string field, std::string description);
 
-// Sets create_time, start_time and finish_time from the *_unix_millis fields (unset where 0).
+// Sets create_time, start_time and finish_time, and each transition's time, from the
+// *_unix_millis fields (unset where 0).
 void SetJobTimestamps(v1::Job* job);
 
 struct JobPage {

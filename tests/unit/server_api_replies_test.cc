@@ -34,6 +34,11 @@ TEST(SetJobTimestampsTest, MirrorsTheMillisAndLeavesZeroUnset) {
   EXPECT_EQ(job.create_time().nanos(), 123000000);
   EXPECT_FALSE(job.has_start_time());
   EXPECT_FALSE(job.has_finish_time());
+  v1::StateChange* change = job.add_transitions();
+  change->set_unix_millis(1700000000456);
+  SetJobTimestamps(&job);
+  EXPECT_EQ(job.transitions(0).time().seconds(), 1700000000);
+  EXPECT_EQ(job.transitions(0).time().nanos(), 456000000);
 }
 
 std::vector<v1::Job> Jobs(int count) {
