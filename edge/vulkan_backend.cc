@@ -459,6 +459,7 @@ class VulkanBackendImpl : public VulkanBackend {
       // A driver that reports the shape but refuses the pipeline falls back to the tiled
       // shader, and Describe() says so.
       absl::Status coop_pipeline = MakePipeline(Shader::kMatmulCoop, 4, 16, &matmul_);
+      matmul_block_ = MatmulOutputBlock(Shader::kMatmulCoop);
       if (!coop_pipeline.ok()) {
         DestroyPipeline(&matmul_);
         coop_ = false;
@@ -466,8 +467,9 @@ class VulkanBackendImpl : public VulkanBackend {
       }
     }
     if (!coop_) {
-      FSDPD_RETURN_IF_ERROR(
-          MakePipeline(fp16_ ? Shader::kMatmulF16 : Shader::kMatmul, 4, 16, &matmul_));
+      const Shader tiled = fp16_ ? Shader::kMatmulF16 : Shader::kMatmul;
+      FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul_));
+      matmul_block_ = MatmulOutputBlock(tiled);
     }
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
@@ -579,8 +581,8 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
-    const int64_t x_groups = (out_features + 63) / 64;
-    const int64_t y_groups = (rows + 63) / 64;
+    const int64_t x_groups = (out_features + matmul_block_.cols - 1) / matmul_block_.cols;
+    const int64_t y_groups = (rows + matmul_block_.rows - 1) / matmul_block_.rows;
     if (x_groups > limits_.maxComputeWorkGroupCount[0] ||
         y_groups > limits_.maxComputeWorkGroupCount[1]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -858,6 +860,7 @@ class VulkanBackendImpl : public VulkanBackend {
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_, matmul_;
+  OutputBlock matmul_block_{1, 1};  // matmul_'s output block per workgroup
   std::unique_ptr<VulkanBuffer> dummy_;
 };
 
