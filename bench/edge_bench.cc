@@ -109,8 +109,8 @@ absl::StatusOr<double> CheckMatmul(Backend& gpu) {
       std::vector<float>& out = backend == &gpu ? gpu_out : cpu_out;
       absl::Status status = backend->WriteFloats(**input, x.data(), m * k);
       if (status.ok()) {
-        status = backend->Linear(**input, **weight, has_bias ? bias->get() : nullptr, m, k, n,
-                                 **output);
+        status =
+            backend->Linear(**input, **weight, has_bias ? bias->get() : nullptr, m, k, n, **output);
       }
       if (status.ok()) status = backend->ReadFloats(**output, out.data(), m * n);
       if (!status.ok()) return status;
@@ -221,7 +221,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<double> check = CheckMatmul(**backend);
     if (!check.ok()) return Fail(check.status());
     std::printf(
-        "  matmul vs the CPU reference on ragged and whole-block shapes: worst error %.3f of the fp16 "
+        "  matmul vs the CPU reference on ragged and whole-block shapes: worst error %.3f of the "
+        "fp16 "
         "bound (%s)\n",
         *check, *check <= 1.0 ? "pass" : "FAIL");
     if (*check > 1.0) return 1;

@@ -9,6 +9,7 @@
 // With -DWEIGHTS_F16 the weights are fp16 in memory and both operands are rounded to fp16 in
 // shared memory (fp16 inputs, fp32 products and sums: the tensor-core contract).
 // The block is set by -DBM/-DBN (edge/CMakeLists.txt); the host reads it from edge/shaders.h.
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #ifndef BM
 #define BM 128
@@ -22,7 +23,8 @@
 #define THREADS 256
 #define X_VECS (BM * BK / 4 / THREADS)
 #define W_VECS (BN * BK / 4 / THREADS)
-#if TM * 16 != BM || TN * 16 != BN || X_VECS * 4 * THREADS != BM * BK || W_VECS * 4 * THREADS != BN * BK
+#if TM * 16 != BM || TN * 16 != BN || X_VECS * 4 * THREADS != BM * BK || \
+    W_VECS * 4 * THREADS != BN * BK
 #error "block shape: BM and BN must be multiples of 16 of at least 64"
 #endif
 #ifdef WEIGHTS_F16
@@ -52,7 +54,7 @@ vec4 LoadX(uint row, uint gk) {
   if (row >= p.m) return vec4(0.0);
   if (vectors) return gk < p.k ? x4[(row * p.k + gk) / 4] : vec4(0.0);
   vec4 v;
-  for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? x[row * p.k + gk + j] : 0.0;
+  [[unroll]] for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? x[row * p.k + gk + j] : 0.0;
   return v;
 }
 vec4 LoadW(uint col, uint gk) {
@@ -67,17 +69,17 @@ vec4 LoadW(uint col, uint gk) {
   if (vectors) return gk < p.k ? w4[(col * p.k + gk) / 4] : vec4(0.0);
 #endif
   vec4 v;
-  for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? float(w[col * p.k + gk + j]) : 0.0;
+  [[unroll]] for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? float(w[col * p.k + gk + j]) : 0.0;
   return v;
 }
 
 void Fetch(uint k0) {
-  for (uint i = 0; i < X_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 4);
     x_next[i] = LoadX(row0 + r, k0 + (e - r * (BK / 4)) * 4);
   }
-  for (uint i = 0; i < W_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint c = e / (BK / 4);
     w_next[i] = LoadW(col0 + c, k0 + (e - c * (BK / 4)) * 4);
@@ -85,17 +87,17 @@ void Fetch(uint k0) {
 }
 
 void Stash() {
-  for (uint i = 0; i < X_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 4);
     const uint kk = (e - r * (BK / 4)) * 4;
-    for (uint j = 0; j < 4; ++j) x_tile[kk + j][r] = STYPE(x_next[i][j]);
+    [[unroll]] for (uint j = 0; j < 4; ++j) x_tile[kk + j][r] = STYPE(x_next[i][j]);
   }
-  for (uint i = 0; i < W_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint c = e / (BK / 4);
     const uint kk = (e - c * (BK / 4)) * 4;
-    for (uint j = 0; j < 4; ++j) w_tile[kk + j][c] = STYPE(w_next[i][j]);
+    [[unroll]] for (uint j = 0; j < 4; ++j) w_tile[kk + j][c] = STYPE(w_next[i][j]);
   }
 }
 
@@ -109,28 +111,28 @@ void main() {
   const uint ty = lane / 16;
   const uint tx = lane % 16;
   float acc[TM][TN];
-  for (uint a = 0; a < TM; ++a)
-    for (uint c = 0; c < TN; ++c) acc[a][c] = 0.0;
+  [[unroll]] for (uint a = 0; a < TM; ++a)
+    [[unroll]] for (uint c = 0; c < TN; ++c) acc[a][c] = 0.0;
   Fetch(0);
   for (uint k0 = 0; k0 < p.k; k0 += BK) {
     barrier();  // everyone is done reading the previous slice
     Stash();
     barrier();
     if (k0 + BK < p.k) Fetch(k0 + BK);
-    for (uint kk = 0; kk < BK; ++kk) {
+    [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
       float xa[TM];
       float wb[TN];
-      for (uint a = 0; a < TM; ++a) xa[a] = float(x_tile[kk][ty + 16 * a]);
-      for (uint c = 0; c < TN; ++c) wb[c] = float(w_tile[kk][tx + 16 * c]);
-      for (uint a = 0; a < TM; ++a)
-        for (uint c = 0; c < TN; ++c) acc[a][c] = fma(xa[a], wb[c], acc[a][c]);
+      [[unroll]] for (uint a = 0; a < TM; ++a) xa[a] = float(x_tile[kk][ty + 16 * a]);
+      [[unroll]] for (uint c = 0; c < TN; ++c) wb[c] = float(w_tile[kk][tx + 16 * c]);
+      [[unroll]] for (uint a = 0; a < TM; ++a)
+        [[unroll]] for (uint c = 0; c < TN; ++c) acc[a][c] = fma(xa[a], wb[c], acc[a][c]);
     }
   }
-  for (uint c = 0; c < TN; ++c) {
+  [[unroll]] for (uint c = 0; c < TN; ++c) {
     const uint gc = col0 + tx + 16 * c;
     if (gc >= p.n) continue;
     const float b = p.has_bias != 0 ? float(bias[gc]) : 0.0;
-    for (uint a = 0; a < TM; ++a) {
+    [[unroll]] for (uint a = 0; a < TM; ++a) {
       const uint gr = row0 + ty + 16 * a;
       if (gr < p.m) result[gr * p.n + gc] = acc[a][c] + b;
     }

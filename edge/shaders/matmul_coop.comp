@@ -14,6 +14,7 @@
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #ifndef BM
 #define BM 128
@@ -39,8 +40,9 @@
 // Per invocation and K slice: x as fp32 vec4s, w as 8 fp16 in a uvec4.
 #define X_VECS (BM * BK / 4 / THREADS)
 #define W_VECS (BN * BK / 8 / THREADS)
-#if X_VECS * 4 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK || FM * 16 != SUB_M || FN * 16 != SUB_N
-#error "block shape: BM, BN must split into 16-row fragments per subgroup and whole vectors per invocation"
+#if X_VECS * 4 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK || \
+    FM * 16 != SUB_M || FN * 16 != SUB_N
+#error "block shape: 16-row fragments per subgroup and whole vectors per invocation"
 #endif
 layout(local_size_x = THREADS) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -60,7 +62,7 @@ bool vectors;
 
 // The K slice at k0 of x and w into registers (zeros outside the matrix).
 void Fetch(uint k0) {
-  for (uint i = 0; i < X_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 4);
     const uint kk = (e - r * (BK / 4)) * 4;
@@ -69,12 +71,12 @@ void Fetch(uint k0) {
     if (vectors) {
       x_next[i] = gr < p.m && gk < p.k ? x4[(gr * p.k + gk) / 4] : vec4(0.0);
     } else {
-      for (uint j = 0; j < 4; ++j) {
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
         x_next[i][j] = gr < p.m && gk + j < p.k ? x[gr * p.k + gk + j] : 0.0;
       }
     }
   }
-  for (uint i = 0; i < W_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
     const uint kk = (e - r * (BK / 8)) * 8;
@@ -83,7 +85,7 @@ void Fetch(uint k0) {
     if (vectors) {
       w_next[i] = gc < p.n && gk < p.k ? w8[(gc * p.k + gk) / 8] : uvec4(0);
     } else {
-      for (uint j = 0; j < 4; ++j) {
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
         const uint a = gk + 2 * j;
         const float lo = gc < p.n && a < p.k ? float(w[gc * p.k + a]) : 0.0;
         const float hi = gc < p.n && a + 1 < p.k ? float(w[gc * p.k + a + 1]) : 0.0;
@@ -95,17 +97,17 @@ void Fetch(uint k0) {
 
 // The fetched slice from registers into shared memory, x rounded to fp16.
 void Stash() {
-  for (uint i = 0; i < X_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 4);
     const uint at = r * LDS + (e - r * (BK / 4)) * 4;
-    for (uint j = 0; j < 4; ++j) x_tile[at + j] = float16_t(x_next[i][j]);
+    [[unroll]] for (uint j = 0; j < 4; ++j) x_tile[at + j] = float16_t(x_next[i][j]);
   }
-  for (uint i = 0; i < W_VECS; ++i) {
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
     const uint at = r * LDS + (e - r * (BK / 8)) * 8;
-    for (uint j = 0; j < 4; ++j) {
+    [[unroll]] for (uint j = 0; j < 4; ++j) {
       const vec2 pair = unpackHalf2x16(w_next[i][j]);
       w_tile[at + 2 * j] = float16_t(pair.x);
       w_tile[at + 2 * j + 1] = float16_t(pair.y);
@@ -122,31 +124,35 @@ void main() {
   const uint sub_r = (group / WARPS_N) * SUB_M;
   const uint sub_c = (group % WARPS_N) * SUB_N;
   fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[FM][FN];
-  for (uint a = 0; a < FM; ++a)
-    for (uint c = 0; c < FN; ++c) acc[a][c] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+  [[unroll]] for (uint a = 0; a < FM; ++a)
+    [[unroll]] for (uint c = 0; c < FN; ++c) {
+      acc[a][c] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    }
   Fetch(0);
   for (uint k0 = 0; k0 < p.k; k0 += BK) {
     barrier();  // everyone is done reading the previous slice
     Stash();
     barrier();
     if (k0 + BK < p.k) Fetch(k0 + BK);
-    for (uint kk = 0; kk < BK; kk += 16) {
+    [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
       fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> xa[FM];
       fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> wb[FN];
-      for (uint a = 0; a < FM; ++a)
+      [[unroll]] for (uint a = 0; a < FM; ++a)
         coopMatLoadNV(xa[a], x_tile, (sub_r + a * 16) * LDS + kk, LDS, false);
-      for (uint c = 0; c < FN; ++c)
+      [[unroll]] for (uint c = 0; c < FN; ++c)
         coopMatLoadNV(wb[c], w_tile, (sub_c + c * 16) * LDS + kk, LDS, true);
-      for (uint a = 0; a < FM; ++a)
-        for (uint c = 0; c < FN; ++c) acc[a][c] = coopMatMulAddNV(xa[a], wb[c], acc[a][c]);
+      [[unroll]] for (uint a = 0; a < FM; ++a)
+        [[unroll]] for (uint c = 0; c < FN; ++c) {
+          acc[a][c] = coopMatMulAddNV(xa[a], wb[c], acc[a][c]);
+        }
     }
   }
   const uint sub_lane = gl_SubgroupInvocationID;
   const uint base = group * 256;
   // Direct stores need 16-byte aligned rows (N a multiple of 4 floats).
   const bool direct = p.has_bias == 0 && p.n % 4 == 0 && row0 + BM <= p.m && col0 + BN <= p.n;
-  for (uint a = 0; a < FM; ++a) {
-    for (uint c = 0; c < FN; ++c) {
+  [[unroll]] for (uint a = 0; a < FM; ++a) {
+    [[unroll]] for (uint c = 0; c < FN; ++c) {
       const uint r0 = row0 + sub_r + a * 16;
       const uint c0 = col0 + sub_c + c * 16;
       if (direct) {  // whole block in range, nothing to add: straight to memory
