@@ -17,7 +17,8 @@ namespace {
 
 constexpr uint32_t kMaxSetsPerSubmit = 1024;
 constexpr uint32_t kMaxBindings = 4;
-constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
+constexpr int64_t kMaxAttentionHeadDim = 128;    // attention.comp's MAX_HEAD_DIM
+constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
 
 std::string ResultName(VkResult result) {
   switch (result) {
@@ -230,6 +231,8 @@ VulkanDeviceInfo DescribeDevice(VkInstance instance, VkPhysicalDevice device, in
   info.api_version = absl::StrCat(VK_API_VERSION_MAJOR(api), ".", VK_API_VERSION_MINOR(api), ".",
                                   VK_API_VERSION_PATCH(api));
   info.subgroup_size = subgroup.subgroupSize;
+  info.subgroup_shuffle = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+                          (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
   VkPhysicalDeviceShaderFloat16Int8Features float16{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDevice16BitStorageFeatures storage16{
@@ -346,6 +349,15 @@ class VulkanBackendImpl : public VulkanBackend {
       return absl::FailedPreconditionError(absl::StrCat("device '", info_.name,
                                                         "' supports Vulkan ", info_.api_version,
                                                         "; fsdpd-edge needs 1.1"));
+    }
+    // attention.comp: 4 invocations per query sum their partial scores by subgroup shuffles.
+    if (!info_.subgroup_shuffle || info_.subgroup_size % kAttentionLanesPerQuery != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", info_.name, "' has ",
+                       !info_.subgroup_shuffle ? "no subgroup shuffle in compute shaders"
+                                               : absl::StrCat("subgroups of ", info_.subgroup_size),
+                       "; fsdpd-edge's attention shader needs subgroup shuffles within groups of ",
+                       kAttentionLanesPerQuery, " invocations"));
     }
     const bool fp16_capable = info_.shader_float16 && info_.storage_buffer_16bit;
     if (options.precision == VulkanOptions::Precision::kFp16 && !fp16_capable) {
