@@ -87,9 +87,9 @@ void Fetch(uint k0) {
     } else {
       [[unroll]] for (uint j = 0; j < 4; ++j) {
         const uint a = gk + 2 * j;
-        const float lo = gc < p.n && a < p.k ? float(w[gc * p.k + a]) : 0.0;
-        const float hi = gc < p.n && a + 1 < p.k ? float(w[gc * p.k + a + 1]) : 0.0;
-        w_next[i][j] = packHalf2x16(vec2(lo, hi));  // exact: both are fp16 values
+        const float16_t lo = gc < p.n && a < p.k ? w[gc * p.k + a] : float16_t(0.0);
+        const float16_t hi = gc < p.n && a + 1 < p.k ? w[gc * p.k + a + 1] : float16_t(0.0);
+        w_next[i][j] = packFloat2x16(f16vec2(lo, hi));
       }
     }
   }
@@ -108,9 +108,9 @@ void Stash() {
     const uint r = e / (BK / 8);
     const uint at = r * LDS + (e - r * (BK / 8)) * 8;
     [[unroll]] for (uint j = 0; j < 4; ++j) {
-      const vec2 pair = unpackHalf2x16(w_next[i][j]);
-      w_tile[at + 2 * j] = float16_t(pair.x);
-      w_tile[at + 2 * j + 1] = float16_t(pair.y);
+      const f16vec2 pair = unpackFloat2x16(w_next[i][j]);  // the bits as they are
+      w_tile[at + 2 * j] = pair.x;
+      w_tile[at + 2 * j + 1] = pair.y;
     }
   }
 }
