@@ -9,8 +9,8 @@
 // are already in flight into registers, so global latency hides behind the matrix units.
 // Ragged edges: rows, columns and K beyond the matrix are staged as zeros (they add nothing) and
 // the epilogue writes only in-range outputs; with K not a multiple of 8 the loads are scalar.
-// The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (edge/CMakeLists.txt); the host
-// reads the block from edge/shaders.h.
+// The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (and -DBK) in edge/CMakeLists.txt;
+// the host reads the block from edge/shaders.h.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -28,7 +28,9 @@
 #ifndef WARPS_N
 #define WARPS_N 4
 #endif
-#define BK 32
+#ifndef BK
+#define BK 32  // a multiple of 16 (fragment depth) and of 8 (vector loads)
+#endif
 #define THREADS (WARPS_M * WARPS_N * 32)
 #define SUB_M (BM / WARPS_M)
 #define SUB_N (BN / WARPS_N)
