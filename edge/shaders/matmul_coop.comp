@@ -161,6 +161,7 @@ void main() {
         coopMatStoreNV(acc[a][c], result, r0 * p.n + c0, p.n, false);
         continue;
       }
+      if (r0 >= p.m || c0 >= p.n) continue;  // wholly past the matrix (uniform per subgroup)
       // Through this subgroup's staging fragment: bias added, out-of-range outputs dropped.
       coopMatStoreNV(acc[a][c], stage, base, 16, false);
       subgroupMemoryBarrierShared();
