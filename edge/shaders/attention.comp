@@ -2,11 +2,12 @@
 // Multi-head attention on nn.MultiheadAttention's packed qkv[batch, seq, 3·dim]:
 // out[b, i, h] = Σ_j softmax_j(q_i·k_j/√head_dim) v_j, over j ≤ i when causal. Online softmax
 // (a running max and sum), so no [seq, seq] matrix exists. PARTS consecutive invocations share
-// one query row, each holding every PARTS-th dimension of q and of the output (32 floats each
-// at head_dim 128, so nothing spills out of registers); a score is their partial dot products
+// one query row, each holding every PARTS-th vec4 of q and of the output (32 floats each at
+// head_dim 128, so nothing spills out of registers); a score is their partial dot products
 // summed by subgroup shuffles. The workgroup's 64 queries share each 32-key tile of K and V in
-// shared memory, and the softmax is rescaled once per tile, not per key. head_dim ≤ 128 (the
-// host refuses larger); the subgroup size must be a multiple of PARTS (the host checks).
+// shared memory, read as vec4s (one shared load per 4 multiply-adds), and the softmax is
+// rescaled once per tile, not per key. head_dim ≤ 128 (the host refuses larger); the subgroup
+// size must be a multiple of PARTS (the host checks).
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -14,13 +15,14 @@
 #define PARTS 4
 #define KEYS 32
 #define MAX_HEAD_DIM 128
-#define SLICE (MAX_HEAD_DIM / PARTS)
+#define ROW4 (MAX_HEAD_DIM / 4)      // vec4s per K/V row in shared memory
+#define SLICE4 (ROW4 / PARTS)        // vec4s of q and of the output per invocation
 layout(local_size_x = QUERIES * PARTS) in;
 layout(std430, binding = 0) readonly buffer Qkv { float qkv[]; };
 layout(std430, binding = 1) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head_dim; uint causal; float scale; } p;
-shared float k_tile[KEYS * MAX_HEAD_DIM];
-shared float v_tile[KEYS * MAX_HEAD_DIM];
+shared vec4 k_tile[KEYS * ROW4];
+shared vec4 v_tile[KEYS * ROW4];
 void main() {
   const uint dim = p.heads * p.head_dim;
   const uint hd = p.head_dim;
@@ -32,13 +34,17 @@ void main() {
   const uint first_query = gl_WorkGroupID.x * QUERIES;
   const uint i = first_query + lane / PARTS;
   const bool in_range = i < p.seq;
-  float q[SLICE];
-  float acc[SLICE];
+  // This invocation's vec4s of the row are t·PARTS + part, t < SLICE4: dimensions
+  // 4·(t·PARTS + part) + c, so a query's PARTS invocations read consecutive vec4s of a key.
+  vec4 q[SLICE4];
+  vec4 acc[SLICE4];
   const uint q_base = (b * p.seq + min(i, p.seq - 1)) * 3 * dim + h * hd;
-  [[unroll]] for (uint t = 0; t < SLICE; ++t) {
-    const uint d = t * PARTS + part;
-    q[t] = d < hd ? qkv[q_base + d] * p.scale : 0.0;
-    acc[t] = 0.0;
+  [[unroll]] for (uint t = 0; t < SLICE4; ++t) {
+    [[unroll]] for (uint c = 0; c < 4; ++c) {
+      const uint d = (t * PARTS + part) * 4 + c;
+      q[t][c] = d < hd ? qkv[q_base + d] * p.scale : 0.0;
+    }
+    acc[t] = vec4(0.0);
   }
   float running_max = -3.402823466e38;
   float running_sum = 0.0;
@@ -54,8 +60,8 @@ void main() {
       const uint j = tile + kk;
       const bool valid = j < p.seq && d < hd;
       const uint row = (b * p.seq + min(j, p.seq - 1)) * 3 * dim + h * hd + min(d, hd - 1);
-      k_tile[e] = valid ? qkv[row + dim] : 0.0;
-      v_tile[e] = valid ? qkv[row + 2 * dim] : 0.0;
+      k_tile[e / 4][e % 4] = valid ? qkv[row + dim] : 0.0;
+      v_tile[e / 4][e % 4] = valid ? qkv[row + 2 * dim] : 0.0;
     }
     barrier();
     if (!in_range) continue;
@@ -71,8 +77,8 @@ void main() {
     float tile_max = -3.402823466e38;
     [[dont_unroll]] for (uint kk = 0; kk < count; ++kk) {
       float partial = 0.0;
-      [[unroll]] for (uint t = 0; t < SLICE; ++t) {
-        partial = fma(q[t], k_tile[kk * MAX_HEAD_DIM + t * PARTS + part], partial);
+      [[unroll]] for (uint t = 0; t < SLICE4; ++t) {
+        partial += dot(q[t], k_tile[kk * ROW4 + t * PARTS + part]);
       }
       partial += subgroupShuffleXor(partial, 1);
       partial += subgroupShuffleXor(partial, 2);
@@ -82,12 +88,12 @@ void main() {
     const float new_max = max(running_max, tile_max);
     const float correction = exp(running_max - new_max);
     running_sum *= correction;
-    [[unroll]] for (uint t = 0; t < SLICE; ++t) acc[t] *= correction;
+    [[unroll]] for (uint t = 0; t < SLICE4; ++t) acc[t] *= correction;
     [[dont_unroll]] for (uint kk = 0; kk < count; ++kk) {
       const float weight = exp(s[kk] - new_max);
       running_sum += weight;
-      [[unroll]] for (uint t = 0; t < SLICE; ++t) {
-        acc[t] = fma(weight, v_tile[kk * MAX_HEAD_DIM + t * PARTS + part], acc[t]);
+      [[unroll]] for (uint t = 0; t < SLICE4; ++t) {
+        acc[t] = fma(vec4(weight), v_tile[kk * ROW4 + t * PARTS + part], acc[t]);
       }
     }
     running_max = new_max;
@@ -95,8 +101,10 @@ void main() {
   if (!in_range) return;
   const uint out_base = (b * p.seq + i) * dim + h * hd;
   const float inverse = 1.0 / running_sum;
-  [[unroll]] for (uint t = 0; t < SLICE; ++t) {
-    const uint d = t * PARTS + part;
-    if (d < hd) result[out_base + d] = acc[t] * inverse;
+  [[unroll]] for (uint t = 0; t < SLICE4; ++t) {
+    [[unroll]] for (uint c = 0; c < 4; ++c) {
+      const uint d = (t * PARTS + part) * 4 + c;
+      if (d < hd) result[out_base + d] = acc[t][c] * inverse;
+    }
   }
 }
