@@ -68,6 +68,18 @@ SpirV ShaderCode(Shader shader) {
   return Code(kMatmul);
 }
 
+OutputBlock MatmulOutputBlock(Shader shader) {
+  switch (shader) {
+    case Shader::kMatmul:
+    case Shader::kMatmulF16:
+      return {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N};
+    case Shader::kMatmulCoop:
+      return {EDGE_COOP_BLOCK_M, EDGE_COOP_BLOCK_N};
+    default:
+      return {1, 1};
+  }
+}
+
 const char* ShaderName(Shader shader) {
   switch (shader) {
     case Shader::kEmbedding:

@@ -26,6 +26,14 @@ struct SpirV {
 };
 
 SpirV ShaderCode(Shader shader);
+
+// The output block one workgroup of a matmul shader computes (its dispatch grid is
+// ⌈N / cols⌉ × ⌈M / rows⌉); {1, 1} for the other shaders.
+struct OutputBlock {
+  int64_t rows;
+  int64_t cols;
+};
+OutputBlock MatmulOutputBlock(Shader shader);
 const char* ShaderName(Shader shader);
 
 }  // namespace fsdpd::edge

@@ -17,7 +17,8 @@ namespace {
 
 constexpr uint32_t kMaxSetsPerSubmit = 1024;
 constexpr uint32_t kMaxBindings = 4;
-constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
+constexpr int64_t kMaxAttentionHeadDim = 128;    // attention.comp's MAX_HEAD_DIM
+constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
 
 std::string ResultName(VkResult result) {
   switch (result) {
@@ -230,6 +231,8 @@ VulkanDeviceInfo DescribeDevice(VkInstance instance, VkPhysicalDevice device, in
   info.api_version = absl::StrCat(VK_API_VERSION_MAJOR(api), ".", VK_API_VERSION_MINOR(api), ".",
                                   VK_API_VERSION_PATCH(api));
   info.subgroup_size = subgroup.subgroupSize;
+  info.subgroup_shuffle = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+                          (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
   VkPhysicalDeviceShaderFloat16Int8Features float16{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDevice16BitStorageFeatures storage16{
@@ -347,6 +350,15 @@ class VulkanBackendImpl : public VulkanBackend {
                                                         "' supports Vulkan ", info_.api_version,
                                                         "; fsdpd-edge needs 1.1"));
     }
+    // attention.comp: 4 invocations per query sum their partial scores by subgroup shuffles.
+    if (!info_.subgroup_shuffle || info_.subgroup_size % kAttentionLanesPerQuery != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", info_.name, "' has ",
+                       !info_.subgroup_shuffle ? "no subgroup shuffle in compute shaders"
+                                               : absl::StrCat("subgroups of ", info_.subgroup_size),
+                       "; fsdpd-edge's attention shader needs subgroup shuffles within groups of ",
+                       kAttentionLanesPerQuery, " invocations"));
+    }
     const bool fp16_capable = info_.shader_float16 && info_.storage_buffer_16bit;
     if (options.precision == VulkanOptions::Precision::kFp16 && !fp16_capable) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -459,6 +471,7 @@ class VulkanBackendImpl : public VulkanBackend {
       // A driver that reports the shape but refuses the pipeline falls back to the tiled
       // shader, and Describe() says so.
       absl::Status coop_pipeline = MakePipeline(Shader::kMatmulCoop, 4, 16, &matmul_);
+      matmul_block_ = MatmulOutputBlock(Shader::kMatmulCoop);
       if (!coop_pipeline.ok()) {
         DestroyPipeline(&matmul_);
         coop_ = false;
@@ -466,8 +479,9 @@ class VulkanBackendImpl : public VulkanBackend {
       }
     }
     if (!coop_) {
-      FSDPD_RETURN_IF_ERROR(
-          MakePipeline(fp16_ ? Shader::kMatmulF16 : Shader::kMatmul, 4, 16, &matmul_));
+      const Shader tiled = fp16_ ? Shader::kMatmulF16 : Shader::kMatmul;
+      FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul_));
+      matmul_block_ = MatmulOutputBlock(tiled);
     }
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
@@ -579,8 +593,8 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
-    const int64_t x_groups = (out_features + 63) / 64;
-    const int64_t y_groups = (rows + 63) / 64;
+    const int64_t x_groups = (out_features + matmul_block_.cols - 1) / matmul_block_.cols;
+    const int64_t y_groups = (rows + matmul_block_.rows - 1) / matmul_block_.rows;
     if (x_groups > limits_.maxComputeWorkGroupCount[0] ||
         y_groups > limits_.maxComputeWorkGroupCount[1]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -858,6 +872,7 @@ class VulkanBackendImpl : public VulkanBackend {
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_, matmul_;
+  OutputBlock matmul_block_{1, 1};  // matmul_'s output block per workgroup
   std::unique_ptr<VulkanBuffer> dummy_;
 };
 

@@ -30,6 +30,7 @@ struct VulkanDeviceInfo {
   bool shader_float16 = false;
   bool storage_buffer_16bit = false;
   uint32_t subgroup_size = 0;
+  bool subgroup_shuffle = false;  // in compute shaders (attention.comp sums scores with it)
   bool nv_cooperative_matrix = false;
   std::vector<std::string> cooperative_matrix_shapes;  // "16x16x16 fp16·fp16+fp32" etc.
 };

@@ -1,70 +1,179 @@
 #version 450
 // nn.Linear on the matrix units (GL_NV_cooperative_matrix): out[M, N] = x[M, K] · w[N, K]ᵀ
 // (+ bias). fp16 weights; x is rounded to fp16 as it is staged; products and sums in fp32
-// (16×16×16 fp16 → fp32 fragments). A 64×64 output tile per workgroup of 4 subgroups of 32
-// (the host uses this path only where the device reports that shape and subgroup size);
-// each subgroup owns a 32×32 quarter, four fragments. K slices of 32 go through shared memory.
+// (16×16×16 fp16 → fp32 fragments). A BM×BN output block per workgroup of WARPS_M×WARPS_N
+// subgroups of 32 (the host uses this path only where the device reports that shape and
+// subgroup size); each subgroup owns a (BM/WARPS_M)×(BN/WARPS_N) part of the block, FM×FN
+// accumulator fragments. K slices of BK go through shared memory: while the subgroups multiply
+// one slice out of shared memory, the next slice's global loads (16-byte vectors where K allows)
+// are already in flight into registers, so global latency hides behind the matrix units.
+// Ragged edges: rows, columns and K beyond the matrix are staged as zeros (they add nothing) and
+// the epilogue writes only in-range outputs; with K not a multiple of 8 the loads are scalar.
+// The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (and -DBK) in edge/CMakeLists.txt;
+// the host reads the block from edge/shaders.h.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
-#define BM 64
-#define BN 64
-#define BK 32
-layout(local_size_x = 128) in;
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#ifndef WARPS_M
+#define WARPS_M 2
+#endif
+#ifndef WARPS_N
+#define WARPS_N 4
+#endif
+#ifndef BK
+#define BK 32  // a multiple of 16 (fragment depth) and of 8 (vector loads)
+#endif
+#define THREADS (WARPS_M * WARPS_N * 32)
+#define SUB_M (BM / WARPS_M)
+#define SUB_N (BN / WARPS_N)
+#define FM (SUB_M / 16)
+#define FN (SUB_N / 16)
+// Shared rows are BK + 8 halves (80 bytes): 16-byte aligned for the fragment loads, and
+// consecutive rows start in different banks.
+#define LDS (BK + 8)
+// Per invocation and K slice: x as fp32 vec4s, w as 8 fp16 in a uvec4.
+#define X_VECS (BM * BK / 4 / THREADS)
+#define W_VECS (BN * BK / 8 / THREADS)
+#if X_VECS * 4 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK || \
+    FM * 16 != SUB_M || FN * 16 != SUB_N
+#error "block shape: 16-row fragments per subgroup and whole vectors per invocation"
+#endif
+layout(local_size_x = THREADS) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 1) readonly buffer W { float16_t w[]; };
+layout(std430, binding = 1) readonly buffer W8 { uvec4 w8[]; };
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
-shared float16_t x_tile[BM * BK];  // row-major [64][32]
-shared float16_t w_tile[BN * BK];  // row-major [64][32]: w's rows, i.e. column-major wᵀ
-shared float c_tile[BM * BN];
-void main() {
-  const uint lane = gl_LocalInvocationID.x;
-  const uint group = gl_SubgroupID;
-  const uint row0 = gl_WorkGroupID.y * BM;
-  const uint col0 = gl_WorkGroupID.x * BN;
-  const uint sub_r = (group / 2) * 32;
-  const uint sub_c = (group % 2) * 32;
-  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[2][2];
-  for (uint a = 0; a < 2; ++a)
-    for (uint c = 0; c < 2; ++c) acc[a][c] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-  const bool full = row0 + BM <= p.m && col0 + BN <= p.n && p.k % BK == 0;
-  for (uint k0 = 0; k0 < p.k; k0 += BK) {
-    for (uint e = lane; e < BM * BK; e += 128) {
-      const uint r = e / BK;
-      const uint kk = e - r * BK;
-      const uint gk = k0 + kk;
-      const uint gr = row0 + r;
-      const uint gc = col0 + r;
-      x_tile[e] = float16_t(full || (gr < p.m && gk < p.k) ? x[gr * p.k + gk] : 0.0);
-      w_tile[e] = full || (gc < p.n && gk < p.k) ? w[gc * p.k + gk] : float16_t(0.0);
-    }
-    barrier();
-    for (uint kk = 0; kk < BK; kk += 16) {
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> xa[2];
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> wb[2];
-      for (uint a = 0; a < 2; ++a)
-        coopMatLoadNV(xa[a], x_tile, (sub_r + a * 16) * BK + kk, BK, false);
-      for (uint c = 0; c < 2; ++c)
-        coopMatLoadNV(wb[c], w_tile, (sub_c + c * 16) * BK + kk, BK, true);
-      for (uint a = 0; a < 2; ++a)
-        for (uint c = 0; c < 2; ++c) acc[a][c] = coopMatMulAddNV(xa[a], wb[c], acc[a][c]);
-    }
-    barrier();
-  }
-  for (uint a = 0; a < 2; ++a)
-    for (uint c = 0; c < 2; ++c)
-      coopMatStoreNV(acc[a][c], c_tile, (sub_r + a * 16) * BN + sub_c + c * 16, BN, false);
-  barrier();
-  for (uint e = lane; e < BM * BN; e += 128) {
-    const uint r = e / BN;
-    const uint c = e - r * BN;
+shared float16_t x_tile[BM * LDS];  // row-major [BM][BK]
+shared float16_t w_tile[BN * LDS];  // row-major [BN][BK]: w's rows, i.e. column-major wᵀ
+shared float stage[WARPS_M * WARPS_N * 256];  // one 16×16 fp32 fragment per subgroup
+vec4 x_next[X_VECS];
+uvec4 w_next[W_VECS];
+uint row0, col0, lane;
+bool vectors;
+
+// The K slice at k0 of x and w into registers (zeros outside the matrix).
+void Fetch(uint k0) {
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 4);
+    const uint kk = (e - r * (BK / 4)) * 4;
     const uint gr = row0 + r;
-    const uint gc = col0 + c;
-    if (gr < p.m && gc < p.n) {
-      result[gr * p.n + gc] = c_tile[e] + (p.has_bias != 0 ? float(bias[gc]) : 0.0);
+    const uint gk = k0 + kk;
+    if (vectors) {
+      x_next[i] = gr < p.m && gk < p.k ? x4[(gr * p.k + gk) / 4] : vec4(0.0);
+    } else {
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        x_next[i][j] = gr < p.m && gk + j < p.k ? x[gr * p.k + gk + j] : 0.0;
+      }
+    }
+  }
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 8);
+    const uint kk = (e - r * (BK / 8)) * 8;
+    const uint gc = col0 + r;
+    const uint gk = k0 + kk;
+    if (vectors) {
+      w_next[i] = gc < p.n && gk < p.k ? w8[(gc * p.k + gk) / 8] : uvec4(0);
+    } else {
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        const uint a = gk + 2 * j;
+        const float16_t lo = gc < p.n && a < p.k ? w[gc * p.k + a] : float16_t(0.0);
+        const float16_t hi = gc < p.n && a + 1 < p.k ? w[gc * p.k + a + 1] : float16_t(0.0);
+        w_next[i][j] = packFloat2x16(f16vec2(lo, hi));
+      }
+    }
+  }
+}
+
+// The fetched slice from registers into shared memory, x rounded to fp16.
+void Stash() {
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 4);
+    const uint at = r * LDS + (e - r * (BK / 4)) * 4;
+    [[unroll]] for (uint j = 0; j < 4; ++j) x_tile[at + j] = float16_t(x_next[i][j]);
+  }
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 8);
+    const uint at = r * LDS + (e - r * (BK / 8)) * 8;
+    [[unroll]] for (uint j = 0; j < 4; ++j) {
+      const f16vec2 pair = unpackFloat2x16(w_next[i][j]);  // the bits as they are
+      w_tile[at + 2 * j] = pair.x;
+      w_tile[at + 2 * j + 1] = pair.y;
+    }
+  }
+}
+
+void main() {
+  lane = gl_LocalInvocationID.x;
+  row0 = gl_WorkGroupID.y * BM;
+  col0 = gl_WorkGroupID.x * BN;
+  vectors = p.k % 8 == 0;  // every row of x and w then starts 16-byte aligned (offset-0 buffers)
+  const uint group = gl_SubgroupID;
+  const uint sub_r = (group / WARPS_N) * SUB_M;
+  const uint sub_c = (group % WARPS_N) * SUB_N;
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[FM][FN];
+  [[unroll]] for (uint a = 0; a < FM; ++a)
+    [[unroll]] for (uint c = 0; c < FN; ++c) {
+      acc[a][c] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    }
+  Fetch(0);
+  for (uint k0 = 0; k0 < p.k; k0 += BK) {
+    barrier();  // everyone is done reading the previous slice
+    Stash();
+    barrier();
+    if (k0 + BK < p.k) Fetch(k0 + BK);
+    [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> xa[FM];
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> wb[FN];
+      [[unroll]] for (uint a = 0; a < FM; ++a)
+        coopMatLoadNV(xa[a], x_tile, (sub_r + a * 16) * LDS + kk, LDS, false);
+      [[unroll]] for (uint c = 0; c < FN; ++c)
+        coopMatLoadNV(wb[c], w_tile, (sub_c + c * 16) * LDS + kk, LDS, true);
+      [[unroll]] for (uint a = 0; a < FM; ++a)
+        [[unroll]] for (uint c = 0; c < FN; ++c) {
+          acc[a][c] = coopMatMulAddNV(xa[a], wb[c], acc[a][c]);
+        }
+    }
+  }
+  const uint sub_lane = gl_SubgroupInvocationID;
+  const uint base = group * 256;
+  // Direct stores need 16-byte aligned rows (N a multiple of 4 floats).
+  const bool direct = p.has_bias == 0 && p.n % 4 == 0 && row0 + BM <= p.m && col0 + BN <= p.n;
+  [[unroll]] for (uint a = 0; a < FM; ++a) {
+    [[unroll]] for (uint c = 0; c < FN; ++c) {
+      const uint r0 = row0 + sub_r + a * 16;
+      const uint c0 = col0 + sub_c + c * 16;
+      if (direct) {  // whole block in range, nothing to add: straight to memory
+        coopMatStoreNV(acc[a][c], result, r0 * p.n + c0, p.n, false);
+        continue;
+      }
+      if (r0 >= p.m || c0 >= p.n) continue;  // wholly past the matrix (uniform per subgroup)
+      // Through this subgroup's staging fragment: bias added, out-of-range outputs dropped.
+      coopMatStoreNV(acc[a][c], stage, base, 16, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      for (uint e = sub_lane; e < 256; e += 32) {
+        const uint gr = r0 + e / 16;
+        const uint gc = c0 + e % 16;
+        if (gr < p.m && gc < p.n) {
+          result[gr * p.n + gc] = stage[base + e] + (p.has_bias != 0 ? float(bias[gc]) : 0.0);
+        }
+      }
+      subgroupBarrier();  // the fragment is read before the next one overwrites it
     }
   }
 }

@@ -104,8 +104,13 @@ TEST_P(EdgeKernelsTest, LinearMatchesTheReferenceAtTileAndRaggedShapes) {
     int64_t rows, in, out;
     bool bias;
   };
-  for (const Shape& s : {Shape{77, 45, 70, true}, Shape{130, 256, 129, false},
-                         Shape{64, 64, 64, true}, Shape{1, 300, 17, true}}) {
+  // Against the matmul shaders' 128×128 output blocks, 16-deep K slices and vector loads: whole
+  // blocks, M/N/K ragged (K a multiple of 4 and not: vector and scalar loads), tiny shapes.
+  for (const Shape& s :
+       {Shape{77, 45, 70, true}, Shape{130, 256, 129, false}, Shape{64, 64, 64, true},
+        Shape{1, 300, 17, true}, Shape{1, 1, 1, true}, Shape{3, 7, 5, false},
+        Shape{256, 48, 256, true}, Shape{129, 36, 257, false}, Shape{200, 520, 131, true},
+        Shape{33, 2, 300, false}}) {
     SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out << "x" << s.in);
     const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, 1);
     const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 2);
@@ -173,7 +178,10 @@ TEST_P(EdgeKernelsTest, AttentionMatchesTheReferenceWithAndWithoutTheCausalMask)
   struct Shape {
     int64_t batch, seq, heads, head_dim;
   };
-  for (const Shape& s : {Shape{2, 37, 3, 16}, Shape{1, 130, 2, 64}, Shape{1, 5, 1, 128}}) {
+  // Several 64-query workgroups and 32-key tiles, ragged ends, head_dim up to the limit and not
+  // a multiple of the 4 invocations that share a query.
+  for (const Shape& s : {Shape{2, 37, 3, 16}, Shape{1, 130, 2, 64}, Shape{1, 5, 1, 128},
+                         Shape{1, 200, 2, 128}, Shape{2, 70, 2, 30}}) {
     for (bool causal : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "batch " << s.batch << " seq " << s.seq << " heads " << s.heads
