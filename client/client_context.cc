@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,40 +13,12 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/client_interceptor.h"
+#include "proto/bearer_token.h"
 
 namespace fsdpd::client {
 namespace {
 
 constexpr std::chrono::seconds kUnaryTimeout(10);
-constexpr size_t kMaxTokenBytes = 4096;
-
-// Adds the bearer token to every call's initial metadata, so no verb has to remember it.
-class BearerTokenInterceptor : public grpc::experimental::Interceptor {
- public:
-  explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->insert({"authorization", *header_});
-    }
-    methods->Proceed();
-  }
-
- private:
-  const std::string* header_;
-};
-
-class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  explicit BearerTokenFactory(std::string token) : header_("Bearer " + std::move(token)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo* info) override {
-    return new BearerTokenInterceptor(&header_);
-  }
-
- private:
-  const std::string header_;
-};
 
 }  // namespace
 
@@ -70,22 +43,11 @@ std::string LoadCredentials(const std::string& tls_ca_path, const std::string& t
     options->tls_ca_pem = content.str();
   }
   if (token_path.empty()) return "";
-  std::ifstream file(token_path);
-  if (!file) {
-    return token_path_explicit ? "--token-file: cannot open " + token_path : "";
-  }
+  // The default path is optional; one given with --token-file or FSDPD_TOKEN_FILE is not.
+  if (!token_path_explicit && !std::filesystem::exists(token_path)) return "";
   std::string token;
-  std::getline(file, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-  if (token.empty() || token.size() > kMaxTokenBytes) {
-    return "--token-file: the first line of " + token_path + " must hold the token (1.." +
-           std::to_string(kMaxTokenBytes) + " characters)";
-  }
-  for (char c : token) {
-    if (c <= ' ' || c == 0x7f) {
-      return "--token-file: the token in " + token_path +
-             " contains whitespace or control characters";
-    }
+  if (absl::Status loaded = LoadTokenFile(token_path, &token); !loaded.ok()) {
+    return std::string(loaded.message());
   }
   options->token = token;
   return "";
@@ -100,12 +62,8 @@ std::shared_ptr<grpc::Channel> Connect(const ClientOptions& options) {
     ssl.pem_root_certs = options.tls_ca_pem;
     credentials = grpc::SslCredentials(ssl);
   }
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  if (!options.token.empty()) {
-    interceptors.push_back(std::make_unique<BearerTokenFactory>(options.token));
-  }
   return grpc::experimental::CreateCustomChannelWithInterceptors(
-      options.coordinator, credentials, arguments, std::move(interceptors));
+      options.coordinator, credentials, arguments, BearerTokenInterceptors(options.token));
 }
 
 void SetUnaryDeadline(grpc::ClientContext* context) {

@@ -46,7 +46,7 @@ int RequestProfile(const ClientOptions& options, const std::string& job_id, int6
                    int64_t steps, bool counters) {
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::ProfileRequest request;
-  request.set_job_id(job_id);
+  request.set_id(job_id);
   request.set_start_step(start_step);
   request.set_steps(steps);
   request.set_counters(counters);

@@ -153,6 +153,7 @@ namespace {
 
 // Every method but grpc.health.v1's on the health port: UNIMPLEMENTED, as for a method that
 // does not exist. gRPC also needs one callback service before it serves the health service.
+// (Server reflection, turned on for every server of the process, lists only health there.)
 class UnimplementedGenericService : public grpc::CallbackGenericService {
  public:
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {

@@ -387,12 +387,16 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
 grpc::ServerUnaryReactor* JobServiceImpl::StartProfile(grpc::CallbackServerContext* context,
                                                        const v1::ProfileRequest* request,
                                                        v1::StartProfileResponse* response) {
+  // `id` names the job as in every other request; `job_id` is what older clients send.
+  v1::ProfileRequest normalized = *request;
+  if (!normalized.id().empty()) normalized.set_job_id(normalized.id());
+  normalized.clear_id();
   Caller caller;
   grpc::Status allowed = Identify(context, Role::kSubmitter, "StartProfile", &caller);
-  if (allowed.ok()) allowed = CheckJobId(request->job_id());
-  if (allowed.ok()) allowed = CheckOwner(caller, request->job_id(), "StartProfile");
+  if (allowed.ok()) allowed = CheckJobId(normalized.job_id());
+  if (allowed.ok()) allowed = CheckOwner(caller, normalized.job_id(), "StartProfile");
   if (!allowed.ok()) return Reply(context, "StartProfile", allowed);
-  return Reply(context, "StartProfile", ToGrpcStatus(jobs_.StartProfile(*request)));
+  return Reply(context, "StartProfile", ToGrpcStatus(jobs_.StartProfile(normalized)));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext* context,

@@ -19,7 +19,7 @@
 #include "worker/device/device_runtime.h"
 #include "worker/session.h"
 #include "worker/session_device.h"
-#include "worker/worker_token.h"
+#include "proto/bearer_token.h"
 
 namespace {
 
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!token_file.empty()) {
-    if (absl::Status token = fsdpd::LoadWorkerToken(token_file, &config.token); !token.ok()) {
+    if (absl::Status token = fsdpd::LoadTokenFile(token_file, &config.token); !token.ok()) {
       std::cerr << "fsdpd-worker: " << token.message() << "\n";
       return 2;
     }

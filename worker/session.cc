@@ -12,7 +12,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "spdlog/spdlog.h"
-#include "worker/worker_token.h"
+#include "proto/bearer_token.h"
 
 namespace fsdpd {
 namespace {

@@ -6,9 +6,10 @@ add_library(fsdpd_worker_session STATIC
   ${CMAKE_CURRENT_LIST_DIR}/session_job.cc
   ${CMAKE_CURRENT_LIST_DIR}/session.cc
   ${CMAKE_CURRENT_LIST_DIR}/session_stream.cc
-  ${CMAKE_CURRENT_LIST_DIR}/worker_token.cc)
+)
 target_link_libraries(fsdpd_worker_session PUBLIC
-  fsdpd_proto absl::status absl::statusor absl::strings spdlog::spdlog Threads::Threads)
+  fsdpd_proto fsdpd_bearer_token absl::status absl::statusor absl::strings spdlog::spdlog
+  Threads::Threads)
 
 # The engine library comes from engine.cmake; until it exists only the session library builds.
 if(TARGET fsdpd_engine)

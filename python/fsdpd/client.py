@@ -208,12 +208,13 @@ class Client:
             return arrays
         return {name: torch.from_numpy(array) for name, array in arrays.items()}
 
-    def profile(self, job_id, steps=None, start_step=0, counters=True, rank=0):
-        """With steps: asks the running job to profile a window (start_step 0: the next step).
+    def profile(self, job_id, steps=None, start_step=0, counters=False, rank=0):
+        """With steps: asks the running job to profile a window (start_step 0: the next step;
+        counters=True adds hardware counters, whose kernel replay costs time and device memory).
         Without: the latest window's kernel table (ProfileReport) from rank."""
         if steps is not None:
             self._unary(self._stub.StartProfile, profile_pb2.ProfileRequest(
-                job_id=job_id, start_step=start_step, steps=steps, counters=counters))
+                id=job_id, start_step=start_step, steps=steps, counters=counters))
             return None
         return self._unary(self._stub.GetProfile, jobs_pb2.GetProfileRequest(id=job_id, rank=rank))
 

@@ -36,12 +36,13 @@ LIBRARY_SOURCES=(
   worker/data/synthetic_tokens.cc worker/data/window_data_loader.cc
   worker/checkpoint/checkpoint.cc worker/checkpoint/crc32c.cc worker/checkpoint/rank_file.cc)
 
+# Every source is compiled each run: a header (the generated spec.pb.h above all) can change
+# under an unchanged source, and an object built against the old layout reads past the new
+# message's end. ccache, where present, keeps this cheap and tracks the headers itself.
 compile() {  # compile SOURCE OBJECT FLAGS...
   local source="$1" object="$2"
   shift 2
-  if [[ ! -f "$object" || "$source" -nt "$object" ]]; then
-    $LAUNCHER "$CXX" $CFLAGS "$@" -c "$source" -o "$object"
-  fi
+  $LAUNCHER "$CXX" $CFLAGS "$@" -c "$source" -o "$object"
 }
 
 OBJECTS=()

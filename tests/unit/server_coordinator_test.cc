@@ -189,18 +189,23 @@ TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
 
-  // Profiling: the request reaches the rank; its kernel table and chunked trace come back.
+  // Profiling: the request (naming the job in `id`, as every request does) reaches the rank
+  // with the job in job_id; its kernel table and chunked trace come back.
   {
     v1::ProfileRequest request;
-    request.set_job_id(id);
+    request.set_id(id);
     request.set_steps(2);
     v1::StartProfileResponse response;
     grpc::ClientContext context;
     ASSERT_TRUE(jobs_->StartProfile(&context, request, &response).ok());
     ASSERT_TRUE(session->Read(&incoming));
     ASSERT_TRUE(incoming.has_profile_request());
+    EXPECT_EQ(incoming.profile_request().job_id(), id);
     EXPECT_EQ(incoming.profile_request().attempt(), 1);
     EXPECT_EQ(incoming.profile_request().steps(), 2);
+    grpc::ClientContext empty_context;
+    EXPECT_EQ(jobs_->StartProfile(&empty_context, v1::ProfileRequest(), &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
   }
   for (int part = 0; part < 2; ++part) {
     v1::WorkerMessage message;

@@ -1,6 +1,6 @@
-// The worker's bearer token: read from --token-file and sent on every call the worker makes
-// (Register, Session, rendezvous), so a coordinator with --tokens-file knows it as a worker
-// (a token with the role `worker`, server/auth.h).
+// The bearer token a client of the coordinator sends: read from a --token-file and added to
+// every call. fsdpctl sends a user's token (viewer, submitter, admin), fsdpd-worker a worker's
+// (Register, Session, rendezvous); server/auth.h checks them.
 #pragma once
 
 #include <memory>
@@ -14,7 +14,7 @@ namespace fsdpd {
 
 // The first line of the file, trailing whitespace removed: 1..4096 printable characters
 // without whitespace. Errors name the flag and the file.
-absl::Status LoadWorkerToken(const std::string& path, std::string* token);
+absl::Status LoadTokenFile(const std::string& path, std::string* token);
 
 // The interceptors that add `authorization: Bearer <token>` to every call; none for "".
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>

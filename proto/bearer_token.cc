@@ -1,4 +1,4 @@
-#include "worker/worker_token.h"
+#include "proto/bearer_token.h"
 
 #include <fstream>
 
@@ -10,6 +10,7 @@ namespace {
 
 constexpr size_t kMaxTokenBytes = 4096;
 
+// Adds the bearer token to every call's initial metadata, so no call has to remember it.
 class BearerTokenInterceptor : public grpc::experimental::Interceptor {
  public:
   explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
@@ -39,7 +40,7 @@ class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryIn
 
 }  // namespace
 
-absl::Status LoadWorkerToken(const std::string& path, std::string* token) {
+absl::Status LoadTokenFile(const std::string& path, std::string* token) {
   std::ifstream file(path);
   if (!file) return absl::NotFoundError(absl::StrCat("--token-file: cannot open ", path));
   std::string line;
