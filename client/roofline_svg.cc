@@ -36,11 +36,21 @@ std::string Escape(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // Control characters are not allowed in XML 1.0 text.
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
@@ -137,15 +147,15 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
       ++left_out;
       continue;
     }
-    points.push_back({&kernel, kernel.flops() / kernel.bytes(),
-                      kernel.flops() / kernel.total_seconds()});
+    points.push_back(
+        {&kernel, kernel.flops() / kernel.bytes(), kernel.flops() / kernel.total_seconds()});
     analytic = analytic || kernel.source() != "cupti";
     counters = counters || kernel.source() == "cupti";
   }
   if (points.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "none of the ", report.kernels_size(),
-        " kernels of the profile has a FLOP and byte count to place on the roofline"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("none of the ", report.kernels_size(),
+                     " kernels of the profile has a FLOP and byte count to place on the roofline"));
   }
 
   // Axes: whole decades around the marks and the ridge point (peak FLOP/s ÷ bandwidth).
@@ -187,8 +197,8 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
   svg << "<g class=\"axes\" stroke=\"#ddd\">\n";
   for (int decade = x_axis.low_decade; decade <= x_axis.high_decade; ++decade) {
     const double x = x_axis.Map(std::pow(10.0, decade));
-    svg << "<line x1=\"" << Number(x) << "\" y1=\"" << top << "\" x2=\"" << Number(x)
-        << "\" y2=\"" << bottom << "\"/>\n"
+    svg << "<line x1=\"" << Number(x) << "\" y1=\"" << top << "\" x2=\"" << Number(x) << "\" y2=\""
+        << bottom << "\"/>\n"
         << "<text x=\"" << Number(x) << "\" y=\"" << bottom + 16
         << "\" text-anchor=\"middle\" stroke=\"none\" fill=\"#333\">" << Si(std::pow(10.0, decade))
         << "</text>\n";
@@ -202,8 +212,8 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
         << "</text>\n";
   }
   svg << "</g>\n";
-  svg << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << right - left
-      << "\" height=\"" << bottom - top << "\" fill=\"none\" stroke=\"#333\"/>\n";
+  svg << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << right - left << "\" height=\""
+      << bottom - top << "\" fill=\"none\" stroke=\"#333\"/>\n";
   svg << "<text x=\"" << (left + right) / 2 << "\" y=\"" << bottom + 40
       << "\" text-anchor=\"middle\">Arithmetic intensity (FLOP/byte)</text>\n";
   svg << "<text transform=\"translate(24," << (top + bottom) / 2
@@ -216,8 +226,9 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
   const double memory_start = std::max(x_first, y_floor / peak_bandwidth);
   svg << "<polyline class=\"roof memory-roof\" fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"2\" "
          "points=\""
-      << Number(x_axis.Map(memory_start)) << "," << Number(y_axis.Map(peak_bandwidth * memory_start))
-      << " " << Number(x_axis.Map(ridge)) << "," << Number(y_axis.Map(peak_flops)) << "\"/>\n";
+      << Number(x_axis.Map(memory_start)) << ","
+      << Number(y_axis.Map(peak_bandwidth * memory_start)) << " " << Number(x_axis.Map(ridge))
+      << "," << Number(y_axis.Map(peak_flops)) << "\"/>\n";
   svg << "<polyline class=\"roof compute-roof\" fill=\"none\" stroke=\"#9467bd\" "
          "stroke-width=\"2\" points=\""
       << Number(x_axis.Map(ridge)) << "," << Number(y_axis.Map(peak_flops)) << " "
@@ -249,7 +260,8 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
         << (kernel.unit().empty() ? "" : " (" + Escape(kernel.unit()) + ")") << ": "
         << Seconds(kernel.total_seconds()) << ", " << Si(point->flops_per_second) << "FLOP/s at "
         << Number(point->intensity) << " FLOP/byte"
-        << (kernel.verdict().empty() ? "" : ", " + Escape(kernel.verdict())) << "</title></circle>\n";
+        << (kernel.verdict().empty() ? "" : ", " + Escape(kernel.verdict()))
+        << "</title></circle>\n";
   }
   svg << "</g>\n<g class=\"labels\">\n";
   for (size_t i = 0; i < by_time.size() && i < options.labelled_kernels; ++i) {
@@ -276,8 +288,8 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
         << "<text x=\"" << legend_x + 18 << "\" y=\"" << y << "\">" << style.legend << "</text>\n";
     y += 20;
   }
-  svg << "<text x=\"" << legend_x << "\" y=\"" << y + 10 << "\">Area: time ("
-      << Seconds(longest) << " largest)</text>\n";
+  svg << "<text x=\"" << legend_x << "\" y=\"" << y + 10 << "\">Area: time (" << Seconds(longest)
+      << " largest)</text>\n";
   svg << "<text class=\"counts\" x=\"" << legend_x << "\" y=\"" << y + 30 << "\">" << points.size()
       << " kernel(s) drawn</text>\n";
   if (left_out > 0) {

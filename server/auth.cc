@@ -234,7 +234,6 @@ grpc::Status Authenticator::Identify(const grpc::ServerContextBase& context, Rol
   return grpc::Status::OK;
 }
 
-
 grpc::Status Authenticator::AuthenticateWorker(const grpc::ServerContextBase& context,
                                                std::string* principal) const {
   principal->clear();

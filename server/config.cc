@@ -44,9 +44,9 @@ absl::Status WorkerRegistryConfig::Check() const {
                      heartbeat_timeout.count(), "ms)"));
   }
   if (lost_retention < heartbeat_timeout) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lost-worker-retention: must be at least the heartbeat timeout (",
-        heartbeat_timeout.count(), "ms), got ", lost_retention.count(), "ms"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lost-worker-retention: must be at least the heartbeat timeout (",
+                     heartbeat_timeout.count(), "ms), got ", lost_retention.count(), "ms"));
   }
   if (max_workers < 1) {
     return absl::InvalidArgumentError(

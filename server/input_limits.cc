@@ -28,8 +28,8 @@ bool CapLogLine(v1::LogLine* line) {
 
 absl::Status CheckCancelReason(const std::string& reason) {
   if (reason.size() <= kMaxReasonBytes) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("reason: ", reason.size(), " bytes; at most ",
-                                                 kMaxReasonBytes, " are allowed"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("reason: ", reason.size(), " bytes; at most ", kMaxReasonBytes, " are allowed"));
 }
 
 bool CapWorkerMessage(v1::WorkerMessage* message) {

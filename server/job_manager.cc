@@ -244,8 +244,8 @@ void JobManager::TransitionLocked(JobRecord& record, v1::JobState state, const s
   *job.add_transitions() = change;
   LogStoreError(store_.RecordTransition(job, record.next_sequence++, change), "transition");
   PublishLocked(record);
-  spdlog::info("{} → {} (attempt {}, by {}): {}", job.id(), v1::JobState_Name(state),
-               job.attempt(), actor.empty() ? "anonymous" : actor, reason);
+  spdlog::info("{} → {} (attempt {}, by {}): {}", job.id(), v1::JobState_Name(state), job.attempt(),
+               actor.empty() ? "anonymous" : actor, reason);
   v1::JobEvent event;
   *event.mutable_state() = change;
   NotifyLocked(record, [event](const auto& subscriber) { subscriber->OnEvent(event); });

@@ -20,7 +20,6 @@ absl::Status NameDamage(const absl::Status& status, const char* what, const std:
 
 }  // namespace
 
-
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   std::shared_ptr<const v1::Job> snapshot;
   {

@@ -194,12 +194,12 @@ grpc::Status JobServiceImpl::CheckOwner(const Caller& caller, const std::string&
   absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   if (!job.ok()) return ToGrpcStatus(job.status());
   if (job->owner() == caller.principal) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat(method, ": job ", job_id, " belongs to ",
-                                   job->owner().empty() ? "nobody (submitted without a token)"
-                                                        : job->owner(),
-                                   "; a ", RoleName(caller.role),
-                                   " may act only on its own jobs, an admin on every job"));
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(method, ": job ", job_id, " belongs to ",
+                   job->owner().empty() ? "nobody (submitted without a token)" : job->owner(),
+                   "; a ", RoleName(caller.role),
+                   " may act only on its own jobs, an admin on every job"));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::Reply(grpc::CallbackServerContext* context,

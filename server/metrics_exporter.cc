@@ -50,12 +50,12 @@ class StateCounts : public prometheus::Collectable {
     for (const v1::Worker& worker : workers_.List()) {
       prometheus::ClientMetric metric;
       // In name order, as the registry's own series are.
-      metric.label = {{"device", worker.device_kind() == "cuda"
-                                     ? absl::StrCat("cuda:", worker.gpu_index())
-                                     : worker.device_kind()},
-                      {"hostname", worker.hostname()},
-                      {"state", v1::WorkerState_Name(worker.state())},
-                      {"worker", worker.id()}};
+      metric.label = {
+          {"device", worker.device_kind() == "cuda" ? absl::StrCat("cuda:", worker.gpu_index())
+                                                    : worker.device_kind()},
+          {"hostname", worker.hostname()},
+          {"state", v1::WorkerState_Name(worker.state())},
+          {"worker", worker.id()}};
       metric.gauge.value = 1;
       worker_state.metric.push_back(std::move(metric));
     }

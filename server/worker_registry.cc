@@ -40,11 +40,11 @@ std::string WorkerRegistry::ReturningIdLocked(const v1::RegisterRequest& request
                                               Clock::time_point now) const {
   for (const auto& [id, entry] : workers_) {
     const v1::Worker& info = entry.info;
-    const bool same_device =
-        info.hostname() == request.hostname() && info.device_kind() == request.device_kind() &&
-        info.gpu_index() == request.gpu_index() &&
-        (info.gpu_uuid().empty() || request.gpu_uuid().empty() ||
-         info.gpu_uuid() == request.gpu_uuid());
+    const bool same_device = info.hostname() == request.hostname() &&
+                             info.device_kind() == request.device_kind() &&
+                             info.gpu_index() == request.gpu_index() &&
+                             (info.gpu_uuid().empty() || request.gpu_uuid().empty() ||
+                              info.gpu_uuid() == request.gpu_uuid());
     // Only an id whose worker is gone: LOST, or its session stream ended. A worker registered
     // a moment ago that has not opened its session yet is not gone (two workers starting
     // together on one host would otherwise share an id).

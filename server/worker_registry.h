@@ -101,7 +101,7 @@ class WorkerRegistry {
     RankAssignment assignment;
     std::shared_ptr<WorkerSession> session;
     Clock::time_point last_heartbeat;
-    std::string principal;  // the credential the id is bound to
+    std::string principal;       // the credential the id is bound to
     bool session_ended = false;  // its session stream ended and no other has been opened
   };
   // The checks of Register for an id already known.

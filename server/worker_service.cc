@@ -148,9 +148,10 @@ class SessionReactor : public SessionBase {
     }
     if (CapWorkerMessage(&incoming_) && !warned_long_log_) {
       warned_long_log_ = true;
-      spdlog::warn("worker {} sent a log line over {} bytes or a reason over {} bytes; they are "
-                   "truncated",
-                   worker_id_, kMaxLogLineBytes, kMaxReasonBytes);
+      spdlog::warn(
+          "worker {} sent a log line over {} bytes or a reason over {} bytes; they are "
+          "truncated",
+          worker_id_, kMaxLogLineBytes, kMaxReasonBytes);
     }
     jobs_.NoteAlive(worker_id_);
     bool read_next = false;

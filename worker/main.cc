@@ -15,11 +15,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/bearer_token.h"
 #include "spdlog/spdlog.h"
 #include "worker/device/device_runtime.h"
 #include "worker/session.h"
 #include "worker/session_device.h"
-#include "proto/bearer_token.h"
 
 namespace {
 

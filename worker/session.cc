@@ -11,8 +11,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "spdlog/spdlog.h"
 #include "proto/bearer_token.h"
+#include "spdlog/spdlog.h"
 
 namespace fsdpd {
 namespace {

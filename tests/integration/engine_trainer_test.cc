@@ -2,8 +2,8 @@
 // checkpoint write that fails.
 #include <atomic>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <vector>
 
 #include "gtest/gtest.h"

@@ -181,8 +181,8 @@ bool Cluster::StartCoordinator() {
   const std::string log = dir() + "/fsdpd." + std::to_string(++coordinator_starts_) + ".log";
   coordinator_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_, "--metrics-listen",
-                               metrics_address_, "--state-dir", state_dir_,
-                               "--heartbeat-timeout", "5s"},
+                               metrics_address_, "--state-dir", state_dir_, "--heartbeat-timeout",
+                               "5s"},
       log);
   if (!coordinator_->WaitForLog("fsdpd listening on", std::chrono::seconds(30))) {
     ADD_FAILURE() << "fsdpd did not start:\n" << ReadFile(log);
@@ -353,8 +353,8 @@ std::string Cluster::Logs() const {
   return out.str();
 }
 
-std::string HashTokenLine(const std::string& dir, const std::string& token,
-                          const std::string& role, const std::string& name) {
+std::string HashTokenLine(const std::string& dir, const std::string& token, const std::string& role,
+                          const std::string& name) {
   const std::string token_file = dir + "/" + name + ".token";
   WriteFile(token_file, token + "\n");
   CommandResult result = RunCommand({BuildPath("server/fsdpd"), "hash-token", "--token-file",

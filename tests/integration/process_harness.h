@@ -126,8 +126,8 @@ class Cluster {
 
 // The tokens-file line `fsdpd hash-token` prints for `token` (written to a file in `dir`),
 // with its newline; "" and a test failure if the command fails.
-std::string HashTokenLine(const std::string& dir, const std::string& token,
-                          const std::string& role, const std::string& name);
+std::string HashTokenLine(const std::string& dir, const std::string& token, const std::string& role,
+                          const std::string& name);
 
 // A MiniLLM spec small enough to train in seconds on two cores.
 std::string TinySpec(const std::string& name, int64_t steps, int world_size = 2);

@@ -43,14 +43,13 @@ class RogueClientTest : public ::testing::Test {
     data_root_ = dir_.path() + "/data";
     std::filesystem::create_directories(data_root_);
     const std::string tokens_file = dir_.path() + "/tokens";
-    WriteFile(tokens_file, HashTokenLine(dir_.path(), kAlice, "submitter", "alice") +
-                               HashTokenLine(dir_.path(), kBob, "submitter", "bob") +
-                               HashTokenLine(dir_.path(), kAdmin, "admin", "admin") +
-                               HashTokenLine(dir_.path(), "host-a-token-0123456789", "worker",
-                                             "host-a") +
-                               HashTokenLine(dir_.path(), "host-b-token-0123456789", "worker",
-                                             "host-b") +
-                               HashTokenLine(dir_.path(), kRogueWorker, "worker", "rogue"));
+    WriteFile(tokens_file,
+              HashTokenLine(dir_.path(), kAlice, "submitter", "alice") +
+                  HashTokenLine(dir_.path(), kBob, "submitter", "bob") +
+                  HashTokenLine(dir_.path(), kAdmin, "admin", "admin") +
+                  HashTokenLine(dir_.path(), "host-a-token-0123456789", "worker", "host-a") +
+                  HashTokenLine(dir_.path(), "host-b-token-0123456789", "worker", "host-b") +
+                  HashTokenLine(dir_.path(), kRogueWorker, "worker", "rogue"));
     coordinator_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_,
                                  "--metrics-listen", "", "--state-dir", dir_.path() + "/state",
@@ -103,8 +102,8 @@ class RogueClientTest : public ::testing::Test {
       if (status.value("state", "") == state) return status;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << job_id << " never reached " << state << ": " << status.dump()
-                  << "\n" << ReadFile(dir_.path() + "/fsdpd.log");
+    ADD_FAILURE() << job_id << " never reached " << state << ": " << status.dump() << "\n"
+                  << ReadFile(dir_.path() + "/fsdpd.log");
     return status;
   }
 

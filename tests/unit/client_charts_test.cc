@@ -98,7 +98,7 @@ v1::ProfileReport CpuWindow() {
   report.set_peak_flops_per_second(100e9);
   report.set_peak_bytes_per_second(20e9);
   AddKernel(report, "matmul<float, 64>", 0.5, 40e9, 0.2e9, "compute-bound");  // 200 FLOP/B
-  AddKernel(report, "rmsnorm", 0.2, 0.2e9, 3.2e9, "memory-bound");           // 1/16 FLOP/B
+  AddKernel(report, "rmsnorm", 0.2, 0.2e9, 3.2e9, "memory-bound");            // 1/16 FLOP/B
   AddKernel(report, "softmax & mask", 0.05, 0.1e9, 0.1e9, "latency-or-mixed");
   AddKernel(report, "adamw", 0.01, 0.02e9, 0.16e9, "memory-bound");
   AddKernel(report, "AllGather", 0.3, -1, -1, "", "host-timer");
@@ -172,9 +172,9 @@ TEST(RooflineSvgTest, MarksSitWhereIntensityAndRateSayOnTheLogAxes) {
   // whichever decade they are in.
   v1::ProfileReport report = CpuWindow();
   report.clear_kernels();
-  AddKernel(report, "a", 1.0, 1e9, 1e9, "");    // 1 FLOP/B, 1 GFLOP/s
-  AddKernel(report, "b", 1.0, 1e10, 1e9, "");   // 10 FLOP/B, 10 GFLOP/s
-  AddKernel(report, "c", 1.0, 1e11, 1e9, "");   // 100 FLOP/B, 100 GFLOP/s
+  AddKernel(report, "a", 1.0, 1e9, 1e9, "");   // 1 FLOP/B, 1 GFLOP/s
+  AddKernel(report, "b", 1.0, 1e10, 1e9, "");  // 10 FLOP/B, 10 GFLOP/s
+  AddKernel(report, "c", 1.0, 1e11, 1e9, "");  // 100 FLOP/B, 100 GFLOP/s
   absl::StatusOr<std::string> svg = RenderRooflineSvg(report, {});
   ASSERT_TRUE(svg.ok()) << svg.status();
   const ParsedSvg parsed = ParseXml(*svg);

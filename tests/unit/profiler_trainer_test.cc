@@ -134,9 +134,8 @@ TEST_F(ProfilerTrainerTest, TheSpecWindowProducesATableAndATrace) {
     }
   }
   EXPECT_EQ(lanes, (std::set<int>{0, 1, 2}));
-  for (const char* name :
-       {"step 2", "step 3", "layers.0 forward", "layers.1 backward", "layers.0 all-gather",
-        "root head and loss"}) {
+  for (const char* name : {"step 2", "step 3", "layers.0 forward", "layers.1 backward",
+                           "layers.0 all-gather", "root head and loss"}) {
     EXPECT_EQ(ranges.count(name), 1u) << name;
   }
   EXPECT_EQ(ranges.count("layers.0 reduce-scatter"), 0u);

@@ -1,17 +1,16 @@
 // The coordinator's security in process: the tokens file, bearer-token roles on the JobService,
 // TLS for clients and client certificates for the worker-facing services, request size limits
 // and worker input caps. Certificates are made by openssl at test time.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <future>
 #include <fstream>
+#include <future>
 
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "fsdpd/v1/rendezvous.grpc.pb.h"

@@ -607,9 +607,8 @@ TEST_F(JobManagerTest, DamagedLogPagesAreNamedAndTheRestStaysReadable) {
     sqlite3* database = nullptr;
     ASSERT_EQ(sqlite3_open((directory_ + "/fsdpd.db").c_str(), &database), SQLITE_OK);
     sqlite3_stmt* query = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(database,
-                                 "SELECT rootpage FROM sqlite_master WHERE name = 'logs'", -1,
-                                 &query, nullptr),
+    ASSERT_EQ(sqlite3_prepare_v2(database, "SELECT rootpage FROM sqlite_master WHERE name = 'logs'",
+                                 -1, &query, nullptr),
               SQLITE_OK);
     ASSERT_EQ(sqlite3_step(query), SQLITE_ROW);
     const int64_t root_page = sqlite3_column_int64(query, 0);

@@ -202,8 +202,7 @@ TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
       "{UUID=\"GPU-A\",gpu=\"0\",hostname=\"host-a\",job=\"job-r\",rank=\"1\"}";
   std::string scrape = exporter_->Render();
   EXPECT_EQ(Sample(scrape, "fsdpd_gpu_memory_peak_bytes" + labels_a), 300);
-  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
-            1.5);
+  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"), 1.5);
 
   v1::Worker second;
   second.set_hostname("host-b");
@@ -221,8 +220,7 @@ TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
           "rank=\"1\"}"),
       7);
   EXPECT_EQ(Sample(scrape, "fsdpd_gpu_memory_peak_bytes" + labels_a), 300);
-  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
-            2.0);
+  EXPECT_EQ(Sample(scrape, "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"), 2.0);
 
   // Once the job's series expire, a late report starts them afresh instead of writing to freed
   // ones.
@@ -231,9 +229,9 @@ TEST_F(MetricsExporterTest, RankSeriesFollowTheRankAcrossStepsAndAttempts) {
   EXPECT_EQ(Sample(exporter_->Render(), "fsdpd_gpu_memory_peak_bytes" + labels_a), -1);
   report.set_step(5);
   exporter_->OnRankStep(report, second);
-  EXPECT_EQ(Sample(exporter_->Render(),
-                   "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
-            0.5);
+  EXPECT_EQ(
+      Sample(exporter_->Render(), "fsdpd_comm_exposed_seconds_total{job=\"job-r\",rank=\"1\"}"),
+      0.5);
 }
 
 TEST_F(MetricsExporterTest, FinishedJobSeriesStayForTheRetentionThenGo) {
@@ -321,15 +319,24 @@ TEST_F(MetricsExporterTest, WorkerStateIsOneSeriesPerWorkerWithHostAndDevice) {
       registry_->Register(cpu, Clock::now());
   ASSERT_TRUE(cpu_worker.ok()) << cpu_worker.status();
   std::string scrape = exporter_->Render();
-  EXPECT_EQ(Sample(scrape, "fsdpd_worker_state{device=\"cuda:3\",hostname=\"host-a\",state="
-                           "\"IDLE\",worker=\"" + gpu_worker->first + "\"}"), 1);
-  EXPECT_EQ(Sample(scrape, "fsdpd_worker_state{device=\"cpu\",hostname=\"host-b\",state="
-                           "\"IDLE\",worker=\"" + cpu_worker->first + "\"}"), 1);
+  EXPECT_EQ(Sample(scrape,
+                   "fsdpd_worker_state{device=\"cuda:3\",hostname=\"host-a\",state="
+                   "\"IDLE\",worker=\"" +
+                       gpu_worker->first + "\"}"),
+            1);
+  EXPECT_EQ(Sample(scrape,
+                   "fsdpd_worker_state{device=\"cpu\",hostname=\"host-b\",state="
+                   "\"IDLE\",worker=\"" +
+                       cpu_worker->first + "\"}"),
+            1);
   registry_->ExpireSilentWorkers(Clock::now() + registry_->config().heartbeat_timeout +
                                  std::chrono::seconds(1));
   scrape = exporter_->Render();
-  EXPECT_EQ(Sample(scrape, "fsdpd_worker_state{device=\"cpu\",hostname=\"host-b\",state="
-                           "\"LOST\",worker=\"" + cpu_worker->first + "\"}"), 1);
+  EXPECT_EQ(Sample(scrape,
+                   "fsdpd_worker_state{device=\"cpu\",hostname=\"host-b\",state="
+                   "\"LOST\",worker=\"" +
+                       cpu_worker->first + "\"}"),
+            1);
   EXPECT_THAT(scrape, Not(HasSubstr("state=\"IDLE\",worker=")));
 }
 

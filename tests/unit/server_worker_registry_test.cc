@@ -62,10 +62,9 @@ TEST_F(WorkerRegistryTest, ALiveSessionCannotBeReplacedAndIsReclaimedOnceGone) {
   auto session = std::make_shared<NullSession>();
   ASSERT_TRUE(registry_.AttachSession(id, session));
   ASSERT_TRUE(registry_.Heartbeat(id, now_));
-  EXPECT_EQ(registry_.Register(Request(id), now_ + milliseconds(500), "token:host-a")
-                .status()
-                .code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(
+      registry_.Register(Request(id), now_ + milliseconds(500), "token:host-a").status().code(),
+      absl::StatusCode::kAlreadyExists);
   // Silent past the heartbeat timeout: the same credential may take its id back.
   EXPECT_TRUE(registry_.Register(Request(id), now_ + milliseconds(1500), "token:host-a").ok());
   // Or at once after the session closed.
