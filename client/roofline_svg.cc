@@ -186,8 +186,11 @@ absl::StatusOr<std::string> RenderRooflineSvg(const v1::ProfileReport& report,
   const std::string basis =
       analytic ? (counters ? "Analytic estimate for the kernels without hardware counters; "
                              "verdicts from CUPTI counters where read"
-                           : "Analytic estimate: FLOPs and bytes from each op's shapes, times "
-                             "from host timers (no hardware counters)")
+                           : absl::StrCat("Analytic estimate: FLOPs and bytes from each op's "
+                                          "shapes, times from ",
+                                          report.device() == "cpu"
+                                              ? "host timers (no hardware counters)"
+                                              : "the device's kernel activity (counters off)"))
                : "Verdicts from hardware counters (CUPTI); intensity from each op's FLOPs "
                  "and bytes";
   svg << "<text class=\"basis\" x=\"" << left << "\" y=\"44\" fill=\"#555\">" << Escape(basis)

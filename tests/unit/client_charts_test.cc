@@ -162,6 +162,7 @@ TEST(RooflineSvgTest, ParsesAndHasOneMarkPerKernelWithACost) {
   // Labelled as an estimate on CPU, and the collective is counted as left out.
   ASSERT_EQ(WithClass(parsed, "text", "basis").size(), 1u);
   EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, HasSubstr("Analytic estimate"));
+  EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, HasSubstr("host timers"));
   ASSERT_EQ(WithClass(parsed, "text", "left-out").size(), 1u);
   EXPECT_THAT(WithClass(parsed, "text", "left-out")[0].text, HasSubstr("1 without"));
   EXPECT_THAT(WithClass(parsed, "text", "title")[0].text, HasSubstr("job-1 rank 0 on cpu"));
@@ -199,6 +200,19 @@ TEST(RooflineSvgTest, CounterWindowsAreNotLabelledAsAnEstimate) {
   ASSERT_TRUE(parsed.ok) << parsed.error;
   EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, HasSubstr("CUPTI"));
   EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, ::testing::Not(HasSubstr("estimate")));
+}
+
+// A GPU window without counters (the default) is an estimate of position and verdict, but its
+// times are the device's kernel activity, not host timers (seen on the H200).
+TEST(RooflineSvgTest, GpuWindowsWithoutCountersNameTheDeviceTimes) {
+  v1::ProfileReport report = CpuWindow();
+  report.set_device("cuda:0");
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, {});
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  const ParsedSvg parsed = ParseXml(*svg);
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, HasSubstr("kernel activity"));
+  EXPECT_THAT(WithClass(parsed, "text", "basis")[0].text, ::testing::Not(HasSubstr("host timers")));
 }
 
 TEST(RooflineSvgTest, NoPeaksOrNoCostIsAClearError) {
