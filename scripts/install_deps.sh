@@ -81,11 +81,3 @@ PY
   fi
   rm -rf "$download"
 fi
-
-# numpy and safetensors for the tests that check our safetensors files against Python's reader
-# and writer, for whichever python3 the tests will run.
-if ! python3 -c 'import numpy, safetensors.numpy' > /dev/null 2>&1; then
-  echo "installing numpy and safetensors for $(command -v python3)"
-  python3 -m pip install --quiet numpy safetensors ||
-    python3 -m pip install --quiet --break-system-packages numpy safetensors
-fi
