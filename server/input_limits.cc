@@ -8,7 +8,9 @@ namespace fsdpd::server {
 
 bool CapText(std::string* text, size_t limit) {
   if (text->size() <= limit) return false;
-  size_t cut = limit;
+  // Room for the marker, so that the result stays within the limit (and capping is idempotent).
+  constexpr size_t kMarkerRoom = 40;
+  size_t cut = limit > kMarkerRoom ? limit - kMarkerRoom : 0;
   // Backs up over UTF-8 continuation bytes (10xxxxxx) so no character is split.
   while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) --cut;
   const size_t dropped = text->size() - cut;
@@ -36,6 +38,23 @@ bool CapWorkerMessage(v1::WorkerMessage* message) {
   if (message->has_log()) return CapLogLine(message->mutable_log());
   if (message->has_result()) {
     return CapText(message->mutable_result()->mutable_error(), kMaxReasonBytes);
+  }
+  if (message->has_profile()) {
+    v1::ProfileReport* profile = message->mutable_profile();
+    bool changed = false;
+    if (profile->kernels_size() > kMaxProfileKernels) {
+      // Rows come longest first: the ones dropped are the shortest.
+      profile->mutable_kernels()->DeleteSubrange(kMaxProfileKernels,
+                                                 profile->kernels_size() - kMaxProfileKernels);
+      changed = true;
+    }
+    for (v1::KernelStat& kernel : *profile->mutable_kernels()) {
+      for (std::string* text : {kernel.mutable_name(), kernel.mutable_unit(),
+                                kernel.mutable_phase(), kernel.mutable_remedy()}) {
+        changed = CapText(text, kMaxKernelNameBytes) || changed;
+      }
+    }
+    return changed;
   }
   return false;
 }

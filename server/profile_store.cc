@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/input_limits.h"
 
 namespace fsdpd::server {
 
@@ -43,6 +44,17 @@ absl::Status ProfileStore::Write(const v1::ProfileReport& report) {
   }
   if (report.trace_chunk().empty() && !report.trace_last()) return absl::OkStatus();
   const std::string trace = Path(report.job_id(), "trace", report.rank(), ".json");
+  if (report.trace_chunk_index() > 0) {
+    // A trace larger than any window makes would only fill the disk.
+    std::error_code size_error;
+    const auto stored = fs::file_size(trace + ".partial", size_error);
+    if (!size_error &&
+        static_cast<int64_t>(stored + report.trace_chunk().size()) > max_trace_bytes_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the trace of rank ", report.rank(), " of ", report.job_id(), " would pass ",
+                       max_trace_bytes_, " bytes; the rest is dropped"));
+    }
+  }
   {
     // Chunk 0 starts a new trace; later chunks append in the order they arrive.
     std::ofstream file(

@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/input_limits.h"
+#include "server/profile_store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_specs.h"
 #include "tests/unit/security_certificates.h"
@@ -461,6 +462,31 @@ TEST(InputLimitTest, LongLogLinesAreCutAtACharacterBoundary) {
   short_line.set_text("fine");
   EXPECT_FALSE(CapLogLine(&short_line));
   EXPECT_EQ(short_line.text(), "fine");
+}
+
+TEST(InputLimitTest, KernelTablesAreBoundedInRowsAndNames) {
+  v1::WorkerMessage message;
+  v1::ProfileReport* profile = message.mutable_profile();
+  for (int i = 0; i < kMaxProfileKernels + 5; ++i) profile->add_kernels()->set_name("k");
+  profile->mutable_kernels(0)->set_name(std::string(kMaxKernelNameBytes * 4, 'n'));
+  EXPECT_TRUE(CapWorkerMessage(&message));
+  EXPECT_EQ(profile->kernels_size(), kMaxProfileKernels);
+  EXPECT_LE(profile->kernels(0).name().size(), kMaxKernelNameBytes);
+  EXPECT_FALSE(CapWorkerMessage(&message));  // within the bounds now
+}
+
+TEST(InputLimitTest, ATraceStopsGrowingAtItsBound) {
+  TempDir directory;
+  ProfileStore store(directory.path(), /*max_trace_bytes=*/100);
+  v1::ProfileReport chunk;
+  chunk.set_job_id("job-000001");
+  chunk.set_trace_chunk(std::string(60, 't'));
+  ASSERT_TRUE(store.Write(chunk).ok());
+  chunk.set_trace_chunk_index(1);
+  absl::Status refused = store.Write(chunk);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  chunk.set_trace_chunk_index(0);  // a new window starts over
+  EXPECT_TRUE(store.Write(chunk).ok());
 }
 
 TEST(InputLimitTest, OverlongRegistrationFieldsAreNamed) {
