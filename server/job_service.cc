@@ -161,10 +161,6 @@ grpc::Status CheckJobId(const std::string& id) {
   return InvalidArgument("id", "must name a job (e.g. job-000001; fsdpctl list shows them)");
 }
 
-bool Terminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
 }  // namespace
 
 std::function<void(grpc::StatusCode)> JobServiceImpl::Counter(const char* method) {
@@ -370,7 +366,7 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
   // The weights are exported when the job ends; until then there is nothing to export yet.
-  if (!Terminal(job->state())) {
+  if (!IsTerminal(job->state())) {
     return FailedStream<v1::FileChunk>(
         grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                      absl::StrCat("job ", request->id(), " is ", v1::JobState_Name(job->state()),
