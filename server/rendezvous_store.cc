@@ -65,6 +65,12 @@ size_t RendezvousStore::ScopeCount() const {
   return scopes_.size();
 }
 
+size_t RendezvousStore::WaiterCount(const std::string& job_id, int attempt) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = scopes_.find(ScopeName(job_id, attempt));
+  return found == scopes_.end() ? 0 : found->second.waiters.size();
+}
+
 absl::Status RendezvousStore::CheckKeyLocked(const Scope& scope, const std::string& key) const {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
   if (key.size() > kMaxKeyBytes) {

@@ -50,6 +50,8 @@ class RendezvousStore {
                               int64_t delta);
 
   size_t ScopeCount() const;
+  // Gets parked in the scope, waiting for their key; 0 for a scope that is not open.
+  size_t WaiterCount(const std::string& job_id, int attempt) const;
   // Completes every parked Get with UNAVAILABLE and refuses new ones.
   void Shutdown();
 

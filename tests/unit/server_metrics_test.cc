@@ -378,7 +378,14 @@ TEST_F(MetricsExporterTest, RpcLatencyIsAHistogramPerMethodFromRealCalls) {
     ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   }
   constexpr double kGetWaitSeconds = 0.3;
+  // The wait counts from the moment the server has parked the Get, so a slow client start
+  // cannot shorten the server-side duration below kGetWaitSeconds.
   std::thread setter([&] {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (rendezvous_->WaiterCount("job-rpc", 1) == 0 &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(kGetWaitSeconds));
     ASSERT_TRUE(rendezvous_->Set("job-rpc", 1, "late", "value").ok());
   });

@@ -38,10 +38,13 @@ TEST(RendezvousTest, GetWaitsForALaterSetWithoutBlockingTheCaller) {
   store.Get("job-000001", 1, "nccl-id", milliseconds(5000), result.callback());
   EXPECT_LT(std::chrono::steady_clock::now() - before, milliseconds(500));
   EXPECT_EQ(result.future.wait_for(milliseconds(50)), std::future_status::timeout);
+  EXPECT_EQ(store.WaiterCount("job-000001", 1), 1u);
+  EXPECT_EQ(store.WaiterCount("job-000001", 2), 0u);
   std::thread setter([&] { ASSERT_TRUE(store.Set("job-000001", 1, "nccl-id", "bytes").ok()); });
   ASSERT_EQ(result.future.wait_for(milliseconds(2000)), std::future_status::ready);
   EXPECT_EQ(*result.future.get(), "bytes");
   setter.join();
+  EXPECT_EQ(store.WaiterCount("job-000001", 1), 0u);
 }
 
 TEST(RendezvousTest, GetTimesOutWithDeadlineExceeded) {
