@@ -130,6 +130,8 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   }
   fsdp_options.profiler = engine.recorder.get();
   fsdp_options.transient_grad_shards = OptimizerInBackward(spec, context);
+  fsdp_options.optimizer_on_comm_stream =
+      fsdp_options.transient_grad_shards && OptimizerOnCommStream();
   FSDPD_ASSIGN_OR_RETURN(engine.state,
                          FsdpState::Create(engine.model->units(), engine.backend.get(),
                                            engine.communicator.get(), fsdp_options));

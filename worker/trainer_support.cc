@@ -1,6 +1,7 @@
 #include "worker/trainer_support.h"
 
 #include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "base/status_macros.h"
@@ -41,6 +42,11 @@ std::chrono::milliseconds CommunicatorTimeout() {
     if (absl::SimpleAtod(configured, &parsed) && parsed > 0.0) seconds = parsed;
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+bool OptimizerOnCommStream() {
+  const char* configured = std::getenv("FSDPD_OPTIMIZER_STREAM");
+  return configured == nullptr || std::string_view(configured) != "compute";
 }
 
 }  // namespace fsdpd

@@ -22,4 +22,8 @@ absl::Status AllReduceHostInts(Communicator& communicator, Backend& backend,
 // FSDPD_COMM_TIMEOUT_SECONDS, or 60 s: how long a collective may wait on a peer.
 std::chrono::milliseconds CommunicatorTimeout();
 
+// Where the optimizer in backward runs: on the comm stream beside backward's compute (the
+// default), or on the compute stream when FSDPD_OPTIMIZER_STREAM=compute (for comparisons).
+bool OptimizerOnCommStream();
+
 }  // namespace fsdpd

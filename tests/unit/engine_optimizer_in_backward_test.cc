@@ -1,7 +1,8 @@
 // The optimizer in backward (transient gradient shards, AdamW per unit as each reduce-scatter
-// ends) against the step after backward: after several steps the fp32 masters and the reported
-// gradient norms must be bit-identical, at world sizes 1, 2 and 3 (units that do not divide
-// evenly), while the whole-model gradient shard never exists.
+// ends), on the compute stream and on the comm stream, against the step after backward: after
+// several steps the fp32 masters and the reported gradient norms must be bit-identical, at world
+// sizes 1, 2 and 3 (units that do not divide evenly), while the whole-model gradient shard never
+// exists.
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -49,7 +50,28 @@ struct Outcome {
   int64_t grad_shard_bytes = 0;  // Σ this rank's fp32 gradient shards
 };
 
-Outcome Train(int world, bool in_backward, bool bf16_params) {
+enum class Placement { kAfterBackward, kInBackward, kInBackwardOnComm };
+
+// Hands every shard to the optimizer and counts on which of the backend's streams it came.
+class StreamCountingConsumer : public GradientShardConsumer {
+ public:
+  StreamCountingConsumer(GradientShardConsumer* inner, Backend* backend)
+      : inner_(inner), backend_(backend) {}
+  absl::Status ConsumeGradientShard(int unit, UnitShard& shard, Stream& stream) override {
+    if (&stream == &backend_->comm_stream()) ++on_comm;
+    if (&stream == &backend_->compute_stream()) ++on_compute;
+    return inner_->ConsumeGradientShard(unit, shard, stream);
+  }
+  int on_comm = 0;
+  int on_compute = 0;
+
+ private:
+  GradientShardConsumer* inner_;
+  Backend* backend_;
+};
+
+Outcome Train(int world, Placement placement, bool bf16_params) {
+  const bool in_backward = placement != Placement::kAfterBackward;
   const ModelConfig config = TinyConfig();
   Outcome outcome;
   std::mutex mutex;
@@ -61,11 +83,13 @@ Outcome Train(int world, bool in_backward, bool bf16_params) {
     FsdpOptions options;
     options.round_params_to_bf16 = bf16_params;
     options.transient_grad_shards = in_backward;
+    options.optimizer_on_comm_stream = placement == Placement::kInBackwardOnComm;
     auto state = FsdpState::Create((*model)->units(), &backend, &communicator, options);
     ASSERT_TRUE(state.ok()) << state.status();
     ASSERT_TRUE(InitializeWeightsFromSeed(config, 5, **state).ok());
     auto optimizer = ShardedAdamW::Create(&backend, &communicator, state->get());
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+    StreamCountingConsumer consumer(optimizer->get(), &backend);
     Outcome local;
     local.resident_bytes = backend.memory_stats().current_bytes;
     for (int unit = 0; unit < (*state)->num_units(); ++unit) {
@@ -86,7 +110,7 @@ Outcome Train(int world, bool in_backward, bool bf16_params) {
       absl::StatusOr<double> norm;
       if (in_backward) {
         ASSERT_TRUE((*optimizer)->BeginBackwardStep(ParamsAt(step)).ok());
-        loss = (*state)->ForwardBackward(**model, tokens.data(), targets.data(), optimizer->get());
+        loss = (*state)->ForwardBackward(**model, tokens.data(), targets.data(), &consumer);
         ASSERT_TRUE(loss.ok()) << loss.status();
         norm = (*optimizer)->FinishBackwardStep();
       } else {
@@ -99,6 +123,10 @@ Outcome Train(int world, bool in_backward, bool bf16_params) {
       local.losses.push_back(*loss);
     }
     local.peak_bytes = backend.memory_stats().peak_bytes;
+    // Every unit, every step, on the stream the options name.
+    const int handed = in_backward ? kSteps * (*state)->num_units() : 0;
+    EXPECT_EQ(consumer.on_comm, placement == Placement::kInBackwardOnComm ? handed : 0);
+    EXPECT_EQ(consumer.on_compute, placement == Placement::kInBackward ? handed : 0);
     for (int unit = 0; unit < (*state)->num_units(); ++unit) {
       std::vector<float> values;
       ASSERT_TRUE((*state)->GatherMasterToHost(unit, &values).ok());
@@ -120,24 +148,29 @@ class OptimizerInBackwardTest : public ::testing::TestWithParam<std::tuple<int, 
 
 TEST_P(OptimizerInBackwardTest, IsBitIdenticalToTheStepAfterBackwardWithLessMemory) {
   const auto [world, bf16_params] = GetParam();
-  const Outcome after = Train(world, /*in_backward=*/false, bf16_params);
-  const Outcome during = Train(world, /*in_backward=*/true, bf16_params);
+  const Outcome after = Train(world, Placement::kAfterBackward, bf16_params);
   ASSERT_EQ(after.masters.size(), TinyConfig().layers + 1);
-  ASSERT_EQ(during.masters.size(), after.masters.size());
   for (size_t unit = 0; unit < after.masters.size(); ++unit) {
     EXPECT_FALSE(BitIdentical(after.masters[unit], after.initial[unit]))
         << "unit " << unit << " was never updated";
-    EXPECT_TRUE(BitIdentical(during.masters[unit], after.masters[unit])) << "unit " << unit;
   }
-  ASSERT_EQ(during.norms.size(), static_cast<size_t>(kSteps));
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_GT(after.norms[step], 0.0);
-    EXPECT_EQ(during.norms[step], after.norms[step]) << "step " << step + 1;
-    EXPECT_EQ(during.losses[step], after.losses[step]) << "step " << step + 1;
+  for (Placement placement : {Placement::kInBackward, Placement::kInBackwardOnComm}) {
+    SCOPED_TRACE(placement == Placement::kInBackward ? "compute stream" : "comm stream");
+    const Outcome during = Train(world, placement, bf16_params);
+    ASSERT_EQ(during.masters.size(), after.masters.size());
+    for (size_t unit = 0; unit < after.masters.size(); ++unit) {
+      EXPECT_TRUE(BitIdentical(during.masters[unit], after.masters[unit])) << "unit " << unit;
+    }
+    ASSERT_EQ(during.norms.size(), static_cast<size_t>(kSteps));
+    for (int step = 0; step < kSteps; ++step) {
+      EXPECT_GT(after.norms[step], 0.0);
+      EXPECT_EQ(during.norms[step], after.norms[step]) << "step " << step + 1;
+      EXPECT_EQ(during.losses[step], after.losses[step]) << "step " << step + 1;
+    }
+    // The whole-model gradient shard is no longer resident, and the step's peak drops too.
+    EXPECT_GE(after.resident_bytes - during.resident_bytes, after.grad_shard_bytes);
+    EXPECT_LT(during.peak_bytes, after.peak_bytes);
   }
-  // The whole-model gradient shard is no longer resident, and the step's peak drops too.
-  EXPECT_GE(after.resident_bytes - during.resident_bytes, after.grad_shard_bytes);
-  EXPECT_LT(during.peak_bytes, after.peak_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, OptimizerInBackwardTest,
@@ -162,7 +195,8 @@ TEST(OptimizerInBackwardTest, TransientGradientShardsRefuseThePathsThatWouldLose
     auto norm = (*optimizer)->Step(ParamsAt(1), 1.0);
     EXPECT_EQ(norm.status().code(), absl::StatusCode::kFailedPrecondition);
     // A shard handed over outside a begun step is refused, not applied with stale parameters.
-    EXPECT_EQ((*optimizer)->ConsumeGradientShard(0, (*state)->shard(0)).code(),
+    EXPECT_EQ((*optimizer)->ConsumeGradientShard(0, (*state)->shard(0), backend.compute_stream())
+                  .code(),
               absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ((*optimizer)->FinishBackwardStep().status().code(),
               absl::StatusCode::kFailedPrecondition);

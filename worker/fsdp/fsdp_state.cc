@@ -57,7 +57,8 @@ absl::Status FsdpState::IssueGather(int unit) {
     FSDPD_ASSIGN_OR_RETURN(compute_progress_, backend_->CreateEvent());
   }
   // The new buffer may be memory that compute freed with kernels still queued on it, and the
-  // master shard is written by the optimizer on the compute stream: the gather waits for both.
+  // master shard may be written by the optimizer on the compute stream: the gather waits for
+  // both (an optimizer on the comm stream is already in the gather's order).
   Stream& comm = backend_->comm_stream();
   FSDPD_RETURN_IF_ERROR(compute_progress_->Record(backend_->compute_stream()));
   FSDPD_RETURN_IF_ERROR(compute_progress_->WaitOn(comm));
@@ -147,6 +148,19 @@ absl::Status FsdpState::ReduceScatterGrads(int unit) {
 
 absl::Status FsdpState::ConsumeGrads(int unit, GradientShardConsumer& consumer) {
   ProfileRange range(options_.profiler, units_[unit].name, kPhaseOptimizer);
+  if (options_.optimizer_on_comm_stream) {
+    // The comm stream runs the consumer after the reduce-scatter (already in its order) or, with
+    // one rank, after the compute that wrote the gradient. Compute does not wait here at all.
+    Stream& comm = backend_->comm_stream();
+    FSDPD_RETURN_IF_ERROR(unsharded_[unit].grads_reduced->WaitOn(comm));
+    FSDPD_RETURN_IF_ERROR(consumer.ConsumeGradientShard(unit, shards_[unit], comm));
+    if (options_.transient_grad_shards) {
+      // Read on the comm stream: kept until compute waits for a gather issued after it.
+      retired_grads_.push_back(
+          RetiredGrads{gather_sequence_, kReadByOptimizer, std::move(shards_[unit].grad)});
+    }
+    return absl::OkStatus();
+  }
   FSDPD_RETURN_IF_ERROR(unsharded_[unit].grads_reduced->WaitOn(backend_->compute_stream()));
   // Compute now runs after this reduce-scatter and every one before it on the comm stream, so
   // the unsharded gradients they read may be reused: freed now rather than at the next gather.
@@ -156,7 +170,8 @@ absl::Status FsdpState::ConsumeGrads(int unit, GradientShardConsumer& consumer) 
     if (retired.reduce_sequence > reduced) still_in_use.push_back(std::move(retired));
   }
   retired_grads_ = std::move(still_in_use);
-  FSDPD_RETURN_IF_ERROR(consumer.ConsumeGradientShard(unit, shards_[unit]));
+  FSDPD_RETURN_IF_ERROR(
+      consumer.ConsumeGradientShard(unit, shards_[unit], backend_->compute_stream()));
   // The consumer's reads are queued on the compute stream, and every later user of this memory
   // is ordered after that stream (compute itself, a gather or a reduce-scatter waiting on it).
   if (options_.transient_grad_shards) shards_[unit].grad.reset();
@@ -233,7 +248,8 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   FSDPD_RETURN_IF_ERROR(ReduceScatterGrads(root));
   if (consumer != nullptr) FSDPD_RETURN_IF_ERROR(ConsumeGrads(root, *consumer));
 
-  // The optimizer runs on the compute stream; it must see every reduced gradient.
+  // The optimizer (after backward, or for the norm after one in backward) reads on the compute
+  // stream: it must see every reduced gradient and every update queued on the comm stream.
   FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<Event> reduced, backend_->CreateEvent());
   FSDPD_RETURN_IF_ERROR(reduced->Record(backend_->comm_stream()));
   FSDPD_RETURN_IF_ERROR(reduced->WaitOn(backend_->compute_stream()));

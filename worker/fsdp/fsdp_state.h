@@ -8,6 +8,7 @@
 // run inline but the issue order, events and buffer lifetimes are the same.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,12 @@ struct FsdpOptions {
   // never exists. ForwardBackward then needs a consumer. With one rank the reduce-scatter is
   // the identity, so the unit's unsharded gradient buffer itself becomes the shard (no copy).
   bool transient_grad_shards = false;
+  // With a consumer (the optimizer in backward): queue its work on the comm stream instead of
+  // the compute stream, so each unit's memory-bound AdamW runs beside the next units'
+  // compute-bound backward. The comm stream waits for the unit's reduced gradient, the next
+  // gather of the unit comes after the update on the same stream, and the gradient shard's
+  // buffer is retired until compute is ordered after it (the results are bit-identical).
+  bool optimizer_on_comm_stream = false;
   // Told which unit and phase (forward, backward, comm) the work belongs to; null: not profiled.
   ProfileRecorder* profiler = nullptr;
 };
@@ -53,14 +60,14 @@ struct UnitShard {
 };
 
 // Takes each unit's reduced gradient shard as soon as it exists, during backward (the optimizer
-// in backward). Called on the host once per unit per step, with the compute stream already
-// ordered after that unit's reduce-scatter: work queued on the compute stream may read
-// shard.grad. With transient gradient shards the shard's gradient buffer is freed right after
-// the call (safe: later users of that memory are ordered after the compute stream's work).
+// in backward). Called on the host once per unit per step, with `stream` (the compute or the
+// comm stream, FsdpOptions::optimizer_on_comm_stream) already ordered after that unit's
+// reduce-scatter: work queued on `stream` may read shard.grad and update the shard. With
+// transient gradient shards FsdpState frees or retires the gradient buffer after the call.
 class GradientShardConsumer {
  public:
   virtual ~GradientShardConsumer() = default;
-  virtual absl::Status ConsumeGradientShard(int unit, UnitShard& shard) = 0;
+  virtual absl::Status ConsumeGradientShard(int unit, UnitShard& shard, Stream& stream) = 0;
 };
 
 class FsdpState {
@@ -104,12 +111,13 @@ class FsdpState {
     std::unique_ptr<Event> grads_reduced;  // the end of this unit's reduce-scatter
     int64_t reduce_sequence = 0;           // which reduce-scatter grads_reduced marks
   };
-  // A gradient buffer the comm stream may still be reading (its reduce-scatter). The allocator
-  // is not stream-aware, so it is freed only once the compute stream has waited for a gather
-  // issued after that reduce-scatter.
+  // A gradient buffer the comm stream may still be reading (its reduce-scatter, or the
+  // optimizer on the comm stream). The allocator is not stream-aware, so it is freed only once
+  // the compute stream has waited for a gather issued after that work.
+  static constexpr int64_t kReadByOptimizer = std::numeric_limits<int64_t>::max();
   struct RetiredGrads {
     int64_t issued_before_sequence = 0;
-    int64_t reduce_sequence = 0;  // which reduce-scatter read it
+    int64_t reduce_sequence = 0;  // which reduce-scatter read it; kReadByOptimizer: see above
     std::unique_ptr<Buffer> buffer;
   };
 

@@ -22,7 +22,7 @@ Tensor ShardedAdamW::UnitSquareSum(int unit) const {
   return unit_square_sums_->View(DType::kF32, {1}, unit * static_cast<int64_t>(sizeof(float)));
 }
 
-absl::Status ShardedAdamW::AccumulateSquareSum(int unit) {
+absl::Status ShardedAdamW::AccumulateSquareSum(int unit, Stream& stream) {
   const UnitShard& shard = state_->shard(unit);
   const int64_t valid = shard.layout.valid_shard_numel;
   if (valid == 0) return absl::OkStatus();
@@ -31,7 +31,7 @@ absl::Status ShardedAdamW::AccumulateSquareSum(int unit) {
         absl::StrCat("ShardedAdamW: unit ", unit, " has no gradient shard now"));
   }
   return backend_->ops().SumOfSquares(shard.grad->View(DType::kF32, {valid}), UnitSquareSum(unit),
-                                      backend_->compute_stream());
+                                      stream);
 }
 
 absl::StatusOr<double> ShardedAdamW::ReduceNorm() {
@@ -62,7 +62,7 @@ absl::StatusOr<double> ShardedAdamW::GlobalGradNorm() {
         "ShardedAdamW: with transient gradient shards the norm comes from FinishBackwardStep");
   }
   for (int unit = 0; unit < state_->num_units(); ++unit) {
-    FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit));
+    FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit, backend_->compute_stream()));
   }
   return ReduceNorm();
 }
@@ -104,7 +104,7 @@ absl::Status ShardedAdamW::BeginBackwardStep(const AdamWParams& params) {
   return absl::OkStatus();
 }
 
-absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard) {
+absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard, Stream& stream) {
   if (!in_backward_step_) {
     return absl::FailedPreconditionError(
         "ShardedAdamW: a gradient shard arrived outside BeginBackwardStep/FinishBackwardStep");
@@ -121,11 +121,11 @@ absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard) {
   const int64_t valid = shard.layout.valid_shard_numel;
   if (valid == 0) return absl::OkStatus();
   // The norm reads the gradient before the update, as in Step.
-  FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit));
+  FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit, stream));
   return backend_->ops().AdamW(
       shard.master->View(DType::kF32, {valid}), shard.grad->View(DType::kF32, {valid}),
       shard.exp_avg->View(DType::kF32, {valid}), shard.exp_avg_sq->View(DType::kF32, {valid}),
-      backward_params_, backend_->compute_stream());
+      backward_params_, stream);
 }
 
 absl::StatusOr<double> ShardedAdamW::FinishBackwardStep() {

@@ -39,8 +39,8 @@ class ShardedAdamW : public GradientShardConsumer {
 
   // The optimizer in backward: the parameters of the step whose backward comes next.
   absl::Status BeginBackwardStep(const AdamWParams& params);
-  // Queues the unit's squared-gradient sum and its AdamW update on the compute stream.
-  absl::Status ConsumeGradientShard(int unit, UnitShard& shard) override;
+  // Queues the unit's squared-gradient sum and its AdamW update on `stream`.
+  absl::Status ConsumeGradientShard(int unit, UnitShard& shard, Stream& stream) override;
   // After ForwardBackward: checks every unit was updated and returns the global gradient norm
   // (one all-reduce). Collective. A non-finite norm is an error, as in Step, though here the
   // update has already been applied: the run must stop without checkpointing it.
@@ -56,7 +56,7 @@ class ShardedAdamW : public GradientShardConsumer {
 
   Tensor UnitSquareSum(int unit) const;
   // Queues Σ grad² of the unit's valid shard into its slot of unit_square_sums_.
-  absl::Status AccumulateSquareSum(int unit);
+  absl::Status AccumulateSquareSum(int unit, Stream& stream);
   // Reads every unit's slot, sums them on the host in unit order and all-reduces the sum.
   absl::StatusOr<double> ReduceNorm();
 
