@@ -119,7 +119,8 @@ if [ "${KERNEL_BENCH:-0}" = 1 ] && [ -x "$bin/cuda_kernels_bench" ]; then
   done
 fi
 
-# 2. fsdpd on the seed workload.
+# 2. fsdpd on the seed workload (DAEMON=0 skips it, for runs of the variants alone).
+if [ "${DAEMON:-1}" = 1 ]; then
 listen="127.0.0.1:$(free_port)"
 metrics="127.0.0.1:$(free_port)"
 export FSDPD_COORDINATOR="$listen"
@@ -179,8 +180,9 @@ else
   say "the worker did not register as IDLE; see fsdpd-worker.log"
 fi
 stop_started
+fi
 # Without a step from the coordinator path, the engine alone still gives the figures.
-if ! grep -q '"type":"step"' "$watch_file" && [ -x "$bin/fsdpd-train" ]; then
+if [ "${DAEMON:-1}" = 1 ] && ! grep -q '"type":"step"' "$watch_file" && [ -x "$bin/fsdpd-train" ]; then
   say "no steps through the coordinator; running fsdpd-train directly (limit $(limit 150) s)"
   start_memory_sampler "$out/fsdpd_driver_memory.csv"
   timeout -k 5 "$(limit 150)" "$bin/fsdpd-train" --spec "$spec" --device cuda:0 \
@@ -189,21 +191,28 @@ if ! grep -q '"type":"step"' "$watch_file" && [ -x "$bin/fsdpd-train" ]; then
   stop_memory_sampler
 fi
 
-# 2b. Variants of the spec (VARIANTS="none block": parallel.activation_recompute values), each
-# straight through fsdpd-train, for the speed/memory trade-off beside the daemon's run.
+# 2b. Variants of the spec, each straight through fsdpd-train, beside the daemon's run:
+# VARIANTS="none block" sets parallel.activation_recompute; a "/optimizer-on-compute" suffix
+# (VARIANTS="ffn/optimizer-on-compute ffn") also runs the optimizer in backward on the compute
+# stream (FSDPD_OPTIMIZER_STREAM=compute) instead of the comm stream.
 for variant in ${VARIANTS:-}; do
-  variant_spec=$work/seed_$variant.yaml
-  sed -E "s/activation_recompute: [a-z]+/activation_recompute: $variant/" "$spec" >"$variant_spec"
-  say "fsdpd-train, activation_recompute $variant (limit $(limit 90) s)"
-  start_memory_sampler "$out/variant_${variant}_driver_memory.csv"
-  timeout -k 5 "$(limit 90)" "$bin/fsdpd-train" --spec "$variant_spec" --device cuda:0 \
-    --checkpoint-dir "$work/variant-$variant" >"$out/variant_$variant.jsonl" 2>"$out/variant_$variant.log"
+  recompute=${variant%%/*}
+  name=${variant//\//_}
+  optimizer_stream=comm
+  [ "${variant#*/}" = optimizer-on-compute ] && optimizer_stream=compute
+  variant_spec=$work/seed_$name.yaml
+  sed -E "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" "$spec" >"$variant_spec"
+  say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream (limit $(limit 90) s)"
+  start_memory_sampler "$out/variant_${name}_driver_memory.csv"
+  FSDPD_OPTIMIZER_STREAM=$optimizer_stream timeout -k 5 "$(limit 90)" "$bin/fsdpd-train" \
+    --spec "$variant_spec" --device cuda:0 --checkpoint-dir "$work/variant-$name" \
+    >"$out/variant_$name.jsonl" 2>"$out/variant_$name.log"
   say "fsdpd-train $variant exit $?"
   stop_memory_sampler
-  python3 "$repo_root/bench/summarize_watch.py" --watch "$out/variant_$variant.jsonl" --first 11 \
-    --last 40 --driver-samples "$out/variant_${variant}_driver_memory.csv" \
-    --json "$out/variant_$variant.json" >"$out/variant_$variant.txt" 2>&1
-  summary+=("variant $variant: $(tr '\n' ' ' <"$out/variant_$variant.txt" | head -c 400)")
+  python3 "$repo_root/bench/summarize_watch.py" --watch "$out/variant_$name.jsonl" --first 11 \
+    --last 40 --driver-samples "$out/variant_${name}_driver_memory.csv" \
+    --json "$out/variant_$name.json" >"$out/variant_$name.txt" 2>&1
+  summary+=("variant $variant: $(tr '\n' ' ' <"$out/variant_$name.txt" | head -c 400)")
 done
 
 # 3. The PyTorch anchor, eager and compiled, 40 steps with the first ten as warm-up.
@@ -229,7 +238,20 @@ done
 # 4. The table.
 say "summary (total $(($(date +%s) - started)) s)"
 for line in "${summary[@]}"; do echo "  $line" | tee -a "$out/gpu_seed.log"; done
-python3 "$repo_root/bench/summarize_watch.py" --watch "$watch_file" --first 11 --last 40 \
-  --driver-samples "$out/fsdpd_driver_memory.csv" "${anchor_args[@]}" \
-  --json "$out/summary.json" | tee "$out/summary.txt"
-exit "${PIPESTATUS[0]}"
+status=0
+if [ "${DAEMON:-1}" = 1 ]; then
+  python3 "$repo_root/bench/summarize_watch.py" --watch "$watch_file" --first 11 --last 40 \
+    --driver-samples "$out/fsdpd_driver_memory.csv" "${anchor_args[@]}" \
+    --json "$out/summary.json" | tee "$out/summary.txt"
+  status=${PIPESTATUS[0]}
+fi
+# Each variant against the same anchor runs.
+for variant in ${VARIANTS:-}; do
+  name=${variant//\//_}
+  echo "-- variant $variant" | tee -a "$out/summary.txt"
+  python3 "$repo_root/bench/summarize_watch.py" --watch "$out/variant_$name.jsonl" --first 11 \
+    --last 40 --driver-samples "$out/variant_${name}_driver_memory.csv" "${anchor_args[@]}" \
+    --json "$out/summary_$name.json" | tee -a "$out/summary.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+done
+exit "$status"
