@@ -192,14 +192,14 @@ if [ "${DAEMON:-1}" = 1 ] && ! grep -q '"type":"step"' "$watch_file" && [ -x "$b
 fi
 
 # 2b. Variants of the spec, each straight through fsdpd-train, beside the daemon's run:
-# VARIANTS="none block" sets parallel.activation_recompute; a "/optimizer-on-compute" suffix
-# (VARIANTS="ffn/optimizer-on-compute ffn") also runs the optimizer in backward on the compute
-# stream (FSDPD_OPTIMIZER_STREAM=compute) instead of the comm stream.
+# VARIANTS="none block" sets parallel.activation_recompute; a "/optimizer-on-comm" suffix
+# (VARIANTS="ffn ffn/optimizer-on-comm") also runs the optimizer in backward on the comm stream
+# (FSDPD_OPTIMIZER_STREAM=comm) instead of the compute stream.
 for variant in ${VARIANTS:-}; do
   recompute=${variant%%/*}
   name=${variant//\//_}
-  optimizer_stream=comm
-  [ "${variant#*/}" = optimizer-on-compute ] && optimizer_stream=compute
+  optimizer_stream=compute
+  [ "${variant#*/}" = optimizer-on-comm ] && optimizer_stream=comm
   variant_spec=$work/seed_$name.yaml
   sed -E "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" "$spec" >"$variant_spec"
   say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream (limit $(limit 90) s)"

@@ -46,7 +46,7 @@ std::chrono::milliseconds CommunicatorTimeout() {
 
 bool OptimizerOnCommStream() {
   const char* configured = std::getenv("FSDPD_OPTIMIZER_STREAM");
-  return configured == nullptr || std::string_view(configured) != "compute";
+  return configured != nullptr && std::string_view(configured) == "comm";
 }
 
 }  // namespace fsdpd

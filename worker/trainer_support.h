@@ -22,8 +22,11 @@ absl::Status AllReduceHostInts(Communicator& communicator, Backend& backend,
 // FSDPD_COMM_TIMEOUT_SECONDS, or 60 s: how long a collective may wait on a peer.
 std::chrono::milliseconds CommunicatorTimeout();
 
-// Where the optimizer in backward runs: on the comm stream beside backward's compute (the
-// default), or on the compute stream when FSDPD_OPTIMIZER_STREAM=compute (for comparisons).
+// Where the optimizer in backward runs: on the compute stream (the default), or on the comm
+// stream beside backward's compute when FSDPD_OPTIMIZER_STREAM=comm. On the H200 the comm-stream
+// kernels hold every SM while they run, so the compute stream waits for them and the step is no
+// faster (bench/RESULTS.md, "The optimizer on the comm stream"); the option stays for the stream
+// priorities that would let compute go first.
 bool OptimizerOnCommStream();
 
 }  // namespace fsdpd

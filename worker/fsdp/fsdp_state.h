@@ -35,8 +35,9 @@ struct FsdpOptions {
   // the identity, so the unit's unsharded gradient buffer itself becomes the shard (no copy).
   bool transient_grad_shards = false;
   // With a consumer (the optimizer in backward): queue its work on the comm stream instead of
-  // the compute stream, so each unit's memory-bound AdamW runs beside the next units'
-  // compute-bound backward. The comm stream waits for the unit's reduced gradient, the next
+  // the compute stream, meant to run each unit's memory-bound AdamW beside the next units'
+  // compute-bound backward (on the H200 it does not yet: see OptimizerOnCommStream in
+  // worker/trainer_support.h). The comm stream waits for the unit's reduced gradient, the next
   // gather of the unit comes after the update on the same stream, and the gradient shard's
   // buffer is retired until compute is ordered after it (the results are bit-identical).
   bool optimizer_on_comm_stream = false;

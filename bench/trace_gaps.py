@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Where the compute stream sits idle inside profiled steps, from `fsdpctl trace JOB -o F`.
+
+    python3 bench/trace_gaps.py TRACE.json
+
+Every gap between two consecutive compute-stream kernels is put in one class:
+- "behind a comm-stream kernel": a kernel of the comm stream covers most of the gap (the
+  compute kernel queued next could not get SMs while it ran);
+- "launch spacing": under 5 us, the launch-to-launch floor;
+- "host": otherwise, the host had not queued the next kernel yet (syncs, host work).
+Figures are per profiled step (the trace's "step N" ranges).
+"""
+import collections
+import json
+import sys
+
+
+def short_name(kernel: str) -> str:
+    """`void ns::(anonymous namespace)::CastKernel<float>(...)` -> `CastKernel`."""
+    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
+    for stop in ("(", "<"):
+        name = name.split(stop)[0]
+    return name.split("::")[-1][:48]
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        with open(sys.argv[1], encoding="utf-8") as handle:
+            trace = json.load(handle)
+    except (OSError, ValueError) as error:
+        print(f"trace_gaps: cannot read {sys.argv[1]}: {error}", file=sys.stderr)
+        return 1
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {e["tid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    stream_tid = {name: tid for tid, name in names.items()}
+    compute_tid = stream_tid.get("compute stream")
+    comm_tid = stream_tid.get("comm stream")
+    kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "comm")),
+                     key=lambda e: e["ts"])
+    compute = [e for e in kernels if e["tid"] == compute_tid]
+    comm = [e for e in kernels if e["tid"] == comm_tid]
+    steps = [e for e in events if e.get("cat") == "range" and e["name"].startswith("step ")]
+    if not compute or not steps:
+        print("trace_gaps: no compute-stream kernels or no step ranges in the trace", file=sys.stderr)
+        return 1
+    per_step = len(steps)
+    total = collections.Counter()
+    count = collections.Counter()
+    for before, after in zip(compute, compute[1:]):
+        start, end = before["ts"] + before["dur"], after["ts"]
+        gap = end - start
+        if gap <= 0:
+            continue
+        covering = [c for c in comm if c["ts"] < end and c["ts"] + c["dur"] > start]
+        covered = sum(min(end, c["ts"] + c["dur"]) - max(start, c["ts"]) for c in covering)
+        if covered > 0.5 * gap:
+            key = "behind a comm-stream kernel: " + short_name(covering[0]["name"])
+        elif gap < 5:
+            key = "launch spacing (< 5 us)"
+        else:
+            key = "host: before " + short_name(after["name"])
+        total[key] += gap
+        count[key] += 1
+    step_ms = sum(s["dur"] for s in steps) / per_step / 1000
+    compute_ms = sum(k["dur"] for k in compute) / per_step / 1000
+    comm_ms = sum(k["dur"] for k in comm) / per_step / 1000
+    print(f"{per_step} profiled steps: step {step_ms:.2f} ms, compute-stream kernels "
+          f"{compute_ms:.2f} ms, comm-stream kernels {comm_ms:.2f} ms (per step)")
+    print(f"{'idle ms/step':>12} {'gaps/step':>9}  cause")
+    for key, micros in total.most_common(12):
+        print(f"{micros / per_step / 1000:12.2f} {count[key] / per_step:9.1f}  {key}")
+    print(f"{sum(total.values()) / per_step / 1000:12.2f} {'':9}  all gaps between compute kernels")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
