@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
+#include "tests/support/test_specs.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/comm/file_key_value_store.h"
@@ -26,34 +27,14 @@
 namespace fsdpd {
 namespace {
 
-std::string GoldenDir() {
-  const char* source = std::getenv("FSDPD_SOURCE_DIR");
-  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/tiny";
-}
-
+// The golden tiny job at `world` ranks, checkpointing every 4 steps so that a resume has a
+// checkpoint to take.
 v1::JobSpec GoldenSpec(const nlohmann::json& config, const std::string& device, int world,
                        int64_t steps) {
-  const std::string golden = GoldenDir();
-  v1::JobSpec spec = DefaultJobSpec();
+  v1::JobSpec spec =
+      testing::GoldenTinySpec(config, device, world, steps, config["trajectory_lr"].get<double>());
   spec.set_name("multirank-" + device);
-  spec.mutable_model()->set_vocab(config["vocab"]);
-  spec.mutable_model()->set_dim(config["dim"]);
-  spec.mutable_model()->set_layers(config["layers"]);
-  spec.mutable_model()->set_heads(config["heads"]);
-  spec.mutable_model()->set_ffn_mult(config["ffn_mult"]);
-  spec.mutable_data()->set_source("tokens");
-  spec.mutable_data()->set_path(golden + "/tokens.bin");
-  spec.mutable_data()->set_token_bytes(2);
-  spec.mutable_data()->set_seq_len(config["seq"]);
-  spec.mutable_train()->set_batch_size(config["batch"]);
-  spec.mutable_train()->set_steps(steps);
-  spec.mutable_train()->set_lr(config["trajectory_lr"].get<double>());
-  spec.mutable_train()->set_lr_schedule("constant");
-  spec.mutable_parallel()->set_world_size(world);
-  spec.mutable_parallel()->set_device(device);
-  spec.mutable_parallel()->set_param_dtype("bf16");
   spec.mutable_checkpoint()->set_every_steps(4);
-  spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
   spec.mutable_profile()->set_steps(0);  // CUPTI is per process; the ranks here are threads
   return spec;
 }
@@ -116,9 +97,9 @@ class CudaMultiRankTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    ASSERT_TRUE(std::filesystem::exists(GoldenDir() + "/config.json"))
-        << "the PyTorch fixtures are missing from " << GoldenDir();
-    config_ = nlohmann::json::parse(std::ifstream(GoldenDir() + "/config.json"));
+    config_ = testing::GoldenTinyConfig();
+    ASSERT_FALSE(config_.empty()) << "the PyTorch fixtures are missing from "
+                                  << testing::GoldenTinyDir();
   }
   nlohmann::json config_;
 };

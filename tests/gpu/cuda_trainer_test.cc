@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
+#include "tests/support/test_specs.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/comm/nccl_communicator.h"
@@ -23,43 +24,12 @@
 namespace fsdpd {
 namespace {
 
-std::string GoldenDir() {
-  const char* source = std::getenv("FSDPD_SOURCE_DIR");
-  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/tiny";
-}
-
 bool HaveGpu() { return CudaBackend::DeviceCount() > 0; }
 
-// The golden tiny job (tests/golden/tiny/config.json): init from PyTorch's weights, the fixture's
-// token file, constant learning rate.
+// The golden tiny job (tests/golden/tiny/config.json) on one rank.
 v1::JobSpec TinySpec(const nlohmann::json& config, const std::string& device, int64_t steps,
                      double lr) {
-  const std::string golden = GoldenDir();
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("golden-tiny-" + device);
-  spec.mutable_model()->set_vocab(config["vocab"]);
-  spec.mutable_model()->set_dim(config["dim"]);
-  spec.mutable_model()->set_layers(config["layers"]);
-  spec.mutable_model()->set_heads(config["heads"]);
-  spec.mutable_model()->set_ffn_mult(config["ffn_mult"]);
-  spec.mutable_data()->set_source("tokens");
-  spec.mutable_data()->set_path(golden + "/tokens.bin");
-  spec.mutable_data()->set_token_bytes(2);
-  spec.mutable_data()->set_seq_len(config["seq"]);
-  spec.mutable_train()->set_batch_size(config["batch"]);
-  spec.mutable_train()->set_steps(steps);
-  spec.mutable_train()->set_lr(lr);
-  spec.mutable_train()->set_weight_decay(config["weight_decay"]);
-  spec.mutable_train()->set_beta1(config["beta1"]);
-  spec.mutable_train()->set_beta2(config["beta2"]);
-  spec.mutable_train()->set_eps(config["eps"]);
-  spec.mutable_train()->set_lr_schedule("constant");
-  spec.mutable_parallel()->set_world_size(1);
-  spec.mutable_parallel()->set_device(device);
-  spec.mutable_parallel()->set_param_dtype("bf16");
-  spec.mutable_checkpoint()->set_every_steps(0);
-  spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
-  return spec;
+  return testing::GoldenTinySpec(config, device, /*world=*/1, steps, lr);
 }
 
 struct Trajectory {
@@ -94,9 +64,9 @@ class CudaTrainerTest : public ::testing::Test {
   void SetUp() override {
     if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
     // The fixtures are committed: their absence is a failure, not a reason to skip.
-    ASSERT_TRUE(std::filesystem::exists(GoldenDir() + "/losses.safetensors"))
-        << "the PyTorch fixtures are missing from " << GoldenDir();
-    config_ = nlohmann::json::parse(std::ifstream(GoldenDir() + "/config.json"));
+    ASSERT_TRUE(std::filesystem::exists(testing::GoldenTinyDir() + "/losses.safetensors"))
+        << "the PyTorch fixtures are missing from " << testing::GoldenTinyDir();
+    config_ = testing::GoldenTinyConfig();
   }
   nlohmann::json config_;
 };
@@ -159,7 +129,7 @@ TEST_F(CudaTrainerTest, OptimizerInBackwardAndRecomputeKeepTheTrajectoryWithLess
 // PyTorch's fp32 trajectory (make_fixtures.py) against the bf16 CUDA engine: the same bf16
 // rounding budget as above over 20 steps, where the CPU engine in fp32 matches to 1e-5.
 TEST_F(CudaTrainerTest, FollowsPyTorchsTrajectoryWithinBf16Tolerance) {
-  auto losses = ReadSafetensors(GoldenDir() + "/losses.safetensors");
+  auto losses = ReadSafetensors(testing::GoldenTinyDir() + "/losses.safetensors");
   ASSERT_TRUE(losses.ok()) << losses.status();
   std::vector<float> expected;
   for (const NamedTensor& tensor : *losses) {

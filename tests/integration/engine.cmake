@@ -8,8 +8,6 @@ target_compile_definitions(engine_multiprocess_test PRIVATE
 add_dependencies(engine_multiprocess_test fsdpd-train)
 fsdpd_test(engine_golden_trajectory_test LABEL integration TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_golden_trajectory_test.cc
-  LIBS fsdpd_engine nlohmann_json::nlohmann_json)
-target_compile_definitions(engine_golden_trajectory_test PRIVATE
-  FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  LIBS fsdpd_engine fsdpd_test_support)
 fsdpd_test(engine_trainer_test LABEL integration TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_trainer_test.cc LIBS fsdpd_engine)

@@ -9,24 +9,20 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
+#include "tests/support/test_specs.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/trainer.h"
 
 namespace fsdpd {
 namespace {
 
-std::string GoldenDir() {
-  const char* source = std::getenv("FSDPD_SOURCE_DIR");
-  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/tiny";
-}
-
 TEST(EngineGoldenTrajectoryTest, FollowsPyTorchsLossesForTwentyAdamWSteps) {
-  const std::string golden = GoldenDir();
+  const std::string golden = testing::GoldenTinyDir();
   // The fixtures are committed (tests/golden/make_fixtures.py makes them): without them this
   // test would prove nothing, so their absence is a failure.
   ASSERT_TRUE(std::filesystem::exists(golden + "/losses.safetensors"))
       << "the PyTorch fixtures are missing from " << golden;
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(golden + "/config.json"));
+  const nlohmann::json config = testing::GoldenTinyConfig();
   auto losses = ReadSafetensors(golden + "/losses.safetensors");
   ASSERT_TRUE(losses.ok()) << losses.status();
   std::vector<float> expected;
@@ -35,30 +31,11 @@ TEST(EngineGoldenTrajectoryTest, FollowsPyTorchsLossesForTwentyAdamWSteps) {
   }
   ASSERT_EQ(expected.size(), config["trajectory_steps"].get<size_t>());
 
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("golden-tiny");
-  spec.mutable_model()->set_vocab(config["vocab"]);
-  spec.mutable_model()->set_dim(config["dim"]);
-  spec.mutable_model()->set_layers(config["layers"]);
-  spec.mutable_model()->set_heads(config["heads"]);
-  spec.mutable_model()->set_ffn_mult(config["ffn_mult"]);
-  spec.mutable_data()->set_source("tokens");
-  spec.mutable_data()->set_path(golden + "/tokens.bin");
-  spec.mutable_data()->set_token_bytes(2);
-  spec.mutable_data()->set_seq_len(config["seq"]);
-  spec.mutable_train()->set_batch_size(config["batch"]);
-  spec.mutable_train()->set_steps(config["trajectory_steps"]);
-  spec.mutable_train()->set_lr(config["trajectory_lr"]);
-  spec.mutable_train()->set_weight_decay(config["weight_decay"]);
-  spec.mutable_train()->set_beta1(config["beta1"]);
-  spec.mutable_train()->set_beta2(config["beta2"]);
-  spec.mutable_train()->set_eps(config["eps"]);
-  spec.mutable_train()->set_lr_schedule("constant");
-  spec.mutable_parallel()->set_world_size(1);
-  spec.mutable_parallel()->set_device("cpu");
+  // The fixtures are fp32 on the CPU, so the parameters are too.
+  v1::JobSpec spec =
+      testing::GoldenTinySpec(config, "cpu", /*world=*/1, config["trajectory_steps"].get<int64_t>(),
+                              config["trajectory_lr"].get<double>());
   spec.mutable_parallel()->set_param_dtype("fp32");
-  spec.mutable_checkpoint()->set_every_steps(0);
-  spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
 
   testing::TempDir dir;
   RankContext context;

@@ -1,5 +1,8 @@
 #include "tests/support/test_specs.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "proto/spec/job_spec.h"
 
 namespace fsdpd::testing {
@@ -16,6 +19,47 @@ v1::JobSpec TinyJobSpec() {
   spec.mutable_parallel()->set_world_size(1);
   spec.mutable_parallel()->set_device("cpu");
   spec.mutable_parallel()->set_param_dtype("fp32");
+  return spec;
+}
+
+std::string GoldenTinyDir() {
+  const char* source = std::getenv("FSDPD_SOURCE_DIR");
+  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/tiny";
+}
+
+nlohmann::json GoldenTinyConfig() {
+  std::ifstream file(GoldenTinyDir() + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  return config.is_object() ? config : nlohmann::json::object();
+}
+
+v1::JobSpec GoldenTinySpec(const nlohmann::json& config, const std::string& device, int world,
+                           int64_t steps, double lr) {
+  const std::string golden = GoldenTinyDir();
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name("golden-tiny-" + device);
+  spec.mutable_model()->set_vocab(config.at("vocab"));
+  spec.mutable_model()->set_dim(config.at("dim"));
+  spec.mutable_model()->set_layers(config.at("layers"));
+  spec.mutable_model()->set_heads(config.at("heads"));
+  spec.mutable_model()->set_ffn_mult(config.at("ffn_mult"));
+  spec.mutable_data()->set_source("tokens");
+  spec.mutable_data()->set_path(golden + "/tokens.bin");
+  spec.mutable_data()->set_token_bytes(2);
+  spec.mutable_data()->set_seq_len(config.at("seq"));
+  spec.mutable_train()->set_batch_size(config.at("batch"));
+  spec.mutable_train()->set_steps(steps);
+  spec.mutable_train()->set_lr(lr);
+  spec.mutable_train()->set_weight_decay(config.at("weight_decay"));
+  spec.mutable_train()->set_beta1(config.at("beta1"));
+  spec.mutable_train()->set_beta2(config.at("beta2"));
+  spec.mutable_train()->set_eps(config.at("eps"));
+  spec.mutable_train()->set_lr_schedule("constant");
+  spec.mutable_parallel()->set_world_size(world);
+  spec.mutable_parallel()->set_device(device);
+  spec.mutable_parallel()->set_param_dtype("bf16");
+  spec.mutable_checkpoint()->set_every_steps(0);
+  spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
   return spec;
 }
 

@@ -1,12 +1,28 @@
 // Job specs that tests build as protos, written once for every test binary.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "fsdpd/v1/spec.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace fsdpd::testing {
 
 // The smallest valid CPU job: the defaults of proto/spec/job_spec.h with a 2-layer, 64-wide
 // MiniLLM, sequences of 32 tokens, batches of 2, one fp32 rank. Named "tiny".
 v1::JobSpec TinyJobSpec();
+
+// tests/golden/tiny, PyTorch's fixtures (tests/golden/make_fixtures.py), under
+// $FSDPD_SOURCE_DIR or else the source tree the tests were built from.
+std::string GoldenTinyDir();
+// Its config.json; an empty object where the file is missing or unreadable.
+nlohmann::json GoldenTinyConfig();
+
+// The golden tiny job as the fixtures made it: their model, token file, batch, AdamW
+// hyperparameters and initial weights, a constant `lr`, bf16 parameters, `world` ranks on
+// `device`, no checkpoints. Tests change what they need from there.
+v1::JobSpec GoldenTinySpec(const nlohmann::json& config, const std::string& device, int world,
+                           int64_t steps, double lr);
 
 }  // namespace fsdpd::testing
