@@ -16,6 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "edge/cpu_backend.h"
 #include "edge/model.h"
+#include "edge/random_model.h"
 #include "edge/vulkan_backend.h"
 #include "formats/model_metadata.h"
 #include "formats/safetensors.h"
@@ -30,50 +31,6 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "edge_bench: %s\n", std::string(status.message()).c_str());
   return 1;
-}
-
-// Uniform(±scale) from a fast generator: the values only need to be finite and O(1/√fan_in).
-std::vector<float> Random(int64_t count, float scale, uint64_t seed) {
-  std::vector<float> values(static_cast<size_t>(count));
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& value : values) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    value = scale * (static_cast<float>(state >> 40) * 0x1.0p-23f - 1.0f);
-  }
-  return values;
-}
-
-absl::Status WriteRandomModel(const std::string& path, const ExportedModelConfig& c) {
-  std::vector<NamedTensor> tensors;
-  uint64_t seed = 1;
-  auto add = [&](std::string name, std::vector<int64_t> shape, float scale, float offset) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    NamedTensor tensor{std::move(name), std::move(shape), Random(count, scale, ++seed)};
-    for (float& value : tensor.values) value += offset;
-    tensors.push_back(std::move(tensor));
-  };
-  const int64_t ffn = c.ffn_mult * c.dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
-  for (int64_t layer = 0; layer < c.layers; ++layer) {
-    const std::string p = "layers." + std::to_string(layer) + ".";
-    add(p + "norm1.weight", {c.dim}, 0.0f, 1.0f);
-    add(p + "attn.in_proj_weight", {3 * c.dim, c.dim}, scale, 0.0f);
-    add(p + "attn.in_proj_bias", {3 * c.dim}, 0.0f, 0.0f);
-    add(p + "attn.out_proj.weight", {c.dim, c.dim}, scale, 0.0f);
-    add(p + "attn.out_proj.bias", {c.dim}, 0.0f, 0.0f);
-    add(p + "norm2.weight", {c.dim}, 0.0f, 1.0f);
-    add(p + "ffn.0.weight", {ffn, c.dim}, scale, 0.0f);
-    add(p + "ffn.2.weight", {c.dim, ffn}, 1.0f / std::sqrt(static_cast<float>(ffn)), 0.0f);
-  }
-  add("embed.weight", {c.vocab, c.dim}, 1.0f, 0.0f);
-  add("head.weight", {c.vocab, c.dim}, scale, 0.0f);
-  if (c.final_norm) add("norm.weight", {c.dim}, 0.0f, 1.0f);
-  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "0"}};
-  AppendModelMetadata(c, &metadata);
-  return WriteSafetensors(path, tensors, metadata);
 }
 
 // The matmul against the CPU reference, with edge_kernels_test's fp16 bound
@@ -95,8 +52,8 @@ absl::StatusOr<double> CheckMatmul(Backend& gpu) {
         Shape{256, 256, 512, false}, Shape{256, 256, 512, true}, Shape{128, 190, 36, false},
         Shape{256, 192, 2048, false}}) {
     const auto [m, n, k, has_bias] = s;
-    const std::vector<float> x = Random(m * k, 1.0f, 11), w = Random(n * k, 1.0f, 12);
-    const std::vector<float> b = Random(n, 1.0f, 13);
+    const std::vector<float> x = RandomValues(m * k, 1.0f, 11), w = RandomValues(n * k, 1.0f, 12);
+    const std::vector<float> b = RandomValues(n, 1.0f, 13);
     std::vector<float> gpu_out(static_cast<size_t>(m * n)), cpu_out(gpu_out.size());
     for (Backend* backend : {&gpu, cpu.get()}) {
       auto weight = backend->Weight(w.data(), n * k);
@@ -172,7 +129,9 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once
 
   auto start = std::chrono::steady_clock::now();
-  if (absl::Status written = WriteRandomModel(model_path, config); !written.ok()) {
+  if (absl::Status written =
+          WriteExportedModel(model_path, config, RandomModelTensors(config, 1, /*noise=*/0.0f));
+      !written.ok()) {
     return Fail(written);
   }
   absl::StatusOr<HostModel> model = LoadHostModel(model_path);
@@ -248,12 +207,12 @@ int main(int argc, char** argv) {
     for (auto [m, n, k] :
          {std::tuple<int64_t, int64_t, int64_t>{rows, config.ffn_mult * config.dim, config.dim},
           {rows, config.dim, config.ffn_mult * config.dim}}) {
-      std::vector<float> w = Random(n * k, 0.02f, 7);
+      std::vector<float> w = RandomValues(n * k, 0.02f, 7);
       auto weight = (*backend)->Weight(w.data(), n * k);
       auto x = (*backend)->Floats(m * k);
       auto y = (*backend)->Floats(m * n);
       if (!weight.ok() || !x.ok() || !y.ok()) return Fail(absl::InternalError("allocation failed"));
-      std::vector<float> input = Random(m * k, 1.0f, 8);
+      std::vector<float> input = RandomValues(m * k, 1.0f, 8);
       if (auto s = (*backend)->WriteFloats(**x, input.data(), m * k); !s.ok()) return Fail(s);
       auto run = [&](int count) -> absl::Status {
         for (int i = 0; i < count; ++i) {

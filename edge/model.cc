@@ -12,31 +12,6 @@
 namespace fsdpd::edge {
 namespace {
 
-struct Expected {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-
-std::vector<Expected> ExpectedTensors(const ExportedModelConfig& c) {
-  const int64_t ffn = c.ffn_mult * c.dim;
-  std::vector<Expected> expected;
-  for (int64_t layer = 0; layer < c.layers; ++layer) {
-    const std::string prefix = absl::StrCat("layers.", layer, ".");
-    expected.push_back({prefix + "norm1.weight", {c.dim}});
-    expected.push_back({prefix + "attn.in_proj_weight", {3 * c.dim, c.dim}});
-    expected.push_back({prefix + "attn.in_proj_bias", {3 * c.dim}});
-    expected.push_back({prefix + "attn.out_proj.weight", {c.dim, c.dim}});
-    expected.push_back({prefix + "attn.out_proj.bias", {c.dim}});
-    expected.push_back({prefix + "norm2.weight", {c.dim}});
-    expected.push_back({prefix + "ffn.0.weight", {ffn, c.dim}});
-    expected.push_back({prefix + "ffn.2.weight", {c.dim, ffn}});
-  }
-  expected.push_back({"embed.weight", {c.vocab, c.dim}});
-  expected.push_back({"head.weight", {c.vocab, c.dim}});
-  if (c.final_norm) expected.push_back({"norm.weight", {c.dim}});
-  return expected;
-}
-
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -64,7 +39,7 @@ absl::StatusOr<HostModel> LoadHostModel(const std::string& path) {
   for (NamedTensor& tensor : *tensors) by_name[tensor.name] = &tensor;
   std::vector<std::string> problems;
   std::set<std::string> known;
-  for (const Expected& expected : ExpectedTensors(model.config)) {
+  for (const ExportedTensorShape& expected : ExportedModelTensors(model.config)) {
     known.insert(expected.name);
     auto found = by_name.find(expected.name);
     if (found == by_name.end()) {

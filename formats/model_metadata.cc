@@ -104,4 +104,24 @@ absl::StatusOr<ExportedModelConfig> ParseModelMetadata(
   return config;
 }
 
+std::vector<ExportedTensorShape> ExportedModelTensors(const ExportedModelConfig& c) {
+  const int64_t ffn = c.ffn_mult * c.dim;
+  std::vector<ExportedTensorShape> tensors;
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    const std::string prefix = absl::StrCat("layers.", layer, ".");
+    tensors.push_back({prefix + "norm1.weight", {c.dim}});
+    tensors.push_back({prefix + "attn.in_proj_weight", {3 * c.dim, c.dim}});
+    tensors.push_back({prefix + "attn.in_proj_bias", {3 * c.dim}});
+    tensors.push_back({prefix + "attn.out_proj.weight", {c.dim, c.dim}});
+    tensors.push_back({prefix + "attn.out_proj.bias", {c.dim}});
+    tensors.push_back({prefix + "norm2.weight", {c.dim}});
+    tensors.push_back({prefix + "ffn.0.weight", {ffn, c.dim}});
+    tensors.push_back({prefix + "ffn.2.weight", {c.dim, ffn}});
+  }
+  tensors.push_back({"embed.weight", {c.vocab, c.dim}});
+  tensors.push_back({"head.weight", {c.vocab, c.dim}});
+  if (c.final_norm) tensors.push_back({"norm.weight", {c.dim}});
+  return tensors;
+}
+
 }  // namespace fsdpd

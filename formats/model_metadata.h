@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -34,5 +35,12 @@ void AppendModelMetadata(const ExportedModelConfig& config,
 // before they were written, or another tool's file) is INVALID_ARGUMENT saying so.
 absl::StatusOr<ExportedModelConfig> ParseModelMetadata(
     const std::map<std::string, std::string>& metadata, const std::string& source);
+
+// Every tensor an exported MiniLLM of `config` holds, by its PyTorch name, in export order.
+struct ExportedTensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<ExportedTensorShape> ExportedModelTensors(const ExportedModelConfig& config);
 
 }  // namespace fsdpd

@@ -39,7 +39,9 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
     ASSERT_NE(vulkan_, nullptr);
     cpu_ = CreateCpuBackend();
     fp16_ = vulkan_->uses_fp16();
-    if (GetParam() == VulkanOptions::Precision::kFp16) ASSERT_TRUE(fp16_);
+    if (GetParam() == VulkanOptions::Precision::kFp16) {
+      ASSERT_TRUE(fp16_);
+    }
   }
   void TearDown() override {
     if (vulkan_ != nullptr) {
