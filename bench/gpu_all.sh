@@ -12,13 +12,7 @@ cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 logs=$(mktemp -d /tmp/fsdpd-gpu-all-XXXXXX)
 mkdir -p "$out"
-if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then
-  xz -dc .device/bundle.tar.xz | tar -C .device -xf - || exit 1
-fi
-cudnn_lib=${CUDNN_LIB:-$(/opt/torch/.venv/bin/python -c \
-  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
-export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}
-bin=$repo_root/.device/bin
+source "$repo_root/bench/device_env.sh" || exit 1
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # Packed after every part, so a run cut short by the device's time limit still brings its logs.
 pack() { tar czf "$out/logs.tgz" -C "$logs" . 2>/dev/null; }

@@ -11,7 +11,7 @@ repo_root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
-bin=$repo_root/.device/bin
+source "$repo_root/bench/device_env.sh" || exit 1
 worlds=${WORLDS:-2 4}
 steps=${STEPS:-60}
 work=$(mktemp -d /tmp/fsdpd-multirank-XXXXXX)

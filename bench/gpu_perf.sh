@@ -16,9 +16,7 @@ out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 total=${TOTAL_SECONDS:-560}
 started=$(date +%s)
-if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then
-  xz -dc .device/bundle.tar.xz | tar -C .device -xf - || exit 1
-fi
+source "$repo_root/bench/device_env.sh" || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv \
   >"$out/device.txt" 2>&1
 
@@ -31,10 +29,6 @@ grep -E "test|exit" "$out/seed/gpu_seed.log" | grep -vE "^== .* test .*limit" | 
 tail -n 9 "$out/seed_stdout.txt"
 
 echo "== head_dim 256 with the own kernels forced"
-bin=$repo_root/.device/bin
-cudnn_lib=${CUDNN_LIB:-$(/opt/torch/.venv/bin/python -c \
-  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
-export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 spec=$(mktemp /tmp/fsdpd-head256-XXXXXX.yaml)
 sed -E -e "s/^model: .*/model: {vocab: 32000, dim: 1024, layers: 1, heads: 4, ffn_mult: 4}/" \
   -e "s/steps: 40/steps: 2/" examples/seed.yaml >"$spec"

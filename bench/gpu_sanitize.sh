@@ -1,9 +1,9 @@
 #!/bin/bash
 # compute-sanitizer memcheck and racecheck over a small CUDA job: a few steps (3) of a small
 # MiniLLM (head_dim 128, the seed's, with the causal mask on), through fsdpd-train on cuda:0, once
-# with the default attention (cuDNN where built in) and once with the own tensor-core kernels. Run on the GPU machine from the repository root
-# after bench/bundle_for_device.sh (binaries in .device/bin, libraries in .device/lib), with the
-# same LD_LIBRARY_PATH as bench/gpu_seed.sh. A tool's run passes when it reports 0 errors.
+# with the default attention (cuDNN where built in) and once with the own tensor-core kernels.
+# Run on the GPU machine from the repository root after bench/bundle_for_device.sh
+# (bench/device_env.sh sets the environment). A tool's run passes when it reports 0 errors.
 # CUDA API errors are left out by default (SANITIZER_API_ERRORS=explicit brings them back):
 # NCCL probes cudaFuncGetAttributes on kernels built for other architectures during init and
 # handles the error itself, which memcheck would otherwise count as 4 errors.
@@ -13,7 +13,7 @@ set -uo pipefail
 repo_root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
-bin=$repo_root/.device/bin
+source "$repo_root/bench/device_env.sh" || exit 1
 sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 work=$(mktemp -d /tmp/fsdpd-sanitize-XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -16,24 +16,8 @@ repo_root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
-bin=$repo_root/.device/bin
-# bench/bundle_for_device.sh packs the binaries and libraries when they are too big to carry.
-if [ ! -d "$bin" ] && [ -f "$repo_root/.device/bundle.tar.xz" ]; then
-  command -v xz >/dev/null || { echo "gpu_seed: xz is needed to unpack .device/bundle.tar.xz" >&2; exit 1; }
-  xz -dc "$repo_root/.device/bundle.tar.xz" | tar -C "$repo_root/.device" -xf - ||
-    { echo "gpu_seed: cannot unpack .device/bundle.tar.xz" >&2; exit 1; }
-fi
+source "$repo_root/bench/device_env.sh" || exit 1
 [ -x "$bin/fsdpd-train" ] || { echo "gpu_seed: no binaries in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-# cuDNN (for the fused attention) comes from CUDNN_LIB, else from PyTorch's venv when the machine
-# has cuDNN nowhere else; without it the worker runs its own attention kernels.
-python_bin=${PYTHON:-/opt/torch/.venv/bin/python}
-cudnn_lib=${CUDNN_LIB:-$("$python_bin" -c \
-  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
-export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export NCCL_NVLS_ENABLE=0
-# MFU in the step reports is measured against the H200's dense bf16 peak unless told otherwise.
-export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
-export FSDPD_SOURCE_DIR=$repo_root
 torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
 anchor=$repo_root/bench/anchor/seed_train_fsdp.py
 spec=$repo_root/examples/seed.yaml

@@ -16,14 +16,8 @@ repo_root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}/shapes
 mkdir -p "$out"
-bin=$repo_root/.device/bin
+source "$repo_root/bench/device_env.sh" || exit 1
 [ -x "$bin/fsdpd-train" ] || { echo "gpu_shapes: no fsdpd-train in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-python_bin=${PYTHON:-/opt/torch/.venv/bin/python}
-cudnn_lib=${CUDNN_LIB:-$("$python_bin" -c \
-  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
-export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export NCCL_NVLS_ENABLE=0
-export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
 torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
 anchor=$repo_root/bench/anchor/seed_train_fsdp.py
 steps=${STEPS:-25}

@@ -8,13 +8,7 @@ repo_root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
-if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then
-  xz -dc .device/bundle.tar.xz | tar -C .device -xf - || exit 1
-fi
-cudnn_lib=${CUDNN_LIB:-$(/opt/torch/.venv/bin/python -c \
-  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
-export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}
-export FSDPD_SOURCE_DIR=$repo_root
+source "$repo_root/bench/device_env.sh" || exit 1
 status=0
 for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_multirank_test \
   profiler_cupti_test profiler_cuda_trainer_test}; do

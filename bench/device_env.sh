@@ -1,0 +1,23 @@
+# The GPU machine's environment for the bench/gpu_*.sh scripts, sourced by each:
+#   source "$(dirname "$0")/device_env.sh" || exit 1
+# Unpacks bench/bundle_for_device.sh's .device/bundle.tar.xz when .device/bin is not there yet,
+# and exports what the binaries run with. Sets repo_root, bin (.device/bin) and python_bin.
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=$repo_root/.device/bin
+if [ ! -d "$bin" ] && [ -f "$repo_root/.device/bundle.tar.xz" ]; then
+  command -v xz >/dev/null || { echo "device_env: xz is needed to unpack .device/bundle.tar.xz" >&2; return 1; }
+  xz -dc "$repo_root/.device/bundle.tar.xz" | tar -C "$repo_root/.device" -xf - ||
+    { echo "device_env: cannot unpack .device/bundle.tar.xz" >&2; return 1; }
+fi
+# cuDNN (the fused attention) comes from CUDNN_LIB, else from PyTorch's venv when the machine has
+# cuDNN nowhere else; without it the worker runs its own attention kernels.
+python_bin=${PYTHON:-/opt/torch/.venv/bin/python}
+cudnn_lib=${CUDNN_LIB:-$("$python_bin" -c \
+  'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)}
+export LD_LIBRARY_PATH=$repo_root/.device/lib:/usr/local/cuda/lib64${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# NVLink multicast (NVLS) stays off on the lent machines.
+export NCCL_NVLS_ENABLE=0
+# MFU in the step reports is measured against the H200's dense bf16 peak unless told otherwise.
+export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
+# Where the tests find their fixtures (tests/golden).
+export FSDPD_SOURCE_DIR=$repo_root
