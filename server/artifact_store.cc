@@ -1,5 +1,6 @@
 #include "server/artifact_store.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -24,7 +25,7 @@ std::string ArtifactStore::Directory(const std::string& job_id) const {
   return (fs::path(root_) / job_id).string();
 }
 
-absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk) {
+absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk, int64_t max_bytes) {
   const std::string name = chunk.name().empty() ? "model.safetensors" : chunk.name();
   if (absl::Status status = CheckName(name); !status.ok()) return status;
   if (chunk.job_id().empty() || absl::StrContains(chunk.job_id(), "/")) {
@@ -42,6 +43,14 @@ absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk) {
         absl::StrCat("cannot create ", directory.string(), ": ", error.message()));
   }
   const fs::path partial = directory / (name + ".partial");
+  const int64_t end = chunk.chunk().offset() + static_cast<int64_t>(chunk.chunk().data().size());
+  if (end > max_bytes || chunk.chunk().total_bytes() > max_bytes) {
+    fs::remove(partial, error);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("artifact ", name, " of ", chunk.job_id(), " would reach ",
+                     std::max(end, chunk.chunk().total_bytes()), " bytes, over the ", max_bytes,
+                     " that the job's model can take in fp32"));
+  }
   if (chunk.chunk().offset() == 0) fs::remove(partial, error);
   {
     std::fstream file(partial, std::ios::in | std::ios::out | std::ios::binary);

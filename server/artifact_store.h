@@ -18,7 +18,9 @@ class ArtifactStore {
  public:
   explicit ArtifactStore(std::string root) : root_(std::move(root)) {}
 
-  absl::Status WriteChunk(const v1::ArtifactChunk& chunk);
+  // Writes one chunk at its offset. A chunk reaching past `max_bytes`, or announcing a larger
+  // total, is RESOURCE_EXHAUSTED and drops what the upload had written.
+  absl::Status WriteChunk(const v1::ArtifactChunk& chunk, int64_t max_bytes);
   // The path of a complete artifact; NOT_FOUND when the job has none.
   absl::StatusOr<std::string> Find(const std::string& job_id, const std::string& name) const;
   static absl::Status CheckName(const std::string& name);

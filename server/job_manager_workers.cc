@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "proto/spec/job_spec.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
 
@@ -359,15 +360,19 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
 }
 
 void JobManager::OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk) {
-  if (ActiveRecordForLocked(worker_id, chunk.job_id(), chunk.attempt(), 0) == nullptr) {
+  JobRecord* record = ActiveRecordForLocked(worker_id, chunk.job_id(), chunk.attempt(), 0);
+  if (record == nullptr) {
     spdlog::warn(
         "ignoring an artifact chunk of {} attempt {} from worker {}: not rank 0 of an active "
         "attempt",
         chunk.job_id(), chunk.attempt(), worker_id);
     return;
   }
-  if (absl::Status status = artifacts_.WriteChunk(chunk); !status.ok()) {
+  const int64_t limit = ExportedModelBytesLimit(record->job.spec().model());
+  if (absl::Status status = artifacts_.WriteChunk(chunk, limit); !status.ok()) {
+    // A job never succeeds without its model: the attempt fails (and retries) with the reason.
     spdlog::error("{}: artifact upload failed: {}", chunk.job_id(), status.ToString());
+    FailAttemptLocked(*record, absl::StrCat("rank 0's model upload failed: ", status.message()));
   } else if (chunk.last()) {
     spdlog::info("{}: artifact {} stored", chunk.job_id(), chunk.name());
   }

@@ -50,6 +50,11 @@ std::string FormatFieldErrors(const std::vector<FieldError>& errors);
 // Parameter count of MiniLLM for this config (the seed's 735,199,232 for the defaults).
 int64_t ParameterCount(const v1::ModelSpec& model);
 
+// The most bytes an exported model of this config can take: every parameter in fp32, plus a
+// safetensors header of at most 64 KiB and 256 bytes per tensor (names, shapes, offsets and the
+// model's config). The coordinator refuses a larger upload from rank 0.
+int64_t ExportedModelBytesLimit(const v1::ModelSpec& model);
+
 // Training FLOPs per token with the anchor's convention: 6·N + 12·layers·seq·dim.
 double FlopsPerToken(const v1::JobSpec& spec);
 

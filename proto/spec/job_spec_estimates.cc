@@ -13,6 +13,11 @@ int64_t ParameterCount(const v1::ModelSpec& model) {
   return 2 * model.vocab() * d + model.layers() * per_block + (model.final_norm() ? d : 0);
 }
 
+int64_t ExportedModelBytesLimit(const v1::ModelSpec& model) {
+  const int64_t tensors = 8 * model.layers() + 2 + (model.final_norm() ? 1 : 0);
+  return 8 + (64 << 10) + 256 * tensors + 4 * ParameterCount(model);
+}
+
 double FlopsPerToken(const v1::JobSpec& spec) {
   const v1::ModelSpec& model = spec.model();
   return 6.0 * static_cast<double>(ParameterCount(model)) +

@@ -62,7 +62,12 @@ TEST(EngineGoldenTrajectoryTest, FollowsPyTorchsLossesForTwentyAdamWSteps) {
   }
   EXPECT_LT(actual.back(), actual.front() - 0.3) << "the fixture's data is learnable";
   EXPECT_EQ(result->exported_model_path, dir.path() + "/job/model.safetensors");
-  EXPECT_TRUE(std::filesystem::exists(result->exported_model_path));
+  ASSERT_TRUE(std::filesystem::exists(result->exported_model_path));
+  // The coordinator accepts an upload up to ExportedModelBytesLimit: a real export fits, with
+  // every parameter in fp32.
+  const auto bytes = static_cast<int64_t>(std::filesystem::file_size(result->exported_model_path));
+  EXPECT_GT(bytes, 4 * ParameterCount(spec.model()));
+  EXPECT_LE(bytes, ExportedModelBytesLimit(spec.model()));
 }
 
 }  // namespace

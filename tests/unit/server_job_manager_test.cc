@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "proto/spec/job_spec.h"
 #include "server/job_manager.h"
 #include "server/sqlite_job_store.h"
 #include "tests/support/test_specs.h"
@@ -371,6 +373,48 @@ TEST_F(JobManagerTest, RankErrorRetriesAndFailsAfterMaxRestarts) {
   job = GetJob(id);
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_THAT(job.reason(), HasSubstr("NaN loss at step 4"));
+}
+
+// Rank 0's model upload is bounded by what the spec's model can take in fp32: a larger one
+// (a rogue or broken worker, or a sparse write far past the end) fails the attempt with the
+// reason, and nothing of it stays on disk.
+TEST_F(JobManagerTest, AModelUploadLargerThanTheSpecAllowsFailsTheAttempt) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const v1::JobSpec spec = SmallSpec(1, /*max_restarts=*/1);
+  const std::string id = *jobs_->Submit(spec);
+  const int64_t limit = ExportedModelBytesLimit(GetJob(id).spec().model());
+  ASSERT_GT(limit, 4 * ParameterCount(spec.model()));
+  const std::string artifact_dir = directory_ + "/artifacts/" + id;
+  auto upload = [&](int attempt, int64_t offset, int64_t size, bool last) {
+    v1::WorkerMessage message;
+    v1::ArtifactChunk* chunk = message.mutable_artifact();
+    chunk->set_job_id(id);
+    chunk->set_attempt(attempt);
+    chunk->set_name("model.safetensors");
+    chunk->mutable_chunk()->set_offset(offset);
+    chunk->mutable_chunk()->set_data(std::string(static_cast<size_t>(size), 'w'));
+    chunk->set_last(last);
+    jobs_->OnWorkerMessage(w0, message);
+  };
+
+  upload(1, 0, 1000, false);
+  EXPECT_TRUE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
+  upload(1, limit - 10, 100, false);  // reaches 90 bytes past the limit
+  v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr("model upload failed"));
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("over the ", limit)));
+  EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
+  EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
+  Result(w0, id, 1, 0, false, "", /*cancelled=*/true);
+
+  // The next attempt uploads a model exactly at the limit, which is stored.
+  ASSERT_EQ(GetJob(id).attempt(), 2);
+  upload(2, 0, limit, true);
+  Result(w0, id, 2, 0, true);
+  EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(artifact_dir + "/model.safetensors")),
+            limit);
 }
 
 TEST_F(JobManagerTest, CancelStopsRanksAndFreesWorkersWhenTheyReport) {
