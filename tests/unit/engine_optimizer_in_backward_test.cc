@@ -195,9 +195,9 @@ TEST(OptimizerInBackwardTest, TransientGradientShardsRefuseThePathsThatWouldLose
     auto norm = (*optimizer)->Step(ParamsAt(1), 1.0);
     EXPECT_EQ(norm.status().code(), absl::StatusCode::kFailedPrecondition);
     // A shard handed over outside a begun step is refused, not applied with stale parameters.
-    EXPECT_EQ((*optimizer)->ConsumeGradientShard(0, (*state)->shard(0), backend.compute_stream())
-                  .code(),
-              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(
+        (*optimizer)->ConsumeGradientShard(0, (*state)->shard(0), backend.compute_stream()).code(),
+        absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ((*optimizer)->FinishBackwardStep().status().code(),
               absl::StatusCode::kFailedPrecondition);
   });
