@@ -1,6 +1,5 @@
 #include "server/artifact_store.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -43,13 +42,16 @@ absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk, int64_t m
         absl::StrCat("cannot create ", directory.string(), ": ", error.message()));
   }
   const fs::path partial = directory / (name + ".partial");
-  const int64_t end = chunk.chunk().offset() + static_cast<int64_t>(chunk.chunk().data().size());
-  if (end > max_bytes || chunk.chunk().total_bytes() > max_bytes) {
+  // Compared without adding first: an offset near INT64_MAX must not overflow.
+  const int64_t offset = chunk.chunk().offset();
+  const auto chunk_bytes = static_cast<int64_t>(chunk.chunk().data().size());
+  if (offset > max_bytes || chunk_bytes > max_bytes - offset ||
+      chunk.chunk().total_bytes() > max_bytes) {
     fs::remove(partial, error);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("artifact ", name, " of ", chunk.job_id(), " would reach ",
-                     std::max(end, chunk.chunk().total_bytes()), " bytes, over the ", max_bytes,
-                     " that the job's model can take in fp32"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "artifact ", name, " of ", chunk.job_id(), " goes past the ", max_bytes,
+        " bytes that the job's model can take in fp32 (a chunk of ", chunk_bytes,
+        " bytes at offset ", offset, ", announced total ", chunk.chunk().total_bytes(), ")"));
   }
   if (chunk.chunk().offset() == 0) fs::remove(partial, error);
   {

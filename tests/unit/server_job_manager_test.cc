@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "proto/spec/job_spec.h"
@@ -380,7 +381,7 @@ TEST_F(JobManagerTest, RankErrorRetriesAndFailsAfterMaxRestarts) {
 // reason, and nothing of it stays on disk.
 TEST_F(JobManagerTest, AModelUploadLargerThanTheSpecAllowsFailsTheAttempt) {
   const std::string w0 = AddWorker("host-a", 0);
-  const v1::JobSpec spec = SmallSpec(1, /*max_restarts=*/1);
+  const v1::JobSpec spec = SmallSpec(1, /*max_restarts=*/2);
   const std::string id = *jobs_->Submit(spec);
   const int64_t limit = ExportedModelBytesLimit(GetJob(id).spec().model());
   ASSERT_GT(limit, 4 * ParameterCount(spec.model()));
@@ -396,22 +397,31 @@ TEST_F(JobManagerTest, AModelUploadLargerThanTheSpecAllowsFailsTheAttempt) {
     chunk->set_last(last);
     jobs_->OnWorkerMessage(w0, message);
   };
+  auto expect_refused = [&](int attempt) {
+    const v1::Job job = GetJob(id);
+    EXPECT_EQ(job.state(), v1::RETRYING);
+    EXPECT_EQ(job.attempt(), attempt);
+    EXPECT_THAT(job.reason(), HasSubstr("model upload failed"));
+    EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("past the ", limit, " bytes")));
+    EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
+    EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/model.safetensors"));
+    EXPECT_EQ(sessions_[w0]->Cancellations(), attempt);
+    Result(w0, id, attempt, 0, false, "", /*cancelled=*/true);
+  };
 
+  // A chunk that ends 90 bytes past the limit.
   upload(1, 0, 1000, false);
   EXPECT_TRUE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
-  upload(1, limit - 10, 100, false);  // reaches 90 bytes past the limit
-  v1::Job job = GetJob(id);
-  EXPECT_EQ(job.state(), v1::RETRYING);
-  EXPECT_THAT(job.reason(), HasSubstr("model upload failed"));
-  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("over the ", limit)));
-  EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
-  EXPECT_EQ(sessions_[w0]->Cancellations(), 1);
-  Result(w0, id, 1, 0, false, "", /*cancelled=*/true);
+  upload(1, limit - 10, 100, false);
+  expect_refused(1);
+  // A chunk far out, where offset + size would overflow: refused, not a sparse file.
+  upload(2, std::numeric_limits<int64_t>::max() - 10, 100, false);
+  expect_refused(2);
 
   // The next attempt uploads a model exactly at the limit, which is stored.
-  ASSERT_EQ(GetJob(id).attempt(), 2);
-  upload(2, 0, limit, true);
-  Result(w0, id, 2, 0, true);
+  ASSERT_EQ(GetJob(id).attempt(), 3);
+  upload(3, 0, limit, true);
+  Result(w0, id, 3, 0, true);
   EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
   EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(artifact_dir + "/model.safetensors")),
             limit);
