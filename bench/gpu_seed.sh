@@ -105,65 +105,65 @@ fi
 
 # 2. fsdpd on the seed workload (DAEMON=0 skips it, for runs of the variants alone).
 if [ "${DAEMON:-1}" = 1 ]; then
-listen="127.0.0.1:$(free_port)"
-metrics="127.0.0.1:$(free_port)"
-export FSDPD_COORDINATOR="$listen"
-watch_file=$out/fsdpd_watch.jsonl
-: >"$watch_file"
-say "fsdpd on $listen, one worker on cuda:0"
-"$bin/fsdpd" --listen "$listen" --metrics-listen "$metrics" --state-dir "$work/state" \
-  >"$out/fsdpd.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  grep -q "fsdpd listening on" "$out/fsdpd.log" && break
-  sleep 0.2
-done
-"$bin/fsdpd-worker" --coordinator "$listen" --device cuda:0 --checkpoint-root "$work/checkpoints" \
-  --hostname gpu-seed-worker >"$out/fsdpd-worker.log" 2>&1 &
-pids+=($!)
-idle=0
-for _ in $(seq 150); do
-  idle=$("$bin/fsdpctl" --json workers 2>/dev/null | python3 -c \
-    'import json, sys; print(sum(w["state"] == "IDLE" for w in json.load(sys.stdin)["workers"]))' \
-    2>/dev/null || echo 0)
-  [ "$idle" -ge 1 ] && break
-  kill -0 "${pids[-1]}" 2>/dev/null || break  # the worker exited (see its log)
-  sleep 0.2
-done
-if [ "$idle" -ge 1 ]; then
-  "$bin/fsdpctl" workers >"$out/fsdpd_workers.txt" 2>&1
-  start_memory_sampler "$out/fsdpd_driver_memory.csv"
-  # PROFILE_START=N profiles PROFILE_STEPS steps from step N through the spec's profile section
-  # (device timing from CUPTI; PROFILE_COUNTERS=true adds the range profiler's kernel replay,
-  # which makes those steps far slower on a model this size).
-  job_spec=$spec
-  if [ -n "${PROFILE_START:-}" ]; then
-    job_spec=$work/seed_profiled.yaml
-    sed -E "s/^profile:.*/profile: {start_step: $PROFILE_START, steps: ${PROFILE_STEPS:-2}, counters: ${PROFILE_COUNTERS:-false}}/" \
-      "$spec" >"$job_spec"
-  fi
-  job=$("$bin/fsdpctl" --json submit "$job_spec" 2>"$out/fsdpd_submit.err" |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
-  if [ -n "$job" ]; then
-    say "job $job submitted; watching (limit $(limit 150) s)"
-    timeout -k 5 "$(limit 150)" "$bin/fsdpctl" --json watch "$job" >"$watch_file" 2>"$out/fsdpd_watch.err"
-    say "watch ended with $?; final status: $("$bin/fsdpctl" --json status "$job" 2>&1 | head -c 400)"
-    "$bin/fsdpctl" logs "$job" >"$out/fsdpd_job_logs.txt" 2>&1
+  listen="127.0.0.1:$(free_port)"
+  metrics="127.0.0.1:$(free_port)"
+  export FSDPD_COORDINATOR="$listen"
+  watch_file=$out/fsdpd_watch.jsonl
+  : >"$watch_file"
+  say "fsdpd on $listen, one worker on cuda:0"
+  "$bin/fsdpd" --listen "$listen" --metrics-listen "$metrics" --state-dir "$work/state" \
+    >"$out/fsdpd.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    grep -q "fsdpd listening on" "$out/fsdpd.log" && break
+    sleep 0.2
+  done
+  "$bin/fsdpd-worker" --coordinator "$listen" --device cuda:0 --checkpoint-root "$work/checkpoints" \
+    --hostname gpu-seed-worker >"$out/fsdpd-worker.log" 2>&1 &
+  pids+=($!)
+  idle=0
+  for _ in $(seq 150); do
+    idle=$("$bin/fsdpctl" --json workers 2>/dev/null | python3 -c \
+      'import json, sys; print(sum(w["state"] == "IDLE" for w in json.load(sys.stdin)["workers"]))' \
+      2>/dev/null || echo 0)
+    [ "$idle" -ge 1 ] && break
+    kill -0 "${pids[-1]}" 2>/dev/null || break  # the worker exited (see its log)
+    sleep 0.2
+  done
+  if [ "$idle" -ge 1 ]; then
+    "$bin/fsdpctl" workers >"$out/fsdpd_workers.txt" 2>&1
+    start_memory_sampler "$out/fsdpd_driver_memory.csv"
+    # PROFILE_START=N profiles PROFILE_STEPS steps from step N through the spec's profile section
+    # (device timing from CUPTI; PROFILE_COUNTERS=true adds the range profiler's kernel replay,
+    # which makes those steps far slower on a model this size).
+    job_spec=$spec
     if [ -n "${PROFILE_START:-}" ]; then
-      "$bin/fsdpctl" profile "$job" >"$out/fsdpd_profile_table.txt" 2>&1
-      say "profile table: exit $? ($(wc -l <"$out/fsdpd_profile_table.txt") lines)"
-      "$bin/fsdpctl" --json profile "$job" >"$out/fsdpd_profile_table.json" 2>&1
-      "$bin/fsdpctl" trace "$job" -o "$out/fsdpd_trace.json" >"$out/fsdpd_trace.txt" 2>&1
-      say "trace: exit $? ($(stat -c %s "$out/fsdpd_trace.json" 2>/dev/null || echo 0) bytes)"
+      job_spec=$work/seed_profiled.yaml
+      sed -E "s/^profile:.*/profile: {start_step: $PROFILE_START, steps: ${PROFILE_STEPS:-2}, counters: ${PROFILE_COUNTERS:-false}}/" \
+        "$spec" >"$job_spec"
     fi
+    job=$("$bin/fsdpctl" --json submit "$job_spec" 2>"$out/fsdpd_submit.err" |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
+    if [ -n "$job" ]; then
+      say "job $job submitted; watching (limit $(limit 150) s)"
+      timeout -k 5 "$(limit 150)" "$bin/fsdpctl" --json watch "$job" >"$watch_file" 2>"$out/fsdpd_watch.err"
+      say "watch ended with $?; final status: $("$bin/fsdpctl" --json status "$job" 2>&1 | head -c 400)"
+      "$bin/fsdpctl" logs "$job" >"$out/fsdpd_job_logs.txt" 2>&1
+      if [ -n "${PROFILE_START:-}" ]; then
+        "$bin/fsdpctl" profile "$job" >"$out/fsdpd_profile_table.txt" 2>&1
+        say "profile table: exit $? ($(wc -l <"$out/fsdpd_profile_table.txt") lines)"
+        "$bin/fsdpctl" --json profile "$job" >"$out/fsdpd_profile_table.json" 2>&1
+        "$bin/fsdpctl" trace "$job" -o "$out/fsdpd_trace.json" >"$out/fsdpd_trace.txt" 2>&1
+        say "trace: exit $? ($(stat -c %s "$out/fsdpd_trace.json" 2>/dev/null || echo 0) bytes)"
+      fi
+    else
+      say "submit failed: $(head -c 400 "$out/fsdpd_submit.err")"
+    fi
+    stop_memory_sampler
   else
-    say "submit failed: $(head -c 400 "$out/fsdpd_submit.err")"
+    say "the worker did not register as IDLE; see fsdpd-worker.log"
   fi
-  stop_memory_sampler
-else
-  say "the worker did not register as IDLE; see fsdpd-worker.log"
-fi
-stop_started
+  stop_started
 fi
 # Without a step from the coordinator path, the engine alone still gives the figures.
 if [ "${DAEMON:-1}" = 1 ] && ! grep -q '"type":"step"' "$watch_file" && [ -x "$bin/fsdpd-train" ]; then
