@@ -102,6 +102,16 @@ class FaultToleranceTest : public ::testing::Test {
     }
     return -1;
   }
+  // Waits up to 30 s for a worker to run `rank` of the job; its index, or -1.
+  int WaitForWorkerRunning(const std::string& job_id, int rank) {
+    const Clock::time_point until = Clock::now() + seconds(30);
+    while (Clock::now() < until) {
+      const int index = WorkerRunning(job_id, rank);
+      if (index >= 0) return index;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return -1;
+  }
   std::string WorkerState(int index) {
     nlohmann::json listed = cluster_.CtlJson({"workers"});
     if (listed.is_null()) return "";
@@ -162,15 +172,7 @@ TEST_F(FaultToleranceTest, KilledWorkerIsDetectedAndTheJobResumesFromItsCheckpoi
   const std::string id = cluster_.SubmitJob(cluster_.WriteSpec("victim", SpecYaml("victim", spec)));
   ASSERT_FALSE(id.empty());
   // Rank 1's worker dies right after the first checkpoint is committed.
-  const int killed = [&] {
-    const Clock::time_point until = Clock::now() + seconds(30);
-    while (Clock::now() < until) {
-      const int index = WorkerRunning(id, 1);
-      if (index >= 0) return index;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return -1;
-  }();
+  const int killed = WaitForWorkerRunning(id, 1);
   ASSERT_GE(killed, 0) << "no worker runs rank 1 of " << id;
   const int64_t checkpoint = WaitForCheckpoint(id, 100, seconds(60));
   ASSERT_GE(checkpoint, 100) << "no checkpoint was committed";
@@ -295,15 +297,7 @@ TEST_F(FaultToleranceTest, CorruptCheckpointIsSkippedAndTheJobResumesFromThePrev
   const std::string id =
       cluster_.SubmitJob(cluster_.WriteSpec("corrupt", SpecYaml("corrupt", spec)));
   ASSERT_FALSE(id.empty());
-  const int killed = [&] {
-    const Clock::time_point until = Clock::now() + seconds(30);
-    while (Clock::now() < until) {
-      const int index = WorkerRunning(id, 1);
-      if (index >= 0) return index;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return -1;
-  }();
+  const int killed = WaitForWorkerRunning(id, 1);
   ASSERT_GE(killed, 0);
   // Two checkpoints, then rank 1's worker dies. With no spare worker the job waits in RETRYING
   // while the newest checkpoint is corrupted, then a replacement worker lets it resume.
