@@ -176,19 +176,23 @@ if [ "${DAEMON:-1}" = 1 ] && ! grep -q '"type":"step"' "$watch_file" && [ -x "$b
 fi
 
 # 2b. Variants of the spec, each straight through fsdpd-train, beside the daemon's run:
-# VARIANTS="none block" sets parallel.activation_recompute; a "/optimizer-on-comm" suffix
-# (VARIANTS="ffn ffn/optimizer-on-comm") also runs the optimizer in backward on the comm stream
-# (FSDPD_OPTIMIZER_STREAM=comm) instead of the compute stream.
+# VARIANTS="none block" sets parallel.activation_recompute; "/"-separated suffixes add switches:
+# "/optimizer-on-comm" runs the optimizer in backward on the comm stream
+# (FSDPD_OPTIMIZER_STREAM=comm), "/compute-first" gives the compute stream the higher priority
+# (FSDPD_STREAM_PRIORITY=compute); e.g. VARIANTS="ffn ffn/compute-first ffn/compute-first/optimizer-on-comm".
 for variant in ${VARIANTS:-}; do
   recompute=${variant%%/*}
   name=${variant//\//_}
   optimizer_stream=compute
-  [ "${variant#*/}" = optimizer-on-comm ] && optimizer_stream=comm
+  stream_priority=default
+  case "$variant/" in *"/optimizer-on-comm/"*) optimizer_stream=comm ;; esac
+  case "$variant/" in *"/compute-first/"*) stream_priority=compute ;; esac
   variant_spec=$work/seed_$name.yaml
   sed -E "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" "$spec" >"$variant_spec"
-  say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream (limit $(limit 90) s)"
+  say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream, stream priority $stream_priority (limit $(limit 90) s)"
   start_memory_sampler "$out/variant_${name}_driver_memory.csv"
-  FSDPD_OPTIMIZER_STREAM=$optimizer_stream timeout -k 5 "$(limit 90)" "$bin/fsdpd-train" \
+  FSDPD_OPTIMIZER_STREAM=$optimizer_stream FSDPD_STREAM_PRIORITY=$stream_priority \
+    timeout -k 5 "$(limit 90)" "$bin/fsdpd-train" \
     --spec "$variant_spec" --device cuda:0 --checkpoint-dir "$work/variant-$name" \
     >"$out/variant_$name.jsonl" 2>"$out/variant_$name.log"
   say "fsdpd-train $variant exit $?"

@@ -3,6 +3,8 @@
 // order work across the compute and communication streams.
 #include "worker/backend/cuda_backend.h"
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -115,6 +117,24 @@ TEST(CudaBackendTest, BuffersStatsCopiesAndEvents) {
   buffer->reset();
   copy_buffer->reset();
   EXPECT_EQ(backend.memory_stats().current_bytes, before);
+}
+
+// Lower numbers are higher priorities in CUDA.
+TEST(CudaBackendTest, ComputeStreamFirstPutsTheComputeStreamAheadOfTheCommStream) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto priority = [](Stream& stream) {
+    int value = 0;
+    EXPECT_EQ(cudaStreamGetPriority(dynamic_cast<CudaStream&>(stream).get(), &value), cudaSuccess);
+    return value;
+  };
+  absl::StatusOr<std::unique_ptr<CudaBackend>> plain = CudaBackend::Create({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(priority((*plain)->compute_stream()), priority((*plain)->comm_stream()));
+  CudaBackendConfig config;
+  config.compute_stream_first = true;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> ordered = CudaBackend::Create(config);
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  EXPECT_LT(priority((*ordered)->compute_stream()), priority((*ordered)->comm_stream()));
 }
 
 TEST(CudaBackendTest, AMissingDeviceIsAnError) {

@@ -106,9 +106,15 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   std::unique_ptr<CudaBackend> backend(new CudaBackend(config));
   backend->allocator_ = std::make_shared<CudaAllocator>(
       CudaAllocatorConfig{config.device, config.memory_limit_bytes});
+  int least_priority = 0;
+  int greatest_priority = 0;
+  if (config.compute_stream_first) {
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  }
   for (std::unique_ptr<CudaStream>* slot : {&backend->compute_stream_, &backend->comm_stream_}) {
+    const int priority = slot == &backend->compute_stream_ ? greatest_priority : least_priority;
     cudaStream_t stream = nullptr;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority));
     *slot = std::make_unique<CudaStream>(config.device, stream);
   }
   absl::StatusOr<std::unique_ptr<Buffer>> workspace =

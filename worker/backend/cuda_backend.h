@@ -22,6 +22,11 @@ struct CudaBackendConfig {
   // Handing out more than this fails as out of memory; 0: the device's capacity.
   int64_t memory_limit_bytes = 0;
   cuda::GemmConfig gemm;
+  // The compute stream at the device's highest priority and the comm stream at its lowest, so
+  // that a kernel queued on the compute stream gets SMs before the remaining blocks of a
+  // comm-stream kernel (the gather's cast, AdamW on the comm stream) instead of after all of
+  // them (bench/RESULTS.md, "The optimizer on the comm stream"). Off: both at the default.
+  bool compute_stream_first = false;
 };
 
 // A cudaStream_t, created non-blocking so it never synchronises with the legacy default stream.

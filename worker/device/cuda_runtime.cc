@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -50,6 +51,9 @@ absl::StatusOr<DeviceInfo> CudaRuntime::Describe() const {
 absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
   CudaBackendConfig config;
   config.device = index_;
+  // FSDPD_STREAM_PRIORITY=compute: see CudaBackendConfig::compute_stream_first.
+  const char* priority = std::getenv("FSDPD_STREAM_PRIORITY");
+  config.compute_stream_first = priority != nullptr && std::string_view(priority) == "compute";
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(config);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(std::move(*backend));
