@@ -14,6 +14,8 @@ import collections
 import json
 import sys
 
+LAUNCH_SPACING_US = 5
+
 
 def short_name(kernel: str) -> str:
     """`void ns::(anonymous namespace)::CastKernel<float>(...)` -> `CastKernel`."""
@@ -23,33 +25,23 @@ def short_name(kernel: str) -> str:
     return name.split("::")[-1][:48]
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    try:
-        with open(sys.argv[1], encoding="utf-8") as handle:
-            trace = json.load(handle)
-    except (OSError, ValueError) as error:
-        print(f"trace_gaps: cannot read {sys.argv[1]}: {error}", file=sys.stderr)
-        return 1
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+def analyse(events: list) -> dict:
+    """The trace's per-step figures: step, compute and comm kernel ms, and idle ms and gap
+    counts per cause (dicts keyed by the cause's text). Raises ValueError on a trace without
+    compute-stream kernels or step ranges."""
     names = {e["tid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
     stream_tid = {name: tid for tid, name in names.items()}
-    compute_tid = stream_tid.get("compute stream")
-    comm_tid = stream_tid.get("comm stream")
     kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "comm")),
                      key=lambda e: e["ts"])
-    compute = [e for e in kernels if e["tid"] == compute_tid]
-    comm = [e for e in kernels if e["tid"] == comm_tid]
+    compute = [e for e in kernels if e["tid"] == stream_tid.get("compute stream")]
+    comm = [e for e in kernels if e["tid"] == stream_tid.get("comm stream")]
     steps = [e for e in events if e.get("cat") == "range" and e["name"].startswith("step ")]
     if not compute or not steps:
-        print("trace_gaps: no compute-stream kernels or no step ranges in the trace", file=sys.stderr)
-        return 1
+        raise ValueError("no compute-stream kernels or no step ranges in the trace")
     per_step = len(steps)
-    total = collections.Counter()
-    count = collections.Counter()
+    idle = collections.Counter()
+    gaps = collections.Counter()
     for before, after in zip(compute, compute[1:]):
         start, end = before["ts"] + before["dur"], after["ts"]
         gap = end - start
@@ -58,22 +50,42 @@ def main() -> int:
         covering = [c for c in comm if c["ts"] < end and c["ts"] + c["dur"] > start]
         covered = sum(min(end, c["ts"] + c["dur"]) - max(start, c["ts"]) for c in covering)
         if covered > 0.5 * gap:
-            key = "behind a comm-stream kernel: " + short_name(covering[0]["name"])
-        elif gap < 5:
-            key = "launch spacing (< 5 us)"
+            cause = "behind a comm-stream kernel: " + short_name(covering[0]["name"])
+        elif gap < LAUNCH_SPACING_US:
+            cause = f"launch spacing (< {LAUNCH_SPACING_US} us)"
         else:
-            key = "host: before " + short_name(after["name"])
-        total[key] += gap
-        count[key] += 1
-    step_ms = sum(s["dur"] for s in steps) / per_step / 1000
-    compute_ms = sum(k["dur"] for k in compute) / per_step / 1000
-    comm_ms = sum(k["dur"] for k in comm) / per_step / 1000
-    print(f"{per_step} profiled steps: step {step_ms:.2f} ms, compute-stream kernels "
-          f"{compute_ms:.2f} ms, comm-stream kernels {comm_ms:.2f} ms (per step)")
+            cause = "host: before " + short_name(after["name"])
+        idle[cause] += gap
+        gaps[cause] += 1
+    return {
+        "steps": per_step,
+        "step_ms": sum(s["dur"] for s in steps) / per_step / 1000,
+        "compute_ms": sum(k["dur"] for k in compute) / per_step / 1000,
+        "comm_ms": sum(k["dur"] for k in comm) / per_step / 1000,
+        "idle_ms": {cause: micros / per_step / 1000 for cause, micros in idle.items()},
+        "gaps": {cause: count / per_step for cause, count in gaps.items()},
+    }
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        with open(sys.argv[1], encoding="utf-8") as handle:
+            trace = json.load(handle)
+        figures = analyse(trace["traceEvents"] if isinstance(trace, dict) else trace)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"trace_gaps: cannot analyse {sys.argv[1]}: {error}", file=sys.stderr)
+        return 1
+    print(f"{figures['steps']} profiled steps: step {figures['step_ms']:.2f} ms, compute-stream "
+          f"kernels {figures['compute_ms']:.2f} ms, comm-stream kernels {figures['comm_ms']:.2f} ms "
+          f"(per step)")
     print(f"{'idle ms/step':>12} {'gaps/step':>9}  cause")
-    for key, micros in total.most_common(12):
-        print(f"{micros / per_step / 1000:12.2f} {count[key] / per_step:9.1f}  {key}")
-    print(f"{sum(total.values()) / per_step / 1000:12.2f} {'':9}  all gaps between compute kernels")
+    ranked = sorted(figures["idle_ms"].items(), key=lambda item: -item[1])
+    for cause, milliseconds in ranked[:12]:
+        print(f"{milliseconds:12.2f} {figures['gaps'][cause]:9.1f}  {cause}")
+    print(f"{sum(figures['idle_ms'].values()):12.2f} {'':9}  all gaps between compute kernels")
     return 0
 
 

@@ -27,11 +27,11 @@ std::vector<NamedTensor> RandomModelTensors(const ExportedModelConfig& config, u
   for (ExportedTensorShape& spec : ExportedModelTensors(config)) {
     int64_t count = 1;
     for (int64_t d : spec.shape) count *= d;
+    const bool norm_weight = absl::EndsWith(spec.name, "norm1.weight") ||
+                             absl::EndsWith(spec.name, "norm2.weight") ||
+                             spec.name == "norm.weight";
+    const float offset = norm_weight ? 1.0f : 0.0f;
     float scale = noise;  // a norm weight or a bias
-    float offset = absl::EndsWith(spec.name, "norm1.weight") ||
-                           absl::EndsWith(spec.name, "norm2.weight") || spec.name == "norm.weight"
-                       ? 1.0f
-                       : 0.0f;
     if (spec.name == "embed.weight") {
       scale = 1.0f;
     } else if (spec.shape.size() == 2) {
