@@ -76,6 +76,7 @@ nlohmann::json StepEventToJson(const v1::StepReport& step) {
           {"exposed_comm_seconds", step.exposed_comm_seconds()},
           {"mfu_ratio", step.mfu_ratio()},
           {"memory_peak_bytes", step.memory_peak_bytes()},
+          {"memory_reserved_bytes", step.memory_reserved_bytes()},
           {"memory_device_used_bytes", step.memory_device_used_bytes()},
           {"lr", step.lr()},
           {"grad_norm", step.grad_norm()},

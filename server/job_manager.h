@@ -152,6 +152,7 @@ class JobManager {
     double step_seconds = 0;
     int64_t memory_peak_bytes = 0;
     int64_t memory_current_bytes = 0;
+    int64_t memory_reserved_bytes = 0;
   };
   struct ActiveAttempt {
     int attempt = 0;

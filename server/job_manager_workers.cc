@@ -221,6 +221,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   step.step_seconds = std::max(step.step_seconds, report.step_seconds());
   step.memory_peak_bytes = std::max(step.memory_peak_bytes, report.memory_peak_bytes());
   step.memory_current_bytes = std::max(step.memory_current_bytes, report.memory_current_bytes());
+  step.memory_reserved_bytes = std::max(step.memory_reserved_bytes, report.memory_reserved_bytes());
   if (step.reported < world_size) return;
 
   // Ranks all-reduce the loss, so rank 0's is the global mean; throughput adds up over ranks.
@@ -230,6 +231,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   aggregate.set_step_seconds(step.step_seconds);
   aggregate.set_memory_peak_bytes(step.memory_peak_bytes);
   aggregate.set_memory_current_bytes(step.memory_current_bytes);
+  aggregate.set_memory_reserved_bytes(step.memory_reserved_bytes);
   active.last_aggregated_step = report.step();
   // Steps below this one can no longer complete in order; drop what they collected.
   active.steps.erase(active.steps.begin(), active.steps.upper_bound(report.step()));

@@ -197,6 +197,11 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
                        .Name("fsdpd_gpu_memory_peak_bytes")
                        .Help("Peak device memory of one rank.")
                        .Register(*registry_)),
+      memory_reserved_(prometheus::BuildGauge()
+                           .Name("fsdpd_gpu_memory_reserved_bytes")
+                           .Help("Device memory one rank's allocator holds: in use plus its cache "
+                                 "(reserved minus in use is the cache and its fragmentation).")
+                           .Register(*registry_)),
       memory_used_(prometheus::BuildGauge()
                        .Name("fsdpd_gpu_memory_used_bytes")
                        .Help("Memory of one rank as the driver sees it (context, libraries and "
@@ -394,6 +399,12 @@ void MetricsExporter::OnRankStep(const v1::StepReport& report, const v1::Worker&
   };
   if (cached.memory_peak == nullptr) cached.memory_peak = &JobGauge(memory_peak_, device());
   cached.memory_peak->Set(static_cast<double>(report.memory_peak_bytes()));
+  if (report.memory_reserved_bytes() > 0) {
+    if (cached.memory_reserved == nullptr) {
+      cached.memory_reserved = &JobGauge(memory_reserved_, device());
+    }
+    cached.memory_reserved->Set(static_cast<double>(report.memory_reserved_bytes()));
+  }
   // 0 is "unknown" (a worker that does not measure it): no series rather than a false zero.
   if (report.memory_device_used_bytes() > 0) {
     if (cached.memory_used == nullptr) cached.memory_used = &JobGauge(memory_used_, device());

@@ -80,8 +80,9 @@ class MetricsExporter : public JobObserver {
   struct RankSeries {
     int attempt = -1;
     prometheus::Gauge* memory_peak = nullptr;
-    prometheus::Gauge* memory_used = nullptr;     // created on the first known reading
-    prometheus::Counter* comm_exposed = nullptr;  // created on the first exposed time
+    prometheus::Gauge* memory_reserved = nullptr;  // created on the first known reading
+    prometheus::Gauge* memory_used = nullptr;      // created on the first known reading
+    prometheus::Counter* comm_exposed = nullptr;   // created on the first exposed time
   };
   // A job's training series, set on every aggregated step.
   struct TrainSeries {
@@ -135,6 +136,7 @@ class MetricsExporter : public JobObserver {
   prometheus::Family<prometheus::Gauge>& train_mfu_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
   prometheus::Family<prometheus::Gauge>& memory_peak_;
+  prometheus::Family<prometheus::Gauge>& memory_reserved_;
   prometheus::Family<prometheus::Gauge>& memory_used_;
   prometheus::Family<prometheus::Counter>& comm_exposed_;
   prometheus::Family<prometheus::Counter>& rpc_requests_;

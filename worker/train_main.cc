@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
                            {"step_seconds", report.step_seconds()},
                            {"exposed_comm_seconds", report.exposed_comm_seconds()},
                            {"mfu_ratio", report.mfu_ratio()},
-                           {"memory_peak_bytes", report.memory_peak_bytes()}};
+                           {"memory_peak_bytes", report.memory_peak_bytes()},
+                           {"memory_reserved_bytes", report.memory_reserved_bytes()}};
     std::cout << line.dump() << std::endl;
     if (crash_at_step > 0 && report.step() == crash_at_step) std::_Exit(137);
   };

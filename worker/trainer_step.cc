@@ -112,6 +112,7 @@ v1::StepReport StepReportFor(const StepOutcome& outcome, const RankContext& cont
   report.set_mfu_ratio(rates.flops_per_token * report.tokens_per_second() / rates.peak_flops);
   report.set_memory_current_bytes(outcome.memory.current_bytes);
   report.set_memory_peak_bytes(outcome.memory.peak_bytes);
+  report.set_memory_reserved_bytes(outcome.memory.reserved_bytes);
   const MemoryInUse in_use = runtime.ProcessMemory();
   report.set_memory_device_used_bytes(in_use.bytes);
   report.set_memory_device_used_source(in_use.source);

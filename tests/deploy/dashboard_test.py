@@ -33,7 +33,8 @@ REQUIRED_METRICS = {
     "fsdpd_train_loss", "fsdpd_train_tokens_per_second", "fsdpd_train_mfu_ratio",
     "fsdpd_train_step_duration_seconds_sum", "fsdpd_train_step_duration_seconds_count",
     "fsdpd_train_step_duration_seconds_bucket", "fsdpd_comm_exposed_seconds_total",
-    "fsdpd_gpu_memory_peak_bytes", "fsdpd_gpu_memory_used_bytes", "fsdpd_kernel_gpu_seconds_total",
+    "fsdpd_gpu_memory_peak_bytes", "fsdpd_gpu_memory_used_bytes", "fsdpd_gpu_memory_reserved_bytes",
+    "fsdpd_kernel_gpu_seconds_total",
     "fsdpd_kernel_sm_throughput_ratio", "fsdpd_kernel_dram_throughput_ratio", "fsdpd_jobs",
     "fsdpd_workers", "fsdpd_rpc_duration_seconds_bucket", "fsdpd_rpc_first_message_seconds_bucket",
 }

@@ -90,6 +90,7 @@ TEST(CudaBackendTest, BuffersStatsCopiesAndEvents) {
   absl::StatusOr<std::unique_ptr<Buffer>> buffer = backend.Allocate(count * 4);
   ASSERT_TRUE(buffer.ok());
   EXPECT_GE(backend.memory_stats().current_bytes, before + count * 4);
+  EXPECT_GE(backend.memory_stats().reserved_bytes, backend.memory_stats().current_bytes);
   EXPECT_GT(backend.memory_stats().device_total_bytes, 0);
 
   // Fill on the compute stream, an event, then a copy ordered after it on the comm stream.

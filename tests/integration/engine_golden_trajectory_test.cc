@@ -49,6 +49,9 @@ TEST(EngineGoldenTrajectoryTest, FollowsPyTorchsLossesForTwentyAdamWSteps) {
     EXPECT_GT(report.grad_norm(), 0.0);
     EXPECT_GT(report.tokens_per_second(), 0.0);
     EXPECT_GT(report.memory_peak_bytes(), 0);
+    // The CPU backend caches nothing: what it holds is what is in use.
+    EXPECT_GT(report.memory_reserved_bytes(), 0);
+    EXPECT_EQ(report.memory_reserved_bytes(), report.memory_current_bytes());
     actual.push_back(report.loss());
   };
   auto result = RunTrainer(spec, context, hooks);

@@ -121,7 +121,8 @@ class JobManagerTest : public ::testing::Test {
   }
 
   void Step(const std::string& worker, const std::string& job, int attempt, int rank, int step,
-            double loss, double tokens_per_second, int64_t memory_peak = 0) {
+            double loss, double tokens_per_second, int64_t memory_peak = 0,
+            int64_t memory_reserved = 0) {
     v1::WorkerMessage message;
     v1::StepReport* report = message.mutable_step();
     report->set_job_id(job);
@@ -131,6 +132,7 @@ class JobManagerTest : public ::testing::Test {
     report->set_loss(loss);
     report->set_tokens_per_second(tokens_per_second);
     report->set_memory_peak_bytes(memory_peak);
+    report->set_memory_reserved_bytes(memory_reserved);
     jobs_->OnWorkerMessage(worker, message);
   }
 
@@ -212,10 +214,10 @@ TEST_F(JobManagerTest, GangRunsToSuccessWithAggregatedSteps) {
   auto watcher = std::make_shared<FakeSubscriber>();
   ASSERT_TRUE(jobs_->Watch(id, watcher).ok());
 
-  Step(w0, id, 1, 0, 1, 5.5, 100, 1000);
+  Step(w0, id, 1, 0, 1, 5.5, 100, 1000, /*memory_reserved=*/4000);
   EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
   EXPECT_EQ(GetJob(id).step(), 0);  // rank 1 has not reported step 1 yet
-  Step(w1, id, 1, 1, 1, 9.9, 150, 3000);
+  Step(w1, id, 1, 1, 1, 9.9, 150, 3000, /*memory_reserved=*/3500);
   job = GetJob(id);
   EXPECT_EQ(job.step(), 1);
   EXPECT_DOUBLE_EQ(job.loss(), 5.5);               // rank 0's (already all-reduced) loss
@@ -240,10 +242,12 @@ TEST_F(JobManagerTest, GangRunsToSuccessWithAggregatedSteps) {
   EXPECT_THAT(states,
               ::testing::ElementsAre(v1::PENDING, v1::SCHEDULED, v1::RUNNING, v1::SUCCEEDED));
 
-  // The watcher saw RUNNING, one aggregated step with the max memory, then SUCCEEDED and end.
+  // The watcher saw RUNNING, one aggregated step with the max memory (each figure its own
+  // maximum over the ranks), then SUCCEEDED and end.
   ASSERT_EQ(watcher->events.size(), 3u);
   EXPECT_EQ(watcher->events[0].state().state(), v1::RUNNING);
   EXPECT_EQ(watcher->events[1].step().memory_peak_bytes(), 3000);
+  EXPECT_EQ(watcher->events[1].step().memory_reserved_bytes(), 4000);
   EXPECT_EQ(watcher->events[2].state().state(), v1::SUCCEEDED);
   ASSERT_TRUE(watcher->ended.has_value());
   EXPECT_TRUE(watcher->ended->ok());

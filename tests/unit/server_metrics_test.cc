@@ -83,6 +83,7 @@ class MetricsExporterTest : public ::testing::Test {
       report.set_step(step);
       report.set_memory_peak_bytes(1000 + rank);
       report.set_memory_device_used_bytes(5000 + rank);
+      report.set_memory_reserved_bytes(3000 + rank);
       report.set_exposed_comm_seconds(0.125);
       exporter_->OnRankStep(report, worker);
     }
@@ -116,6 +117,7 @@ class MetricsExporterTest : public ::testing::Test {
             "fsdpd_train_step_duration_seconds_bucket{" + job,
             "fsdpd_gpu_memory_peak_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname=\"host-a\"," + job,
             "fsdpd_gpu_memory_used_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname=\"host-a\"," + job,
+            "fsdpd_gpu_memory_reserved_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname=\"host-a\"," + job,
             "fsdpd_comm_exposed_seconds_total{" + job,
             "fsdpd_kernel_gpu_seconds_total{" + job,
             "fsdpd_kernel_sm_throughput_ratio{" + job,
@@ -167,6 +169,8 @@ TEST_F(MetricsExporterTest, DriverMemoryIsAGaugePerRankAndUnknownIsLeftOut) {
   std::string scrape = exporter_->Render();
   EXPECT_THAT(scrape, HasSubstr("fsdpd_gpu_memory_used_bytes{UUID=\"GPU-0\",gpu=\"0\",hostname="
                                 "\"host-a\",job=\"job-a\",rank=\"1\"} 5001"));
+  EXPECT_THAT(scrape, HasSubstr("fsdpd_gpu_memory_reserved_bytes{UUID=\"GPU-0\",gpu=\"0\","
+                                "hostname=\"host-a\",job=\"job-a\",rank=\"1\"} 3001"));
   v1::Worker worker;
   worker.set_hostname("host-b");
   v1::StepReport report;
@@ -179,6 +183,8 @@ TEST_F(MetricsExporterTest, DriverMemoryIsAGaugePerRankAndUnknownIsLeftOut) {
                                 "\"host-b\",job=\"job-b\",rank=\"0\"} 10"));
   EXPECT_THAT(scrape, Not(HasSubstr("fsdpd_gpu_memory_used_bytes{UUID=\"\",gpu=\"0\",hostname="
                                     "\"host-b\"")));
+  EXPECT_THAT(scrape, Not(HasSubstr("fsdpd_gpu_memory_reserved_bytes{UUID=\"\",gpu=\"0\","
+                                    "hostname=\"host-b\"")));
 }
 
 // A rank's device series are looked up once per attempt: later reports update the same series,

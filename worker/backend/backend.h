@@ -45,6 +45,7 @@ class Buffer {
 struct MemoryStats {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;
+  int64_t reserved_bytes = 0;      // held from the device: in use plus the allocator's cache
   int64_t device_total_bytes = 0;  // 0 where unknown
 };
 

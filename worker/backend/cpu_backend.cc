@@ -93,6 +93,7 @@ MemoryStats CpuBackend::memory_stats() const {
   MemoryStats stats;
   stats.current_bytes = counters_->current_bytes.load();
   stats.peak_bytes = counters_->peak_bytes.load();
+  stats.reserved_bytes = stats.current_bytes;  // freed memory goes straight back
   stats.device_total_bytes = config_.memory_limit_bytes;
   return stats;
 }

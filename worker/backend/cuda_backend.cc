@@ -146,6 +146,7 @@ MemoryStats CudaBackend::memory_stats() const {
   MemoryStats memory;
   memory.current_bytes = stats.current_bytes;
   memory.peak_bytes = stats.peak_bytes;
+  memory.reserved_bytes = stats.reserved_bytes;
   memory.device_total_bytes = stats.device_total_bytes;
   return memory;
 }
