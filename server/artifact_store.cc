@@ -11,11 +11,12 @@ namespace fsdpd::server {
 namespace fs = std::filesystem;
 
 absl::Status ArtifactStore::CheckName(const std::string& name) {
-  // Names come from workers: keep them to one plain file name inside the job's directory.
-  if (name.empty() || name == "." || name == ".." || absl::StrContains(name, "/") ||
-      absl::StrContains(name, "\\") || absl::EndsWith(name, ".partial")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("artifact name \"", name, "\" is not a plain file name"));
+  // Names come from workers. A job has one artifact, its exported model; any other name would
+  // let a rank 0 write files of its choosing, each up to the model's bound.
+  if (name != kModelArtifact) {
+    return absl::InvalidArgumentError(absl::StrCat("artifact name \"", name.substr(0, 64),
+                                                   "\" is not ", kModelArtifact,
+                                                   ", the only artifact a job uploads"));
   }
   return absl::OkStatus();
 }
@@ -25,7 +26,7 @@ std::string ArtifactStore::Directory(const std::string& job_id) const {
 }
 
 absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk, int64_t max_bytes) {
-  const std::string name = chunk.name().empty() ? "model.safetensors" : chunk.name();
+  const std::string name = chunk.name().empty() ? kModelArtifact : chunk.name();
   if (absl::Status status = CheckName(name); !status.ok()) return status;
   if (chunk.job_id().empty() || absl::StrContains(chunk.job_id(), "/")) {
     return absl::InvalidArgumentError("artifact chunk has no valid job_id");

@@ -1,6 +1,6 @@
-// Files that rank 0 uploads at the end of a successful attempt (model.safetensors), kept under
-// <artifact_dir>/<job>/. Chunks go to a temporary file that is renamed on the last chunk, so a
-// reader never sees a partial artifact.
+// The file that rank 0 uploads at the end of a successful attempt (model.safetensors), kept
+// under <artifact_dir>/<job>/. Chunks go to a temporary file that is renamed on the last chunk, so
+// a reader never sees a partial artifact.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,8 @@ namespace fsdpd::server {
 
 class ArtifactStore {
  public:
+  static constexpr char kModelArtifact[] = "model.safetensors";
+
   explicit ArtifactStore(std::string root) : root_(std::move(root)) {}
 
   // Writes one chunk at its offset. A chunk reaching past `max_bytes`, or announcing a larger

@@ -373,7 +373,8 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
                                   ": its weights are exported once it has finished")),
         Counter("ExportJob"));
   }
-  absl::StatusOr<std::string> path = jobs_.artifacts().Find(request->id(), "model.safetensors");
+  absl::StatusOr<std::string> path =
+      jobs_.artifacts().Find(request->id(), ArtifactStore::kModelArtifact);
   if (!path.ok()) {
     return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("ExportJob"));
   }

@@ -380,33 +380,34 @@ TEST_F(JobManagerTest, RankErrorRetriesAndFailsAfterMaxRestarts) {
   EXPECT_THAT(job.reason(), HasSubstr("NaN loss at step 4"));
 }
 
-// Rank 0's model upload is bounded by what the spec's model can take in fp32: a larger one
-// (a rogue or broken worker, or a sparse write far past the end) fails the attempt with the
-// reason, and nothing of it stays on disk.
+// Rank 0's model upload is bounded by what the spec's model can take in fp32, and a job has no
+// other artifact: a larger upload (a rogue or broken worker, or a sparse write far past the end)
+// or another file name fails the attempt with the reason, and nothing of it stays on disk.
 TEST_F(JobManagerTest, AModelUploadLargerThanTheSpecAllowsFailsTheAttempt) {
   const std::string w0 = AddWorker("host-a", 0);
-  const v1::JobSpec spec = SmallSpec(1, /*max_restarts=*/2);
+  const v1::JobSpec spec = SmallSpec(1, /*max_restarts=*/3);
   const std::string id = *jobs_->Submit(spec);
   const int64_t limit = ExportedModelBytesLimit(GetJob(id).spec().model());
   ASSERT_GT(limit, 4 * ParameterCount(spec.model()));
   const std::string artifact_dir = directory_ + "/artifacts/" + id;
-  auto upload = [&](int attempt, int64_t offset, int64_t size, bool last) {
+  auto upload = [&](int attempt, int64_t offset, int64_t size, bool last,
+                    const std::string& name = "model.safetensors") {
     v1::WorkerMessage message;
     v1::ArtifactChunk* chunk = message.mutable_artifact();
     chunk->set_job_id(id);
     chunk->set_attempt(attempt);
-    chunk->set_name("model.safetensors");
+    chunk->set_name(name);
     chunk->mutable_chunk()->set_offset(offset);
     chunk->mutable_chunk()->set_data(std::string(static_cast<size_t>(size), 'w'));
     chunk->set_last(last);
     jobs_->OnWorkerMessage(w0, message);
   };
-  auto expect_refused = [&](int attempt) {
+  auto expect_refused = [&](int attempt, const std::string& why) {
     const v1::Job job = GetJob(id);
     EXPECT_EQ(job.state(), v1::RETRYING);
     EXPECT_EQ(job.attempt(), attempt);
     EXPECT_THAT(job.reason(), HasSubstr("model upload failed"));
-    EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("past the ", limit, " bytes")));
+    EXPECT_THAT(job.reason(), HasSubstr(why));
     EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
     EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/model.safetensors"));
     EXPECT_EQ(sessions_[w0]->Cancellations(), attempt);
@@ -417,15 +418,19 @@ TEST_F(JobManagerTest, AModelUploadLargerThanTheSpecAllowsFailsTheAttempt) {
   upload(1, 0, 1000, false);
   EXPECT_TRUE(std::filesystem::exists(artifact_dir + "/model.safetensors.partial"));
   upload(1, limit - 10, 100, false);
-  expect_refused(1);
+  expect_refused(1, absl::StrCat("past the ", limit, " bytes"));
   // A chunk far out, where offset + size would overflow: refused, not a sparse file.
   upload(2, std::numeric_limits<int64_t>::max() - 10, 100, false);
-  expect_refused(2);
+  expect_refused(2, absl::StrCat("past the ", limit, " bytes"));
+  // Another file beside the model.
+  upload(3, 0, 100, true, "notes.txt");
+  expect_refused(3, "is not model.safetensors");
+  EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/notes.txt"));
 
   // The next attempt uploads a model exactly at the limit, which is stored.
-  ASSERT_EQ(GetJob(id).attempt(), 3);
-  upload(3, 0, limit, true);
-  Result(w0, id, 3, 0, true);
+  ASSERT_EQ(GetJob(id).attempt(), 4);
+  upload(4, 0, limit, true);
+  Result(w0, id, 4, 0, true);
   EXPECT_EQ(GetJob(id).state(), v1::SUCCEEDED);
   EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(artifact_dir + "/model.safetensors")),
             limit);
