@@ -76,6 +76,11 @@ absl::Status JobManagerConfig::Check() const {
         absl::StrCat("max-world-size: must be at least 1, got ", max_world_size));
   }
   if (artifact_dir.empty()) return absl::InvalidArgumentError("jobs: artifact directory is empty");
+  if (max_log_bytes_per_job < kMinLogBytesPerJob) {
+    return absl::InvalidArgumentError(absl::StrCat("max-log-bytes-per-job: must be at least ",
+                                                   kMinLogBytesPerJob, ", got ",
+                                                   max_log_bytes_per_job));
+  }
   return absl::OkStatus();
 }
 

@@ -48,6 +48,10 @@ struct JobManagerConfig {
   // fails and is retried. 0: the heartbeat timeout plus the rendezvous Get timeout.
   std::chrono::milliseconds start_timeout{0};
   std::string artifact_dir;  // <state-dir>/artifacts
+  // The text one job's stored log lines may hold (--max-log-bytes-per-job). Past it one marker
+  // line says so and later lines are dropped (still confirmed to the worker, which forgets them).
+  int64_t max_log_bytes_per_job = int64_t{256} << 20;
+  static constexpr int64_t kMinLogBytesPerJob = 64 << 10;  // four lines of the longest kind
   absl::Status Check() const;
 };
 

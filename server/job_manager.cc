@@ -60,6 +60,9 @@ absl::Status JobManager::Load() {
       absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(id);
       if (!events.ok()) return events.status();
       if (!events->empty()) record.next_sequence = events->back().sequence + 1;
+      absl::StatusOr<int64_t> log_bytes = store_.LogBytes(id);
+      if (!log_bytes.ok()) return log_bytes.status();
+      record.log_bytes = *log_bytes;
     }
     const v1::JobState state = record.job.state();
     if (state == v1::SCHEDULED || state == v1::RUNNING) {

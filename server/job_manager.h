@@ -190,6 +190,10 @@ class JobManager {
     int64_t next_sequence = 1;
     std::optional<ActiveAttempt> active;
     std::vector<std::shared_ptr<JobSubscriber>> subscribers;
+    // Log text accepted for storing (from the store at load, then counted as lines arrive;
+    // a resent copy counts again, so the bound is reached early rather than late).
+    int64_t log_bytes = 0;
+    bool log_limit_noted = false;  // the marker line was stored by this process
   };
 
   JobRecord* FindLocked(const std::string& job_id);

@@ -342,6 +342,26 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
   v1::LogLine stored = line;
   if (stored.unix_millis() == 0) stored.set_unix_millis(absl::ToUnixMillis(absl::Now()));
   if (stored.level().empty()) stored.set_level("info");
+  const auto line_bytes = static_cast<int64_t>(stored.text().size());
+  if (record->log_bytes + line_bytes > config_.max_log_bytes_per_job) {
+    // Over the job's log budget: one marker line, then nothing; the worker may forget the line.
+    if (!record->log_limit_noted) {
+      record->log_limit_noted = true;
+      v1::LogLine marker = stored;
+      marker.set_sequence(0);
+      marker.set_level("warning");
+      marker.set_text(absl::StrCat("fsdpd: this job's stored log reached --max-log-bytes-per-job (",
+                                   config_.max_log_bytes_per_job,
+                                   " bytes); later lines are dropped"));
+      LogStoreError(store_.AppendLog(marker).status(), "log line");
+      NotifyLocked(*record, [marker](const auto& subscriber) { subscriber->OnLog(marker); });
+    }
+    if (numbered) {
+      NoteUnconfirmedLocked(worker_id, {true, 0, line.job_id(), line.attempt(), line.sequence()});
+    }
+    return;
+  }
+  record->log_bytes += line_bytes;
   absl::StatusOr<int64_t> number = store_.AppendLog(stored);
   LogStoreError(number.status(), "log line");
   if (numbered && number.ok()) {

@@ -69,6 +69,8 @@ class JobStore {
   // The last `tail` lines (all when tail <= 0), oldest first.
   virtual absl::StatusOr<std::vector<v1::LogLine>> LoadLogs(const std::string& job_id,
                                                             int64_t tail) = 0;
+  // The bytes of text the job's stored log lines hold.
+  virtual absl::StatusOr<int64_t> LogBytes(const std::string& job_id) = 0;
 
   // Writes everything buffered.
   virtual absl::Status Flush() = 0;

@@ -36,6 +36,7 @@ struct Settings {
   std::optional<std::string> metrics_retention;
   std::optional<std::string> lost_worker_retention;
   std::optional<int> max_world_size;
+  std::optional<int64_t> max_log_bytes_per_job;
   std::optional<bool> insecure;
   std::optional<std::string> tls_cert;
   std::optional<std::string> tls_key;
@@ -60,7 +61,7 @@ std::string DefaultStateDir() {
 
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
 // metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
-// max-workers, register-rate, health-listen.
+// max-workers, register-rate, health-listen, max-log-bytes-per-job.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -99,12 +100,15 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.register_rate = entry.second.as<double>();
       } else if (key == "health-listen") {
         settings.health_listen = entry.second.as<std::string>();
+      } else if (key == "max-log-bytes-per-job") {
+        settings.max_log_bytes_per_job = entry.second.as<int64_t>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
                          "metrics-retention, lost-worker-retention, max-world-size, insecure, "
-                         "insecure-metrics, max-workers, register-rate, health-listen)"));
+                         "insecure-metrics, max-workers, register-rate, health-listen, "
+                         "max-log-bytes-per-job)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -144,6 +148,7 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.metrics_retention) onto.metrics_retention = from.metrics_retention;
   if (from.lost_worker_retention) onto.lost_worker_retention = from.lost_worker_retention;
   if (from.max_world_size) onto.max_world_size = from.max_world_size;
+  if (from.max_log_bytes_per_job) onto.max_log_bytes_per_job = from.max_log_bytes_per_job;
   if (from.insecure) onto.insecure = from.insecure;
   if (from.tls_cert) onto.tls_cert = from.tls_cert;
   if (from.tls_key) onto.tls_key = from.tls_key;
@@ -172,6 +177,9 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   config.tokens_file = settings.tokens_file.value_or("");
   if (settings.max_request_bytes) config.max_receive_message_bytes = *settings.max_request_bytes;
   if (settings.max_world_size) config.jobs.max_world_size = *settings.max_world_size;
+  if (settings.max_log_bytes_per_job) {
+    config.jobs.max_log_bytes_per_job = *settings.max_log_bytes_per_job;
+  }
   if (settings.heartbeat_timeout) {
     absl::StatusOr<std::chrono::milliseconds> timeout =
         fsdpd::server::ParseDuration(*settings.heartbeat_timeout);
@@ -250,6 +258,7 @@ int main(int argc, char** argv) {
   std::string listen, metrics_listen, state_dir, heartbeat_timeout, metrics_retention,
       lost_worker_retention;
   int max_world_size = 0;
+  int64_t max_log_bytes_per_job = 0;
   bool insecure = false;
   auto* listen_option = app.add_option("--listen", listen, "gRPC address (127.0.0.1:7070)");
   auto* metrics_option =
@@ -267,6 +276,9 @@ int main(int argc, char** argv) {
       "least --heartbeat-timeout)");
   auto* world_option =
       app.add_option("--max-world-size", max_world_size, "largest world_size accepted (1024)");
+  auto* log_bytes_option = app.add_option(
+      "--max-log-bytes-per-job", max_log_bytes_per_job,
+      "log text stored per job; later lines are dropped after a marker line (268435456)");
   auto* insecure_flag =
       app.add_flag("--insecure", insecure, "allow a non-loopback --listen without TLS");
   std::string tls_cert, tls_key, tls_client_ca, tokens_file;
@@ -314,6 +326,7 @@ int main(int argc, char** argv) {
   if (*retention_option) flags.metrics_retention = metrics_retention;
   if (*lost_retention_option) flags.lost_worker_retention = lost_worker_retention;
   if (*world_option) flags.max_world_size = max_world_size;
+  if (*log_bytes_option) flags.max_log_bytes_per_job = max_log_bytes_per_job;
   if (*insecure_flag) flags.insecure = insecure;
   if (*tls_cert_option) flags.tls_cert = tls_cert;
   if (*tls_key_option) flags.tls_key = tls_key;

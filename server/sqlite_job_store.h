@@ -53,6 +53,7 @@ class SqliteJobStore : public JobStore {
   absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id) override;
   absl::StatusOr<std::vector<v1::LogLine>> LoadLogs(const std::string& job_id,
                                                     int64_t tail) override;
+  absl::StatusOr<int64_t> LogBytes(const std::string& job_id) override;
 
   absl::Status Flush() override;
   void BeginGroup() override;

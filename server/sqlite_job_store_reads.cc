@@ -153,6 +153,18 @@ absl::StatusOr<std::vector<v1::LogLine>> SqliteJobStore::LoadLogs(const std::str
   return lines;
 }
 
+absl::StatusOr<int64_t> SqliteJobStore::LogBytes(const std::string& job_id) {
+  auto lock = LockConnection();
+  FlushBeforeReadLocked();
+  absl::StatusOr<SqliteStatement> select = database_.Prepare(
+      "SELECT COALESCE(SUM(LENGTH(CAST(text AS BLOB))), 0) FROM logs WHERE job_id = ?1");
+  if (!select.ok()) return select.status();
+  select->Bind(1, job_id);
+  absl::StatusOr<bool> row = select->Step();
+  if (!row.ok()) return row.status();
+  return *row ? select->ColumnInt(0) : 0;
+}
+
 absl::StatusOr<std::vector<AssignmentRecord>> SqliteJobStore::LoadAssignments(
     const std::string& job_id, int attempt) {
   auto lock = LockConnection();

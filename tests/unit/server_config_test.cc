@@ -20,6 +20,7 @@ TEST(ConfigTest, DefaultsAreValidAndPathsDeriveFromTheStateDir) {
   EXPECT_EQ(config.listen, "127.0.0.1:7070");
   EXPECT_EQ(config.workers.heartbeat_timeout, std::chrono::seconds(10));
   EXPECT_EQ(config.jobs.max_world_size, 1024);
+  EXPECT_EQ(config.jobs.max_log_bytes_per_job, int64_t{256} << 20);
 }
 
 TEST(ConfigTest, NonLoopbackListenNeedsInsecure) {
@@ -63,6 +64,11 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
   config = ValidConfig();
   config.jobs.max_world_size = 0;
   EXPECT_NE(config.Check().message().find("max-world-size"), std::string::npos);
+  config = ValidConfig();
+  config.jobs.max_log_bytes_per_job = 1000;
+  EXPECT_NE(config.Check().message().find("max-log-bytes-per-job: must be at least 65536"),
+            std::string::npos)
+      << config.Check();
   config = ValidConfig();
   config.workers.heartbeat_timeout = std::chrono::milliseconds(500);
   EXPECT_NE(config.Check().message().find("heartbeat"), std::string::npos);

@@ -82,6 +82,7 @@ class JobManagerTest : public ::testing::Test {
     JobManagerConfig config;
     config.artifact_dir = directory_ + "/artifacts";
     config.max_world_size = 8;
+    config.max_log_bytes_per_job = max_log_bytes_;
     jobs_ = std::make_unique<JobManager>(config, *store_, *registry_, *rendezvous_,
                                          [this] { return now_; });
     ASSERT_TRUE(jobs_->Load().ok());
@@ -162,6 +163,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   std::string directory_;
+  int64_t max_log_bytes_ = JobManagerConfig{}.max_log_bytes_per_job;
   Clock::time_point now_ = Clock::time_point(std::chrono::hours(1));
   std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
@@ -738,6 +740,72 @@ TEST_F(JobManagerTest, NumberedLogLinesAreConfirmedStoredOnceAndFollowedOnce) {
   ASSERT_EQ(lines->size(), 2u) << "the resent line is stored once";
   EXPECT_EQ((*lines)[0].text(), "first");
   EXPECT_EQ((*lines)[1].text(), "second");
+}
+
+// A job's stored log text is bounded: past --max-log-bytes-per-job one marker line says so,
+// later lines are dropped but still confirmed (the worker forgets them), and a restarted
+// coordinator counts what is already stored.
+TEST_F(JobManagerTest, LogLinesPastTheJobsBudgetAreDroppedAfterOneMarker) {
+  max_log_bytes_ = 1000;
+  Restart();
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  auto follower = std::make_shared<FakeSubscriber>();
+  ASSERT_TRUE(jobs_->Logs(id, 0, follower).ok());
+  auto send_line = [&](const std::string& worker, int64_t sequence, char fill) {
+    v1::WorkerMessage message;
+    v1::LogLine* line = message.mutable_log();
+    line->set_job_id(id);
+    line->set_attempt(1);
+    line->set_sequence(sequence);
+    line->set_text(std::string(400, fill));
+    jobs_->OnWorkerMessage(worker, message);
+  };
+  for (int sequence = 1; sequence <= 5; ++sequence) send_line(w0, sequence, 'a' + sequence);
+  ASSERT_TRUE(store_->Flush().ok());
+  size_t seen = sessions_[w0]->messages.size();
+  Heartbeat(w0);
+  const std::vector<v1::ReportsStored> stored = Confirmations(*sessions_[w0], seen);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].through_log_sequence(), 5) << "dropped lines are confirmed too";
+
+  auto texts = [&] {
+    std::vector<std::string> found;
+    absl::StatusOr<std::vector<v1::LogLine>> lines = store_->LoadLogs(id, 0);
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    if (lines.ok()) {
+      for (const v1::LogLine& line : *lines) found.push_back(line.text().substr(0, 40));
+    }
+    return found;
+  };
+  const std::string marker =
+      "fsdpd: this job's stored log reached --max-log-bytes-per-job (1000 bytes)";
+  std::vector<std::string> lines = texts();
+  ASSERT_EQ(lines.size(), 3u);  // 2 × 400 bytes fit in 1000, then the marker
+  EXPECT_EQ(lines[0], std::string(40, 'b'));
+  EXPECT_EQ(lines[1], std::string(40, 'c'));
+  EXPECT_EQ(lines[2], marker.substr(0, 40));
+  ASSERT_EQ(follower->logs.size(), 3u);
+  EXPECT_THAT(follower->logs[2].text(), HasSubstr(marker));
+  EXPECT_EQ(follower->logs[2].level(), "warning");
+
+  // A restarted coordinator counts the 800 bytes already stored: 100 more fit, 400 do not.
+  Restart();
+  const std::string again = AddWorker("host-a", 0, w0, RankAssignment{id, 1, 0});
+  auto send_text = [&](int64_t sequence, const std::string& text) {
+    v1::WorkerMessage message;
+    v1::LogLine* line = message.mutable_log();
+    line->set_job_id(id);
+    line->set_attempt(1);
+    line->set_sequence(sequence);
+    line->set_text(text);
+    jobs_->OnWorkerMessage(again, message);
+  };
+  send_text(6, std::string(100, 'y'));
+  send_text(7, std::string(400, 'x'));
+  lines = texts();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), std::string(40, 'y')), 1);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), std::string(40, 'x')), 0);
 }
 
 // Issue 11 §1: a job's unique id survives restarts and differs between state folders.
