@@ -60,9 +60,15 @@ absl::Status JobManager::Load() {
       absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(id);
       if (!events.ok()) return events.status();
       if (!events->empty()) record.next_sequence = events->back().sequence + 1;
+      // A damaged log table must not keep the coordinator from starting (the job's state and
+      // history are elsewhere): its lines then count from zero.
       absl::StatusOr<int64_t> log_bytes = store_.LogBytes(id);
-      if (!log_bytes.ok()) return log_bytes.status();
-      record.log_bytes = *log_bytes;
+      if (log_bytes.ok()) {
+        record.log_bytes = *log_bytes;
+      } else {
+        spdlog::error("{}: cannot count its stored log lines: {}", id,
+                      log_bytes.status().ToString());
+      }
     }
     const v1::JobState state = record.job.state();
     if (state == v1::SCHEDULED || state == v1::RUNNING) {

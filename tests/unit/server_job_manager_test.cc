@@ -655,15 +655,22 @@ TEST_F(JobManagerTest, LogsAreStoredAndFollowed) {
 }
 
 // A damaged page of the log table (a torn write, a bad disk) makes `fsdpctl logs` say what is
-// damaged, not a raw SQL error, and the job's state and history keep answering.
+// damaged, not a raw SQL error, and the job's state and history keep answering. The coordinator
+// still starts with a running job whose stored log cannot be counted for its budget.
 TEST_F(JobManagerTest, DamagedLogPagesAreNamedAndTheRestStaysReadable) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string running = *jobs_->Submit(SmallSpec(1, 0));
+  ASSERT_EQ(sessions_[w1]->Assignments().size(), 1u);
+  Step(w1, running, 1, 0, 1, 5.0, 100);
   v1::WorkerMessage message;
   message.mutable_log()->set_job_id(id);
   message.mutable_log()->set_attempt(1);
   message.mutable_log()->set_text(std::string(200, 'x'));
   for (int i = 0; i < 200; ++i) jobs_->OnWorkerMessage(w0, message);  // several pages
+  message.mutable_log()->set_job_id(running);
+  jobs_->OnWorkerMessage(w1, message);
   Result(w0, id, 1, 0, true);
   ASSERT_TRUE(jobs_->Logs(id, 0, nullptr).ok());
   Stop();
@@ -699,6 +706,7 @@ TEST_F(JobManagerTest, DamagedLogPagesAreNamedAndTheRestStaysReadable) {
   absl::StatusOr<JobManager::History> history = jobs_->Watch(id, nullptr);
   ASSERT_TRUE(history.ok()) << history.status();
   EXPECT_FALSE(history->events.empty());
+  EXPECT_EQ(GetJob(running).state(), v1::RUNNING);
 }
 
 // Numbered log lines are confirmed like step reports, stored once, and a resent one is not
