@@ -1,7 +1,9 @@
 # The GPU machine's environment for the bench/gpu_*.sh scripts, sourced by each:
 #   source "$(dirname "$0")/device_env.sh" || exit 1
 # Unpacks bench/bundle_for_device.sh's .device/bundle.tar.xz when .device/bin is not there yet,
-# and exports what the binaries run with. Sets repo_root, bin (.device/bin) and python_bin.
+# and exports what the binaries run with. Sets repo_root, bin (.device/bin), python_bin,
+# torchrun_bin and anchor (the PyTorch FSDP2 script), and defines free_port and the
+# single-GPU memory sampler (start_memory_sampler FILE / stop_memory_sampler).
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=$repo_root/.device/bin
 if [ ! -d "$bin" ] && [ -f "$repo_root/.device/bundle.tar.xz" ]; then
@@ -21,3 +23,24 @@ export NCCL_NVLS_ENABLE=0
 export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
 # Where the tests find their fixtures (tests/golden).
 export FSDPD_SOURCE_DIR=$repo_root
+torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
+anchor=$repo_root/bench/anchor/seed_train_fsdp.py
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# nvidia-smi's memory.used (MiB) of GPU 0 every 100 ms into $1 until stopped: the driver's view.
+sampler=""
+start_memory_sampler() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$1" 2>/dev/null &
+    sampler=$!
+  else
+    sampler=""
+  fi
+}
+stop_memory_sampler() {
+  [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
+  sampler=""
+}

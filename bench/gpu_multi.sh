@@ -22,8 +22,6 @@ out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 source "$repo_root/bench/device_env.sh" || exit 1
 [ -x "$bin/fsdpd-worker" ] || { echo "gpu_multi: no binaries in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
-anchor=$repo_root/bench/anchor/seed_train_fsdp.py
 spec=$repo_root/examples/seed.yaml
 steps=${STEPS:-40}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -38,7 +36,6 @@ kill_gpus=$gpus
 [ "$share_gpu" = 1 ] && kill_gpus=$kill_world
 work=$(mktemp -d /tmp/fsdpd-gpu-multi-XXXXXX)
 pids=()
-sampler=""
 
 say() { echo "== $(date +%H:%M:%S) $*" | tee -a "$out/gpu_multi.log"; }
 stop_started() {
@@ -51,13 +48,12 @@ stop_started() {
 }
 trap 'stop_started; [ -n "$sampler" ] && kill "$sampler" 2>/dev/null; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# nvidia-smi's memory.used of every GPU (index, MiB) every 100 ms into $1 until stopped.
-start_sampler() {
+# nvidia-smi's memory.used of every GPU (index, MiB) every 100 ms into $1 until
+# stop_memory_sampler (bench/device_env.sh).
+start_all_gpus_memory_sampler() {
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null &
   sampler=$!
 }
-stop_sampler() { [ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null; sampler=""; }
 
 # start_cluster TAG WORLD: fsdpd and WORLD workers, one per GPU; sets $listen.
 start_cluster() {
@@ -106,23 +102,23 @@ for world in $worlds; do
   tag=fsdpd-$world
   if start_cluster "$tag" "$world"; then
     job_spec "$world" "$steps" 0 >"$work/$tag.yaml"
-    start_sampler "$out/$tag-memory.csv"
+    start_all_gpus_memory_sampler "$out/$tag-memory.csv"
     job=$(submit "$work/$tag.yaml")
     say "$tag: job $job"
     timeout -k 5 300 "$bin/fsdpctl" --coordinator "$listen" --json watch "$job" >"$out/$tag-watch.jsonl" 2>"$out/$tag-watch.err"
     say "$tag: $("$bin/fsdpctl" --coordinator "$listen" --json status "$job" | head -c 300)"
-    stop_sampler
+    stop_memory_sampler
   fi
   stop_started
   summary_args+=(--fsdpd "$world=$out/$tag-watch.jsonl" --fsdpd-memory "$world=$out/$tag-memory.csv")
   for mode in ${ANCHOR_MODES:-eager compile}; do
     [ -f "$anchor" ] && [ -x "$torchrun_bin" ] || { say "anchor skipped: $anchor or $torchrun_bin missing"; break; }
     compile=0; [ "$mode" = compile ] && compile=1
-    start_sampler "$out/anchor-$mode-$world-memory.csv"
+    start_all_gpus_memory_sampler "$out/anchor-$mode-$world-memory.csv"
     COMPILE=$compile STEPS=$steps WARM=10 timeout -k 5 400 "$torchrun_bin" --standalone \
       --nproc_per_node="$world" "$anchor" >"$out/anchor-$mode-$world.log" 2>&1
     say "anchor $mode at $world: exit $? $(grep RESULT "$out/anchor-$mode-$world.log")"
-    stop_sampler
+    stop_memory_sampler
     summary_args+=(--anchor "$mode:$world=$out/anchor-$mode-$world.log"
       --anchor-memory "$mode:$world=$out/anchor-$mode-$world-memory.csv")
   done

@@ -18,7 +18,6 @@ work=$(mktemp -d /tmp/fsdpd-multirank-XXXXXX)
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done; wait 2>/dev/null; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # run_job KIND WORLD: one coordinator, WORLD workers of KIND (cpu or cuda:0), one job.
 run_job() {

@@ -18,8 +18,6 @@ out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 source "$repo_root/bench/device_env.sh" || exit 1
 [ -x "$bin/fsdpd-train" ] || { echo "gpu_seed: no binaries in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
-anchor=$repo_root/bench/anchor/seed_train_fsdp.py
 spec=$repo_root/examples/seed.yaml
 budget_seconds=${BUDGET_SECONDS:-480}
 started=$(date +%s)
@@ -51,24 +49,6 @@ stop_started() {
 }
 trap 'stop_started; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
-
-# nvidia-smi's memory.used (MiB) every 100 ms into $1 until stopped: the driver's view.
-start_memory_sampler() {
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$1" 2>/dev/null &
-    sampler=$!
-  else
-    sampler=""
-  fi
-}
-stop_memory_sampler() {
-  [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
-  sampler=""
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo unknown)"
 

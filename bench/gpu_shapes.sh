@@ -18,8 +18,6 @@ out=${OUT:-$repo_root/bench-out}/shapes
 mkdir -p "$out"
 source "$repo_root/bench/device_env.sh" || exit 1
 [ -x "$bin/fsdpd-train" ] || { echo "gpu_shapes: no fsdpd-train in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
-anchor=$repo_root/bench/anchor/seed_train_fsdp.py
 steps=${STEPS:-25}
 first=${FIRST:-11}
 shapes=${SHAPES:-"w1024-l4-s4096-causal 1024 4 4096 4 true;w1024-l4-s4096 1024 4 4096 4 false;w4096-l8-s512 4096 8 512 8 false;w1024-l32-s2048 1024 32 2048 8 false"}
@@ -30,9 +28,6 @@ trap 'rm -rf "$work"' EXIT
 
 left() { echo $((budget_seconds - ($(date +%s) - started))); }
 say() { echo "== $(date +%H:%M:%S) $*" | tee -a "$out/gpu_shapes.log"; }
-
-sample() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$1" 2>/dev/null & sampler=$!; }
-unsample() { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null; }
 
 # Each shape's fsdpd run first, then its anchors; a shape the budget cannot finish is skipped.
 declare -A anchor_done
@@ -48,11 +43,11 @@ for entry in "${entries[@]}"; do
     examples/seed.yaml >"$spec"
   limit=$(($(left) < 120 ? $(left) : 120))
   say "fsdpd-train $name (dim $dim, layers $layers, seq $seq, batch $batch, head_dim $((dim / 16)), causal $causal; limit $limit s)"
-  sample "$out/${name}_fsdpd_memory.csv"
+  start_memory_sampler "$out/${name}_fsdpd_memory.csv"
   timeout -k 5 "$limit" "$bin/fsdpd-train" --spec "$spec" --device cuda:0 \
     --checkpoint-dir "$work/ckpt-$name" >"$out/${name}_fsdpd.jsonl" 2>"$out/${name}_fsdpd.log"
   say "fsdpd-train $name exit $?"
-  unsample
+  stop_memory_sampler
   anchor_args=()
   key="$dim-$layers-$seq-$batch"
   for mode in ${ANCHOR_MODES:-compile}; do
@@ -61,12 +56,12 @@ for entry in "${entries[@]}"; do
       if [ "$(left)" -lt 30 ]; then say "anchor $mode for $name skipped: budget spent"; continue; fi
       limit=$(($(left) < 150 ? $(left) : 150))
       say "anchor $mode DIM=$dim LAYERS=$layers SEQ=$seq BATCH=$batch (limit $limit s)"
-      sample "$out/anchor_${key}_${mode}_memory.csv"
+      start_memory_sampler "$out/anchor_${key}_${mode}_memory.csv"
       DIM=$dim LAYERS=$layers SEQ=$seq BATCH=$batch STEPS=$steps WARM=$((first - 1)) \
         COMPILE=$([ "$mode" = compile ] && echo 1 || echo 0) timeout -k 5 "$limit" "$torchrun_bin" \
         --standalone --nproc_per_node=1 "$anchor" >"$log" 2>&1
       say "anchor $mode exit $?: $(grep RESULT "$log")"
-      unsample
+      stop_memory_sampler
       anchor_done[$key-$mode]=1
     fi
     anchor_args+=(--anchor "anchor-$mode=$log"
