@@ -52,6 +52,13 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
 
 }  // namespace
 
+void IsolateClientEnvironment(const std::string& home) {
+  setenv("HOME", home.c_str(), 1);
+  unsetenv("XDG_CONFIG_HOME");
+  unsetenv("FSDPD_TOKEN_FILE");
+  unsetenv("FSDPD_TLS_CA");
+}
+
 int FreeTcpPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};

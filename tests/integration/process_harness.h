@@ -19,6 +19,10 @@ namespace fsdpd::testing {
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreeTcpPort();
 
+// Points HOME at `home` and clears XDG_CONFIG_HOME, FSDPD_TOKEN_FILE and FSDPD_TLS_CA, so that
+// fsdpctl and workers started by the test pick up no token or CA from the real environment.
+void IsolateClientEnvironment(const std::string& home);
+
 // <FSDPD_BUILD_DIR>/<relative>, e.g. "server/fsdpd".
 std::string BuildPath(const std::string& relative);
 std::string SourcePath(const std::string& relative);

@@ -34,11 +34,7 @@ constexpr char kRogueWorker[] = "rogue-worker-token-0123456789";
 class RogueClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // fsdpctl must not pick up a token from the real home directory.
-    setenv("HOME", dir_.path().c_str(), 1);
-    unsetenv("XDG_CONFIG_HOME");
-    unsetenv("FSDPD_TOKEN_FILE");
-    unsetenv("FSDPD_TLS_CA");
+    IsolateClientEnvironment(dir_.path());
     address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
     data_root_ = dir_.path() + "/data";
     std::filesystem::create_directories(data_root_);

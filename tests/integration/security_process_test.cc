@@ -21,11 +21,7 @@ using ::testing::HasSubstr;
 class SecureClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // fsdpctl must not pick up a token from the real home directory.
-    setenv("HOME", dir_.path().c_str(), 1);
-    unsetenv("XDG_CONFIG_HOME");
-    unsetenv("FSDPD_TOKEN_FILE");
-    unsetenv("FSDPD_TLS_CA");
+    IsolateClientEnvironment(dir_.path());
     ASSERT_TRUE(MakeTestCertificates(dir_.path(), &certificates_))
         << ReadFile(dir_.path() + "/openssl.log");
     address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());

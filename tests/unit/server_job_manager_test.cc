@@ -137,6 +137,18 @@ class JobManagerTest : public ::testing::Test {
     jobs_->OnWorkerMessage(worker, message);
   }
 
+  // A log line of attempt 1, rank 0; sequence 0 is an unnumbered line.
+  void SendLog(const std::string& worker, const std::string& job, int64_t sequence,
+               const std::string& text) {
+    v1::WorkerMessage message;
+    v1::LogLine* line = message.mutable_log();
+    line->set_job_id(job);
+    line->set_attempt(1);
+    line->set_sequence(sequence);
+    line->set_text(text);
+    jobs_->OnWorkerMessage(worker, message);
+  }
+
   void Result(const std::string& worker, const std::string& job, int attempt, int rank, bool ok,
               const std::string& error = "", bool cancelled = false) {
     v1::WorkerMessage message;
@@ -664,13 +676,8 @@ TEST_F(JobManagerTest, DamagedLogPagesAreNamedAndTheRestStaysReadable) {
   const std::string running = *jobs_->Submit(SmallSpec(1, 0));
   ASSERT_EQ(sessions_[w1]->Assignments().size(), 1u);
   Step(w1, running, 1, 0, 1, 5.0, 100);
-  v1::WorkerMessage message;
-  message.mutable_log()->set_job_id(id);
-  message.mutable_log()->set_attempt(1);
-  message.mutable_log()->set_text(std::string(200, 'x'));
-  for (int i = 0; i < 200; ++i) jobs_->OnWorkerMessage(w0, message);  // several pages
-  message.mutable_log()->set_job_id(running);
-  jobs_->OnWorkerMessage(w1, message);
+  for (int i = 0; i < 200; ++i) SendLog(w0, id, 0, std::string(200, 'x'));  // several pages
+  SendLog(w1, running, 0, std::string(200, 'x'));
   Result(w0, id, 1, 0, true);
   ASSERT_TRUE(jobs_->Logs(id, 0, nullptr).ok());
   Stop();
@@ -716,19 +723,10 @@ TEST_F(JobManagerTest, NumberedLogLinesAreConfirmedStoredOnceAndFollowedOnce) {
   const std::string id = *jobs_->Submit(SmallSpec(1, 0));
   auto follower = std::make_shared<FakeSubscriber>();
   ASSERT_TRUE(jobs_->Logs(id, 0, follower).ok());
-  auto send_line = [&](int64_t sequence, const std::string& text) {
-    v1::WorkerMessage message;
-    v1::LogLine* line = message.mutable_log();
-    line->set_job_id(id);
-    line->set_attempt(1);
-    line->set_sequence(sequence);
-    line->set_text(text);
-    jobs_->OnWorkerMessage(w0, message);
-  };
-  send_line(1, "first");
-  send_line(2, "second");
+  SendLog(w0, id, 1, "first");
+  SendLog(w0, id, 2, "second");
   Step(w0, id, 1, 0, 1, 5.0, 100);
-  send_line(2, "second");  // resent after a reconnect
+  SendLog(w0, id, 2, "second");  // resent after a reconnect
   ASSERT_EQ(follower->logs.size(), 2u);
   EXPECT_EQ(follower->logs[1].text(), "second");
 
@@ -760,16 +758,9 @@ TEST_F(JobManagerTest, LogLinesPastTheJobsBudgetAreDroppedAfterOneMarker) {
   const std::string id = *jobs_->Submit(SmallSpec(1, 0));
   auto follower = std::make_shared<FakeSubscriber>();
   ASSERT_TRUE(jobs_->Logs(id, 0, follower).ok());
-  auto send_line = [&](const std::string& worker, int64_t sequence, char fill) {
-    v1::WorkerMessage message;
-    v1::LogLine* line = message.mutable_log();
-    line->set_job_id(id);
-    line->set_attempt(1);
-    line->set_sequence(sequence);
-    line->set_text(std::string(400, fill));
-    jobs_->OnWorkerMessage(worker, message);
-  };
-  for (int sequence = 1; sequence <= 5; ++sequence) send_line(w0, sequence, 'a' + sequence);
+  for (int sequence = 1; sequence <= 5; ++sequence) {
+    SendLog(w0, id, sequence, std::string(400, static_cast<char>('a' + sequence)));
+  }
   ASSERT_TRUE(store_->Flush().ok());
   size_t seen = sessions_[w0]->messages.size();
   Heartbeat(w0);
@@ -800,17 +791,8 @@ TEST_F(JobManagerTest, LogLinesPastTheJobsBudgetAreDroppedAfterOneMarker) {
   // A restarted coordinator counts the 800 bytes already stored: 100 more fit, 400 do not.
   Restart();
   const std::string again = AddWorker("host-a", 0, w0, RankAssignment{id, 1, 0});
-  auto send_text = [&](int64_t sequence, const std::string& text) {
-    v1::WorkerMessage message;
-    v1::LogLine* line = message.mutable_log();
-    line->set_job_id(id);
-    line->set_attempt(1);
-    line->set_sequence(sequence);
-    line->set_text(text);
-    jobs_->OnWorkerMessage(again, message);
-  };
-  send_text(6, std::string(100, 'y'));
-  send_text(7, std::string(400, 'x'));
+  SendLog(again, id, 6, std::string(100, 'y'));
+  SendLog(again, id, 7, std::string(400, 'x'));
   lines = texts();
   EXPECT_EQ(std::count(lines.begin(), lines.end(), std::string(40, 'y')), 1);
   EXPECT_EQ(std::count(lines.begin(), lines.end(), std::string(40, 'x')), 0);
