@@ -7,6 +7,9 @@
 // accumulator fragments. K slices of BK go through shared memory: while the subgroups multiply
 // one slice out of shared memory, the next slice's global loads (16-byte vectors where K allows)
 // are already in flight into registers, so global latency hides behind the matrix units.
+// Shared memory holds 16-byte vectors of 8 halves, written with one store each and read by the
+// fragment loads in those units (offsets and strides count vectors): a tile held as single
+// halves costs one 2-byte shared access an element on both sides, which starved the matrix units.
 // Ragged edges: rows, columns and K beyond the matrix are staged as zeros (they add nothing) and
 // the epilogue writes only in-range outputs; with K not a multiple of 8 the loads are scalar.
 // The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (and -DBK) in edge/CMakeLists.txt;
@@ -36,13 +39,15 @@
 #define SUB_N (BN / WARPS_N)
 #define FM (SUB_M / 16)
 #define FN (SUB_N / 16)
-// Shared rows are BK + 8 halves (80 bytes): 16-byte aligned for the fragment loads, and
-// consecutive rows start in different banks.
+// Shared rows are BK + 8 halves (80 bytes for BK 32): whole 16-byte vectors for the fragment
+// loads, and consecutive rows start in different banks. LDV counts them in vectors.
 #define LDS (BK + 8)
-// Per invocation and K slice: x as fp32 vec4s, w as 8 fp16 in a uvec4.
-#define X_VECS (BM * BK / 4 / THREADS)
+#define LDV (LDS / 8)
+// Per invocation and K slice: 8 consecutive elements of a row each, x as two fp32 vec4s, w as
+// 8 fp16 in a uvec4.
+#define X_VECS (BM * BK / 8 / THREADS)
 #define W_VECS (BN * BK / 8 / THREADS)
-#if X_VECS * 4 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK || \
+#if X_VECS * 8 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK || \
     FM * 16 != SUB_M || FN * 16 != SUB_N
 #error "block shape: 16-row fragments per subgroup and whole vectors per invocation"
 #endif
@@ -54,10 +59,10 @@ layout(std430, binding = 1) readonly buffer W8 { uvec4 w8[]; };
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
-shared float16_t x_tile[BM * LDS];  // row-major [BM][BK]
-shared float16_t w_tile[BN * LDS];  // row-major [BN][BK]: w's rows, i.e. column-major wᵀ
+shared uvec4 x_tile[BM * LDV];  // row-major [BM][BK] halves
+shared uvec4 w_tile[BN * LDV];  // row-major [BN][BK]: w's rows, i.e. column-major wᵀ
 shared float stage[WARPS_M * WARPS_N * 256];  // one 16×16 fp32 fragment per subgroup
-vec4 x_next[X_VECS];
+vec4 x_next[2 * X_VECS];
 uvec4 w_next[W_VECS];
 uint row0, col0, lane;
 bool vectors;
@@ -66,15 +71,17 @@ bool vectors;
 void Fetch(uint k0) {
   [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
-    const uint r = e / (BK / 4);
-    const uint kk = (e - r * (BK / 4)) * 4;
+    const uint r = e / (BK / 8);
+    const uint kk = (e - r * (BK / 8)) * 8;
     const uint gr = row0 + r;
     const uint gk = k0 + kk;
     if (vectors) {
-      x_next[i] = gr < p.m && gk < p.k ? x4[(gr * p.k + gk) / 4] : vec4(0.0);
+      const bool inside = gr < p.m && gk < p.k;
+      x_next[2 * i] = inside ? x4[(gr * p.k + gk) / 4] : vec4(0.0);
+      x_next[2 * i + 1] = inside ? x4[(gr * p.k + gk) / 4 + 1] : vec4(0.0);
     } else {
-      [[unroll]] for (uint j = 0; j < 4; ++j) {
-        x_next[i][j] = gr < p.m && gk + j < p.k ? x[gr * p.k + gk + j] : 0.0;
+      [[unroll]] for (uint j = 0; j < 8; ++j) {
+        x_next[2 * i + j / 4][j % 4] = gr < p.m && gk + j < p.k ? x[gr * p.k + gk + j] : 0.0;
       }
     }
   }
@@ -97,23 +104,21 @@ void Fetch(uint k0) {
   }
 }
 
-// The fetched slice from registers into shared memory, x rounded to fp16.
+// The fetched slice from registers into shared memory, one 16-byte store a vector; x rounded to
+// fp16 (packHalf2x16 rounds to nearest even, as a float16_t conversion does).
 void Stash() {
   [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
-    const uint r = e / (BK / 4);
-    const uint at = r * LDS + (e - r * (BK / 4)) * 4;
-    [[unroll]] for (uint j = 0; j < 4; ++j) x_tile[at + j] = float16_t(x_next[i][j]);
+    const uint r = e / (BK / 8);
+    const vec4 lo = x_next[2 * i];
+    const vec4 hi = x_next[2 * i + 1];
+    x_tile[r * LDV + (e - r * (BK / 8))] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw),
+                                                 packHalf2x16(hi.xy), packHalf2x16(hi.zw));
   }
   [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
-    const uint at = r * LDS + (e - r * (BK / 8)) * 8;
-    [[unroll]] for (uint j = 0; j < 4; ++j) {
-      const f16vec2 pair = unpackFloat2x16(w_next[i][j]);  // the bits as they are
-      w_tile[at + 2 * j] = pair.x;
-      w_tile[at + 2 * j + 1] = pair.y;
-    }
+    w_tile[r * LDV + (e - r * (BK / 8))] = w_next[i];  // the weights' fp16 bits as they are
   }
 }
 
@@ -140,9 +145,9 @@ void main() {
       fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> xa[FM];
       fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> wb[FN];
       [[unroll]] for (uint a = 0; a < FM; ++a)
-        coopMatLoadNV(xa[a], x_tile, (sub_r + a * 16) * LDS + kk, LDS, false);
+        coopMatLoadNV(xa[a], x_tile, (sub_r + a * 16) * LDV + kk / 8, LDV, false);
       [[unroll]] for (uint c = 0; c < FN; ++c)
-        coopMatLoadNV(wb[c], w_tile, (sub_c + c * 16) * LDS + kk, LDS, true);
+        coopMatLoadNV(wb[c], w_tile, (sub_c + c * 16) * LDV + kk / 8, LDV, true);
       [[unroll]] for (uint a = 0; a < FM; ++a)
         [[unroll]] for (uint c = 0; c < FN; ++c) {
           acc[a][c] = coopMatMulAddNV(xa[a], wb[c], acc[a][c]);

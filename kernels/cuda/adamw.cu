@@ -54,8 +54,10 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
   scalars.step_size = static_cast<float>(params.lr / bias_correction1);
   scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   scalars.eps = static_cast<float>(params.eps);
-  AdamWKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq,
-                                                                 count, scalars);
+  // One element a thread in short blocks: on the comm stream (the optimizer in backward there),
+  // a capped grid of long-running blocks would hold every SM from the compute stream's GEMMs.
+  AdamWKernel<<<GridFor(count, kThreads, kMaxGridX), kThreads, 0, stream>>>(
+      param, grad, exp_avg, exp_avg_sq, count, scalars);
   CUDA_CHECK_LAUNCH("AdamWKernel");
   return absl::OkStatus();
 }

@@ -74,6 +74,11 @@ inline bool Aligned16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }
 
+// The most blocks a one-dimensional grid may have: GridFor(count, threads, kMaxGridX) gives one
+// element (or vector) a thread in many short blocks, for the kernels that share the device with
+// another stream's GEMMs (see CastFloatToBf16VectorKernel in elementwise.cu).
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+
 // Grid size for a grid-stride loop over `count` elements.
 inline unsigned GridFor(int64_t count, int threads, int64_t max_blocks = 132 * 16) {
   int64_t blocks = (count + threads - 1) / threads;

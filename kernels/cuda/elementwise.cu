@@ -43,6 +43,24 @@ __global__ void CastKernel(const From* src, int64_t count, To* dst) {
   }
 }
 
+// fp32 → bf16 eight elements a thread (two 16-byte loads, one 16-byte store), no grid-stride
+// loop: the gather casts a unit's master weights on the comm stream while the compute stream
+// runs GEMMs that need whole SMs, and a grid of many short blocks lets a higher-priority
+// stream's blocks in as each one retires, where a capped grid of long-running blocks holds its
+// SMs for the whole kernel (bench/RESULTS.md, "The optimizer on the comm stream").
+__global__ void CastFloatToBf16VectorKernel(const float4* src, int64_t vectors, Bf16x8* dst) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= vectors) return;
+  const float4 lo = src[2 * i];
+  const float4 hi = src[2 * i + 1];
+  Bf16x8 out;
+  out.pairs[0] = __floats2bfloat162_rn(lo.x, lo.y);
+  out.pairs[1] = __floats2bfloat162_rn(lo.z, lo.w);
+  out.pairs[2] = __floats2bfloat162_rn(hi.x, hi.y);
+  out.pairs[3] = __floats2bfloat162_rn(hi.z, hi.w);
+  dst[i] = out;
+}
+
 __global__ void RoundKernel(float* x, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -169,6 +187,15 @@ absl::Status AddFloat(const float* a, const float* b, int64_t count, float* out,
 }
 absl::Status CastFloatToBf16(const float* src, int64_t count, __nv_bfloat16* dst,
                              cudaStream_t stream) {
+  FSDPD_RETURN_IF_ERROR(CheckCount("Cast", src, dst, count));
+  const int64_t vectors = count / 8;
+  if (vectors > 0 && vectors <= kMaxGridX * kThreads && Aligned16(src) && Aligned16(dst)) {
+    CastFloatToBf16VectorKernel<<<GridFor(vectors, kThreads, kMaxGridX), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(src), vectors, reinterpret_cast<Bf16x8*>(dst));
+    CUDA_CHECK_LAUNCH("CastFloatToBf16VectorKernel");
+    // The tail (fewer than eight) through the scalar kernel.
+    return LaunchCast(src + vectors * 8, count - vectors * 8, dst + vectors * 8, stream);
+  }
   return LaunchCast(src, count, dst, stream);
 }
 absl::Status CastBf16ToFloat(const __nv_bfloat16* src, int64_t count, float* dst,
