@@ -6,17 +6,21 @@
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
+//              [--coop-blocks] [--coop-block 128x128k32] [--fp32]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "base/status_macros.h"
 #include "edge/cpu_backend.h"
 #include "edge/model.h"
 #include "edge/random_model.h"
+#include "edge/shaders.h"
 #include "edge/vulkan_backend.h"
 #include "formats/model_metadata.h"
 #include "formats/safetensors.h"
@@ -87,6 +91,78 @@ absl::StatusOr<double> CheckMatmul(Backend& gpu) {
   return worst;
 }
 
+// The matmul alone on the forward's two FFN shapes: TFLOP/s each, printed.
+absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int64_t ffn_mult) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{rows, ffn_mult * dim, dim},
+                         {rows, dim, ffn_mult * dim}}) {
+    std::vector<float> w = RandomValues(n * k, 0.02f, 7);
+    auto weight = backend.Weight(w.data(), n * k);
+    auto x = backend.Floats(m * k);
+    auto y = backend.Floats(m * n);
+    if (!weight.ok() || !x.ok() || !y.ok()) return absl::InternalError("allocation failed");
+    std::vector<float> input = RandomValues(m * k, 1.0f, 8);
+    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), m * k));
+    auto run = [&](int count) -> absl::Status {
+      for (int i = 0; i < count; ++i) {
+        FSDPD_RETURN_IF_ERROR(backend.Linear(**x, **weight, nullptr, m, k, n, **y));
+      }
+      return backend.Finish();
+    };
+    FSDPD_RETURN_IF_ERROR(run(2));
+    const int repeats = 20;
+    const auto start = std::chrono::steady_clock::now();
+    FSDPD_RETURN_IF_ERROR(run(repeats));
+    const double each = Seconds(start) / repeats;
+    std::printf("  matmul %lldx%lldx%lld: %.4g TFLOP/s (%.3f ms)\n", (long long)m, (long long)n,
+                (long long)k, 2.0 * m * n * k / each * 1e-12, each * 1e3);
+  }
+  return absl::OkStatus();
+}
+
+// Checked against the CPU and printed; false when it fails.
+bool ReportMatmulCheck(Backend& backend) {
+  absl::StatusOr<double> check = CheckMatmul(backend);
+  if (!check.ok()) {
+    Fail(check.status());
+    return false;
+  }
+  std::printf(
+      "  matmul vs the CPU reference on ragged and whole-block shapes: worst error %.3f of the "
+      "fp16 bound (%s)\n",
+      *check, *check <= 1.0 ? "pass" : "FAIL");
+  return *check <= 1.0;
+}
+
+// Every cooperative-matrix block shape (edge/shaders.h), each checked and timed on the FFN
+// shapes: which block the default should be.
+int SweepCoopBlocks(int device, int64_t rows, int64_t dim, int64_t ffn_mult) {
+  int failures = 0;
+  for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
+    VulkanOptions options;
+    options.device = device;
+    options.precision = VulkanOptions::Precision::kFp16;
+    options.coop_block = variant.block;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+    if (!backend.ok()) {
+      failures += Fail(backend.status());
+      continue;
+    }
+    std::printf("\n[coop block %s] %s\n", variant.block, (*backend)->Describe().c_str());
+    if (!(*backend)->uses_cooperative_matrix()) {
+      std::printf("  no cooperative matrices with this block here: skipped\n");
+      continue;
+    }
+    if (!ReportMatmulCheck(**backend)) {
+      ++failures;
+      continue;
+    }
+    if (absl::Status timed = TimeMatmuls(**backend, rows, dim, ffn_mult); !timed.ok()) {
+      failures += Fail(timed);
+    }
+  }
+  return failures;
+}
+
 struct Variant {
   const char* name;
   bool coop;
@@ -112,6 +188,8 @@ int main(int argc, char** argv) {
   int iters = 5, device = 0;
   std::string model_path = "/tmp/edge_bench.safetensors";
   bool fp32 = false;
+  bool coop_sweep = false;
+  std::string coop_block;
   CLI::App app{"edge_bench: fsdpd-edge forward tokens/s and matmul TFLOP/s on a Vulkan device"};
   app.add_option("--dim", config.dim);
   app.add_option("--layers", config.layers);
@@ -125,6 +203,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device);
   app.add_option("--model", model_path, "where the random export is written");
   app.add_flag("--fp32", fp32, "also time the fp32 path");
+  app.add_flag("--coop-blocks", coop_sweep,
+               "first check and time the matmul with every cooperative-matrix block shape");
+  app.add_option("--coop-block", coop_block,
+                 "the cooperative-matrix block the variants use (default: the built default)");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once
 
@@ -170,6 +252,7 @@ int main(int argc, char** argv) {
     options.cooperative_matrix = variant.coop;
     options.force_staging = variant.staging;
     options.precision = variant.precision;
+    options.coop_block = coop_block;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());
@@ -177,14 +260,7 @@ int main(int argc, char** argv) {
       std::printf("  no cooperative matrices on this device: skipped\n");
       return 0;
     }
-    absl::StatusOr<double> check = CheckMatmul(**backend);
-    if (!check.ok()) return Fail(check.status());
-    std::printf(
-        "  matmul vs the CPU reference on ragged and whole-block shapes: worst error %.3f of the "
-        "fp16 "
-        "bound (%s)\n",
-        *check, *check <= 1.0 ? "pass" : "FAIL");
-    if (*check > 1.0) return 1;
+    if (!ReportMatmulCheck(**backend)) return 1;
     start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
         ModelRunner::Create(*model, backend->get(), batch, seq);
@@ -203,37 +279,19 @@ int main(int argc, char** argv) {
         "%.4f\n",
         rows / seconds, seconds * 1e3, (gemm_flops + attention_flops) / seconds * 1e-12,
         *nll / rows);
-    // The matmul alone, on the forward's two FFN shapes.
-    for (auto [m, n, k] :
-         {std::tuple<int64_t, int64_t, int64_t>{rows, config.ffn_mult * config.dim, config.dim},
-          {rows, config.dim, config.ffn_mult * config.dim}}) {
-      std::vector<float> w = RandomValues(n * k, 0.02f, 7);
-      auto weight = (*backend)->Weight(w.data(), n * k);
-      auto x = (*backend)->Floats(m * k);
-      auto y = (*backend)->Floats(m * n);
-      if (!weight.ok() || !x.ok() || !y.ok()) return Fail(absl::InternalError("allocation failed"));
-      std::vector<float> input = RandomValues(m * k, 1.0f, 8);
-      if (auto s = (*backend)->WriteFloats(**x, input.data(), m * k); !s.ok()) return Fail(s);
-      auto run = [&](int count) -> absl::Status {
-        for (int i = 0; i < count; ++i) {
-          if (auto s = (*backend)->Linear(**x, **weight, nullptr, m, k, n, **y); !s.ok()) return s;
-        }
-        return (*backend)->Finish();
-      };
-      if (auto s = run(2); !s.ok()) return Fail(s);
-      const int repeats = 20;
-      start = std::chrono::steady_clock::now();
-      if (auto s = run(repeats); !s.ok()) return Fail(s);
-      const double each = Seconds(start) / repeats;
-      std::printf("  matmul %lldx%lldx%lld: %.4g TFLOP/s (%.3f ms)\n", (long long)m, (long long)n,
-                  (long long)k, 2.0 * m * n * k / each * 1e-12, each * 1e3);
+    if (absl::Status timed = TimeMatmuls(**backend, rows, config.dim, config.ffn_mult);
+        !timed.ok()) {
+      return Fail(timed);
+    }
+    for (const std::string& choice : (*backend)->matmul_choices()) {
+      std::printf("  tuned block, %s\n", choice.c_str());
     }
     if ((*backend)->validation_errors() != 0) {
       return Fail(absl::InternalError("validation errors"));
     }
     return 0;
   };
-  int failures = 0;
+  int failures = coop_sweep ? SweepCoopBlocks(device, rows, config.dim, config.ffn_mult) : 0;
   for (const Variant& variant : variants) failures += run_variant(variant);
   return failures == 0 ? 0 : 1;
 }

@@ -34,6 +34,27 @@ constexpr uint32_t kMatmulF16[] =
 constexpr uint32_t kMatmulCoop[] =
 #include "edge/shaders/matmul_coop.spv.inc"
     ;
+constexpr uint32_t kMatmulCoopK64[] =
+#include "edge/shaders/matmul_coop_k64.spv.inc"
+    ;
+constexpr uint32_t kMatmulCoop256x128[] =
+#include "edge/shaders/matmul_coop_256x128.spv.inc"
+    ;
+constexpr uint32_t kMatmulCoop128x256[] =
+#include "edge/shaders/matmul_coop_128x256.spv.inc"
+    ;
+constexpr uint32_t kMatmulCoopW4[] =
+#include "edge/shaders/matmul_coop_w4.spv.inc"
+    ;
+constexpr uint32_t kMatmulCoopG8[] =
+#include "edge/shaders/matmul_coop_g8.spv.inc"
+    ;
+constexpr uint32_t kMatmulCoop256x128G8[] =
+#include "edge/shaders/matmul_coop_256x128_g8.spv.inc"
+    ;
+constexpr uint32_t kMatmulCoop128x256G8[] =
+#include "edge/shaders/matmul_coop_128x256_g8.spv.inc"
+    ;
 
 template <size_t N>
 SpirV Code(const uint32_t (&words)[N]) {
@@ -64,6 +85,20 @@ SpirV ShaderCode(Shader shader) {
       return Code(kMatmulF16);
     case Shader::kMatmulCoop:
       return Code(kMatmulCoop);
+    case Shader::kMatmulCoopK64:
+      return Code(kMatmulCoopK64);
+    case Shader::kMatmulCoop256x128:
+      return Code(kMatmulCoop256x128);
+    case Shader::kMatmulCoop128x256:
+      return Code(kMatmulCoop128x256);
+    case Shader::kMatmulCoopW4:
+      return Code(kMatmulCoopW4);
+    case Shader::kMatmulCoopG8:
+      return Code(kMatmulCoopG8);
+    case Shader::kMatmulCoop256x128G8:
+      return Code(kMatmulCoop256x128G8);
+    case Shader::kMatmulCoop128x256G8:
+      return Code(kMatmulCoop128x256G8);
   }
   return Code(kMatmul);
 }
@@ -74,7 +109,21 @@ OutputBlock MatmulOutputBlock(Shader shader) {
     case Shader::kMatmulF16:
       return {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N};
     case Shader::kMatmulCoop:
-      return {EDGE_COOP_BLOCK_M, EDGE_COOP_BLOCK_N};
+      return {EDGE_MATMUL_COOP_M, EDGE_MATMUL_COOP_N};
+    case Shader::kMatmulCoopK64:
+      return {EDGE_MATMUL_COOP_K64_M, EDGE_MATMUL_COOP_K64_N};
+    case Shader::kMatmulCoop256x128:
+      return {EDGE_MATMUL_COOP_256X128_M, EDGE_MATMUL_COOP_256X128_N};
+    case Shader::kMatmulCoop128x256:
+      return {EDGE_MATMUL_COOP_128X256_M, EDGE_MATMUL_COOP_128X256_N};
+    case Shader::kMatmulCoopW4:
+      return {EDGE_MATMUL_COOP_W4_M, EDGE_MATMUL_COOP_W4_N};
+    case Shader::kMatmulCoopG8:
+      return {EDGE_MATMUL_COOP_G8_M, EDGE_MATMUL_COOP_G8_N};
+    case Shader::kMatmulCoop256x128G8:
+      return {EDGE_MATMUL_COOP_256X128_G8_M, EDGE_MATMUL_COOP_256X128_G8_N};
+    case Shader::kMatmulCoop128x256G8:
+      return {EDGE_MATMUL_COOP_128X256_G8_M, EDGE_MATMUL_COOP_128X256_G8_N};
     default:
       return {1, 1};
   }
@@ -102,8 +151,36 @@ const char* ShaderName(Shader shader) {
       return "matmul (fp16)";
     case Shader::kMatmulCoop:
       return "matmul (cooperative matrix)";
+    case Shader::kMatmulCoopK64:
+      return "matmul (cooperative matrix, K slice 64)";
+    case Shader::kMatmulCoop256x128:
+      return "matmul (cooperative matrix, 256x128 block)";
+    case Shader::kMatmulCoop128x256:
+      return "matmul (cooperative matrix, 128x256 block)";
+    case Shader::kMatmulCoopW4:
+      return "matmul (cooperative matrix, four subgroups)";
+    case Shader::kMatmulCoopG8:
+      return "matmul (cooperative matrix, grouped order)";
+    case Shader::kMatmulCoop256x128G8:
+      return "matmul (cooperative matrix, 256x128 block, grouped order)";
+    case Shader::kMatmulCoop128x256G8:
+      return "matmul (cooperative matrix, 128x256 block, grouped order)";
   }
   return "?";
+}
+
+// The names follow edge_coop_variants in edge/CMakeLists.txt.
+const std::vector<CoopMatmulVariant>& CoopMatmulVariants() {
+  static const auto* variants =
+      new std::vector<CoopMatmulVariant>{{Shader::kMatmulCoop, "128x128k32"},
+                                         {Shader::kMatmulCoopK64, "128x128k64"},
+                                         {Shader::kMatmulCoop256x128, "256x128k32"},
+                                         {Shader::kMatmulCoop128x256, "128x256k32"},
+                                         {Shader::kMatmulCoopW4, "128x128k32w4"},
+                                         {Shader::kMatmulCoopG8, "128x128k32g8"},
+                                         {Shader::kMatmulCoop256x128G8, "256x128k32g8"},
+                                         {Shader::kMatmulCoop128x256G8, "128x256k32g8"}};
+  return *variants;
 }
 
 }  // namespace fsdpd::edge

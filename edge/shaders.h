@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace fsdpd::edge {
 
@@ -17,7 +18,14 @@ enum class Shader {
   kAttention,
   kMatmul,
   kMatmulF16,
-  kMatmulCoop,
+  kMatmulCoop,  // the default block; the others exist for benchmarks (edge_bench)
+  kMatmulCoopK64,
+  kMatmulCoop256x128,
+  kMatmulCoop128x256,
+  kMatmulCoopW4,  // 128x128 by four subgroups of 64x64
+  kMatmulCoopG8,  // the grouped launch order (GROUP_M 8)
+  kMatmulCoop256x128G8,
+  kMatmulCoop128x256G8,
 };
 
 struct SpirV {
@@ -35,5 +43,13 @@ struct OutputBlock {
 };
 OutputBlock MatmulOutputBlock(Shader shader);
 const char* ShaderName(Shader shader);
+
+// The cooperative-matrix matmul's block shapes, the default first, each with the name
+// VulkanOptions::coop_block takes ("128x128k32": rows × columns per workgroup, K slice).
+struct CoopMatmulVariant {
+  Shader shader;
+  const char* block;
+};
+const std::vector<CoopMatmulVariant>& CoopMatmulVariants();
 
 }  // namespace fsdpd::edge

@@ -3,13 +3,16 @@
 #include <vulkan/vulkan.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "edge/matmul_tuner.h"
 #include "edge/shaders.h"
 
 namespace fsdpd::edge {
@@ -208,6 +211,20 @@ bool HasExtension(VkPhysicalDevice device, const char* name) {
                      [&](const auto& e) { return std::strcmp(e.extensionName, name) == 0; });
 }
 
+// The cooperative-matrix matmul VulkanOptions::coop_block names ("" the default).
+absl::StatusOr<Shader> CoopShader(const std::string& block) {
+  const std::vector<CoopMatmulVariant>& variants = CoopMatmulVariants();
+  if (block.empty()) return variants.front().shader;
+  std::vector<std::string> names;
+  for (const CoopMatmulVariant& variant : variants) {
+    if (block == variant.block) return variant.shader;
+    names.push_back(variant.block);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("cooperative-matrix block '", block,
+                                                 "' is not built; the blocks are ",
+                                                 absl::StrJoin(names, ", ")));
+}
+
 // The 16×16×16 fp16·fp16 + fp32 subgroup shape matmul_coop.comp is written for.
 bool IsCoopShape(const VkCooperativeMatrixPropertiesNV& p) {
   return p.MSize == 16 && p.NSize == 16 && p.KSize == 16 &&
@@ -309,10 +326,10 @@ class VulkanBackendImpl : public VulkanBackend {
     if (device_ == VK_NULL_HANDLE) return;
     vkDeviceWaitIdle(device_);
     dummy_.reset();
-    for (Pipeline* p :
-         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &matmul_}) {
+    for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_}) {
       DestroyPipeline(p);
     }
+    for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
     if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
     if (descriptor_pool_ != VK_NULL_HANDLE) {
       vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
@@ -331,6 +348,7 @@ class VulkanBackendImpl : public VulkanBackend {
   }
 
   absl::Status Init(const VulkanOptions& options) {
+    FSDPD_ASSIGN_OR_RETURN(const Shader coop_shader, CoopShader(options.coop_block));
     FSDPD_ASSIGN_OR_RETURN(instance_, CreateInstance(options.validation));
     FSDPD_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> devices,
                            PhysicalDevices(instance_->instance));
@@ -468,21 +486,30 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
     if (coop_) {
-      // A driver that reports the shape but refuses the pipeline falls back to the tiled
-      // shader, and Describe() says so.
-      absl::Status coop_pipeline = MakePipeline(Shader::kMatmulCoop, 4, 16, &matmul_);
-      matmul_block_ = MatmulOutputBlock(Shader::kMatmulCoop);
-      if (!coop_pipeline.ok()) {
-        DestroyPipeline(&matmul_);
-        coop_ = false;
-        coop_refused_ = std::string(coop_pipeline.message());
+      // Every block shape unless one is named; the tuner then picks one per matmul shape. A
+      // driver that reports the fragment shape but refuses every pipeline falls back to the
+      // tiled shader, and Describe() says so.
+      for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
+        if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
+        MatmulPipeline matmul{{}, MatmulOutputBlock(variant.shader), variant.block};
+        absl::Status made = MakePipeline(variant.shader, 4, 16, &matmul.pipeline);
+        if (made.ok()) {
+          matmuls_.push_back(matmul);
+        } else {
+          DestroyPipeline(&matmul.pipeline);
+          if (coop_refused_.empty()) coop_refused_ = std::string(made.message());
+        }
       }
+      coop_ = !matmuls_.empty();
+      if (coop_) coop_refused_.clear();
     }
     if (!coop_) {
       const Shader tiled = fp16_ ? Shader::kMatmulF16 : Shader::kMatmul;
-      FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul_));
-      matmul_block_ = MatmulOutputBlock(tiled);
+      MatmulPipeline matmul{{}, MatmulOutputBlock(tiled), "tiled"};
+      FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul.pipeline));
+      matmuls_.push_back(matmul);
     }
+    tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(matmuls_.size()));
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
     return absl::OkStatus();
@@ -492,7 +519,11 @@ class VulkanBackendImpl : public VulkanBackend {
     return absl::StrCat(
         "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
         fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
-        coop_                   ? "on cooperative matrices (NV, 16x16x16)"
+        coop_                   ? absl::StrCat("on cooperative matrices (NV, 16x16x16; ",
+                             matmuls_.size() == 1
+                                                   ? absl::StrCat("block ", matmuls_.front().name)
+                                                   : absl::StrCat(matmuls_.size(), " blocks, tuned per shape"),
+                                               ")")
         : coop_refused_.empty() ? "tiled"
                                 : absl::StrCat("tiled (the cooperative-matrix pipeline was "
                                                "refused: ",
@@ -593,20 +624,39 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
-    const int64_t x_groups = (out_features + matmul_block_.cols - 1) / matmul_block_.cols;
-    const int64_t y_groups = (rows + matmul_block_.rows - 1) / matmul_block_.rows;
-    if (x_groups > limits_.maxComputeWorkGroupCount[0] ||
-        y_groups > limits_.maxComputeWorkGroupCount[1]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "linear of ", rows, " rows × ", out_features,
-          " outputs needs more workgroups than the device allows (",
-          limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
-    }
     const uint32_t push[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
                               static_cast<uint32_t>(in_features), bias != nullptr ? 1u : 0u};
     Buffer& bias_buffer = bias != nullptr ? *bias : *dummy_;
-    return Dispatch(matmul_, {&x, &weight, &bias_buffer, &out}, push,
-                    static_cast<uint32_t>(x_groups), static_cast<uint32_t>(y_groups));
+    auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
+      const int64_t x_groups = (out_features + matmul.block.cols - 1) / matmul.block.cols;
+      const int64_t y_groups = (rows + matmul.block.rows - 1) / matmul.block.rows;
+      if (x_groups > limits_.maxComputeWorkGroupCount[0] ||
+          y_groups > limits_.maxComputeWorkGroupCount[1]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "linear of ", rows, " rows × ", out_features,
+            " outputs needs more workgroups than the device allows (",
+            limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
+      }
+      return Dispatch(matmul.pipeline, {&x, &weight, &bias_buffer, &out}, push,
+                      static_cast<uint32_t>(x_groups), static_cast<uint32_t>(y_groups));
+    };
+    // A new shape times each candidate alone on these buffers (what is recorded so far is
+    // submitted first); `out` is written again by the dispatch recorded below.
+    auto time = [&](int candidate) -> absl::StatusOr<double> {
+      FSDPD_RETURN_IF_ERROR(Finish());
+      const auto start = std::chrono::steady_clock::now();
+      FSDPD_RETURN_IF_ERROR(dispatch(matmuls_[static_cast<size_t>(candidate)]));
+      FSDPD_RETURN_IF_ERROR(Finish());
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    FSDPD_ASSIGN_OR_RETURN(
+        const int chosen, tuner_->Choose({rows, in_features, out_features, bias != nullptr}, time));
+    return dispatch(matmuls_[static_cast<size_t>(chosen)]);
+  }
+  std::vector<std::string> matmul_choices() const override {
+    std::vector<std::string> names;
+    for (const MatmulPipeline& matmul : matmuls_) names.push_back(matmul.name);
+    return tuner_->Describe(names);
   }
   absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
                          bool causal, Buffer& out) override {
@@ -868,11 +918,19 @@ class VulkanBackendImpl : public VulkanBackend {
   bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;
-  std::string coop_refused_;  // why the cooperative-matrix pipeline could not be built
+  std::string coop_refused_;  // why no cooperative-matrix pipeline could be built
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
-  Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_, matmul_;
-  OutputBlock matmul_block_{1, 1};  // matmul_'s output block per workgroup
+  Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_;
+  // The matmul's candidates (the cooperative-matrix blocks, or the tiled shader alone) and the
+  // tuner that picks one per shape.
+  struct MatmulPipeline {
+    Pipeline pipeline;
+    OutputBlock block;
+    std::string name;
+  };
+  std::vector<MatmulPipeline> matmuls_;
+  std::unique_ptr<MatmulTuner> tuner_;
   std::unique_ptr<VulkanBuffer> dummy_;
 };
 

@@ -46,6 +46,10 @@ struct VulkanOptions {
   bool force_staging = false;      // upload weights through a staging buffer even where
                                    // a heap is device-local and host-visible
   bool validation = false;         // VK_LAYER_KHRONOS_validation, errors counted
+  // The cooperative-matrix matmul's block by name (CoopMatmulVariants() in edge/shaders.h);
+  // empty: every block, the fastest chosen per matmul shape when it first runs. An unknown
+  // name is refused.
+  std::string coop_block;
 };
 
 class VulkanBackend : public Backend {
@@ -56,6 +60,9 @@ class VulkanBackend : public Backend {
   virtual bool uses_fp16() const = 0;
   virtual bool uses_cooperative_matrix() const = 0;
   virtual bool zero_copy_weights() const = 0;
+  // The matmul's choice for each shape run so far ("ROWSxOUTxIN: block"), where several
+  // cooperative-matrix blocks were tuned; empty otherwise.
+  virtual std::vector<std::string> matmul_choices() const = 0;
 };
 
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);

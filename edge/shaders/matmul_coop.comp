@@ -12,7 +12,8 @@
 // halves costs one 2-byte shared access an element on both sides, which starved the matrix units.
 // Ragged edges: rows, columns and K beyond the matrix are staged as zeros (they add nothing) and
 // the epilogue writes only in-range outputs; with K not a multiple of 8 the loads are scalar.
-// The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (and -DBK) in edge/CMakeLists.txt;
+// The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (and -DBK, -DGROUP_M for the launch
+// order) in edge/CMakeLists.txt;
 // the host reads the block from edge/shaders.h.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -124,8 +125,21 @@ void Stash() {
 
 void main() {
   lane = gl_LocalInvocationID.x;
-  row0 = gl_WorkGroupID.y * BM;
-  col0 = gl_WorkGroupID.x * BN;
+  uvec2 block = gl_WorkGroupID.xy;
+#ifdef GROUP_M
+  // Grouped order: workgroups launch in the order of their linear id, and here consecutive
+  // ones walk down GROUP_M block rows before moving one block column on, so the x rows and
+  // w columns they read are shared while still in L2 (row-major order streams all of w for
+  // every block row).
+  const uint linear = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint group_size = GROUP_M * gl_NumWorkGroups.x;
+  const uint first_row = (linear / group_size) * GROUP_M;
+  const uint rows_in_group = min(gl_NumWorkGroups.y - first_row, GROUP_M);
+  const uint in_group = linear % group_size;
+  block = uvec2(in_group / rows_in_group, first_row + in_group % rows_in_group);
+#endif
+  row0 = block.y * BM;
+  col0 = block.x * BN;
   vectors = p.k % 8 == 0;  // every row of x and w then starts 16-byte aligned (offset-0 buffers)
   const uint group = gl_SubgroupID;
   const uint sub_r = (group / WARPS_N) * SUB_M;

@@ -5,6 +5,8 @@
 fsdpd_test(edge_metadata_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_metadata_test.cc LIBS fsdpd_formats)
 if(TARGET fsdpd_edge)
+  fsdpd_test(edge_matmul_tuner_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matmul_tuner_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
 endif()

@@ -22,7 +22,10 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "edge/cpu_backend.h"
+#include "edge/shaders.h"
 #include "tests/edge/edge_test_support.h"
 
 namespace fsdpd::edge {
@@ -218,6 +221,33 @@ TEST_P(EdgeKernelsTest, UnsupportedShapesAreClearErrors) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("head_dim 256"), std::string::npos) << status;
   EXPECT_NE(status.message().find("limit of 128"), std::string::npos) << status;
+}
+
+// Every block shape built is listed and accepted by name (on a device without cooperative
+// matrices the tiled shader then runs); a name that was not built is refused with the list.
+TEST(EdgeCoopBlockTest, BlocksAreChosenByNameAndAnUnknownNameIsRefused) {
+  const std::vector<CoopMatmulVariant>& variants = CoopMatmulVariants();
+  ASSERT_GE(variants.size(), 2u);
+  EXPECT_EQ(variants.front().shader, Shader::kMatmulCoop);  // the default comes first
+  for (const CoopMatmulVariant& variant : variants) {
+    SCOPED_TRACE(variant.block);
+    const OutputBlock block = MatmulOutputBlock(variant.shader);
+    EXPECT_TRUE(absl::StartsWith(variant.block, absl::StrCat(block.rows, "x", block.cols, "k")));
+    EXPECT_GT(ShaderCode(variant.shader).bytes, 0u);
+    VulkanOptions options;
+    options.coop_block = variant.block;
+    options.validation = true;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
+  }
+  VulkanOptions options;
+  options.coop_block = "64x64k16";
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> refused = CreateVulkanBackend(options);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("'64x64k16' is not built; the blocks are 128x128k32"),
+            std::string::npos)
+      << refused.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeKernelsTest,

@@ -1,0 +1,48 @@
+// Which of several matmul pipelines runs a shape: each candidate is timed once (after a
+// warm-up run) the first time a shape is seen, and the fastest is kept for that shape. The
+// cooperative-matrix shader's best block depends on the shape and the device (on the H200 one
+// block is 2× another on one FFN shape and half as fast on the other: bench/RESULTS.md), so a
+// fixed choice loses on some shape wherever it is made.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+
+namespace fsdpd::edge {
+
+struct MatmulShape {
+  int64_t rows = 0;
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  bool bias = false;
+  bool operator<(const MatmulShape& o) const {
+    return std::tie(rows, in_features, out_features, bias) <
+           std::tie(o.rows, o.in_features, o.out_features, o.bias);
+  }
+};
+
+class MatmulTuner {
+ public:
+  explicit MatmulTuner(int candidates) : candidates_(candidates) {}
+
+  // The candidate for `shape`. The first time, `time(i)` runs candidate i and returns its
+  // seconds; it is called twice per candidate (the first run is a warm-up) and an error stops
+  // the tuning and is returned. One candidate needs no timing.
+  absl::StatusOr<int> Choose(const MatmulShape& shape,
+                             absl::FunctionRef<absl::StatusOr<double>(int)> time);
+
+  // Each tuned shape as "ROWSxOUTxIN: candidate" in the names given, in shape order.
+  std::vector<std::string> Describe(const std::vector<std::string>& names) const;
+
+ private:
+  int candidates_;
+  std::map<MatmulShape, int> chosen_;
+};
+
+}  // namespace fsdpd::edge

@@ -1,0 +1,69 @@
+// MatmulTuner: the fastest candidate per shape, timed once per shape, errors passed on.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "edge/matmul_tuner.h"
+
+namespace fsdpd::edge {
+namespace {
+
+TEST(MatmulTunerTest, KeepsTheFastestCandidatePerShapeAndTimesEachShapeOnce) {
+  MatmulTuner tuner(3);
+  std::vector<int> calls;
+  // Candidate 1 is fastest on the first shape, candidate 2 on the second; the warm-up run of
+  // each is slow, so a tuner that kept the first timing would pick wrongly.
+  std::vector<double> first = {3.0, 1.0, 2.0}, second = {3.0, 2.0, 1.0};
+  const std::vector<double>* seconds = &first;
+  int runs = 0;
+  auto time = [&](int i) -> absl::StatusOr<double> {
+    calls.push_back(i);
+    return ++runs % 2 == 1 ? 100.0 : (*seconds)[static_cast<size_t>(i)];
+  };
+  const MatmulShape a{8192, 2048, 8192, false}, b{8192, 8192, 2048, false};
+  EXPECT_EQ(*tuner.Choose(a, time), 1);
+  EXPECT_EQ(calls, (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  seconds = &second;
+  EXPECT_EQ(*tuner.Choose(b, time), 2);
+  EXPECT_EQ(calls.size(), 12u);
+  EXPECT_EQ(*tuner.Choose(a, time), 1);  // remembered: no new timing
+  EXPECT_EQ(calls.size(), 12u);
+  EXPECT_EQ(tuner.Describe({"x", "y", "z"}),
+            (std::vector<std::string>{"8192x8192x2048: y", "8192x2048x8192: z"}));
+}
+
+TEST(MatmulTunerTest, BiasMakesAnotherShapeAndOneCandidateNeedsNoTiming) {
+  MatmulTuner single(1);
+  auto never = [](int) -> absl::StatusOr<double> {
+    ADD_FAILURE() << "a single candidate was timed";
+    return 0.0;
+  };
+  EXPECT_EQ(*single.Choose({4, 4, 4, false}, never), 0);
+  MatmulTuner two(2);
+  int runs = 0;
+  auto time = [&](int i) -> absl::StatusOr<double> {
+    ++runs;
+    return i == 0 ? 1.0 : 2.0;
+  };
+  EXPECT_EQ(*two.Choose({4, 4, 4, false}, time), 0);
+  EXPECT_EQ(*two.Choose({4, 4, 4, true}, time), 0);
+  EXPECT_EQ(runs, 8);
+}
+
+TEST(MatmulTunerTest, ATimingErrorIsReturnedAndNothingIsRemembered) {
+  MatmulTuner tuner(2);
+  bool fail = true;
+  auto time = [&](int i) -> absl::StatusOr<double> {
+    if (fail && i == 1) return absl::InternalError("device lost");
+    return 1.0 + i;
+  };
+  absl::StatusOr<int> chosen = tuner.Choose({2, 2, 2, false}, time);
+  ASSERT_FALSE(chosen.ok());
+  EXPECT_EQ(chosen.status().message(), "device lost");
+  EXPECT_TRUE(tuner.Describe({"a", "b"}).empty());
+  fail = false;
+  EXPECT_EQ(*tuner.Choose({2, 2, 2, false}, time), 0);
+}
+
+}  // namespace
+}  // namespace fsdpd::edge
