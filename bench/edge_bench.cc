@@ -163,6 +163,68 @@ int SweepCoopBlocks(int device, int64_t rows, int64_t dim, int64_t ffn_mult) {
   return failures;
 }
 
+// Attention against the CPU reference: returns the worst error / bound (≤ 1 passes). The bound
+// per output of query i: q·scale, k, v and the weights P are rounded to fp16 (2^-11 relative
+// each), so a score moves by at most 2·2^-11·A_i (A_i = max_j Σ_d |q_d·k_jd|·scale) plus fp32
+// summation, a weight's relative error is at most twice that plus P's rounding, and the
+// weighted mean of v then moves by at most (4·2^-11·A_i + 4·2^-11)·max|v|, doubled for the fp32
+// sums of either side. The shapes: head_dim 16 to 128, ragged sequences (tiles of 64 queries
+// and 32 keys), one key for the first causal query, both masks.
+absl::StatusOr<double> CheckAttention(Backend& gpu) {
+  struct Shape {
+    int64_t batch, seq, heads, head_dim;
+  };
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  double worst = 0.0;
+  constexpr double kU16 = 1.0 / 2048;
+  for (const Shape& s : {Shape{2, 77, 2, 64}, Shape{1, 130, 4, 128}, Shape{1, 33, 1, 16},
+                         Shape{2, 64, 2, 32}, Shape{1, 257, 2, 128}}) {
+    for (const bool causal : {false, true}) {
+      const int64_t dim = s.heads * s.head_dim;
+      const int64_t count = s.batch * s.seq * 3 * dim;
+      const std::vector<float> qkv = RandomValues(count, 1.0f, 21);
+      std::vector<float> gpu_out(static_cast<size_t>(s.batch * s.seq * dim)),
+          cpu_out(gpu_out.size());
+      for (Backend* backend : {&gpu, cpu.get()}) {
+        auto in = backend->Floats(count);
+        auto out = backend->Floats(s.batch * s.seq * dim);
+        if (!in.ok() || !out.ok()) return absl::InternalError("allocation");
+        FSDPD_RETURN_IF_ERROR(backend->WriteFloats(**in, qkv.data(), count));
+        FSDPD_RETURN_IF_ERROR(
+            backend->Attention(**in, s.batch, s.seq, s.heads, dim, causal, **out));
+        FSDPD_RETURN_IF_ERROR(backend->ReadFloats(
+            **out, (backend == &gpu ? gpu_out : cpu_out).data(), s.batch * s.seq * dim));
+      }
+      const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+      auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) {
+        return static_cast<double>(qkv[((b * s.seq + t) * 3 + part) * dim + h * s.head_dim + d]);
+      };
+      for (int64_t b = 0; b < s.batch; ++b) {
+        for (int64_t h = 0; h < s.heads; ++h) {
+          for (int64_t i = 0; i < s.seq; ++i) {
+            double score_sum = 0.0, v_max = 0.0;
+            for (int64_t j = 0; j <= (causal ? i : s.seq - 1); ++j) {
+              double sum = 0.0;
+              for (int64_t d = 0; d < s.head_dim; ++d) {
+                sum += std::fabs(at(b, i, 0, h, d) * at(b, j, 1, h, d));
+                v_max = std::max(v_max, std::fabs(at(b, j, 2, h, d)));
+              }
+              score_sum = std::max(score_sum, sum * scale);
+            }
+            const double bound = 2.0 * (4 * kU16 * score_sum + 4 * kU16) * v_max + 1e-30;
+            for (int64_t d = 0; d < s.head_dim; ++d) {
+              const size_t o = static_cast<size_t>((b * s.seq + i) * dim + h * s.head_dim + d);
+              if (!std::isfinite(gpu_out[o])) return absl::InternalError("non-finite output");
+              worst = std::max(worst, std::fabs(gpu_out[o] - cpu_out[o]) / bound);
+            }
+          }
+        }
+      }
+    }
+  }
+  return worst;
+}
+
 struct Variant {
   const char* name;
   bool coop;
@@ -261,6 +323,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!ReportMatmulCheck(**backend)) return 1;
+    absl::StatusOr<double> attention_check = CheckAttention(**backend);
+    if (!attention_check.ok()) return Fail(attention_check.status());
+    std::printf(
+        "  attention vs the CPU reference (head_dim 16-128, ragged, both masks): worst error "
+        "%.3f of the fp16 bound (%s)\n",
+        *attention_check, *attention_check <= 1.0 ? "pass" : "FAIL");
+    if (*attention_check > 1.0) return 1;
     start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
         ModelRunner::Create(*model, backend->get(), batch, seq);

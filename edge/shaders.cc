@@ -25,6 +25,9 @@ constexpr uint32_t kTokenNll[] =
 constexpr uint32_t kAttention[] =
 #include "edge/shaders/attention.spv.inc"
     ;
+constexpr uint32_t kAttentionCoop[] =
+#include "edge/shaders/attention_coop.spv.inc"
+    ;
 constexpr uint32_t kMatmul[] =
 #include "edge/shaders/matmul.spv.inc"
     ;
@@ -79,6 +82,8 @@ SpirV ShaderCode(Shader shader) {
       return Code(kTokenNll);
     case Shader::kAttention:
       return Code(kAttention);
+    case Shader::kAttentionCoop:
+      return Code(kAttentionCoop);
     case Shader::kMatmul:
       return Code(kMatmul);
     case Shader::kMatmulF16:
@@ -145,6 +150,8 @@ const char* ShaderName(Shader shader) {
       return "token_nll";
     case Shader::kAttention:
       return "attention";
+    case Shader::kAttentionCoop:
+      return "attention (cooperative matrix)";
     case Shader::kMatmul:
       return "matmul";
     case Shader::kMatmulF16:

@@ -16,6 +16,7 @@ enum class Shader {
   kRmsNormF16,
   kTokenNll,
   kAttention,
+  kAttentionCoop,
   kMatmul,
   kMatmulF16,
   kMatmulCoop,  // the default block; the others exist for benchmarks (edge_bench)

@@ -326,7 +326,8 @@ class VulkanBackendImpl : public VulkanBackend {
     if (device_ == VK_NULL_HANDLE) return;
     vkDeviceWaitIdle(device_);
     dummy_.reset();
-    for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_}) {
+    for (Pipeline* p :
+         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &attention_coop_}) {
       DestroyPipeline(p);
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
@@ -510,6 +511,16 @@ class VulkanBackendImpl : public VulkanBackend {
       matmuls_.push_back(matmul);
     }
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(matmuls_.size()));
+    if (coop_) {
+      // Attention on the same fragments where the matmul has them; a refusal keeps the vector
+      // shader, and Describe() says so.
+      absl::Status made = MakePipeline(Shader::kAttentionCoop, 2, 24, &attention_coop_);
+      coop_attention_ = made.ok();
+      if (!made.ok()) {
+        DestroyPipeline(&attention_coop_);
+        attention_refused_ = std::string(made.message());
+      }
+    }
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
     return absl::OkStatus();
@@ -518,18 +529,28 @@ class VulkanBackendImpl : public VulkanBackend {
   std::string Describe() const override {
     return absl::StrCat(
         "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
-        fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
-        coop_                   ? absl::StrCat("on cooperative matrices (NV, 16x16x16; ",
-                             matmuls_.size() == 1
-                                                   ? absl::StrCat("block ", matmuls_.front().name)
-                                                   : absl::StrCat(matmuls_.size(), " blocks, tuned per shape"),
-                                               ")")
-        : coop_refused_.empty() ? "tiled"
-                                : absl::StrCat("tiled (the cooperative-matrix pipeline was "
-                                               "refused: ",
-                                               coop_refused_, ")"),
-        ", weights ",
+        fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ", MatmulPath(),
+        ", attention ", AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging");
+  }
+  std::string MatmulPath() const {
+    if (!coop_) {
+      return coop_refused_.empty()
+                 ? "tiled"
+                 : absl::StrCat(
+                       "tiled (the cooperative-matrix pipeline was refused: ", coop_refused_, ")");
+    }
+    return absl::StrCat("on cooperative matrices (NV, 16x16x16; ",
+                        matmuls_.size() == 1
+                            ? absl::StrCat("block ", matmuls_.front().name)
+                            : absl::StrCat(matmuls_.size(), " blocks, tuned per shape"),
+                        ")");
+  }
+  std::string AttentionPath() const {
+    if (coop_attention_) return "on cooperative matrices where head_dim is a multiple of 16";
+    if (attention_refused_.empty()) return "on the vector units";
+    return absl::StrCat("on the vector units (the cooperative-matrix pipeline was refused: ",
+                        attention_refused_, ")");
   }
   int validation_errors() const override {
     std::lock_guard<std::mutex> lock(instance_->mutex);
@@ -680,8 +701,10 @@ class VulkanBackendImpl : public VulkanBackend {
            static_cast<uint32_t>(head_dim),
            causal ? 1u : 0u,
            static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
-    return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((seq + 63) / 64),
-                    static_cast<uint32_t>(batch * heads));
+    // Both shaders give a workgroup 64 queries of one (batch, head).
+    const bool matrix_units = coop_attention_ && head_dim % 16 == 0;
+    return Dispatch(matrix_units ? attention_coop_ : attention_, {&qkv, &out}, &push,
+                    static_cast<uint32_t>((seq + 63) / 64), static_cast<uint32_t>(batch * heads));
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(CheckIndex("silu", count));
@@ -922,6 +945,10 @@ class VulkanBackendImpl : public VulkanBackend {
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_;
+  // attention_coop.comp, where cooperative matrices run (head_dim a multiple of 16).
+  Pipeline attention_coop_;
+  bool coop_attention_ = false;
+  std::string attention_refused_;
   // The matmul's candidates (the cooperative-matrix blocks, or the tiled shader alone) and the
   // tuner that picks one per shape.
   struct MatmulPipeline {
