@@ -119,6 +119,35 @@ absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int6
   return absl::OkStatus();
 }
 
+// Attention alone on the forward's shape: TFLOP/s (4·batch·seq²·dim, halved when causal).
+absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
+                           const ExportedModelConfig& config) {
+  const int64_t count = batch * seq * 3 * config.dim;
+  auto qkv = backend.Floats(count);
+  auto out = backend.Floats(batch * seq * config.dim);
+  if (!qkv.ok() || !out.ok()) return absl::InternalError("allocation failed");
+  const std::vector<float> values = RandomValues(count, 1.0f, 9);
+  FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**qkv, values.data(), count));
+  auto run = [&](int times) -> absl::Status {
+    for (int i = 0; i < times; ++i) {
+      FSDPD_RETURN_IF_ERROR(
+          backend.Attention(**qkv, batch, seq, config.heads, config.dim, config.causal, **out));
+    }
+    return backend.Finish();
+  };
+  FSDPD_RETURN_IF_ERROR(run(2));
+  const int repeats = 10;
+  const auto start = std::chrono::steady_clock::now();
+  FSDPD_RETURN_IF_ERROR(run(repeats));
+  const double each = Seconds(start) / repeats;
+  const double flops = 4.0 * batch * seq * seq * config.dim * (config.causal ? 0.5 : 1.0);
+  std::printf(
+      "  attention %lldx%lld, %lld heads%s: %.4g TFLOP/s (%.3f ms; ×%lld layers: %.1f ms)\n",
+      (long long)batch, (long long)seq, (long long)config.heads, config.causal ? ", causal" : "",
+      flops / each * 1e-12, each * 1e3, (long long)config.layers, each * 1e3 * config.layers);
+  return absl::OkStatus();
+}
+
 // Checked against the CPU and printed; false when it fails.
 bool ReportMatmulCheck(Backend& backend) {
   absl::StatusOr<double> check = CheckMatmul(backend);
@@ -350,6 +379,9 @@ int main(int argc, char** argv) {
         *nll / rows);
     if (absl::Status timed = TimeMatmuls(**backend, rows, config.dim, config.ffn_mult);
         !timed.ok()) {
+      return Fail(timed);
+    }
+    if (absl::Status timed = TimeAttention(**backend, batch, seq, config); !timed.ok()) {
       return Fail(timed);
     }
     for (const std::string& choice : (*backend)->matmul_choices()) {
