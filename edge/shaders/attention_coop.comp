@@ -5,16 +5,19 @@
 // 16 per subgroup; each 32-key tile of K and V is staged once into shared memory as fp16 and
 // shared by the four subgroups. Per tile a subgroup forms its 16×32 scores S = Q·Kᵀ from
 // 16×16×16 fp16 fragments with fp32 sums, two lanes per query row turn them into weights
-// P = exp(S − running max) (fp16, in [0, 1]) and rescale the row's output, and P·V is added in
-// fp32. Each lane keeps half of its query row's output (64 floats) in registers: matrix
-// fragments cannot be scaled row by row, so P·V goes through a per-subgroup fragment in shared
-// memory into them. q (scaled by 1/√head_dim), k, v and P are rounded to fp16; every product sum
-// and the softmax are fp32. The host uses this shader only with 16×16×16 fp16→fp32 fragments
-// and a subgroup of 32 (those of matmul_coop.comp); attention.comp serves the rest.
+// P = exp(S − m) (fp16), and P·V accumulates in fp32 fragments that live across tiles.
+// Fragments cannot be scaled row by row, so m is raised lazily: a row keeps its m until a score
+// exceeds it by more than MARGIN (P ≤ e^MARGIN, far inside fp16's range), and only then are the
+// subgroup's output fragments rescaled, through shared memory; with scores that settle early
+// that happens in the first tiles only. q (scaled by 1/√head_dim), k, v and P are rounded to
+// fp16; every product sum and the softmax are fp32. The host uses this shader only with
+// 16×16×16 fp16→fp32 fragments and a subgroup of 32 (those of matmul_coop.comp);
+// attention.comp serves the rest.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #define SUBGROUPS 4
@@ -25,6 +28,7 @@
 #define LDV ((MAX_D + 8) / 8)  // 16-byte vectors a staged row (272 bytes: rows start apart)
 #define PLDV (KEYS / 8 + 1)    // vectors a row of P (80 bytes)
 #define LOWEST -3.402823466e38
+#define MARGIN 8.0  // e^8 ≈ 2981: the largest weight before the outputs are rescaled
 layout(local_size_x = 32 * SUBGROUPS) in;
 layout(std430, binding = 0) readonly buffer Qkv { float qkv[]; };
 layout(std430, binding = 0) readonly buffer Qkv4 { vec4 qkv4[]; };
@@ -34,7 +38,7 @@ layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head
 shared uvec4 kv[2 * KEYS * LDV];
 shared float scores[SUBGROUPS * 16 * KEYS];  // each subgroup's S, row-major 16 × KEYS
 shared uvec4 weights[SUBGROUPS * 16 * PLDV];  // each subgroup's P in fp16
-shared float partial[SUBGROUPS * 256];        // one 16×16 fragment of P·V per subgroup
+shared float partial[SUBGROUPS * 256];        // one 16×16 output fragment per subgroup
 
 // `rows` rows of head_dim values of qkv (part 0 q, 1 k, 2 v) from sequence position `first`
 // into kv at vector `at`, as fp16 scaled by `factor`; zeros past head_dim and past the sequence.
@@ -76,13 +80,17 @@ void main() {
     if (c < chunks) coopMatLoadNV(q[c], kv, group * 16 * LDV + c * 2, LDV, false);
   }
 
-  float out_row[CHUNKS * 8];  // columns c·16 + half_·8 + e of query i
-  [[unroll]] for (uint e = 0; e < CHUNKS * 8; ++e) out_row[e] = 0.0;
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> out_frag[CHUNKS];
+  [[unroll]] for (uint c = 0; c < CHUNKS; ++c) {
+    out_frag[c] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+  }
   float running_max = LOWEST;
   float running_sum = 0.0;
   const uint last_query = min(first_query + QUERIES, p.seq) - 1;
   const uint key_end = p.causal != 0 ? last_query + 1 : p.seq;
   const uint s_base = group * 16 * KEYS;
+  const uint frag_at = group * 256;
+  const uint row_at = frag_at + row * 16 + half_ * 8;  // this lane's 8 values of a fragment
   for (uint tile = 0; tile < key_end; tile += KEYS) {
     barrier();  // q fragments loaded, or the previous tile consumed
     Stage(1, tile, KEYS, 0, 1.0, b, h);
@@ -104,8 +112,8 @@ void main() {
     subgroupMemoryBarrierShared();
     subgroupBarrier();
 
-    // Online softmax over this lane's 16 keys of its row; the pair of lanes agrees on the max
-    // and the sum through one shuffle each.
+    // The softmax over this lane's 16 keys of its row; the pair of lanes agrees on the max and
+    // the sum through one shuffle each.
     float s_row[16];
     float tile_max = LOWEST;
     [[unroll]] for (uint e = 0; e < 16; ++e) {
@@ -115,8 +123,10 @@ void main() {
       tile_max = max(tile_max, s_row[e]);
     }
     tile_max = max(tile_max, subgroupShuffleXor(tile_max, 1));
-    const float new_max = max(running_max, tile_max);
-    const float correction = exp(running_max - new_max);
+    // (running_max + MARGIN is still LOWEST before the first valid key: any score raises it.)
+    const bool raise = tile_max > running_max + MARGIN;
+    const float new_max = raise ? tile_max : running_max;
+    const float correction = exp(running_max - new_max);  // 1 unless raised
     float tile_sum = 0.0;
     uint packed[8];
     [[unroll]] for (uint e = 0; e < 16; e += 2) {
@@ -131,43 +141,54 @@ void main() {
     const uint p_at = group * 16 * PLDV + row * PLDV + half_ * 2;
     weights[p_at] = uvec4(packed[0], packed[1], packed[2], packed[3]);
     weights[p_at + 1] = uvec4(packed[4], packed[5], packed[6], packed[7]);
-    [[unroll]] for (uint e = 0; e < CHUNKS * 8; ++e) out_row[e] *= correction;
+    // A raised row rescales what it has summed so far (nothing before its first valid key).
+    if (subgroupAny(raise && tile > 0)) {
+      [[unroll]] for (uint c = 0; c < CHUNKS; ++c) {
+        if (c < chunks) {
+          coopMatStoreNV(out_frag[c], partial, frag_at, 16, false);
+          subgroupMemoryBarrierShared();
+          subgroupBarrier();
+          [[unroll]] for (uint e = 0; e < 8; ++e) partial[row_at + e] *= correction;
+          subgroupMemoryBarrierShared();
+          subgroupBarrier();
+          coopMatLoadNV(out_frag[c], partial, frag_at, 16, false);
+          subgroupBarrier();  // loaded before the next fragment overwrites it
+        }
+      }
+    }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
 
-    // out += P·V, one 16-column fragment at a time through shared memory into the rows.
+    // out += P·V.
     fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> pw[KEYS / 16];
     [[unroll]] for (uint f = 0; f < KEYS / 16; ++f) {
       coopMatLoadNV(pw[f], weights, group * 16 * PLDV + f * 2, PLDV, false);
     }
     [[unroll]] for (uint c = 0; c < CHUNKS; ++c) {
       if (c < chunks) {
-        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc =
-            fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
         [[unroll]] for (uint f = 0; f < KEYS / 16; ++f) {
           fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> v;
           coopMatLoadNV(v, kv, (KEYS + f * 16) * LDV + c * 2, LDV, false);
-          acc = coopMatMulAddNV(pw[f], v, acc);
+          out_frag[c] = coopMatMulAddNV(pw[f], v, out_frag[c]);
         }
-        coopMatStoreNV(acc, partial, group * 256, 16, false);
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-        [[unroll]] for (uint e = 0; e < 8; ++e) {
-          out_row[c * 8 + e] += partial[group * 256 + row * 16 + half_ * 8 + e];
-        }
-        subgroupBarrier();  // read before the next fragment overwrites it
       }
     }
   }
-  if (i >= p.seq) return;
+  // Each fragment through shared memory, divided by its row's sum.
   const uint dim = p.heads * p.head_dim;
   const uint out_base = (b * p.seq + i) * dim + h * p.head_dim;
-  const float inverse = 1.0 / running_sum;
+  const float inverse = running_sum > 0.0 ? 1.0 / running_sum : 0.0;
   [[unroll]] for (uint c = 0; c < CHUNKS; ++c) {
     if (c < chunks) {
-      [[unroll]] for (uint e = 0; e < 8; ++e) {
-        result[out_base + c * 16 + half_ * 8 + e] = out_row[c * 8 + e] * inverse;
+      coopMatStoreNV(out_frag[c], partial, frag_at, 16, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      if (i < p.seq) {
+        [[unroll]] for (uint e = 0; e < 8; ++e) {
+          result[out_base + c * 16 + half_ * 8 + e] = partial[row_at + e] * inverse;
+        }
       }
+      subgroupBarrier();  // read before the next fragment overwrites it
     }
   }
 }
