@@ -59,6 +59,24 @@ constexpr uint32_t kMatmulCoop128x256G8[] =
 #include "edge/shaders/matmul_coop_128x256_g8.spv.inc"
     ;
 
+#if EDGE_HAVE_CM2
+constexpr uint32_t kMatmulCm2[] =
+#include "edge/shaders/matmul_cm2.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256[] =
+#include "edge/shaders/matmul_cm2_128x256.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2K64[] =
+#include "edge/shaders/matmul_cm2_k64.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256K64[] =
+#include "edge/shaders/matmul_cm2_128x256_k64.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2256x128[] =
+#include "edge/shaders/matmul_cm2_256x128.spv.inc"
+    ;
+#endif
+
 template <size_t N>
 SpirV Code(const uint32_t (&words)[N]) {
   return {words, N * sizeof(uint32_t)};
@@ -104,6 +122,25 @@ SpirV ShaderCode(Shader shader) {
       return Code(kMatmulCoop256x128G8);
     case Shader::kMatmulCoop128x256G8:
       return Code(kMatmulCoop128x256G8);
+#if EDGE_HAVE_CM2
+    case Shader::kMatmulCm2:
+      return Code(kMatmulCm2);
+    case Shader::kMatmulCm2128x256:
+      return Code(kMatmulCm2128x256);
+    case Shader::kMatmulCm2K64:
+      return Code(kMatmulCm2K64);
+    case Shader::kMatmulCm2128x256K64:
+      return Code(kMatmulCm2128x256K64);
+    case Shader::kMatmulCm2256x128:
+      return Code(kMatmulCm2256x128);
+#else
+    case Shader::kMatmulCm2:
+    case Shader::kMatmulCm2128x256:
+    case Shader::kMatmulCm2K64:
+    case Shader::kMatmulCm2128x256K64:
+    case Shader::kMatmulCm2256x128:
+      return {nullptr, 0};
+#endif
   }
   return Code(kMatmul);
 }
@@ -129,6 +166,18 @@ OutputBlock MatmulOutputBlock(Shader shader) {
       return {EDGE_MATMUL_COOP_256X128_G8_M, EDGE_MATMUL_COOP_256X128_G8_N};
     case Shader::kMatmulCoop128x256G8:
       return {EDGE_MATMUL_COOP_128X256_G8_M, EDGE_MATMUL_COOP_128X256_G8_N};
+#if EDGE_HAVE_CM2
+    case Shader::kMatmulCm2:
+      return {EDGE_MATMUL_CM2_M, EDGE_MATMUL_CM2_N};
+    case Shader::kMatmulCm2128x256:
+      return {EDGE_MATMUL_CM2_128X256_M, EDGE_MATMUL_CM2_128X256_N};
+    case Shader::kMatmulCm2K64:
+      return {EDGE_MATMUL_CM2_K64_M, EDGE_MATMUL_CM2_K64_N};
+    case Shader::kMatmulCm2128x256K64:
+      return {EDGE_MATMUL_CM2_128X256_K64_M, EDGE_MATMUL_CM2_128X256_K64_N};
+    case Shader::kMatmulCm2256x128:
+      return {EDGE_MATMUL_CM2_256X128_M, EDGE_MATMUL_CM2_256X128_N};
+#endif
     default:
       return {1, 1};
   }
@@ -172,21 +221,36 @@ const char* ShaderName(Shader shader) {
       return "matmul (cooperative matrix, 256x128 block, grouped order)";
     case Shader::kMatmulCoop128x256G8:
       return "matmul (cooperative matrix, 128x256 block, grouped order)";
+    case Shader::kMatmulCm2:
+      return "matmul (workgroup-scope cooperative matrix)";
+    case Shader::kMatmulCm2128x256:
+      return "matmul (workgroup-scope cooperative matrix, 128x256 block)";
+    case Shader::kMatmulCm2K64:
+      return "matmul (workgroup-scope cooperative matrix, K slice 64)";
+    case Shader::kMatmulCm2128x256K64:
+      return "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64)";
+    case Shader::kMatmulCm2256x128:
+      return "matmul (workgroup-scope cooperative matrix, 256x128 block)";
   }
   return "?";
 }
 
 // The names follow edge_coop_variants in edge/CMakeLists.txt.
 const std::vector<CoopMatmulVariant>& CoopMatmulVariants() {
-  static const auto* variants =
-      new std::vector<CoopMatmulVariant>{{Shader::kMatmulCoop, "128x128k32"},
-                                         {Shader::kMatmulCoopK64, "128x128k64"},
-                                         {Shader::kMatmulCoop256x128, "256x128k32"},
-                                         {Shader::kMatmulCoop128x256, "128x256k32"},
-                                         {Shader::kMatmulCoopW4, "128x128k32w4"},
-                                         {Shader::kMatmulCoopG8, "128x128k32g8"},
-                                         {Shader::kMatmulCoop256x128G8, "256x128k32g8"},
-                                         {Shader::kMatmulCoop128x256G8, "128x256k32g8"}};
+  static const auto* variants = new std::vector<CoopMatmulVariant> {
+    {Shader::kMatmulCoop, "128x128k32"}, {Shader::kMatmulCoopK64, "128x128k64"},
+        {Shader::kMatmulCoop256x128, "256x128k32"}, {Shader::kMatmulCoop128x256, "128x256k32"},
+        {Shader::kMatmulCoopW4, "128x128k32w4"}, {Shader::kMatmulCoopG8, "128x128k32g8"},
+        {Shader::kMatmulCoop256x128G8, "256x128k32g8"},
+        {Shader::kMatmulCoop128x256G8, "128x256k32g8"},
+#if EDGE_HAVE_CM2
+        {Shader::kMatmulCm2, "128x128k32cm2", true},
+        {Shader::kMatmulCm2128x256, "128x256k32cm2", true},
+        {Shader::kMatmulCm2K64, "128x128k64cm2", true},
+        {Shader::kMatmulCm2128x256K64, "128x256k64cm2", true},
+        {Shader::kMatmulCm2256x128, "256x128k32cm2", true},
+#endif
+  };
   return *variants;
 }
 

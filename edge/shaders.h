@@ -27,8 +27,16 @@ enum class Shader {
   kMatmulCoopG8,  // the grouped launch order (GROUP_M 8)
   kMatmulCoop256x128G8,
   kMatmulCoop128x256G8,
+  // matmul_cm2.comp (workgroup-scope matrices), where the build had a glslang for it.
+  kMatmulCm2,
+  kMatmulCm2128x256,
+  kMatmulCm2K64,
+  kMatmulCm2128x256K64,
+  kMatmulCm2256x128,
 };
 
+// Empty (no words) for a shader this build could not compile (matmul_cm2.comp without slang's
+// glslang).
 struct SpirV {
   const uint32_t* words;
   size_t bytes;
@@ -46,10 +54,12 @@ OutputBlock MatmulOutputBlock(Shader shader);
 const char* ShaderName(Shader shader);
 
 // The cooperative-matrix matmul's block shapes, the default first, each with the name
-// VulkanOptions::coop_block takes ("128x128k32": rows × columns per workgroup, K slice).
+// VulkanOptions::coop_block takes ("128x128k32": rows × columns per workgroup, K slice). The
+// workgroup-scope ones (VK_NV_cooperative_matrix2) are listed only where they were built.
 struct CoopMatmulVariant {
   Shader shader;
   const char* block;
+  bool workgroup_scope = false;
 };
 const std::vector<CoopMatmulVariant>& CoopMatmulVariants();
 

@@ -99,6 +99,7 @@ const char* const kNoDeviceHelp =
 // The instance, with validation when asked. Errors reported by the layer are counted.
 struct Instance {
   VkInstance instance = VK_NULL_HANDLE;
+  uint32_t api_version = VK_API_VERSION_1_1;  // what the instance was created for
   VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
   std::mutex mutex;
   int errors = 0;
@@ -141,7 +142,10 @@ absl::StatusOr<std::unique_ptr<Instance>> CreateInstance(bool validation) {
   }
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "fsdpd-edge";
-  app.apiVersion = VK_API_VERSION_1_1;
+  // 1.3 where the loader has it: matmul_cm2.comp is SPIR-V 1.6, which needs a Vulkan 1.3
+  // device; every other shader is SPIR-V 1.0 and runs on 1.1.
+  result->api_version = std::min<uint32_t>(loader_version, VK_API_VERSION_1_3);
+  app.apiVersion = result->api_version;
   std::vector<const char*> layers, extensions;
   VkDebugUtilsMessengerCreateInfoEXT messenger_info{
       VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
@@ -210,6 +214,29 @@ bool HasExtension(VkPhysicalDevice device, const char* name) {
   return std::any_of(extensions.begin(), extensions.end(),
                      [&](const auto& e) { return std::strcmp(e.extensionName, name) == 0; });
 }
+
+// VK_KHR_cooperative_matrix's and VK_NV_cooperative_matrix2's feature structures, which
+// Debian 12's Vulkan headers (1.3.239) predate: layouts and values as the Vulkan registry
+// defines them.
+constexpr const char* kKhrCooperativeMatrix = "VK_KHR_cooperative_matrix";
+constexpr const char* kNvCooperativeMatrix2 = "VK_NV_cooperative_matrix2";
+struct CoopMatrixFeaturesKhr {
+  VkStructureType sType = static_cast<VkStructureType>(1000506000);
+  void* pNext = nullptr;
+  VkBool32 cooperativeMatrix = VK_FALSE;
+  VkBool32 cooperativeMatrixRobustBufferAccess = VK_FALSE;
+};
+struct CoopMatrix2FeaturesNv {
+  VkStructureType sType = static_cast<VkStructureType>(1000593000);
+  void* pNext = nullptr;
+  VkBool32 workgroupScope = VK_FALSE;
+  VkBool32 flexibleDimensions = VK_FALSE;
+  VkBool32 reductions = VK_FALSE;
+  VkBool32 conversions = VK_FALSE;
+  VkBool32 perElementOperations = VK_FALSE;
+  VkBool32 tensorAddressing = VK_FALSE;
+  VkBool32 blockLoads = VK_FALSE;
+};
 
 // The cooperative-matrix matmul VulkanOptions::coop_block names ("" the default).
 absl::StatusOr<Shader> CoopShader(const std::string& block) {
@@ -403,6 +430,22 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     coop_ = fp16_ && options.cooperative_matrix && coop_features_present &&
             info_.subgroup_size == 32 && std::any_of(coop.begin(), coop.end(), IsCoopShape);
+    // matmul_cm2.comp: workgroup-scope matrices with tensor addressing, per-element operations
+    // and type conversions, in SPIR-V 1.6 (a Vulkan 1.3 instance and device).
+    CoopMatrixFeaturesKhr khr_query;
+    CoopMatrix2FeaturesNv cm2_query;
+    if (coop_ && instance_->api_version >= VK_API_VERSION_1_3 &&
+        properties.apiVersion >= VK_API_VERSION_1_3 &&
+        HasExtension(physical_, kKhrCooperativeMatrix) &&
+        HasExtension(physical_, kNvCooperativeMatrix2)) {
+      khr_query.pNext = &cm2_query;
+      VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      query.pNext = &khr_query;
+      vkGetPhysicalDeviceFeatures2(physical_, &query);
+      cm2_ = khr_query.cooperativeMatrix && cm2_query.workgroupScope &&
+             cm2_query.flexibleDimensions && cm2_query.conversions &&
+             cm2_query.perElementOperations && cm2_query.tensorAddressing;
+    }
 
     uint32_t family_count = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
@@ -439,10 +482,22 @@ class VulkanBackendImpl : public VulkanBackend {
     memory_model.vulkanMemoryModel = VK_TRUE;
     coop_features.pNext = &memory_model;
     if (coop_) float16.pNext = &coop_features;
+    CoopMatrixFeaturesKhr khr_features;
+    khr_features.cooperativeMatrix = VK_TRUE;
+    CoopMatrix2FeaturesNv cm2_features;
+    cm2_features.workgroupScope = cm2_features.flexibleDimensions = VK_TRUE;
+    cm2_features.conversions = cm2_features.perElementOperations = VK_TRUE;
+    cm2_features.tensorAddressing = VK_TRUE;
     std::vector<const char*> extensions;
     if (coop_) {
       extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
       extensions.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
+    }
+    if (cm2_) {
+      extensions.push_back(kKhrCooperativeMatrix);
+      extensions.push_back(kNvCooperativeMatrix2);
+      memory_model.pNext = &khr_features;
+      khr_features.pNext = &cm2_features;
     }
     VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     device_info.pNext = fp16_ ? &storage16 : nullptr;
@@ -492,6 +547,7 @@ class VulkanBackendImpl : public VulkanBackend {
       // tiled shader, and Describe() says so.
       for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
         if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
+        if (variant.workgroup_scope && !cm2_) continue;
         MatmulPipeline matmul{{}, MatmulOutputBlock(variant.shader), variant.block};
         absl::Status made = MakePipeline(variant.shader, 4, 16, &matmul.pipeline);
         if (made.ok()) {
@@ -941,6 +997,7 @@ class VulkanBackendImpl : public VulkanBackend {
   bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;
+  bool cm2_ = false;          // workgroup-scope cooperative matrices (matmul_cm2.comp) enabled
   std::string coop_refused_;  // why no cooperative-matrix pipeline could be built
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
