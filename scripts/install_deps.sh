@@ -47,6 +47,17 @@ if ! python3 -c 'import numpy, safetensors.numpy' 2> /dev/null; then
     python3 -m pip install --quiet --break-system-packages numpy safetensors
 fi
 
+# The edge runtime's workgroup-scope cooperative-matrix shader (edge/shaders/matmul_cm2.comp)
+# is compiled by the glslang inside slang's libslang-glslang, which the slangpy wheel ships
+# (Debian 12's glslc predates the extension). Only that library is used, so no dependencies.
+# Without it the build leaves those shaders out (edge/CMakeLists.txt).
+if ! python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("slangpy") is None)' 2> /dev/null; then
+  echo "installing slangpy (its glslang) for $(command -v python3)"
+  python3 -m pip install --quiet --no-deps slangpy ||
+    python3 -m pip install --quiet --no-deps --break-system-packages slangpy ||
+    echo "warning: could not install slangpy; fsdpd-edge builds without workgroup-scope cooperative matrices" >&2
+fi
+
 # The Python client (python/) and its test (tests/python): gRPC, protobuf and the stub generator,
 # googleapis' google.rpc messages (BadRequest), PyYAML, and gRPC reflection for the test's
 # reflection check; setuptools and wheel to install the package without build isolation.

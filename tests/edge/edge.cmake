@@ -6,7 +6,7 @@ fsdpd_test(edge_metadata_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_metadata_test.cc LIBS fsdpd_formats)
 if(TARGET fsdpd_edge)
   fsdpd_test(edge_matmul_tuner_test LABEL unit
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matmul_tuner_test.cc LIBS fsdpd_edge)
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matmul_tuner_test.cc LIBS fsdpd_edge_tuner)
   fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
 endif()
@@ -31,4 +31,13 @@ if(TARGET fsdpd-edge AND TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl
   target_compile_definitions(edge_cluster_test PRIVATE
     FSDPD_EDGE_BINARY="$<TARGET_FILE:fsdpd-edge>" FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_dependencies(edge_cluster_test fsdpd-edge fsdpd fsdpd-worker fsdpctl)
+endif()
+if(TARGET edge_glsl_to_spirv)
+  fsdpd_test(edge_glsl_to_spirv_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_glsl_to_spirv_test.cc LIBS absl::strings)
+  target_compile_definitions(edge_glsl_to_spirv_test PRIVATE
+    EDGE_GLSL_TOOL="$<TARGET_FILE:edge_glsl_to_spirv>"
+    EDGE_GLSLANG_LIBRARY="$<TARGET_PROPERTY:edge_glsl_to_spirv,EDGE_GLSLANG_LIBRARY>"
+    EDGE_SHADER_DIR="${CMAKE_SOURCE_DIR}/edge/shaders")
+  add_dependencies(edge_glsl_to_spirv_test edge_glsl_to_spirv)
 endif()
