@@ -596,7 +596,8 @@ class VulkanBackendImpl : public VulkanBackend {
                  : absl::StrCat(
                        "tiled (the cooperative-matrix pipeline was refused: ", coop_refused_, ")");
     }
-    return absl::StrCat("on cooperative matrices (NV, 16x16x16; ",
+    return absl::StrCat("on cooperative matrices (",
+                        cm2_ ? "NV subgroup 16x16x16 and workgroup scope" : "NV, 16x16x16", "; ",
                         matmuls_.size() == 1
                             ? absl::StrCat("block ", matmuls_.front().name)
                             : absl::StrCat(matmuls_.size(), " blocks, tuned per shape"),
