@@ -61,8 +61,9 @@ absl::StatusOr<Perplexity> EvaluatePerplexity(ModelRunner& runner,
   std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
   double nll_sum = 0.0;
-  const auto start = std::chrono::steady_clock::now();
+  auto start = std::chrono::steady_clock::now();
   for (int64_t b = 0; b < batches; ++b) {
+    if (b == 1) start = std::chrono::steady_clock::now();  // the first batch tuned the blocks
     for (int64_t row = 0; row < batch; ++row) {
       const auto first = tokens.begin() + (b * batch + row) * seq;
       std::copy(first, first + seq, inputs.begin() + row * seq);
@@ -74,9 +75,10 @@ absl::StatusOr<Perplexity> EvaluatePerplexity(ModelRunner& runner,
   Perplexity result;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.tokens = batches * batch * seq;
+  result.timed_tokens = (batches > 1 ? batches - 1 : 1) * batch * seq;
   result.mean_nll = nll_sum / static_cast<double>(result.tokens);
   result.perplexity = std::exp(result.mean_nll);
-  result.tokens_per_second = static_cast<double>(result.tokens) / result.seconds;
+  result.tokens_per_second = static_cast<double>(result.timed_tokens) / result.seconds;
   return result;
 }
 

@@ -19,7 +19,10 @@ struct Perplexity {
   double mean_nll = 0.0;    // nats per predicted token
   double perplexity = 0.0;  // exp(mean_nll)
   int64_t tokens = 0;       // predicted tokens (windows × seq)
-  double seconds = 0.0;     // forward passes only (not loading)
+  // The rate is timed over the forward passes after the first where there are two or more: the
+  // first one also picks the matmul blocks (MatmulTuner) and would understate the rate.
+  int64_t timed_tokens = 0;
+  double seconds = 0.0;  // those forward passes only (not loading)
   double tokens_per_second = 0.0;
 };
 

@@ -144,7 +144,11 @@ int RunEval(const RunOptions& options, const std::string& text, const std::strin
   if (!result.ok()) return Fail(result.status());
   std::printf("perplexity %.6f (mean nll %.6f nats over %lld tokens)\n", result->perplexity,
               result->mean_nll, static_cast<long long>(result->tokens));
-  std::printf("forward %.1f tokens/s (%.3f s)\n", result->tokens_per_second, result->seconds);
+  std::printf("forward %.1f tokens/s (%.3f s over %lld tokens%s)\n", result->tokens_per_second,
+              result->seconds, static_cast<long long>(result->timed_tokens),
+              result->timed_tokens < result->tokens
+                  ? "; the first batch, which also picks the matmul blocks, is not timed"
+                  : "");
   return CheckValidation(*loaded);
 }
 
