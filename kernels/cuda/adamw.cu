@@ -20,21 +20,46 @@ struct AdamWScalars {
   float eps;
 };
 
+// One element, as the CPU's AdamW writes it: the same fp32 operations in the same order, each
+// rounded (no fused multiply-adds), so both engines agree to the bit.
+__device__ __forceinline__ void AdamWElement(float& param, float g, float& exp_avg,
+                                             float& exp_avg_sq, const AdamWScalars& s) {
+  float p = __fmul_rn(param, s.decay);
+  const float m = __fadd_rn(exp_avg, __fmul_rn(s.average_weight, __fsub_rn(g, exp_avg)));
+  const float v =
+      __fadd_rn(__fmul_rn(exp_avg_sq, s.beta2), __fmul_rn(__fmul_rn(s.square_weight, g), g));
+  const float denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+  p = __fsub_rn(p, __fdiv_rn(__fmul_rn(s.step_size, m), denominator));
+  exp_avg = m;
+  exp_avg_sq = v;
+  param = p;
+}
+
 __global__ void AdamWKernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                             int64_t count, AdamWScalars s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grad[i];
-    float p = __fmul_rn(param[i], s.decay);
-    const float m = __fadd_rn(exp_avg[i], __fmul_rn(s.average_weight, __fsub_rn(g, exp_avg[i])));
-    const float v =
-        __fadd_rn(__fmul_rn(exp_avg_sq[i], s.beta2), __fmul_rn(__fmul_rn(s.square_weight, g), g));
-    const float denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
-    p = __fsub_rn(p, __fdiv_rn(__fmul_rn(s.step_size, m), denominator));
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    param[i] = p;
+    AdamWElement(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
   }
+}
+
+// Four elements a thread through 16-byte accesses (28 bytes an element move either way; the
+// wider accesses get closer to the memory's rate), one vector a thread in short blocks.
+__global__ void AdamWVectorKernel(float4* param, const float4* grad, float4* exp_avg,
+                                  float4* exp_avg_sq, int64_t vectors, AdamWScalars s) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= vectors) return;
+  float4 p = param[i];
+  const float4 g = grad[i];
+  float4 m = exp_avg[i];
+  float4 v = exp_avg_sq[i];
+  AdamWElement(p.x, g.x, m.x, v.x, s);
+  AdamWElement(p.y, g.y, m.y, v.y, s);
+  AdamWElement(p.z, g.z, m.z, v.z, s);
+  AdamWElement(p.w, g.w, m.w, v.w, s);
+  param[i] = p;
+  exp_avg[i] = m;
+  exp_avg_sq[i] = v;
 }
 
 }  // namespace
@@ -54,10 +79,23 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
   scalars.step_size = static_cast<float>(params.lr / bias_correction1);
   scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   scalars.eps = static_cast<float>(params.eps);
-  // One element a thread in short blocks: on the comm stream (the optimizer in backward there),
-  // a capped grid of long-running blocks would hold every SM from the compute stream's GEMMs.
-  AdamWKernel<<<GridFor(count, kThreads, kMaxGridX), kThreads, 0, stream>>>(
-      param, grad, exp_avg, exp_avg_sq, count, scalars);
+  // Short blocks (one vector or element a thread): on the comm stream (the optimizer in backward
+  // there), a capped grid of long-running blocks would hold every SM from the compute stream's
+  // GEMMs.
+  int64_t done = 0;
+  const int64_t vectors = count / 4;
+  if (vectors > 0 && Aligned16(param) && Aligned16(grad) && Aligned16(exp_avg) &&
+      Aligned16(exp_avg_sq)) {
+    AdamWVectorKernel<<<GridFor(vectors, kThreads, kMaxGridX), kThreads, 0, stream>>>(
+        reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
+        reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors,
+        scalars);
+    CUDA_CHECK_LAUNCH("AdamWVectorKernel");
+    done = vectors * 4;
+  }
+  if (done == count) return absl::OkStatus();
+  AdamWKernel<<<GridFor(count - done, kThreads, kMaxGridX), kThreads, 0, stream>>>(
+      param + done, grad + done, exp_avg + done, exp_avg_sq + done, count - done, scalars);
   CUDA_CHECK_LAUNCH("AdamWKernel");
   return absl::OkStatus();
 }
