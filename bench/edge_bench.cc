@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -91,6 +92,20 @@ absl::StatusOr<double> CheckMatmul(Backend& gpu) {
   return worst;
 }
 
+// Seconds per call of `op` on the backend: two warm-up calls, then `repeats` recorded back to
+// back and finished together.
+absl::StatusOr<double> SecondsPerCall(Backend& backend, int repeats,
+                                      const std::function<absl::Status()>& op) {
+  auto run = [&](int count) -> absl::Status {
+    for (int i = 0; i < count; ++i) FSDPD_RETURN_IF_ERROR(op());
+    return backend.Finish();
+  };
+  FSDPD_RETURN_IF_ERROR(run(2));
+  const auto start = std::chrono::steady_clock::now();
+  FSDPD_RETURN_IF_ERROR(run(repeats));
+  return Seconds(start) / repeats;
+}
+
 // The matmul alone on the forward's two FFN shapes: TFLOP/s each, printed.
 absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int64_t ffn_mult) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{rows, ffn_mult * dim, dim},
@@ -102,17 +117,9 @@ absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int6
     if (!weight.ok() || !x.ok() || !y.ok()) return absl::InternalError("allocation failed");
     std::vector<float> input = RandomValues(m * k, 1.0f, 8);
     FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), m * k));
-    auto run = [&](int count) -> absl::Status {
-      for (int i = 0; i < count; ++i) {
-        FSDPD_RETURN_IF_ERROR(backend.Linear(**x, **weight, nullptr, m, k, n, **y));
-      }
-      return backend.Finish();
-    };
-    FSDPD_RETURN_IF_ERROR(run(2));
-    const int repeats = 20;
-    const auto start = std::chrono::steady_clock::now();
-    FSDPD_RETURN_IF_ERROR(run(repeats));
-    const double each = Seconds(start) / repeats;
+    FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 20, [&] {
+                             return backend.Linear(**x, **weight, nullptr, m, k, n, **y);
+                           }));
     std::printf("  matmul %lldx%lldx%lld: %.4g TFLOP/s (%.3f ms)\n", (long long)m, (long long)n,
                 (long long)k, 2.0 * m * n * k / each * 1e-12, each * 1e3);
   }
@@ -128,18 +135,10 @@ absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
   if (!qkv.ok() || !out.ok()) return absl::InternalError("allocation failed");
   const std::vector<float> values = RandomValues(count, 1.0f, 9);
   FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**qkv, values.data(), count));
-  auto run = [&](int times) -> absl::Status {
-    for (int i = 0; i < times; ++i) {
-      FSDPD_RETURN_IF_ERROR(
-          backend.Attention(**qkv, batch, seq, config.heads, config.dim, config.causal, **out));
-    }
-    return backend.Finish();
-  };
-  FSDPD_RETURN_IF_ERROR(run(2));
-  const int repeats = 10;
-  const auto start = std::chrono::steady_clock::now();
-  FSDPD_RETURN_IF_ERROR(run(repeats));
-  const double each = Seconds(start) / repeats;
+  FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 10, [&] {
+                           return backend.Attention(**qkv, batch, seq, config.heads, config.dim,
+                                                    config.causal, **out);
+                         }));
   const double flops = 4.0 * batch * seq * seq * config.dim * (config.causal ? 0.5 : 1.0);
   std::printf(
       "  attention %lldx%lld, %lld heads%s: %.4g TFLOP/s (%.3f ms; ×%lld layers: %.1f ms)\n",

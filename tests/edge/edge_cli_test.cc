@@ -1,34 +1,21 @@
 // fsdpd-edge as a user runs it: devices, eval and generate on lavapipe with validation, and
 // every bad input answered by a clear message and exit status 1, never a crash.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "tests/edge/edge_test_support.h"
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
 namespace fsdpd::edge {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;  // -1: did not exit normally (a crash)
-  std::string output;  // stdout and stderr
-};
+using Outcome = fsdpd::testing::CommandOutcome;
 
 Outcome RunEdge(const std::string& arguments, const std::string& environment = "") {
-  const std::string command = environment + " " + FSDPD_EDGE_BINARY + " " + arguments + " 2>&1";
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return outcome;
-  char buffer[4096];
-  size_t read;
-  while ((read = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, read);
-  const int status = pclose(pipe);
-  if (WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
-  return outcome;
+  return fsdpd::testing::RunCommand(environment + " " + FSDPD_EDGE_BINARY + " " + arguments);
 }
 
 void ExpectError(const Outcome& outcome, const std::string& message) {
