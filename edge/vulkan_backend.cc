@@ -280,9 +280,9 @@ class VulkanBackendImpl : public VulkanBackend {
       matmuls_.push_back(matmul);
     }
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(matmuls_.size()));
-    if (coop_) {
-      // Attention on the same fragments where the matmul has them; a refusal keeps the vector
-      // shader, and Describe() says so.
+    if (coop_ && info_.subgroup_vote) {
+      // Attention on the same fragments where the matmul has them (and subgroup votes); a
+      // refusal keeps the vector shader, and Describe() says so.
       absl::Status made = MakePipeline(Shader::kAttentionCoop, 2, 24, &attention_coop_);
       coop_attention_ = made.ok();
       if (!made.ok()) {

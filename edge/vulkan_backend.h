@@ -31,6 +31,7 @@ struct VulkanDeviceInfo {
   bool storage_buffer_16bit = false;
   uint32_t subgroup_size = 0;
   bool subgroup_shuffle = false;  // in compute shaders (attention.comp sums scores with it)
+  bool subgroup_vote = false;     // in compute shaders (attention_coop.comp's rescaling test)
   bool nv_cooperative_matrix = false;
   std::vector<std::string> cooperative_matrix_shapes;  // "16x16x16 fp16·fp16+fp32" etc.
 };

@@ -185,8 +185,11 @@ VulkanDeviceInfo DescribeDevice(VkInstance instance, VkPhysicalDevice device, in
   info.api_version = absl::StrCat(VK_API_VERSION_MAJOR(api), ".", VK_API_VERSION_MINOR(api), ".",
                                   VK_API_VERSION_PATCH(api));
   info.subgroup_size = subgroup.subgroupSize;
-  info.subgroup_shuffle = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
-                          (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+  const bool compute = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+  info.subgroup_shuffle =
+      compute && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0;
+  info.subgroup_vote =
+      compute && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_VOTE_BIT) != 0;
   VkPhysicalDeviceShaderFloat16Int8Features float16{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDevice16BitStorageFeatures storage16{
