@@ -19,7 +19,7 @@ enum class Shader {
   kAttentionCoop,
   kMatmul,
   kMatmulF16,
-  kMatmulCoop,  // the default block; the others exist for benchmarks (edge_bench)
+  kMatmulCoop,  // the first of the blocks the tuner chooses among (CoopMatmulVariants)
   kMatmulCoopK64,
   kMatmulCoop256x128,
   kMatmulCoop128x256,
@@ -53,7 +53,7 @@ struct OutputBlock {
 OutputBlock MatmulOutputBlock(Shader shader);
 const char* ShaderName(Shader shader);
 
-// The cooperative-matrix matmul's block shapes, the default first, each with the name
+// The cooperative-matrix matmul's block shapes, each with the name
 // VulkanOptions::coop_block takes ("128x128k32": rows × columns per workgroup, K slice). The
 // workgroup-scope ones (VK_NV_cooperative_matrix2) are listed only where they were built.
 struct CoopMatmulVariant {

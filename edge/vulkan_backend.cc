@@ -24,7 +24,8 @@ constexpr uint32_t kMaxBindings = 4;
 constexpr int64_t kMaxAttentionHeadDim = 128;    // attention.comp's MAX_HEAD_DIM
 constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
 
-// The cooperative-matrix matmul VulkanOptions::coop_block names ("" the default).
+// The block VulkanOptions::coop_block names, refused with the list when it was not built (an
+// empty name, every block, gives the first).
 absl::StatusOr<Shader> CoopShader(const std::string& block) {
   const std::vector<CoopMatmulVariant>& variants = CoopMatmulVariants();
   if (block.empty()) return variants.front().shader;
