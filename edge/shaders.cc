@@ -82,175 +82,133 @@ SpirV Code(const uint32_t (&words)[N]) {
   return {words, N * sizeof(uint32_t)};
 }
 
+// Everything known about a shader in one row: its code, its name for messages, a matmul's
+// output block ({1, 1} for the others), and for the cooperative-matrix matmuls the block name
+// VulkanOptions::coop_block takes (following edge_coop_variants and edge_cm2_variants in
+// edge/CMakeLists.txt) and whether it uses workgroup-scope matrices. A shader this build could
+// not compile has no row.
+struct ShaderInfo {
+  Shader shader;
+  const char* name;
+  SpirV code;
+  OutputBlock block = {1, 1};
+  const char* coop_block = nullptr;
+  bool workgroup_scope = false;
+};
+
+const std::vector<ShaderInfo>& Shaders() {
+  static const auto* shaders = new std::vector<ShaderInfo> {
+    {Shader::kEmbedding, "embedding", Code(kEmbedding)},
+        {Shader::kEmbeddingF16, "embedding (fp16)", Code(kEmbeddingF16)},
+        {Shader::kElementwise, "elementwise", Code(kElementwise)},
+        {Shader::kRmsNorm, "rmsnorm", Code(kRmsNorm)},
+        {Shader::kRmsNormF16, "rmsnorm (fp16)", Code(kRmsNormF16)},
+        {Shader::kTokenNll, "token_nll", Code(kTokenNll)},
+        {Shader::kAttention, "attention", Code(kAttention)},
+        {Shader::kAttentionCoop, "attention (cooperative matrix)", Code(kAttentionCoop)},
+        {Shader::kMatmul, "matmul", Code(kMatmul), {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
+        {Shader::kMatmulF16,
+         "matmul (fp16)",
+         Code(kMatmulF16),
+         {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
+        {Shader::kMatmulCoop,
+         "matmul (cooperative matrix)",
+         Code(kMatmulCoop),
+         {EDGE_MATMUL_COOP_M, EDGE_MATMUL_COOP_N},
+         "128x128k32"},
+        {Shader::kMatmulCoopK64,
+         "matmul (cooperative matrix, K slice 64)",
+         Code(kMatmulCoopK64),
+         {EDGE_MATMUL_COOP_K64_M, EDGE_MATMUL_COOP_K64_N},
+         "128x128k64"},
+        {Shader::kMatmulCoop256x128,
+         "matmul (cooperative matrix, 256x128 block)",
+         Code(kMatmulCoop256x128),
+         {EDGE_MATMUL_COOP_256X128_M, EDGE_MATMUL_COOP_256X128_N},
+         "256x128k32"},
+        {Shader::kMatmulCoop128x256,
+         "matmul (cooperative matrix, 128x256 block)",
+         Code(kMatmulCoop128x256),
+         {EDGE_MATMUL_COOP_128X256_M, EDGE_MATMUL_COOP_128X256_N},
+         "128x256k32"},
+        {Shader::kMatmulCoopW4,
+         "matmul (cooperative matrix, four subgroups)",
+         Code(kMatmulCoopW4),
+         {EDGE_MATMUL_COOP_W4_M, EDGE_MATMUL_COOP_W4_N},
+         "128x128k32w4"},
+        {Shader::kMatmulCoopG8,
+         "matmul (cooperative matrix, grouped order)",
+         Code(kMatmulCoopG8),
+         {EDGE_MATMUL_COOP_G8_M, EDGE_MATMUL_COOP_G8_N},
+         "128x128k32g8"},
+        {Shader::kMatmulCoop256x128G8,
+         "matmul (cooperative matrix, 256x128 block, grouped order)",
+         Code(kMatmulCoop256x128G8),
+         {EDGE_MATMUL_COOP_256X128_G8_M, EDGE_MATMUL_COOP_256X128_G8_N},
+         "256x128k32g8"},
+        {Shader::kMatmulCoop128x256G8,
+         "matmul (cooperative matrix, 128x256 block, grouped order)",
+         Code(kMatmulCoop128x256G8),
+         {EDGE_MATMUL_COOP_128X256_G8_M, EDGE_MATMUL_COOP_128X256_G8_N},
+         "128x256k32g8"},
+#if EDGE_HAVE_CM2
+        {Shader::kMatmulCm2, "matmul (workgroup-scope cooperative matrix)",
+         Code(kMatmulCm2),   {EDGE_MATMUL_CM2_M, EDGE_MATMUL_CM2_N},
+         "128x128k32cm2",    true},
+        {Shader::kMatmulCm2128x256, "matmul (workgroup-scope cooperative matrix, 128x256 block)",
+         Code(kMatmulCm2128x256),   {EDGE_MATMUL_CM2_128X256_M, EDGE_MATMUL_CM2_128X256_N},
+         "128x256k32cm2",           true},
+        {Shader::kMatmulCm2K64, "matmul (workgroup-scope cooperative matrix, K slice 64)",
+         Code(kMatmulCm2K64),   {EDGE_MATMUL_CM2_K64_M, EDGE_MATMUL_CM2_K64_N},
+         "128x128k64cm2",       true},
+        {Shader::kMatmulCm2128x256K64,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64)",
+         Code(kMatmulCm2128x256K64),
+         {EDGE_MATMUL_CM2_128X256_K64_M, EDGE_MATMUL_CM2_128X256_K64_N},
+         "128x256k64cm2",
+         true},
+        {Shader::kMatmulCm2256x128, "matmul (workgroup-scope cooperative matrix, 256x128 block)",
+         Code(kMatmulCm2256x128),   {EDGE_MATMUL_CM2_256X128_M, EDGE_MATMUL_CM2_256X128_N},
+         "256x128k32cm2",           true},
+#endif
+  };
+  return *shaders;
+}
+
+const ShaderInfo* Find(Shader shader) {
+  for (const ShaderInfo& info : Shaders()) {
+    if (info.shader == shader) return &info;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 SpirV ShaderCode(Shader shader) {
-  switch (shader) {
-    case Shader::kEmbedding:
-      return Code(kEmbedding);
-    case Shader::kEmbeddingF16:
-      return Code(kEmbeddingF16);
-    case Shader::kElementwise:
-      return Code(kElementwise);
-    case Shader::kRmsNorm:
-      return Code(kRmsNorm);
-    case Shader::kRmsNormF16:
-      return Code(kRmsNormF16);
-    case Shader::kTokenNll:
-      return Code(kTokenNll);
-    case Shader::kAttention:
-      return Code(kAttention);
-    case Shader::kAttentionCoop:
-      return Code(kAttentionCoop);
-    case Shader::kMatmul:
-      return Code(kMatmul);
-    case Shader::kMatmulF16:
-      return Code(kMatmulF16);
-    case Shader::kMatmulCoop:
-      return Code(kMatmulCoop);
-    case Shader::kMatmulCoopK64:
-      return Code(kMatmulCoopK64);
-    case Shader::kMatmulCoop256x128:
-      return Code(kMatmulCoop256x128);
-    case Shader::kMatmulCoop128x256:
-      return Code(kMatmulCoop128x256);
-    case Shader::kMatmulCoopW4:
-      return Code(kMatmulCoopW4);
-    case Shader::kMatmulCoopG8:
-      return Code(kMatmulCoopG8);
-    case Shader::kMatmulCoop256x128G8:
-      return Code(kMatmulCoop256x128G8);
-    case Shader::kMatmulCoop128x256G8:
-      return Code(kMatmulCoop128x256G8);
-#if EDGE_HAVE_CM2
-    case Shader::kMatmulCm2:
-      return Code(kMatmulCm2);
-    case Shader::kMatmulCm2128x256:
-      return Code(kMatmulCm2128x256);
-    case Shader::kMatmulCm2K64:
-      return Code(kMatmulCm2K64);
-    case Shader::kMatmulCm2128x256K64:
-      return Code(kMatmulCm2128x256K64);
-    case Shader::kMatmulCm2256x128:
-      return Code(kMatmulCm2256x128);
-#else
-    case Shader::kMatmulCm2:
-    case Shader::kMatmulCm2128x256:
-    case Shader::kMatmulCm2K64:
-    case Shader::kMatmulCm2128x256K64:
-    case Shader::kMatmulCm2256x128:
-      return {nullptr, 0};
-#endif
-  }
-  return Code(kMatmul);
+  const ShaderInfo* info = Find(shader);
+  return info != nullptr ? info->code : SpirV{nullptr, 0};
 }
 
 OutputBlock MatmulOutputBlock(Shader shader) {
-  switch (shader) {
-    case Shader::kMatmul:
-    case Shader::kMatmulF16:
-      return {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N};
-    case Shader::kMatmulCoop:
-      return {EDGE_MATMUL_COOP_M, EDGE_MATMUL_COOP_N};
-    case Shader::kMatmulCoopK64:
-      return {EDGE_MATMUL_COOP_K64_M, EDGE_MATMUL_COOP_K64_N};
-    case Shader::kMatmulCoop256x128:
-      return {EDGE_MATMUL_COOP_256X128_M, EDGE_MATMUL_COOP_256X128_N};
-    case Shader::kMatmulCoop128x256:
-      return {EDGE_MATMUL_COOP_128X256_M, EDGE_MATMUL_COOP_128X256_N};
-    case Shader::kMatmulCoopW4:
-      return {EDGE_MATMUL_COOP_W4_M, EDGE_MATMUL_COOP_W4_N};
-    case Shader::kMatmulCoopG8:
-      return {EDGE_MATMUL_COOP_G8_M, EDGE_MATMUL_COOP_G8_N};
-    case Shader::kMatmulCoop256x128G8:
-      return {EDGE_MATMUL_COOP_256X128_G8_M, EDGE_MATMUL_COOP_256X128_G8_N};
-    case Shader::kMatmulCoop128x256G8:
-      return {EDGE_MATMUL_COOP_128X256_G8_M, EDGE_MATMUL_COOP_128X256_G8_N};
-#if EDGE_HAVE_CM2
-    case Shader::kMatmulCm2:
-      return {EDGE_MATMUL_CM2_M, EDGE_MATMUL_CM2_N};
-    case Shader::kMatmulCm2128x256:
-      return {EDGE_MATMUL_CM2_128X256_M, EDGE_MATMUL_CM2_128X256_N};
-    case Shader::kMatmulCm2K64:
-      return {EDGE_MATMUL_CM2_K64_M, EDGE_MATMUL_CM2_K64_N};
-    case Shader::kMatmulCm2128x256K64:
-      return {EDGE_MATMUL_CM2_128X256_K64_M, EDGE_MATMUL_CM2_128X256_K64_N};
-    case Shader::kMatmulCm2256x128:
-      return {EDGE_MATMUL_CM2_256X128_M, EDGE_MATMUL_CM2_256X128_N};
-#endif
-    default:
-      return {1, 1};
-  }
+  const ShaderInfo* info = Find(shader);
+  return info != nullptr ? info->block : OutputBlock{1, 1};
 }
 
 const char* ShaderName(Shader shader) {
-  switch (shader) {
-    case Shader::kEmbedding:
-      return "embedding";
-    case Shader::kEmbeddingF16:
-      return "embedding (fp16)";
-    case Shader::kElementwise:
-      return "elementwise";
-    case Shader::kRmsNorm:
-      return "rmsnorm";
-    case Shader::kRmsNormF16:
-      return "rmsnorm (fp16)";
-    case Shader::kTokenNll:
-      return "token_nll";
-    case Shader::kAttention:
-      return "attention";
-    case Shader::kAttentionCoop:
-      return "attention (cooperative matrix)";
-    case Shader::kMatmul:
-      return "matmul";
-    case Shader::kMatmulF16:
-      return "matmul (fp16)";
-    case Shader::kMatmulCoop:
-      return "matmul (cooperative matrix)";
-    case Shader::kMatmulCoopK64:
-      return "matmul (cooperative matrix, K slice 64)";
-    case Shader::kMatmulCoop256x128:
-      return "matmul (cooperative matrix, 256x128 block)";
-    case Shader::kMatmulCoop128x256:
-      return "matmul (cooperative matrix, 128x256 block)";
-    case Shader::kMatmulCoopW4:
-      return "matmul (cooperative matrix, four subgroups)";
-    case Shader::kMatmulCoopG8:
-      return "matmul (cooperative matrix, grouped order)";
-    case Shader::kMatmulCoop256x128G8:
-      return "matmul (cooperative matrix, 256x128 block, grouped order)";
-    case Shader::kMatmulCoop128x256G8:
-      return "matmul (cooperative matrix, 128x256 block, grouped order)";
-    case Shader::kMatmulCm2:
-      return "matmul (workgroup-scope cooperative matrix)";
-    case Shader::kMatmulCm2128x256:
-      return "matmul (workgroup-scope cooperative matrix, 128x256 block)";
-    case Shader::kMatmulCm2K64:
-      return "matmul (workgroup-scope cooperative matrix, K slice 64)";
-    case Shader::kMatmulCm2128x256K64:
-      return "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64)";
-    case Shader::kMatmulCm2256x128:
-      return "matmul (workgroup-scope cooperative matrix, 256x128 block)";
-  }
-  return "?";
+  const ShaderInfo* info = Find(shader);
+  return info != nullptr ? info->name : "?";
 }
 
-// The names follow edge_coop_variants in edge/CMakeLists.txt.
 const std::vector<CoopMatmulVariant>& CoopMatmulVariants() {
-  static const auto* variants = new std::vector<CoopMatmulVariant> {
-    {Shader::kMatmulCoop, "128x128k32"}, {Shader::kMatmulCoopK64, "128x128k64"},
-        {Shader::kMatmulCoop256x128, "256x128k32"}, {Shader::kMatmulCoop128x256, "128x256k32"},
-        {Shader::kMatmulCoopW4, "128x128k32w4"}, {Shader::kMatmulCoopG8, "128x128k32g8"},
-        {Shader::kMatmulCoop256x128G8, "256x128k32g8"},
-        {Shader::kMatmulCoop128x256G8, "128x256k32g8"},
-#if EDGE_HAVE_CM2
-        {Shader::kMatmulCm2, "128x128k32cm2", true},
-        {Shader::kMatmulCm2128x256, "128x256k32cm2", true},
-        {Shader::kMatmulCm2K64, "128x128k64cm2", true},
-        {Shader::kMatmulCm2128x256K64, "128x256k64cm2", true},
-        {Shader::kMatmulCm2256x128, "256x128k32cm2", true},
-#endif
-  };
+  static const auto* variants = [] {
+    auto* list = new std::vector<CoopMatmulVariant>;
+    for (const ShaderInfo& info : Shaders()) {
+      if (info.coop_block != nullptr) {
+        list->push_back({info.shader, info.coop_block, info.workgroup_scope});
+      }
+    }
+    return list;
+  }();
   return *variants;
 }
 
