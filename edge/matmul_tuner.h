@@ -1,5 +1,7 @@
-// Which of several matmul pipelines runs a shape: each candidate is timed once (after a
-// warm-up run) the first time a shape is seen, and the fastest is kept for that shape. The
+// Which of several matmul pipelines runs a shape: each candidate is timed kTimedRuns times
+// (after a warm-up run) the first time a shape is seen, its fastest run counts (a run slowed by
+// another tenant of the GPU says nothing about the block), and the fastest candidate is kept for
+// that shape. The
 // cooperative-matrix shader's best block depends on the shape and the device (on the H200 one
 // block is 2× another on one FFN shape and half as fast on the other: bench/RESULTS.md), so a
 // fixed choice loses on some shape wherever it is made.
@@ -31,9 +33,11 @@ class MatmulTuner {
  public:
   explicit MatmulTuner(int candidates) : candidates_(candidates) {}
 
+  static constexpr int kTimedRuns = 3;
+
   // The candidate for `shape`. The first time, `time(i)` runs candidate i and returns its
-  // seconds; it is called twice per candidate (the first run is a warm-up) and an error stops
-  // the tuning and is returned. One candidate needs no timing.
+  // seconds; it is called 1 + kTimedRuns times per candidate (the first run is a warm-up) and
+  // an error stops the tuning and is returned. One candidate needs no timing.
   absl::StatusOr<int> Choose(const MatmulShape& shape,
                              absl::FunctionRef<absl::StatusOr<double>(int)> time);
 

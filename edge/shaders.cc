@@ -13,6 +13,9 @@ constexpr uint32_t kEmbeddingF16[] =
 constexpr uint32_t kElementwise[] =
 #include "edge/shaders/elementwise.spv.inc"
     ;
+constexpr uint32_t kToHalf[] =
+#include "edge/shaders/to_half.spv.inc"
+    ;
 constexpr uint32_t kRmsNorm[] =
 #include "edge/shaders/rmsnorm.spv.inc"
     ;
@@ -60,6 +63,15 @@ constexpr uint32_t kMatmulCoop128x256G8[] =
     ;
 
 #if EDGE_HAVE_CM2
+constexpr uint32_t kAttentionCm2[] =
+#include "edge/shaders/attention_cm2.spv.inc"
+    ;
+constexpr uint32_t kAttentionCm2Br128[] =
+#include "edge/shaders/attention_cm2_br128.spv.inc"
+    ;
+constexpr uint32_t kAttentionCm2Hd64[] =
+#include "edge/shaders/attention_cm2_hd64.spv.inc"
+    ;
 constexpr uint32_t kMatmulCm2[] =
 #include "edge/shaders/matmul_cm2.spv.inc"
     ;
@@ -74,6 +86,27 @@ constexpr uint32_t kMatmulCm2128x256K64[] =
     ;
 constexpr uint32_t kMatmulCm2256x128[] =
 #include "edge/shaders/matmul_cm2_256x128.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256U1[] =
+#include "edge/shaders/matmul_cm2_128x256_u1.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2H[] =
+#include "edge/shaders/matmul_cm2_h.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256H[] =
+#include "edge/shaders/matmul_cm2_128x256_h.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2256x128H[] =
+#include "edge/shaders/matmul_cm2_256x128_h.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256K64H[] =
+#include "edge/shaders/matmul_cm2_128x256_k64_h.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2256x256H[] =
+#include "edge/shaders/matmul_cm2_256x256_h.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2256x128K64H[] =
+#include "edge/shaders/matmul_cm2_256x128_k64_h.spv.inc"
     ;
 #endif
 
@@ -94,6 +127,7 @@ struct ShaderInfo {
   OutputBlock block = {1, 1};
   const char* coop_block = nullptr;
   bool workgroup_scope = false;
+  bool half_input = false;
 };
 
 const std::vector<ShaderInfo>& Shaders() {
@@ -101,7 +135,7 @@ const std::vector<ShaderInfo>& Shaders() {
     {Shader::kEmbedding, "embedding", Code(kEmbedding)},
         {Shader::kEmbeddingF16, "embedding (fp16)", Code(kEmbeddingF16)},
         {Shader::kElementwise, "elementwise", Code(kElementwise)},
-        {Shader::kRmsNorm, "rmsnorm", Code(kRmsNorm)},
+        {Shader::kToHalf, "to_half", Code(kToHalf)}, {Shader::kRmsNorm, "rmsnorm", Code(kRmsNorm)},
         {Shader::kRmsNormF16, "rmsnorm (fp16)", Code(kRmsNormF16)},
         {Shader::kTokenNll, "token_nll", Code(kTokenNll)},
         {Shader::kAttention, "attention", Code(kAttention)},
@@ -152,6 +186,18 @@ const std::vector<ShaderInfo>& Shaders() {
          {EDGE_MATMUL_COOP_128X256_G8_M, EDGE_MATMUL_COOP_128X256_G8_N},
          "128x256k32g8"},
 #if EDGE_HAVE_CM2
+        {Shader::kAttentionCm2,
+         "attention (workgroup-scope cooperative matrix)",
+         Code(kAttentionCm2),
+         {EDGE_ATTENTION_CM2_M, EDGE_ATTENTION_CM2_N}},
+        {Shader::kAttentionCm2Br128,
+         "attention (workgroup-scope cooperative matrix, 128 queries)",
+         Code(kAttentionCm2Br128),
+         {EDGE_ATTENTION_CM2_BR128_M, EDGE_ATTENTION_CM2_BR128_N}},
+        {Shader::kAttentionCm2Hd64,
+         "attention (workgroup-scope cooperative matrix, head_dim ≤ 64)",
+         Code(kAttentionCm2Hd64),
+         {EDGE_ATTENTION_CM2_HD64_M, EDGE_ATTENTION_CM2_HD64_N}},
         {Shader::kMatmulCm2, "matmul (workgroup-scope cooperative matrix)",
          Code(kMatmulCm2),   {EDGE_MATMUL_CM2_M, EDGE_MATMUL_CM2_N},
          "128x128k32cm2",    true},
@@ -170,6 +216,54 @@ const std::vector<ShaderInfo>& Shaders() {
         {Shader::kMatmulCm2256x128, "matmul (workgroup-scope cooperative matrix, 256x128 block)",
          Code(kMatmulCm2256x128),   {EDGE_MATMUL_CM2_256X128_M, EDGE_MATMUL_CM2_256X128_N},
          "256x128k32cm2",           true},
+        {Shader::kMatmulCm2128x256U1,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, not unrolled)",
+         Code(kMatmulCm2128x256U1),
+         {EDGE_MATMUL_CM2_128X256_U1_M, EDGE_MATMUL_CM2_128X256_U1_N},
+         "128x256k32cm2u1",
+         true},
+        {Shader::kMatmulCm2H,
+         "matmul (workgroup-scope cooperative matrix, fp16 x)",
+         Code(kMatmulCm2H),
+         {EDGE_MATMUL_CM2_H_M, EDGE_MATMUL_CM2_H_N},
+         "128x128k32cm2h",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256H,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x)",
+         Code(kMatmulCm2128x256H),
+         {EDGE_MATMUL_CM2_128X256_H_M, EDGE_MATMUL_CM2_128X256_H_N},
+         "128x256k32cm2h",
+         true,
+         true},
+        {Shader::kMatmulCm2256x128H,
+         "matmul (workgroup-scope cooperative matrix, 256x128 block, fp16 x)",
+         Code(kMatmulCm2256x128H),
+         {EDGE_MATMUL_CM2_256X128_H_M, EDGE_MATMUL_CM2_256X128_H_N},
+         "256x128k32cm2h",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256K64H,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64, fp16 x)",
+         Code(kMatmulCm2128x256K64H),
+         {EDGE_MATMUL_CM2_128X256_K64_H_M, EDGE_MATMUL_CM2_128X256_K64_H_N},
+         "128x256k64cm2h",
+         true,
+         true},
+        {Shader::kMatmulCm2256x256H,
+         "matmul (workgroup-scope cooperative matrix, 256x256 block, 512 threads, fp16 x)",
+         Code(kMatmulCm2256x256H),
+         {EDGE_MATMUL_CM2_256X256_H_M, EDGE_MATMUL_CM2_256X256_H_N},
+         "256x256k32cm2h",
+         true,
+         true},
+        {Shader::kMatmulCm2256x128K64H,
+         "matmul (workgroup-scope cooperative matrix, 256x128 block, K slice 64, fp16 x)",
+         Code(kMatmulCm2256x128K64H),
+         {EDGE_MATMUL_CM2_256X128_K64_H_M, EDGE_MATMUL_CM2_256X128_K64_H_N},
+         "256x128k64cm2h",
+         true,
+         true},
 #endif
   };
   return *shaders;
@@ -204,12 +298,22 @@ const std::vector<CoopMatmulVariant>& CoopMatmulVariants() {
     auto* list = new std::vector<CoopMatmulVariant>;
     for (const ShaderInfo& info : Shaders()) {
       if (info.coop_block != nullptr) {
-        list->push_back({info.shader, info.coop_block, info.workgroup_scope});
+        list->push_back({info.shader, info.coop_block, info.workgroup_scope, info.half_input});
       }
     }
     return list;
   }();
   return *variants;
+}
+
+std::vector<AttentionVariant> AttentionCm2Shaders() {
+  std::vector<AttentionVariant> built;
+  for (const AttentionVariant& variant : {AttentionVariant{Shader::kAttentionCm2, "cm2"},
+                                          AttentionVariant{Shader::kAttentionCm2Br128, "cm2br128"},
+                                          AttentionVariant{Shader::kAttentionCm2Hd64, "cm2hd64"}}) {
+    if (Find(variant.shader) != nullptr) built.push_back(variant);
+  }
+  return built;
 }
 
 }  // namespace fsdpd::edge

@@ -12,11 +12,17 @@ enum class Shader {
   kEmbedding,
   kEmbeddingF16,
   kElementwise,
+  kToHalf,
   kRmsNorm,
   kRmsNormF16,
   kTokenNll,
   kAttention,
   kAttentionCoop,
+  // attention_cm2.comp (workgroup scope), where built; its output block is {queries a
+  // workgroup, the largest head_dim}.
+  kAttentionCm2,
+  kAttentionCm2Br128,
+  kAttentionCm2Hd64,
   kMatmul,
   kMatmulF16,
   kMatmulCoop,  // the first of the blocks the tuner chooses among (CoopMatmulVariants)
@@ -33,6 +39,14 @@ enum class Shader {
   kMatmulCm2K64,
   kMatmulCm2128x256K64,
   kMatmulCm2256x128,
+  kMatmulCm2128x256U1,  // the fast path without unrolling (a measurement, not a default)
+  // The same with x cast to fp16 first (to_half.comp, then matmul_cm2.comp -DX_F16).
+  kMatmulCm2H,
+  kMatmulCm2128x256H,
+  kMatmulCm2256x128H,
+  kMatmulCm2128x256K64H,
+  kMatmulCm2256x256H,  // 512 threads
+  kMatmulCm2256x128K64H,
 };
 
 // Empty (no words) for a shader this build could not compile (matmul_cm2.comp without slang's
@@ -45,7 +59,8 @@ struct SpirV {
 SpirV ShaderCode(Shader shader);
 
 // The output block one workgroup of a matmul shader computes (its dispatch grid is
-// ⌈N / cols⌉ × ⌈M / rows⌉); {1, 1} for the other shaders.
+// ⌈N / cols⌉ × ⌈M / rows⌉); for attention_cm2.comp {queries, largest head_dim}; {1, 1} for the
+// other shaders.
 struct OutputBlock {
   int64_t rows;
   int64_t cols;
@@ -56,11 +71,21 @@ const char* ShaderName(Shader shader);
 // The cooperative-matrix matmul's block shapes, each with the name
 // VulkanOptions::coop_block takes ("128x128k32": rows × columns per workgroup, K slice). The
 // workgroup-scope ones (VK_NV_cooperative_matrix2) are listed only where they were built.
+// A half_input block reads x as fp16: the host casts x with Shader::kToHalf first.
 struct CoopMatmulVariant {
   Shader shader;
   const char* block;
   bool workgroup_scope = false;
+  bool half_input = false;
 };
 const std::vector<CoopMatmulVariant>& CoopMatmulVariants();
+
+// The workgroup-scope attention shaders this build has (none without slang's glslang), each
+// with the name VulkanOptions::attention takes.
+struct AttentionVariant {
+  Shader shader;
+  const char* name;
+};
+std::vector<AttentionVariant> AttentionCm2Shaders();
 
 }  // namespace fsdpd::edge

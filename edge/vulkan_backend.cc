@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -67,11 +68,13 @@ class VulkanBackendImpl : public VulkanBackend {
     if (device_ == VK_NULL_HANDLE) return;
     vkDeviceWaitIdle(device_);
     dummy_.reset();
+    half_scratch_.reset();
     for (Pipeline* p :
-         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &attention_coop_}) {
+         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &to_half_}) {
       DestroyPipeline(p);
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
+    for (AttentionPipeline& attention : attentions_) DestroyPipeline(&attention.pipeline);
     if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
     if (descriptor_pool_ != VK_NULL_HANDLE) {
       vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
@@ -255,6 +258,11 @@ class VulkanBackendImpl : public VulkanBackend {
         MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
+    if (coop_ && cm2_ && fp16_) {
+      // The fp16 cast in front of the half_input blocks; without it those blocks are left out.
+      absl::Status made = MakePipeline(Shader::kToHalf, 2, 4, &to_half_);
+      if (!made.ok()) DestroyPipeline(&to_half_);
+    }
     if (coop_) {
       // Every block shape unless one is named; the tuner then picks one per matmul shape. A
       // driver that reports the fragment shape but refuses every pipeline falls back to the
@@ -262,7 +270,9 @@ class VulkanBackendImpl : public VulkanBackend {
       for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
         if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
         if (variant.workgroup_scope && !cm2_) continue;
-        MatmulPipeline matmul{{}, MatmulOutputBlock(variant.shader), variant.block};
+        if (variant.half_input && to_half_.pipeline == VK_NULL_HANDLE) continue;
+        MatmulPipeline matmul{
+            {}, MatmulOutputBlock(variant.shader), variant.block, variant.half_input};
         absl::Status made = MakePipeline(variant.shader, 4, 16, &matmul.pipeline);
         if (made.ok()) {
           matmuls_.push_back(matmul);
@@ -284,16 +294,57 @@ class VulkanBackendImpl : public VulkanBackend {
     if (coop_ && info_.subgroup_vote) {
       // Attention on the same fragments where the matmul has them (and subgroup votes); a
       // refusal keeps the vector shader, and Describe() says so.
-      absl::Status made = MakePipeline(Shader::kAttentionCoop, 2, 24, &attention_coop_);
+      AttentionPipeline subgroup{{}, 64, kMaxAttentionHeadDim, false, "subgroup"};
+      absl::Status made = MakePipeline(Shader::kAttentionCoop, 2, 24, &subgroup.pipeline);
       coop_attention_ = made.ok();
-      if (!made.ok()) {
-        DestroyPipeline(&attention_coop_);
+      if (made.ok()) {
+        attentions_.push_back(subgroup);
+      } else {
+        DestroyPipeline(&subgroup.pipeline);
         attention_refused_ = std::string(made.message());
       }
+    }
+    if (coop_attention_) {
+      // The workgroup-scope attention shaders beside it (they read qkv through ToHalf), timed
+      // against it per shape; one the driver refuses is left out.
+      for (const AttentionVariant& variant : AttentionCm2Shaders()) {
+        if (to_half_.pipeline == VK_NULL_HANDLE) break;
+        const OutputBlock block = MatmulOutputBlock(variant.shader);
+        AttentionPipeline attention{{}, block.rows, block.cols, true, variant.name};
+        if (MakePipeline(variant.shader, 2, 24, &attention.pipeline).ok()) {
+          attentions_.push_back(attention);
+        } else {
+          DestroyPipeline(&attention.pipeline);
+        }
+      }
+    }
+    FSDPD_RETURN_IF_ERROR(PinAttention(options.attention));
+    if (!attentions_.empty()) {
+      attention_tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(attentions_.size()));
     }
     // Bound where a shader's optional input is absent (a Linear without bias).
     FSDPD_ASSIGN_OR_RETURN(dummy_, CreateBuffer(16, false));
     return absl::OkStatus();
+  }
+
+  // Keeps only the attention shader `name` names (none: all of them), or says which exist.
+  absl::Status PinAttention(const std::string& name) {
+    if (name.empty()) return absl::OkStatus();
+    std::vector<std::string> names;
+    for (size_t i = 0; i < attentions_.size(); ++i) {
+      if (attentions_[i].name == name) {
+        for (size_t j = 0; j < attentions_.size(); ++j) {
+          if (j != i) DestroyPipeline(&attentions_[j].pipeline);
+        }
+        attentions_ = {attentions_[i]};
+        return absl::OkStatus();
+      }
+      names.push_back(attentions_[i].name);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention shader '", name, "' is not available on this device",
+                     names.empty() ? " (attention runs on the vector units here)"
+                                   : absl::StrCat("; it has ", absl::StrJoin(names, ", "))));
   }
 
   std::string Describe() const override {
@@ -318,7 +369,11 @@ class VulkanBackendImpl : public VulkanBackend {
                         ")");
   }
   std::string AttentionPath() const {
-    if (coop_attention_) return "on cooperative matrices where head_dim is a multiple of 16";
+    if (coop_attention_) {
+      return absl::StrCat(
+          "on cooperative matrices where head_dim is a multiple of 16",
+          attentions_.size() > 1 ? " (subgroup and workgroup scope, tuned per shape)" : "");
+    }
     if (attention_refused_.empty()) return "on the vector units";
     return absl::StrCat("on the vector units (the cooperative-matrix pipeline was refused: ",
                         attention_refused_, ")");
@@ -429,7 +484,11 @@ class VulkanBackendImpl : public VulkanBackend {
             " outputs needs more workgroups than the device allows (",
             limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
       }
-      return Dispatch(matmul.pipeline, {&x, &weight, &bias_buffer, &out}, push,
+      Buffer* input = &x;
+      if (matmul.half_input) {
+        FSDPD_ASSIGN_OR_RETURN(input, ToHalf(x, rows * in_features));
+      }
+      return Dispatch(matmul.pipeline, {input, &weight, &bias_buffer, &out}, push,
                       static_cast<uint32_t>(x_groups), static_cast<uint32_t>(y_groups));
     };
     // A new shape times each candidate alone on these buffers (what is recorded so far is
@@ -445,10 +504,34 @@ class VulkanBackendImpl : public VulkanBackend {
         const int chosen, tuner_->Choose({rows, in_features, out_features, bias != nullptr}, time));
     return dispatch(matmuls_[static_cast<size_t>(chosen)]);
   }
+  // x rounded to fp16 into the scratch buffer the half_input matmul blocks read. The buffer
+  // grows to the largest input; what is recorded so far is submitted before the old one goes.
+  absl::StatusOr<Buffer*> ToHalf(Buffer& x, int64_t count) {
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 2;
+    if (half_scratch_ == nullptr || half_scratch_->bytes < bytes) {
+      FSDPD_RETURN_IF_ERROR(Finish());
+      half_scratch_.reset();
+      FSDPD_ASSIGN_OR_RETURN(half_scratch_, CreateBuffer(bytes, false));
+    }
+    const uint32_t push = static_cast<uint32_t>(count);
+    const int64_t groups = std::min<int64_t>(std::max<int64_t>((count / 4 + 255) / 256, 1),
+                                             limits_.maxComputeWorkGroupCount[0]);
+    FSDPD_RETURN_IF_ERROR(
+        Dispatch(to_half_, {&x, half_scratch_.get()}, &push, static_cast<uint32_t>(groups), 1));
+    return half_scratch_.get();
+  }
   std::vector<std::string> matmul_choices() const override {
     std::vector<std::string> names;
     for (const MatmulPipeline& matmul : matmuls_) names.push_back(matmul.name);
-    return tuner_->Describe(names);
+    std::vector<std::string> lines = tuner_->Describe(names);
+    if (attention_tuner_ != nullptr) {
+      names.clear();
+      for (const AttentionPipeline& attention : attentions_) names.push_back(attention.name);
+      for (const std::string& line : attention_tuner_->Describe(names)) {
+        lines.push_back(absl::StrCat("attention ", line));
+      }
+    }
+    return lines;
   }
   absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
                          bool causal, Buffer& out) override {
@@ -472,10 +555,39 @@ class VulkanBackendImpl : public VulkanBackend {
            static_cast<uint32_t>(head_dim),
            causal ? 1u : 0u,
            static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
-    // Both shaders give a workgroup 64 queries of one (batch, head).
+    // A workgroup takes 64 queries of one (batch, head), or a workgroup-scope shader's BR.
     const bool matrix_units = coop_attention_ && head_dim % 16 == 0;
-    return Dispatch(matrix_units ? attention_coop_ : attention_, {&qkv, &out}, &push,
-                    static_cast<uint32_t>((seq + 63) / 64), static_cast<uint32_t>(batch * heads));
+    if (!matrix_units) {
+      return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((seq + 63) / 64),
+                      static_cast<uint32_t>(batch * heads));
+    }
+    auto dispatch = [&](const AttentionPipeline& attention) -> absl::Status {
+      if (attention.max_head_dim < head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat("attention shader '", attention.name,
+                                                       "' takes head_dim up to ",
+                                                       attention.max_head_dim, ", not ", head_dim));
+      }
+      Buffer* input = &qkv;
+      if (attention.half_input) {
+        FSDPD_ASSIGN_OR_RETURN(input, ToHalf(qkv, batch * seq * 3 * dim));
+      }
+      return Dispatch(attention.pipeline, {input, &out}, &push,
+                      static_cast<uint32_t>((seq + attention.queries - 1) / attention.queries),
+                      static_cast<uint32_t>(batch * heads));
+    };
+    // As Linear's tuning; a shader whose largest head_dim is too small never wins.
+    auto time = [&](int candidate) -> absl::StatusOr<double> {
+      const AttentionPipeline& attention = attentions_[static_cast<size_t>(candidate)];
+      if (attention.max_head_dim < head_dim) return std::numeric_limits<double>::infinity();
+      FSDPD_RETURN_IF_ERROR(Finish());
+      const auto start = std::chrono::steady_clock::now();
+      FSDPD_RETURN_IF_ERROR(dispatch(attention));
+      FSDPD_RETURN_IF_ERROR(Finish());
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    FSDPD_ASSIGN_OR_RETURN(const int chosen,
+                           attention_tuner_->Choose({batch * heads, seq, head_dim, causal}, time));
+    return dispatch(attentions_[static_cast<size_t>(chosen)]);
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(CheckIndex("silu", count));
@@ -717,8 +829,7 @@ class VulkanBackendImpl : public VulkanBackend {
   bool zero_copy_ = false;
   uint32_t weight_type_ = UINT32_MAX;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_;
-  // attention_coop.comp, where cooperative matrices run (head_dim a multiple of 16).
-  Pipeline attention_coop_;
+  // Whether attention runs on cooperative matrices (head_dim a multiple of 16): attentions_.
   bool coop_attention_ = false;
   std::string attention_refused_;
   // The matmul's candidates (the cooperative-matrix blocks, or the tiled shader alone) and the
@@ -727,10 +838,25 @@ class VulkanBackendImpl : public VulkanBackend {
     Pipeline pipeline;
     OutputBlock block;
     std::string name;
+    bool half_input = false;  // reads x through ToHalf's scratch buffer
   };
   std::vector<MatmulPipeline> matmuls_;
   std::unique_ptr<MatmulTuner> tuner_;
+  // Where attention runs on cooperative matrices: attention_coop.comp first, then the
+  // workgroup-scope shaders (or the one VulkanOptions::attention pins), with the tuner that
+  // picks one per (batch·heads, seq, head_dim, causal).
+  struct AttentionPipeline {
+    Pipeline pipeline;
+    int64_t queries;       // a workgroup's
+    int64_t max_head_dim;  // the largest head_dim the shader takes
+    bool half_input;       // reads qkv through ToHalf's scratch buffer
+    std::string name;
+  };
+  std::vector<AttentionPipeline> attentions_;
+  std::unique_ptr<MatmulTuner> attention_tuner_;
   std::unique_ptr<VulkanBuffer> dummy_;
+  Pipeline to_half_;                            // where the half_input blocks run
+  std::unique_ptr<VulkanBuffer> half_scratch_;  // their fp16 x
 };
 
 }  // namespace

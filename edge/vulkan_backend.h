@@ -51,6 +51,11 @@ struct VulkanOptions {
   // empty: every block, the fastest chosen per matmul shape when it first runs. An unknown
   // name is refused.
   std::string coop_block;
+  // Where attention runs on cooperative matrices, its shader by name: "subgroup"
+  // (attention_coop.comp) or a workgroup-scope one of AttentionCm2Shaders() in edge/shaders.h;
+  // empty: each, the fastest chosen per shape. A name not built, or not usable on the device,
+  // is refused when the backend is created.
+  std::string attention;
 };
 
 class VulkanBackend : public Backend {
@@ -62,7 +67,8 @@ class VulkanBackend : public Backend {
   virtual bool uses_cooperative_matrix() const = 0;
   virtual bool zero_copy_weights() const = 0;
   // The matmul's choice for each shape run so far ("ROWSxOUTxIN: block"), where several
-  // cooperative-matrix blocks were tuned; empty otherwise.
+  // cooperative-matrix blocks were tuned, then attention's where several shaders were
+  // ("attention BATCH·HEADSxHEAD_DIMxSEQ [+bias when causal]: shader"); empty otherwise.
   virtual std::vector<std::string> matmul_choices() const = 0;
 };
 

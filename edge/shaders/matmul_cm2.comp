@@ -3,14 +3,24 @@
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias). The whole workgroup owns one BM×BN accumulator and
 // multiplies BM×BK slices of x by BK×BN slices of wᵀ; how they are staged through shared memory
 // and fed to the matrix units is the driver's, which is the point of this extension over
-// matmul_coop.comp's subgroup fragments. Tensor layouts carry the matrix bounds: loads past an
-// edge read zeros and stores past it are dropped, so any M, N, K runs. x (fp32) is rounded to
-// fp16 after its load, w is fp16, products sum in fp32, the bias is added per element.
+// matmul_coop.comp's subgroup fragments. x is fp32, rounded to fp16 after its load, or with
+// -DX_F16 already fp16 (the host rounds it once with to_half.comp: every workgroup of a block
+// row reads x again, so halving its bytes halves most of the matmul's memory traffic); w is
+// fp16, products sum in fp32, the bias is added per element.
+//
+// Two paths. A block that lies wholly inside the matrices, with K a multiple of BK and rows
+// 16-byte aligned (K % 8 == 0), loads through unclamped tensor layouts whose strides tell the
+// compiler the alignment, UNROLL slices at a time so that the next slices' loads are issued
+// before the current products retire. Any other block (the ragged edges of M and N, an odd K)
+// loads through clamped layouts: loads past an edge read zeros and stores past it are dropped,
+// so any M, N, K runs. The clamped loads cost bounds checks the fast path skips.
+//
 // Compiled by edge/tools/glsl_to_spirv.cc (Debian 12's glslc predates the extension); the host
 // uses it only where the device offers VK_NV_cooperative_matrix2 and VK_KHR_cooperative_matrix.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #ifndef BM
@@ -22,12 +32,29 @@
 #ifndef BK
 #define BK 32
 #endif
-layout(local_size_x = 256) in;
+#ifndef UNROLL
+#define UNROLL 4
+#endif
+#ifndef THREADS
+#define THREADS 256
+#endif
+layout(local_size_x = THREADS) in;
+#ifdef X_F16
+layout(std430, binding = 0) readonly buffer X { float16_t x[]; };
+#define X_TYPE float16_t
+#else
 layout(std430, binding = 0) readonly buffer X { float x[]; };
+#define X_TYPE float
+#endif
 layout(std430, binding = 1) readonly buffer W { float16_t w[]; };
 layout(std430, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
+
+#define ACC coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
+#define X_WIDE coopmat<X_TYPE, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
+#define X_SLICE coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
+#define W_SLICE coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 
 float AddBias(const in uint row, const in uint col, const in float value, const in uint col0) {
   return col0 + col < p.n ? value + float(bias[col0 + col]) : value;
@@ -36,28 +63,58 @@ float AddBias(const in uint row, const in uint col, const in float value, const 
 void main() {
   const uint row0 = gl_WorkGroupID.y * BM;
   const uint col0 = gl_WorkGroupID.x * BN;
-  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> x_layout =
-      createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-  x_layout = setTensorLayoutDimensionNV(x_layout, p.m, p.k);
-  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> w_layout =
-      createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-  w_layout = setTensorLayoutDimensionNV(w_layout, p.n, p.k);
+  const tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+  ACC acc = ACC(0.0);
+
+  if (row0 + BM <= p.m && col0 + BN <= p.n && p.k % BK == 0 && p.k % 8 == 0) {
+    // The fast path. Clearing the low bits of the stride is a no-op (K % 8 == 0) that lets the
+    // compiler prove 16-byte aligned rows.
+    const uint stride = p.k & ~7u;
+    tensorLayoutNV<2> x_layout = createTensorLayoutNV(2);
+    x_layout = setTensorLayoutDimensionNV(x_layout, p.m, p.k);
+    x_layout = setTensorLayoutStrideNV(x_layout, stride, 1);
+    tensorLayoutNV<2> w_layout = createTensorLayoutNV(2);
+    w_layout = setTensorLayoutDimensionNV(w_layout, p.n, p.k);
+    w_layout = setTensorLayoutStrideNV(w_layout, stride, 1);
+    uint k0 = 0;
+    const uint unrolled_end = p.k - p.k % (BK * UNROLL);
+    for (; k0 < unrolled_end; k0 += BK * UNROLL) {
+      [[unroll]] for (uint j = 0; j < UNROLL; ++j) {
+        X_WIDE x_wide;
+        coopMatLoadTensorNV(x_wide, x, 0, sliceTensorLayoutNV(x_layout, row0, BM, k0 + j * BK, BK));
+        W_SLICE w_slice;
+        coopMatLoadTensorNV(w_slice, w, 0,
+                            sliceTensorLayoutNV(w_layout, col0, BN, k0 + j * BK, BK), transposed);
+        acc = coopMatMulAdd(X_SLICE(x_wide), w_slice, acc);
+      }
+    }
+    for (; k0 < p.k; k0 += BK) {
+      X_WIDE x_wide;
+      coopMatLoadTensorNV(x_wide, x, 0, sliceTensorLayoutNV(x_layout, row0, BM, k0, BK));
+      W_SLICE w_slice;
+      coopMatLoadTensorNV(w_slice, w, 0, sliceTensorLayoutNV(w_layout, col0, BN, k0, BK),
+                          transposed);
+      acc = coopMatMulAdd(X_SLICE(x_wide), w_slice, acc);
+    }
+  } else {
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> x_layout =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    x_layout = setTensorLayoutDimensionNV(x_layout, p.m, p.k);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> w_layout =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    w_layout = setTensorLayoutDimensionNV(w_layout, p.n, p.k);
+    for (uint k0 = 0; k0 < p.k; k0 += BK) {
+      X_WIDE x_wide;
+      coopMatLoadTensorNV(x_wide, x, 0, sliceTensorLayoutNV(x_layout, row0, BM, k0, BK));
+      W_SLICE w_slice;
+      coopMatLoadTensorNV(w_slice, w, 0, sliceTensorLayoutNV(w_layout, col0, BN, k0, BK),
+                          transposed);
+      acc = coopMatMulAdd(X_SLICE(x_wide), w_slice, acc);
+    }
+  }
+  if (p.has_bias != 0) coopMatPerElementNV(acc, acc, AddBias, col0);
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> out_layout =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
   out_layout = setTensorLayoutDimensionNV(out_layout, p.m, p.n);
-  tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
-
-  coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
-      coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-  for (uint k0 = 0; k0 < p.k; k0 += BK) {
-    coopmat<float, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> x_wide;
-    coopMatLoadTensorNV(x_wide, x, 0, sliceTensorLayoutNV(x_layout, row0, BM, k0, BK));
-    coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> x_slice =
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>(x_wide);
-    coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> w_slice;
-    coopMatLoadTensorNV(w_slice, w, 0, sliceTensorLayoutNV(w_layout, col0, BN, k0, BK), transposed);
-    acc = coopMatMulAdd(x_slice, w_slice, acc);
-  }
-  if (p.has_bias != 0) coopMatPerElementNV(acc, acc, AddBias, col0);
   coopMatStoreTensorNV(acc, result, 0, sliceTensorLayoutNV(out_layout, row0, BM, col0, BN));
 }

@@ -250,6 +250,28 @@ TEST(EdgeCoopBlockTest, BlocksAreChosenByNameAndAnUnknownNameIsRefused) {
       << refused.status();
 }
 
+// An attention shader pinned by name must exist on the device: lavapipe has no cooperative
+// matrices, so every name, including the subgroup shader's, is refused with the reason, and
+// the workgroup-scope ones are listed with names where the build has them.
+TEST(EdgeAttentionChoiceTest, ANameTheDeviceCannotRunIsRefused) {
+  for (const AttentionVariant& variant : AttentionCm2Shaders()) {
+    EXPECT_GT(ShaderCode(variant.shader).bytes, 0u) << variant.name;
+    EXPECT_GE(MatmulOutputBlock(variant.shader).cols, 64) << variant.name;  // largest head_dim
+  }
+  for (const std::string name : {"subgroup", "cm2", "flash"}) {
+    VulkanOptions options;
+    options.attention = name;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> refused = CreateVulkanBackend(options);
+    ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(refused.status().message(),
+              absl::StrCat("attention shader '", name,
+                           "' is not available on this device (attention runs on the vector "
+                           "units here)"));
+  }
+  VulkanOptions tuned;  // no name: whatever the device has
+  EXPECT_TRUE(CreateVulkanBackend(tuned).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeKernelsTest,
                          ::testing::Values(VulkanOptions::Precision::kFp32,
                                            VulkanOptions::Precision::kFp16),
