@@ -87,9 +87,6 @@ constexpr uint32_t kMatmulCm2128x256K64[] =
 constexpr uint32_t kMatmulCm2256x128[] =
 #include "edge/shaders/matmul_cm2_256x128.spv.inc"
     ;
-constexpr uint32_t kMatmulCm2128x256U1[] =
-#include "edge/shaders/matmul_cm2_128x256_u1.spv.inc"
-    ;
 constexpr uint32_t kMatmulCm2H[] =
 #include "edge/shaders/matmul_cm2_h.spv.inc"
     ;
@@ -102,8 +99,14 @@ constexpr uint32_t kMatmulCm2256x128H[] =
 constexpr uint32_t kMatmulCm2128x256K64H[] =
 #include "edge/shaders/matmul_cm2_128x256_k64_h.spv.inc"
     ;
-constexpr uint32_t kMatmulCm2256x256H[] =
-#include "edge/shaders/matmul_cm2_256x256_h.spv.inc"
+constexpr uint32_t kMatmulCm2128x256K64HU2[] =
+#include "edge/shaders/matmul_cm2_128x256_k64_h_u2.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256K64HU8[] =
+#include "edge/shaders/matmul_cm2_128x256_k64_h_u8.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256HU8[] =
+#include "edge/shaders/matmul_cm2_128x256_h_u8.spv.inc"
     ;
 constexpr uint32_t kMatmulCm2256x128K64H[] =
 #include "edge/shaders/matmul_cm2_256x128_k64_h.spv.inc"
@@ -216,12 +219,6 @@ const std::vector<ShaderInfo>& Shaders() {
         {Shader::kMatmulCm2256x128, "matmul (workgroup-scope cooperative matrix, 256x128 block)",
          Code(kMatmulCm2256x128),   {EDGE_MATMUL_CM2_256X128_M, EDGE_MATMUL_CM2_256X128_N},
          "256x128k32cm2",           true},
-        {Shader::kMatmulCm2128x256U1,
-         "matmul (workgroup-scope cooperative matrix, 128x256 block, not unrolled)",
-         Code(kMatmulCm2128x256U1),
-         {EDGE_MATMUL_CM2_128X256_U1_M, EDGE_MATMUL_CM2_128X256_U1_N},
-         "128x256k32cm2u1",
-         true},
         {Shader::kMatmulCm2H,
          "matmul (workgroup-scope cooperative matrix, fp16 x)",
          Code(kMatmulCm2H),
@@ -250,18 +247,34 @@ const std::vector<ShaderInfo>& Shaders() {
          "128x256k64cm2h",
          true,
          true},
-        {Shader::kMatmulCm2256x256H,
-         "matmul (workgroup-scope cooperative matrix, 256x256 block, 512 threads, fp16 x)",
-         Code(kMatmulCm2256x256H),
-         {EDGE_MATMUL_CM2_256X256_H_M, EDGE_MATMUL_CM2_256X256_H_N},
-         "256x256k32cm2h",
-         true,
-         true},
         {Shader::kMatmulCm2256x128K64H,
          "matmul (workgroup-scope cooperative matrix, 256x128 block, K slice 64, fp16 x)",
          Code(kMatmulCm2256x128K64H),
          {EDGE_MATMUL_CM2_256X128_K64_H_M, EDGE_MATMUL_CM2_256X128_K64_H_N},
          "256x128k64cm2h",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256K64HU2,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64, fp16 x, 2 slices "
+         "a step)",
+         Code(kMatmulCm2128x256K64HU2),
+         {EDGE_MATMUL_CM2_128X256_K64_H_U2_M, EDGE_MATMUL_CM2_128X256_K64_H_U2_N},
+         "128x256k64cm2h-u2",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256K64HU8,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64, fp16 x, 8 slices "
+         "a step)",
+         Code(kMatmulCm2128x256K64HU8),
+         {EDGE_MATMUL_CM2_128X256_K64_H_U8_M, EDGE_MATMUL_CM2_128X256_K64_H_U8_N},
+         "128x256k64cm2h-u8",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256HU8,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x, 8 slices a step)",
+         Code(kMatmulCm2128x256HU8),
+         {EDGE_MATMUL_CM2_128X256_H_U8_M, EDGE_MATMUL_CM2_128X256_H_U8_N},
+         "128x256k32cm2h-u8",
          true,
          true},
 #endif

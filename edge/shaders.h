@@ -39,14 +39,15 @@ enum class Shader {
   kMatmulCm2K64,
   kMatmulCm2128x256K64,
   kMatmulCm2256x128,
-  kMatmulCm2128x256U1,  // the fast path without unrolling (a measurement, not a default)
   // The same with x cast to fp16 first (to_half.comp, then matmul_cm2.comp -DX_F16).
   kMatmulCm2H,
   kMatmulCm2128x256H,
   kMatmulCm2256x128H,
   kMatmulCm2128x256K64H,
-  kMatmulCm2256x256H,  // 512 threads
   kMatmulCm2256x128K64H,
+  kMatmulCm2128x256K64HU2,  // two K slices a step of the fast path (UNROLL)
+  kMatmulCm2128x256K64HU8,
+  kMatmulCm2128x256HU8,
 };
 
 // Empty (no words) for a shader this build could not compile (matmul_cm2.comp without slang's
