@@ -1,5 +1,5 @@
 # Kernel benchmarks of the CUDA backend (not tests; they print figures for RESULTS.md).
 if(FSDPD_CUDA AND TARGET fsdpd_cuda_backend)
   add_executable(cuda_kernels_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_bench.cc)
-  target_link_libraries(cuda_kernels_bench PRIVATE fsdpd_cuda_backend fsdpd_kernels_cuda)
+  target_link_libraries(cuda_kernels_bench PRIVATE fsdpd_cuda_backend fsdpd_kernels_cuda fsdpd_model)
 endif()

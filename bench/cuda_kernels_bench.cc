@@ -1,6 +1,7 @@
 // Times every CUDA kernel family on the seed's shapes (B=8, S=1024, D=2048, H=16, F=8192,
 // V=32000, so T=B·S=8192 tokens) and prints TFLOP/s for the products and attention, GB/s for
-// the memory-bound kernels. Usage: cuda_kernels_bench [--iterations N] [--device N].
+// the memory-bound kernels, then the forward of the whole seed model. Usage: cuda_kernels_bench
+// [--iterations N] [--device N].
 // FLOP counts: a product is 2·m·n·k; attention forward 4·B·H·S²·head_dim (halved when
 // causal), backward 2.5× forward (the FlashAttention convention); the head fused with
 // cross-entropy 3 products of 2·T·V·D.
@@ -15,8 +16,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/attention.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/model/minillm.h"
 
 namespace fsdpd {
 namespace {
@@ -68,9 +71,10 @@ struct Bench {
     return ms / iterations;
   }
 
-  void Flops(const char* name, double flops, const std::function<absl::Status()>& body) {
+  double Flops(const char* name, double flops, const std::function<absl::Status()>& body) {
     const double ms = Time(body);
     std::printf("%-44s %9.3f ms %9.1f TFLOP/s\n", name, ms, flops / (ms * 1e-3) / 1e12);
+    return ms;
   }
   void Bytes(const char* name, double bytes, const std::function<absl::Status()>& body) {
     const double ms = Time(body);
@@ -203,6 +207,46 @@ void RunCrossEntropy(Bench& bench) {
               [&] { return ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream); });
 }
 
+// The CUDA engine's forward on the seed model, the figure fsdpd-edge's forward is compared with
+// (bench/edge_bench.cc, the same model and batch): the embedding and the 12 blocks through
+// MiniLLM (its training forward, so it also keeps the activations a backward would need), then
+// the head's product into bf16 logits. The log-softmax over the logits (one memory-bound pass)
+// is left out. Parameters are bf16 constants: timing does not depend on their values.
+void RunModelForward(Bench& bench) {
+  const ModelConfig config;  // vocab 32000, dim 2048, 12 layers, 16 heads, FFN 8192, no mask
+  absl::StatusOr<std::unique_ptr<MiniLLM>> model =
+      MiniLLM::Create(config, kBatch, kSeq, bench.backend);
+  Bench::Check(model.status());
+  std::vector<Tensor> params;
+  for (const UnitLayout& unit : (*model)->units()) {
+    params.push_back(bench.New(DType::kBF16, {unit.numel}, 0.001f));
+  }
+  std::vector<int32_t> ids(kTokens);
+  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % kVocab);
+  Bench::Check((*model)->BeginStep(ids.data(), ids.data()));
+  const double d = kDim;
+  const double trunk_flops = config.layers * (2.0 * kTokens * (4 * d * d + 2 * d * kHidden) +
+                                              4.0 * kBatch * kSeq * kSeq * d);
+  std::printf("model forward, seed shape (B=8, S=1024, no mask)\n");
+  const double trunk_ms = bench.Flops("  embedding + 12 blocks (MiniLLM)", trunk_flops, [&] {
+    FSDPD_RETURN_IF_ERROR((*model)->EmbedForward(params.back()));
+    for (int layer = 0; layer < config.layers; ++layer) {
+      FSDPD_RETURN_IF_ERROR((*model)->BlockForward(layer, params[static_cast<size_t>(layer)]));
+    }
+    return absl::OkStatus();
+  });
+  Tensor head_input = bench.New(DType::kBF16, {kTokens, kDim});
+  Tensor head = bench.New(DType::kBF16, {kVocab, kDim}, 0.001f);
+  Tensor logits = bench.New(DType::kBF16, {kTokens, kVocab}, 0.0f);
+  const double head_ms =
+      bench.Flops("  head product [T,2048]x[32000,2048]", 2.0 * kTokens * kVocab * d, [&] {
+        return bench.backend->ops().LinearForward(head_input, head, Tensor{}, logits,
+                                                  bench.backend->compute_stream());
+      });
+  std::printf("  forward (the two above): %.3f ms, %.0f tokens/s\n", trunk_ms + head_ms,
+              kTokens / ((trunk_ms + head_ms) * 1e-3));
+}
+
 }  // namespace
 }  // namespace fsdpd
 
@@ -233,6 +277,7 @@ int main(int argc, char** argv) {
   fsdpd::RunAttention(bench);
   fsdpd::RunCrossEntropy(bench);
   fsdpd::RunMemoryBound(bench);
+  fsdpd::RunModelForward(bench);
   std::printf("peak device memory: %.1f GiB\n",
               (*backend)->memory_stats().peak_bytes / double(1 << 30));
   bench.buffers.clear();
