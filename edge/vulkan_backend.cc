@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 
@@ -494,15 +495,20 @@ class VulkanBackendImpl : public VulkanBackend {
     // A new shape times each candidate alone on these buffers (what is recorded so far is
     // submitted first); `out` is written again by the dispatch recorded below.
     auto time = [&](int candidate) -> absl::StatusOr<double> {
-      FSDPD_RETURN_IF_ERROR(Finish());
-      const auto start = std::chrono::steady_clock::now();
-      FSDPD_RETURN_IF_ERROR(dispatch(matmuls_[static_cast<size_t>(candidate)]));
-      FSDPD_RETURN_IF_ERROR(Finish());
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return SecondsAlone([&] { return dispatch(matmuls_[static_cast<size_t>(candidate)]); });
     };
     FSDPD_ASSIGN_OR_RETURN(
         const int chosen, tuner_->Choose({rows, in_features, out_features, bias != nullptr}, time));
     return dispatch(matmuls_[static_cast<size_t>(chosen)]);
+  }
+  // Seconds `record` takes on the device alone: what is recorded so far is submitted first.
+  // For the tuners, which time each candidate on the call's own buffers.
+  absl::StatusOr<double> SecondsAlone(const std::function<absl::Status()>& record) {
+    FSDPD_RETURN_IF_ERROR(Finish());
+    const auto start = std::chrono::steady_clock::now();
+    FSDPD_RETURN_IF_ERROR(record());
+    FSDPD_RETURN_IF_ERROR(Finish());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // x rounded to fp16 into the scratch buffer the half_input matmul blocks read. The buffer
   // grows to the largest input; what is recorded so far is submitted before the old one goes.
@@ -579,11 +585,7 @@ class VulkanBackendImpl : public VulkanBackend {
     auto time = [&](int candidate) -> absl::StatusOr<double> {
       const AttentionPipeline& attention = attentions_[static_cast<size_t>(candidate)];
       if (attention.max_head_dim < head_dim) return std::numeric_limits<double>::infinity();
-      FSDPD_RETURN_IF_ERROR(Finish());
-      const auto start = std::chrono::steady_clock::now();
-      FSDPD_RETURN_IF_ERROR(dispatch(attention));
-      FSDPD_RETURN_IF_ERROR(Finish());
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return SecondsAlone([&] { return dispatch(attention); });
     };
     FSDPD_ASSIGN_OR_RETURN(const int chosen,
                            attention_tuner_->Choose({batch * heads, seq, head_dim, causal}, time));

@@ -2,6 +2,7 @@
 // errors passed on.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "edge/matmul_tuner.h"
@@ -60,6 +61,19 @@ TEST(MatmulTunerTest, OneSlowRunDoesNotDisqualifyTheFasterCandidate) {
   auto time = [&](int i) -> absl::StatusOr<double> { return i == 0 ? zero[zero_run++] : 2.0; };
   EXPECT_EQ(*tuner.Choose({64, 64, 64, false}, time), 0);
   EXPECT_EQ(zero_run, 4u);
+}
+
+TEST(MatmulTunerTest, ACandidateTimedAsInfinityIsNeverChosen) {
+  // How the attention tuner leaves out a shader that cannot take the shape's head_dim.
+  MatmulTuner tuner(3);
+  auto time = [](int i) -> absl::StatusOr<double> {
+    return i == 1 ? std::numeric_limits<double>::infinity() : 2.0 - i * 0.5;
+  };
+  EXPECT_EQ(*tuner.Choose({8, 8, 8, false}, time), 2);
+  auto only_first = [](int i) -> absl::StatusOr<double> {
+    return i == 0 ? 5.0 : std::numeric_limits<double>::infinity();
+  };
+  EXPECT_EQ(*tuner.Choose({16, 16, 16, true}, only_first), 0);
 }
 
 TEST(MatmulTunerTest, ATimingErrorIsReturnedAndNothingIsRemembered) {
