@@ -6,7 +6,8 @@
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
-//              [--coop-blocks [--sweep-only]] [--coop-block 128x128k32] [--fp32]
+//              [--coop-blocks [--sweep-only]] [--attention-sweep] [--coop-block 128x128k32]
+//              [--fp32]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -348,6 +349,9 @@ int main(int argc, char** argv) {
                "first check and time the matmul with every cooperative-matrix block shape");
   bool sweep_only = false;
   app.add_flag("--sweep-only", sweep_only, "with --coop-blocks: only the sweep, no forward");
+  bool attention_sweep = false;
+  app.add_flag("--attention-sweep", attention_sweep,
+               "first check and time each attention shader on cooperative matrices");
   app.add_option("--coop-block", coop_block,
                  "the cooperative-matrix block the variants use (default: the built default)");
   CLI11_PARSE(app, argc, argv);
@@ -444,9 +448,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   };
-  int failures = coop_sweep ? SweepCoopBlocks(device, rows, config.dim, config.ffn_mult) +
-                                  SweepAttention(device, batch, seq, config)
-                            : 0;
+  int failures = coop_sweep ? SweepCoopBlocks(device, rows, config.dim, config.ffn_mult) : 0;
+  if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
   if (coop_sweep && sweep_only) variants.clear();
   for (const Variant& variant : variants) failures += run_variant(variant);
   return failures == 0 ? 0 : 1;
