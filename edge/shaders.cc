@@ -69,12 +69,6 @@ constexpr uint32_t kAttentionCm2[] =
 constexpr uint32_t kAttentionCm2Br128[] =
 #include "edge/shaders/attention_cm2_br128.spv.inc"
     ;
-constexpr uint32_t kAttentionCm2Br128Bc128[] =
-#include "edge/shaders/attention_cm2_br128_bc128.spv.inc"
-    ;
-constexpr uint32_t kAttentionCm2Br256[] =
-#include "edge/shaders/attention_cm2_br256.spv.inc"
-    ;
 constexpr uint32_t kAttentionCm2Hd64[] =
 #include "edge/shaders/attention_cm2_hd64.spv.inc"
     ;
@@ -203,14 +197,6 @@ const std::vector<ShaderInfo>& Shaders() {
          "attention (workgroup-scope cooperative matrix, 128 queries)",
          Code(kAttentionCm2Br128),
          {EDGE_ATTENTION_CM2_BR128_M, EDGE_ATTENTION_CM2_BR128_N}},
-        {Shader::kAttentionCm2Br128Bc128,
-         "attention (workgroup-scope cooperative matrix, 128 queries, 128 keys a step)",
-         Code(kAttentionCm2Br128Bc128),
-         {EDGE_ATTENTION_CM2_BR128_BC128_M, EDGE_ATTENTION_CM2_BR128_BC128_N}},
-        {Shader::kAttentionCm2Br256,
-         "attention (workgroup-scope cooperative matrix, 256 queries)",
-         Code(kAttentionCm2Br256),
-         {EDGE_ATTENTION_CM2_BR256_M, EDGE_ATTENTION_CM2_BR256_N}},
         {Shader::kAttentionCm2Hd64,
          "attention (workgroup-scope cooperative matrix, head_dim ≤ 64)",
          Code(kAttentionCm2Hd64),
@@ -335,12 +321,9 @@ const std::vector<CoopMatmulVariant>& CoopMatmulVariants() {
 
 std::vector<AttentionVariant> AttentionCm2Shaders() {
   std::vector<AttentionVariant> built;
-  for (const AttentionVariant& variant :
-       {AttentionVariant{Shader::kAttentionCm2, "cm2"},
-        AttentionVariant{Shader::kAttentionCm2Br128, "cm2br128"},
-        AttentionVariant{Shader::kAttentionCm2Br128Bc128, "cm2br128bc128"},
-        AttentionVariant{Shader::kAttentionCm2Br256, "cm2br256"},
-        AttentionVariant{Shader::kAttentionCm2Hd64, "cm2hd64"}}) {
+  for (const AttentionVariant& variant : {AttentionVariant{Shader::kAttentionCm2, "cm2"},
+                                          AttentionVariant{Shader::kAttentionCm2Br128, "cm2br128"},
+                                          AttentionVariant{Shader::kAttentionCm2Hd64, "cm2hd64"}}) {
     if (Find(variant.shader) != nullptr) built.push_back(variant);
   }
   return built;

@@ -22,8 +22,6 @@ enum class Shader {
   // workgroup, the largest head_dim}.
   kAttentionCm2,
   kAttentionCm2Br128,
-  kAttentionCm2Br128Bc128,
-  kAttentionCm2Br256,
   kAttentionCm2Hd64,
   kMatmul,
   kMatmulF16,
