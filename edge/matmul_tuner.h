@@ -43,6 +43,9 @@ class MatmulTuner {
 
   // Each tuned shape as "ROWSxOUTxIN: candidate" in the names given, in shape order.
   std::vector<std::string> Describe(const std::vector<std::string>& names) const;
+  // The candidate chosen for each shape tuned so far (for callers whose shapes are not a
+  // matmul's: the attention tuner keys on batch·heads, seq, head_dim and causal).
+  const std::map<MatmulShape, int>& chosen() const { return chosen_; }
 
  private:
   int candidates_;

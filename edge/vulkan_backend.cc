@@ -531,10 +531,10 @@ class VulkanBackendImpl : public VulkanBackend {
     for (const MatmulPipeline& matmul : matmuls_) names.push_back(matmul.name);
     std::vector<std::string> lines = tuner_->Describe(names);
     if (attention_tuner_ != nullptr) {
-      names.clear();
-      for (const AttentionPipeline& attention : attentions_) names.push_back(attention.name);
-      for (const std::string& line : attention_tuner_->Describe(names)) {
-        lines.push_back(absl::StrCat("attention ", line));
+      for (const auto& [key, index] : attention_tuner_->chosen()) {
+        lines.push_back(absl::StrCat("attention, batch·heads ", key.rows, ", seq ", key.in_features,
+                                     ", head_dim ", key.out_features, key.bias ? ", causal" : "",
+                                     ": ", attentions_[static_cast<size_t>(index)].name));
       }
     }
     return lines;
@@ -587,6 +587,7 @@ class VulkanBackendImpl : public VulkanBackend {
       if (attention.max_head_dim < head_dim) return std::numeric_limits<double>::infinity();
       return SecondsAlone([&] { return dispatch(attention); });
     };
+    // The tuner's key, read back by matmul_choices(): batch·heads, seq, head_dim, causal.
     FSDPD_ASSIGN_OR_RETURN(const int chosen,
                            attention_tuner_->Choose({batch * heads, seq, head_dim, causal}, time));
     return dispatch(attentions_[static_cast<size_t>(chosen)]);

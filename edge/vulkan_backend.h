@@ -68,7 +68,7 @@ class VulkanBackend : public Backend {
   virtual bool zero_copy_weights() const = 0;
   // The matmul's choice for each shape run so far ("ROWSxOUTxIN: block"), where several
   // cooperative-matrix blocks were tuned, then attention's where several shaders were
-  // ("attention BATCH·HEADSxHEAD_DIMxSEQ [+bias when causal]: shader"); empty otherwise.
+  // ("attention, batch·heads B, seq S, head_dim D[, causal]: shader"); empty otherwise.
   virtual std::vector<std::string> matmul_choices() const = 0;
 };
 

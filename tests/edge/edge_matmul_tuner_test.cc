@@ -32,6 +32,9 @@ TEST(MatmulTunerTest, KeepsTheFastestCandidatePerShapeAndTimesEachShapeOnce) {
   EXPECT_EQ(calls.size(), 24u);
   EXPECT_EQ(tuner.Describe({"x", "y", "z"}),
             (std::vector<std::string>{"8192x8192x2048: y", "8192x2048x8192: z"}));
+  ASSERT_EQ(tuner.chosen().size(), 2u);
+  EXPECT_EQ(tuner.chosen().at(a), 1);
+  EXPECT_EQ(tuner.chosen().at(b), 2);
 }
 
 TEST(MatmulTunerTest, BiasMakesAnotherShapeAndOneCandidateNeedsNoTiming) {
