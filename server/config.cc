@@ -29,6 +29,10 @@ absl::Status JobStoreConfig::Check() const {
   if (flush_interval.count() <= 0) {
     return absl::InvalidArgumentError("store: flush interval must be positive");
   }
+  if (rank_report_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank-report-steps: must be 0 (keep every step) or positive, got ", rank_report_steps));
+  }
   return absl::OkStatus();
 }
 

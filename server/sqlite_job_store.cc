@@ -140,6 +140,7 @@ absl::Status SqliteJobStore::PrepareStatements() {
            "VALUES (?1, ?2, ?3, ?4, ?5)",
            "INSERT OR IGNORE INTO logs (job_id, attempt, rank, unix_millis, level, text, "
            "sequence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+           "DELETE FROM step_reports WHERE job_id = ?1 AND attempt = ?2 AND step <= ?3",
        }) {
     absl::StatusOr<SqliteStatement> statement = database_.Prepare(sql);
     if (!statement.ok()) return statement.status();
@@ -147,7 +148,8 @@ absl::Status SqliteJobStore::PrepareStatements() {
   }
   statements_.emplace(Statements{std::move(prepared[0]), std::move(prepared[1]),
                                  std::move(prepared[2]), std::move(prepared[3]),
-                                 std::move(prepared[4]), std::move(prepared[5])});
+                                 std::move(prepared[4]), std::move(prepared[5]),
+                                 std::move(prepared[6])});
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -72,6 +73,7 @@ class SqliteJobStore : public JobStore {
     SqliteStatement insert_step_event;
     SqliteStatement insert_step_report;
     SqliteStatement insert_log;
+    SqliteStatement prune_step_reports;
   };
 
   // A write of its own: a transaction, or a savepoint inside the caller's open group.
@@ -102,6 +104,9 @@ class SqliteJobStore : public JobStore {
   // Takes up to max_rows queued rows and writes them in one transaction; on failure puts them
   // back in front of the queue. The caller holds mutex_. Returns how many rows it wrote.
   absl::StatusOr<size_t> WriteChunkLocked(size_t max_rows);
+  // Inside WriteChunkLocked's transaction: deletes the per-rank reports of `reports`' job
+  // attempts that fall out of config_.rank_report_steps. The caller holds mutex_.
+  absl::Status PruneStepReportsLocked(const std::vector<v1::StepReport>& reports);
   void RunWriter();
   size_t PendingRowsLocked() const;
   // Queues a row for the writer thread and wakes it when a batch is full; returns the row's
@@ -127,6 +132,9 @@ class SqliteJobStore : public JobStore {
   std::mutex pending_mutex_;
   std::condition_variable batch_ready_;
   std::deque<v1::StepReport> pending_reports_;
+  // Per job attempt ("job_id/attempt"), the step at which its reports are pruned next; guarded
+  // by mutex_. Empty after a restart, so the first chunk of each attempt prunes.
+  std::map<std::string, int64_t> next_prune_step_;
   std::deque<v1::LogLine> pending_logs_;
   int64_t appended_reports_ = 0;  // under pending_mutex_
   int64_t appended_logs_ = 0;     // under pending_mutex_

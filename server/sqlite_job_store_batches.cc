@@ -1,11 +1,16 @@
 // The batched side of the SQLite job store: per-rank step reports and log lines are queued and
-// written by the store's writer thread in chunks of batch_rows rows, one transaction each.
+// written by the store's writer thread in chunks of batch_rows rows, one transaction each; the
+// same transaction deletes the per-rank reports that fall out of rank_report_steps.
 #include <algorithm>
 #include <iterator>
+#include <map>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "server/sqlite_job_store.h"
 #include "spdlog/spdlog.h"
 
@@ -81,6 +86,7 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
                                 .Run();
       if (!status.ok()) return status;
     }
+    if (absl::Status pruned = PruneStepReportsLocked(reports); !pruned.ok()) return pruned;
     for (const v1::LogLine& line : logs) {
       absl::Status status = statements_->insert_log.Bind(1, line.job_id())
                                 .Bind(2, static_cast<int64_t>(line.attempt()))
@@ -108,6 +114,31 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
   stored_reports_ += static_cast<int64_t>(reports.size());
   stored_logs_ += static_cast<int64_t>(logs.size());
   return reports.size() + logs.size();
+}
+
+absl::Status SqliteJobStore::PruneStepReportsLocked(const std::vector<v1::StepReport>& reports) {
+  const int64_t keep = config_.rank_report_steps;
+  if (keep <= 0 || reports.empty()) return absl::OkStatus();
+  const int64_t stride = std::max<int64_t>(1, keep / 16);
+  // The newest step of each job attempt in this chunk.
+  std::map<std::pair<std::string, int32_t>, int64_t> newest;
+  for (const v1::StepReport& report : reports) {
+    int64_t& step = newest[{report.job_id(), report.attempt()}];
+    step = std::max(step, report.step());
+  }
+  for (const auto& [attempt, step] : newest) {
+    const std::string key = absl::StrCat(attempt.first, "/", attempt.second);
+    auto next = next_prune_step_.find(key);
+    if (next != next_prune_step_.end() && step < next->second) continue;
+    if (step > keep) {
+      FSDPD_RETURN_IF_ERROR(statements_->prune_step_reports.Bind(1, attempt.first)
+                                .Bind(2, static_cast<int64_t>(attempt.second))
+                                .Bind(3, step - keep)
+                                .Run());
+    }
+    next_prune_step_[key] = step + stride;
+  }
+  return absl::OkStatus();
 }
 
 void SqliteJobStore::RunWriter() {

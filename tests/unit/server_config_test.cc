@@ -70,6 +70,10 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
             std::string::npos)
       << config.Check();
   config = ValidConfig();
+  config.store.rank_report_steps = -1;
+  EXPECT_EQ(config.Check().message(),
+            "rank-report-steps: must be 0 (keep every step) or positive, got -1");
+  config = ValidConfig();
   config.workers.heartbeat_timeout = std::chrono::milliseconds(500);
   EXPECT_NE(config.Check().message().find("heartbeat"), std::string::npos);
   config = ValidConfig();

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "server/sqlite_job_store.h"
 
@@ -230,6 +233,97 @@ TEST_F(StoreTest, TheWriterThreadWritesFullBatchesWithoutAFlush) {
   EXPECT_EQ(StoredReportRows(config_.database_path), 9);
   EXPECT_EQ(store->StoredStepReports(), 9);
   EXPECT_EQ(store->LoadStepReports("job-000001")->size(), 9u);
+}
+
+v1::StepReport RankReport(const std::string& job_id, int attempt, int rank, int64_t step) {
+  v1::StepReport report;
+  report.set_job_id(job_id);
+  report.set_attempt(attempt);
+  report.set_rank(rank);
+  report.set_step(step);
+  return report;
+}
+
+// (attempt, step) of every stored rank report of the job, in LoadStepReports' order.
+std::vector<std::pair<int, int64_t>> StoredSteps(SqliteJobStore& store, const std::string& job) {
+  std::vector<std::pair<int, int64_t>> steps;
+  for (const v1::StepReport& report : *store.LoadStepReports(job)) {
+    steps.push_back({report.attempt(), report.step()});
+  }
+  return steps;
+}
+
+std::vector<std::pair<int, int64_t>> Steps(int attempt, int64_t first, int64_t last, int ranks) {
+  std::vector<std::pair<int, int64_t>> steps;
+  for (int64_t step = first; step <= last; ++step) {
+    for (int rank = 0; rank < ranks; ++rank) steps.push_back({attempt, step});
+  }
+  return steps;
+}
+
+// A long job must not grow the database without bound: per-rank reports are kept for the
+// newest rank_report_steps steps of each attempt (the aggregated steps stay whole), counted
+// per job attempt, and pruning goes on after a restart.
+TEST_F(StoreTest, RankReportsPastTheRetentionAreDeletedAsTheJobAdvances) {
+  config_.rank_report_steps = 10;  // pruned at every step (10 / 16 rounds up to 1)
+  {
+    auto store = Open();
+    for (int64_t step = 1; step <= 50; ++step) {
+      for (int rank = 0; rank < 2; ++rank) {
+        ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 1, rank, step)).ok());
+      }
+      ASSERT_TRUE(store->AppendStepReport(RankReport("job-b", 1, 0, step)).ok());
+      if (step <= 5) {
+        for (int rank = 0; rank < 2; ++rank) {
+          ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 2, rank, step)).ok());
+        }
+      }
+      if (step % 5 == 0) ASSERT_TRUE(store->Flush().ok());
+    }
+    std::vector<std::pair<int, int64_t>> expected = Steps(1, 41, 50, 2);
+    const std::vector<std::pair<int, int64_t>> second_attempt = Steps(2, 1, 5, 2);
+    expected.insert(expected.end(), second_attempt.begin(), second_attempt.end());
+    EXPECT_EQ(StoredSteps(*store, "job-a"), expected);
+    EXPECT_EQ(StoredSteps(*store, "job-b"), Steps(1, 41, 50, 1));
+    EXPECT_EQ(store->StoredStepReports(), 50 * 3 + 5 * 2) << "the count of stored reports "
+                                                             "(confirmations) is not a row count";
+  }
+  auto reopened = Open();
+  for (int64_t step = 51; step <= 55; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(reopened->AppendStepReport(RankReport("job-a", 1, rank, step)).ok());
+    }
+  }
+  ASSERT_TRUE(reopened->Flush().ok());
+  std::vector<std::pair<int, int64_t>> expected = Steps(1, 46, 55, 2);
+  const std::vector<std::pair<int, int64_t>> second_attempt = Steps(2, 1, 5, 2);
+  expected.insert(expected.end(), second_attempt.begin(), second_attempt.end());
+  EXPECT_EQ(StoredSteps(*reopened, "job-a"), expected);
+}
+
+TEST_F(StoreTest, ARetentionOfZeroKeepsEveryRankReport) {
+  config_.rank_report_steps = 0;
+  auto store = Open();
+  for (int64_t step = 1; step <= 40; ++step) {
+    ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 1, 0, step)).ok());
+    if (step % 8 == 0) ASSERT_TRUE(store->Flush().ok());
+  }
+  EXPECT_EQ(StoredSteps(*store, "job-a"), Steps(1, 1, 40, 1));
+}
+
+// With a larger retention, pruning runs every retention / 16 steps: between two runs up to
+// that many extra steps stay, never fewer than the retention.
+TEST_F(StoreTest, PruningRunsEverySixteenthOfTheRetention) {
+  config_.rank_report_steps = 64;  // pruned every 4 steps
+  auto store = Open();
+  for (int64_t step = 1; step <= 100; ++step) {
+    ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 1, 0, step)).ok());
+    ASSERT_TRUE(store->Flush().ok());
+    const std::vector<std::pair<int, int64_t>> stored = StoredSteps(*store, "job-a");
+    ASSERT_GE(static_cast<int64_t>(stored.size()), std::min<int64_t>(step, 64)) << step;
+    ASSERT_LE(static_cast<int64_t>(stored.size()), 64 + 4) << step;
+    EXPECT_EQ(stored.back().second, step);
+  }
 }
 
 TEST_F(StoreTest, ANumberedLogLineIsStoredOnce) {
