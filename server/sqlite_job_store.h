@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "server/config.h"
@@ -104,9 +105,12 @@ class SqliteJobStore : public JobStore {
   // Takes up to max_rows queued rows and writes them in one transaction; on failure puts them
   // back in front of the queue. The caller holds mutex_. Returns how many rows it wrote.
   absl::StatusOr<size_t> WriteChunkLocked(size_t max_rows);
+  // Per job attempt (job id, attempt), the step at which its reports are pruned next.
+  using PruneSteps = std::map<std::pair<std::string, int32_t>, int64_t>;
   // Inside WriteChunkLocked's transaction: deletes the per-rank reports of `reports`' job
-  // attempts that fall out of config_.rank_report_steps. The caller holds mutex_.
-  absl::Status PruneStepReportsLocked(const std::vector<v1::StepReport>& reports);
+  // attempts that fall out of config_.rank_report_steps, and puts the attempts' next pruning
+  // steps in `next` (applied once the transaction commits). The caller holds mutex_.
+  absl::Status PruneStepReportsLocked(const std::vector<v1::StepReport>& reports, PruneSteps* next);
   void RunWriter();
   size_t PendingRowsLocked() const;
   // Queues a row for the writer thread and wakes it when a batch is full; returns the row's
@@ -132,9 +136,8 @@ class SqliteJobStore : public JobStore {
   std::mutex pending_mutex_;
   std::condition_variable batch_ready_;
   std::deque<v1::StepReport> pending_reports_;
-  // Per job attempt ("job_id/attempt"), the step at which its reports are pruned next; guarded
-  // by mutex_. Empty after a restart, so the first chunk of each attempt prunes.
-  std::map<std::string, int64_t> next_prune_step_;
+  // Guarded by mutex_. Empty after a restart, so the first chunk of each attempt prunes.
+  PruneSteps next_prune_step_;
   std::deque<v1::LogLine> pending_logs_;
   int64_t appended_reports_ = 0;  // under pending_mutex_
   int64_t appended_logs_ = 0;     // under pending_mutex_
