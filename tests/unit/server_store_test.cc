@@ -301,6 +301,33 @@ TEST_F(StoreTest, RankReportsPastTheRetentionAreDeletedAsTheJobAdvances) {
   EXPECT_EQ(StoredSteps(*reopened, "job-a"), expected);
 }
 
+// On a full disk the chunk fails whole: no report is lost and none is pruned; once there is
+// room again the same chunk stores its reports and prunes as if nothing had happened.
+TEST_F(StoreTest, AFullDiskNeitherLosesNorPrunesRankReports) {
+  config_.rank_report_steps = 10;
+  auto store = Open();
+  // Enough rows that the database has grown past its first pages.
+  for (int64_t step = 1; step <= 300; ++step) {
+    ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 1, 0, step)).ok());
+  }
+  ASSERT_TRUE(store->Flush().ok());
+  absl::StatusOr<int64_t> pages = store->LimitPages(0);  // 0 reads the page count
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  ASSERT_TRUE(store->LimitPages(*pages).ok());  // no room to grow
+  std::string blob(64 * 1024, 'x');             // a report larger than any free space left
+  for (int64_t step = 301; step <= 305; ++step) {
+    v1::StepReport report = RankReport("job-a", 1, 0, step);
+    report.set_memory_device_used_source(blob);  // any field: only the size matters
+    ASSERT_TRUE(store->AppendStepReport(report).ok());
+  }
+  EXPECT_FALSE(store->Flush().ok());
+  EXPECT_EQ(StoredSteps(*store, "job-a"), Steps(1, 291, 300, 1)) << "the failed chunk pruned";
+  ASSERT_TRUE(store->LimitPages(int64_t{1} << 30).ok());
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(StoredSteps(*store, "job-a"), Steps(1, 296, 305, 1));
+  EXPECT_EQ(store->StoredStepReports(), 305);
+}
+
 TEST_F(StoreTest, ARetentionOfZeroKeepsEveryRankReport) {
   config_.rank_report_steps = 0;
   auto store = Open();
