@@ -62,6 +62,8 @@ class JobStore {
   virtual absl::StatusOr<int64_t> AppendLog(const v1::LogLine& line) = 0;
   virtual int64_t StoredLogs() const = 0;
 
+  // The per-rank reports still kept (JobStoreConfig::rank_report_steps: the newest steps of
+  // each attempt), by attempt, step and rank. Stored*() counts every report ever stored.
   virtual absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(
       const std::string& job_id) = 0;
   // Transitions and aggregated steps merged by sequence.
