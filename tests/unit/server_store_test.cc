@@ -247,9 +247,10 @@ v1::StepReport RankReport(const std::string& job_id, int attempt, int rank, int6
 // (attempt, step) of every stored rank report of the job, in LoadStepReports' order.
 std::vector<std::pair<int, int64_t>> StoredSteps(SqliteJobStore& store, const std::string& job) {
   std::vector<std::pair<int, int64_t>> steps;
-  for (const v1::StepReport& report : *store.LoadStepReports(job)) {
-    steps.push_back({report.attempt(), report.step()});
-  }
+  const absl::StatusOr<std::vector<v1::StepReport>> reports = store.LoadStepReports(job);
+  EXPECT_TRUE(reports.ok()) << reports.status();
+  if (!reports.ok()) return steps;
+  for (const v1::StepReport& report : *reports) steps.push_back({report.attempt(), report.step()});
   return steps;
 }
 
@@ -278,7 +279,9 @@ TEST_F(StoreTest, RankReportsPastTheRetentionAreDeletedAsTheJobAdvances) {
           ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 2, rank, step)).ok());
         }
       }
-      if (step % 5 == 0) ASSERT_TRUE(store->Flush().ok());
+      if (step % 5 == 0) {
+        ASSERT_TRUE(store->Flush().ok());
+      }
     }
     std::vector<std::pair<int, int64_t>> expected = Steps(1, 41, 50, 2);
     const std::vector<std::pair<int, int64_t>> second_attempt = Steps(2, 1, 5, 2);
@@ -333,7 +336,9 @@ TEST_F(StoreTest, ARetentionOfZeroKeepsEveryRankReport) {
   auto store = Open();
   for (int64_t step = 1; step <= 40; ++step) {
     ASSERT_TRUE(store->AppendStepReport(RankReport("job-a", 1, 0, step)).ok());
-    if (step % 8 == 0) ASSERT_TRUE(store->Flush().ok());
+    if (step % 8 == 0) {
+      ASSERT_TRUE(store->Flush().ok());
+    }
   }
   EXPECT_EQ(StoredSteps(*store, "job-a"), Steps(1, 1, 40, 1));
 }
