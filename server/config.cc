@@ -85,6 +85,10 @@ absl::Status JobManagerConfig::Check() const {
                                                    kMinLogBytesPerJob, ", got ",
                                                    max_log_bytes_per_job));
   }
+  if (watch_replay_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("watch-replay-steps: must not be negative, got ", watch_replay_steps));
+  }
   return absl::OkStatus();
 }
 

@@ -58,6 +58,11 @@ struct JobManagerConfig {
   // line says so and later lines are dropped (still confirmed to the worker, which forgets them).
   int64_t max_log_bytes_per_job = int64_t{256} << 20;
   static constexpr int64_t kMinLogBytesPerJob = 64 << 10;  // four lines of the longest kind
+  // What a watch replays before it follows the job live (--watch-replay-steps): every state
+  // change and the newest this many aggregated steps. A watch reads its history under the job
+  // manager's lock, so an unbounded replay of a long job would stall every other call while it
+  // loads; 0 replays no steps.
+  int64_t watch_replay_steps = 10000;
   absl::Status Check() const;
 };
 

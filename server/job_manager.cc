@@ -57,7 +57,8 @@ absl::Status JobManager::Load() {
     if (record.job.uid().empty()) record.job.set_uid(record.job.id());
     const std::string id = record.job.id();
     if (!IsTerminal(record.job.state())) {
-      absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(id);
+      // Only the last sequence is needed: every transition and the newest step.
+      absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(id, /*max_steps=*/1);
       if (!events.ok()) return events.status();
       if (!events->empty()) record.next_sequence = events->back().sequence + 1;
       // A damaged log table must not keep the coordinator from starting (the job's state and

@@ -93,7 +93,8 @@ absl::StatusOr<JobManager::History> JobManager::Watch(
     return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
   // Reading the history and subscribing under one lock: no event falls between the two.
-  absl::StatusOr<std::vector<StoredEvent>> events = store_.LoadEvents(job_id);
+  absl::StatusOr<std::vector<StoredEvent>> events =
+      store_.LoadEvents(job_id, config_.watch_replay_steps);
   if (!events.ok()) return NameDamage(events.status(), "history (state changes and steps)", job_id);
   History history;
   for (StoredEvent& stored : *events) history.events.push_back(std::move(stored.event));

@@ -66,8 +66,10 @@ class JobStore {
   // each attempt), by attempt, step and rank. Stored*() counts every report ever stored.
   virtual absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(
       const std::string& job_id) = 0;
-  // Transitions and aggregated steps merged by sequence.
-  virtual absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id) = 0;
+  // Transitions and aggregated steps merged by sequence: every transition, and the newest
+  // `max_steps` steps (every step when negative).
+  virtual absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id,
+                                                              int64_t max_steps = -1) = 0;
   // The last `tail` lines (all when tail <= 0), oldest first.
   virtual absl::StatusOr<std::vector<v1::LogLine>> LoadLogs(const std::string& job_id,
                                                             int64_t tail) = 0;

@@ -38,6 +38,7 @@ struct Settings {
   std::optional<int> max_world_size;
   std::optional<int64_t> max_log_bytes_per_job;
   std::optional<int64_t> rank_report_steps;
+  std::optional<int64_t> watch_replay_steps;
   std::optional<bool> insecure;
   std::optional<std::string> tls_cert;
   std::optional<std::string> tls_key;
@@ -62,7 +63,8 @@ std::string DefaultStateDir() {
 
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
 // metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
-// max-workers, register-rate, health-listen, max-log-bytes-per-job, rank-report-steps.
+// max-workers, register-rate, health-listen, max-log-bytes-per-job, rank-report-steps,
+// watch-replay-steps.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -105,13 +107,15 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.max_log_bytes_per_job = entry.second.as<int64_t>();
       } else if (key == "rank-report-steps") {
         settings.rank_report_steps = entry.second.as<int64_t>();
+      } else if (key == "watch-replay-steps") {
+        settings.watch_replay_steps = entry.second.as<int64_t>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
                          "metrics-retention, lost-worker-retention, max-world-size, insecure, "
                          "insecure-metrics, max-workers, register-rate, health-listen, "
-                         "max-log-bytes-per-job, rank-report-steps)"));
+                         "max-log-bytes-per-job, rank-report-steps, watch-replay-steps)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -153,6 +157,7 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.max_world_size) onto.max_world_size = from.max_world_size;
   if (from.max_log_bytes_per_job) onto.max_log_bytes_per_job = from.max_log_bytes_per_job;
   if (from.rank_report_steps) onto.rank_report_steps = from.rank_report_steps;
+  if (from.watch_replay_steps) onto.watch_replay_steps = from.watch_replay_steps;
   if (from.insecure) onto.insecure = from.insecure;
   if (from.tls_cert) onto.tls_cert = from.tls_cert;
   if (from.tls_key) onto.tls_key = from.tls_key;
@@ -185,6 +190,7 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
     config.jobs.max_log_bytes_per_job = *settings.max_log_bytes_per_job;
   }
   if (settings.rank_report_steps) config.store.rank_report_steps = *settings.rank_report_steps;
+  if (settings.watch_replay_steps) config.jobs.watch_replay_steps = *settings.watch_replay_steps;
   if (settings.heartbeat_timeout) {
     absl::StatusOr<std::chrono::milliseconds> timeout =
         fsdpd::server::ParseDuration(*settings.heartbeat_timeout);
@@ -265,6 +271,7 @@ int main(int argc, char** argv) {
   int max_world_size = 0;
   int64_t max_log_bytes_per_job = 0;
   int64_t rank_report_steps = 0;
+  int64_t watch_replay_steps = 0;
   bool insecure = false;
   auto* listen_option = app.add_option("--listen", listen, "gRPC address (127.0.0.1:7070)");
   auto* metrics_option =
@@ -288,6 +295,9 @@ int main(int argc, char** argv) {
   auto* rank_report_option = app.add_option(
       "--rank-report-steps", rank_report_steps,
       "per-rank step reports kept per job attempt: the newest this many steps (100000; 0: all)");
+  auto* watch_replay_option = app.add_option(
+      "--watch-replay-steps", watch_replay_steps,
+      "aggregated steps a watch replays before following live: the newest this many (10000)");
   auto* insecure_flag =
       app.add_flag("--insecure", insecure, "allow a non-loopback --listen without TLS");
   std::string tls_cert, tls_key, tls_client_ca, tokens_file;
@@ -337,6 +347,7 @@ int main(int argc, char** argv) {
   if (*world_option) flags.max_world_size = max_world_size;
   if (*log_bytes_option) flags.max_log_bytes_per_job = max_log_bytes_per_job;
   if (*rank_report_option) flags.rank_report_steps = rank_report_steps;
+  if (*watch_replay_option) flags.watch_replay_steps = watch_replay_steps;
   if (*insecure_flag) flags.insecure = insecure;
   if (*tls_cert_option) flags.tls_cert = tls_cert;
   if (*tls_key_option) flags.tls_key = tls_key;

@@ -52,7 +52,8 @@ class SqliteJobStore : public JobStore {
   int64_t StoredLogs() const override;
 
   absl::StatusOr<std::vector<v1::StepReport>> LoadStepReports(const std::string& job_id) override;
-  absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id) override;
+  absl::StatusOr<std::vector<StoredEvent>> LoadEvents(const std::string& job_id,
+                                                      int64_t max_steps = -1) override;
   absl::StatusOr<std::vector<v1::LogLine>> LoadLogs(const std::string& job_id,
                                                     int64_t tail) override;
   absl::StatusOr<int64_t> LogBytes(const std::string& job_id) override;

@@ -91,16 +91,18 @@ absl::StatusOr<std::vector<v1::StepReport>> SqliteJobStore::LoadStepReports(
   return reports;
 }
 
-absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::string& job_id) {
+absl::StatusOr<std::vector<StoredEvent>> SqliteJobStore::LoadEvents(const std::string& job_id,
+                                                                    int64_t max_steps) {
   auto lock = LockConnection();
   FlushBeforeReadLocked();
+  // LIMIT -1 is SQLite's "no limit".
   absl::StatusOr<SqliteStatement> select = database_.Prepare(
       "SELECT sequence, state, reason, attempt, unix_millis, NULL, actor FROM transitions "
       "WHERE job_id = ?1 "
-      "UNION ALL SELECT sequence, NULL, NULL, NULL, NULL, report, NULL FROM step_events "
-      "WHERE job_id = ?1 ORDER BY 1");
+      "UNION ALL SELECT * FROM (SELECT sequence, NULL, NULL, NULL, NULL, report, NULL "
+      "FROM step_events WHERE job_id = ?1 ORDER BY sequence DESC LIMIT ?2) ORDER BY 1");
   if (!select.ok()) return select.status();
-  select->Bind(1, job_id);
+  select->Bind(1, job_id).Bind(2, max_steps < 0 ? int64_t{-1} : max_steps);
   std::vector<StoredEvent> events;
   while (true) {
     absl::StatusOr<bool> row = select->Step();

@@ -70,6 +70,9 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
             std::string::npos)
       << config.Check();
   config = ValidConfig();
+  config.jobs.watch_replay_steps = -5;
+  EXPECT_EQ(config.Check().message(), "watch-replay-steps: must not be negative, got -5");
+  config = ValidConfig();
   config.store.rank_report_steps = -1;
   EXPECT_EQ(config.Check().message(),
             "rank-report-steps: must be 0 (keep every step) or positive, got -1");

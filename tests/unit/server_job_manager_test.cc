@@ -83,6 +83,7 @@ class JobManagerTest : public ::testing::Test {
     config.artifact_dir = directory_ + "/artifacts";
     config.max_world_size = 8;
     config.max_log_bytes_per_job = max_log_bytes_;
+    config.watch_replay_steps = watch_replay_steps_;
     jobs_ = std::make_unique<JobManager>(config, *store_, *registry_, *rendezvous_,
                                          [this] { return now_; });
     ASSERT_TRUE(jobs_->Load().ok());
@@ -176,6 +177,7 @@ class JobManagerTest : public ::testing::Test {
 
   std::string directory_;
   int64_t max_log_bytes_ = JobManagerConfig{}.max_log_bytes_per_job;
+  int64_t watch_replay_steps_ = JobManagerConfig{}.watch_replay_steps;
   Clock::time_point now_ = Clock::time_point(std::chrono::hours(1));
   std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
@@ -275,6 +277,47 @@ TEST_F(JobManagerTest, GangRunsToSuccessWithAggregatedSteps) {
   EXPECT_EQ(history->events[0].state().state(), v1::PENDING);
   EXPECT_TRUE(history->events[3].has_step());
   EXPECT_EQ(history->events[4].state().state(), v1::SUCCEEDED);
+}
+
+// A watch replays every state change but only the newest --watch-replay-steps steps (its
+// history is read under the manager's lock), then follows live; a restart resumes the
+// sequence after the last stored event.
+TEST_F(JobManagerTest, AWatchReplaysOnlyTheNewestSteps) {
+  watch_replay_steps_ = 3;
+  Restart();
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  for (int step = 1; step <= 8; ++step) Step(w0, id, 1, 0, step, 1.0, 100);
+  absl::StatusOr<JobManager::History> history = jobs_->Watch(id, nullptr);
+  ASSERT_TRUE(history.ok()) << history.status();
+  std::vector<int64_t> steps;
+  std::vector<v1::JobState> states;
+  for (const v1::JobEvent& event : history->events) {
+    if (event.has_step()) {
+      steps.push_back(event.step().step());
+    } else {
+      states.push_back(event.state().state());
+    }
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{6, 7, 8}));
+  EXPECT_EQ(states, (std::vector<v1::JobState>{v1::PENDING, v1::SCHEDULED, v1::RUNNING}));
+
+  Restart();  // the next event's sequence follows the last stored one
+  auto watcher = std::make_shared<FakeSubscriber>();
+  ASSERT_TRUE(jobs_->Watch(id, watcher).ok());
+  const std::string again = AddWorker("host-a", 0, w0, RankAssignment{id, 1, 0});
+  Step(again, id, 1, 0, 9, 1.0, 100);
+  absl::StatusOr<JobManager::History> after = jobs_->Watch(id, nullptr);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_FALSE(after->events.empty());
+  EXPECT_EQ(after->events.back().step().step(), 9);
+  const absl::StatusOr<std::vector<StoredEvent>> stored = store_->LoadEvents(id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  int64_t sequence = 0;
+  for (const StoredEvent& event : *stored) {
+    EXPECT_GT(event.sequence, sequence) << "sequences stay unique and increasing";
+    sequence = event.sequence;
+  }
 }
 
 // The ReportsStored entries of the heartbeat acks a worker received since `from`.

@@ -358,6 +358,47 @@ TEST_F(StoreTest, PruningRunsEverySixteenthOfTheRetention) {
   }
 }
 
+// A watch's replay is bounded: every state change, and only the newest steps, in sequence order.
+TEST_F(StoreTest, EventsCanBeLimitedToTheNewestSteps) {
+  auto store = Open();
+  v1::Job job = MakeJob("job-000001", v1::RUNNING);
+  ASSERT_TRUE(store->InsertJob(job).ok());
+  int64_t sequence = 0;
+  ASSERT_TRUE(store->RecordTransition(job, ++sequence, Change(job.id(), v1::PENDING, "a")).ok());
+  ASSERT_TRUE(store->RecordTransition(job, ++sequence, Change(job.id(), v1::RUNNING, "b")).ok());
+  for (int64_t step = 1; step <= 20; ++step) {
+    job.set_step(step);
+    v1::StepReport aggregate;
+    aggregate.set_job_id(job.id());
+    aggregate.set_step(step);
+    ASSERT_TRUE(store->RecordStep(job, ++sequence, aggregate).ok());
+    if (step == 10) {
+      ASSERT_TRUE(
+          store->RecordTransition(job, ++sequence, Change(job.id(), v1::RUNNING, "resumed")).ok());
+    }
+  }
+  // What each event is: a state's reason, or "step N".
+  auto described = [&](int64_t max_steps) {
+    std::vector<std::string> names;
+    absl::StatusOr<std::vector<StoredEvent>> events = store->LoadEvents(job.id(), max_steps);
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) return names;
+    int64_t previous = 0;
+    for (const StoredEvent& stored : *events) {
+      EXPECT_GT(stored.sequence, previous) << "in sequence order";
+      previous = stored.sequence;
+      names.push_back(stored.event.has_step() ? "step " + std::to_string(stored.event.step().step())
+                                              : stored.event.state().reason());
+    }
+    return names;
+  };
+  EXPECT_EQ(described(3),
+            (std::vector<std::string>{"a", "b", "resumed", "step 18", "step 19", "step 20"}));
+  EXPECT_EQ(described(0), (std::vector<std::string>{"a", "b", "resumed"}));
+  EXPECT_EQ(described(-1).size(), 23u);
+  EXPECT_EQ(described(100).size(), 23u);
+}
+
 TEST_F(StoreTest, ANumberedLogLineIsStoredOnce) {
   auto store = Open();
   auto line = [](int64_t sequence, const std::string& text) {
