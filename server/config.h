@@ -17,11 +17,10 @@ struct JobStoreConfig {
   // rows, when flush_interval passes, and always on shutdown.
   int batch_rows = 256;
   std::chrono::milliseconds flush_interval{1000};
-  // Per-rank step reports kept per job attempt (--rank-report-steps): the newest this many
-  // steps, so that a long job cannot grow the database without bound (each rank's report is
-  // about 200 bytes a step). Older ones are deleted as the job advances, at least every
-  // max(1, rank_report_steps / 16) steps; 0 keeps them all. The job's aggregated steps (what
-  // `fsdpctl watch` replays) are not affected.
+  // Per-rank step reports kept per job attempt (--rank-report-steps): each rank's newest this
+  // many steps, so that a long job cannot grow the database without bound (a rank's report is
+  // about 200 bytes a step). Older ones are deleted by the writer in the transaction that stores
+  // the rank's newer ones; 0 keeps them all. The job's aggregated steps are not affected.
   int64_t rank_report_steps = 100000;
   absl::Status Check() const;
 };

@@ -140,7 +140,9 @@ absl::Status SqliteJobStore::PrepareStatements() {
            "VALUES (?1, ?2, ?3, ?4, ?5)",
            "INSERT OR IGNORE INTO logs (job_id, attempt, rank, unix_millis, level, text, "
            "sequence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-           "DELETE FROM step_reports WHERE job_id = ?1 AND attempt = ?2 AND step <= ?3",
+           // Every column of the primary key, so the delete is an index range per rank.
+           "DELETE FROM step_reports WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3 AND "
+           "step <= ?4",
        }) {
     absl::StatusOr<SqliteStatement> statement = database_.Prepare(sql);
     if (!statement.ok()) return statement.status();

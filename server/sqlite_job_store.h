@@ -10,13 +10,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "server/config.h"
@@ -106,12 +104,10 @@ class SqliteJobStore : public JobStore {
   // Takes up to max_rows queued rows and writes them in one transaction; on failure puts them
   // back in front of the queue. The caller holds mutex_. Returns how many rows it wrote.
   absl::StatusOr<size_t> WriteChunkLocked(size_t max_rows);
-  // Per job attempt (job id, attempt), the step at which its reports are pruned next.
-  using PruneSteps = std::map<std::pair<std::string, int32_t>, int64_t>;
-  // Inside WriteChunkLocked's transaction: deletes the per-rank reports of `reports`' job
-  // attempts that fall out of config_.rank_report_steps, and puts the attempts' next pruning
-  // steps in `next` (applied once the transaction commits). The caller holds mutex_.
-  absl::Status PruneStepReportsLocked(const std::vector<v1::StepReport>& reports, PruneSteps* next);
+  // Inside WriteChunkLocked's transaction: for each rank that has reports in `reports`,
+  // deletes its reports that fall out of config_.rank_report_steps behind its newest one. The
+  // caller holds mutex_.
+  absl::Status PruneStepReportsLocked(const std::vector<v1::StepReport>& reports);
   void RunWriter();
   size_t PendingRowsLocked() const;
   // Queues a row for the writer thread and wakes it when a batch is full; returns the row's
@@ -137,8 +133,6 @@ class SqliteJobStore : public JobStore {
   std::mutex pending_mutex_;
   std::condition_variable batch_ready_;
   std::deque<v1::StepReport> pending_reports_;
-  // Guarded by mutex_. Empty after a restart, so the first chunk of each attempt prunes.
-  PruneSteps next_prune_step_;
   std::deque<v1::LogLine> pending_logs_;
   int64_t appended_reports_ = 0;  // under pending_mutex_
   int64_t appended_logs_ = 0;     // under pending_mutex_

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -73,7 +74,6 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
     pending_logs_.erase(pending_logs_.begin(), pending_logs_.begin() + log_count);
   }
   if (reports.empty() && logs.empty()) return 0;
-  PruneSteps next_prune;
   auto write = [&]() -> absl::Status {
     WriteScope transaction(*this);
     if (!transaction.status().ok()) return transaction.status();
@@ -86,9 +86,7 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
                                 .Run();
       if (!status.ok()) return status;
     }
-    if (absl::Status pruned = PruneStepReportsLocked(reports, &next_prune); !pruned.ok()) {
-      return pruned;
-    }
+    if (absl::Status pruned = PruneStepReportsLocked(reports); !pruned.ok()) return pruned;
     for (const v1::LogLine& line : logs) {
       absl::Status status = statements_->insert_log.Bind(1, line.job_id())
                                 .Bind(2, static_cast<int64_t>(line.attempt()))
@@ -113,32 +111,29 @@ absl::StatusOr<size_t> SqliteJobStore::WriteChunkLocked(size_t max_rows) {
   }
   // Chunks take the oldest queued rows of each kind and a failed one puts them back in front, so
   // the stored ones are always the first ones appended.
-  for (const auto& [attempt, step] : next_prune) next_prune_step_[attempt] = step;
   stored_reports_ += static_cast<int64_t>(reports.size());
   stored_logs_ += static_cast<int64_t>(logs.size());
   return reports.size() + logs.size();
 }
 
-absl::Status SqliteJobStore::PruneStepReportsLocked(const std::vector<v1::StepReport>& reports,
-                                                    PruneSteps* next) {
+absl::Status SqliteJobStore::PruneStepReportsLocked(const std::vector<v1::StepReport>& reports) {
   const int64_t keep = config_.rank_report_steps;
   if (keep <= 0) return absl::OkStatus();
-  const int64_t stride = std::max<int64_t>(1, keep / 16);
-  PruneSteps newest;  // the newest step of each job attempt in this chunk
+  // The newest step of each rank of each job attempt in this chunk. Pruning every chunk keeps
+  // the work in step with the inserts: each delete is an index range of about as many rows as
+  // the rank added since its last chunk.
+  std::map<std::tuple<std::string, int32_t, int32_t>, int64_t> newest;
   for (const v1::StepReport& report : reports) {
-    int64_t& step = newest[{report.job_id(), report.attempt()}];
+    int64_t& step = newest[{report.job_id(), report.attempt(), report.rank()}];
     step = std::max(step, report.step());
   }
-  for (const auto& [attempt, step] : newest) {
-    auto due = next_prune_step_.find(attempt);
-    if (due != next_prune_step_.end() && step < due->second) continue;
-    if (step > keep) {
-      FSDPD_RETURN_IF_ERROR(statements_->prune_step_reports.Bind(1, attempt.first)
-                                .Bind(2, static_cast<int64_t>(attempt.second))
-                                .Bind(3, step - keep)
-                                .Run());
-    }
-    (*next)[attempt] = step + stride;
+  for (const auto& [rank, step] : newest) {
+    if (step <= keep) continue;
+    FSDPD_RETURN_IF_ERROR(statements_->prune_step_reports.Bind(1, std::get<0>(rank))
+                              .Bind(2, static_cast<int64_t>(std::get<1>(rank)))
+                              .Bind(3, static_cast<int64_t>(std::get<2>(rank)))
+                              .Bind(4, step - keep)
+                              .Run());
   }
   return absl::OkStatus();
 }
