@@ -6,7 +6,7 @@
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
-//              [--coop-blocks [--sweep-only]] [--attention-sweep] [--coop-block 128x128k32]
+//              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
 //              [--fp32]
 #include <algorithm>
 #include <chrono>
@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
   app.add_flag("--coop-blocks", coop_sweep,
                "first check and time the matmul with every cooperative-matrix block shape");
   bool sweep_only = false;
-  app.add_flag("--sweep-only", sweep_only, "with --coop-blocks: only the sweep, no forward");
+  app.add_flag("--sweep-only", sweep_only,
+               "with --coop-blocks or --attention-sweep: only the sweeps, no forward");
   bool attention_sweep = false;
   app.add_flag("--attention-sweep", attention_sweep,
                "first check and time each attention shader on cooperative matrices");
@@ -450,7 +451,7 @@ int main(int argc, char** argv) {
   };
   int failures = coop_sweep ? SweepCoopBlocks(device, rows, config.dim, config.ffn_mult) : 0;
   if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
-  if (coop_sweep && sweep_only) variants.clear();
+  if ((coop_sweep || attention_sweep) && sweep_only) variants.clear();
   for (const Variant& variant : variants) failures += run_variant(variant);
   return failures == 0 ? 0 : 1;
 }
