@@ -27,6 +27,13 @@ namespace {
 constexpr int64_t kBatch = 8, kSeq = 1024, kDim = 2048, kHeads = 16, kHidden = 8192, kVocab = 32000;
 constexpr int64_t kTokens = kBatch * kSeq;
 
+// kTokens token ids spread over the vocabulary (a stride prime to it), the same in every part.
+std::vector<int32_t> TokenIds() {
+  std::vector<int32_t> ids(kTokens);
+  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % kVocab);
+  return ids;
+}
+
 struct Bench {
   CudaBackend* backend;
   cudaStream_t stream;
@@ -165,8 +172,7 @@ void RunMemoryBound(Bench& bench) {
   Tensor embedding = bench.New(DType::kBF16, {kVocab, kDim});
   Tensor embedding_gradient = bench.New(DType::kF32, {kVocab, kDim}, 0.0f);
   Tensor tokens = bench.New(DType::kI32, {kTokens});
-  std::vector<int32_t> ids(kTokens);
-  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % kVocab);
+  const std::vector<int32_t> ids = TokenIds();
   Bench::Check(bench.backend->CopyToDevice(ids.data(), tokens, stream));
   bench.Bytes("  embedding forward", td * 4,
               [&] { return ops.EmbeddingForward(embedding, tokens, x, stream); });
@@ -221,8 +227,7 @@ void RunModelForward(Bench& bench) {
   for (const UnitLayout& unit : (*model)->units()) {
     params.push_back(bench.New(DType::kBF16, {unit.numel}, 0.001f));
   }
-  std::vector<int32_t> ids(kTokens);
-  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % kVocab);
+  const std::vector<int32_t> ids = TokenIds();
   Bench::Check((*model)->BeginStep(ids.data(), ids.data()));
   const double d = kDim;
   const double trunk_flops = config.layers * (2.0 * kTokens * (4 * d * d + 2 * d * kHidden) +
