@@ -159,8 +159,13 @@ void RunMemoryBound(Bench& bench) {
   bench.Bytes("  rmsnorm forward", td * 4 + kTokens * 4.0, [&] {
     return ops.RmsNormForward(x, weight, 1.1920928955078125e-07, y, rstd, stream);
   });
-  bench.Bytes("  rmsnorm backward", td * 6 + kTokens * 4.0,
-              [&] { return ops.RmsNormBackward(y, x, weight, rstd, z, dweight, stream); });
+  bench.Bytes("  rmsnorm backward", td * 6 + kTokens * 4.0, [&] {
+    return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kOverwrite, dweight, stream);
+  });
+  // Into the residual stream's gradient: dx is read as well, and the model's add is gone.
+  bench.Bytes("  rmsnorm backward, dx accumulated", td * 8 + kTokens * 4.0, [&] {
+    return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kAccumulate, dweight, stream);
+  });
   bench.Bytes("  residual add", td * 6, [&] { return ops.Add(x, y, z, stream); });
   Tensor hidden = bench.New(DType::kBF16, {kTokens, kHidden});
   Tensor activated = bench.New(DType::kBF16, {kTokens, kHidden});

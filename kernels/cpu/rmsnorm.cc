@@ -19,7 +19,7 @@ void RmsNormForward(const float* x, const float* weight, int64_t rows, int64_t d
 }
 
 void RmsNormBackward(const float* dout, const float* x, const float* weight, const float* rstd,
-                     int64_t rows, int64_t dim, float* dx, float* dweight) {
+                     int64_t rows, int64_t dim, bool accumulate_dx, float* dx, float* dweight) {
   // dweight is summed over rows in double, then added once.
   std::vector<double> weight_gradient(dim, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -36,8 +36,9 @@ void RmsNormBackward(const float* dout, const float* x, const float* weight, con
     const double correction = projection * inverse_rms * inverse_rms * inverse_rms / dim;
     float* input_gradient = dx + r * dim;
     for (int64_t d = 0; d < dim; ++d) {
-      input_gradient[d] =
+      const float value =
           static_cast<float>(inverse_rms * gradient[d] * weight[d] - row[d] * correction);
+      input_gradient[d] = accumulate_dx ? input_gradient[d] + value : value;
     }
   }
   for (int64_t d = 0; d < dim; ++d) dweight[d] += static_cast<float>(weight_gradient[d]);

@@ -36,7 +36,8 @@ __global__ void RmsNormForwardKernel(const __nv_bfloat16* x, const __nv_bfloat16
 
 __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                                       const __nv_bfloat16* weight, const float* rstd, int64_t rows,
-                                      int64_t dim, __nv_bfloat16* dx, float* partials) {
+                                      int64_t dim, bool accumulate, __nv_bfloat16* dx,
+                                      float* partials) {
   __shared__ float scratch[32];
   float* partial = partials + blockIdx.x * dim;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) partial[d] = 0.0f;
@@ -57,8 +58,10 @@ __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bflo
     __nv_bfloat16* input_gradient = dx + row * dim;
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
       const float g = __bfloat162float(gradient[d]);
-      input_gradient[d] = __float2bfloat16_rn(inverse_rms * g * __bfloat162float(weight[d]) -
-                                              __bfloat162float(input[d]) * correction);
+      const float prior = accumulate ? __bfloat162float(input_gradient[d]) : 0.0f;
+      input_gradient[d] = __float2bfloat16_rn(
+          prior + (inverse_rms * g * __bfloat162float(weight[d]) -
+                   __bfloat162float(input[d]) * correction));
     }
   }
 }
@@ -132,7 +135,34 @@ void WithConstant(int value, Launch&& launch) {
   launch(std::integral_constant<int, kMax>{});
 }
 
+// One row's chunks of x and dout for RmsNormBackwardVectorKernel, kept packed (bf16) so that a
+// second row fits in registers beside the one being computed.
 template <int kChunks>
+struct PackedRow {
+  Bf16x8 x[kChunks];
+  Bf16x8 dout[kChunks];
+  float rstd;
+};
+
+template <int kChunks>
+__device__ __forceinline__ void LoadRow(const Bf16x8* x, const Bf16x8* dout, const float* rstd,
+                                        int64_t row, int64_t chunks, PackedRow<kChunks>& out) {
+  out.rstd = rstd[row];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t chunk = c * int64_t{blockDim.x} + threadIdx.x;
+    if (chunk < chunks) {
+      out.x[c] = x[row * chunks + chunk];
+      out.dout[c] = dout[row * chunks + chunk];
+    }
+  }
+}
+
+// Each block walks rows blockIdx.x, blockIdx.x + gridDim.x, ...; the next row's loads are issued
+// before this row's block-wide sum, so every thread has memory requests in flight while the
+// block waits at the reduction. With kAccumulate, dx is added to (the residual stream's
+// gradient) instead of overwritten, which saves the model a separate residual add.
+template <int kChunks, bool kAccumulate>
 __global__ void RmsNormBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x,
                                             const Bf16x8* weight, const float* rstd, int64_t rows,
                                             int64_t chunks, float inverse_dim, Bf16x8* dx,
@@ -147,21 +177,24 @@ __global__ void RmsNormBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x,
 #pragma unroll
     for (int i = 0; i < 8; ++i) partial[c][i] = 0.0f;
   }
+  PackedRow<kChunks> next;
+  if (blockIdx.x < rows) LoadRow(x, dout, rstd, blockIdx.x, chunks, next);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float inverse_rms = rstd[row];
-    float input[kChunks][8];
-    float gradient[kChunks][8];
+    const PackedRow<kChunks> current = next;
+    if (row + gridDim.x < rows) LoadRow(x, dout, rstd, row + gridDim.x, chunks, next);
+    const float inverse_rms = current.rstd;
     float projection = 0.0f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int64_t chunk = c * int64_t{blockDim.x} + threadIdx.x;
       if (chunk < chunks) {
-        Unpack(x[row * chunks + chunk], input[c]);
-        Unpack(dout[row * chunks + chunk], gradient[c]);
+        float input[8], gradient[8];
+        Unpack(current.x[c], input);
+        Unpack(current.dout[c], gradient);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          projection = fmaf(gradient[c][i] * scale[c][i], input[c][i], projection);
-          partial[c][i] = fmaf(gradient[c][i] * input[c][i], inverse_rms, partial[c][i]);
+          projection = fmaf(gradient[i] * scale[c][i], input[i], projection);
+          partial[c][i] = fmaf(gradient[i] * input[i], inverse_rms, partial[c][i]);
         }
       }
     }
@@ -171,10 +204,18 @@ __global__ void RmsNormBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x,
     for (int c = 0; c < kChunks; ++c) {
       const int64_t chunk = c * int64_t{blockDim.x} + threadIdx.x;
       if (chunk < chunks) {
-        float result[8];
+        float input[8], gradient[8], result[8];
+        Unpack(current.x[c], input);
+        Unpack(current.dout[c], gradient);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          result[i] = inverse_rms * gradient[c][i] * scale[c][i] - input[c][i] * correction;
+          result[i] = inverse_rms * gradient[i] * scale[c][i] - input[i] * correction;
+        }
+        if constexpr (kAccumulate) {
+          float prior[8];
+          Unpack(dx[row * chunks + chunk], prior);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) result[i] += prior[i];
         }
         dx[row * chunks + chunk] = Pack(result);
       }
@@ -200,13 +241,31 @@ int VectorChunks(int64_t dim, std::initializer_list<const void*> pointers) {
   return static_cast<int>((dim / 8 + kThreads - 1) / kThreads);
 }
 
+// dweight[d] += Σ_b partials[b, d] in a fixed order: a block takes kSumColumns columns, each of
+// its kSumSlices warps sums every kSumSlices-th partial row of them, and one warp adds the
+// slices' sums in slice order. Deterministic, and wide enough to keep loads in flight (a thread
+// per column alone left the GPU mostly idle on 528 dependent loads a thread).
+constexpr int kSumColumns = 32;
+constexpr int kSumSlices = 16;
+
 __global__ void SumPartialRowsKernel(const float* partials, int64_t blocks, int64_t dim,
                                      float* dweight) {
-  const int64_t d = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (d >= dim) return;
+  __shared__ float sums[kSumSlices][kSumColumns];
+  const int column = threadIdx.x % kSumColumns;
+  const int slice = threadIdx.x / kSumColumns;
+  const int64_t d = blockIdx.x * int64_t{kSumColumns} + column;
   float sum = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) sum += partials[b * dim + d];
-  dweight[d] += sum;
+  if (d < dim) {
+    for (int64_t b = slice; b < blocks; b += kSumSlices) sum += partials[b * dim + d];
+  }
+  sums[slice][column] = sum;
+  __syncthreads();
+  if (slice == 0 && d < dim) {
+    float total = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSumSlices; ++s) total += sums[s][column];
+    dweight[d] += total;
+  }
 }
 
 absl::Status CheckShape(const char* op, int64_t rows, int64_t dim) {
@@ -251,8 +310,8 @@ int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim) {
 
 absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              const __nv_bfloat16* weight, const float* rstd, int64_t rows,
-                             int64_t dim, __nv_bfloat16* dx, float* dweight, float* scratch,
-                             cudaStream_t stream) {
+                             int64_t dim, bool accumulate_dx, __nv_bfloat16* dx, float* dweight,
+                             float* scratch, cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormBackward", rows, dim));
   if (rows == 0) return absl::OkStatus();
   const int64_t blocks = std::min(rows, kBackwardBlocks);
@@ -265,16 +324,22 @@ absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
   const int chunks = VectorChunks(dim, {dout, x, weight, dx});
   if (chunks > 0) {
     WithConstant<kMaxChunks>(chunks, [&](auto k) {
-      RmsNormBackwardVectorKernel<decltype(k)::value><<<grid, kThreads, 0, stream>>>(
-          dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
+      constexpr int kChunks = decltype(k)::value;
+      if (accumulate_dx) {
+        RmsNormBackwardVectorKernel<kChunks, true><<<grid, kThreads, 0, stream>>>(
+            dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
+      } else {
+        RmsNormBackwardVectorKernel<kChunks, false><<<grid, kThreads, 0, stream>>>(
+            dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
+      }
     });
   } else {
-    RmsNormBackwardKernel<<<grid, kThreads, 0, stream>>>(dout, x, weight, rstd, rows, dim, dx,
-                                                         scratch);
+    RmsNormBackwardKernel<<<grid, kThreads, 0, stream>>>(dout, x, weight, rstd, rows, dim,
+                                                         accumulate_dx, dx, scratch);
   }
   CUDA_CHECK_LAUNCH("RmsNormBackwardKernel");
-  SumPartialRowsKernel<<<static_cast<unsigned>((dim + kThreads - 1) / kThreads), kThreads, 0,
-                         stream>>>(scratch, blocks, dim, dweight);
+  SumPartialRowsKernel<<<static_cast<unsigned>((dim + kSumColumns - 1) / kSumColumns),
+                         kSumColumns * kSumSlices, 0, stream>>>(scratch, blocks, dim, dweight);
   CUDA_CHECK_LAUNCH("SumPartialRowsKernel");
   return absl::OkStatus();
 }

@@ -131,7 +131,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   ASSERT_TRUE(gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, gpu_stream()).ok());
   ASSERT_TRUE(
       gpu()
-          .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, dweight, gpu_stream())
+          .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, Write::kOverwrite,
+                           dweight, gpu_stream())
           .ok());
 
   std::vector<float> expected_out(rows * dim), expected_rstd(rows), expected_dx(rows * dim);
@@ -144,8 +145,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   ASSERT_TRUE(cpu_ops()
                   .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
                                    Host(weight, {dim}), Host(expected_rstd, {rows}),
-                                   Host(expected_dx, {rows, dim}), Host(expected_dweight, {dim}),
-                                   cpu_stream())
+                                   Host(expected_dx, {rows, dim}), Write::kOverwrite,
+                                   Host(expected_dweight, {dim}), cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(rstd), expected_rstd, 0.0, 1e-5));  // fp32 throughout
   EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-4, kBf16Relative));
@@ -158,11 +159,32 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   // Deterministic weight gradient: the same accumulation again gives the same bits.
   const std::vector<float> once = Download(dweight);
   Tensor again = Upload(dweight_start, DType::kF32, {dim});
-  ASSERT_TRUE(
-      gpu()
-          .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, again, gpu_stream())
-          .ok());
+  ASSERT_TRUE(gpu()
+                  .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx,
+                                   Write::kOverwrite, again, gpu_stream())
+                  .ok());
   EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), dim * sizeof(float)), 0);
+
+  // Into the residual stream's gradient: dx starts as a bf16 residual gradient and ends as it
+  // plus the norm's input gradient, summed in fp32 and rounded once (the CPU adds in fp32).
+  const std::vector<float> residual = RoundedToBf16(RandomValues(random_, rows * dim));
+  Tensor summed = Upload(residual, DType::kBF16, {rows, dim});
+  Tensor dweight_summed = Upload(dweight_start, DType::kF32, {dim});
+  ASSERT_TRUE(gpu()
+                  .RmsNormBackward(device_dout, device_x, device_weight, rstd, summed,
+                                   Write::kAccumulate, dweight_summed, gpu_stream())
+                  .ok());
+  std::vector<float> expected_summed = residual;
+  std::vector<float> unused_dweight = dweight_start;
+  ASSERT_TRUE(cpu_ops()
+                  .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
+                                   Host(weight, {dim}), Host(expected_rstd, {rows}),
+                                   Host(expected_summed, {rows, dim}), Write::kAccumulate,
+                                   Host(unused_dweight, {dim}), cpu_stream())
+                  .ok());
+  EXPECT_TRUE(AllClose(Download(summed), expected_summed, 2e-2, kBf16Relative));
+  // The weight gradient does not depend on where dx goes: the same bits.
+  EXPECT_EQ(std::memcmp(once.data(), Download(dweight_summed).data(), dim * sizeof(float)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, CudaRmsNormTest,

@@ -113,10 +113,18 @@ TEST(KernelsCpuGradientTest, RmsNorm) {
     }
   }
   std::vector<float> dx(x.size()), dweight(weight.size(), 0.0f);
-  RmsNormBackward(projection.data(), x.data(), weight.data(), rstd.data(), rows, dim, dx.data(),
-                  dweight.data());
+  RmsNormBackward(projection.data(), x.data(), weight.data(), rstd.data(), rows, dim,
+                  /*accumulate_dx=*/false, dx.data(), dweight.data());
   ExpectMatchesFiniteDifferences("rmsnorm dx", &x, dx, loss);
   ExpectMatchesFiniteDifferences("rmsnorm dweight", &weight, dweight, loss);
+  // Accumulating adds the same gradient to what dx held: the residual stream's sum.
+  loss();  // rstd of the unperturbed x again
+  std::vector<float> residual = RandomVector(rows * dim, &random);
+  std::vector<float> summed = residual;
+  std::vector<float> unused_dweight(weight.size(), 0.0f);
+  RmsNormBackward(projection.data(), x.data(), weight.data(), rstd.data(), rows, dim,
+                  /*accumulate_dx=*/true, summed.data(), unused_dweight.data());
+  for (size_t i = 0; i < summed.size(); ++i) EXPECT_EQ(summed[i], residual[i] + dx[i]) << i;
 }
 
 TEST(KernelsCpuGradientTest, Linear) {

@@ -74,7 +74,7 @@ TEST_F(CheckedOpsTest, ShapesThatDoNotFitAreRejected) {
                                      stream()),
                 {"RmsNormForward", "weight must be f32[4]"});
   ExpectInvalid(ops().RmsNormBackward(Floats({3, 4}), Floats({3, 4}), Floats({4}), Floats({2}),
-                                      Floats({3, 4}), Floats({4}), stream()),
+                                      Floats({3, 4}), Write::kOverwrite, Floats({4}), stream()),
                 {"RmsNormBackward", "rstd must have one value per row of x (3)"});
   ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, false, Floats({2, 3, 4}),
                                        Floats({2, 3, 3}), stream()),

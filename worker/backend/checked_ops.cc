@@ -119,7 +119,7 @@ absl::Status CheckedOps::RmsNormForward(const Tensor& x, const Tensor& weight, d
 }
 
 absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                         const Tensor& rstd, const Tensor& dx,
+                                         const Tensor& rstd, const Tensor& dx, Write dx_write,
                                          const Tensor& dweight, Stream& stream) {
   OpArguments check("RmsNormBackward");
   FSDPD_ASSIGN_OR_RETURN(const int64_t dim, check.Width(x, "x"));
@@ -132,7 +132,7 @@ absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, co
   FSDPD_RETURN_IF_ERROR(
       NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}},
                 {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}, {&rstd, "rstd"}}));
-  return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dweight, stream);
+  return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, stream);
 }
 
 absl::Status CheckedOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -78,14 +78,15 @@ absl::Status CpuOps::RmsNormForward(const Tensor& x, const Tensor& weight, doubl
 }
 
 absl::Status CpuOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                     Stream&) {
+                                     const Tensor& rstd, const Tensor& dx, Write dx_write,
+                                     const Tensor& dweight, Stream&) {
   OpArguments check("RmsNormBackward");
   FSDPD_RETURN_IF_ERROR(AllFloat(
       check,
       {{&x, "x"}, {&dout, "dout"}, {&weight, "weight"}, {&dx, "dx"}, {&dweight, "dweight"}}));
   cpu::RmsNormBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), rstd.as<float>(),
-                       RowsOf(x), x.shape.back(), dx.as<float>(), dweight.as<float>());
+                       RowsOf(x), x.shape.back(), dx_write == Write::kAccumulate, dx.as<float>(),
+                       dweight.as<float>());
   return absl::OkStatus();
 }
 

@@ -115,8 +115,8 @@ absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, doub
 }
 
 absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                      Stream& stream) {
+                                      const Tensor& rstd, const Tensor& dx, Write dx_write,
+                                      const Tensor& dweight, Stream& stream) {
   OpArguments check("RmsNormBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&x, "x", kBf},
@@ -132,8 +132,8 @@ absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const
   const int64_t bytes = cuda::RmsNormBackwardScratchFloats(rows, dim) * 4;
   FSDPD_ASSIGN_OR_RETURN(void* scratch, ScratchFor(cuda_stream, bytes));
   return cuda::RmsNormBackward(Bf16(dout), Bf16(x), Bf16(weight), rstd.as<float>(), rows, dim,
-                               MutableBf16(dx), dweight.as<float>(), static_cast<float*>(scratch),
-                               cuda_stream);
+                               dx_write == Write::kAccumulate, MutableBf16(dx), dweight.as<float>(),
+                               static_cast<float*>(scratch), cuda_stream);
 }
 
 absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -17,6 +17,9 @@ namespace fsdpd {
 
 class Stream;
 
+// How an op writes an output that a model may also sum into (see RmsNormBackward's dx).
+enum class Write { kOverwrite, kAccumulate };
+
 struct AdamWParams {
   double lr = 3e-4;
   double beta1 = 0.9;
@@ -40,10 +43,11 @@ class Ops {
   // out = x · rsqrt(mean(x²) + eps) · weight over the last dim; rstd[T] saved (fp32).
   virtual absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
                                       const Tensor& out, const Tensor& rstd, Stream& stream) = 0;
-  // dx overwritten; dweight accumulated.
+  // dx overwritten, or with dx_write kAccumulate added to (the residual stream's gradient,
+  // without a separate add: on bf16 backends the sum is rounded once); dweight accumulated.
   virtual absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                       Stream& stream) = 0;
+                                       const Tensor& rstd, const Tensor& dx, Write dx_write,
+                                       const Tensor& dweight, Stream& stream) = 0;
 
   // out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N] if bias.data != nullptr)
   virtual absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -109,8 +113,8 @@ class Ops {
   absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,                   \
                               const Tensor& out, const Tensor& rstd, Stream& stream) override;     \
   absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \
-                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight,        \
-                               Stream& stream) override;                                           \
+                               const Tensor& rstd, const Tensor& dx, Write dx_write,               \
+                               const Tensor& dweight, Stream& stream) override;                    \
   absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,            \
                              const Tensor& out, Stream& stream) override;                          \
   absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,           \

@@ -69,7 +69,6 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   }
   FSDPD_NEW(residual_gradient_, act, rows_by_dim);
   FSDPD_NEW(normed_gradient_, act, rows_by_dim);
-  FSDPD_NEW(branch_gradient_, act, rows_by_dim);
   FSDPD_NEW(attention_gradient_, act, sequence_by_dim);
   FSDPD_NEW(qkv_gradient_, act, sequence_by_qkv);
   FSDPD_NEW(activated_, act, rows_by_hidden);

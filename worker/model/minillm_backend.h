@@ -89,7 +89,6 @@ class BackendMiniLLM : public MiniLLM {
   // Backward workspace, reused by every block.
   Tensor residual_gradient_;   // dL/d(residual stream) [T, D]
   Tensor normed_gradient_;     // gradient at a norm's output [T, D]
-  Tensor branch_gradient_;     // gradient from a norm back to the residual [T, D]
   Tensor attention_gradient_;  // [B, S, D]
   Tensor qkv_gradient_;        // [B, S, 3D]
   // silu(ffn_hidden), recomputed [T, F]; once ffn.2's backward has read it, the gradient at

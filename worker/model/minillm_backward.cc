@@ -27,8 +27,8 @@ absl::StatusOr<float> BackendMiniLLM::HeadForwardBackward(const Tensor& root_par
   if (config_.final_norm) {
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
         normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), "norm.weight"),
-        final_rstd_, residual_gradient_, Parameter(root_grads, root_unit(), "norm.weight"),
-        stream_));
+        final_rstd_, residual_gradient_, Write::kOverwrite,
+        Parameter(root_grads, root_unit(), "norm.weight"), stream_));
   }
   float loss = 0.0f;
   FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(loss_, &loss, stream_));
@@ -92,11 +92,10 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, weight("ffn.0.weight"),
                                             normed_gradient_, gradient("ffn.0.weight"), no_bias,
                                             stream_));
+  // The norm's input gradient joins the residual stream's inside the norm's backward.
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"),
-                                             saved.ffn_rstd, branch_gradient_,
+                                             saved.ffn_rstd, residual_gradient_, Write::kAccumulate,
                                              gradient("norm2.weight"), stream_));
-  FSDPD_RETURN_IF_ERROR(
-      ops_.Add(residual_gradient_, branch_gradient_, residual_gradient_, stream_));
 
   // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))).
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
@@ -111,10 +110,8 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
       qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
       gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), stream_));
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight("norm1.weight"),
-                                             saved.attention_rstd, branch_gradient_,
-                                             gradient("norm1.weight"), stream_));
-  FSDPD_RETURN_IF_ERROR(
-      ops_.Add(residual_gradient_, branch_gradient_, residual_gradient_, stream_));
+                                             saved.attention_rstd, residual_gradient_,
+                                             Write::kAccumulate, gradient("norm1.weight"), stream_));
   --next_layer_;
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/backend/ops.h"
 #include "worker/backend/tensor.h"
 
 namespace fsdpd {
@@ -24,7 +25,8 @@ OpCost EmbeddingBackwardCost(const Tensor& dout, const Tensor& tokens, const Ten
 OpCost RmsNormForwardCost(const Tensor& x, const Tensor& weight, const Tensor& out,
                           const Tensor& rstd);
 OpCost RmsNormBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
+                           const Tensor& rstd, const Tensor& dx, Write dx_write,
+                           const Tensor& dweight);
 // x[M, K] · weight[N, K]ᵀ (+ bias).
 OpCost LinearForwardCost(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& out);

@@ -28,12 +28,12 @@ absl::Status ProfilingOps::RmsNormForward(const Tensor& x, const Tensor& weight,
 
 absl::Status ProfilingOps::RmsNormBackward(const Tensor& dout, const Tensor& x,
                                            const Tensor& weight, const Tensor& rstd,
-                                           const Tensor& dx, const Tensor& dweight,
-                                           Stream& stream) {
+                                           const Tensor& dx, Write dx_write,
+                                           const Tensor& dweight, Stream& stream) {
   return Run(
       "rmsnorm_backward", stream, {&dout, &x, &weight, &rstd},
-      [&] { return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dweight, stream); },
-      [&] { return RmsNormBackwardCost(dout, x, weight, rstd, dx, dweight); });
+      [&] { return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, stream); },
+      [&] { return RmsNormBackwardCost(dout, x, weight, rstd, dx, dx_write, dweight); });
 }
 
 absl::Status ProfilingOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
