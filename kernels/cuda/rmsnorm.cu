@@ -59,9 +59,9 @@ __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bflo
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
       const float g = __bfloat162float(gradient[d]);
       const float prior = accumulate ? __bfloat162float(input_gradient[d]) : 0.0f;
-      input_gradient[d] = __float2bfloat16_rn(
-          prior + (inverse_rms * g * __bfloat162float(weight[d]) -
-                   __bfloat162float(input[d]) * correction));
+      input_gradient[d] =
+          __float2bfloat16_rn(prior + (inverse_rms * g * __bfloat162float(weight[d]) -
+                                       __bfloat162float(input[d]) * correction));
     }
   }
 }

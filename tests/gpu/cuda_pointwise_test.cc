@@ -129,11 +129,10 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   Tensor dx = Poisoned(DType::kBF16, {rows, dim});
   Tensor dweight = Upload(dweight_start, DType::kF32, {dim});
   ASSERT_TRUE(gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, gpu_stream()).ok());
-  ASSERT_TRUE(
-      gpu()
-          .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx, Write::kOverwrite,
-                           dweight, gpu_stream())
-          .ok());
+  ASSERT_TRUE(gpu()
+                  .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx,
+                                   Write::kOverwrite, dweight, gpu_stream())
+                  .ok());
 
   std::vector<float> expected_out(rows * dim), expected_rstd(rows), expected_dx(rows * dim);
   std::vector<float> expected_dweight = dweight_start;

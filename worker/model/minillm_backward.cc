@@ -109,9 +109,9 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
       qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
       gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight("norm1.weight"),
-                                             saved.attention_rstd, residual_gradient_,
-                                             Write::kAccumulate, gradient("norm1.weight"), stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
+      normed_gradient_, input, weight("norm1.weight"), saved.attention_rstd, residual_gradient_,
+      Write::kAccumulate, gradient("norm1.weight"), stream_));
   --next_layer_;
   return absl::OkStatus();
 }

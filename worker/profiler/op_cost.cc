@@ -51,8 +51,8 @@ OpCost RmsNormBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& we
   // Accumulating reads dx as well as writing it, and adds once more an element.
   const bool accumulate = dx_write == Write::kAccumulate;
   return {(accumulate ? 9.0 : 8.0) * Elements(x),
-          Bytes(dout) + Bytes(x) + Bytes(weight) + Bytes(rstd) + (accumulate ? 2.0 : 1.0) * Bytes(dx) +
-              2.0 * Bytes(dweight)};
+          Bytes(dout) + Bytes(x) + Bytes(weight) + Bytes(rstd) +
+              (accumulate ? 2.0 : 1.0) * Bytes(dx) + 2.0 * Bytes(dweight)};
 }
 
 OpCost LinearForwardCost(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -28,8 +28,8 @@ absl::Status ProfilingOps::RmsNormForward(const Tensor& x, const Tensor& weight,
 
 absl::Status ProfilingOps::RmsNormBackward(const Tensor& dout, const Tensor& x,
                                            const Tensor& weight, const Tensor& rstd,
-                                           const Tensor& dx, Write dx_write,
-                                           const Tensor& dweight, Stream& stream) {
+                                           const Tensor& dx, Write dx_write, const Tensor& dweight,
+                                           Stream& stream) {
   return Run(
       "rmsnorm_backward", stream, {&dout, &x, &weight, &rstd},
       [&] { return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, stream); },
