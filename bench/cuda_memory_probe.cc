@@ -1,0 +1,184 @@
+// Where the device memory outside the caching allocator goes: the driver's used bytes
+// (cudaMemGetInfo) after each thing a CUDA worker sets up, on the seed's shapes (T=8192 tokens,
+// D=2048, H=16, F=8192, V=32000). Each stage's tensors are freed into the allocator's cache, so
+// "outside" = driver used − the allocator's reserved bytes. Usage: cuda_memory_probe
+// [--device N] [--cupti]. Run it alone on the device: cudaMemGetInfo counts every process.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/backend/cuda_backend.h"
+#include "worker/profiler/cupti_activity.h"
+
+namespace fsdpd {
+namespace {
+
+constexpr int64_t kBatch = 8, kSeq = 1024, kDim = 2048, kHeads = 16, kHidden = 8192, kVocab = 32000;
+constexpr int64_t kTokens = kBatch * kSeq;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+int64_t DriverUsed() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    std::fprintf(stderr, "cudaMemGetInfo failed\n");
+    std::exit(1);
+  }
+  return static_cast<int64_t>(total_bytes - free_bytes);
+}
+
+class Probe {
+ public:
+  Probe() {
+    std::printf("%-46s %12s %12s %12s %12s\n", "after", "driver MiB", "+ MiB", "alloc MiB",
+                "outside MiB");
+  }
+
+  void Report(const char* stage, const Backend* backend) {
+    const int64_t used = DriverUsed();
+    const int64_t reserved = backend != nullptr ? backend->memory_stats().reserved_bytes : 0;
+    std::printf("%-46s %12.1f %12.1f %12.1f %12.1f\n", stage, used / kMiB, (used - last_) / kMiB,
+                reserved / kMiB, (used - reserved) / kMiB);
+    std::fflush(stdout);
+    last_ = used;
+  }
+
+ private:
+  int64_t last_ = 0;
+};
+
+struct Tensors {
+  Backend* backend;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+
+  Tensor New(DType dtype, std::vector<int64_t> shape, float fill = 0.01f) {
+    Tensor tensor{nullptr, dtype, std::move(shape)};
+    auto buffer = backend->Allocate(tensor.bytes());
+    Check(buffer.status(), "allocate");
+    tensor.data = (*buffer)->data();
+    buffers.push_back(std::move(*buffer));
+    if (dtype != DType::kI32)
+      Check(backend->ops().Fill(tensor, fill, backend->compute_stream()), "fill");
+    return tensor;
+  }
+};
+
+int Main(int device, bool cupti) {
+  Check(cudaSetDevice(device) == cudaSuccess ? absl::OkStatus()
+                                             : absl::InternalError("cudaSetDevice"),
+        "device");
+  Probe probe;  // cudaSetDevice and cudaMemGetInfo create the context: the first stage
+  probe.Report("CUDA context (cudaFree(0))", nullptr);
+  CudaBackendConfig config;
+  config.device = device;
+  auto created = CudaBackend::Create(config);
+  Check(created.status(), "backend");
+  CudaBackend& backend = **created;
+  probe.Report("backend: streams, allocator, cuBLASLt handle", &backend);
+  Ops& ops = backend.ops();
+  Stream& stream = backend.compute_stream();
+  {
+    Tensors t{&backend, {}};
+    Tensor x = t.New(DType::kBF16, {kTokens, kDim});
+    Tensor w = t.New(DType::kBF16, {kHidden, kDim});
+    Tensor y = t.New(DType::kBF16, {kTokens, kHidden});
+    Tensor dx = t.New(DType::kBF16, {kTokens, kDim});
+    Tensor dw = t.New(DType::kF32, {kHidden, kDim}, 0.0f);
+    Tensor db = t.New(DType::kF32, {kHidden}, 0.0f);
+    Check(ops.LinearForward(x, w, Tensor{}, y, stream), "linear");
+    Check(ops.LinearBackward(y, x, w, dx, dw, Tensor{}, stream), "linear backward");
+    Tensor bias = t.New(DType::kBF16, {kHidden});
+    Check(ops.LinearForward(x, w, bias, y, stream), "linear with bias");
+    Check(ops.LinearBackward(y, x, w, dx, dw, db, stream), "linear backward with bias");
+    Check(stream.Synchronize(), "sync");
+  }
+  probe.Report("GEMMs forward and backward (cuBLASLt)", &backend);
+  {
+    Tensors t{&backend, {}};
+    Tensor qkv = t.New(DType::kBF16, {kBatch, kSeq, 3 * kDim});
+    Tensor out = t.New(DType::kBF16, {kBatch, kSeq, kDim});
+    Tensor lse = t.New(DType::kF32, {kBatch, kHeads, kSeq});
+    Tensor dout = t.New(DType::kBF16, {kBatch, kSeq, kDim});
+    Tensor dqkv = t.New(DType::kBF16, {kBatch, kSeq, 3 * kDim});
+    for (const bool causal : {false, true}) {
+      Check(ops.AttentionForward(qkv, kHeads, causal, out, lse, stream), "attention");
+      Check(ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream),
+            "attention backward");
+    }
+    Check(stream.Synchronize(), "sync");
+  }
+  probe.Report("attention forward and backward, both masks", &backend);
+  {
+    Tensors t{&backend, {}};
+    Tensor x = t.New(DType::kBF16, {kTokens, kDim});
+    Tensor head = t.New(DType::kBF16, {kVocab, kDim});
+    Tensor targets = t.New(DType::kI32, {kTokens});
+    Check(cudaMemsetAsync(targets.data, 0, targets.bytes(), nullptr) == cudaSuccess
+              ? absl::OkStatus()
+              : absl::InternalError("memset"),
+          "targets");
+    Tensor loss = t.New(DType::kF32, {1});
+    Tensor dx = t.New(DType::kBF16, {kTokens, kDim});
+    Tensor dhead = t.New(DType::kF32, {kVocab, kDim}, 0.0f);
+    Tensor weight = t.New(DType::kBF16, {kDim}, 1.0f);
+    Tensor rstd = t.New(DType::kF32, {kTokens});
+    Tensor dweight = t.New(DType::kF32, {kDim}, 0.0f);
+    Check(cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError("sync"),
+          "sync");
+    Check(ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream), "head");
+    Check(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, stream), "rmsnorm");
+    Check(ops.RmsNormBackward(dx, x, weight, rstd, dx, Write::kOverwrite, dweight, stream),
+          "rmsnorm backward");
+    Check(ops.SiluForward(x, dx, stream), "silu");
+    Tensor master = t.New(DType::kF32, {kDim * kDim});
+    Tensor grad = t.New(DType::kF32, {kDim * kDim});
+    Tensor m = t.New(DType::kF32, {kDim * kDim}, 0.0f);
+    Tensor v = t.New(DType::kF32, {kDim * kDim}, 0.0f);
+    Check(ops.AdamW(master, grad, m, v, AdamWParams{}, stream), "adamw");
+    Check(stream.Synchronize(), "sync");
+  }
+  probe.Report("head, norms, SiLU, AdamW (own kernels)", &backend);
+  if (cupti) {
+    auto collector = CuptiActivityCollector::Get();
+    Check(collector.status(), "CUPTI");
+    Check((*collector)->Start(), "CUPTI start");
+    Tensors t{&backend, {}};
+    Tensor x = t.New(DType::kBF16, {kTokens, kDim});
+    Check(stream.Synchronize(), "sync");
+    probe.Report("CUPTI activity window open", &backend);
+    Check((*collector)->Stop().status(), "CUPTI stop");
+    probe.Report("CUPTI activity window closed", &backend);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace fsdpd
+
+int main(int argc, char** argv) {
+  int device = 0;
+  bool cupti = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      device = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--cupti") == 0) {
+      cupti = true;
+    } else {
+      std::fprintf(stderr, "usage: cuda_memory_probe [--device N] [--cupti]\n");
+      return 2;
+    }
+  }
+  return fsdpd::Main(device, cupti);
+}
