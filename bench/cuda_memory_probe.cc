@@ -14,7 +14,8 @@
 
 #include "absl/status/status.h"
 #include "worker/backend/cuda_backend.h"
-#include "worker/profiler/cupti_activity.h"
+#include "worker/profiler/cuda_device_profiler.h"
+#include "worker/profiler/profile_recorder.h"
 
 namespace fsdpd {
 namespace {
@@ -139,7 +140,8 @@ int Main(int device, bool cupti) {
           "sync");
     Check(ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream), "head");
     Check(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, stream), "rmsnorm");
-    Check(ops.RmsNormBackward(dx, x, weight, rstd, dx, Write::kOverwrite, dweight, stream),
+    Tensor dout = t.New(DType::kBF16, {kTokens, kDim});
+    Check(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight, stream),
           "rmsnorm backward");
     Check(ops.SiluForward(x, dx, stream), "silu");
     Tensor master = t.New(DType::kF32, {kDim * kDim});
@@ -151,14 +153,24 @@ int Main(int device, bool cupti) {
   }
   probe.Report("head, norms, SiLU, AdamW (own kernels)", &backend);
   if (cupti) {
-    auto collector = CuptiActivityCollector::Get();
-    Check(collector.status(), "CUPTI");
-    Check((*collector)->Start(), "CUPTI start");
-    Tensors t{&backend, {}};
-    Tensor x = t.New(DType::kBF16, {kTokens, kDim});
-    Check(stream.Synchronize(), "sync");
+    // As a worker with a profiling hook does at start, then one activity-only window.
+    CudaDeviceProfilerOptions options;
+    options.device_index = device;
+    options.peak_flops_per_second = 989e12;
+    auto profiler = CreateCudaDeviceProfiler(options);
+    Check(profiler.status(), "CUPTI device profiler");
+    probe.Report("CUPTI device profiler created", &backend);
+    Check((*profiler)->BeginWindow(), "window");
+    {
+      Tensors t{&backend, {}};
+      Tensor x = t.New(DType::kBF16, {kTokens, kDim});
+      Tensor y = t.New(DType::kBF16, {kTokens, kDim});
+      Check(ops.Add(x, x, y, stream), "add");
+      Check(stream.Synchronize(), "sync");
+    }
     probe.Report("CUPTI activity window open", &backend);
-    Check((*collector)->Stop().status(), "CUPTI stop");
+    ProfileRecorder recorder;
+    Check((*profiler)->EndWindow(&recorder).status(), "window end");
     probe.Report("CUPTI activity window closed", &backend);
   }
   return 0;

@@ -34,7 +34,10 @@ free_port() {
 sampler=""
 start_memory_sampler() {
   if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$1" 2>/dev/null &
+    # memory.used first (what the summaries' peaks read), then what says whether the GPU ran
+    # at full clock: SM clock (MHz), board power (W) and utilisation (%).
+    nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw,utilization.gpu \
+      --format=csv,noheader,nounits -i 0 -lms 100 >"$1" 2>/dev/null &
     sampler=$!
   else
     sampler=""

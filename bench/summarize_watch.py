@@ -4,7 +4,8 @@
 Inputs:
   --watch FILE        `fsdpctl --json watch JOB` output (or fsdpd-train's JSON step lines)
   --first N --last M  the steps that count (default 11..40: the first ten warm up)
-  --driver-samples F  nvidia-smi memory.used samples in MiB taken during the fsdpd run
+  --driver-samples F  nvidia-smi samples taken during the fsdpd run: memory.used in MiB, then
+                      (optional) SM clock, power and utilisation, for the busy-clock line
   --anchor NAME=LOG   the seed script's log (its RESULT line); repeatable
   --anchor-driver-samples NAME=F  nvidia-smi samples taken during that anchor run
   --json FILE         also write the figures as JSON
@@ -54,6 +55,27 @@ def peak_sample_mib(path):
     except OSError:
         return None
     return max(values) if values else None
+
+
+def busy_clocks(path):
+    """Median SM clock (MHz) and board power (W) over the samples with the GPU ≥ 90% busy."""
+    clocks, watts = [], []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                fields = [field.strip() for field in line.split(",")]
+                if len(fields) < 4:
+                    continue
+                try:
+                    clock, power, busy = float(fields[1]), float(fields[2]), float(fields[3])
+                except ValueError:
+                    continue
+                if busy >= 90:
+                    clocks.append(clock)
+                    watts.append(power)
+    except (OSError, TypeError):
+        return None
+    return (statistics.median(clocks), statistics.median(watts), len(clocks)) if clocks else None
 
 
 def read_anchor(path):
@@ -113,6 +135,7 @@ def main():
             fsdpd["mfu"] = statistics.median(e["mfu_ratio"] for e in counted)
     driver = peak_sample_mib(args.driver_samples)
     fsdpd["driver_peak_gb"] = driver * 1048576 / GB if driver is not None else None
+    fsdpd["busy_clocks"] = busy_clocks(args.driver_samples)
     rows.append(fsdpd)
 
     anchor_samples = dict(item.split("=", 1) for item in args.anchor_driver_samples)
@@ -127,6 +150,7 @@ def main():
             row["end_used_gb"] = float(result["device_used_gb"])
         sampled = peak_sample_mib(anchor_samples.get(name))
         row["driver_peak_gb"] = sampled * 1048576 / GB if sampled is not None else None
+        row["busy_clocks"] = busy_clocks(anchor_samples.get(name))
         rows.append(row)
 
     print(f"fsdpd: steps {args.first}..{args.last} counted ({fsdpd['steps']} reported)"
@@ -146,6 +170,11 @@ def main():
               f"{cell(row.get('alloc_peak_gb')):>15}{cell(row.get('driver_peak_gb')):>16}"
               f"{cell(tokens_ratio, 3):>13}{cell(alloc_ratio, 3):>13}{cell(driver_ratio, 3):>14}")
     print("ratios are fsdpd ÷ that run: tokens/s above 1 is faster, memory below 1 is leaner")
+    for row in rows:
+        if row.get("busy_clocks"):
+            clock, watts, samples = row["busy_clocks"]
+            print(f"{row['name']}: median SM clock {clock:.0f} MHz at {watts:.0f} W over {samples} "
+                  "samples with the GPU >= 90% busy")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=2)
