@@ -1,6 +1,7 @@
 // MiniLLM: its workspace, forward and evaluation logits, and Create.
 #include "worker/model/minillm.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -69,10 +70,20 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   }
   FSDPD_NEW(residual_gradient_, act, rows_by_dim);
   FSDPD_NEW(normed_gradient_, act, rows_by_dim);
-  FSDPD_NEW(attention_gradient_, act, sequence_by_dim);
-  FSDPD_NEW(qkv_gradient_, act, sequence_by_qkv);
   FSDPD_NEW(activated_, act, rows_by_hidden);
-  FSDPD_NEW(activated_gradient_, act, rows_by_hidden);
+  // The gradient at silu's output and the attention branch's gradients are never alive at
+  // once (a block's backward is done with the FFN branch before the attention branch starts):
+  // one buffer holds either, [T, F] or [T, D] followed by [T, 3D].
+  Tensor branch_gradients;
+  FSDPD_NEW(branch_gradients, act,
+            (std::vector<int64_t>{std::max(tokens_ * hidden, tokens_ * 4 * dim)}));
+  auto view = [&](std::vector<int64_t> shape, int64_t element_offset) {
+    return Tensor{static_cast<char*>(branch_gradients.data) + element_offset * DTypeSize(act), act,
+                  std::move(shape)};
+  };
+  activated_gradient_ = view(rows_by_hidden, 0);
+  attention_gradient_ = view(sequence_by_dim, 0);
+  qkv_gradient_ = view(sequence_by_qkv, tokens_ * dim);
   FSDPD_NEW(row_scratch_, act, rows_by_dim);
 #undef FSDPD_NEW
   return absl::OkStatus();

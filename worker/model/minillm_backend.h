@@ -89,8 +89,8 @@ class BackendMiniLLM : public MiniLLM {
   // Backward workspace, reused by every block.
   Tensor residual_gradient_;   // dL/d(residual stream) [T, D]
   Tensor normed_gradient_;     // gradient at a norm's output [T, D]
-  Tensor attention_gradient_;  // [B, S, D]
-  Tensor qkv_gradient_;        // [B, S, 3D]
+  Tensor attention_gradient_;  // [B, S, D], in one buffer with qkv_gradient_ after it, which
+  Tensor qkv_gradient_;        // [B, S, 3D]  activated_gradient_ shares (AllocateWorkspace)
   // silu(ffn_hidden), recomputed [T, F]; once ffn.2's backward has read it, the gradient at
   // ffn_hidden.
   Tensor activated_;
