@@ -2,7 +2,8 @@
 // (cudaMemGetInfo) after each thing a CUDA worker sets up, on the seed's shapes (T=8192 tokens,
 // D=2048, H=16, F=8192, V=32000). Each stage's tensors are freed into the allocator's cache, so
 // "outside" = driver used − the allocator's reserved bytes. Usage: cuda_memory_probe
-// [--device N] [--cupti]. Run it alone on the device: cudaMemGetInfo counts every process.
+// [--device N] [--cupti]; the last stage creates an NCCL communicator of one rank. Run it alone on
+// the device: cudaMemGetInfo counts every process.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/profiler/cuda_device_profiler.h"
 #include "worker/profiler/profile_recorder.h"
 
@@ -172,6 +174,18 @@ int Main(int device, bool cupti) {
     ProfileRecorder recorder;
     Check((*profiler)->EndWindow(&recorder).status(), "window end");
     probe.Report("CUPTI activity window closed", &backend);
+  }
+  {
+    // What a one-rank job no longer creates (worker/comm/local_communicator.h).
+    NcclCommunicatorOptions options;
+    options.device = device;
+    auto nccl = NcclCommunicator::Connect(options, nullptr);
+    Check(nccl.status(), "NCCL");
+    Tensors t{&backend, {}};
+    Tensor values = t.New(DType::kF32, {1 << 20});
+    Check((*nccl)->AllReduce(values, ReduceOp::kSum, stream), "NCCL all-reduce");
+    Check(stream.Synchronize(), "sync");
+    probe.Report("NCCL communicator of one rank, one all-reduce", &backend);
   }
   return 0;
 }

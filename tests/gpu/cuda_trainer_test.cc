@@ -19,6 +19,7 @@
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/device/cuda_runtime.h"
 #include "worker/trainer.h"
 
 namespace fsdpd {
@@ -230,6 +231,33 @@ TEST_F(NcclCommunicatorTest, WorldOfOneRunsEveryCollectiveOnTheStream) {
   absl::Status after_abort =
       (*communicator)->AllReduce(full, ReduceOp::kSum, backend_->comm_stream());
   EXPECT_EQ(after_abort.code(), absl::StatusCode::kCancelled) << after_abort;
+}
+
+// A one-rank job on a GPU gets local device copies instead of NCCL: the same results, in the
+// order of the collective's stream.
+TEST_F(NcclCommunicatorTest, TheCudaRuntimeGivesOneRankLocalCopiesInsteadOfNccl) {
+  auto runtime = CreateCudaRuntime(0);
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  CommunicatorOptions options;
+  auto communicator = (*runtime)->CreateCommunicator(options, nullptr);
+  ASSERT_TRUE(communicator.ok()) << communicator.status();
+  EXPECT_EQ(dynamic_cast<NcclCommunicator*>(communicator->get()), nullptr);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Large enough that a copy not ordered before the download would be caught mid-way.
+  std::vector<float> values(1 << 22);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1009) - 500.0f;
+  std::unique_ptr<Buffer> full_buffer, shard_buffer, gathered_buffer;
+  const Tensor full = Upload(values, &full_buffer);
+  const Tensor shard = Upload(std::vector<float>(values.size(), nan), &shard_buffer);
+  ASSERT_TRUE((*communicator)
+                  ->ReduceScatter(full, shard, ReduceOp::kAverage, backend_->comm_stream())
+                  .ok());
+  EXPECT_EQ(Download(shard), values);
+  ASSERT_TRUE((*communicator)->AllReduce(full, ReduceOp::kSum, backend_->comm_stream()).ok());
+  const Tensor gathered = Upload(std::vector<float>(values.size(), nan), &gathered_buffer);
+  ASSERT_TRUE((*communicator)->AllGather(full, gathered, backend_->comm_stream()).ok());
+  EXPECT_EQ(Download(gathered), values);
+  EXPECT_TRUE((*communicator)->Barrier().ok());
 }
 
 // Rank 1 never arrives: rank 0 must give up within the timeout, not hang in NCCL's init.

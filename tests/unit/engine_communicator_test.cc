@@ -1,10 +1,13 @@
 #include <chrono>
+#include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/local_communicator.h"
 
 namespace fsdpd {
 namespace {
@@ -176,6 +179,48 @@ TEST(CommunicatorTest, AbortFailsLaterOperationsAsCancelled) {
               absl::StatusCode::kCancelled);
     EXPECT_EQ(communicator.Barrier().code(), absl::StatusCode::kCancelled);
   });
+}
+
+// A stream that counts host synchronisations: a device's one-rank collectives must not make any.
+class CountingStream : public Stream {
+ public:
+  absl::Status Synchronize() override {
+    ++synchronizations;
+    return absl::OkStatus();
+  }
+  int synchronizations = 0;
+};
+
+TEST(CommunicatorTest, OneRankOnADeviceQueuesCopiesOnTheStreamAndNeverSynchronises) {
+  std::vector<std::pair<const void*, void*>> copies;
+  LocalCommunicator communicator(
+      [&](const Tensor& src, const Tensor& dst, Stream&) -> absl::Status {
+        copies.emplace_back(src.data, dst.data);
+        std::memcpy(dst.data, src.data, static_cast<size_t>(dst.bytes()));
+        return absl::OkStatus();
+      });
+  CountingStream stream;
+  std::vector<float> shard = {1.0f, 2.0f, 3.0f}, full(3, -1.0f);
+  ASSERT_TRUE(communicator.AllGather(Floats(shard), Floats(full), stream).ok());
+  EXPECT_EQ(full, shard);
+  std::vector<float> reduced(3, -1.0f);
+  ASSERT_TRUE(
+      communicator.ReduceScatter(Floats(full), Floats(reduced), ReduceOp::kAverage, stream).ok());
+  EXPECT_EQ(reduced, shard);  // the average over one rank is the value itself
+  // In place (a gather whose shard is the full buffer's own slice): nothing to copy.
+  ASSERT_TRUE(communicator.AllGather(Floats(full), Floats(full), stream).ok());
+  std::vector<float> sums = {4.0f, 5.0f};
+  ASSERT_TRUE(communicator.AllReduce(Floats(sums), ReduceOp::kSum, stream).ok());
+  EXPECT_EQ(sums, (std::vector<float>{4.0f, 5.0f}));
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0], (std::pair<const void*, void*>{shard.data(), full.data()}));
+  EXPECT_EQ(copies[1], (std::pair<const void*, void*>{full.data(), reduced.data()}));
+  EXPECT_EQ(stream.synchronizations, 0);
+  // Mismatched sizes are refused before anything is queued.
+  std::vector<float> short_full(2);
+  EXPECT_EQ(communicator.AllGather(Floats(shard), Floats(short_full), stream).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(copies.size(), 2u);
 }
 
 TEST(CommunicatorTest, ConnectFailsWithoutPeersWithinTheTimeout) {

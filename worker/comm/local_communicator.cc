@@ -21,9 +21,7 @@ absl::Status LocalCommunicator::AllGather(const Tensor& shard, const Tensor& ful
     return absl::InvalidArgumentError(
         absl::StrCat("AllGather: shard ", shard.Describe(), " does not match ", full.Describe()));
   }
-  if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
-  if (shard.data != full.data) std::memmove(full.data, shard.data, full.bytes());
-  return absl::OkStatus();
+  return Copy(shard, full, stream);
 }
 
 absl::Status LocalCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
@@ -36,9 +34,7 @@ absl::Status LocalCommunicator::ReduceScatter(const Tensor& full, const Tensor& 
   if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
     return absl::InvalidArgumentError("ReduceScatter supports only sum and average");
   }
-  if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
-  if (shard.data != full.data) std::memmove(shard.data, full.data, full.bytes());
-  return absl::OkStatus();
+  return Copy(full, shard, stream);
 }
 
 absl::Status LocalCommunicator::AllReduce(const Tensor& values, ReduceOp op, Stream& stream) {
@@ -47,7 +43,15 @@ absl::Status LocalCommunicator::AllReduce(const Tensor& values, ReduceOp op, Str
     return absl::InvalidArgumentError(
         absl::StrCat("AllReduce supports fp32 and int32, got ", values.Describe()));
   }
-  return stream.Synchronize();
+  return device_copy_ ? absl::OkStatus() : stream.Synchronize();
+}
+
+absl::Status LocalCommunicator::Copy(const Tensor& src, const Tensor& dst, Stream& stream) {
+  if (src.data == dst.data) return absl::OkStatus();  // in place: already there
+  if (device_copy_) return device_copy_(src, dst, stream);
+  if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
+  std::memmove(dst.data, src.data, dst.bytes());
+  return absl::OkStatus();
 }
 
 absl::Status LocalCommunicator::Barrier() {

@@ -14,6 +14,7 @@
 #include "worker/backend/cuda_ops.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/host_staged_communicator.h"
+#include "worker/comm/local_communicator.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/device/cpu_runtime.h"
 #include "worker/device/cuda_memory.h"
@@ -82,10 +83,22 @@ class CudaCopier : public DeviceCopier {
 
 }  // namespace
 
-// NCCL, one rank per GPU. Where ranks of the attempt share a GPU (NCCL refuses that), Gloo over
-// host copies (worker/comm/host_staged_communicator.h), decided alike on every rank.
+// One rank: local device copies, no NCCL. More: NCCL, one rank per GPU; where ranks of the
+// attempt share a GPU (NCCL refuses that), Gloo over host copies
+// (worker/comm/host_staged_communicator.h), decided alike on every rank.
 absl::StatusOr<std::unique_ptr<Communicator>> CudaRuntime::CreateCommunicator(
     const CommunicatorOptions& options, KeyValueStore* store) const {
+  if (options.world_size == 1 && options.rank == 0) {
+    spdlog::info("rank {}: world of one rank: collectives are local copies on cuda:{} (no NCCL)",
+                 options.rank, index_);
+    return std::unique_ptr<Communicator>(new LocalCommunicator(
+        [](const Tensor& src, const Tensor& dst, Stream& stream) -> absl::Status {
+          FSDPD_ASSIGN_OR_RETURN(cudaStream_t cuda_stream, CudaStreamOf(stream));
+          CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(dst.bytes()),
+                                     cudaMemcpyDeviceToDevice, cuda_stream));
+          return absl::OkStatus();
+        }));
+  }
   if (options.world_size > 1 && store != nullptr) {
     FSDPD_ASSIGN_OR_RETURN(const DeviceInfo info, Describe());
     FSDPD_ASSIGN_OR_RETURN(const bool shared,
