@@ -113,10 +113,12 @@ void RunGemms(Bench& bench) {
     std::printf("gemm %s\n", s.name);
     bench.Flops("  forward (bias epilogue)", flops,
                 [&] { return ops.LinearForward(x, weight, bias, out, stream); });
-    bench.Flops("  input gradient", flops,
-                [&] { return ops.LinearBackward(out, x, weight, dx, Tensor{}, Tensor{}, stream); });
+    bench.Flops("  input gradient", flops, [&] {
+      return ops.LinearBackward(out, x, weight, dx, Tensor{}, Tensor{}, Write::kAccumulate, stream);
+    });
     bench.Flops("  weight gradient (fp32 +=, bgrad epilogue)", flops, [&] {
-      return ops.LinearBackward(out, x, weight, Tensor{}, dweight, dbias, stream);
+      return ops.LinearBackward(out, x, weight, Tensor{}, dweight, dbias, Write::kAccumulate,
+                                stream);
     });
   }
   std::printf("gemm plans cached: %lld, of which unfused epilogues: %lld\n",
@@ -160,11 +162,13 @@ void RunMemoryBound(Bench& bench) {
     return ops.RmsNormForward(x, weight, 1.1920928955078125e-07, y, rstd, stream);
   });
   bench.Bytes("  rmsnorm backward", td * 6 + kTokens * 4.0, [&] {
-    return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kOverwrite, dweight, stream);
+    return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kOverwrite, dweight,
+                               Write::kAccumulate, stream);
   });
   // Into the residual stream's gradient: dx is read as well, and the model's add is gone.
   bench.Bytes("  rmsnorm backward, dx accumulated", td * 8 + kTokens * 4.0, [&] {
-    return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kAccumulate, dweight, stream);
+    return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kAccumulate, dweight,
+                               Write::kAccumulate, stream);
   });
   bench.Bytes("  residual add", td * 6, [&] { return ops.Add(x, y, z, stream); });
   Tensor hidden = bench.New(DType::kBF16, {kTokens, kHidden});

@@ -101,10 +101,12 @@ int Main(int device, bool cupti) {
     Tensor dw = t.New(DType::kF32, {kHidden, kDim}, 0.0f);
     Tensor db = t.New(DType::kF32, {kHidden}, 0.0f);
     Check(ops.LinearForward(x, w, Tensor{}, y, stream), "linear");
-    Check(ops.LinearBackward(y, x, w, dx, dw, Tensor{}, stream), "linear backward");
+    Check(ops.LinearBackward(y, x, w, dx, dw, Tensor{}, Write::kOverwrite, stream),
+          "linear backward");
     Tensor bias = t.New(DType::kBF16, {kHidden});
     Check(ops.LinearForward(x, w, bias, y, stream), "linear with bias");
-    Check(ops.LinearBackward(y, x, w, dx, dw, db, stream), "linear backward with bias");
+    Check(ops.LinearBackward(y, x, w, dx, dw, db, Write::kOverwrite, stream),
+          "linear backward with bias");
     Check(stream.Synchronize(), "sync");
   }
   probe.Report("GEMMs forward and backward (cuBLASLt)", &backend);
@@ -143,7 +145,8 @@ int Main(int device, bool cupti) {
     Check(ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream), "head");
     Check(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, stream), "rmsnorm");
     Tensor dout = t.New(DType::kBF16, {kTokens, kDim});
-    Check(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight, stream),
+    Check(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight,
+                              Write::kOverwrite, stream),
           "rmsnorm backward");
     Check(ops.SiluForward(x, dx, stream), "silu");
     Tensor master = t.New(DType::kF32, {kDim * kDim});

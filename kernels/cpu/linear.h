@@ -10,9 +10,10 @@ void LinearForward(const float* x, const float* weight, const float* bias, int64
                    int64_t in_features, int64_t out_features, float* out);
 
 // dx[rows, in] = dout · weight (overwritten; skipped when nullptr);
-// dweight[out, in] += doutᵀ · x; dbias[out] += Σ_rows dout (skipped when nullptr).
+// dweight[out, in] += doutᵀ · x; dbias[out] += Σ_rows dout (skipped when nullptr); with
+// accumulate false, dweight and dbias are overwritten instead.
 void LinearBackward(const float* dout, const float* x, const float* weight, int64_t rows,
                     int64_t in_features, int64_t out_features, float* dx, float* dweight,
-                    float* dbias);
+                    float* dbias, bool accumulate = true);
 
 }  // namespace fsdpd::cpu

@@ -19,7 +19,8 @@ void RmsNormForward(const float* x, const float* weight, int64_t rows, int64_t d
 }
 
 void RmsNormBackward(const float* dout, const float* x, const float* weight, const float* rstd,
-                     int64_t rows, int64_t dim, bool accumulate_dx, float* dx, float* dweight) {
+                     int64_t rows, int64_t dim, bool accumulate_dx, float* dx, float* dweight,
+                     bool accumulate_dweight) {
   // dweight is summed over rows in double, then added once.
   std::vector<double> weight_gradient(dim, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -41,7 +42,10 @@ void RmsNormBackward(const float* dout, const float* x, const float* weight, con
       input_gradient[d] = accumulate_dx ? input_gradient[d] + value : value;
     }
   }
-  for (int64_t d = 0; d < dim; ++d) dweight[d] += static_cast<float>(weight_gradient[d]);
+  for (int64_t d = 0; d < dim; ++d) {
+    const float sum = static_cast<float>(weight_gradient[d]);
+    dweight[d] = accumulate_dweight ? dweight[d] + sum : sum;
+  }
 }
 
 }  // namespace fsdpd::cpu

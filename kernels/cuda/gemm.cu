@@ -63,14 +63,14 @@ __global__ void AddBiasKernel(__nv_bfloat16* out, const __nv_bfloat16* bias, int
   }
 }
 
-// dbias[c] += Σ_r dout[r, c]: one thread per column, rows in order (deterministic).
+// dbias[c] (+)= Σ_r dout[r, c]: one thread per column, rows in order (deterministic).
 __global__ void ColumnSumKernel(const __nv_bfloat16* dout, int64_t rows, int64_t columns,
-                                float* dbias) {
+                                bool accumulate, float* dbias) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= columns) return;
   float sum = 0.0f;
   for (int64_t r = 0; r < rows; ++r) sum += __bfloat162float(dout[r * columns + c]);
-  dbias[c] += sum;
+  dbias[c] = accumulate ? dbias[c] + sum : sum;
 }
 
 }  // namespace
@@ -354,7 +354,7 @@ absl::Status Gemm::LinearInputGradient(const __nv_bfloat16* dout, const __nv_bfl
 
 absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                                         int64_t m, int64_t n, int64_t k, float* dweight,
-                                        float* dbias, cudaStream_t stream) {
+                                        float* dbias, cudaStream_t stream, bool accumulate) {
   FSDPD_RETURN_IF_ERROR(CheckSizes("Gemm::LinearWeightGradient", m, n, k, {dout, x, dweight}));
   if (m == 0) return absl::OkStatus();
   // Column-major: dweightᵀ[k, n] += xᵀ[k, m] · dout[m, n] (doutᵀ stored n × m, transposed).
@@ -365,18 +365,25 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
   p.m = k, p.n = n, p.k = m;
   p.lda = k, p.ldb = n, p.ldd = k;
   p.d_type = CUDA_R_32F;
-  p.accumulate = true;
+  p.accumulate = accumulate;
   p.align_a = AlignmentOf(x), p.align_b = AlignmentOf(dout), p.align_d = AlignmentOf(dweight);
   if (dbias != nullptr) {
     p.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     absl::StatusOr<Plan*> plan = state_->GetPlan(p, x, dout, dweight, stream);
     if (!plan.ok()) return plan.status();
     if ((*plan)->available) {
+      // BGRADB overwrites its output: straight into dbias when overwriting and dbias is 16-byte
+      // aligned, else through the scratch, then added (accumulating) or copied.
+      if (!accumulate && AlignmentOf(dbias) == 16) {
+        return state_->Run(p, **plan, x, dout, dweight, dbias, stream);
+      }
       FSDPD_RETURN_IF_ERROR(state_->EnsureBiasGradient(n));
       FSDPD_RETURN_IF_ERROR(
           state_->Run(p, **plan, x, dout, dweight, state_->bias_gradient, stream));
-      // BGRADB overwrites its output; the contract is to accumulate.
-      return AddFloat(dbias, state_->bias_gradient, n, dbias, stream);
+      if (accumulate) return AddFloat(dbias, state_->bias_gradient, n, dbias, stream);
+      CUDA_CHECK(cudaMemcpyAsync(dbias, state_->bias_gradient, static_cast<size_t>(n) * 4,
+                                 cudaMemcpyDeviceToDevice, stream));
+      return absl::OkStatus();
     }
   }
   p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -389,7 +396,7 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
   FSDPD_RETURN_IF_ERROR(state_->Run(p, **plan, x, dout, dweight, nullptr, stream));
   if (dbias != nullptr) {
     ColumnSumKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        dout, m, n, dbias);
+        dout, m, n, accumulate, dbias);
     CUDA_CHECK_LAUNCH("ColumnSumKernel");
   }
   return absl::OkStatus();

@@ -45,10 +45,11 @@ class Gemm {
                                    int64_t m, int64_t n, int64_t k, __nv_bfloat16* dx,
                                    cudaStream_t stream);
   // dweight[n, k] (fp32) += dout[m, n]ᵀ · x[m, k]; dbias[n] (fp32) += Σ_rows dout when
-  // dbias != nullptr.
+  // dbias != nullptr. With accumulate false both are overwritten instead (beta 0, and the
+  // bias-gradient epilogue writes dbias itself).
   absl::Status LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bfloat16* x, int64_t m,
                                     int64_t n, int64_t k, float* dweight, float* dbias,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, bool accumulate = true);
 
   // How many plans are cached, and how many of those fell back to a separate epilogue kernel.
   int64_t cached_plans() const;

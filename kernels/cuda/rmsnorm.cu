@@ -249,7 +249,7 @@ constexpr int kSumColumns = 32;
 constexpr int kSumSlices = 16;
 
 __global__ void SumPartialRowsKernel(const float* partials, int64_t blocks, int64_t dim,
-                                     float* dweight) {
+                                     bool accumulate, float* dweight) {
   __shared__ float sums[kSumSlices][kSumColumns];
   const int column = threadIdx.x % kSumColumns;
   const int slice = threadIdx.x / kSumColumns;
@@ -264,7 +264,7 @@ __global__ void SumPartialRowsKernel(const float* partials, int64_t blocks, int6
     float total = 0.0f;
 #pragma unroll
     for (int s = 0; s < kSumSlices; ++s) total += sums[s][column];
-    dweight[d] += total;
+    dweight[d] = accumulate ? dweight[d] + total : total;
   }
 }
 
@@ -311,7 +311,7 @@ int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim) {
 absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              const __nv_bfloat16* weight, const float* rstd, int64_t rows,
                              int64_t dim, bool accumulate_dx, __nv_bfloat16* dx, float* dweight,
-                             float* scratch, cudaStream_t stream) {
+                             bool accumulate_dweight, float* scratch, cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormBackward", rows, dim));
   if (rows == 0) return absl::OkStatus();
   const int64_t blocks = std::min(rows, kBackwardBlocks);
@@ -339,7 +339,8 @@ absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
   }
   CUDA_CHECK_LAUNCH("RmsNormBackwardKernel");
   SumPartialRowsKernel<<<static_cast<unsigned>((dim + kSumColumns - 1) / kSumColumns),
-                         kSumColumns * kSumSlices, 0, stream>>>(scratch, blocks, dim, dweight);
+                         kSumColumns * kSumSlices, 0, stream>>>(scratch, blocks, dim,
+                                                                accumulate_dweight, dweight);
   CUDA_CHECK_LAUNCH("SumPartialRowsKernel");
   return absl::OkStatus();
 }

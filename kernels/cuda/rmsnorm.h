@@ -20,11 +20,12 @@ absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight,
 int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim);
 
 // dx [rows, dim] bf16 overwritten, or with accumulate_dx added to (the sum computed in fp32
-// and rounded once); dweight [dim] fp32 accumulated. The weight gradient is summed per block
-// of rows into `scratch`, then over blocks in a fixed order: deterministic.
+// and rounded once); dweight [dim] fp32 accumulated, or overwritten with accumulate_dweight
+// false. The weight gradient is summed per block of rows into `scratch`, then over blocks in a
+// fixed order: deterministic.
 absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              const __nv_bfloat16* weight, const float* rstd, int64_t rows,
                              int64_t dim, bool accumulate_dx, __nv_bfloat16* dx, float* dweight,
-                             float* scratch, cudaStream_t stream);
+                             bool accumulate_dweight, float* scratch, cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

@@ -56,23 +56,50 @@ TEST_P(CudaLinearTest, ForwardAndBackwardMatchTheCpu) {
   Tensor dx = Poisoned(DType::kBF16, {m, k});
   Tensor dweight = Upload(dweight_start, DType::kF32, {n, k});
   Tensor dbias = shape.bias ? Upload(dbias_start, DType::kF32, {n}) : Tensor{};
-  ASSERT_TRUE(
-      gpu()
-          .LinearBackward(device_dout, device_x, device_weight, dx, dweight, dbias, gpu_stream())
-          .ok());
+  ASSERT_TRUE(gpu()
+                  .LinearBackward(device_dout, device_x, device_weight, dx, dweight, dbias,
+                                  Write::kAccumulate, gpu_stream())
+                  .ok());
   std::vector<float> expected_dx(m * k);
   std::vector<float> expected_dweight = dweight_start;
   std::vector<float> expected_dbias = dbias_start;
   ASSERT_TRUE(cpu_ops()
                   .LinearBackward(Host(dout, {m, n}), Host(x, {m, k}), Host(weight, {n, k}),
                                   Host(expected_dx, {m, k}), Host(expected_dweight, {n, k}),
-                                  shape.bias ? Host(expected_dbias, {n}) : Tensor{}, cpu_stream())
+                                  shape.bias ? Host(expected_dbias, {n}) : Tensor{},
+                                  Write::kAccumulate, cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(dx), expected_dx, 0.01 * RootMeanSquare(expected_dx), 1.0 / 256));
   // fp32 outputs: only the summation order differs.
   EXPECT_TRUE(AllClose(Download(dweight), expected_dweight, 1e-3, 1e-4));
   if (shape.bias) {
     EXPECT_TRUE(AllClose(Download(dbias), expected_dbias, 1e-3, 1e-4));
+  }
+
+  // Overwritten gradients (a parameter's only use): poisoned buffers end as the products
+  // alone. With bias_offset the bias gradient sits 4 bytes into its buffer, off the 16-byte
+  // alignment the fused epilogue writes to, so the copy from its scratch is tested too.
+  Tensor fresh_dweight = Poisoned(DType::kF32, {n, k});
+  Tensor fresh_dbias;
+  if (shape.bias) {
+    Tensor storage = Poisoned(DType::kF32, {n + shape.bias_offset});
+    fresh_dbias =
+        Tensor{static_cast<char*>(storage.data) + 4 * shape.bias_offset, DType::kF32, {n}};
+  }
+  ASSERT_TRUE(gpu()
+                  .LinearBackward(device_dout, device_x, device_weight, Tensor{}, fresh_dweight,
+                                  fresh_dbias, Write::kOverwrite, gpu_stream())
+                  .ok());
+  std::vector<float> product(n * k, 777.0f), bias_sum(n, 777.0f);
+  ASSERT_TRUE(cpu_ops()
+                  .LinearBackward(Host(dout, {m, n}), Host(x, {m, k}), Host(weight, {n, k}),
+                                  Tensor{}, Host(product, {n, k}),
+                                  shape.bias ? Host(bias_sum, {n}) : Tensor{}, Write::kOverwrite,
+                                  cpu_stream())
+                  .ok());
+  EXPECT_TRUE(AllClose(Download(fresh_dweight), product, 1e-3, 1e-4));
+  if (shape.bias) {
+    EXPECT_TRUE(AllClose(Download(fresh_dbias), bias_sum, 1e-3, 1e-4));
   }
 }
 

@@ -125,6 +125,14 @@ TEST(KernelsCpuGradientTest, RmsNorm) {
   RmsNormBackward(projection.data(), x.data(), weight.data(), rstd.data(), rows, dim,
                   /*accumulate_dx=*/true, summed.data(), unused_dweight.data());
   for (size_t i = 0; i < summed.size(); ++i) EXPECT_EQ(summed[i], residual[i] + dx[i]) << i;
+  // An overwritten weight gradient ignores what was there: the sums alone, as from zero.
+  std::vector<float> from_zero(weight.size(), 0.0f), overwritten(weight.size(), 1e30f);
+  RmsNormBackward(projection.data(), x.data(), weight.data(), rstd.data(), rows, dim,
+                  /*accumulate_dx=*/false, summed.data(), from_zero.data());
+  RmsNormBackward(projection.data(), x.data(), weight.data(), rstd.data(), rows, dim,
+                  /*accumulate_dx=*/false, summed.data(), overwritten.data(),
+                  /*accumulate_dweight=*/false);
+  EXPECT_EQ(overwritten, from_zero);
 }
 
 TEST(KernelsCpuGradientTest, Linear) {
@@ -159,6 +167,15 @@ TEST(KernelsCpuGradientTest, Linear) {
   ExpectMatchesFiniteDifferences("linear dx", &x, dx, loss);
   ExpectMatchesFiniteDifferences("linear dweight", &weight, dweight, loss);
   ExpectMatchesFiniteDifferences("linear dbias", &bias, dbias, loss);
+  // Overwriting ignores what was there: from garbage, the same gradients as accumulated from 0.
+  std::vector<float> from_zero(weight.size(), 0.0f), bias_from_zero(bias.size(), 0.0f);
+  LinearBackward(projection.data(), x.data(), weight.data(), rows, in_features, out_features,
+                 nullptr, from_zero.data(), bias_from_zero.data());
+  std::vector<float> overwritten(weight.size(), 1e30f), bias_overwritten(bias.size(), -7.0f);
+  LinearBackward(projection.data(), x.data(), weight.data(), rows, in_features, out_features,
+                 nullptr, overwritten.data(), bias_overwritten.data(), /*accumulate=*/false);
+  EXPECT_EQ(overwritten, from_zero);
+  EXPECT_EQ(bias_overwritten, bias_from_zero);
 }
 
 TEST(KernelsCpuGradientTest, LinearWithoutBiasSkipsMissingGradients) {

@@ -132,7 +132,7 @@ TEST_F(ModelCpuOpsTest, LinearShapeMismatchNamesTheTensors) {
       ops().LinearForward(Floats({4, 6}), Floats({3, 6}), Tensor{}, Floats({4, 4}), stream()),
       {"out", "f32[4, 4]"});
   ExpectInvalid(ops().LinearBackward(Floats({4, 2}), Floats({4, 6}), Floats({3, 6}), Floats({4, 6}),
-                                     Floats({3, 6}), Tensor{}, stream()),
+                                     Floats({3, 6}), Tensor{}, Write::kAccumulate, stream()),
                 {"LinearBackward", "dout", "f32[4, 2]"});
   EXPECT_TRUE(
       ops()

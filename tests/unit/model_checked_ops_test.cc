@@ -68,13 +68,14 @@ TEST_F(CheckedOpsTest, ShapesThatDoNotFitAreRejected) {
       ops().LinearForward(Floats({4, 5}), Floats({3, 6}), Tensor{}, Floats({4, 3}), stream()),
       {"LinearForward", "x must hold 4 rows of 6"});
   ExpectInvalid(ops().LinearBackward(Floats({4, 3}), Floats({4, 6}), Floats({3, 6}), Floats({4, 5}),
-                                     Tensor{}, Tensor{}, stream()),
+                                     Tensor{}, Tensor{}, Write::kAccumulate, stream()),
                 {"LinearBackward", "dx must hold 4 rows of 6"});
   ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({5}), 1e-6, Floats({3, 4}), Floats({3}),
                                      stream()),
                 {"RmsNormForward", "weight must be f32[4]"});
   ExpectInvalid(ops().RmsNormBackward(Floats({3, 4}), Floats({3, 4}), Floats({4}), Floats({2}),
-                                      Floats({3, 4}), Write::kOverwrite, Floats({4}), stream()),
+                                      Floats({3, 4}), Write::kOverwrite, Floats({4}),
+                                      Write::kAccumulate, stream()),
                 {"RmsNormBackward", "rstd must have one value per row of x (3)"});
   ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, false, Floats({2, 3, 4}),
                                        Floats({2, 3, 3}), stream()),
@@ -138,7 +139,7 @@ TEST_F(CheckedOpsTest, OutputsOverlappingInputsAreRejectedAndNothingIsWritten) {
   Tensor grads = Floats({8});
   ExpectInvalid(ops().LinearBackward(Floats({2, 2}), Floats({2, 2}), Floats({2, 2}),
                                      ViewInto(grads, 0, {2, 2}), ViewInto(grads, 2, {2, 2}),
-                                     Tensor{}, stream()),
+                                     Tensor{}, Write::kAccumulate, stream()),
                 {"LinearBackward", "dx", "overlaps dweight"});
   Tensor param = Floats({4});
   ExpectInvalid(ops().AdamW(param, param, Floats({4}), Floats({4}), AdamWParams{}, stream()),

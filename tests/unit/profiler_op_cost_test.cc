@@ -42,13 +42,19 @@ TEST(ProfilerOpCostTest, LinearBackwardCountsOnlyTheGradientsAskedFor) {
   const Tensor dx = Shaped(DType::kF32, {m, k});
   const Tensor dweight = Shaped(DType::kF32, {n, k});
   const Tensor dbias = Shaped(DType::kF32, {n});
-  const OpCost full = LinearBackwardCost(dout, x, weight, dx, dweight, dbias);
+  const OpCost full = LinearBackwardCost(dout, x, weight, dx, dweight, dbias, Write::kAccumulate);
   EXPECT_DOUBLE_EQ(full.flops, 2 * (2.0 * m * n * k) + m * n);
   // dout, x, weight read; dx written; dweight and dbias accumulated (read and written).
   EXPECT_DOUBLE_EQ(full.bytes, 4.0 * (m * n + m * k + n * k + m * k + 2 * n * k + 2 * n));
-  const OpCost weight_only = LinearBackwardCost(dout, x, weight, Tensor{}, dweight, Tensor{});
+  const OpCost weight_only =
+      LinearBackwardCost(dout, x, weight, Tensor{}, dweight, Tensor{}, Write::kAccumulate);
   EXPECT_DOUBLE_EQ(weight_only.flops, 2.0 * m * n * k);
   EXPECT_DOUBLE_EQ(weight_only.bytes, 4.0 * (m * n + m * k + 2 * n * k));
+  // Overwritten gradients are written, not read.
+  const OpCost overwritten =
+      LinearBackwardCost(dout, x, weight, dx, dweight, dbias, Write::kOverwrite);
+  EXPECT_DOUBLE_EQ(overwritten.flops, full.flops);
+  EXPECT_DOUBLE_EQ(overwritten.bytes, 4.0 * (m * n + m * k + n * k + m * k + n * k + n));
 }
 
 TEST(ProfilerOpCostTest, AttentionIsFourBssdForwardAndTenBackward) {

@@ -120,7 +120,8 @@ absl::Status CheckedOps::RmsNormForward(const Tensor& x, const Tensor& weight, d
 
 absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                          const Tensor& rstd, const Tensor& dx, Write dx_write,
-                                         const Tensor& dweight, Stream& stream) {
+                                         const Tensor& dweight, Write dweight_write,
+                                         Stream& stream) {
   OpArguments check("RmsNormBackward");
   FSDPD_ASSIGN_OR_RETURN(const int64_t dim, check.Width(x, "x"));
   const int64_t rows = RowsOf(x);
@@ -132,7 +133,8 @@ absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, co
   FSDPD_RETURN_IF_ERROR(
       NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}},
                 {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}, {&rstd, "rstd"}}));
-  return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, stream);
+  return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, dweight_write,
+                                 stream);
 }
 
 absl::Status CheckedOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -151,7 +153,7 @@ absl::Status CheckedOps::LinearForward(const Tensor& x, const Tensor& weight, co
 
 absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                         const Tensor& dx, const Tensor& dweight,
-                                        const Tensor& dbias, Stream& stream) {
+                                        const Tensor& dbias, Write grad_write, Stream& stream) {
   OpArguments check("LinearBackward");
   FSDPD_ASSIGN_OR_RETURN(const int64_t rows, CheckLinearInput(check, x, weight));
   const int64_t out_features = weight.shape[0];
@@ -167,7 +169,7 @@ absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, con
   if (dbias.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Shaped(dbias, "dbias", {out_features}));
   FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}, {&dbias, "dbias"}},
                                   {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}}));
-  return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, stream);
+  return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
 }
 
 absl::Status CheckedOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,

@@ -79,14 +79,14 @@ absl::Status CpuOps::RmsNormForward(const Tensor& x, const Tensor& weight, doubl
 
 absl::Status CpuOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                      const Tensor& rstd, const Tensor& dx, Write dx_write,
-                                     const Tensor& dweight, Stream&) {
+                                     const Tensor& dweight, Write dweight_write, Stream&) {
   OpArguments check("RmsNormBackward");
   FSDPD_RETURN_IF_ERROR(AllFloat(
       check,
       {{&x, "x"}, {&dout, "dout"}, {&weight, "weight"}, {&dx, "dx"}, {&dweight, "dweight"}}));
   cpu::RmsNormBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), rstd.as<float>(),
                        RowsOf(x), x.shape.back(), dx_write == Write::kAccumulate, dx.as<float>(),
-                       dweight.as<float>());
+                       dweight.as<float>(), dweight_write == Write::kAccumulate);
   return absl::OkStatus();
 }
 
@@ -102,7 +102,7 @@ absl::Status CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const 
 
 absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                                    Stream&) {
+                                    Write grad_write, Stream&) {
   OpArguments check("LinearBackward");
   FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
                                          {&x, "x"},
@@ -111,7 +111,8 @@ absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const T
                                          {&dweight, "dweight"},
                                          {&dbias, "dbias"}}));
   cpu::LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
-                      weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight), OrNull(dbias));
+                      weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight), OrNull(dbias),
+                      grad_write == Write::kAccumulate);
   return absl::OkStatus();
 }
 

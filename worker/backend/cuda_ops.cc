@@ -116,7 +116,7 @@ absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, doub
 
 absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                       const Tensor& rstd, const Tensor& dx, Write dx_write,
-                                      const Tensor& dweight, Stream& stream) {
+                                      const Tensor& dweight, Write dweight_write, Stream& stream) {
   OpArguments check("RmsNormBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&x, "x", kBf},
@@ -133,7 +133,8 @@ absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const
   FSDPD_ASSIGN_OR_RETURN(void* scratch, ScratchFor(cuda_stream, bytes));
   return cuda::RmsNormBackward(Bf16(dout), Bf16(x), Bf16(weight), rstd.as<float>(), rows, dim,
                                dx_write == Write::kAccumulate, MutableBf16(dx), dweight.as<float>(),
-                               static_cast<float*>(scratch), cuda_stream);
+                               dweight_write == Write::kAccumulate, static_cast<float*>(scratch),
+                               cuda_stream);
 }
 
 absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -151,7 +152,7 @@ absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const
 
 absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                      const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                                     Stream& stream) {
+                                     Write grad_write, Stream& stream) {
   OpArguments check("LinearBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&weight, "weight", kBf},
@@ -176,7 +177,8 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
   if (dweight.data != nullptr) {
     FSDPD_RETURN_IF_ERROR(gemm_->LinearWeightGradient(
         Bf16(dout), Bf16(x), rows, out_features, in_features, dweight.as<float>(),
-        dbias.data != nullptr ? dbias.as<float>() : nullptr, cuda_stream));
+        dbias.data != nullptr ? dbias.as<float>() : nullptr, cuda_stream,
+        grad_write == Write::kAccumulate));
   }
   return absl::OkStatus();
 }

@@ -17,7 +17,9 @@ namespace fsdpd {
 
 class Stream;
 
-// How an op writes an output that a model may also sum into (see RmsNormBackward's dx).
+// How an op writes an output that may be summed into: a parameter's gradient is accumulated
+// where the parameter is used more than once, and overwritten by its only (or first) use, which
+// spares zeroing the buffer first; RmsNormBackward's dx may join the residual stream's gradient.
 enum class Write { kOverwrite, kAccumulate };
 
 struct AdamWParams {
@@ -44,19 +46,22 @@ class Ops {
   virtual absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
                                       const Tensor& out, const Tensor& rstd, Stream& stream) = 0;
   // dx overwritten, or with dx_write kAccumulate added to (the residual stream's gradient,
-  // without a separate add: on bf16 backends the sum is rounded once); dweight accumulated.
+  // without a separate add: on bf16 backends the sum is rounded once); dweight written as
+  // dweight_write says.
   virtual absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                        const Tensor& rstd, const Tensor& dx, Write dx_write,
-                                       const Tensor& dweight, Stream& stream) = 0;
+                                       const Tensor& dweight, Write dweight_write,
+                                       Stream& stream) = 0;
 
   // out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N] if bias.data != nullptr)
   virtual absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      const Tensor& out, Stream& stream) = 0;
   // dx[M, K] = dout · weight (overwritten; skipped if dx.data == nullptr);
-  // dweight[N, K] += doutᵀ · x; dbias[N] += Σ_rows dout (skipped if dbias.data == nullptr).
+  // dweight[N, K] (+)= doutᵀ · x; dbias[N] (+)= Σ_rows dout (skipped if dbias.data == nullptr),
+  // both written as grad_write says.
   virtual absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                       const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                                      Stream& stream) = 0;
+                                      Write grad_write, Stream& stream) = 0;
 
   // qkv[B, S, 3·D] packed as nn.MultiheadAttention's in_proj output (q | k | v, heads split
   // along D). out[B, S, D] = softmax(q·kᵀ/√head_dim [+ causal mask]) · v per head;
@@ -114,12 +119,13 @@ class Ops {
                               const Tensor& out, const Tensor& rstd, Stream& stream) override;     \
   absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \
                                const Tensor& rstd, const Tensor& dx, Write dx_write,               \
-                               const Tensor& dweight, Stream& stream) override;                    \
+                               const Tensor& dweight, Write dweight_write, Stream& stream)         \
+      override;                                                                                    \
   absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,            \
                              const Tensor& out, Stream& stream) override;                          \
   absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,           \
                               const Tensor& dx, const Tensor& dweight, const Tensor& dbias,        \
-                              Stream& stream) override;                                            \
+                              Write grad_write, Stream& stream) override;                          \
   absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal, const Tensor& out,  \
                                 const Tensor& lse, Stream& stream) override;                       \
   absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,         \

@@ -96,13 +96,17 @@ void FsdpState::ReleaseParams(int unit) {
   unsharded_[unit].params.reset();
 }
 
-absl::Status FsdpState::AllocateGrads(int unit) {
+absl::Status FsdpState::AllocateGrads(int unit, GradientFill fill) {
   const FlatShardLayout& layout = shards_[unit].layout;
   FSDPD_ASSIGN_OR_RETURN(unsharded_[unit].grads,
                          backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32)));
-  // Zero including the padding: the padding's reduce-scattered gradient must stay zero.
-  return backend_->ops().Fill(unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel}),
-                              0.0f, backend_->compute_stream());
+  // The padding is zeroed either way: its reduce-scattered gradient must stay zero.
+  const int64_t first = fill == GradientFill::kPaddingOnly ? layout.numel : 0;
+  if (first == layout.padded_numel) return absl::OkStatus();
+  return backend_->ops().Fill(
+      unsharded_[unit].grads->View(DType::kF32, {layout.padded_numel - first},
+                                   first * static_cast<int64_t>(DTypeSize(DType::kF32))),
+      0.0f, backend_->compute_stream());
 }
 
 absl::Status FsdpState::ReduceScatterGrads(int unit) {
@@ -213,7 +217,7 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   absl::StatusOr<float> loss;
   {
     ProfileRange range(profiler, root_name, kPhaseForward, "head and loss");
-    FSDPD_RETURN_IF_ERROR(AllocateGrads(root));
+    FSDPD_RETURN_IF_ERROR(AllocateGrads(root, GradientFill::kWhole));
     loss = model.HeadForwardBackward(Params(root), Grads(root), 1.0);
     if (!loss.ok()) return loss.status();
     ReleaseParams(root);
@@ -227,7 +231,8 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
     {
       ProfileRange range(profiler, units_[layer].name, kPhaseBackward);
       FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
-      FSDPD_RETURN_IF_ERROR(AllocateGrads(layer));
+      // BlockBackward writes every parameter's gradient (worker/model/minillm.h).
+      FSDPD_RETURN_IF_ERROR(AllocateGrads(layer, GradientFill::kPaddingOnly));
       FSDPD_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
       ReleaseParams(layer);
     }

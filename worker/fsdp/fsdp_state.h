@@ -133,7 +133,10 @@ class FsdpState {
   // Makes the compute stream wait for the gather (issuing it first if needed).
   absl::Status AwaitParams(int unit);
   void ReleaseParams(int unit);
-  absl::Status AllocateGrads(int unit);
+  // What of a fresh unsharded gradient buffer is zeroed: all of it for a unit the model
+  // accumulates into, only FSDP's padding for one whose gradients the model writes whole.
+  enum class GradientFill { kWhole, kPaddingOnly };
+  absl::Status AllocateGrads(int unit, GradientFill fill);
   // Reduce-scatters the unit's unsharded gradient into its grad shard on the comm stream.
   absl::Status ReduceScatterGrads(int unit);
   // Orders the compute stream after the unit's reduce-scatter and hands the shard over.

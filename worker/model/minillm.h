@@ -1,7 +1,9 @@
 // MiniLLM's forward and backward, one FSDP unit at a time, against the Backend interface.
 // FSDP owns the parameters: it hands each call the unit's unsharded parameters (a flat view
 // in the compute dtype, laid out by UnitLayout) and, in backward, the unit's unsharded
-// gradient buffer to accumulate into. The model owns the activations it saves for backward.
+// gradient buffer: the root's is accumulated into (its parameters serve the embedding, the head
+// and the final norm, at both ends of the step), a block's is written whole, every parameter
+// once (so it needs no zeroing). The model owns the activations it saves for backward.
 //
 // One training step, as the FSDP runner drives it:
 //   BeginStep(tokens, targets)
@@ -47,6 +49,8 @@ class MiniLLM {
   virtual absl::StatusOr<float> HeadForwardBackward(const Tensor& root_params,
                                                     const Tensor& root_grads,
                                                     double loss_scale) = 0;
+  // Overwrites the gradient of every parameter of the block in block_grads (whatever was there
+  // before); elements past the block's parameters (FSDP's padding) are left alone.
   virtual absl::Status BlockBackward(int layer, const Tensor& block_params,
                                      const Tensor& block_grads) = 0;
   virtual absl::Status EmbedBackward(const Tensor& root_grads) = 0;

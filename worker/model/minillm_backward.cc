@@ -28,7 +28,7 @@ absl::StatusOr<float> BackendMiniLLM::HeadForwardBackward(const Tensor& root_par
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
         normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), "norm.weight"),
         final_rstd_, residual_gradient_, Write::kOverwrite,
-        Parameter(root_grads, root_unit(), "norm.weight"), stream_));
+        Parameter(root_grads, root_unit(), "norm.weight"), Write::kAccumulate, stream_));
   }
   float loss = 0.0f;
   FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(loss_, &loss, stream_));
@@ -74,11 +74,13 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
     forwarded_layer_ = -1;  // the shared set is this block's now, and is consumed below
   }
 
+  // Each of the block's parameters is used once, so its gradient is written, not accumulated:
+  // block_grads needs no zeroing (Write::kOverwrite below).
   // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))).
   FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
                                             activated_gradient_, gradient("ffn.2.weight"), no_bias,
-                                            stream_));
+                                            Write::kOverwrite, stream_));
   // ffn.2's backward has read silu's output: its buffer now takes the gradient at ffn_hidden.
   const Tensor& hidden_gradient = activated_;
   FSDPD_RETURN_IF_ERROR(
@@ -91,16 +93,17 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   }
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, weight("ffn.0.weight"),
                                             normed_gradient_, gradient("ffn.0.weight"), no_bias,
-                                            stream_));
+                                            Write::kOverwrite, stream_));
   // The norm's input gradient joins the residual stream's inside the norm's backward.
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"),
                                              saved.ffn_rstd, residual_gradient_, Write::kAccumulate,
-                                             gradient("norm2.weight"), stream_));
+                                             gradient("norm2.weight"), Write::kOverwrite, stream_));
 
   // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))).
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
-      residual_gradient_, saved.attention, weight("attn.out_proj.weight"), attention_gradient_,
-      gradient("attn.out_proj.weight"), gradient("attn.out_proj.bias"), stream_));
+  FSDPD_RETURN_IF_ERROR(
+      ops_.LinearBackward(residual_gradient_, saved.attention, weight("attn.out_proj.weight"),
+                          attention_gradient_, gradient("attn.out_proj.weight"),
+                          gradient("attn.out_proj.bias"), Write::kOverwrite, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv, saved.attention,
                                                saved.lse, config_.heads, config_.causal,
                                                qkv_gradient_, stream_));
@@ -108,10 +111,10 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                                             row_scratch_, saved.attention_rstd, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
       qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
-      gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), stream_));
+      gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), Write::kOverwrite, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
       normed_gradient_, input, weight("norm1.weight"), saved.attention_rstd, residual_gradient_,
-      Write::kAccumulate, gradient("norm1.weight"), stream_));
+      Write::kAccumulate, gradient("norm1.weight"), Write::kOverwrite, stream_));
   --next_layer_;
   return absl::OkStatus();
 }

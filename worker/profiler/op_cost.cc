@@ -63,18 +63,21 @@ OpCost LinearForwardCost(const Tensor& x, const Tensor& weight, const Tensor& bi
 }
 
 OpCost LinearBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                          Write grad_write) {
   const double rows = Elements(x) / static_cast<double>(LastDim(x));
   const double product = 2.0 * rows * Elements(weight);
-  double flops = product;  // dweight += doutᵀ · x
-  double bytes = Bytes(dout) + Bytes(x) + 2.0 * Bytes(dweight);
+  // An accumulated gradient is read as well as written.
+  const double gradient_passes = grad_write == Write::kAccumulate ? 2.0 : 1.0;
+  double flops = product;  // dweight (+)= doutᵀ · x
+  double bytes = Bytes(dout) + Bytes(x) + gradient_passes * Bytes(dweight);
   if (dx.data != nullptr) {
     flops += product;
     bytes += Bytes(weight) + Bytes(dx);
   }
   if (dbias.data != nullptr) {
     flops += Elements(dout);
-    bytes += 2.0 * Bytes(dbias);
+    bytes += gradient_passes * Bytes(dbias);
   }
   return {flops, bytes};
 }

@@ -32,7 +32,8 @@ OpCost LinearForwardCost(const Tensor& x, const Tensor& weight, const Tensor& bi
                          const Tensor& out);
 // dx (when present) and dweight products, plus the bias gradient's row sum.
 OpCost LinearBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                          Write grad_write);
 // qkv[B, S, 3·D]: q·kᵀ and p·v, 2·B·S²·D FLOPs each, halved under a causal mask. The bytes are
 // a flash-style kernel's: qkv in, out and the log-sum-exp out, no S×S matrix.
 OpCost AttentionForwardCost(const Tensor& qkv, bool causal, const Tensor& out, const Tensor& lse);

@@ -29,10 +29,13 @@ absl::Status ProfilingOps::RmsNormForward(const Tensor& x, const Tensor& weight,
 absl::Status ProfilingOps::RmsNormBackward(const Tensor& dout, const Tensor& x,
                                            const Tensor& weight, const Tensor& rstd,
                                            const Tensor& dx, Write dx_write, const Tensor& dweight,
-                                           Stream& stream) {
+                                           Write dweight_write, Stream& stream) {
   return Run(
       "rmsnorm_backward", stream, {&dout, &x, &weight, &rstd},
-      [&] { return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, stream); },
+      [&] {
+        return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, dweight_write,
+                                       stream);
+      },
       [&] { return RmsNormBackwardCost(dout, x, weight, rstd, dx, dx_write, dweight); });
 }
 
@@ -46,11 +49,13 @@ absl::Status ProfilingOps::LinearForward(const Tensor& x, const Tensor& weight, 
 
 absl::Status ProfilingOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                           const Tensor& dx, const Tensor& dweight,
-                                          const Tensor& dbias, Stream& stream) {
+                                          const Tensor& dbias, Write grad_write, Stream& stream) {
   return Run(
       "linear_backward", stream, {&dout, &x, &weight},
-      [&] { return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, stream); },
-      [&] { return LinearBackwardCost(dout, x, weight, dx, dweight, dbias); });
+      [&] {
+        return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
+      },
+      [&] { return LinearBackwardCost(dout, x, weight, dx, dweight, dbias, grad_write); });
 }
 
 absl::Status ProfilingOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
