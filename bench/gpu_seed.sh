@@ -159,7 +159,8 @@ fi
 # VARIANTS="none block" sets parallel.activation_recompute; "/"-separated suffixes add switches:
 # "/optimizer-on-comm" runs the optimizer in backward on the comm stream
 # (FSDPD_OPTIMIZER_STREAM=comm), "/compute-first" gives the compute stream the higher priority
-# (FSDPD_STREAM_PRIORITY=compute); e.g. VARIANTS="ffn ffn/compute-first ffn/compute-first/optimizer-on-comm".
+# (FSDPD_STREAM_PRIORITY=compute), "/comm-first" the comm stream (FSDPD_STREAM_PRIORITY=comm);
+# e.g. VARIANTS="ffn ffn/compute-first ffn/compute-first/optimizer-on-comm".
 for variant in ${VARIANTS:-}; do
   recompute=${variant%%/*}
   name=${variant//\//_}
@@ -167,6 +168,7 @@ for variant in ${VARIANTS:-}; do
   stream_priority=default
   case "$variant/" in *"/optimizer-on-comm/"*) optimizer_stream=comm ;; esac
   case "$variant/" in *"/compute-first/"*) stream_priority=compute ;; esac
+  case "$variant/" in *"/comm-first/"*) stream_priority=comm ;; esac
   variant_spec=$work/seed_$name.yaml
   sed -E "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" "$spec" >"$variant_spec"
   say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream, stream priority $stream_priority (limit $(limit 90) s)"

@@ -241,7 +241,7 @@ int VectorChunks(int64_t dim, std::initializer_list<const void*> pointers) {
   return static_cast<int>((dim / 8 + kThreads - 1) / kThreads);
 }
 
-// dweight[d] += Σ_b partials[b, d] in a fixed order: a block takes kSumColumns columns, each of
+// dweight[d] (+)= Σ_b partials[b, d] in a fixed order: a block takes kSumColumns columns, each of
 // its kSumSlices warps sums every kSumSlices-th partial row of them, and one warp adds the
 // slices' sums in slice order. Deterministic, and wide enough to keep loads in flight (a thread
 // per column alone left the GPU mostly idle on 528 dependent loads a thread).

@@ -121,7 +121,7 @@ TEST(CudaBackendTest, BuffersStatsCopiesAndEvents) {
 }
 
 // Lower numbers are higher priorities in CUDA.
-TEST(CudaBackendTest, ComputeStreamFirstPutsTheComputeStreamAheadOfTheCommStream) {
+TEST(CudaBackendTest, StreamPriorityPutsTheChosenStreamAheadOfTheOther) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   auto priority = [](Stream& stream) {
     int value = 0;
@@ -132,10 +132,14 @@ TEST(CudaBackendTest, ComputeStreamFirstPutsTheComputeStreamAheadOfTheCommStream
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(priority((*plain)->compute_stream()), priority((*plain)->comm_stream()));
   CudaBackendConfig config;
-  config.compute_stream_first = true;
+  config.stream_priority = CudaBackendConfig::StreamPriority::kComputeFirst;
   absl::StatusOr<std::unique_ptr<CudaBackend>> ordered = CudaBackend::Create(config);
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   EXPECT_LT(priority((*ordered)->compute_stream()), priority((*ordered)->comm_stream()));
+  config.stream_priority = CudaBackendConfig::StreamPriority::kCommFirst;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> comm_first = CudaBackend::Create(config);
+  ASSERT_TRUE(comm_first.ok()) << comm_first.status();
+  EXPECT_LT(priority((*comm_first)->comm_stream()), priority((*comm_first)->compute_stream()));
 }
 
 TEST(CudaBackendTest, AMissingDeviceIsAnError) {

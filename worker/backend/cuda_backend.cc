@@ -108,11 +108,15 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       CudaAllocatorConfig{config.device, config.memory_limit_bytes});
   int least_priority = 0;
   int greatest_priority = 0;
-  if (config.compute_stream_first) {
+  using StreamPriority = CudaBackendConfig::StreamPriority;
+  if (config.stream_priority != StreamPriority::kEqual) {
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   }
+  // Lower numbers are higher priorities.
+  const bool compute_first = config.stream_priority != StreamPriority::kCommFirst;
   for (std::unique_ptr<CudaStream>* slot : {&backend->compute_stream_, &backend->comm_stream_}) {
-    const int priority = slot == &backend->compute_stream_ ? greatest_priority : least_priority;
+    const bool first = (slot == &backend->compute_stream_) == compute_first;
+    const int priority = first ? greatest_priority : least_priority;
     cudaStream_t stream = nullptr;
     CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority));
     *slot = std::make_unique<CudaStream>(config.device, stream);

@@ -22,11 +22,13 @@ struct CudaBackendConfig {
   // Handing out more than this fails as out of memory; 0: the device's capacity.
   int64_t memory_limit_bytes = 0;
   cuda::GemmConfig gemm;
-  // The compute stream at the device's highest priority and the comm stream at its lowest, so
-  // that a kernel queued on the compute stream gets SMs before the remaining blocks of a
-  // comm-stream kernel (the gather's cast, AdamW on the comm stream) instead of after all of
-  // them (bench/RESULTS.md, "The optimizer on the comm stream"). Off: both at the default.
-  bool compute_stream_first = false;
+  // Which stream's queued blocks get SMs first (bench/RESULTS.md, "The optimizer on the comm
+  // stream" and "Stream priority"). kComputeFirst: a compute kernel's blocks go ahead of the
+  // remaining blocks of a comm-stream kernel (the gather's cast, AdamW on the comm stream).
+  // kCommFirst: the gather's cast goes ahead of the next GEMM's blocks, so it is done before
+  // compute waits for it. kEqual: both at the default.
+  enum class StreamPriority { kEqual, kComputeFirst, kCommFirst };
+  StreamPriority stream_priority = StreamPriority::kEqual;
 };
 
 // A cudaStream_t, created non-blocking so it never synchronises with the legacy default stream.

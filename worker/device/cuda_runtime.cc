@@ -52,9 +52,13 @@ absl::StatusOr<DeviceInfo> CudaRuntime::Describe() const {
 absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
   CudaBackendConfig config;
   config.device = index_;
-  // FSDPD_STREAM_PRIORITY=compute: see CudaBackendConfig::compute_stream_first.
+  // FSDPD_STREAM_PRIORITY=compute|comm: see CudaBackendConfig::stream_priority.
   const char* priority = std::getenv("FSDPD_STREAM_PRIORITY");
-  config.compute_stream_first = priority != nullptr && std::string_view(priority) == "compute";
+  const std::string_view chosen = priority != nullptr ? priority : "";
+  using StreamPriority = CudaBackendConfig::StreamPriority;
+  config.stream_priority = chosen == "compute" ? StreamPriority::kComputeFirst
+                           : chosen == "comm"  ? StreamPriority::kCommFirst
+                                               : StreamPriority::kEqual;
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(config);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(std::move(*backend));
