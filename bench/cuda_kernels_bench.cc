@@ -199,6 +199,10 @@ void RunMemoryBound(Bench& bench) {
   AdamWParams params;
   bench.Bytes("  adamw (fused)", shard * 28.0,
               [&] { return ops.AdamW(param, grad, exp_avg, exp_avg_sq, params, stream); });
+  // The optimizer in backward: the update and the gradient's sum of squares in one pass.
+  bench.Bytes("  adamw + gradient sum of squares, one pass", shard * 28.0, [&] {
+    return ops.AdamWWithGradSquareSum(param, grad, exp_avg, exp_avg_sq, params, result, stream);
+  });
   bench.Bytes("  cast fp32 -> bf16", shard * 6.0, [&] { return ops.Cast(param, narrow, stream); });
   bench.Bytes("  cast bf16 -> fp32", shard * 6.0, [&] { return ops.Cast(narrow, grad, stream); });
   bench.Bytes("  fill fp32", shard * 4.0, [&] { return ops.Fill(grad, 0.0f, stream); });

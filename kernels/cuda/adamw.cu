@@ -4,6 +4,7 @@
 #include "base/cuda_check.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/elementwise.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -62,12 +63,34 @@ __global__ void AdamWVectorKernel(float4* param, const float4* grad, float4* exp
   exp_avg_sq[i] = v;
 }
 
-}  // namespace
+// AdamWVectorKernel's update in the grid-stride order of the fp32 sums of squares
+// (device_common.cuh), summing the gradient's squares on the way: one read of the gradient for
+// both the update and the norm.
+__global__ void AdamWSquareSumKernel(float4* param, const float4* grad, float4* exp_avg,
+                                     float4* exp_avg_sq, int64_t vectors, AdamWScalars s,
+                                     float* partials) {
+  __shared__ float scratch[32];
+  float sum = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float4 p = param[i];
+    const float4 g = grad[i];
+    float4 m = exp_avg[i];
+    float4 v = exp_avg_sq[i];
+    sum = AddSquares(g, sum);
+    AdamWElement(p.x, g.x, m.x, v.x, s);
+    AdamWElement(p.y, g.y, m.y, v.y, s);
+    AdamWElement(p.z, g.z, m.z, v.z, s);
+    AdamWElement(p.w, g.w, m.w, v.w, s);
+    param[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+  }
+  sum = BlockSum(sum, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
 
-absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                       int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("AdamW: negative count ", count));
-  if (count == 0) return absl::OkStatus();
+AdamWScalars ScalarsFor(const AdamWStepParams& params) {
   const double step = static_cast<double>(params.step);
   const double bias_correction1 = 1.0 - std::pow(params.beta1, step);
   const double bias_correction2 = 1.0 - std::pow(params.beta2, step);
@@ -79,6 +102,16 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
   scalars.step_size = static_cast<float>(params.lr / bias_correction1);
   scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   scalars.eps = static_cast<float>(params.eps);
+  return scalars;
+}
+
+}  // namespace
+
+absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("AdamW: negative count ", count));
+  if (count == 0) return absl::OkStatus();
+  const AdamWScalars scalars = ScalarsFor(params);
   // Short blocks (one vector or element a thread): on the comm stream (the optimizer in backward
   // there), a capped grid of long-running blocks would hold every SM from the compute stream's
   // GEMMs.
@@ -98,6 +131,31 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
       param + done, grad + done, exp_avg + done, exp_avg_sq + done, count - done, scalars);
   CUDA_CHECK_LAUNCH("AdamWKernel");
   return absl::OkStatus();
+}
+
+absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_avg,
+                                    float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
+                                    float* partials, float* square_sum, cudaStream_t stream) {
+  if (count < 4 || !Aligned16(param) || !Aligned16(grad) || !Aligned16(exp_avg) ||
+      !Aligned16(exp_avg_sq)) {
+    // Two passes; SumOfSquaresFloat takes the same order either way.
+    FSDPD_RETURN_IF_ERROR(SumOfSquaresFloat(grad, count, partials, square_sum, stream));
+    return AdamWStep(param, grad, exp_avg, exp_avg_sq, count, params, stream);
+  }
+  const AdamWScalars scalars = ScalarsFor(params);
+  const int64_t vectors = count / 4;
+  AdamWSquareSumKernel<<<kSquareSumBlocks, kSquareSumThreads, 0, stream>>>(
+      reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
+      reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars,
+      partials);
+  CUDA_CHECK_LAUNCH("AdamWSquareSumKernel");
+  const int64_t done = vectors * 4;
+  if (done < count) {
+    AdamWKernel<<<1, kThreads, 0, stream>>>(param + done, grad + done, exp_avg + done,
+                                            exp_avg_sq + done, count - done, scalars);
+    CUDA_CHECK_LAUNCH("AdamWKernel");
+  }
+  return FinishSquareSum(partials, grad + done, count - done, square_sum, stream);
 }
 
 }  // namespace fsdpd::cuda

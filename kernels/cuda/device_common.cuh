@@ -70,6 +70,20 @@ struct alignas(16) Bf16x8 {
   __nv_bfloat162 pairs[4];
 };
 
+// fp32 sums of squares over float4 vectors, alone (SumOfSquaresFloat) or inside AdamW's pass
+// (AdamWStepWithSquareSum), take the same order so that both give the same bits: a grid of
+// kSquareSumBlocks blocks of kSquareSumThreads, thread i summing vectors i, i + grid, ... lane by
+// lane (AddSquares), then BlockSum, then FinishSquareSum (kernels/cuda/elementwise.h).
+constexpr int kSquareSumBlocks = 1024;
+constexpr int kSquareSumThreads = 256;
+
+__device__ __forceinline__ float AddSquares(const float4& v, float sum) {
+  sum = fmaf(v.x, v.x, sum);
+  sum = fmaf(v.y, v.y, sum);
+  sum = fmaf(v.z, v.z, sum);
+  return fmaf(v.w, v.w, sum);
+}
+
 inline bool Aligned16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }

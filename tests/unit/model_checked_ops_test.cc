@@ -144,6 +144,17 @@ TEST_F(CheckedOpsTest, OutputsOverlappingInputsAreRejectedAndNothingIsWritten) {
   Tensor param = Floats({4});
   ExpectInvalid(ops().AdamW(param, param, Floats({4}), Floats({4}), AdamWParams{}, stream()),
                 {"AdamW", "param f32[4] overlaps grad f32[4]"});
+  // The fused optimizer step checks its sum's tensor, then the shards as AdamW does.
+  Tensor shard = Floats({4});
+  ExpectInvalid(ops().AdamWWithGradSquareSum(Floats({4}), shard, Floats({4}), Floats({4}),
+                                             AdamWParams{}, ViewInto(shard, 3, {1}), stream()),
+                {"AdamWWithGradSquareSum", "grad_square_sum", "overlaps grad"});
+  ExpectInvalid(ops().AdamWWithGradSquareSum(Floats({4}), Floats({4}), Floats({4}), Floats({4}),
+                                             AdamWParams{}, Floats({2}), stream()),
+                {"AdamWWithGradSquareSum", "grad_square_sum"});
+  ExpectInvalid(ops().AdamWWithGradSquareSum(Floats({4}), Floats({4}), Floats({3}), Floats({4}),
+                                             AdamWParams{}, Floats({1}), stream()),
+                {"AdamW", "exp_avg"});
   Tensor qkv = Floats({1, 2, 6});
   ExpectInvalid(ops().AttentionForward(qkv, 1, false, ViewInto(qkv, 0, {1, 2, 2}),
                                        Floats({1, 1, 2}), stream()),

@@ -78,6 +78,22 @@ absl::Status CheckAdamWParams(const OpArguments& check, const AdamWParams& param
   return absl::OkStatus();
 }
 
+// AdamW's four f32 shards of one length, the hyperparameters, no update written over grad.
+absl::Status CheckAdamWArguments(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, const AdamWParams& params) {
+  OpArguments check("AdamW");
+  FSDPD_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", param, "param"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", param, "param"));
+  FSDPD_RETURN_IF_ERROR(CheckAdamWParams(check, params));
+  return NoOverlap(check, {{&param, "param"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}},
+                   {{&grad, "grad"}});
+}
+
 }  // namespace
 
 absl::Status CheckedOps::EmbeddingForward(const Tensor& weight, const Tensor& tokens,
@@ -289,19 +305,24 @@ absl::Status CheckedOps::SumOfSquares(const Tensor& x, const Tensor& result, Str
 absl::Status CheckedOps::AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                const Tensor& exp_avg_sq, const AdamWParams& params,
                                Stream& stream) {
-  OpArguments check("AdamW");
-  FSDPD_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", param, "param"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", param, "param"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", param, "param"));
-  FSDPD_RETURN_IF_ERROR(CheckAdamWParams(check, params));
-  FSDPD_RETURN_IF_ERROR(
-      NoOverlap(check, {{&param, "param"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}},
-                {{&grad, "grad"}}));
+  FSDPD_RETURN_IF_ERROR(CheckAdamWArguments(param, grad, exp_avg, exp_avg_sq, params));
   return inner_->AdamW(param, grad, exp_avg, exp_avg_sq, params, stream);
+}
+
+absl::Status CheckedOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& grad,
+                                                const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                                const AdamWParams& params,
+                                                const Tensor& grad_square_sum, Stream& stream) {
+  OpArguments check("AdamWWithGradSquareSum");
+  FSDPD_RETURN_IF_ERROR(check.Shaped(grad_square_sum, "grad_square_sum", {1}));
+  FSDPD_RETURN_IF_ERROR(check.Typed(grad_square_sum, "grad_square_sum", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(
+      check, {{&grad_square_sum, "grad_square_sum"}},
+      {{&param, "param"}, {&grad, "grad"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}}));
+  // The shards and hyperparameters as AdamW checks them.
+  FSDPD_RETURN_IF_ERROR(CheckAdamWArguments(param, grad, exp_avg, exp_avg_sq, params));
+  return inner_->AdamWWithGradSquareSum(param, grad, exp_avg, exp_avg_sq, params, grad_square_sum,
+                                        stream);
 }
 
 }  // namespace fsdpd

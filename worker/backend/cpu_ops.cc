@@ -250,4 +250,13 @@ absl::Status CpuOps::AdamW(const Tensor& param, const Tensor& grad, const Tensor
   return absl::OkStatus();
 }
 
+// Two passes: the sum first, as the clipping path takes it.
+absl::Status CpuOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& grad,
+                                            const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                            const AdamWParams& params,
+                                            const Tensor& grad_square_sum, Stream& stream) {
+  FSDPD_RETURN_IF_ERROR(SumOfSquares(grad, grad_square_sum, stream));
+  return AdamW(param, grad, exp_avg, exp_avg_sq, params, stream);
+}
+
 }  // namespace fsdpd

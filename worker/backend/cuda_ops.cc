@@ -339,4 +339,19 @@ absl::Status CudaOps::AdamW(const Tensor& param, const Tensor& grad, const Tenso
                          exp_avg_sq.as<float>(), param.numel(), step, cuda_stream);
 }
 
+// CheckedOps checked the shards, the hyperparameters and the sum's tensor.
+absl::Status CudaOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& grad,
+                                             const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                             const AdamWParams& params,
+                                             const Tensor& grad_square_sum, Stream& stream) {
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  FSDPD_ASSIGN_OR_RETURN(void* scratch,
+                         ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats() * 4));
+  cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
+                             params.eps, params.weight_decay, params.step};
+  return cuda::AdamWStepWithSquareSum(
+      param.as<float>(), grad.as<float>(), exp_avg.as<float>(), exp_avg_sq.as<float>(),
+      param.numel(), step, static_cast<float*>(scratch), grad_square_sum.as<float>(), cuda_stream);
+}
+
 }  // namespace fsdpd

@@ -105,6 +105,13 @@ class Ops {
   virtual absl::Status AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                              const Tensor& exp_avg_sq, const AdamWParams& params,
                              Stream& stream) = 0;
+  // AdamW, and grad_square_sum (fp32 scalar tensor) = Σ grad² with the very bits
+  // SumOfSquares(grad) gives, where a backend can from the same pass over the gradient (the
+  // gradient norm of the optimizer in backward).
+  virtual absl::Status AdamWWithGradSquareSum(const Tensor& param, const Tensor& grad,
+                                              const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                              const AdamWParams& params,
+                                              const Tensor& grad_square_sum, Stream& stream) = 0;
 };
 
 // The declarations of every Ops member, for a class that implements them all (a backend's ops
@@ -145,6 +152,9 @@ class Ops {
   absl::Status SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) override;       \
   absl::Status AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,               \
                      const Tensor& exp_avg_sq, const AdamWParams& params, Stream& stream)          \
-      override;
+      override;                                                                                    \
+  absl::Status AdamWWithGradSquareSum(                                                             \
+      const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,    \
+      const AdamWParams& params, const Tensor& grad_square_sum, Stream& stream) override;
 
 }  // namespace fsdpd

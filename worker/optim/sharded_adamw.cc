@@ -120,12 +120,16 @@ absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard, Stre
   updated_in_backward_[static_cast<size_t>(unit)] = true;
   const int64_t valid = shard.layout.valid_shard_numel;
   if (valid == 0) return absl::OkStatus();
-  // The norm reads the gradient before the update, as in Step.
-  FSDPD_RETURN_IF_ERROR(AccumulateSquareSum(unit, stream));
-  return backend_->ops().AdamW(
+  if (shard.grad == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ShardedAdamW: unit ", unit, " has no gradient shard now"));
+  }
+  // The norm's sum comes from the update's own pass over the gradient, with the bits
+  // SumOfSquares gives in Step (the Ops contract), so both ways report the same norm.
+  return backend_->ops().AdamWWithGradSquareSum(
       shard.master->View(DType::kF32, {valid}), shard.grad->View(DType::kF32, {valid}),
       shard.exp_avg->View(DType::kF32, {valid}), shard.exp_avg_sq->View(DType::kF32, {valid}),
-      backward_params_, stream);
+      backward_params_, UnitSquareSum(unit), stream);
 }
 
 absl::StatusOr<double> ShardedAdamW::FinishBackwardStep() {

@@ -147,4 +147,22 @@ absl::Status ProfilingOps::AdamW(const Tensor& param, const Tensor& grad, const 
       [&] { return AdamWCost(param, grad, exp_avg, exp_avg_sq); });
 }
 
+absl::Status ProfilingOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& grad,
+                                                  const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                                  const AdamWParams& params,
+                                                  const Tensor& grad_square_sum, Stream& stream) {
+  return Run(
+      "adamw", stream, {&param, &grad, &exp_avg, &exp_avg_sq},
+      [&] {
+        return inner_->AdamWWithGradSquareSum(param, grad, exp_avg, exp_avg_sq, params,
+                                              grad_square_sum, stream);
+      },
+      [&] {
+        // The sum adds a multiply-add an element and reads nothing more.
+        OpCost cost = AdamWCost(param, grad, exp_avg, exp_avg_sq);
+        cost.flops += 2.0 * static_cast<double>(grad.numel());
+        return cost;
+      });
+}
+
 }  // namespace fsdpd
