@@ -17,15 +17,13 @@
 
 #include "absl/status/status.h"
 #include "base/status_macros.h"
+#include "bench/seed_device_tensors.h"
 #include "kernels/cuda/attention.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/model/minillm.h"
 
 namespace fsdpd {
 namespace {
-
-constexpr int64_t kBatch = 8, kSeq = 1024, kDim = 2048, kHeads = 16, kHidden = 8192, kVocab = 32000;
-constexpr int64_t kTokens = kBatch * kSeq;
 
 // kTokens token ids spread over the vocabulary (a stride prime to it), the same in every part.
 std::vector<int32_t> TokenIds() {
@@ -38,27 +36,13 @@ struct Bench {
   CudaBackend* backend;
   cudaStream_t stream;
   int iterations;
-  std::vector<std::unique_ptr<Buffer>> buffers;
+  DeviceTensors tensors;
 
   Tensor New(DType dtype, std::vector<int64_t> shape, float fill = 0.01f) {
-    Tensor tensor{nullptr, dtype, std::move(shape)};
-    auto buffer = backend->Allocate(tensor.bytes());
-    if (!buffer.ok()) {
-      std::fprintf(stderr, "allocation failed: %s\n", buffer.status().ToString().c_str());
-      std::exit(1);
-    }
-    tensor.data = (*buffer)->data();
-    buffers.push_back(std::move(*buffer));
-    if (dtype != DType::kI32) Check(backend->ops().Fill(tensor, fill, backend->compute_stream()));
-    return tensor;
+    return tensors.New(dtype, std::move(shape), fill);
   }
 
-  static void Check(const absl::Status& status) {
-    if (!status.ok()) {
-      std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
-      std::exit(1);
-    }
-  }
+  static void Check(const absl::Status& status) { ExitOnError(status, "error"); }
 
   // Mean milliseconds per call after warm-up (which also picks the GEMM algorithms).
   double Time(const std::function<absl::Status()>& body) {
@@ -287,7 +271,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto stream = fsdpd::CudaStreamOf((*backend)->compute_stream());
-  fsdpd::Bench bench{backend->get(), *stream, iterations, {}};
+  fsdpd::Bench bench{backend->get(), *stream, iterations, fsdpd::DeviceTensors(backend->get())};
   cudaDeviceProp properties{};
   cudaGetDeviceProperties(&properties, device);
   std::printf("device %s, %d iterations per figure\n", properties.name, iterations);
@@ -298,6 +282,6 @@ int main(int argc, char** argv) {
   fsdpd::RunModelForward(bench);
   std::printf("peak device memory: %.1f GiB\n",
               (*backend)->memory_stats().peak_bytes / double(1 << 30));
-  bench.buffers.clear();
+  bench.tensors.Clear();
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/seed_device_tensors.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/profiler/cuda_device_profiler.h"
@@ -22,16 +23,7 @@
 namespace fsdpd {
 namespace {
 
-constexpr int64_t kBatch = 8, kSeq = 1024, kDim = 2048, kHeads = 16, kHidden = 8192, kVocab = 32000;
-constexpr int64_t kTokens = kBatch * kSeq;
 constexpr double kMiB = 1024.0 * 1024.0;
-
-void Check(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 int64_t DriverUsed() {
   size_t free_bytes = 0, total_bytes = 0;
@@ -62,99 +54,84 @@ class Probe {
   int64_t last_ = 0;
 };
 
-struct Tensors {
-  Backend* backend;
-  std::vector<std::unique_ptr<Buffer>> buffers;
-
-  Tensor New(DType dtype, std::vector<int64_t> shape, float fill = 0.01f) {
-    Tensor tensor{nullptr, dtype, std::move(shape)};
-    auto buffer = backend->Allocate(tensor.bytes());
-    Check(buffer.status(), "allocate");
-    tensor.data = (*buffer)->data();
-    buffers.push_back(std::move(*buffer));
-    if (dtype != DType::kI32)
-      Check(backend->ops().Fill(tensor, fill, backend->compute_stream()), "fill");
-    return tensor;
-  }
-};
-
 int Main(int device, bool cupti) {
-  Check(cudaSetDevice(device) == cudaSuccess ? absl::OkStatus()
-                                             : absl::InternalError("cudaSetDevice"),
-        "device");
+  ExitOnError(cudaSetDevice(device) == cudaSuccess ? absl::OkStatus()
+                                                   : absl::InternalError("cudaSetDevice"),
+              "device");
   Probe probe;  // cudaSetDevice and cudaMemGetInfo create the context: the first stage
   probe.Report("CUDA context (cudaFree(0))", nullptr);
   CudaBackendConfig config;
   config.device = device;
   auto created = CudaBackend::Create(config);
-  Check(created.status(), "backend");
+  ExitOnError(created.status(), "backend");
   CudaBackend& backend = **created;
   probe.Report("backend: streams, allocator, cuBLASLt handle", &backend);
   Ops& ops = backend.ops();
   Stream& stream = backend.compute_stream();
   {
-    Tensors t{&backend, {}};
+    DeviceTensors t(&backend);
     Tensor x = t.New(DType::kBF16, {kTokens, kDim});
     Tensor w = t.New(DType::kBF16, {kHidden, kDim});
     Tensor y = t.New(DType::kBF16, {kTokens, kHidden});
     Tensor dx = t.New(DType::kBF16, {kTokens, kDim});
     Tensor dw = t.New(DType::kF32, {kHidden, kDim}, 0.0f);
     Tensor db = t.New(DType::kF32, {kHidden}, 0.0f);
-    Check(ops.LinearForward(x, w, Tensor{}, y, stream), "linear");
-    Check(ops.LinearBackward(y, x, w, dx, dw, Tensor{}, Write::kOverwrite, stream),
-          "linear backward");
+    ExitOnError(ops.LinearForward(x, w, Tensor{}, y, stream), "linear");
+    ExitOnError(ops.LinearBackward(y, x, w, dx, dw, Tensor{}, Write::kOverwrite, stream),
+                "linear backward");
     Tensor bias = t.New(DType::kBF16, {kHidden});
-    Check(ops.LinearForward(x, w, bias, y, stream), "linear with bias");
-    Check(ops.LinearBackward(y, x, w, dx, dw, db, Write::kOverwrite, stream),
-          "linear backward with bias");
-    Check(stream.Synchronize(), "sync");
+    ExitOnError(ops.LinearForward(x, w, bias, y, stream), "linear with bias");
+    ExitOnError(ops.LinearBackward(y, x, w, dx, dw, db, Write::kOverwrite, stream),
+                "linear backward with bias");
+    ExitOnError(stream.Synchronize(), "sync");
   }
   probe.Report("GEMMs forward and backward (cuBLASLt)", &backend);
   {
-    Tensors t{&backend, {}};
+    DeviceTensors t(&backend);
     Tensor qkv = t.New(DType::kBF16, {kBatch, kSeq, 3 * kDim});
     Tensor out = t.New(DType::kBF16, {kBatch, kSeq, kDim});
     Tensor lse = t.New(DType::kF32, {kBatch, kHeads, kSeq});
     Tensor dout = t.New(DType::kBF16, {kBatch, kSeq, kDim});
     Tensor dqkv = t.New(DType::kBF16, {kBatch, kSeq, 3 * kDim});
     for (const bool causal : {false, true}) {
-      Check(ops.AttentionForward(qkv, kHeads, causal, out, lse, stream), "attention");
-      Check(ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream),
-            "attention backward");
+      ExitOnError(ops.AttentionForward(qkv, kHeads, causal, out, lse, stream), "attention");
+      ExitOnError(ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream),
+                  "attention backward");
     }
-    Check(stream.Synchronize(), "sync");
+    ExitOnError(stream.Synchronize(), "sync");
   }
   probe.Report("attention forward and backward, both masks", &backend);
   {
-    Tensors t{&backend, {}};
+    DeviceTensors t(&backend);
     Tensor x = t.New(DType::kBF16, {kTokens, kDim});
     Tensor head = t.New(DType::kBF16, {kVocab, kDim});
     Tensor targets = t.New(DType::kI32, {kTokens});
-    Check(cudaMemsetAsync(targets.data, 0, targets.bytes(), nullptr) == cudaSuccess
-              ? absl::OkStatus()
-              : absl::InternalError("memset"),
-          "targets");
+    ExitOnError(cudaMemsetAsync(targets.data, 0, targets.bytes(), nullptr) == cudaSuccess
+                    ? absl::OkStatus()
+                    : absl::InternalError("memset"),
+                "targets");
     Tensor loss = t.New(DType::kF32, {1});
     Tensor dx = t.New(DType::kBF16, {kTokens, kDim});
     Tensor dhead = t.New(DType::kF32, {kVocab, kDim}, 0.0f);
     Tensor weight = t.New(DType::kBF16, {kDim}, 1.0f);
     Tensor rstd = t.New(DType::kF32, {kTokens});
     Tensor dweight = t.New(DType::kF32, {kDim}, 0.0f);
-    Check(cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError("sync"),
-          "sync");
-    Check(ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream), "head");
-    Check(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, stream), "rmsnorm");
+    ExitOnError(
+        cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError("sync"),
+        "sync");
+    ExitOnError(ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream), "head");
+    ExitOnError(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, stream), "rmsnorm");
     Tensor dout = t.New(DType::kBF16, {kTokens, kDim});
-    Check(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight,
-                              Write::kOverwrite, stream),
-          "rmsnorm backward");
-    Check(ops.SiluForward(x, dx, stream), "silu");
+    ExitOnError(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight,
+                                    Write::kOverwrite, stream),
+                "rmsnorm backward");
+    ExitOnError(ops.SiluForward(x, dx, stream), "silu");
     Tensor master = t.New(DType::kF32, {kDim * kDim});
     Tensor grad = t.New(DType::kF32, {kDim * kDim});
     Tensor m = t.New(DType::kF32, {kDim * kDim}, 0.0f);
     Tensor v = t.New(DType::kF32, {kDim * kDim}, 0.0f);
-    Check(ops.AdamW(master, grad, m, v, AdamWParams{}, stream), "adamw");
-    Check(stream.Synchronize(), "sync");
+    ExitOnError(ops.AdamW(master, grad, m, v, AdamWParams{}, stream), "adamw");
+    ExitOnError(stream.Synchronize(), "sync");
   }
   probe.Report("head, norms, SiLU, AdamW (own kernels)", &backend);
   if (cupti) {
@@ -163,19 +140,19 @@ int Main(int device, bool cupti) {
     options.device_index = device;
     options.peak_flops_per_second = 989e12;
     auto profiler = CreateCudaDeviceProfiler(options);
-    Check(profiler.status(), "CUPTI device profiler");
+    ExitOnError(profiler.status(), "CUPTI device profiler");
     probe.Report("CUPTI device profiler created", &backend);
-    Check((*profiler)->BeginWindow(), "window");
+    ExitOnError((*profiler)->BeginWindow(), "window");
     {
-      Tensors t{&backend, {}};
+      DeviceTensors t(&backend);
       Tensor x = t.New(DType::kBF16, {kTokens, kDim});
       Tensor y = t.New(DType::kBF16, {kTokens, kDim});
-      Check(ops.Add(x, x, y, stream), "add");
-      Check(stream.Synchronize(), "sync");
+      ExitOnError(ops.Add(x, x, y, stream), "add");
+      ExitOnError(stream.Synchronize(), "sync");
     }
     probe.Report("CUPTI activity window open", &backend);
     ProfileRecorder recorder;
-    Check((*profiler)->EndWindow(&recorder).status(), "window end");
+    ExitOnError((*profiler)->EndWindow(&recorder).status(), "window end");
     probe.Report("CUPTI activity window closed", &backend);
   }
   {
@@ -183,11 +160,11 @@ int Main(int device, bool cupti) {
     NcclCommunicatorOptions options;
     options.device = device;
     auto nccl = NcclCommunicator::Connect(options, nullptr);
-    Check(nccl.status(), "NCCL");
-    Tensors t{&backend, {}};
+    ExitOnError(nccl.status(), "NCCL");
+    DeviceTensors t(&backend);
     Tensor values = t.New(DType::kF32, {1 << 20});
-    Check((*nccl)->AllReduce(values, ReduceOp::kSum, stream), "NCCL all-reduce");
-    Check(stream.Synchronize(), "sync");
+    ExitOnError((*nccl)->AllReduce(values, ReduceOp::kSum, stream), "NCCL all-reduce");
+    ExitOnError(stream.Synchronize(), "sync");
     probe.Report("NCCL communicator of one rank, one all-reduce", &backend);
   }
   return 0;

@@ -97,8 +97,11 @@ absl::Status AttachDevice(const RankContext& context, const DeviceRuntime& runti
   communicator_options.rank = context.rank;
   communicator_options.world_size = context.world_size;
   communicator_options.bind_address = context.bind_address;
-  communicator_options.timeout =
-      context.collective_timeout.count() > 0 ? context.collective_timeout : CommunicatorTimeout();
+  if (context.collective_timeout.count() > 0) {
+    communicator_options.timeout = context.collective_timeout;
+  } else {
+    FSDPD_ASSIGN_OR_RETURN(communicator_options.timeout, CommunicatorTimeout());
+  }
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> communicator,
                          runtime.CreateCommunicator(communicator_options, context.store));
   engine.communicator = std::make_unique<ProfilingCommunicator>(
@@ -130,8 +133,9 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   }
   fsdp_options.profiler = engine.recorder.get();
   fsdp_options.transient_grad_shards = OptimizerInBackward(spec, context);
+  FSDPD_ASSIGN_OR_RETURN(const bool optimizer_on_comm_stream, OptimizerOnCommStream());
   fsdp_options.optimizer_on_comm_stream =
-      fsdp_options.transient_grad_shards && OptimizerOnCommStream();
+      fsdp_options.transient_grad_shards && optimizer_on_comm_stream;
   FSDPD_ASSIGN_OR_RETURN(engine.state,
                          FsdpState::Create(engine.model->units(), engine.backend.get(),
                                            engine.communicator.get(), fsdp_options));

@@ -4,6 +4,8 @@
 #include <string_view>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/env_choice.h"
 #include "base/status_macros.h"
 
 namespace fsdpd {
@@ -35,18 +37,22 @@ absl::Status AllReduceHostInts(Communicator& communicator, Backend& backend,
   return AllReduceHost(communicator, backend, DType::kI32, values, op);
 }
 
-std::chrono::milliseconds CommunicatorTimeout() {
+absl::StatusOr<std::chrono::milliseconds> CommunicatorTimeout() {
   double seconds = 60.0;
   if (const char* configured = std::getenv("FSDPD_COMM_TIMEOUT_SECONDS"); configured != nullptr) {
-    double parsed = 0.0;
-    if (absl::SimpleAtod(configured, &parsed) && parsed > 0.0) seconds = parsed;
+    if (!absl::SimpleAtod(configured, &seconds) || !(seconds > 0.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FSDPD_COMM_TIMEOUT_SECONDS must be a positive number of seconds, got '",
+                       configured, "'"));
+    }
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-bool OptimizerOnCommStream() {
-  const char* configured = std::getenv("FSDPD_OPTIMIZER_STREAM");
-  return configured != nullptr && std::string_view(configured) == "comm";
+absl::StatusOr<bool> OptimizerOnCommStream() {
+  FSDPD_ASSIGN_OR_RETURN(const std::string stream,
+                         EnvChoice("FSDPD_OPTIMIZER_STREAM", {"compute", "comm"}));
+  return stream == "comm";
 }
 
 }  // namespace fsdpd

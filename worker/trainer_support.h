@@ -19,14 +19,15 @@ absl::Status AllReduceHostFloats(Communicator& communicator, Backend& backend,
 absl::Status AllReduceHostInts(Communicator& communicator, Backend& backend,
                                std::vector<int32_t>* values, ReduceOp op);
 
-// FSDPD_COMM_TIMEOUT_SECONDS, or 60 s: how long a collective may wait on a peer.
-std::chrono::milliseconds CommunicatorTimeout();
+// FSDPD_COMM_TIMEOUT_SECONDS, or 60 s: how long a collective may wait on a peer. A value that is
+// not a positive number is an error.
+absl::StatusOr<std::chrono::milliseconds> CommunicatorTimeout();
 
 // Where the optimizer in backward runs: on the compute stream (the default), or on the comm
 // stream beside backward's compute when FSDPD_OPTIMIZER_STREAM=comm. On the H200 the comm-stream
 // kernels hold every SM while they run, so the compute stream waits for them and the step is no
 // faster (bench/RESULTS.md, "The optimizer on the comm stream"); the option stays for the stream
-// priorities that would let compute go first.
-bool OptimizerOnCommStream();
+// priorities that would let compute go first. Another value than compute or comm is an error.
+absl::StatusOr<bool> OptimizerOnCommStream();
 
 }  // namespace fsdpd

@@ -44,47 +44,64 @@ __global__ void AdamWKernel(float* param, const float* grad, float* exp_avg, flo
   }
 }
 
-// Four elements a thread through 16-byte accesses (28 bytes an element move either way; the
-// wider accesses get closer to the memory's rate), one vector a thread in short blocks.
-__global__ void AdamWVectorKernel(float4* param, const float4* grad, float4* exp_avg,
-                                  float4* exp_avg_sq, int64_t vectors, AdamWScalars s) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= vectors) return;
-  float4 p = param[i];
-  const float4 g = grad[i];
-  float4 m = exp_avg[i];
-  float4 v = exp_avg_sq[i];
+// AdamWElement on each lane of one vector of four.
+__device__ __forceinline__ void AdamWVector(float4& p, const float4& g, float4& m, float4& v,
+                                            const AdamWScalars& s) {
   AdamWElement(p.x, g.x, m.x, v.x, s);
   AdamWElement(p.y, g.y, m.y, v.y, s);
   AdamWElement(p.z, g.z, m.z, v.z, s);
   AdamWElement(p.w, g.w, m.w, v.w, s);
+}
+
+// Four elements a thread through 16-byte accesses (28 bytes an element move either way; the
+// wider accesses get closer to the memory's rate), one vector a thread in short blocks.
+__global__ void AdamWVectorKernel(float4* __restrict__ param, const float4* __restrict__ grad,
+                                  float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
+                                  int64_t vectors, AdamWScalars s) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= vectors) return;
+  float4 p = param[i];
+  float4 m = exp_avg[i];
+  float4 v = exp_avg_sq[i];
+  AdamWVector(p, grad[i], m, v, s);
   param[i] = p;
   exp_avg[i] = m;
   exp_avg_sq[i] = v;
 }
 
-// AdamWVectorKernel's update in the grid-stride order of the fp32 sums of squares
-// (device_common.cuh), summing the gradient's squares on the way: one read of the gradient for
-// both the update and the norm.
-__global__ void AdamWSquareSumKernel(float4* param, const float4* grad, float4* exp_avg,
-                                     float4* exp_avg_sq, int64_t vectors, AdamWScalars s,
-                                     float* partials) {
+// AdamWVectorKernel's update in the block order of the fp32 sums of squares (device_common.cuh),
+// summing the gradient's squares on the way: one read of the gradient for both the update and
+// the norm. Each thread loads its kSquareSumVectorsPerThread vectors before it updates any, so
+// that all of its loads are in flight at once.
+__global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* __restrict__ grad,
+                                     float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
+                                     int64_t vectors, AdamWScalars s,
+                                     float* __restrict__ partials) {
+  constexpr int kVectors = kSquareSumVectorsPerThread;
   __shared__ float scratch[32];
+  const int64_t first = blockIdx.x * kSquareSumVectorsPerBlock + threadIdx.x;
+  float4 p[kVectors], g[kVectors], m[kVectors], v[kVectors];
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int64_t i = first + int64_t{k} * kSquareSumThreads;
+    if (i < vectors) {
+      p[k] = param[i];
+      g[k] = grad[i];
+      m[k] = exp_avg[i];
+      v[k] = exp_avg_sq[i];
+    }
+  }
   float sum = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    float4 p = param[i];
-    const float4 g = grad[i];
-    float4 m = exp_avg[i];
-    float4 v = exp_avg_sq[i];
-    sum = AddSquares(g, sum);
-    AdamWElement(p.x, g.x, m.x, v.x, s);
-    AdamWElement(p.y, g.y, m.y, v.y, s);
-    AdamWElement(p.z, g.z, m.z, v.z, s);
-    AdamWElement(p.w, g.w, m.w, v.w, s);
-    param[i] = p;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int64_t i = first + int64_t{k} * kSquareSumThreads;
+    if (i < vectors) {
+      sum = AddSquares(g[k], sum);
+      AdamWVector(p[k], g[k], m[k], v[k], s);
+      param[i] = p[k];
+      exp_avg[i] = m[k];
+      exp_avg_sq[i] = v[k];
+    }
   }
   sum = BlockSum(sum, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
@@ -144,7 +161,8 @@ absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_
   }
   const AdamWScalars scalars = ScalarsFor(params);
   const int64_t vectors = count / 4;
-  AdamWSquareSumKernel<<<kSquareSumBlocks, kSquareSumThreads, 0, stream>>>(
+  const int64_t blocks = SquareSumBlocks(vectors);
+  AdamWSquareSumKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
       reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
       reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars,
       partials);
@@ -155,7 +173,7 @@ absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_
                                             exp_avg_sq + done, count - done, scalars);
     CUDA_CHECK_LAUNCH("AdamWKernel");
   }
-  return FinishSquareSum(partials, grad + done, count - done, square_sum, stream);
+  return FinishSquareSum(partials, blocks, grad + done, count - done, square_sum, stream);
 }
 
 }  // namespace fsdpd::cuda

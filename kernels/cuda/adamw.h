@@ -27,7 +27,7 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
 
 // The same update, and square_sum[0] = Σ grad² exactly as SumOfSquaresFloat(grad) computes it
 // (kernels/cuda/elementwise.h), from the same read of the gradient where the shards are 16-byte
-// aligned. `partials`: SumOfSquaresScratchFloats() floats of device scratch.
+// aligned. `partials`: SumOfSquaresScratchFloats(count) floats of device scratch.
 absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_avg,
                                     float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
                                     float* partials, float* square_sum, cudaStream_t stream);

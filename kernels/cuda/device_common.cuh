@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -71,11 +72,21 @@ struct alignas(16) Bf16x8 {
 };
 
 // fp32 sums of squares over float4 vectors, alone (SumOfSquaresFloat) or inside AdamW's pass
-// (AdamWStepWithSquareSum), take the same order so that both give the same bits: a grid of
-// kSquareSumBlocks blocks of kSquareSumThreads, thread i summing vectors i, i + grid, ... lane by
-// lane (AddSquares), then BlockSum, then FinishSquareSum (kernels/cuda/elementwise.h).
-constexpr int kSquareSumBlocks = 1024;
+// (AdamWStepWithSquareSum), take the same order so that both give the same bits: short blocks of
+// kSquareSumThreads threads, block b owning vectors [b, b + 1) × kSquareSumVectorsPerBlock and
+// thread t of it vectors t, t + kSquareSumThreads, ... of that range, summed lane by lane
+// (AddSquares); then BlockSum gives the block's partial, and FinishSquareSum
+// (kernels/cuda/elementwise.h) sums the partials. Short blocks, not a grid-stride loop: AdamW's
+// pass runs at its own rate only so (bench/RESULTS.md, "The gradient norm from AdamW's own pass").
 constexpr int kSquareSumThreads = 256;
+constexpr int kSquareSumVectorsPerThread = 4;
+constexpr int64_t kSquareSumVectorsPerBlock =
+    int64_t{kSquareSumThreads} * kSquareSumVectorsPerThread;
+
+inline int64_t SquareSumBlocks(int64_t vectors) {
+  return std::max<int64_t>(1,
+                           (vectors + kSquareSumVectorsPerBlock - 1) / kSquareSumVectorsPerBlock);
+}
 
 __device__ __forceinline__ float AddSquares(const float4& v, float sum) {
   sum = fmaf(v.x, v.x, sum);

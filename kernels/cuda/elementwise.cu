@@ -110,23 +110,26 @@ __global__ void SumPartialsKernel(const float* partials, int count, float* resul
 }
 
 // The vectorised first pass, in the order device_common.cuh fixes for fp32 sums of squares.
-__global__ void SumOfSquaresVectorKernel(const float4* x, int64_t vectors, float* partials) {
+__global__ void SumOfSquaresVectorKernel(const float4* __restrict__ x, int64_t vectors,
+                                         float* __restrict__ partials) {
   __shared__ float scratch[32];
+  const int64_t first = blockIdx.x * kSquareSumVectorsPerBlock + threadIdx.x;
   float sum = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    sum = AddSquares(x[i], sum);
+#pragma unroll
+  for (int k = 0; k < kSquareSumVectorsPerThread; ++k) {
+    const int64_t i = first + int64_t{k} * kSquareSumThreads;
+    if (i < vectors) sum = AddSquares(x[i], sum);
   }
   sum = BlockSum(sum, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
 // The partials summed as SumPartialsKernel does, then the < 4 elements past the last vector.
-__global__ void FinishSquareSumKernel(const float* partials, int count, const float* tail,
+__global__ void FinishSquareSumKernel(const float* partials, int64_t count, const float* tail,
                                       int tail_count, float* result) {
   __shared__ float scratch[32];
   float sum = 0.0f;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
   sum = BlockSum(sum, scratch);
   if (threadIdx.x == 0) {
     for (int i = 0; i < tail_count; ++i) sum = fmaf(tail[i], tail[i], sum);
@@ -248,15 +251,17 @@ absl::Status ScaleFloat(float* x, int64_t count, float factor, cudaStream_t stre
 absl::Status ScaleBf16(__nv_bfloat16* x, int64_t count, float factor, cudaStream_t stream) {
   return LaunchScale(x, count, factor, stream);
 }
-int64_t SumOfSquaresScratchFloats() { return std::max(kSumBlocks, kSquareSumBlocks); }
+int64_t SumOfSquaresScratchFloats(int64_t count) {
+  return std::max<int64_t>(kSumBlocks, SquareSumBlocks(count / 4));
+}
 
-absl::Status FinishSquareSum(const float* partials, const float* tail, int64_t tail_count,
-                             float* result, cudaStream_t stream) {
+absl::Status FinishSquareSum(const float* partials, int64_t partial_count, const float* tail,
+                             int64_t tail_count, float* result, cudaStream_t stream) {
   if (tail_count < 0 || tail_count >= 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("FinishSquareSum: the tail must hold 0 to 3 elements, got ", tail_count));
   }
-  FinishSquareSumKernel<<<1, 1024, 0, stream>>>(partials, kSquareSumBlocks, tail,
+  FinishSquareSumKernel<<<1, 1024, 0, stream>>>(partials, partial_count, tail,
                                                 static_cast<int>(tail_count), result);
   CUDA_CHECK_LAUNCH("FinishSquareSumKernel");
   return absl::OkStatus();
@@ -267,10 +272,11 @@ absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, f
   if (count < 4 || !Aligned16(x)) return LaunchSumOfSquares(x, count, partials, result, stream);
   FSDPD_RETURN_IF_ERROR(CheckCount("SumOfSquares", partials, result, 1));
   const int64_t vectors = count / 4;
-  SumOfSquaresVectorKernel<<<kSquareSumBlocks, kSquareSumThreads, 0, stream>>>(
+  const int64_t blocks = SquareSumBlocks(vectors);
+  SumOfSquaresVectorKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
       reinterpret_cast<const float4*>(x), vectors, partials);
   CUDA_CHECK_LAUNCH("SumOfSquaresVectorKernel");
-  return FinishSquareSum(partials, x + vectors * 4, count - vectors * 4, result, stream);
+  return FinishSquareSum(partials, blocks, x + vectors * 4, count - vectors * 4, result, stream);
 }
 absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials, float* result,
                               cudaStream_t stream) {

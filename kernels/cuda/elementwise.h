@@ -34,15 +34,15 @@ absl::Status ScaleBf16(__nv_bfloat16* x, int64_t count, float factor, cudaStream
 // result[0] = Σ x² in fp32, reduced in a fixed order (the same input gives the same bits); an
 // fp32 x of at least 4 elements, 16-byte aligned, in the order device_common.cuh fixes, which
 // AdamWStepWithSquareSum (kernels/cuda/adamw.h) also takes. `partials` is device scratch of
-// SumOfSquaresScratchFloats() floats.
-int64_t SumOfSquaresScratchFloats();
+// SumOfSquaresScratchFloats(count) floats.
+int64_t SumOfSquaresScratchFloats(int64_t count);
 absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, float* result,
                                cudaStream_t stream);
 absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials, float* result,
                               cudaStream_t stream);
-// The last pass of that order: result[0] = the kSquareSumBlocks partials summed, then the
-// squares of tail[0..tail_count) (0 to 3 elements past the last vector).
-absl::Status FinishSquareSum(const float* partials, const float* tail, int64_t tail_count,
-                             float* result, cudaStream_t stream);
+// The last pass of that order: result[0] = the partial_count partials summed, then the squares
+// of tail[0..tail_count) (0 to 3 elements past the last vector).
+absl::Status FinishSquareSum(const float* partials, int64_t partial_count, const float* tail,
+                             int64_t tail_count, float* result, cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

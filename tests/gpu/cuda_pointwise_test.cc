@@ -280,50 +280,54 @@ TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
 // The optimizer in backward's single pass: the same update as AdamW and the same sum of the
 // gradient's squares as SumOfSquares, to the bit, in the fused kernel (16-byte aligned shards:
 // vectors, then a tail of three) and in its two-pass fallback (shards one float off alignment).
+// 100,003 elements end in a partly filled block; 6,144,003 make 1,500 block partials, more than
+// the finishing block's 1,024 threads.
 TEST_F(CudaPointwiseTest, AdamWWithGradSquareSumEqualsAdamWAndSumOfSquaresToTheBit) {
-  const int64_t count = 100003;
-  std::vector<float> param = RandomValues(random_, count + 1);
-  std::vector<float> grad = RandomValues(random_, count + 1, 0.1f);
-  std::vector<float> exp_avg = RandomValues(random_, count + 1, 0.01f);
-  std::vector<float> exp_avg_sq = RandomValues(random_, count + 1, 0.001f);
-  for (float& v : exp_avg_sq) v = std::fabs(v);
-  AdamWParams params;
-  params.lr = 1e-3;
-  params.weight_decay = 0.1;
-  params.step = 3;
-  for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
-    SCOPED_TRACE(offset);
-    // Two copies of every shard on the device, `offset` floats into their buffers.
-    auto shard = [&](const std::vector<float>& values) {
-      const Tensor whole = Upload(values, DType::kF32, {count + 1});
-      return Tensor{static_cast<char*>(whole.data) + 4 * offset, DType::kF32, {count}};
-    };
-    const Tensor fused_param = shard(param), fused_grad = shard(grad);
-    const Tensor fused_avg = shard(exp_avg), fused_avg_sq = shard(exp_avg_sq);
-    const Tensor plain_param = shard(param), plain_grad = shard(grad);
-    const Tensor plain_avg = shard(exp_avg), plain_avg_sq = shard(exp_avg_sq);
-    Tensor fused_sum = Poisoned(DType::kF32, {1});
-    Tensor plain_sum = Poisoned(DType::kF32, {1});
-    ASSERT_TRUE(gpu()
-                    .AdamWWithGradSquareSum(fused_param, fused_grad, fused_avg, fused_avg_sq,
-                                            params, fused_sum, gpu_stream())
-                    .ok());
-    ASSERT_TRUE(gpu().SumOfSquares(plain_grad, plain_sum, gpu_stream()).ok());
-    ASSERT_TRUE(
-        gpu().AdamW(plain_param, plain_grad, plain_avg, plain_avg_sq, params, gpu_stream()).ok());
-    for (const auto& [fused, plain] : {std::pair<Tensor, Tensor>{fused_param, plain_param},
-                                       {fused_avg, plain_avg},
-                                       {fused_avg_sq, plain_avg_sq},
-                                       {fused_sum, plain_sum}}) {
-      const std::vector<float> a = Download(fused), b = Download(plain);
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  for (const int64_t count : {int64_t{100003}, int64_t{6144003}}) {
+    SCOPED_TRACE(count);
+    std::vector<float> param = RandomValues(random_, count + 1);
+    std::vector<float> grad = RandomValues(random_, count + 1, 0.1f);
+    std::vector<float> exp_avg = RandomValues(random_, count + 1, 0.01f);
+    std::vector<float> exp_avg_sq = RandomValues(random_, count + 1, 0.001f);
+    for (float& v : exp_avg_sq) v = std::fabs(v);
+    AdamWParams params;
+    params.lr = 1e-3;
+    params.weight_decay = 0.1;
+    params.step = 3;
+    for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+      SCOPED_TRACE(offset);
+      // Two copies of every shard on the device, `offset` floats into their buffers.
+      auto shard = [&](const std::vector<float>& values) {
+        const Tensor whole = Upload(values, DType::kF32, {count + 1});
+        return Tensor{static_cast<char*>(whole.data) + 4 * offset, DType::kF32, {count}};
+      };
+      const Tensor fused_param = shard(param), fused_grad = shard(grad);
+      const Tensor fused_avg = shard(exp_avg), fused_avg_sq = shard(exp_avg_sq);
+      const Tensor plain_param = shard(param), plain_grad = shard(grad);
+      const Tensor plain_avg = shard(exp_avg), plain_avg_sq = shard(exp_avg_sq);
+      Tensor fused_sum = Poisoned(DType::kF32, {1});
+      Tensor plain_sum = Poisoned(DType::kF32, {1});
+      ASSERT_TRUE(gpu()
+                      .AdamWWithGradSquareSum(fused_param, fused_grad, fused_avg, fused_avg_sq,
+                                              params, fused_sum, gpu_stream())
+                      .ok());
+      ASSERT_TRUE(gpu().SumOfSquares(plain_grad, plain_sum, gpu_stream()).ok());
+      ASSERT_TRUE(
+          gpu().AdamW(plain_param, plain_grad, plain_avg, plain_avg_sq, params, gpu_stream()).ok());
+      for (const auto& [fused, plain] : {std::pair<Tensor, Tensor>{fused_param, plain_param},
+                                         {fused_avg, plain_avg},
+                                         {fused_avg_sq, plain_avg_sq},
+                                         {fused_sum, plain_sum}}) {
+        const std::vector<float> a = Download(fused), b = Download(plain);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
+      // And the sum against the CPU's double sum: fp32 partial sums, a few ulps each.
+      std::vector<float> expected(1);
+      std::vector<float> host_grad(grad.begin() + offset, grad.begin() + offset + count);
+      ASSERT_TRUE(
+          cpu_ops().SumOfSquares(Host(host_grad, {count}), Host(expected, {1}), cpu_stream()).ok());
+      EXPECT_TRUE(AllClose(Download(fused_sum), expected, 0.0, 1e-5));
     }
-    // And the sum against the CPU's double sum: fp32 partial sums, a few ulps each.
-    std::vector<float> expected(1);
-    std::vector<float> host_grad(grad.begin() + offset, grad.begin() + offset + count);
-    ASSERT_TRUE(
-        cpu_ops().SumOfSquares(Host(host_grad, {count}), Host(expected, {1}), cpu_stream()).ok());
-    EXPECT_TRUE(AllClose(Download(fused_sum), expected, 0.0, 1e-5));
   }
 }
 

@@ -320,7 +320,7 @@ absl::Status CudaOps::Scale(const Tensor& x, float factor, Stream& stream) {
 absl::Status CudaOps::SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) {
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_ASSIGN_OR_RETURN(void* scratch,
-                         ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats() * 4));
+                         ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats(x.numel()) * 4));
   auto* partials = static_cast<float*>(scratch);
   if (x.dtype == DType::kBF16) {
     return cuda::SumOfSquaresBf16(Bf16(x), x.numel(), partials, result.as<float>(), cuda_stream);
@@ -345,8 +345,8 @@ absl::Status CudaOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& 
                                              const AdamWParams& params,
                                              const Tensor& grad_square_sum, Stream& stream) {
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_ASSIGN_OR_RETURN(void* scratch,
-                         ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats() * 4));
+  FSDPD_ASSIGN_OR_RETURN(
+      void* scratch, ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats(param.numel()) * 4));
   cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
                              params.eps, params.weight_decay, params.step};
   return cuda::AdamWStepWithSquareSum(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/cuda_check.h"
+#include "base/env_choice.h"
 #include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cuda_backend.h"
@@ -53,8 +54,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
   CudaBackendConfig config;
   config.device = index_;
   // FSDPD_STREAM_PRIORITY=compute|comm: see CudaBackendConfig::stream_priority.
-  const char* priority = std::getenv("FSDPD_STREAM_PRIORITY");
-  const std::string_view chosen = priority != nullptr ? priority : "";
+  FSDPD_ASSIGN_OR_RETURN(const std::string chosen,
+                         EnvChoice("FSDPD_STREAM_PRIORITY", {"equal", "compute", "comm"}));
   using StreamPriority = CudaBackendConfig::StreamPriority;
   config.stream_priority = chosen == "compute" ? StreamPriority::kComputeFirst
                            : chosen == "comm"  ? StreamPriority::kCommFirst

@@ -1,0 +1,67 @@
+// The worker's environment knobs: an accepted value is taken, unset means the default, and a
+// mistyped one is an error that names what is accepted (never silently the default).
+#include <cstdlib>
+
+#include "base/env_choice.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/trainer_support.h"
+
+namespace fsdpd {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EnvKnobsTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* name :
+         {"FSDPD_TEST_CHOICE", "FSDPD_OPTIMIZER_STREAM", "FSDPD_COMM_TIMEOUT_SECONDS"}) {
+      unsetenv(name);
+    }
+  }
+};
+
+TEST_F(EnvKnobsTest, EnvChoiceTakesAnAcceptedNameAndRefusesAnyOther) {
+  absl::StatusOr<std::string> unset = EnvChoice("FSDPD_TEST_CHOICE", {"compute", "comm"});
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(*unset, "");
+  setenv("FSDPD_TEST_CHOICE", "", 1);
+  EXPECT_EQ(EnvChoice("FSDPD_TEST_CHOICE", {"compute", "comm"}).value_or("?"), "");
+  setenv("FSDPD_TEST_CHOICE", "comm", 1);
+  EXPECT_EQ(EnvChoice("FSDPD_TEST_CHOICE", {"compute", "comm"}).value_or("?"), "comm");
+  setenv("FSDPD_TEST_CHOICE", "Comm", 1);
+  absl::StatusOr<std::string> typo = EnvChoice("FSDPD_TEST_CHOICE", {"compute", "comm"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(typo.status().message(),
+              HasSubstr("FSDPD_TEST_CHOICE must be one of compute, comm (or unset), got 'Comm'"));
+}
+
+TEST_F(EnvKnobsTest, OptimizerStream) {
+  EXPECT_EQ(OptimizerOnCommStream().value_or(true), false);
+  setenv("FSDPD_OPTIMIZER_STREAM", "comm", 1);
+  EXPECT_EQ(OptimizerOnCommStream().value_or(false), true);
+  setenv("FSDPD_OPTIMIZER_STREAM", "compute", 1);
+  EXPECT_EQ(OptimizerOnCommStream().value_or(true), false);
+  setenv("FSDPD_OPTIMIZER_STREAM", "coms", 1);
+  EXPECT_THAT(OptimizerOnCommStream().status().message(), HasSubstr("got 'coms'"));
+}
+
+TEST_F(EnvKnobsTest, CommunicatorTimeout) {
+  EXPECT_EQ(CommunicatorTimeout().value_or(std::chrono::milliseconds(0)),
+            std::chrono::milliseconds(60000));
+  setenv("FSDPD_COMM_TIMEOUT_SECONDS", "2.5", 1);
+  EXPECT_EQ(CommunicatorTimeout().value_or(std::chrono::milliseconds(0)),
+            std::chrono::milliseconds(2500));
+  for (const char* bad : {"0", "-3", "ten", "nan"}) {
+    setenv("FSDPD_COMM_TIMEOUT_SECONDS", bad, 1);
+    absl::StatusOr<std::chrono::milliseconds> timeout = CommunicatorTimeout();
+    ASSERT_FALSE(timeout.ok()) << bad;
+    EXPECT_THAT(timeout.status().message(),
+                HasSubstr("FSDPD_COMM_TIMEOUT_SECONDS must be a positive number of seconds"));
+  }
+}
+
+}  // namespace
+}  // namespace fsdpd
