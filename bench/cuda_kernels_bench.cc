@@ -159,8 +159,13 @@ void RunMemoryBound(Bench& bench) {
   Tensor activated = bench.New(DType::kBF16, {kTokens, kHidden});
   Tensor hidden_gradient = bench.New(DType::kBF16, {kTokens, kHidden});
   bench.Bytes("  silu forward", tf * 4, [&] { return ops.SiluForward(hidden, activated, stream); });
-  bench.Bytes("  silu backward", tf * 6,
-              [&] { return ops.SiluBackward(activated, hidden, hidden_gradient, stream); });
+  bench.Bytes("  silu backward", tf * 6, [&] {
+    return ops.SiluBackward(activated, hidden, hidden_gradient, Tensor{}, stream);
+  });
+  // In place, with silu's output recomputed in the same pass (the FFN backward's form).
+  bench.Bytes("  silu backward + forward, in place", tf * 8, [&] {
+    return ops.SiluBackward(hidden_gradient, hidden, hidden_gradient, activated, stream);
+  });
 
   Tensor embedding = bench.New(DType::kBF16, {kVocab, kDim});
   Tensor embedding_gradient = bench.New(DType::kF32, {kVocab, kDim}, 0.0f);

@@ -15,14 +15,16 @@ __global__ void SiluForwardKernel(const __nv_bfloat16* x, int64_t count, __nv_bf
   }
 }
 
+// out (when not null) = silu(x) as SiluForwardKernel writes it, from the same read of x.
 __global__ void SiluBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x, int64_t count,
-                                   __nv_bfloat16* dx) {
+                                   __nv_bfloat16* dx, __nv_bfloat16* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float value = __bfloat162float(x[i]);
     const float sigmoid = 1.0f / (1.0f + __expf(-value));
     dx[i] = __float2bfloat16_rn(__bfloat162float(dout[i]) * sigmoid *
                                 (1.0f + value * (1.0f - sigmoid)));
+    if (out != nullptr) out[i] = __float2bfloat16_rn(value / (1.0f + __expf(-value)));
   }
 }
 
@@ -59,21 +61,27 @@ __global__ void SiluForwardVectorKernel(const Bf16x8* x, int64_t vectors, Bf16x8
   }
 }
 
+// kWithForward: also out = silu(x) as SiluForwardVectorKernel writes it, from the same read of
+// x. dx may be dout itself (each element is read before it is written).
+template <bool kWithForward>
 __global__ void SiluBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x, int64_t vectors,
-                                         Bf16x8* dx) {
+                                         Bf16x8* dx, Bf16x8* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
        i += int64_t{gridDim.x} * blockDim.x) {
     Bf16x8 gradient = dout[i];
     Bf16x8 in = x[i];
     Bf16x8 result;
+    Bf16x8 forward;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float2 g = __bfloat1622float2(gradient.pairs[k]);
       const float2 value = __bfloat1622float2(in.pairs[k]);
       result.pairs[k] =
           __floats2bfloat162_rn(SiluGradient(g.x, value.x), SiluGradient(g.y, value.y));
+      if (kWithForward) forward.pairs[k] = __floats2bfloat162_rn(Silu(value.x), Silu(value.y));
     }
     dx[i] = result;
+    if (kWithForward) out[i] = forward;
   }
 }
 
@@ -97,19 +105,28 @@ absl::Status SiluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* o
 }
 
 absl::Status SiluBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x, int64_t count,
-                          __nv_bfloat16* dx, cudaStream_t stream) {
+                          __nv_bfloat16* dx, __nv_bfloat16* out, cudaStream_t stream) {
   if (count < 0 || (count > 0 && (dout == nullptr || x == nullptr || dx == nullptr))) {
     return absl::InvalidArgumentError("SiluBackward: null pointer or negative count");
   }
   if (count == 0) return absl::OkStatus();
-  if (count % 8 == 0 && Aligned16(dout) && Aligned16(x) && Aligned16(dx)) {
-    SiluBackwardVectorKernel<<<GridFor(count / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const Bf16x8*>(dout), reinterpret_cast<const Bf16x8*>(x), count / 8,
-        reinterpret_cast<Bf16x8*>(dx));
+  if (count % 8 == 0 && Aligned16(dout) && Aligned16(x) && Aligned16(dx) &&
+      (out == nullptr || Aligned16(out))) {
+    const unsigned grid = GridFor(count / 8, kThreads);
+    const auto* dout8 = reinterpret_cast<const Bf16x8*>(dout);
+    const auto* x8 = reinterpret_cast<const Bf16x8*>(x);
+    auto* dx8 = reinterpret_cast<Bf16x8*>(dx);
+    if (out != nullptr) {
+      SiluBackwardVectorKernel<true><<<grid, kThreads, 0, stream>>>(dout8, x8, count / 8, dx8,
+                                                                    reinterpret_cast<Bf16x8*>(out));
+    } else {
+      SiluBackwardVectorKernel<false>
+          <<<grid, kThreads, 0, stream>>>(dout8, x8, count / 8, dx8, nullptr);
+    }
     CUDA_CHECK_LAUNCH("SiluBackwardVectorKernel");
     return absl::OkStatus();
   }
-  SiluBackwardKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(dout, x, count, dx);
+  SiluBackwardKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(dout, x, count, dx, out);
   CUDA_CHECK_LAUNCH("SiluBackwardKernel");
   return absl::OkStatus();
 }

@@ -12,8 +12,9 @@ namespace fsdpd::cuda {
 
 absl::Status SiluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* out,
                          cudaStream_t stream);
-// dx = dout · sigmoid(x) · (1 + x · (1 − sigmoid(x))), overwritten.
+// dx = dout · sigmoid(x) · (1 + x · (1 − sigmoid(x))), overwritten (dx may be dout); with out
+// not null, also out = silu(x) with the bits SiluForward gives, from the same read of x.
 absl::Status SiluBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x, int64_t count,
-                          __nv_bfloat16* dx, cudaStream_t stream);
+                          __nv_bfloat16* dx, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

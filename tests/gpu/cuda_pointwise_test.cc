@@ -92,7 +92,7 @@ TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
     Tensor out = Poisoned(DType::kBF16, {rows, width});
     Tensor dx = Poisoned(DType::kBF16, {rows, width});
     ASSERT_TRUE(gpu().SiluForward(device_x, out, gpu_stream()).ok());
-    ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, gpu_stream()).ok());
+    ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, Tensor{}, gpu_stream()).ok());
     std::vector<float> expected_out(rows * width), expected_dx(rows * width);
     ASSERT_TRUE(
         cpu_ops()
@@ -100,11 +100,45 @@ TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
             .ok());
     ASSERT_TRUE(cpu_ops()
                     .SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
-                                  Host(expected_dx, {rows, width}), cpu_stream())
+                                  Host(expected_dx, {rows, width}), Tensor{}, cpu_stream())
                     .ok());
     // __expf differs from expf by a couple of ulps, far below one bf16 rounding.
     EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-5, kBf16Relative));
     EXPECT_TRUE(AllClose(Download(dx), expected_dx, 1e-5, kBf16Relative));
+  }
+}
+
+// The FFN backward's form: dx written over dout and silu's output recomputed in the same pass.
+// Both must equal the separate kernels to the bit (the trajectory does not change), in the
+// scalar and the vector kernels, and match the CPU's reference.
+TEST_F(CudaPointwiseTest, SiluBackwardInPlaceWithForwardEqualsTheSeparateKernels) {
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{33, 515}, {32, 512}}) {
+    SCOPED_TRACE(rows * width);
+    std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * width, 3.0f));
+    std::vector<float> dout = RoundedToBf16(RandomValues(random_, rows * width));
+    Tensor device_x = Upload(x, DType::kBF16, {rows, width});
+    Tensor separate_out = Poisoned(DType::kBF16, {rows, width});
+    Tensor separate_dx = Poisoned(DType::kBF16, {rows, width});
+    ASSERT_TRUE(gpu().SiluForward(device_x, separate_out, gpu_stream()).ok());
+    ASSERT_TRUE(gpu()
+                    .SiluBackward(Upload(dout, DType::kBF16, {rows, width}), device_x, separate_dx,
+                                  Tensor{}, gpu_stream())
+                    .ok());
+    Tensor in_place = Upload(dout, DType::kBF16, {rows, width});
+    Tensor fused_out = Poisoned(DType::kBF16, {rows, width});
+    ASSERT_TRUE(gpu().SiluBackward(in_place, device_x, in_place, fused_out, gpu_stream()).ok());
+    const std::vector<float> out = Download(fused_out), dx = Download(in_place);
+    EXPECT_EQ(out, Download(separate_out));
+    EXPECT_EQ(dx, Download(separate_dx));
+
+    std::vector<float> expected_out(rows * width), expected_dx = dout;
+    Tensor host_dx = Host(expected_dx, {rows, width});
+    ASSERT_TRUE(cpu_ops()
+                    .SiluBackward(host_dx, Host(x, {rows, width}), host_dx,
+                                  Host(expected_out, {rows, width}), cpu_stream())
+                    .ok());
+    EXPECT_TRUE(AllClose(out, expected_out, 1e-5, kBf16Relative));
+    EXPECT_TRUE(AllClose(dx, expected_dx, 1e-5, kBf16Relative));
   }
 }
 

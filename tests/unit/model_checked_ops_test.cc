@@ -175,7 +175,12 @@ TEST_F(CheckedOpsTest, ElementWiseOpsRunInPlaceButNotOnPartialOverlaps) {
   Tensor x = Floats({4}, 0.0f);
   ASSERT_TRUE(ops().SiluForward(x, x, stream()).ok());
   EXPECT_EQ(x.as<float>()[0], 0.0f);
-  ASSERT_TRUE(ops().SiluBackward(b, x, b, stream()).ok());
+  ASSERT_TRUE(ops().SiluBackward(b, x, b, Tensor{}, stream()).ok());
+  // silu's output written beside the gradient must not overlap any other tensor.
+  ExpectInvalid(ops().SiluBackward(b, x, b, x, stream()), {"SiluBackward", "out", "overlaps x"});
+  ExpectInvalid(ops().SiluBackward(b, x, Floats({4}, 0.0f), b, stream()),
+                {"SiluBackward", "out", "overlaps dout"});
+  ExpectInvalid(ops().SiluBackward(b, x, b, Floats({3}, 0.0f), stream()), {"SiluBackward", "out"});
   // A same-dtype copy may be in place; a conversion, which changes element sizes, may not.
   ASSERT_TRUE(ops().Cast(a, a, stream()).ok());
   ExpectInvalid(ops().Cast(a, ViewInto(a, 0, {4}, DType::kBF16), stream()),

@@ -217,14 +217,19 @@ absl::Status CheckedOps::SiluForward(const Tensor& x, const Tensor& out, Stream&
 }
 
 absl::Status CheckedOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                      Stream& stream) {
+                                      const Tensor& out, Stream& stream) {
   OpArguments check("SiluBackward");
   FSDPD_RETURN_IF_ERROR(check.Present(x, "x"));
   FSDPD_RETURN_IF_ERROR(check.SameCount(dout, "dout", x, "x"));
   FSDPD_RETURN_IF_ERROR(check.SameCount(dx, "dx", x, "x"));
   FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(dx, "dx", dout, "dout"));
   FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(dx, "dx", x, "x"));
-  return inner_->SiluBackward(dout, x, dx, stream);
+  if (out.data != nullptr) {
+    FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", x, "x"));
+    FSDPD_RETURN_IF_ERROR(
+        NoOverlap(check, {{&out, "out"}}, {{&dout, "dout"}, {&x, "x"}, {&dx, "dx"}}));
+  }
+  return inner_->SiluBackward(dout, x, dx, out, stream);
 }
 
 absl::Status CheckedOps::Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {

@@ -151,10 +151,12 @@ absl::Status CpuOps::SiluForward(const Tensor& x, const Tensor& out, Stream&) {
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx, Stream&) {
+absl::Status CpuOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
+                                  const Tensor& out, Stream&) {
   OpArguments check("SiluBackward");
-  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&x, "x"}, {&dout, "dout"}, {&dx, "dx"}}));
+  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&x, "x"}, {&dout, "dout"}, {&dx, "dx"}, {&out, "out"}}));
   cpu::SiluBackward(dout.as<float>(), x.as<float>(), x.numel(), dx.as<float>());
+  if (out.data != nullptr) cpu::SiluForward(x.as<float>(), x.numel(), out.as<float>());
   return absl::OkStatus();
 }
 

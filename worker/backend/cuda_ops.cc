@@ -240,11 +240,13 @@ absl::Status CudaOps::SiluForward(const Tensor& x, const Tensor& out, Stream& st
 }
 
 absl::Status CudaOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                   Stream& stream) {
+                                   const Tensor& out, Stream& stream) {
   OpArguments check("SiluBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&x, "x", kBf}, {&dout, "dout", kBf}, {&dx, "dx", kBf}}));
-  return cuda::SiluBackward(Bf16(dout), Bf16(x), x.numel(), MutableBf16(dx), cuda_stream);
+  FSDPD_RETURN_IF_ERROR(
+      Dtypes(check, {{&x, "x", kBf}, {&dout, "dout", kBf}, {&dx, "dx", kBf}, {&out, "out", kBf}}));
+  return cuda::SiluBackward(Bf16(dout), Bf16(x), x.numel(), MutableBf16(dx), MutableBf16(out),
+                            cuda_stream);
 }
 
 absl::Status CudaOps::Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {

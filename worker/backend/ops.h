@@ -74,9 +74,11 @@ class Ops {
                                          const Tensor& dqkv, Stream& stream) = 0;
 
   virtual absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) = 0;
-  // dx overwritten.
+  // dx overwritten (dx may be dout itself). With out.data != nullptr also out = silu(x), as
+  // SiluForward writes it, from the same pass: the backward that recomputes the activation the
+  // next product needs (the FFN's down projection's weight gradient).
   virtual absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                    Stream& stream) = 0;
+                                    const Tensor& out, Stream& stream) = 0;
 
   // out = a + b (out may alias a or b).
   virtual absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) = 0;
@@ -117,44 +119,44 @@ class Ops {
 // The declarations of every Ops member, for a class that implements them all (a backend's ops
 // or a decorator): `class CpuOps : public Ops { public: FSDPD_OPS_OVERRIDES };`. Keep in step
 // with the pure virtual list above.
-#define FSDPD_OPS_OVERRIDES                                                                        \
-  absl::Status EmbeddingForward(const Tensor& weight, const Tensor& tokens, const Tensor& out,     \
-                                Stream& stream) override;                                          \
-  absl::Status EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dweight,  \
-                                 Stream& stream) override;                                         \
-  absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,                   \
-                              const Tensor& out, const Tensor& rstd, Stream& stream) override;     \
-  absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \
-                               const Tensor& rstd, const Tensor& dx, Write dx_write,               \
-                               const Tensor& dweight, Write dweight_write, Stream& stream)         \
-      override;                                                                                    \
-  absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,            \
-                             const Tensor& out, Stream& stream) override;                          \
-  absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,           \
-                              const Tensor& dx, const Tensor& dweight, const Tensor& dbias,        \
-                              Write grad_write, Stream& stream) override;                          \
-  absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal, const Tensor& out,  \
-                                const Tensor& lse, Stream& stream) override;                       \
-  absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,         \
-                                 const Tensor& lse, int64_t heads, bool causal,                    \
-                                 const Tensor& dqkv, Stream& stream) override;                     \
-  absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) override;           \
-  absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx, Stream& stream) \
-      override;                                                                                    \
-  absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) override;  \
-  absl::Status HeadCrossEntropy(const Tensor& x, const Tensor& head, const Tensor& targets,        \
-                                double loss_scale, const Tensor& loss, const Tensor& dx,           \
-                                const Tensor& dhead, Stream& stream) override;                     \
-  absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) override;                \
-  absl::Status RoundToBf16(const Tensor& x, Stream& stream) override;                              \
-  absl::Status Fill(const Tensor& x, float value, Stream& stream) override;                        \
-  absl::Status Scale(const Tensor& x, float factor, Stream& stream) override;                      \
-  absl::Status SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) override;       \
-  absl::Status AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,               \
-                     const Tensor& exp_avg_sq, const AdamWParams& params, Stream& stream)          \
-      override;                                                                                    \
-  absl::Status AdamWWithGradSquareSum(                                                             \
-      const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,    \
+#define FSDPD_OPS_OVERRIDES                                                                       \
+  absl::Status EmbeddingForward(const Tensor& weight, const Tensor& tokens, const Tensor& out,    \
+                                Stream& stream) override;                                         \
+  absl::Status EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dweight, \
+                                 Stream& stream) override;                                        \
+  absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,                  \
+                              const Tensor& out, const Tensor& rstd, Stream& stream) override;    \
+  absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,         \
+                               const Tensor& rstd, const Tensor& dx, Write dx_write,              \
+                               const Tensor& dweight, Write dweight_write, Stream& stream)        \
+      override;                                                                                   \
+  absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,           \
+                             const Tensor& out, Stream& stream) override;                         \
+  absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \
+                              const Tensor& dx, const Tensor& dweight, const Tensor& dbias,       \
+                              Write grad_write, Stream& stream) override;                         \
+  absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal, const Tensor& out, \
+                                const Tensor& lse, Stream& stream) override;                      \
+  absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,        \
+                                 const Tensor& lse, int64_t heads, bool causal,                   \
+                                 const Tensor& dqkv, Stream& stream) override;                    \
+  absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) override;          \
+  absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,                \
+                            const Tensor& out, Stream& stream) override;                          \
+  absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) override; \
+  absl::Status HeadCrossEntropy(const Tensor& x, const Tensor& head, const Tensor& targets,       \
+                                double loss_scale, const Tensor& loss, const Tensor& dx,          \
+                                const Tensor& dhead, Stream& stream) override;                    \
+  absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) override;               \
+  absl::Status RoundToBf16(const Tensor& x, Stream& stream) override;                             \
+  absl::Status Fill(const Tensor& x, float value, Stream& stream) override;                       \
+  absl::Status Scale(const Tensor& x, float factor, Stream& stream) override;                     \
+  absl::Status SumOfSquares(const Tensor& x, const Tensor& result, Stream& stream) override;      \
+  absl::Status AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,              \
+                     const Tensor& exp_avg_sq, const AdamWParams& params, Stream& stream)         \
+      override;                                                                                   \
+  absl::Status AdamWWithGradSquareSum(                                                            \
+      const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,   \
       const AdamWParams& params, const Tensor& grad_square_sum, Stream& stream) override;
 
 }  // namespace fsdpd

@@ -71,9 +71,9 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   FSDPD_NEW(residual_gradient_, act, rows_by_dim);
   FSDPD_NEW(normed_gradient_, act, rows_by_dim);
   FSDPD_NEW(activated_, act, rows_by_hidden);
-  // The gradient at silu's output and the attention branch's gradients are never alive at
-  // once (a block's backward is done with the FFN branch before the attention branch starts):
-  // one buffer holds either, [T, F] or [T, D] followed by [T, 3D].
+  // The gradient at silu's output (then, in place, at its input) and the attention branch's
+  // gradients are never alive at once (a block's backward is done with the FFN branch before the
+  // attention branch starts): one buffer holds either, [T, F] or [T, D] followed by [T, 3D].
   Tensor branch_gradients;
   FSDPD_NEW(branch_gradients, act,
             (std::vector<int64_t>{std::max(tokens_ * hidden, tokens_ * 4 * dim)}));

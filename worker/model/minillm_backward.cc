@@ -76,15 +76,18 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
 
   // Each of the block's parameters is used once, so its gradient is written, not accumulated:
   // block_grads needs no zeroing (Write::kOverwrite below).
-  // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))).
-  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+  // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))). ffn.2's input gradient
+  // first; then one pass over ffn_hidden turns it into the gradient at ffn_hidden (in place) and
+  // recomputes silu's output, which ffn.2's weight gradient reads last.
+  const Tensor& hidden_gradient = activated_gradient_;
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
-                                            activated_gradient_, gradient("ffn.2.weight"), no_bias,
+                                            activated_gradient_, Tensor{}, no_bias,
                                             Write::kOverwrite, stream_));
-  // ffn.2's backward has read silu's output: its buffer now takes the gradient at ffn_hidden.
-  const Tensor& hidden_gradient = activated_;
-  FSDPD_RETURN_IF_ERROR(
-      ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient,
+                                          activated_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
+                                            Tensor{}, gradient("ffn.2.weight"), no_bias,
+                                            Write::kOverwrite, stream_));
   if (recompute == ActivationRecompute::kNone) {
     // norm2's output, recomputed (its rstd is rewritten with the very same values).
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),

@@ -69,9 +69,13 @@ OpCost LinearBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& wei
   const double product = 2.0 * rows * Elements(weight);
   // An accumulated gradient is read as well as written.
   const double gradient_passes = grad_write == Write::kAccumulate ? 2.0 : 1.0;
-  double flops = product;  // dweight (+)= doutᵀ · x
-  double bytes = Bytes(dout) + Bytes(x) + gradient_passes * Bytes(dweight);
-  if (dx.data != nullptr) {
+  double flops = 0.0;
+  double bytes = Bytes(dout);
+  if (dweight.data != nullptr) {  // dweight (+)= doutᵀ · x
+    flops += product;
+    bytes += Bytes(x) + gradient_passes * Bytes(dweight);
+  }
+  if (dx.data != nullptr) {  // dx = dout · weight
     flops += product;
     bytes += Bytes(weight) + Bytes(dx);
   }
@@ -97,8 +101,9 @@ OpCost SiluForwardCost(const Tensor& x, const Tensor& out) {
   return {4.0 * Elements(x), Bytes(x) + Bytes(out)};
 }
 
-OpCost SiluBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& dx) {
-  return {7.0 * Elements(x), Bytes(dout) + Bytes(x) + Bytes(dx)};
+OpCost SiluBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& dx, const Tensor& out) {
+  // The gradient's 7 operations, and the forward's 4 when `out` is written too.
+  return {7.0 * Elements(x) + 4.0 * Elements(out), Bytes(dout) + Bytes(x) + Bytes(dx) + Bytes(out)};
 }
 
 OpCost AddCost(const Tensor& a, const Tensor& b, const Tensor& out) {

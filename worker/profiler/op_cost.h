@@ -41,7 +41,7 @@ OpCost AttentionForwardCost(const Tensor& qkv, bool causal, const Tensor& out, c
 OpCost AttentionBackwardCost(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, bool causal, const Tensor& dqkv);
 OpCost SiluForwardCost(const Tensor& x, const Tensor& out);
-OpCost SiluBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& dx);
+OpCost SiluBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& dx, const Tensor& out);
 OpCost AddCost(const Tensor& a, const Tensor& b, const Tensor& out);
 // x[T, D], head[V, D]: logits, dx and dhead products (3 · 2·T·V·D) plus the softmax; logits
 // are never written, dhead is accumulated.

@@ -82,11 +82,11 @@ absl::Status ProfilingOps::SiluForward(const Tensor& x, const Tensor& out, Strea
 }
 
 absl::Status ProfilingOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                        Stream& stream) {
+                                        const Tensor& out, Stream& stream) {
   return Run(
       "silu_backward", stream, {&dout, &x},
-      [&] { return inner_->SiluBackward(dout, x, dx, stream); },
-      [&] { return SiluBackwardCost(dout, x, dx); });
+      [&] { return inner_->SiluBackward(dout, x, dx, out, stream); },
+      [&] { return SiluBackwardCost(dout, x, dx, out); });
 }
 
 absl::Status ProfilingOps::Add(const Tensor& a, const Tensor& b, const Tensor& out,
