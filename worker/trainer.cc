@@ -136,6 +136,7 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   FSDPD_ASSIGN_OR_RETURN(const bool optimizer_on_comm_stream, OptimizerOnCommStream());
   fsdp_options.optimizer_on_comm_stream =
       fsdp_options.transient_grad_shards && optimizer_on_comm_stream;
+  FSDPD_ASSIGN_OR_RETURN(fsdp_options.prefetch_units, PrefetchUnits());
   FSDPD_ASSIGN_OR_RETURN(engine.state,
                          FsdpState::Create(engine.model->units(), engine.backend.get(),
                                            engine.communicator.get(), fsdp_options));

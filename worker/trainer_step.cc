@@ -82,6 +82,7 @@ absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train
   std::vector<float> loss = {0.0f};
   FSDPD_ASSIGN_OR_RETURN(loss[0], ForwardBackwardUpdate(engine, train, adamw, optimizer_in_backward,
                                                         batch, &outcome.grad_norm));
+  FSDPD_RETURN_IF_ERROR(engine.state->PrefetchRootForNextStep());
   // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
   {
     ProfileRange range(recorder, "", kPhaseComm, "loss all-reduce");

@@ -55,4 +55,10 @@ absl::StatusOr<bool> OptimizerOnCommStream() {
   return stream == "comm";
 }
 
+absl::StatusOr<int> PrefetchUnits() {
+  FSDPD_ASSIGN_OR_RETURN(const std::string units,
+                         EnvChoice("FSDPD_PREFETCH_UNITS", {"1", "2", "3"}));
+  return units.empty() ? 1 : units[0] - '0';
+}
+
 }  // namespace fsdpd

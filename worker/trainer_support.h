@@ -30,4 +30,7 @@ absl::StatusOr<std::chrono::milliseconds> CommunicatorTimeout();
 // priorities that would let compute go first. Another value than compute or comm is an error.
 absl::StatusOr<bool> OptimizerOnCommStream();
 
+// FsdpOptions::prefetch_units from FSDPD_PREFETCH_UNITS (1, 2 or 3; unset: 1).
+absl::StatusOr<int> PrefetchUnits();
+
 }  // namespace fsdpd

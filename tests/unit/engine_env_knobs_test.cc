@@ -15,8 +15,8 @@ using ::testing::HasSubstr;
 class EnvKnobsTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* name :
-         {"FSDPD_TEST_CHOICE", "FSDPD_OPTIMIZER_STREAM", "FSDPD_COMM_TIMEOUT_SECONDS"}) {
+    for (const char* name : {"FSDPD_TEST_CHOICE", "FSDPD_OPTIMIZER_STREAM",
+                             "FSDPD_COMM_TIMEOUT_SECONDS", "FSDPD_PREFETCH_UNITS"}) {
       unsetenv(name);
     }
   }
@@ -46,6 +46,15 @@ TEST_F(EnvKnobsTest, OptimizerStream) {
   EXPECT_EQ(OptimizerOnCommStream().value_or(true), false);
   setenv("FSDPD_OPTIMIZER_STREAM", "coms", 1);
   EXPECT_THAT(OptimizerOnCommStream().status().message(), HasSubstr("got 'coms'"));
+}
+
+TEST_F(EnvKnobsTest, PrefetchUnits) {
+  EXPECT_EQ(PrefetchUnits().value_or(0), 1);
+  setenv("FSDPD_PREFETCH_UNITS", "2", 1);
+  EXPECT_EQ(PrefetchUnits().value_or(0), 2);
+  setenv("FSDPD_PREFETCH_UNITS", "4", 1);
+  EXPECT_THAT(PrefetchUnits().status().message(),
+              HasSubstr("FSDPD_PREFETCH_UNITS must be one of 1, 2, 3 (or unset), got '4'"));
 }
 
 TEST_F(EnvKnobsTest, CommunicatorTimeout) {

@@ -24,7 +24,7 @@ ModelConfig TinyConfig() {
   ModelConfig config;
   config.vocab = 37;
   config.dim = 16;
-  config.layers = 2;
+  config.layers = 4;  // enough for gathers issued up to three units ahead
   config.heads = 2;
   config.ffn_hidden = 24;
   return config;
@@ -107,6 +107,57 @@ TEST(FsdpStateTest, ShardedGradientsAtAnyWorldSizeEqualTheWholeBatchGradient) {
   ExpectSameGradients(RunStep(3, options), single, "world 3");
   options.reshard_after_forward = false;
   ExpectSameGradients(RunStep(2, options), single, "world 2 without reshard");
+  options.reshard_after_forward = true;
+  options.prefetch_units = 2;
+  ExpectSameGradients(RunStep(2, options), single, "world 2, gathers two units ahead");
+  options.prefetch_units = 3;
+  ExpectSameGradients(RunStep(3, options), single, "world 3, gathers three units ahead");
+}
+
+// The root's gather issued at the end of a step is what the next step's forward uses; a master
+// loaded from the host afterwards replaces it (a restore must never train on stale weights).
+TEST(FsdpStateTest, ThePrefetchedRootIsUsedUnlessALoadedMasterReplacesIt) {
+  const ModelConfig config = TinyConfig();
+  std::vector<int32_t> tokens(kGlobalBatch * kSeq), targets(kGlobalBatch * kSeq);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 5 + 1) % config.vocab);
+    targets[i] = static_cast<int32_t>((i * 13 + 2) % config.vocab);
+  }
+  testing::RunRanks(1, [&](Communicator& communicator) {
+    CpuBackend backend;
+    auto model = MiniLLM::Create(config, kGlobalBatch, kSeq, &backend);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto make_state = [&]() {
+      auto state = FsdpState::Create((*model)->units(), &backend, &communicator, FsdpOptions{});
+      EXPECT_TRUE(state.ok()) << state.status();
+      EXPECT_TRUE(InitializeWeightsFromSeed(config, 11, **state).ok());
+      return std::move(*state);
+    };
+    std::unique_ptr<FsdpState> state = make_state();
+    const int root = state->num_units() - 1;
+    auto loss = [&](FsdpState& s) {
+      absl::StatusOr<float> value = s.ForwardBackward(**model, tokens.data(), targets.data());
+      EXPECT_TRUE(value.ok()) << value.status();
+      return value.value_or(-1.0f);
+    };
+    const float first = loss(*state);
+    const int64_t bytes_before = backend.memory_stats().current_bytes;
+    ASSERT_TRUE(state->PrefetchRootForNextStep().ok());
+    EXPECT_GT(backend.memory_stats().current_bytes, bytes_before) << "the root was gathered";
+    EXPECT_EQ(loss(*state), first);
+    EXPECT_EQ(backend.memory_stats().current_bytes, bytes_before) << "and freed after the head";
+
+    ASSERT_TRUE(state->PrefetchRootForNextStep().ok());
+    std::vector<float> values;
+    ASSERT_TRUE(state->GatherMasterToHost(root, &values).ok());
+    for (float& v : values) v *= 0.5f;
+    ASSERT_TRUE(state->LoadMasterFromHost(root, values).ok());
+    const float after_load = loss(*state);
+    EXPECT_NE(after_load, first);
+    std::unique_ptr<FsdpState> fresh = make_state();
+    ASSERT_TRUE(fresh->LoadMasterFromHost(root, values).ok());
+    EXPECT_EQ(after_load, loss(*fresh));
+  });
 }
 
 TEST(FsdpStateTest, Bf16ParametersChangeTheLossButNotItsWorldInvariance) {

@@ -1,5 +1,7 @@
 #include "worker/fsdp/fsdp_state.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
@@ -203,8 +205,11 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
     if (layers > 0) FSDPD_RETURN_IF_ERROR(IssueGather(0));
     FSDPD_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
   }
+  const int ahead = std::max(options_.prefetch_units, 1);
   for (int layer = 0; layer < layers; ++layer) {
-    if (layer + 1 < layers) FSDPD_RETURN_IF_ERROR(IssueGather(layer + 1));
+    for (int next = layer + 1; next <= layer + ahead && next < layers; ++next) {
+      FSDPD_RETURN_IF_ERROR(IssueGather(next));
+    }
     ProfileRange range(profiler, units_[layer].name, kPhaseForward);
     FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
     FSDPD_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
@@ -227,7 +232,9 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   // reduce-scatter right after issuing it would stall compute until it ends.
   int unconsumed = -1;
   for (int layer = layers - 1; layer >= 0; --layer) {
-    if (layer > 0) FSDPD_RETURN_IF_ERROR(IssueGather(layer - 1));
+    for (int next = layer - 1; next >= layer - ahead && next >= 0; --next) {
+      FSDPD_RETURN_IF_ERROR(IssueGather(next));
+    }
     {
       ProfileRange range(profiler, units_[layer].name, kPhaseBackward);
       FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
@@ -283,6 +290,12 @@ absl::Status FsdpState::LoadMasterFromHost(int unit, const std::vector<float>& v
     return absl::InvalidArgumentError(absl::StrCat("unit ", units_[unit].name, " has ",
                                                    layout.numel, " parameters, got ", values.size(),
                                                    " values"));
+  }
+  if (unsharded_[unit].params != nullptr) {
+    // Gathered from the old master (PrefetchRootForNextStep): compute is ordered after that
+    // gather before its buffer goes back to the allocator, and the next use gathers again.
+    FSDPD_RETURN_IF_ERROR(unsharded_[unit].params_ready->WaitOn(backend_->compute_stream()));
+    ReleaseParams(unit);
   }
   std::vector<float> slice(static_cast<size_t>(layout.shard_numel), 0.0f);
   std::copy(values.begin() + layout.shard_offset,

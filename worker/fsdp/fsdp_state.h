@@ -41,6 +41,10 @@ struct FsdpOptions {
   // gather of the unit comes after the update on the same stream, and the gradient shard's
   // buffer is retired until compute is ordered after it (the results are bit-identical).
   bool optimizer_on_comm_stream = false;
+  // How many units ahead of compute the gathers are issued, in forward and in backward. 1: the
+  // next unit's gather overlaps this unit's compute; 2: each gather has a whole unit's compute
+  // of slack before it is needed, for one more unsharded parameter buffer alive.
+  int prefetch_units = 1;
   // Told which unit and phase (forward, backward, comm) the work belongs to; null: not profiled.
   ProfileRecorder* profiler = nullptr;
 };
@@ -95,12 +99,18 @@ class FsdpState {
 
   bool transient_grad_shards() const { return options_.transient_grad_shards; }
 
+  // Issues the root unit's gather for the next step's forward, ordered after the updates queued
+  // so far: called once a step's optimizer work is queued, so that the next step starts on
+  // gathered parameters instead of waiting for the root's cast. A later LoadMasterFromHost of the
+  // root drops it.
+  absl::Status PrefetchRootForNextStep() { return IssueGather(num_units() - 1); }
+
   // Collective: every rank must call it. Leaves the whole unpadded fp32 master of `unit` in
   // `values` on every rank.
   absl::Status GatherMasterToHost(int unit, std::vector<float>* values);
 
   // Copies unpadded values of a whole unit (host) into this rank's master slice; padding stays
-  // zero. Not collective.
+  // zero, and a gather of the unit already issued is dropped. Not collective.
   absl::Status LoadMasterFromHost(int unit, const std::vector<float>& values);
 
  private:
