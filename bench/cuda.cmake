@@ -4,5 +4,5 @@ if(FSDPD_CUDA AND TARGET fsdpd_cuda_backend)
   target_link_libraries(cuda_kernels_bench PRIVATE fsdpd_cuda_backend fsdpd_kernels_cuda fsdpd_model)
   # The device memory a worker's setup takes outside the caching allocator, stage by stage.
   add_executable(cuda_memory_probe ${CMAKE_CURRENT_LIST_DIR}/cuda_memory_probe.cc)
-  target_link_libraries(cuda_memory_probe PRIVATE fsdpd_cuda_backend fsdpd_profiler fsdpd_nccl)
+  target_link_libraries(cuda_memory_probe PRIVATE fsdpd_cuda_backend fsdpd_profiler fsdpd_nccl fsdpd_engine)
 endif()

@@ -2,13 +2,17 @@
 // (cudaMemGetInfo) after each thing a CUDA worker sets up, on the seed's shapes (T=8192 tokens,
 // D=2048, H=16, F=8192, V=32000). Each stage's tensors are freed into the allocator's cache, so
 // "outside" = driver used − the allocator's reserved bytes. Usage: cuda_memory_probe
-// [--device N] [--cupti]; the last stage creates an NCCL communicator of one rank. Run it alone on
-// the device: cudaMemGetInfo counts every process.
+// [--device N] [--cupti]; the last stage creates an NCCL communicator of one rank, then the host
+// time of the step report's memory queries is printed. Run it alone on the device:
+// cudaMemGetInfo counts every process.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "bench/seed_device_tensors.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/device/cuda_memory.h"
 #include "worker/profiler/cuda_device_profiler.h"
 #include "worker/profiler/profile_recorder.h"
 
@@ -53,6 +58,32 @@ class Probe {
  private:
   int64_t last_ = 0;
 };
+
+// What reading the device memory costs the host: a step report asks NVML for this process's
+// bytes and the driver for the device's, between two steps, while the GPU waits.
+void TimeMemoryQueries(int device) {
+  auto median_microseconds = [](const std::function<void()>& query) {
+    std::vector<double> times;
+    for (int i = 0; i < 21; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      query();
+      times.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  std::string source;
+  const double process = median_microseconds([&] {
+    absl::StatusOr<MemoryInUse> used = DeviceMemoryInUse(device);
+    source = used.ok() ? used->source : std::string(used.status().message());
+  });
+  const double driver = median_microseconds([&] { (void)QueryDriverMemory(device); });
+  std::printf(
+      "host time a query, median of 21: process memory (%s) %.1f us, driver memory %.1f us\n",
+      source.c_str(), process, driver);
+}
 
 int Main(int device, bool cupti) {
   ExitOnError(cudaSetDevice(device) == cudaSuccess ? absl::OkStatus()
@@ -167,6 +198,7 @@ int Main(int device, bool cupti) {
     ExitOnError(stream.Synchronize(), "sync");
     probe.Report("NCCL communicator of one rank, one all-reduce", &backend);
   }
+  TimeMemoryQueries(device);
   return 0;
 }
 

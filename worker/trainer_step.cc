@@ -83,8 +83,9 @@ absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train
   FSDPD_ASSIGN_OR_RETURN(loss[0], ForwardBackwardUpdate(engine, train, adamw, optimizer_in_backward,
                                                         batch, &outcome.grad_norm));
   FSDPD_RETURN_IF_ERROR(engine.state->PrefetchRootForNextStep());
-  // Every rank's loss is the mean over equally many tokens: their mean is the global mean.
-  {
+  // Every rank's loss is the mean over equally many tokens: their mean is the global mean (one
+  // rank's is its own: no device round trip).
+  if (communicator.world_size() > 1) {
     ProfileRange range(recorder, "", kPhaseComm, "loss all-reduce");
     FSDPD_RETURN_IF_ERROR(AllReduceHostFloats(communicator, backend, &loss, ReduceOp::kAverage));
   }

@@ -219,12 +219,10 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
 
   // The head's forward and backward are fused; reduce-scatter averages, so no loss scaling.
   // The profile counts the fused op in forward, where the loss is computed.
-  absl::StatusOr<float> loss;
   {
     ProfileRange range(profiler, root_name, kPhaseForward, "head and loss");
     FSDPD_RETURN_IF_ERROR(AllocateGrads(root, GradientFill::kWhole));
-    loss = model.HeadForwardBackward(Params(root), Grads(root), 1.0);
-    if (!loss.ok()) return loss.status();
+    FSDPD_RETURN_IF_ERROR(model.HeadForwardBackward(Params(root), Grads(root), 1.0));
     ReleaseParams(root);
   }
 
@@ -266,7 +264,8 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   FSDPD_RETURN_IF_ERROR(reduced->Record(backend_->comm_stream()));
   FSDPD_RETURN_IF_ERROR(reduced->WaitOn(backend_->compute_stream()));
   retired_grads_.clear();
-  return *loss;
+  // Read back only now that the whole step is queued: the host never waits mid-step.
+  return model.Loss();
 }
 
 absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values) {

@@ -129,6 +129,7 @@ absl::Status BackendMiniLLM::BeginStep(const int32_t* tokens, const int32_t* tar
   FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(tokens, token_ids_, stream_));
   FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(targets, target_ids_, stream_));
   phase_ = Phase::kStepBegun;
+  loss_queued_ = false;
   return absl::OkStatus();
 }
 

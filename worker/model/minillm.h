@@ -9,9 +9,10 @@
 //   BeginStep(tokens, targets)
 //   EmbedForward(root)                         root unit gathered first
 //   BlockForward(i, block_i) for i = 0..L-1    each block gathered (prefetch i+1), then freed
-//   loss = HeadForwardBackward(root, root_grad)  fused head + cross-entropy + its backward
+//   HeadForwardBackward(root, root_grad)       fused head + cross-entropy + its backward
 //   BlockBackward(i, block_i, grad_i) for i = L-1..0
 //   EmbedBackward(root_grad)
+//   loss = Loss()                              read back once the whole step is queued
 // With config.activation_recompute, BlockBackward first recomputes what forward did not keep
 // (ffn.0's output, or the block's whole forward) from the same inputs with the same kernels.
 // The activation workspace is allocated once, by Create, for the chosen recompute.
@@ -43,12 +44,15 @@ class MiniLLM {
   virtual absl::Status BeginStep(const int32_t* tokens, const int32_t* targets) = 0;
   virtual absl::Status EmbedForward(const Tensor& root_params) = 0;
   virtual absl::Status BlockForward(int layer, const Tensor& block_params) = 0;
-  // Returns the mean loss (fp32, synced to the host). Accumulates root gradients (head,
-  // final norm) into root_grads, scaled by loss_scale (1/world_size folds FSDP's average in
-  // when reduce-scatter sums; 1.0 when it averages).
-  virtual absl::StatusOr<float> HeadForwardBackward(const Tensor& root_params,
-                                                    const Tensor& root_grads,
-                                                    double loss_scale) = 0;
+  // Queues the mean loss (fp32, kept on the device until Loss()) and accumulates root gradients
+  // (head, final norm) into root_grads, scaled by loss_scale (1/world_size folds FSDP's average
+  // in when reduce-scatter sums; 1.0 when it averages). Nothing waits for the device here, so
+  // backward is queued while the head still runs.
+  virtual absl::Status HeadForwardBackward(const Tensor& root_params, const Tensor& root_grads,
+                                           double loss_scale) = 0;
+  // The mean loss of the last HeadForwardBackward, read back to the host: waits for the work
+  // queued on the model's stream so far, so a step calls it once its work is queued.
+  virtual absl::StatusOr<float> Loss() = 0;
   // Overwrites the gradient of every parameter of the block in block_grads (whatever was there
   // before); elements past the block's parameters (FSDP's padding) are left alone.
   virtual absl::Status BlockBackward(int layer, const Tensor& block_params,

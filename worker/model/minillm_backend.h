@@ -45,8 +45,9 @@ class BackendMiniLLM : public MiniLLM {
   absl::Status BeginStep(const int32_t* tokens, const int32_t* targets) override;
   absl::Status EmbedForward(const Tensor& root_params) override;
   absl::Status BlockForward(int layer, const Tensor& block_params) override;
-  absl::StatusOr<float> HeadForwardBackward(const Tensor& root_params, const Tensor& root_grads,
-                                            double loss_scale) override;
+  absl::Status HeadForwardBackward(const Tensor& root_params, const Tensor& root_grads,
+                                   double loss_scale) override;
+  absl::StatusOr<float> Loss() override;
   absl::Status BlockBackward(int layer, const Tensor& block_params,
                              const Tensor& block_grads) override;
   absl::Status EmbedBackward(const Tensor& root_grads) override;
@@ -101,6 +102,7 @@ class BackendMiniLLM : public MiniLLM {
 
   Phase phase_ = Phase::kIdle;
   int next_layer_ = 0;
+  bool loss_queued_ = false;  // loss_ holds this step's loss once its work has run
   int forwarded_layer_ = -1;  // whose activations ForwardToFfnHidden last wrote
 };
 

@@ -8,9 +8,8 @@
 
 namespace fsdpd::minillm_internal {
 
-absl::StatusOr<float> BackendMiniLLM::HeadForwardBackward(const Tensor& root_params,
-                                                          const Tensor& root_grads,
-                                                          double loss_scale) {
+absl::Status BackendMiniLLM::HeadForwardBackward(const Tensor& root_params,
+                                                 const Tensor& root_grads, double loss_scale) {
   if (phase_ != Phase::kForward || next_layer_ != config_.layers) {
     return absl::FailedPreconditionError(
         absl::StrCat("MiniLLM::HeadForwardBackward: every block's forward must run first (",
@@ -30,11 +29,19 @@ absl::StatusOr<float> BackendMiniLLM::HeadForwardBackward(const Tensor& root_par
         final_rstd_, residual_gradient_, Write::kOverwrite,
         Parameter(root_grads, root_unit(), "norm.weight"), Write::kAccumulate, stream_));
   }
+  phase_ = Phase::kBackward;
+  next_layer_ = static_cast<int>(config_.layers) - 1;
+  loss_queued_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> BackendMiniLLM::Loss() {
+  if (!loss_queued_) {
+    return absl::FailedPreconditionError("MiniLLM::Loss: no HeadForwardBackward has run");
+  }
   float loss = 0.0f;
   FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(loss_, &loss, stream_));
   FSDPD_RETURN_IF_ERROR(stream_.Synchronize());
-  phase_ = Phase::kBackward;
-  next_layer_ = static_cast<int>(config_.layers) - 1;
   return loss;
 }
 
