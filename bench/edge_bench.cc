@@ -7,7 +7,7 @@
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32]
+//              [--fp32] [--mma-peak]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -313,6 +313,28 @@ int SweepAttention(int device, int64_t batch, int64_t seq, const ExportedModelCo
 }
 
 }  // namespace
+// The matrix units' rate with no memory traffic (VulkanBackend::MatrixUnitPeakTflops), three
+// times: the ceiling to hold the matmul blocks' TFLOP/s against.
+int ReportMatrixUnitPeak(int device) {
+  VulkanOptions options;
+  options.device = device;
+  options.precision = VulkanOptions::Precision::kFp16;
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+  if (!backend.ok()) return Fail(backend.status());
+  for (int round = 0; round < 3; ++round) {
+    absl::StatusOr<double> peak = (*backend)->MatrixUnitPeakTflops();
+    if (!peak.ok()) {
+      std::printf("matrix units alone: %s\n", std::string(peak.status().message()).c_str());
+      return 0;
+    }
+    std::printf(
+        "matrix units alone (workgroup-scope cooperative matrices, 128x256 block, fp16 products "
+        "summed in fp32, operands in registers): %.1f TFLOP/s\n",
+        *peak);
+  }
+  return 0;
+}
+
 }  // namespace fsdpd::edge
 
 int main(int argc, char** argv) {
@@ -353,6 +375,10 @@ int main(int argc, char** argv) {
   bool attention_sweep = false;
   app.add_flag("--attention-sweep", attention_sweep,
                "first check and time each attention shader on cooperative matrices");
+  bool mma_peak = false;
+  app.add_flag("--mma-peak", mma_peak,
+               "first time the matrix units alone through workgroup-scope cooperative matrices "
+               "(the ceiling of every matmul block; with --sweep-only nothing else)");
   app.add_option("--coop-block", coop_block,
                  "the cooperative-matrix block the variants use (default: the built default)");
   CLI11_PARSE(app, argc, argv);
@@ -449,9 +475,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   };
-  int failures = coop_sweep ? SweepCoopBlocks(device, rows, config.dim, config.ffn_mult) : 0;
+  int failures = mma_peak ? ReportMatrixUnitPeak(device) : 0;
+  if (coop_sweep) failures += SweepCoopBlocks(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
-  if ((coop_sweep || attention_sweep) && sweep_only) variants.clear();
+  if ((coop_sweep || attention_sweep || mma_peak) && sweep_only) variants.clear();
   for (const Variant& variant : variants) failures += run_variant(variant);
   return failures == 0 ? 0 : 1;
 }

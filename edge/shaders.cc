@@ -111,6 +111,9 @@ constexpr uint32_t kMatmulCm2128x256HU8[] =
 constexpr uint32_t kMatmulCm2256x128K64H[] =
 #include "edge/shaders/matmul_cm2_256x128_k64_h.spv.inc"
     ;
+constexpr uint32_t kMmaPeakCm2[] =
+#include "edge/shaders/mma_peak_cm2.spv.inc"
+    ;
 #endif
 
 template <size_t N>
@@ -277,6 +280,10 @@ const std::vector<ShaderInfo>& Shaders() {
          "128x256k32cm2h-u8",
          true,
          true},
+        {Shader::kMmaPeakCm2,
+         "matrix units alone (workgroup-scope cooperative matrix, 128x256 block)",
+         Code(kMmaPeakCm2),
+         {EDGE_MMA_PEAK_CM2_M, EDGE_MMA_PEAK_CM2_N}},
 #endif
   };
   return *shaders;
@@ -294,6 +301,14 @@ const ShaderInfo* Find(Shader shader) {
 SpirV ShaderCode(Shader shader) {
   const ShaderInfo* info = Find(shader);
   return info != nullptr ? info->code : SpirV{nullptr, 0};
+}
+
+int64_t MmaPeakSlice() {
+#if EDGE_HAVE_CM2
+  return EDGE_MMA_PEAK_CM2_K;
+#else
+  return 0;
+#endif
 }
 
 OutputBlock MatmulOutputBlock(Shader shader) {

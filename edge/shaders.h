@@ -48,6 +48,9 @@ enum class Shader {
   kMatmulCm2128x256K64HU2,  // two K slices a step of the fast path (UNROLL)
   kMatmulCm2128x256K64HU8,
   kMatmulCm2128x256HU8,
+  // mma_peak_cm2.comp: the matrix units alone (VulkanBackend::MatrixUnitPeak); its block is the
+  // accumulator's {rows, columns}, with EDGE_MMA_PEAK_CM2_K the K slice.
+  kMmaPeakCm2,
 };
 
 // Empty (no words) for a shader this build could not compile (matmul_cm2.comp without slang's
@@ -58,6 +61,9 @@ struct SpirV {
 };
 
 SpirV ShaderCode(Shader shader);
+
+// The K slice of mma_peak_cm2.comp's products (0 where it was not built).
+int64_t MmaPeakSlice();
 
 // The output block one workgroup of a matmul shader computes (its dispatch grid is
 // ⌈N / cols⌉ × ⌈M / rows⌉); for attention_cm2.comp {queries, largest head_dim}; {1, 1} for the

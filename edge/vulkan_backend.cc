@@ -526,6 +526,40 @@ class VulkanBackendImpl : public VulkanBackend {
         Dispatch(to_half_, {&x, half_scratch_.get()}, &push, static_cast<uint32_t>(groups), 1));
     return half_scratch_.get();
   }
+  absl::StatusOr<double> MatrixUnitPeakTflops() override {
+    if (cm2_ && fp16_ && ShaderCode(Shader::kMmaPeakCm2).bytes > 0) {
+      const int64_t rows = MatmulOutputBlock(Shader::kMmaPeakCm2).rows;
+      const int64_t cols = MatmulOutputBlock(Shader::kMmaPeakCm2).cols;
+      const int64_t slice = MmaPeakSlice();
+      // Enough workgroups to fill any GPU several times over, enough steps that the launch and
+      // the accumulators' final store are under 1% of the time.
+      constexpr uint32_t kGroups = 1056, kSteps = 1024;
+      Pipeline peak;
+      absl::Status made = MakePipeline(Shader::kMmaPeakCm2, 2, 4, &peak);
+      if (!made.ok()) {
+        DestroyPipeline(&peak);
+        return made;
+      }
+      const std::vector<float> values(static_cast<size_t>((rows + cols) * slice), 1.0f / 64);
+      absl::StatusOr<std::unique_ptr<Buffer>> operands =
+          Weight(values.data(), static_cast<int64_t>(values.size()));
+      absl::StatusOr<std::unique_ptr<Buffer>> out = Floats(int64_t{kGroups} * rows * cols);
+      double best = std::numeric_limits<double>::infinity();
+      absl::Status status = operands.status().ok() ? out.status() : operands.status();
+      for (int run = 0; run < 3 && status.ok(); ++run) {
+        absl::StatusOr<double> seconds = SecondsAlone([&] {
+          return Dispatch(peak, {operands->get(), out->get()}, &kSteps, kGroups, 1);
+        });
+        status = seconds.status();
+        if (seconds.ok()) best = std::min(best, *seconds);
+      }
+      DestroyPipeline(&peak);
+      FSDPD_RETURN_IF_ERROR(status);
+      return 2.0 * rows * cols * slice * kSteps * kGroups / best / 1e12;
+    }
+    return absl::UnavailableError(
+        "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
+  }
   std::vector<std::string> matmul_choices() const override {
     std::vector<std::string> names;
     for (const MatmulPipeline& matmul : matmuls_) names.push_back(matmul.name);

@@ -70,6 +70,10 @@ class VulkanBackend : public Backend {
   // cooperative-matrix blocks were tuned, then attention's where several shaders were
   // ("attention, batch·heads B, seq S, head_dim D[, causal]: shader"); empty otherwise.
   virtual std::vector<std::string> matmul_choices() const = 0;
+  // The rate of the matrix units alone through workgroup-scope cooperative matrices (fp16
+  // products, fp32 sums, matmul_cm2.comp's 128×256 block, no memory traffic), in TFLOP/s: the
+  // ceiling of every matmul shader here. Unavailable without VK_NV_cooperative_matrix2.
+  virtual absl::StatusOr<double> MatrixUnitPeakTflops() = 0;
 };
 
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);

@@ -272,6 +272,27 @@ TEST(EdgeAttentionChoiceTest, ANameTheDeviceCannotRunIsRefused) {
   EXPECT_TRUE(CreateVulkanBackend(tuned).ok());
 }
 
+// The matrix units' ceiling needs workgroup-scope matrices: lavapipe has none, so it is refused
+// with the reason; where they exist (the H200, bench/edge_bench.cc --mma-peak) it is a rate.
+TEST(EdgeMatrixUnitPeakTest, IsARateOnlyWhereWorkgroupScopeMatricesExist) {
+  VulkanOptions options;
+  options.precision = VulkanOptions::Precision::kFp16;
+  options.validation = true;
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  absl::StatusOr<double> peak = (*backend)->MatrixUnitPeakTflops();
+  if ((*backend)->uses_cooperative_matrix()) {
+    ASSERT_TRUE(peak.ok() || peak.status().code() == absl::StatusCode::kUnavailable)
+        << peak.status();
+    if (peak.ok()) EXPECT_GT(*peak, 0.0);
+  } else {
+    ASSERT_EQ(peak.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(peak.status().message(),
+              "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
+  }
+  EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeKernelsTest,
                          ::testing::Values(VulkanOptions::Precision::kFp32,
                                            VulkanOptions::Precision::kFp16),
