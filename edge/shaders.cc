@@ -111,6 +111,12 @@ constexpr uint32_t kMatmulCm2128x256HU8[] =
 constexpr uint32_t kMatmulCm2256x128K64H[] =
 #include "edge/shaders/matmul_cm2_256x128_k64_h.spv.inc"
     ;
+constexpr uint32_t kMatmulCm2128x256HS[] =
+#include "edge/shaders/matmul_cm2_128x256_h_s.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2256x128HS[] =
+#include "edge/shaders/matmul_cm2_256x128_h_s.spv.inc"
+    ;
 constexpr uint32_t kMmaPeakCm2[] =
 #include "edge/shaders/mma_peak_cm2.spv.inc"
     ;
@@ -278,6 +284,20 @@ const std::vector<ShaderInfo>& Shaders() {
          Code(kMatmulCm2128x256HU8),
          {EDGE_MATMUL_CM2_128X256_H_U8_M, EDGE_MATMUL_CM2_128X256_H_U8_N},
          "128x256k32cm2h-u8",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256HS,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x, staged by the shader)",
+         Code(kMatmulCm2128x256HS),
+         {EDGE_MATMUL_CM2_128X256_H_S_M, EDGE_MATMUL_CM2_128X256_H_S_N},
+         "128x256k32cm2h-s",
+         true,
+         true},
+        {Shader::kMatmulCm2256x128HS,
+         "matmul (workgroup-scope cooperative matrix, 256x128 block, fp16 x, staged by the shader)",
+         Code(kMatmulCm2256x128HS),
+         {EDGE_MATMUL_CM2_256X128_H_S_M, EDGE_MATMUL_CM2_256X128_H_S_N},
+         "256x128k32cm2h-s",
          true,
          true},
         {Shader::kMmaPeakCm2,

@@ -72,7 +72,8 @@ class VulkanBackend : public Backend {
   virtual std::vector<std::string> matmul_choices() const = 0;
   // The rate of the matrix units alone through workgroup-scope cooperative matrices (fp16
   // products, fp32 sums, matmul_cm2.comp's 128×256 block, no memory traffic), in TFLOP/s: the
-  // ceiling of every matmul shader here. Unavailable without VK_NV_cooperative_matrix2.
+  // ceiling of every matmul shader here; best of three runs after a quarter second of warm-up.
+  // Unavailable without VK_NV_cooperative_matrix2.
   virtual absl::StatusOr<double> MatrixUnitPeakTflops() = 0;
 };
 

@@ -15,6 +15,11 @@
 // loads through clamped layouts: loads past an edge read zeros and stores past it are dropped,
 // so any M, N, K runs. The clamped loads cost bounds checks the fast path skips.
 //
+// With -DSTAGED (fp16 x only) the fast path stages each K slice through shared memory itself:
+// every invocation loads its 16-byte vectors of the next slice into registers while the matrix
+// units multiply the current slice out of shared memory, the scheme of matmul_coop.comp with
+// workgroup-scope matrices, so that global latency hides behind the products.
+//
 // Compiled by edge/tools/glsl_to_spirv.cc (Debian 12's glslc predates the extension); the host
 // uses it only where the device offers VK_NV_cooperative_matrix2 and VK_KHR_cooperative_matrix.
 #extension GL_KHR_cooperative_matrix : require
@@ -51,6 +56,54 @@ layout(std430, binding = 2) readonly buffer Bias { float16_t bias[]; };
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
 
+#ifdef STAGED
+#ifndef X_F16
+#error "STAGED reads x as fp16"
+#endif
+layout(std430, binding = 0) readonly buffer X8 { uvec4 x8[]; };
+layout(std430, binding = 1) readonly buffer W8 { uvec4 w8[]; };
+// Shared rows of BK + 8 halves, in 16-byte vectors: consecutive rows start in different banks.
+#define LDV ((BK + 8) / 8)
+#define X_VECS (BM * BK / 8 / THREADS)
+#define W_VECS (BN * BK / 8 / THREADS)
+#if X_VECS * 8 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK
+#error "STAGED: whole 16-byte vectors per invocation"
+#endif
+shared uvec4 x_tile[BM * LDV];  // row-major [BM][BK]
+shared uvec4 w_tile[BN * LDV];  // row-major [BN][BK]: wᵀ column-major
+uvec4 x_next[X_VECS];
+uvec4 w_next[W_VECS];
+
+// The K slice at k0 of the block's rows of x and of w into registers (whole blocks only).
+void Fetch(const uint row0, const uint col0, const uint k0) {
+  const uint lane = gl_LocalInvocationID.x;
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 8);
+    x_next[i] = x8[((row0 + r) * p.k + k0) / 8 + (e - r * (BK / 8))];
+  }
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 8);
+    w_next[i] = w8[((col0 + r) * p.k + k0) / 8 + (e - r * (BK / 8))];
+  }
+}
+
+void Stash() {
+  const uint lane = gl_LocalInvocationID.x;
+  [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 8);
+    x_tile[r * LDV + (e - r * (BK / 8))] = x_next[i];
+  }
+  [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
+    const uint e = lane + i * THREADS;
+    const uint r = e / (BK / 8);
+    w_tile[r * LDV + (e - r * (BK / 8))] = w_next[i];
+  }
+}
+#endif
+
 #define ACC coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
 #define X_WIDE coopmat<X_TYPE, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
 #define X_SLICE coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
@@ -67,6 +120,20 @@ void main() {
   ACC acc = ACC(0.0);
 
   if (row0 + BM <= p.m && col0 + BN <= p.n && p.k % BK == 0 && p.k % 8 == 0) {
+#ifdef STAGED
+    Fetch(row0, col0, 0);
+    for (uint k0 = 0; k0 < p.k; k0 += BK) {
+      barrier();  // every invocation is done reading the last slice
+      Stash();
+      barrier();
+      if (k0 + BK < p.k) Fetch(row0, col0, k0 + BK);
+      X_SLICE x_slice;
+      coopMatLoad(x_slice, x_tile, 0, LDV, gl_CooperativeMatrixLayoutRowMajor);
+      W_SLICE w_slice;
+      coopMatLoad(w_slice, w_tile, 0, LDV, gl_CooperativeMatrixLayoutColumnMajor);
+      acc = coopMatMulAdd(x_slice, w_slice, acc);
+    }
+#else
     // The fast path. Clearing the low bits of the stride is a no-op (K % 8 == 0) that lets the
     // compiler prove 16-byte aligned rows.
     const uint stride = p.k & ~7u;
@@ -96,6 +163,7 @@ void main() {
                           transposed);
       acc = coopMatMulAdd(X_SLICE(x_wide), w_slice, acc);
     }
+#endif
   } else {
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> x_layout =
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
