@@ -120,9 +120,6 @@ constexpr uint32_t kMatmulCm2256x128HS[] =
 constexpr uint32_t kMatmulCm2128x128K64HS[] =
 #include "edge/shaders/matmul_cm2_128x128_k64_h_s.spv.inc"
     ;
-constexpr uint32_t kMatmulCm2128x256K64HS[] =
-#include "edge/shaders/matmul_cm2_128x256_k64_h_s.spv.inc"
-    ;
 constexpr uint32_t kMmaPeakCm2[] =
 #include "edge/shaders/mma_peak_cm2.spv.inc"
     ;
@@ -312,14 +309,6 @@ const std::vector<ShaderInfo>& Shaders() {
          Code(kMatmulCm2128x128K64HS),
          {EDGE_MATMUL_CM2_128X128_K64_H_S_M, EDGE_MATMUL_CM2_128X128_K64_H_S_N},
          "128x128k64cm2h-s",
-         true,
-         true},
-        {Shader::kMatmulCm2128x256K64HS,
-         "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 64, fp16 x, staged "
-         "by the shader, unpadded rows)",
-         Code(kMatmulCm2128x256K64HS),
-         {EDGE_MATMUL_CM2_128X256_K64_H_S_M, EDGE_MATMUL_CM2_128X256_K64_H_S_N},
-         "128x256k64cm2h-s",
          true,
          true},
         {Shader::kMmaPeakCm2,
