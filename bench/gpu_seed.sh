@@ -162,9 +162,12 @@ fi
 # (FSDPD_STREAM_PRIORITY=compute), "/comm-first" the comm stream (FSDPD_STREAM_PRIORITY=comm),
 # "/prefetch2" issues the gathers two units ahead (FSDPD_PREFETCH_UNITS=2);
 # e.g. VARIANTS="ffn ffn/compute-first ffn/compute-first/optimizer-on-comm".
+# A variant listed twice (runs in alternation) keeps both runs' files: names carry the position.
+position=0
 for variant in ${VARIANTS:-}; do
   recompute=${variant%%/*}
-  name=${variant//\//_}
+  position=$((position + 1))
+  name=${position}_${variant//\//_}
   optimizer_stream=compute
   stream_priority=equal
   prefetch_units=1
@@ -220,8 +223,10 @@ if [ "${DAEMON:-1}" = 1 ]; then
   status=${PIPESTATUS[0]}
 fi
 # Each variant against the same anchor runs.
+position=0
 for variant in ${VARIANTS:-}; do
-  name=${variant//\//_}
+  position=$((position + 1))
+  name=${position}_${variant//\//_}
   echo "-- variant $variant" | tee -a "$out/summary.txt"
   python3 "$repo_root/bench/summarize_watch.py" --watch "$out/variant_$name.jsonl" --first 11 \
     --last 40 --driver-samples "$out/variant_${name}_driver_memory.csv" "${anchor_args[@]}" \
