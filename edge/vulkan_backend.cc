@@ -528,9 +528,8 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::StatusOr<double> MatrixUnitPeakTflops() override {
     if (cm2_ && fp16_ && ShaderCode(Shader::kMmaPeakCm2).bytes > 0) {
-      const int64_t rows = MatmulOutputBlock(Shader::kMmaPeakCm2).rows;
-      const int64_t cols = MatmulOutputBlock(Shader::kMmaPeakCm2).cols;
-      const int64_t slice = MmaPeakSlice();
+      const OutputBlock block = MatmulOutputBlock(Shader::kMmaPeakCm2);
+      const int64_t rows = block.rows, cols = block.cols, slice = MmaPeakSlice();
       // Enough workgroups to fill any GPU several times over, enough steps that the launch and
       // the accumulators' final store are under 1% of the time.
       constexpr uint32_t kGroups = 1056, kSteps = 1024;
