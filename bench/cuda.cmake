@@ -6,3 +6,8 @@ if(FSDPD_CUDA AND TARGET fsdpd_cuda_backend)
   add_executable(cuda_memory_probe ${CMAKE_CURRENT_LIST_DIR}/cuda_memory_probe.cc)
   target_link_libraries(cuda_memory_probe PRIVATE fsdpd_cuda_backend fsdpd_profiler fsdpd_nccl fsdpd_engine)
 endif()
+# Short-timing against power-limited rates of each cuBLASLt candidate on the seed's products.
+if(FSDPD_CUDA)
+  add_executable(gemm_power_bench ${CMAKE_CURRENT_LIST_DIR}/gemm_power_bench.cc)
+  target_link_libraries(gemm_power_bench PRIVATE CUDA::cublasLt CUDA::cudart)
+endif()
