@@ -120,12 +120,6 @@ constexpr uint32_t kMatmulCm2256x128HS[] =
 constexpr uint32_t kMatmulCm2128x128K64HS[] =
 #include "edge/shaders/matmul_cm2_128x128_k64_h_s.spv.inc"
     ;
-constexpr uint32_t kMatmulCm2128x128HS2[] =
-#include "edge/shaders/matmul_cm2_128x128_h_s2.spv.inc"
-    ;
-constexpr uint32_t kMatmulCm2128x256K16HS2[] =
-#include "edge/shaders/matmul_cm2_128x256_k16_h_s2.spv.inc"
-    ;
 constexpr uint32_t kMmaPeakCm2[] =
 #include "edge/shaders/mma_peak_cm2.spv.inc"
     ;
@@ -315,22 +309,6 @@ const std::vector<ShaderInfo>& Shaders() {
          Code(kMatmulCm2128x128K64HS),
          {EDGE_MATMUL_CM2_128X128_K64_H_S_M, EDGE_MATMUL_CM2_128X128_K64_H_S_N},
          "128x128k64cm2h-s",
-         true,
-         true},
-        {Shader::kMatmulCm2128x128HS2,
-         "matmul (workgroup-scope cooperative matrix, 128x128 block, fp16 x, staged by the shader "
-         "through two buffers)",
-         Code(kMatmulCm2128x128HS2),
-         {EDGE_MATMUL_CM2_128X128_H_S2_M, EDGE_MATMUL_CM2_128X128_H_S2_N},
-         "128x128k32cm2h-s2",
-         true,
-         true},
-        {Shader::kMatmulCm2128x256K16HS2,
-         "matmul (workgroup-scope cooperative matrix, 128x256 block, K slice 16, fp16 x, staged by "
-         "the shader through two buffers)",
-         Code(kMatmulCm2128x256K16HS2),
-         {EDGE_MATMUL_CM2_128X256_K16_H_S2_M, EDGE_MATMUL_CM2_128X256_K16_H_S2_N},
-         "128x256k16cm2h-s2",
          true,
          true},
         {Shader::kMmaPeakCm2,

@@ -51,8 +51,6 @@ enum class Shader {
   kMatmulCm2128x256HS,  // the fast path staged through shared memory by the shader (STAGED)
   kMatmulCm2256x128HS,
   kMatmulCm2128x128K64HS,
-  kMatmulCm2128x128HS2,  // two shared buffers, one barrier a K slice (STAGES=2)
-  kMatmulCm2128x256K16HS2,
   // mma_peak_cm2.comp: the matrix units alone (VulkanBackend::MatrixUnitPeak); its block is the
   // accumulator's {rows, columns}, with EDGE_MMA_PEAK_CM2_K the K slice.
   kMmaPeakCm2,

@@ -18,9 +18,7 @@
 // With -DSTAGED (fp16 x only) the fast path stages each K slice through shared memory itself:
 // every invocation loads its 16-byte vectors of the next slice into registers while the matrix
 // units multiply the current slice out of shared memory, the scheme of matmul_coop.comp with
-// workgroup-scope matrices, so that global latency hides behind the products. With -DSTAGES=2
-// two shared buffers alternate: a slice is stashed into one while the other may still be read,
-// so one barrier a K slice suffices instead of two (it fits 48 KiB for 128×128 with K slice 32).
+// workgroup-scope matrices, so that global latency hides behind the products.
 //
 // Compiled by edge/tools/glsl_to_spirv.cc (Debian 12's glslc predates the extension); the host
 // uses it only where the device offers VK_NV_cooperative_matrix2 and VK_KHR_cooperative_matrix.
@@ -68,19 +66,13 @@ layout(std430, binding = 1) readonly buffer W8 { uvec4 w8[]; };
 // (unpadded rows, which would fit a 128x256 block with K slice 64 in 48 KiB, ran at 40% of the
 // padded block's rate on the H200: bench/RESULTS.md).
 #define LDV ((BK + 8) / 8)
-#ifndef STAGES
-#define STAGES 1
-#endif
-#if STAGES != 1 && STAGES != 2
-#error "STAGES: one or two shared buffers"
-#endif
 #define X_VECS (BM * BK / 8 / THREADS)
 #define W_VECS (BN * BK / 8 / THREADS)
 #if X_VECS * 8 * THREADS != BM * BK || W_VECS * 8 * THREADS != BN * BK
 #error "STAGED: whole 16-byte vectors per invocation"
 #endif
-shared uvec4 x_tile[STAGES * BM * LDV];  // per stage row-major [BM][BK]
-shared uvec4 w_tile[STAGES * BN * LDV];  // per stage row-major [BN][BK]: wᵀ column-major
+shared uvec4 x_tile[BM * LDV];  // row-major [BM][BK]
+shared uvec4 w_tile[BN * LDV];  // row-major [BN][BK]: wᵀ column-major
 uvec4 x_next[X_VECS];
 uvec4 w_next[W_VECS];
 
@@ -99,18 +91,17 @@ void Fetch(const uint row0, const uint col0, const uint k0) {
   }
 }
 
-// The registers into shared buffer `stage`.
-void Stash(const uint stage) {
+void Stash() {
   const uint lane = gl_LocalInvocationID.x;
   [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
-    x_tile[stage * BM * LDV + r * LDV + (e - r * (BK / 8))] = x_next[i];
+    x_tile[r * LDV + (e - r * (BK / 8))] = x_next[i];
   }
   [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
-    w_tile[stage * BN * LDV + r * LDV + (e - r * (BK / 8))] = w_next[i];
+    w_tile[r * LDV + (e - r * (BK / 8))] = w_next[i];
   }
 }
 #endif
@@ -133,22 +124,16 @@ void main() {
   if (row0 + BM <= p.m && col0 + BN <= p.n && p.k % BK == 0 && p.k % 8 == 0) {
 #ifdef STAGED
     Fetch(row0, col0, 0);
-    uint stage = 0;
     for (uint k0 = 0; k0 < p.k; k0 += BK) {
-#if STAGES == 1
       barrier();  // every invocation is done reading the last slice
-#endif
-      // With two buffers, the one stashed into was last read two slices ago, before every
-      // invocation passed the last slice's barrier.
-      Stash(stage);
+      Stash();
       barrier();
       if (k0 + BK < p.k) Fetch(row0, col0, k0 + BK);
       X_SLICE x_slice;
-      coopMatLoad(x_slice, x_tile, stage * BM * LDV, LDV, gl_CooperativeMatrixLayoutRowMajor);
+      coopMatLoad(x_slice, x_tile, 0, LDV, gl_CooperativeMatrixLayoutRowMajor);
       W_SLICE w_slice;
-      coopMatLoad(w_slice, w_tile, stage * BN * LDV, LDV, gl_CooperativeMatrixLayoutColumnMajor);
+      coopMatLoad(w_slice, w_tile, 0, LDV, gl_CooperativeMatrixLayoutColumnMajor);
       acc = coopMatMulAdd(x_slice, w_slice, acc);
-      stage = (stage + 1) % STAGES;
     }
 #else
     // The fast path. Clearing the low bits of the stride is a no-op (K % 8 == 0) that lets the
