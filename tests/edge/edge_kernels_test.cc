@@ -284,7 +284,9 @@ TEST(EdgeMatrixUnitPeakTest, IsARateOnlyWhereWorkgroupScopeMatricesExist) {
   if ((*backend)->uses_cooperative_matrix()) {
     ASSERT_TRUE(peak.ok() || peak.status().code() == absl::StatusCode::kUnavailable)
         << peak.status();
-    if (peak.ok()) EXPECT_GT(*peak, 0.0);
+    if (peak.ok()) {
+      EXPECT_GT(*peak, 0.0);
+    }
   } else {
     ASSERT_EQ(peak.status().code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(peak.status().message(),
