@@ -1,14 +1,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
-#include "base/status_macros.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
@@ -84,7 +82,6 @@ struct Gemm::State {
   std::map<Problem, Plan> plans;
   float* bias_gradient = nullptr;  // BGRADB's output before it is added to dbias
   int64_t bias_gradient_floats = 0;
-  int64_t power_tuned_changes = 0;
 
   ~State() {
     for (auto& [problem, plan] : plans) {
@@ -102,12 +99,6 @@ struct Gemm::State {
   absl::Status BuildPlan(const Problem& problem, Plan* plan);
   absl::Status ChooseAlgorithm(const Problem& problem, const void* a, const void* b, Plan* plan,
                                cudaStream_t stream);
-  // GemmTuning::kPowerLimited: holds the GPU busy with the quick choice for warmup_ms, then
-  // times each candidate that ran (quick_ms ≥ 0) for chunk_ms a round; returns the one with the
-  // lowest median time per run.
-  absl::StatusOr<int> FastestAtPowerLimit(
-      const std::vector<float>& quick_ms, int quick_choice,
-      const std::function<absl::StatusOr<float>(int, int)>& time_runs) const;
   absl::Status Run(const Problem& problem, Plan& plan, const void* a, const void* b, void* d,
                    const void* bias, cudaStream_t stream);
   absl::Status EnsureBiasGradient(int64_t floats);
@@ -193,99 +184,40 @@ absl::Status Gemm::State::ChooseAlgorithm(const Problem& p, const void* a, const
     cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &scratch_bias,
                                    sizeof(scratch_bias));
   }
-  auto launch = [&](int i) {
-    return cublasLtMatmul(handle, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, scratch_d,
-                          plan->d, scratch_d, plan->d, &results[static_cast<size_t>(i)].algo,
-                          workspace, static_cast<size_t>(config.workspace_bytes),
-                          stream) == CUBLAS_STATUS_SUCCESS;
-  };
-  // Milliseconds per run of candidate i over `runs` runs; negative when a run failed.
-  auto time_runs = [&](int i, int runs) -> absl::StatusOr<float> {
+  for (int i = 0; i < returned && status.ok(); ++i) {
+    auto launch = [&]() {
+      return cublasLtMatmul(handle, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, scratch_d,
+                            plan->d, scratch_d, plan->d, &results[i].algo, workspace,
+                            static_cast<size_t>(config.workspace_bytes), stream);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may still refuse to run
     cudaEventRecord(start, stream);
     bool ran = true;
-    for (int r = 0; r < runs && ran; ++r) ran = launch(i);
+    for (int r = 0; r < config.timing_repeats && ran; ++r) {
+      ran = launch() == CUBLAS_STATUS_SUCCESS;
+    }
     cudaEventRecord(stop, stream);
     if (cudaEventSynchronize(stop) != cudaSuccess) {
-      return absl::InternalError(absl::StrCat("gemm: timing candidate ", i,
-                                              " failed: ", cudaGetErrorString(cudaGetLastError())));
+      status.Update(absl::InternalError(absl::StrCat(
+          "gemm: timing candidate ", i, " failed: ", cudaGetErrorString(cudaGetLastError()))));
+      break;
     }
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, start, stop);
-    return ran ? ms / static_cast<float>(runs) : -1.0f;
-  };
-  std::vector<float> quick_ms(static_cast<size_t>(returned), -1.0f);
-  int quick_choice = -1;
-  for (int i = 0; i < returned && status.ok(); ++i) {
-    if (!launch(i)) continue;  // a candidate may still refuse to run
-    absl::StatusOr<float> ms = time_runs(i, std::max(config.timing_repeats, 1));
-    if (!ms.ok()) {
-      status.Update(ms.status());
-      break;
+    if (ran && (best < 0.0f || ms < best)) {
+      best = ms;
+      plan->algo = results[i].algo;
     }
-    quick_ms[static_cast<size_t>(i)] = *ms;
-    if (*ms >= 0.0f && (quick_choice < 0 || *ms < quick_ms[static_cast<size_t>(quick_choice)])) {
-      quick_choice = i;
-    }
-  }
-  int choice = quick_choice;
-  if (status.ok() && quick_choice >= 0 && config.tuning == GemmTuning::kPowerLimited) {
-    absl::StatusOr<int> fastest = FastestAtPowerLimit(quick_ms, quick_choice, time_runs);
-    if (fastest.ok()) {
-      choice = *fastest;
-      if (choice != quick_choice) ++power_tuned_changes;
-      spdlog::info(
-          "gemm: m={} n={} k={} at the power limit: candidate {} ({:.3f} ms), quick timing's "
-          "choice {} ({:.3f} ms)",
-          p.m, p.n, p.k, choice, quick_ms[static_cast<size_t>(choice)], quick_choice,
-          quick_ms[static_cast<size_t>(quick_choice)]);
-    } else {
-      status.Update(fastest.status());
-    }
-  }
-  if (choice >= 0) {
-    plan->algo = results[static_cast<size_t>(choice)].algo;
-    best = quick_ms[static_cast<size_t>(choice)];
   }
   if (start != nullptr) cudaEventDestroy(start);
   if (stop != nullptr) cudaEventDestroy(stop);
   cudaStreamSynchronize(stream);
   cudaFree(scratch_d);
   if (scratch_bias != nullptr) cudaFree(scratch_bias);
-  plan->best_ms = best;
+  plan->best_ms = best / static_cast<float>(std::max(config.timing_repeats, 1));
   spdlog::debug("gemm: m={} n={} k={} epilogue={} chose among {} candidates: {:.3f} ms", p.m, p.n,
                 p.k, static_cast<int>(p.epilogue), returned, plan->best_ms);
   return status;
-}
-
-absl::StatusOr<int> Gemm::State::FastestAtPowerLimit(
-    const std::vector<float>& quick_ms, int quick_choice,
-    const std::function<absl::StatusOr<float>(int, int)>& time_runs) const {
-  // Runs of candidate i that last about `ms` (at least one).
-  auto runs_for = [&](int i, double ms) {
-    return std::max(1, static_cast<int>(ms / std::max(quick_ms[static_cast<size_t>(i)], 1e-3f)));
-  };
-  FSDPD_RETURN_IF_ERROR(time_runs(quick_choice, runs_for(quick_choice, config.warmup_ms)).status());
-  std::vector<std::vector<float>> samples(quick_ms.size());
-  for (int round = 0; round < std::max(config.rounds, 1); ++round) {
-    for (int i = 0; i < static_cast<int>(quick_ms.size()); ++i) {
-      if (quick_ms[static_cast<size_t>(i)] < 0.0f) continue;
-      FSDPD_ASSIGN_OR_RETURN(const float ms, time_runs(i, runs_for(i, config.chunk_ms)));
-      if (ms >= 0.0f) samples[static_cast<size_t>(i)].push_back(ms);
-    }
-  }
-  int fastest = quick_choice;
-  float fastest_median = -1.0f;
-  for (int i = 0; i < static_cast<int>(samples.size()); ++i) {
-    std::vector<float>& taken = samples[static_cast<size_t>(i)];
-    if (taken.empty()) continue;
-    std::sort(taken.begin(), taken.end());
-    const float median = taken[taken.size() / 2];
-    if (fastest_median < 0.0f || median < fastest_median) {
-      fastest = i;
-      fastest_median = median;
-    }
-  }
-  return fastest;
 }
 
 absl::StatusOr<Plan*> Gemm::State::GetPlan(const Problem& problem, const void* a, const void* b,
@@ -471,8 +403,6 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
 }
 
 int64_t Gemm::cached_plans() const { return static_cast<int64_t>(state_->plans.size()); }
-
-int64_t Gemm::power_tuned_changes() const { return state_->power_tuned_changes; }
 
 int64_t Gemm::unfused_plans() const {
   int64_t count = 0;

@@ -8,13 +8,6 @@
 // transposes, output type, epilogue, whether it accumulates, and operand alignments. The
 // algorithm is chosen once per plan by timing up to `candidates` heuristic results on the
 // caller's stream (this one-off search synchronises the stream). A Gemm is not thread-safe.
-//
-// How the candidates are timed (GemmTuning): kQuick runs each a few times, on a GPU that is not
-// yet at its power limit; kPowerLimited first holds the GPU busy until its clock settles, then
-// times every candidate in turn for `chunk_ms`, over `rounds` rounds, and keeps the fastest
-// median. A training step holds an H200 at its 700 W limit, where an algorithm's rate follows
-// its energy per FLOP rather than its speed at full clock, and the two orders differ
-// (bench/RESULTS.md, "GEMM algorithms at the power limit").
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,18 +20,11 @@
 
 namespace fsdpd::cuda {
 
-enum class GemmTuning { kQuick, kPowerLimited };
-
 struct GemmConfig {
   // Hopper kernels want a large workspace; 32 MiB lets cuBLASLt pick its fastest split-K forms.
   int64_t workspace_bytes = int64_t{32} << 20;
   int candidates = 8;      // heuristic results timed per new plan
   int timing_repeats = 3;  // timed runs of each candidate, after one warm-up
-  GemmTuning tuning = GemmTuning::kQuick;
-  // kPowerLimited only: the warm-up before a plan's rounds, and each candidate's share of a round.
-  double warmup_ms = 150.0;
-  double chunk_ms = 20.0;
-  int rounds = 3;
 };
 
 class Gemm {
@@ -68,8 +54,6 @@ class Gemm {
   // How many plans are cached, and how many of those fell back to a separate epilogue kernel.
   int64_t cached_plans() const;
   int64_t unfused_plans() const;
-  // Plans where kPowerLimited chose another algorithm than the quick timing would have.
-  int64_t power_tuned_changes() const;
 
  private:
   struct State;

@@ -60,11 +60,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
   config.stream_priority = chosen == "compute" ? StreamPriority::kComputeFirst
                            : chosen == "comm"  ? StreamPriority::kCommFirst
                                                : StreamPriority::kEqual;
-  // FSDPD_GEMM_TUNING=quick|power: see cuda::GemmTuning (kernels/cuda/gemm.h).
-  FSDPD_ASSIGN_OR_RETURN(const std::string tuning,
-                         EnvChoice("FSDPD_GEMM_TUNING", {"quick", "power"}));
-  config.gemm.tuning =
-      tuning == "power" ? cuda::GemmTuning::kPowerLimited : cuda::GemmTuning::kQuick;
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(config);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(std::move(*backend));
