@@ -177,9 +177,14 @@ TEST_P(CudaHeadCrossEntropyTest, LossAndGradientsMatchTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaHeadCrossEntropyTest,
-                         ::testing::Values(HeadShape{64, 32, 64},         // the tiny golden model
-                                           HeadShape{300, 128, 1000},     // several rows a block
-                                           HeadShape{5000, 64, 30000}));  // more than one chunk
+                         ::testing::Values(HeadShape{64, 32, 64},       // the tiny golden model
+                                           HeadShape{300, 128, 1000},   // several rows a block
+                                           HeadShape{5000, 64, 30000},  // more than one chunk
+                                           // rows held in registers: the largest that fit
+                                           HeadShape{40, 32, 32768},
+                                           // the general kernel: a vocab not of whole 16-byte
+                                           // vectors, and one too long to hold
+                                           HeadShape{70, 32, 1001}, HeadShape{40, 32, 40000}));
 
 }  // namespace
 }  // namespace fsdpd::testing
