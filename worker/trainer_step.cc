@@ -61,6 +61,30 @@ absl::StatusOr<float> ForwardBackwardUpdate(Engine& engine, const v1::TrainSpec&
 
 }  // namespace
 
+StepBatch::~StepBatch() {
+  if (next_.valid()) next_.wait();
+}
+
+absl::Status StepBatch::Take(DataLoader& loader, int64_t index) {
+  if (next_.valid()) {
+    absl::Status read = next_.get();
+    if (next_index_ == index) {
+      inputs.swap(next_inputs_);
+      targets.swap(next_targets_);
+      return read;
+    }
+  }
+  return loader.Batch(index, inputs.data(), targets.data());
+}
+
+void StepBatch::ReadAhead(DataLoader& loader, int64_t index) {
+  if (next_.valid()) next_.wait();
+  next_index_ = index;
+  next_ = std::async(std::launch::async, [&loader, index, this] {
+    return loader.Batch(index, next_inputs_.data(), next_targets_.data());
+  });
+}
+
 absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train, int64_t step,
                                       bool optimizer_in_backward, StepBatch& batch) {
   ProfileRecorder* const recorder = engine.recorder.get();
@@ -73,8 +97,10 @@ absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train
 
   {
     ProfileRange range(recorder, "", "", "data loader");
-    FSDPD_RETURN_IF_ERROR(engine.data->Batch(step - 1, batch.inputs.data(), batch.targets.data()));
+    FSDPD_RETURN_IF_ERROR(batch.Take(*engine.data, step - 1));
   }
+  // The next step's batch (past the last step it is read and never used).
+  batch.ReadAhead(*engine.data, step);
   StepOutcome outcome;
   outcome.step = step;
   const AdamWParams adamw = AdamWFor(train, step);
