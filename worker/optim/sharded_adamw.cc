@@ -48,6 +48,8 @@ absl::StatusOr<double> ShardedAdamW::ReduceNorm() {
     local_sum += unit_sums[static_cast<size_t>(unit)];
   }
   const float local = static_cast<float>(local_sum);
+  // One rank's sum is the global one: no round trip through the device (the same bits).
+  if (communicator_->world_size() == 1) return std::sqrt(static_cast<double>(local));
   const Tensor total = UnitSquareSum(units);
   FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(&local, total, stream));
   FSDPD_RETURN_IF_ERROR(communicator_->AllReduce(total, ReduceOp::kSum, stream));
