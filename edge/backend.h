@@ -2,7 +2,8 @@
 // buffers. The CPU backend (the reference, kernels/cpu) and the Vulkan backend implement it;
 // a Metal backend would be a third implementation of this interface and nothing else
 // (docs/edge.md). Operations are enqueued in order; Finish waits for them and returns the
-// first error. Activations are fp32; a backend may keep weights in a narrower type.
+// first error. Activations are fp32 (MatmulInput's may be fp16); a backend may keep weights in a
+// narrower type.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,13 @@ class Backend {
   // Uninitialised fp32 activations, or int32 token ids.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) = 0;
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) = 0;
+  // Activations whose only reader is Linear's x (RmsNorm's output before a projection, Silu's
+  // before the FFN's down projection). A backend whose matmul reads x as fp16 may store them
+  // as fp16, so that no separate cast reads them back: then only RmsNorm, Silu and Add may
+  // write them and only Linear may read them (ReadFloats and the other ops refuse them).
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> MatmulInput(int64_t count) {
+    return Floats(count);
+  }
   // Host ↔ buffer copies; both wait for the work enqueued before them.
   virtual absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) = 0;
   virtual absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) = 0;

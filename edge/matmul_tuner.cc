@@ -32,7 +32,8 @@ std::vector<std::string> MatmulTuner::Describe(const std::vector<std::string>& n
   std::vector<std::string> lines;
   for (const auto& [shape, index] : chosen_) {
     lines.push_back(absl::StrCat(shape.rows, "x", shape.out_features, "x", shape.in_features,
-                                 shape.bias ? " +bias" : "", ": ",
+                                 shape.bias ? " +bias" : "", shape.half_input ? " fp16 x" : "",
+                                 ": ",
                                  index < static_cast<int>(names.size()) ? names[index] : "?"));
   }
   return lines;

@@ -102,12 +102,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel
   FSDPD_ASSIGN_OR_RETURN(runner->targets_, backend->Ints(rows));
   FSDPD_ASSIGN_OR_RETURN(runner->hidden_, backend->Floats(rows * c.dim));
   FSDPD_ASSIGN_OR_RETURN(runner->middle_, backend->Floats(rows * c.dim));
-  FSDPD_ASSIGN_OR_RETURN(runner->normed_, backend->Floats(rows * c.dim));
+  // Read only as a projection's x: fp16 where the backend's matmul reads fp16 (backend.h).
+  FSDPD_ASSIGN_OR_RETURN(runner->normed_, backend->MatmulInput(rows * c.dim));
   FSDPD_ASSIGN_OR_RETURN(runner->qkv_, backend->Floats(rows * 3 * c.dim));
   FSDPD_ASSIGN_OR_RETURN(runner->attention_, backend->Floats(rows * c.dim));
   FSDPD_ASSIGN_OR_RETURN(runner->projected_, backend->Floats(rows * c.dim));
   FSDPD_ASSIGN_OR_RETURN(runner->ffn_hidden_, backend->Floats(rows * ffn));
-  FSDPD_ASSIGN_OR_RETURN(runner->activated_, backend->Floats(rows * ffn));
+  FSDPD_ASSIGN_OR_RETURN(runner->activated_, backend->MatmulInput(rows * ffn));
   FSDPD_ASSIGN_OR_RETURN(runner->logits_, backend->Floats(rows * c.vocab));
   FSDPD_ASSIGN_OR_RETURN(runner->nll_, backend->Floats(rows));
   FSDPD_RETURN_IF_ERROR(backend->Finish());

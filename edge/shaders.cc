@@ -13,6 +13,9 @@ constexpr uint32_t kEmbeddingF16[] =
 constexpr uint32_t kElementwise[] =
 #include "edge/shaders/elementwise.spv.inc"
     ;
+constexpr uint32_t kElementwiseHalfOut[] =
+#include "edge/shaders/elementwise_h.spv.inc"
+    ;
 constexpr uint32_t kToHalf[] =
 #include "edge/shaders/to_half.spv.inc"
     ;
@@ -21,6 +24,9 @@ constexpr uint32_t kRmsNorm[] =
     ;
 constexpr uint32_t kRmsNormF16[] =
 #include "edge/shaders/rmsnorm_f16.spv.inc"
+    ;
+constexpr uint32_t kRmsNormF16HalfOut[] =
+#include "edge/shaders/rmsnorm_f16_h.spv.inc"
     ;
 constexpr uint32_t kTokenNll[] =
 #include "edge/shaders/token_nll.spv.inc"
@@ -36,6 +42,9 @@ constexpr uint32_t kMatmul[] =
     ;
 constexpr uint32_t kMatmulF16[] =
 #include "edge/shaders/matmul_f16.spv.inc"
+    ;
+constexpr uint32_t kMatmulF16HalfX[] =
+#include "edge/shaders/matmul_f16_h.spv.inc"
     ;
 constexpr uint32_t kMatmulCoop[] =
 #include "edge/shaders/matmul_coop.spv.inc"
@@ -150,8 +159,10 @@ const std::vector<ShaderInfo>& Shaders() {
     {Shader::kEmbedding, "embedding", Code(kEmbedding)},
         {Shader::kEmbeddingF16, "embedding (fp16)", Code(kEmbeddingF16)},
         {Shader::kElementwise, "elementwise", Code(kElementwise)},
+        {Shader::kElementwiseHalfOut, "elementwise (fp16 out)", Code(kElementwiseHalfOut)},
         {Shader::kToHalf, "to_half", Code(kToHalf)}, {Shader::kRmsNorm, "rmsnorm", Code(kRmsNorm)},
         {Shader::kRmsNormF16, "rmsnorm (fp16)", Code(kRmsNormF16)},
+        {Shader::kRmsNormF16HalfOut, "rmsnorm (fp16, fp16 out)", Code(kRmsNormF16HalfOut)},
         {Shader::kTokenNll, "token_nll", Code(kTokenNll)},
         {Shader::kAttention, "attention", Code(kAttention)},
         {Shader::kAttentionCoop, "attention (cooperative matrix)", Code(kAttentionCoop)},
@@ -159,6 +170,10 @@ const std::vector<ShaderInfo>& Shaders() {
         {Shader::kMatmulF16,
          "matmul (fp16)",
          Code(kMatmulF16),
+         {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
+        {Shader::kMatmulF16HalfX,
+         "matmul (fp16, fp16 x)",
+         Code(kMatmulF16HalfX),
          {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
         {Shader::kMatmulCoop,
          "matmul (cooperative matrix)",

@@ -12,9 +12,11 @@ enum class Shader {
   kEmbedding,
   kEmbeddingF16,
   kElementwise,
+  kElementwiseHalfOut,  // writes fp16: a matmul's x (Backend::MatmulInput)
   kToHalf,
   kRmsNorm,
   kRmsNormF16,
+  kRmsNormF16HalfOut,  // fp16 weights, writes fp16: a matmul's x
   kTokenNll,
   kAttention,
   kAttentionCoop,
@@ -25,7 +27,8 @@ enum class Shader {
   kAttentionCm2Hd64,
   kMatmul,
   kMatmulF16,
-  kMatmulCoop,  // the first of the blocks the tuner chooses among (CoopMatmulVariants)
+  kMatmulF16HalfX,  // the tiled fp16 shader reading x as fp16 (matmul.comp -DX_F16)
+  kMatmulCoop,      // the first of the blocks the tuner chooses among (CoopMatmulVariants)
   kMatmulCoopK64,
   kMatmulCoop256x128,
   kMatmulCoop128x256,

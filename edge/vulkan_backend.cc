@@ -55,6 +55,7 @@ struct VulkanBuffer : Buffer {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkDeviceSize bytes = 0;
   void* mapped = nullptr;  // host-visible memory stays mapped
+  bool half = false;       // fp16 elements: a matmul's x from MatmulInput
   ~VulkanBuffer() override {
     if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
     if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
@@ -63,6 +64,16 @@ struct VulkanBuffer : Buffer {
 
 VulkanBuffer& Vk(Buffer& buffer) { return static_cast<VulkanBuffer&>(buffer); }
 
+// An fp16 buffer (MatmulInput's) is written only by RmsNorm, Silu and Add and read only as
+// Linear's x; every other use of one reads or writes fp32 and would misread it.
+absl::Status RequireFp32(const char* op, const char* role, Buffer& buffer) {
+  if (!Vk(buffer).half) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", role,
+      " is an fp16 matmul input (Backend::MatmulInput), which only Linear reads as x; ", op,
+      " needs an fp32 buffer (Backend::Floats)"));
+}
+
 class VulkanBackendImpl : public VulkanBackend {
  public:
   ~VulkanBackendImpl() override {
@@ -70,8 +81,8 @@ class VulkanBackendImpl : public VulkanBackend {
     vkDeviceWaitIdle(device_);
     dummy_.reset();
     half_scratch_.reset();
-    for (Pipeline* p :
-         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &to_half_}) {
+    for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &to_half_,
+                        &rmsnorm_half_, &elementwise_half_}) {
       DestroyPipeline(p);
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
@@ -259,8 +270,9 @@ class VulkanBackendImpl : public VulkanBackend {
         MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
-    if (coop_ && cm2_ && fp16_) {
-      // The fp16 cast in front of the half_input blocks; without it those blocks are left out.
+    if (fp16_) {
+      // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
+      // workgroup-scope attention); without it those pipelines are left out.
       absl::Status made = MakePipeline(Shader::kToHalf, 2, 4, &to_half_);
       if (!made.ok()) DestroyPipeline(&to_half_);
     }
@@ -290,8 +302,28 @@ class VulkanBackendImpl : public VulkanBackend {
       MatmulPipeline matmul{{}, MatmulOutputBlock(tiled), "tiled"};
       FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul.pipeline));
       matmuls_.push_back(matmul);
+      if (fp16_ && to_half_.pipeline != VK_NULL_HANDLE) {
+        // The same shader reading x as fp16, for the activations that RmsNorm and Silu write
+        // in fp16 (MatmulInput); it rounds x to fp16 in shared memory anyway, so the results
+        // are the same. A refusal keeps every activation fp32.
+        MatmulPipeline half{{}, MatmulOutputBlock(Shader::kMatmulF16HalfX), "tiled-h", true};
+        if (MakePipeline(Shader::kMatmulF16HalfX, 4, 16, &half.pipeline).ok()) {
+          matmuls_.push_back(half);
+        } else {
+          DestroyPipeline(&half.pipeline);
+        }
+      }
     }
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(matmuls_.size()));
+    // Where some matmul reads x as fp16, the activations only a matmul reads are stored in fp16
+    // (MatmulInput), written so by RmsNorm and Silu: no fp32 copy for ToHalf to read back.
+    half_inputs_ =
+        fp16_ && std::any_of(matmuls_.begin(), matmuls_.end(),
+                             [](const MatmulPipeline& matmul) { return matmul.half_input; });
+    if (half_inputs_) {
+      FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kRmsNormF16HalfOut, 3, 12, &rmsnorm_half_));
+      FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwiseHalfOut, 3, 8, &elementwise_half_));
+    }
     if (coop_ && info_.subgroup_vote) {
       // Attention on the same fragments where the matmul has them (and subgroup votes); a
       // refusal keeps the vector shader, and Describe() says so.
@@ -309,7 +341,7 @@ class VulkanBackendImpl : public VulkanBackend {
       // The workgroup-scope attention shaders beside it (they read qkv through ToHalf), timed
       // against it per shape; one the driver refuses is left out.
       for (const AttentionVariant& variant : AttentionCm2Shaders()) {
-        if (to_half_.pipeline == VK_NULL_HANDLE) break;
+        if (!cm2_ || to_half_.pipeline == VK_NULL_HANDLE) break;
         const OutputBlock block = MatmulOutputBlock(variant.shader);
         AttentionPipeline attention{{}, block.rows, block.cols, true, variant.name};
         if (MakePipeline(variant.shader, 2, 24, &attention.pipeline).ok()) {
@@ -353,7 +385,8 @@ class VulkanBackendImpl : public VulkanBackend {
         "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
         fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ", MatmulPath(),
         ", attention ", AttentionPath(), ", weights ",
-        zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging");
+        zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
+        half_inputs_ ? ", matmul inputs fp16" : "");
   }
   std::string MatmulPath() const {
     if (!coop_) {
@@ -417,17 +450,26 @@ class VulkanBackendImpl : public VulkanBackend {
                            CreateBuffer(static_cast<VkDeviceSize>(count) * 4, false));
     return std::unique_ptr<Buffer>(std::move(buffer));
   }
+  absl::StatusOr<std::unique_ptr<Buffer>> MatmulInput(int64_t count) override {
+    if (!half_inputs_) return Floats(count);
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
+                           CreateBuffer(static_cast<VkDeviceSize>(count) * 2, false));
+    buffer->half = true;
+    return std::unique_ptr<Buffer>(std::move(buffer));
+  }
   absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) override {
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
                            CreateBuffer(static_cast<VkDeviceSize>(count) * 4, true));
     return std::unique_ptr<Buffer>(std::move(buffer));
   }
   absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("WriteInts", "the buffer", buffer));
     FSDPD_RETURN_IF_ERROR(Finish());  // work enqueued before must see the old values
     std::memcpy(Vk(buffer).mapped, values, static_cast<size_t>(count) * sizeof(int32_t));
     return absl::OkStatus();
   }
   absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("WriteFloats", "the buffer", buffer));
     FSDPD_RETURN_IF_ERROR(Finish());
     const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
     if (Vk(buffer).mapped != nullptr) {
@@ -439,6 +481,7 @@ class VulkanBackendImpl : public VulkanBackend {
     return Copy(*staging, Vk(buffer), bytes);
   }
   absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("ReadFloats", "the buffer", buffer));
     FSDPD_RETURN_IF_ERROR(Finish());
     const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
     if (Vk(buffer).mapped != nullptr) {
@@ -453,22 +496,39 @@ class VulkanBackendImpl : public VulkanBackend {
 
   absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
                          Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Embedding", "the table", table));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Embedding", "the token ids", tokens));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Embedding", "out", out));
     FSDPD_RETURN_IF_ERROR(CheckIndex("embedding", count * dim));
     const uint32_t push[2] = {static_cast<uint32_t>(count), static_cast<uint32_t>(dim)};
     return Dispatch(embedding_, {&table, &tokens, &out}, push, GridStride(count * dim), 1);
   }
   absl::Status RmsNorm(Buffer& x, Buffer& weight, int64_t rows, int64_t dim, double eps,
                        Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("RmsNorm", "x", x));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("RmsNorm", "the weight", weight));
     FSDPD_RETURN_IF_ERROR(CheckIndex("rmsnorm", rows * dim));
     struct {
       uint32_t rows, dim;
       float eps;
     } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(dim), static_cast<float>(eps)};
     auto [x_groups, y_groups] = RowGrid(rows);
-    return Dispatch(rmsnorm_, {&x, &weight, &out}, &push, x_groups, y_groups);
+    return Dispatch(Vk(out).half ? rmsnorm_half_ : rmsnorm_, {&x, &weight, &out}, &push, x_groups,
+                    y_groups);
   }
   absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
                       int64_t out_features, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the weight", weight));
+    if (bias != nullptr) FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the bias", *bias));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "out", out));
+    // An fp16 x (MatmulInput) is bound as it is, so only the pipelines that read fp16 x can
+    // take it; an fp32 x reaches those through ToHalf.
+    const bool half_x = Vk(x).half;
+    if (half_x && std::none_of(matmuls_.begin(), matmuls_.end(),
+                               [](const MatmulPipeline& matmul) { return matmul.half_input; })) {
+      return absl::InvalidArgumentError(
+          "Linear: x is fp16 but no matmul pipeline here reads fp16 x");
+    }
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
@@ -485,20 +545,28 @@ class VulkanBackendImpl : public VulkanBackend {
             " outputs needs more workgroups than the device allows (",
             limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
       }
+      if (half_x && !matmul.half_input) {
+        return absl::InternalError(
+            absl::StrCat("Linear: the matmul '", matmul.name, "' reads fp32 x, not fp16"));
+      }
       Buffer* input = &x;
-      if (matmul.half_input) {
+      if (matmul.half_input && !half_x) {
         FSDPD_ASSIGN_OR_RETURN(input, ToHalf(x, rows * in_features));
       }
       return Dispatch(matmul.pipeline, {input, &weight, &bias_buffer, &out}, push,
                       static_cast<uint32_t>(x_groups), static_cast<uint32_t>(y_groups));
     };
     // A new shape times each candidate alone on these buffers (what is recorded so far is
-    // submitted first); `out` is written again by the dispatch recorded below.
+    // submitted first); `out` is written again by the dispatch recorded below. A pipeline that
+    // reads fp32 x never wins for an fp16 x.
     auto time = [&](int candidate) -> absl::StatusOr<double> {
-      return SecondsAlone([&] { return dispatch(matmuls_[static_cast<size_t>(candidate)]); });
+      const MatmulPipeline& matmul = matmuls_[static_cast<size_t>(candidate)];
+      if (half_x && !matmul.half_input) return std::numeric_limits<double>::infinity();
+      return SecondsAlone([&] { return dispatch(matmul); });
     };
     FSDPD_ASSIGN_OR_RETURN(
-        const int chosen, tuner_->Choose({rows, in_features, out_features, bias != nullptr}, time));
+        const int chosen,
+        tuner_->Choose({rows, in_features, out_features, bias != nullptr, half_x}, time));
     return dispatch(matmuls_[static_cast<size_t>(chosen)]);
   }
   // Seconds `record` takes on the device alone: what is recorded so far is submitted first.
@@ -585,6 +653,8 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
                          bool causal, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Attention", "qkv", qkv));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Attention", "out", out));
     const int64_t head_dim = dim / heads;
     if (head_dim > kMaxAttentionHeadDim) {
       return absl::InvalidArgumentError(
@@ -637,17 +707,25 @@ class VulkanBackendImpl : public VulkanBackend {
     return dispatch(attentions_[static_cast<size_t>(chosen)]);
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Silu", "x", x));
     FSDPD_RETURN_IF_ERROR(CheckIndex("silu", count));
     const uint32_t push[2] = {static_cast<uint32_t>(count), 1u};
-    return Dispatch(elementwise_, {&x, &x, &out}, push, GridStride(count), 1);
+    return Dispatch(Vk(out).half ? elementwise_half_ : elementwise_, {&x, &x, &out}, push,
+                    GridStride(count), 1);
   }
   absl::Status Add(Buffer& a, Buffer& b, int64_t count, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Add", "a", a));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Add", "b", b));
     FSDPD_RETURN_IF_ERROR(CheckIndex("add", count));
     const uint32_t push[2] = {static_cast<uint32_t>(count), 0u};
-    return Dispatch(elementwise_, {&a, &b, &out}, push, GridStride(count), 1);
+    return Dispatch(Vk(out).half ? elementwise_half_ : elementwise_, {&a, &b, &out}, push,
+                    GridStride(count), 1);
   }
   absl::Status TokenNll(Buffer& logits, Buffer& targets, int64_t rows, int64_t vocab,
                         Buffer& nll) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("TokenNll", "the logits", logits));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("TokenNll", "the targets", targets));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("TokenNll", "nll", nll));
     FSDPD_RETURN_IF_ERROR(CheckIndex("log-softmax", rows * vocab));
     const uint32_t push[2] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(vocab)};
     auto [x_groups, y_groups] = RowGrid(rows);
@@ -885,7 +963,9 @@ class VulkanBackendImpl : public VulkanBackend {
     Pipeline pipeline;
     OutputBlock block;
     std::string name;
-    bool half_input = false;  // reads x through ToHalf's scratch buffer
+    // Reads x as fp16: an fp16 x (MatmulInput) is bound directly, an fp32 one goes through
+    // ToHalf's scratch buffer first.
+    bool half_input = false;
   };
   std::vector<MatmulPipeline> matmuls_;
   std::unique_ptr<MatmulTuner> tuner_;
@@ -902,8 +982,12 @@ class VulkanBackendImpl : public VulkanBackend {
   std::vector<AttentionPipeline> attentions_;
   std::unique_ptr<MatmulTuner> attention_tuner_;
   std::unique_ptr<VulkanBuffer> dummy_;
-  Pipeline to_half_;                            // where the half_input blocks run
-  std::unique_ptr<VulkanBuffer> half_scratch_;  // their fp16 x
+  Pipeline to_half_;                            // wherever fp16 is on
+  std::unique_ptr<VulkanBuffer> half_scratch_;  // the fp16 x it writes
+  // Whether MatmulInput buffers are fp16 (some matmul reads fp16 x), and the producers that
+  // write them.
+  bool half_inputs_ = false;
+  Pipeline rmsnorm_half_, elementwise_half_;
 };
 
 }  // namespace

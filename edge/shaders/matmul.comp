@@ -7,7 +7,9 @@
 // slice is multiplied, so their latency hides behind the arithmetic. Rows, columns and K beyond
 // the matrix are staged as zeros and only in-range outputs are written (ragged shapes).
 // With -DWEIGHTS_F16 the weights are fp16 in memory and both operands are rounded to fp16 in
-// shared memory (fp16 inputs, fp32 products and sums: the tensor-core contract).
+// shared memory (fp16 inputs, fp32 products and sums: the tensor-core contract). -DX_F16 (only
+// with WEIGHTS_F16) reads x as fp16 in memory too (Backend::MatmulInput, edge/backend.h): the
+// same values the fp32 x would have been rounded to in shared memory, at half the traffic.
 // The block is set by -DBM/-DBN (edge/CMakeLists.txt); the host reads it from edge/shaders.h.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -34,9 +36,19 @@
 #define STYPE float
 #define WVEC vec4
 #endif
+#ifdef X_F16
+#ifndef WEIGHTS_F16
+#error "X_F16 needs WEIGHTS_F16: an fp32 matmul must not round x to fp16"
+#endif
+#define XTYPE float16_t
+#define XVEC uvec2  // 4 fp16 inputs
+#else
+#define XTYPE float
+#define XVEC vec4
+#endif
 layout(local_size_x = THREADS) in;
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 0) readonly buffer X { XTYPE x[]; };
+layout(std430, binding = 0) readonly buffer X4 { XVEC x4[]; };
 layout(std430, binding = 1) readonly buffer W { WTYPE w[]; };
 layout(std430, binding = 1) readonly buffer W4 { WVEC w4[]; };
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
@@ -52,9 +64,17 @@ bool vectors;
 // Four consecutive k of row `row` (x) or column `col` (w) from k0 + kk, zeros outside.
 vec4 LoadX(uint row, uint gk) {
   if (row >= p.m) return vec4(0.0);
+#ifdef X_F16
+  if (vectors) {
+    if (gk >= p.k) return vec4(0.0);
+    const uvec2 pairs = x4[(row * p.k + gk) / 4];
+    return vec4(unpackHalf2x16(pairs.x), unpackHalf2x16(pairs.y));
+  }
+#else
   if (vectors) return gk < p.k ? x4[(row * p.k + gk) / 4] : vec4(0.0);
+#endif
   vec4 v;
-  [[unroll]] for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? x[row * p.k + gk + j] : 0.0;
+  [[unroll]] for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? float(x[row * p.k + gk + j]) : 0.0;
   return v;
 }
 vec4 LoadW(uint col, uint gk) {

@@ -16,6 +16,10 @@
 //    per softmax weight and fp32 sums over ≤ seq keys: |Δ| ≤ (seq + 3 + 2·s_max)·4·u32·max|v|.
 //  - log-softmax / cross-entropy: the sum over vocab terms (≤ vocab·u32 relative), exp and log
 //    (a few ULP of |logit| size): |Δ| ≤ (vocab + 16)·u32·(1 + max|logit|).
+//  - RmsNorm or Silu into a MatmulInput buffer (fp16 where the matmul reads fp16 x), then
+//    Linear: the matmul's bound on the reference x, plus the producer's error on each x_k
+//    carried through |w_k| (the fp16 rounding of x is the matmul bound's own 2^-11, whether
+//    the producer or the matmul rounds it).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -79,6 +83,20 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
     return pair;
   }
   Pair Outputs(int64_t count) { return {*vulkan_->Floats(count), *cpu_->Floats(count)}; }
+  Pair MatmulInputs(int64_t count) {
+    return {*vulkan_->MatmulInput(count), *cpu_->MatmulInput(count)};
+  }
+  // Whether MatmulInput buffers are fp16 here: wherever fp16 is on and the tiled matmul runs
+  // (it then has an fp16-x pipeline); with cooperative matrices, where an fp16-x block is built.
+  bool HalfInputs() const {
+    return vulkan_->Describe().find("matmul inputs fp16") != std::string::npos;
+  }
+  // The fp32 values of a reference (CPU) buffer.
+  std::vector<float> Read(Buffer& cpu, int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    EXPECT_TRUE(cpu_->ReadFloats(cpu, values.data(), count).ok());
+    return values;
+  }
   // Reads both outputs and checks |gpu − cpu| ≤ tolerance(i) element by element.
   void ExpectWithin(const char* what, Pair& out, int64_t count,
                     const std::function<double(size_t, double)>& tolerance) {
@@ -223,6 +241,142 @@ TEST_P(EdgeKernelsTest, UnsupportedShapesAreClearErrors) {
   EXPECT_NE(status.message().find("limit of 128"), std::string::npos) << status;
 }
 
+// The fp16 producers: RmsNorm and Silu write a MatmulInput buffer (fp16 on lavapipe's fp16
+// path, fp32 on its fp32 path) that Linear then reads as x, against the reference. x's length
+// is a multiple of 4 (the matmul's vector loads of 4 halves) for the norm and not for SiLU
+// (scalar loads).
+TEST_P(EdgeKernelsTest, RmsNormAndSiluWriteTheMatmulsInputAndLinearReadsIt) {
+  if (fp16_ && !vulkan_->uses_cooperative_matrix()) {
+    EXPECT_TRUE(HalfInputs()) << vulkan_->Describe();
+  }
+  if (!fp16_) {
+    EXPECT_FALSE(HalfInputs()) << vulkan_->Describe();
+  }
+  const int64_t rows = 37, dim = 300, ffn = 130, out_features = 70;
+  const double fp16_rounding = fp16_ ? 2 * kU16 + kU16 * kU16 : 0.0;
+  // out = x·wᵀ + b on the reference x, the matmul's bound (see the top of the file) plus each
+  // x_k's error bound x_error(k) carried through |w_k|.
+  auto linear_tolerance = [&](const std::vector<float>& x, const std::vector<float>& w,
+                              const std::vector<float>* b, int64_t in,
+                              const std::function<double(int64_t)>& x_error) {
+    return [&x, &w, b, in, x_error, fp16_rounding, this](size_t i, double) {
+      const int64_t r = static_cast<int64_t>(i) / out_features;
+      const int64_t c = static_cast<int64_t>(i) % out_features;
+      double magnitude = 0.0, carried = 0.0;
+      for (int64_t k = 0; k < in; ++k) {
+        magnitude += std::fabs(x[r * in + k] * w[c * in + k]);
+        carried += x_error(r * in + k) * std::fabs(w[c * in + k]);
+      }
+      double bound = (2.0 * static_cast<double>(in) * kU32 + fp16_rounding) * magnitude +
+                     carried * (1 + 4 * kU16);
+      if (fp16_ && b != nullptr) bound += kU16 * std::fabs((*b)[static_cast<size_t>(c)]);
+      return bound + 1e-30;
+    };
+  };
+
+  // RmsNorm → the attention's input projection (with bias).
+  const std::vector<float> h = RandomValues(rows * dim, 2.0f, 11);
+  std::vector<float> norm_weight = RandomValues(dim, 0.2f, 12);
+  for (float& value : norm_weight) value += 1.0f;
+  const std::vector<float> w1 = RandomValues(out_features * dim, 1.0f, 13);
+  const std::vector<float> b1 = RandomValues(out_features, 1.0f, 14);
+  Pair hs = Floats(h), norms = Weights(norm_weight), w1s = Weights(w1), b1s = Weights(b1);
+  Pair normed = MatmulInputs(rows * dim), projected = Outputs(rows * out_features);
+  ASSERT_TRUE(vulkan_->RmsNorm(*hs.gpu, *norms.gpu, rows, dim, 1e-6, *normed.gpu).ok());
+  ASSERT_TRUE(cpu_->RmsNorm(*hs.cpu, *norms.cpu, rows, dim, 1e-6, *normed.cpu).ok());
+  absl::Status linear = vulkan_->Linear(*normed.gpu, *w1s.gpu, b1s.gpu.get(), rows, dim,
+                                        out_features, *projected.gpu);
+  ASSERT_TRUE(linear.ok()) << linear;
+  ASSERT_TRUE(
+      cpu_->Linear(*normed.cpu, *w1s.cpu, b1s.cpu.get(), rows, dim, out_features, *projected.cpu)
+          .ok());
+  const std::vector<float> normed_x = Read(*normed.cpu, rows * dim);
+  ExpectWithin("rmsnorm → linear", projected, rows * out_features,
+               linear_tolerance(normed_x, w1, &b1, dim, [&](int64_t k) {
+                 return ((dim + 8) * kU32 + (fp16_ ? kU16 : 0.0)) *
+                        std::fabs(normed_x[static_cast<size_t>(k)]);
+               }));
+
+  // Silu → the FFN's down projection (no bias).
+  const std::vector<float> hidden = RandomValues(rows * ffn, 4.0f, 15);
+  const std::vector<float> w2 = RandomValues(out_features * ffn, 1.0f, 16);
+  Pair hiddens = Floats(hidden), w2s = Weights(w2);
+  Pair activated = MatmulInputs(rows * ffn), down = Outputs(rows * out_features);
+  ASSERT_TRUE(vulkan_->Silu(*hiddens.gpu, rows * ffn, *activated.gpu).ok());
+  ASSERT_TRUE(cpu_->Silu(*hiddens.cpu, rows * ffn, *activated.cpu).ok());
+  linear = vulkan_->Linear(*activated.gpu, *w2s.gpu, nullptr, rows, ffn, out_features, *down.gpu);
+  ASSERT_TRUE(linear.ok()) << linear;
+  ASSERT_TRUE(
+      cpu_->Linear(*activated.cpu, *w2s.cpu, nullptr, rows, ffn, out_features, *down.cpu).ok());
+  const std::vector<float> activated_x = Read(*activated.cpu, rows * ffn);
+  ExpectWithin("silu → linear", down, rows * out_features,
+               linear_tolerance(activated_x, w2, nullptr, ffn, [&](int64_t k) {
+                 const double a = std::fabs(hidden[static_cast<size_t>(k)]);
+                 return (8 + 2 * a) * 2 * kU32 *
+                        std::max(std::fabs(double(activated_x[static_cast<size_t>(k)])), a);
+               }));
+
+  // The numerics did not move: the tiled fp16 matmul rounds an fp32 x to fp16 as it stages
+  // it, so the same norm through an fp32 buffer gives the same bits. (Where cooperative
+  // matrices run, the tuner may pick different blocks for the two, summing in another order.)
+  if (HalfInputs() && !vulkan_->uses_cooperative_matrix()) {
+    Pair normed32 = Outputs(rows * dim), projected32 = Outputs(rows * out_features);
+    ASSERT_TRUE(vulkan_->RmsNorm(*hs.gpu, *norms.gpu, rows, dim, 1e-6, *normed32.gpu).ok());
+    ASSERT_TRUE(vulkan_
+                    ->Linear(*normed32.gpu, *w1s.gpu, b1s.gpu.get(), rows, dim, out_features,
+                             *projected32.gpu)
+                    .ok());
+    std::vector<float> via_half(static_cast<size_t>(rows * out_features));
+    std::vector<float> via_fp32(via_half.size());
+    ASSERT_TRUE(vulkan_->ReadFloats(*projected.gpu, via_half.data(), rows * out_features).ok());
+    ASSERT_TRUE(vulkan_->ReadFloats(*projected32.gpu, via_fp32.data(), rows * out_features).ok());
+    EXPECT_EQ(via_half, via_fp32);
+  }
+}
+
+// An fp16 MatmulInput buffer is only Linear's x and the output of RmsNorm, Silu and Add;
+// anything else that would read or write it as fp32 is refused, naming the op.
+TEST_P(EdgeKernelsTest, AnFp16MatmulInputWhereFp32IsNeededIsRefused) {
+  if (!HalfInputs()) {
+    // fp32 (or a device whose matmuls all read fp32 x): MatmulInput is plain fp32.
+    EXPECT_TRUE(!fp16_ || vulkan_->uses_cooperative_matrix()) << vulkan_->Describe();
+    std::unique_ptr<Buffer> input = *vulkan_->MatmulInput(5);
+    const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.1f, 1e-7f};
+    std::vector<float> back(values.size());
+    ASSERT_TRUE(vulkan_->WriteFloats(*input, values.data(), 5).ok());
+    ASSERT_TRUE(vulkan_->ReadFloats(*input, back.data(), 5).ok());
+    EXPECT_EQ(back, values);
+    return;
+  }
+  const int64_t rows = 4, dim = 16, vocab = 16;
+  std::unique_ptr<Buffer> half = *vulkan_->MatmulInput(rows * 3 * dim);
+  std::unique_ptr<Buffer> floats = *vulkan_->Floats(rows * 3 * dim);
+  std::unique_ptr<Buffer> weight =
+      *vulkan_->Weight(RandomValues(dim * dim, 1.0f, 17).data(), dim * dim);
+  std::unique_ptr<Buffer> ids = *vulkan_->Ints(rows);
+  std::vector<float> host(static_cast<size_t>(rows * 3 * dim));
+  auto expect_refused = [](const absl::Status& status, const std::string& op) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << op << ": " << status;
+    EXPECT_TRUE(absl::StartsWith(status.message(), op + ": ")) << status;
+    EXPECT_NE(status.message().find("fp16 matmul input"), std::string::npos) << status;
+  };
+  expect_refused(vulkan_->ReadFloats(*half, host.data(), rows * dim), "ReadFloats");
+  expect_refused(vulkan_->WriteFloats(*half, host.data(), rows * dim), "WriteFloats");
+  expect_refused(vulkan_->Attention(*floats, 1, rows, 1, dim, true, *half), "Attention");
+  expect_refused(vulkan_->Attention(*half, 1, rows, 1, dim, true, *floats), "Attention");
+  expect_refused(vulkan_->Linear(*floats, *weight, nullptr, rows, dim, dim, *half), "Linear");
+  expect_refused(vulkan_->Embedding(*weight, *ids, 1, dim, *half), "Embedding");
+  expect_refused(vulkan_->RmsNorm(*half, *weight, rows, dim, 1e-6, *floats), "RmsNorm");
+  expect_refused(vulkan_->Silu(*half, rows * dim, *floats), "Silu");
+  expect_refused(vulkan_->Add(*floats, *half, rows * dim, *floats), "Add");
+  expect_refused(vulkan_->TokenNll(*half, *ids, rows, vocab, *floats), "TokenNll");
+  expect_refused(vulkan_->TokenNll(*floats, *ids, rows, vocab, *half), "TokenNll");
+  // Add may write one (a residual sum read only by a matmul), and Linear reads it.
+  ASSERT_TRUE(vulkan_->Add(*floats, *floats, rows * dim, *half).ok());
+  EXPECT_TRUE(vulkan_->Linear(*half, *weight, nullptr, rows, dim, dim, *floats).ok());
+  EXPECT_TRUE(vulkan_->Finish().ok());
+}
+
 // Every block shape built is listed and accepted by name (on a device without cooperative
 // matrices the tiled shader then runs); a name that was not built is refused with the list.
 TEST(EdgeCoopBlockTest, BlocksAreChosenByNameAndAnUnknownNameIsRefused) {
@@ -293,6 +447,22 @@ TEST(EdgeMatrixUnitPeakTest, IsARateOnlyWhereWorkgroupScopeMatricesExist) {
               "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
   }
   EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
+}
+
+// --precision fp32 on a device that has fp16: MatmulInput is fp32, which every op takes.
+TEST(EdgeMatmulInputTest, Fp32PrecisionKeepsMatmulInputsFp32) {
+  std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
+  ASSERT_NE(vulkan, nullptr);
+  EXPECT_FALSE(vulkan->uses_fp16());
+  EXPECT_EQ(vulkan->Describe().find("matmul inputs fp16"), std::string::npos) << vulkan->Describe();
+  std::unique_ptr<Buffer> input = *vulkan->MatmulInput(6);
+  const std::vector<float> values = {1.0f, -0.5f, 3.0f, 1e-7f, 65504.0f, 70000.0f};
+  std::vector<float> back(values.size());
+  ASSERT_TRUE(vulkan->WriteFloats(*input, values.data(), 6).ok());
+  absl::Status read = vulkan->ReadFloats(*input, back.data(), 6);
+  ASSERT_TRUE(read.ok()) << read;
+  EXPECT_EQ(back, values);  // fp32: 1e-7 and 70000 are not fp16 values
+  EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeKernelsTest,

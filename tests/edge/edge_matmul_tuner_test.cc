@@ -77,6 +77,29 @@ TEST(MatmulTunerTest, ACandidateTimedAsInfinityIsNeverChosen) {
     return i == 0 ? 5.0 : std::numeric_limits<double>::infinity();
   };
   EXPECT_EQ(*tuner.Choose({16, 16, 16, true}, only_first), 0);
+  // The first candidate unable to run the shape (a matmul reading fp32 x, given an fp16 x)
+  // loses to any that can, however slow.
+  auto only_last = [](int i) -> absl::StatusOr<double> {
+    return i == 2 ? 1e6 : std::numeric_limits<double>::infinity();
+  };
+  EXPECT_EQ(*tuner.Choose({32, 32, 32, false}, only_last), 2);
+}
+
+TEST(MatmulTunerTest, AnFp16InputIsAnotherShape) {
+  // A shape tuned with fp32 x is never reused for fp16 x: the candidates that can read it, and
+  // what they cost (no cast in front), differ.
+  MatmulTuner tuner(2);
+  auto fp32_x = [](int i) -> absl::StatusOr<double> { return i == 0 ? 1.0 : 2.0; };
+  auto fp16_x = [](int i) -> absl::StatusOr<double> {
+    return i == 0 ? std::numeric_limits<double>::infinity() : 2.0;
+  };
+  const MatmulShape fp32{64, 128, 256, true}, fp16{64, 128, 256, true, true};
+  EXPECT_EQ(*tuner.Choose(fp32, fp32_x), 0);
+  EXPECT_EQ(*tuner.Choose(fp16, fp16_x), 1);
+  EXPECT_EQ(*tuner.Choose(fp32, fp16_x), 0);  // remembered
+  EXPECT_EQ(
+      tuner.Describe({"tiled", "tiled-h"}),
+      (std::vector<std::string>{"64x256x128 +bias: tiled", "64x256x128 +bias fp16 x: tiled-h"}));
 }
 
 TEST(MatmulTunerTest, ATimingErrorIsReturnedAndNothingIsRemembered) {
