@@ -119,22 +119,35 @@ absl::StatusOr<double> SecondsPerCall(Backend& backend, int repeats,
   return rounds[rounds.size() / 2];
 }
 
-// The matmul alone on the forward's two FFN shapes: TFLOP/s each, printed.
+// The matmul alone on the forward's two FFN shapes: TFLOP/s each, printed twice: with x in fp32
+// (a block that reads fp16 x casts it first, and the cast is timed), and with x as the forward
+// holds it (Backend::MatmulInput: fp16 where the matmul reads fp16 x, written once by an Add), the
+// figure to hold against cuBLASLt, whose x is bf16.
 absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int64_t ffn_mult) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{rows, ffn_mult * dim, dim},
                          {rows, dim, ffn_mult * dim}}) {
     std::vector<float> w = RandomValues(n * k, 0.02f, 7);
     auto weight = backend.Weight(w.data(), n * k);
     auto x = backend.Floats(m * k);
+    auto zeros = backend.Floats(m * k);
+    auto x_input = backend.MatmulInput(m * k);
     auto y = backend.Floats(m * n);
-    if (!weight.ok() || !x.ok() || !y.ok()) return absl::InternalError("allocation failed");
+    if (!weight.ok() || !x.ok() || !zeros.ok() || !x_input.ok() || !y.ok()) {
+      return absl::InternalError("allocation failed");
+    }
     std::vector<float> input = RandomValues(m * k, 1.0f, 8);
     FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), m * k));
-    FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 10, [&] {
-                             return backend.Linear(**x, **weight, nullptr, m, k, n, **y);
-                           }));
-    std::printf("  matmul %lldx%lldx%lld: %.4g TFLOP/s (%.3f ms)\n", (long long)m, (long long)n,
-                (long long)k, 2.0 * m * n * k / each * 1e-12, each * 1e3);
+    const std::vector<float> zero(static_cast<size_t>(m * k), 0.0f);
+    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**zeros, zero.data(), m * k));
+    FSDPD_RETURN_IF_ERROR(backend.Add(**x, **zeros, m * k, **x_input));
+    for (auto [source, what] : {std::pair<Buffer*, const char*>{x->get(), "x fp32, cast timed"},
+                                {x_input->get(), "x as the forward holds it"}}) {
+      FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 10, [&] {
+                               return backend.Linear(*source, **weight, nullptr, m, k, n, **y);
+                             }));
+      std::printf("  matmul %lldx%lldx%lld (%s): %.4g TFLOP/s (%.3f ms)\n", (long long)m,
+                  (long long)n, (long long)k, what, 2.0 * m * n * k / each * 1e-12, each * 1e3);
+    }
   }
   return absl::OkStatus();
 }
