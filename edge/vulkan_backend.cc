@@ -317,9 +317,12 @@ class VulkanBackendImpl : public VulkanBackend {
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(matmuls_.size()));
     // Where some matmul reads x as fp16, the activations only a matmul reads are stored in fp16
     // (MatmulInput), written so by RmsNorm and Silu: no fp32 copy for ToHalf to read back.
-    half_inputs_ =
-        fp16_ && std::any_of(matmuls_.begin(), matmuls_.end(),
-                             [](const MatmulPipeline& matmul) { return matmul.half_input; });
+    const bool fp16_x = std::any_of(matmuls_.begin(), matmuls_.end(),
+                                    [](const MatmulPipeline& matmul) { return matmul.half_input; });
+    using MatmulInputs = VulkanOptions::MatmulInputs;
+    half_inputs_ = fp16_ && fp16_x &&
+                   (options.matmul_inputs == MatmulInputs::kFp16 ||
+                    (options.matmul_inputs == MatmulInputs::kAuto && coop_));
     if (half_inputs_) {
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kRmsNormF16HalfOut, 3, 12, &rmsnorm_half_));
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwiseHalfOut, 3, 8, &elementwise_half_));

@@ -56,6 +56,12 @@ struct VulkanOptions {
   // empty: each, the fastest chosen per shape. A name not built, or not usable on the device,
   // is refused when the backend is created.
   std::string attention;
+  // Whether the activations only a matmul reads (Backend::MatmulInput) are stored in fp16.
+  // kAuto: where a workgroup-scope block reads fp16 x (no cast pass in front of it: the H200's
+  // forward gained, bench/RESULTS.md), not on the tiled path (its fp16-x build ran 7% slower
+  // there than casting inside the shader); kFp16: wherever fp16 is on and some matmul reads fp16
+  // x (the tests run the tiled fp16-x path on lavapipe so); kFp32: never.
+  enum class MatmulInputs { kAuto, kFp16, kFp32 } matmul_inputs = MatmulInputs::kAuto;
 };
 
 class VulkanBackend : public Backend {

@@ -465,6 +465,31 @@ TEST(EdgeMatmulInputTest, Fp32PrecisionKeepsMatmulInputsFp32) {
   EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
 }
 
+// The default (VulkanOptions::MatmulInputs::kAuto) keeps fp32 activations on the tiled path,
+// where the fp16-x build measured slower; kFp32 keeps them fp32 everywhere. lavapipe has fp16
+// and no cooperative matrices: the tiled path.
+TEST(EdgeMatmulInputTest, TheTiledPathKeepsFp32InputsUnlessAsked) {
+  for (auto inputs : {VulkanOptions::MatmulInputs::kAuto, VulkanOptions::MatmulInputs::kFp32}) {
+    VulkanOptions options;
+    options.validation = true;
+    options.precision = VulkanOptions::Precision::kFp16;
+    options.matmul_inputs = inputs;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> vulkan = CreateVulkanBackend(options);
+    ASSERT_TRUE(vulkan.ok()) << vulkan.status();
+    if (!(*vulkan)->uses_fp16() || (*vulkan)->uses_cooperative_matrix()) {
+      GTEST_SKIP() << "not the tiled fp16 path: " << (*vulkan)->Describe();
+    }
+    EXPECT_EQ((*vulkan)->Describe().find("matmul inputs fp16"), std::string::npos)
+        << (*vulkan)->Describe();
+    std::unique_ptr<Buffer> input = *(*vulkan)->MatmulInput(3);
+    const std::vector<float> values = {1.0f, 1e-7f, 70000.0f};
+    std::vector<float> back(values.size());
+    ASSERT_TRUE((*vulkan)->WriteFloats(*input, values.data(), 3).ok());
+    ASSERT_TRUE((*vulkan)->ReadFloats(*input, back.data(), 3).ok());
+    EXPECT_EQ(back, values);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeKernelsTest,
                          ::testing::Values(VulkanOptions::Precision::kFp32,
                                            VulkanOptions::Precision::kFp16),

@@ -22,6 +22,9 @@ inline std::unique_ptr<VulkanBackend> ValidatedVulkan(
   VulkanOptions options;
   options.validation = true;
   options.precision = precision;
+  // fp16 activations for the matmuls wherever fp16 runs, so that lavapipe's tiled path covers
+  // them too (its default keeps them fp32: VulkanOptions::matmul_inputs).
+  options.matmul_inputs = VulkanOptions::MatmulInputs::kFp16;
   absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
   EXPECT_TRUE(backend.ok()) << "no usable Vulkan device for the edge tests (CI runs them on "
                                "lavapipe: install mesa-vulkan-drivers and "
