@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -80,9 +81,14 @@ absl::Status StepBatch::Take(DataLoader& loader, int64_t index) {
 void StepBatch::ReadAhead(DataLoader& loader, int64_t index) {
   if (next_.valid()) next_.wait();
   next_index_ = index;
-  next_ = std::async(std::launch::async, [&loader, index, this] {
-    return loader.Batch(index, next_inputs_.data(), next_targets_.data());
-  });
+  try {
+    next_ = std::async(std::launch::async, [&loader, index, this] {
+      return loader.Batch(index, next_inputs_.data(), next_targets_.data());
+    });
+  } catch (const std::system_error&) {
+    // No thread to be had (the process is at its limit): Take reads the batch itself.
+    next_ = std::future<absl::Status>();
+  }
 }
 
 absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train, int64_t step,
