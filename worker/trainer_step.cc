@@ -105,8 +105,10 @@ absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train
     ProfileRange range(recorder, "", "", "data loader");
     FSDPD_RETURN_IF_ERROR(batch.Take(*engine.data, step - 1));
   }
-  // The next step's batch (past the last step it is read and never used).
-  batch.ReadAhead(*engine.data, step);
+  // The next step's batch, while the device runs this one (past the last step it is read and
+  // never used). Not on the CPU backend: its step already keeps the host's cores busy, and
+  // reading beside it made the demo's step 4% slower (bench/RESULTS.md).
+  if (engine.backend->runs_beside_host()) batch.ReadAhead(*engine.data, step);
   StepOutcome outcome;
   outcome.step = step;
   const AdamWParams adamw = AdamWFor(train, step);

@@ -38,7 +38,7 @@ struct Engine {
 };
 
 // The token ids of one rank's batch, reused by every step, and the next step's batch read on a
-// helper thread while this step runs (a loader's batch is a pure function of the step, so
+// helper thread while a device runs this step (a loader's batch is a pure function of the step, so
 // reading ahead changes nothing; the trace showed the read, about 0.15 ms for the seed's
 // synthetic batch, between two steps with the GPU idle). One read at a time: Take joins the one
 // ahead before reading anything else, and the destructor joins it too.

@@ -54,6 +54,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;        // "cpu" or "cuda:0"
   virtual DType activation_dtype() const = 0;  // kF32 on CPU, kBF16 on CUDA
+  // Whether queued work runs on a device while the host goes on (CUDA), rather than inline on
+  // the host's own threads (CPU): host work can hide behind a step only where it does.
+  virtual bool runs_beside_host() const { return false; }
 
   // A failed allocation is an error with a message (size, current, peak), never a crash.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) = 0;

@@ -54,6 +54,7 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda:" + std::to_string(config_.device); }
+  bool runs_beside_host() const override { return true; }
   DType activation_dtype() const override { return DType::kBF16; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) override;
