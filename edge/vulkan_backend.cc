@@ -302,10 +302,12 @@ class VulkanBackendImpl : public VulkanBackend {
       MatmulPipeline matmul{{}, MatmulOutputBlock(tiled), "tiled"};
       FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul.pipeline));
       matmuls_.push_back(matmul);
-      if (fp16_ && to_half_.pipeline != VK_NULL_HANDLE) {
-        // The same shader reading x as fp16, for the activations that RmsNorm and Silu write
-        // in fp16 (MatmulInput); it rounds x to fp16 in shared memory anyway, so the results
-        // are the same. A refusal keeps every activation fp32.
+      if (fp16_ && options.matmul_inputs == VulkanOptions::MatmulInputs::kFp16) {
+        // Asked for fp16 matmul inputs: the same shader reading x as fp16, for the activations
+        // that RmsNorm and Silu write in fp16 (MatmulInput); it rounds x to fp16 in shared
+        // memory anyway, so the results are the same. Not built otherwise: it ran slower than
+        // the fp32-x shader (VulkanOptions::matmul_inputs). A refusal keeps every activation
+        // fp32.
         MatmulPipeline half{{}, MatmulOutputBlock(Shader::kMatmulF16HalfX), "tiled-h", true};
         if (MakePipeline(Shader::kMatmulF16HalfX, 4, 16, &half.pipeline).ok()) {
           matmuls_.push_back(half);
@@ -315,14 +317,12 @@ class VulkanBackendImpl : public VulkanBackend {
       }
     }
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(matmuls_.size()));
-    // Where some matmul reads x as fp16, the activations only a matmul reads are stored in fp16
-    // (MatmulInput), written so by RmsNorm and Silu: no fp32 copy for ToHalf to read back.
-    const bool fp16_x = std::any_of(matmuls_.begin(), matmuls_.end(),
-                                    [](const MatmulPipeline& matmul) { return matmul.half_input; });
-    using MatmulInputs = VulkanOptions::MatmulInputs;
-    half_inputs_ = fp16_ && fp16_x &&
-                   (options.matmul_inputs == MatmulInputs::kFp16 ||
-                    (options.matmul_inputs == MatmulInputs::kAuto && coop_));
+    // Where some matmul reads x as fp16 (workgroup-scope blocks, or the tiled one when asked
+    // for), the activations only a matmul reads are stored in fp16 (MatmulInput), written so
+    // by RmsNorm and Silu: no fp32 copy for ToHalf to read back.
+    half_inputs_ = fp16_ && options.matmul_inputs != VulkanOptions::MatmulInputs::kFp32 &&
+                   std::any_of(matmuls_.begin(), matmuls_.end(),
+                               [](const MatmulPipeline& matmul) { return matmul.half_input; });
     if (half_inputs_) {
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kRmsNormF16HalfOut, 3, 12, &rmsnorm_half_));
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwiseHalfOut, 3, 8, &elementwise_half_));
