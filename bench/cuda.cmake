@@ -9,5 +9,6 @@ endif()
 # Short-timing against power-limited rates of each cuBLASLt candidate on the seed's products.
 if(FSDPD_CUDA)
   add_executable(gemm_power_bench ${CMAKE_CURRENT_LIST_DIR}/gemm_power_bench.cc)
-  target_link_libraries(gemm_power_bench PRIVATE CUDA::cublasLt CUDA::cudart)
+  target_link_libraries(gemm_power_bench PRIVATE CUDA::cublasLt CUDA::cudart absl::status absl::statusor
+    absl::strings)
 endif()

@@ -20,24 +20,13 @@
 #include <cstring>
 #include <vector>
 
-namespace {
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
 
-#define CHECK_CUDA(call)                                                   \
-  do {                                                                     \
-    const cudaError_t error_ = (call);                                     \
-    if (error_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(error_)); \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (false)
-#define CHECK_CUBLAS(call)                                                              \
-  do {                                                                                  \
-    const cublasStatus_t status_ = (call);                                              \
-    if (status_ != CUBLAS_STATUS_SUCCESS) {                                             \
-      std::fprintf(stderr, "%s: cuBLAS status %d\n", #call, static_cast<int>(status_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (false)
+namespace fsdpd {
+namespace {
 
 using Clock = std::chrono::steady_clock;
 const Clock::time_point kStart = Clock::now();
@@ -67,18 +56,18 @@ struct Matmul {
                           workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
   }
   // Milliseconds per run over `runs` back-to-back runs.
-  double Time(const cublasLtMatmulAlgo_t& algo, int runs) {
+  absl::StatusOr<double> Time(const cublasLtMatmulAlgo_t& algo, int runs) {
     cudaEvent_t start, stop;
-    CHECK_CUDA(cudaEventCreate(&start));
-    CHECK_CUDA(cudaEventCreate(&stop));
-    CHECK_CUDA(cudaEventRecord(start, stream));
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start, stream));
     for (int i = 0; i < runs; ++i) Run(algo);
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    CHECK_CUDA(cudaEventDestroy(start));
-    CHECK_CUDA(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
     return ms / runs;
   }
 };
@@ -94,16 +83,16 @@ int ConfigValue(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttrib
   return value;
 }
 
-void RunProblem(cublasLtHandle_t handle, const Problem& p, int candidates, double seconds,
-                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+absl::Status RunProblem(cublasLtHandle_t handle, const Problem& p, int candidates, double seconds,
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   Matmul mm;
   mm.handle = handle;
   mm.workspace = workspace;
   mm.workspace_bytes = workspace_bytes;
   mm.stream = stream;
-  CHECK_CUDA(cudaMalloc(&mm.w, p.n * p.k * 2));
-  CHECK_CUDA(cudaMalloc(&mm.x, p.m * p.k * 2));
-  CHECK_CUDA(cudaMalloc(&mm.out, p.m * p.n * 2));
+  CUDA_CHECK(cudaMalloc(&mm.w, p.n * p.k * 2));
+  CUDA_CHECK(cudaMalloc(&mm.x, p.m * p.k * 2));
+  CUDA_CHECK(cudaMalloc(&mm.out, p.m * p.n * 2));
   // Small random-looking bf16 values (0x3c00 ≈ 0.0078 plus low bits): toggling bits cost energy,
   // so zeros would understate the power of real data.
   std::vector<uint16_t> host(static_cast<size_t>(std::max(p.n, p.m) * p.k));
@@ -112,25 +101,25 @@ void RunProblem(cublasLtHandle_t handle, const Problem& p, int candidates, doubl
     state = state * 1664525u + 1013904223u;
     v = static_cast<uint16_t>(0x3c00 | ((state >> 16) & 0x00ff) | ((state >> 8) & 0x8000));
   }
-  CHECK_CUDA(cudaMemcpy(mm.w, host.data(), p.n * p.k * 2, cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(mm.x, host.data(), p.m * p.k * 2, cudaMemcpyHostToDevice));
-  CHECK_CUBLAS(cublasLtMatmulDescCreate(&mm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUDA_CHECK(cudaMemcpy(mm.w, host.data(), p.n * p.k * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(mm.x, host.data(), p.m * p.k * 2, cudaMemcpyHostToDevice));
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&mm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transposed = CUBLAS_OP_T, plain = CUBLAS_OP_N;
-  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(mm.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transposed,
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(mm.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transposed,
                                               sizeof(transposed)));
-  CHECK_CUBLAS(
+  CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(mm.desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof(plain)));
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&mm.a, CUDA_R_16BF, p.k, p.n, p.k));
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&mm.b, CUDA_R_16BF, p.k, p.m, p.k));
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&mm.c, CUDA_R_16BF, p.n, p.m, p.n));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&mm.a, CUDA_R_16BF, p.k, p.n, p.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&mm.b, CUDA_R_16BF, p.k, p.m, p.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&mm.c, CUDA_R_16BF, p.n, p.m, p.n));
   cublasLtMatmulPreference_t preference;
-  CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   const uint64_t bytes = workspace_bytes;
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes)));
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
   int returned = 0;
-  CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, mm.desc, mm.a, mm.b, mm.c, mm.c, preference,
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, mm.desc, mm.a, mm.b, mm.c, mm.c, preference,
                                               candidates, results.data(), &returned));
   cublasLtMatmulPreferenceDestroy(preference);
   const double flops = 2.0 * p.m * p.n * p.k;
@@ -144,14 +133,14 @@ void RunProblem(cublasLtHandle_t handle, const Problem& p, int candidates, doubl
       std::printf("  %-4d refused to run\n", i);
       continue;
     }
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    const double short_ms = mm.Time(algo, 3);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    FSDPD_ASSIGN_OR_RETURN(const double short_ms, mm.Time(algo, 3));
     // Warm-up of `seconds`, so the board reaches its power limit, then `seconds` timed.
     const double per_run = std::max(short_ms, 1e-3);
     const int runs = std::max(1, static_cast<int>(seconds * 1e3 / per_run));
-    mm.Time(algo, runs);
+    FSDPD_RETURN_IF_ERROR(mm.Time(algo, runs).status());
     const double at = Elapsed();
-    const double sustained_ms = mm.Time(algo, runs);
+    FSDPD_ASSIGN_OR_RETURN(const double sustained_ms, mm.Time(algo, runs));
     const double short_tf = flops / (short_ms * 1e-3) / 1e12;
     const double sustained_tf = flops / (sustained_ms * 1e-3) / 1e12;
     std::printf("  %-4d %6d %6d %7d %6d %10.2f %12.1f %12.1f %9.3f\n", i,
@@ -166,12 +155,36 @@ void RunProblem(cublasLtHandle_t handle, const Problem& p, int candidates, doubl
   cublasLtMatrixLayoutDestroy(mm.b);
   cublasLtMatrixLayoutDestroy(mm.c);
   cublasLtMatmulDescDestroy(mm.desc);
-  CHECK_CUDA(cudaFree(mm.w));
-  CHECK_CUDA(cudaFree(mm.x));
-  CHECK_CUDA(cudaFree(mm.out));
+  CUDA_CHECK(cudaFree(mm.w));
+  CUDA_CHECK(cudaFree(mm.x));
+  CUDA_CHECK(cudaFree(mm.out));
+  return absl::OkStatus();
+}
+
+absl::Status Run(int candidates, double seconds, int device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  cublasLtHandle_t handle;
+  CUBLAS_CHECK(cublasLtCreate(&handle));
+  const size_t workspace_bytes = size_t{32} << 20;  // as the engine's GemmConfig
+  void* workspace = nullptr;
+  CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+  // The seed's forward products (T = 8 × 1024 tokens).
+  const Problem problems[] = {{"ffn.0 forward", 8192, 8192, 2048},
+                              {"ffn.2 forward", 8192, 2048, 8192},
+                              {"attn.in_proj forward", 8192, 6144, 2048}};
+  for (const Problem& problem : problems) {
+    FSDPD_RETURN_IF_ERROR(
+        RunProblem(handle, problem, candidates, seconds, workspace, workspace_bytes, stream));
+  }
+  cublasLtDestroy(handle);
+  CUDA_CHECK(cudaFree(workspace));
+  return absl::OkStatus();
 }
 
 }  // namespace
+}  // namespace fsdpd
 
 int main(int argc, char** argv) {
   int candidates = 8;
@@ -186,22 +199,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--candidates must be >= 1 and --seconds > 0\n");
     return 2;
   }
-  CHECK_CUDA(cudaSetDevice(device));
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
-  cublasLtHandle_t handle;
-  CHECK_CUBLAS(cublasLtCreate(&handle));
-  const size_t workspace_bytes = size_t{32} << 20;  // as the engine's GemmConfig
-  void* workspace = nullptr;
-  CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
-  // The seed's forward products (T = 8 × 1024 tokens).
-  const Problem problems[] = {{"ffn.0 forward", 8192, 8192, 2048},
-                              {"ffn.2 forward", 8192, 2048, 8192},
-                              {"attn.in_proj forward", 8192, 6144, 2048}};
-  for (const Problem& problem : problems) {
-    RunProblem(handle, problem, candidates, seconds, workspace, workspace_bytes, stream);
+  const absl::Status status = fsdpd::Run(candidates, seconds, device);
+  if (!status.ok()) {
+    std::fprintf(stderr, "gemm_power_bench: %s\n", status.ToString().c_str());
+    return 1;
   }
-  cublasLtDestroy(handle);
-  CHECK_CUDA(cudaFree(workspace));
   return 0;
 }
