@@ -121,11 +121,13 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   fsdp_options.reshard_after_forward = spec.parallel().reshard_after_forward();
   const bool bf16_params = spec.parallel().param_dtype() == "bf16";
   if (engine.backend->activation_dtype() == DType::kBF16) {
-    // The CUDA kernels read bf16 parameters: the fp32 master shard is cast to bf16 into its
-    // slice of the unsharded buffer and gathered in bf16 (half the bytes on the wire). The
-    // spec's validator refuses param_dtype fp32 for device cuda at submission.
+    // The CUDA kernels read bf16 parameters, gathered in bf16 (half the bytes on the wire):
+    // the master's high halves (a split master), or the fp32 master cast into this rank's
+    // slice of the unsharded buffer. The spec's validator refuses param_dtype fp32 for device
+    // cuda at submission.
     fsdp_options.param_storage_dtype = DType::kBF16;
     fsdp_options.round_params_to_bf16 = false;
+    FSDPD_ASSIGN_OR_RETURN(fsdp_options.split_master, SplitMaster());
   } else {
     // The CPU backend computes in fp32: bf16 parameters are fp32 storage rounded through bf16.
     fsdp_options.param_storage_dtype = DType::kF32;

@@ -15,13 +15,15 @@
 namespace fsdpd {
 namespace {
 
-// What each unit contributes to a rank's checkpoint file, in a fixed order.
+// What each unit contributes to a rank's checkpoint file, in a fixed order, as fp32 values. The
+// master goes through FsdpState, which knows its layout (fp32 or split in halves); the file is
+// the same either way.
 struct ShardPart {
   const char* suffix;
-  std::unique_ptr<Buffer> UnitShard::*buffer;
+  std::unique_ptr<Buffer> UnitShard::*buffer;  // null: the master
 };
 constexpr ShardPart kShardParts[] = {
-    {"param", &UnitShard::master},
+    {"param", nullptr},
     {"adam_m", &UnitShard::exp_avg},
     {"adam_v", &UnitShard::exp_avg_sq},
 };
@@ -58,9 +60,13 @@ absl::Status ApplyCheckpoint(const RankCheckpoint& checkpoint, FsdpState& state,
   for (int unit = 0; unit < state.num_units(); ++unit) {
     UnitShard& shard = state.shard(unit);
     for (const ShardPart& part : kShardParts) {
+      const float* values = checkpoint.buffers[index++].values.data();
+      if (part.buffer == nullptr) {
+        FSDPD_RETURN_IF_ERROR(state.CopyMasterShardFromHost(unit, values));
+        continue;
+      }
       const Tensor device = (shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel});
-      FSDPD_RETURN_IF_ERROR(backend.CopyToDevice(checkpoint.buffers[index++].values.data(), device,
-                                                 backend.compute_stream()));
+      FSDPD_RETURN_IF_ERROR(backend.CopyToDevice(values, device, backend.compute_stream()));
     }
   }
   return absl::OkStatus();
@@ -206,9 +212,11 @@ absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity
       ShardBuffer buffer;
       buffer.name = BufferName(unit, part.suffix);
       buffer.values.resize(static_cast<size_t>(shard.layout.shard_numel));
-      written =
-          backend.CopyToHost((shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel}),
-                             buffer.values.data(), backend.compute_stream());
+      written = part.buffer == nullptr
+                    ? state.CopyMasterShardToHost(unit, buffer.values.data())
+                    : backend.CopyToHost(
+                          (shard.*(part.buffer))->View(DType::kF32, {shard.layout.shard_numel}),
+                          buffer.values.data(), backend.compute_stream());
       if (!written.ok()) break;
       checkpoint.buffers.push_back(std::move(buffer));
     }

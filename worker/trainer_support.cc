@@ -55,6 +55,12 @@ absl::StatusOr<bool> OptimizerOnCommStream() {
   return stream == "comm";
 }
 
+absl::StatusOr<bool> SplitMaster() {
+  FSDPD_ASSIGN_OR_RETURN(const std::string layout,
+                         EnvChoice("FSDPD_MASTER_LAYOUT", {"split", "fp32"}));
+  return layout != "fp32";
+}
+
 absl::StatusOr<int> PrefetchUnits() {
   FSDPD_ASSIGN_OR_RETURN(const std::string units,
                          EnvChoice("FSDPD_PREFETCH_UNITS", {"1", "2", "3"}));

@@ -30,6 +30,11 @@ absl::StatusOr<std::chrono::milliseconds> CommunicatorTimeout();
 // priorities that would let compute go first. Another value than compute or comm is an error.
 absl::StatusOr<bool> OptimizerOnCommStream();
 
+// FsdpOptions::split_master for bf16 parameters: on (the default) unless
+// FSDPD_MASTER_LAYOUT=fp32, which keeps the plain fp32 master and casts it at every gather (the
+// layout before the split, kept for comparison: bench/RESULTS.md). Another value is an error.
+absl::StatusOr<bool> SplitMaster();
+
 // FsdpOptions::prefetch_units from FSDPD_PREFETCH_UNITS (1, 2 or 3; unset: 1).
 absl::StatusOr<int> PrefetchUnits();
 

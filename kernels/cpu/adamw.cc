@@ -1,6 +1,9 @@
 #include "kernels/cpu/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "kernels/split_master.h"
 
 namespace fsdpd::cpu {
 
@@ -28,6 +31,22 @@ void AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_s
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     param[i] = p;
+  }
+}
+
+void AdamWStepSplit(uint16_t* high, uint16_t* low, const float* grad, float* exp_avg,
+                    float* exp_avg_sq, int64_t count, const AdamWHyperparameters& hyperparameters) {
+  constexpr int64_t kChunk = 4096;
+  float joined[kChunk];
+  for (int64_t first = 0; first < count; first += kChunk) {
+    const int64_t n = std::min(kChunk, count - first);
+    for (int64_t i = 0; i < n; ++i) joined[i] = JoinFloat(high[first + i], low[first + i]);
+    AdamWStep(joined, grad + first, exp_avg + first, exp_avg_sq + first, n, hyperparameters);
+    for (int64_t i = 0; i < n; ++i) {
+      const SplitHalves halves = SplitFloat(joined[i]);
+      high[first + i] = halves.high;
+      low[first + i] = halves.low;
+    }
   }
 }
 

@@ -19,4 +19,9 @@ struct AdamWHyperparameters {
 void AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t count,
                const AdamWHyperparameters& hyperparameters);
 
+// The same update of a master kept as two 16-bit halves (kernels/split_master.h): each value is
+// joined, updated exactly as AdamWStep updates it, and split again.
+void AdamWStepSplit(uint16_t* high, uint16_t* low, const float* grad, float* exp_avg,
+                    float* exp_avg_sq, int64_t count, const AdamWHyperparameters& hyperparameters);
+
 }  // namespace fsdpd::cpu

@@ -5,6 +5,7 @@
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/split_master.h"
 
 namespace fsdpd::cuda {
 namespace {
@@ -36,11 +37,55 @@ __device__ __forceinline__ void AdamWElement(float& param, float g, float& exp_a
   param = p;
 }
 
-__global__ void AdamWKernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+// Where the master lives, one element (the tails) or one vector of four at a time: plain fp32,
+// or two 16-bit halves (kernels/split_master.h) joined on load and split on store.
+struct PlainMaster {
+  float* param;
+  __device__ float Load(int64_t i) const { return param[i]; }
+  __device__ void Store(int64_t i, float p) const { param[i] = p; }
+  __device__ float4 LoadVector(int64_t i) const { return reinterpret_cast<float4*>(param)[i]; }
+  __device__ void StoreVector(int64_t i, const float4& p) const {
+    reinterpret_cast<float4*>(param)[i] = p;
+  }
+  PlainMaster Offset(int64_t elements) const { return {param + elements}; }
+  bool VectorAligned() const { return Aligned16(param); }
+};
+
+struct SplitMaster {
+  uint16_t* high;
+  uint16_t* low;
+  __device__ static float Join(uint16_t h, uint16_t l) { return __uint_as_float(JoinBits(h, l)); }
+  __device__ float Load(int64_t i) const { return Join(high[i], low[i]); }
+  __device__ void Store(int64_t i, float p) const {
+    const SplitHalves halves = SplitBits(__float_as_uint(p));
+    high[i] = halves.high;
+    low[i] = halves.low;
+  }
+  __device__ float4 LoadVector(int64_t i) const {
+    const ushort4 h = reinterpret_cast<const ushort4*>(high)[i];
+    const ushort4 l = reinterpret_cast<const ushort4*>(low)[i];
+    return make_float4(Join(h.x, l.x), Join(h.y, l.y), Join(h.z, l.z), Join(h.w, l.w));
+  }
+  __device__ void StoreVector(int64_t i, const float4& p) const {
+    const SplitHalves x = SplitBits(__float_as_uint(p.x)), y = SplitBits(__float_as_uint(p.y));
+    const SplitHalves z = SplitBits(__float_as_uint(p.z)), w = SplitBits(__float_as_uint(p.w));
+    reinterpret_cast<ushort4*>(high)[i] = make_ushort4(x.high, y.high, z.high, w.high);
+    reinterpret_cast<ushort4*>(low)[i] = make_ushort4(x.low, y.low, z.low, w.low);
+  }
+  SplitMaster Offset(int64_t elements) const { return {high + elements, low + elements}; }
+  bool VectorAligned() const {
+    return reinterpret_cast<uintptr_t>(high) % 8 == 0 && reinterpret_cast<uintptr_t>(low) % 8 == 0;
+  }
+};
+
+template <class Master>
+__global__ void AdamWKernel(Master master, const float* grad, float* exp_avg, float* exp_avg_sq,
                             int64_t count, AdamWScalars s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    AdamWElement(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
+    float p = master.Load(i);
+    AdamWElement(p, grad[i], exp_avg[i], exp_avg_sq[i], s);
+    master.Store(i, p);
   }
 }
 
@@ -55,16 +100,17 @@ __device__ __forceinline__ void AdamWVector(float4& p, const float4& g, float4& 
 
 // Four elements a thread through 16-byte accesses (28 bytes an element move either way; the
 // wider accesses get closer to the memory's rate), one vector a thread in short blocks.
-__global__ void AdamWVectorKernel(float4* __restrict__ param, const float4* __restrict__ grad,
+template <class Master>
+__global__ void AdamWVectorKernel(Master master, const float4* __restrict__ grad,
                                   float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
                                   int64_t vectors, AdamWScalars s) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= vectors) return;
-  float4 p = param[i];
+  float4 p = master.LoadVector(i);
   float4 m = exp_avg[i];
   float4 v = exp_avg_sq[i];
   AdamWVector(p, grad[i], m, v, s);
-  param[i] = p;
+  master.StoreVector(i, p);
   exp_avg[i] = m;
   exp_avg_sq[i] = v;
 }
@@ -73,7 +119,8 @@ __global__ void AdamWVectorKernel(float4* __restrict__ param, const float4* __re
 // summing the gradient's squares on the way: one read of the gradient for both the update and
 // the norm. Each thread loads its kSquareSumVectorsPerThread vectors before it updates any, so
 // that all of its loads are in flight at once.
-__global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* __restrict__ grad,
+template <class Master>
+__global__ void AdamWSquareSumKernel(Master master, const float4* __restrict__ grad,
                                      float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
                                      int64_t vectors, AdamWScalars s,
                                      float* __restrict__ partials) {
@@ -85,7 +132,7 @@ __global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* _
   for (int k = 0; k < kVectors; ++k) {
     const int64_t i = first + int64_t{k} * kSquareSumThreads;
     if (i < vectors) {
-      p[k] = param[i];
+      p[k] = master.LoadVector(i);
       g[k] = grad[i];
       m[k] = exp_avg[i];
       v[k] = exp_avg_sq[i];
@@ -98,7 +145,7 @@ __global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* _
     if (i < vectors) {
       sum = AddSquares(g[k], sum);
       AdamWVector(p[k], g[k], m[k], v[k], s);
-      param[i] = p[k];
+      master.StoreVector(i, p[k]);
       exp_avg[i] = m[k];
       exp_avg_sq[i] = v[k];
     }
@@ -122,58 +169,82 @@ AdamWScalars ScalarsFor(const AdamWStepParams& params) {
   return scalars;
 }
 
-}  // namespace
-
-absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                       int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
+// Short blocks (one vector or element a thread): on the comm stream (the optimizer in backward
+// there), a capped grid of long-running blocks would hold every SM from the compute stream's
+// GEMMs.
+template <class Master>
+absl::Status LaunchAdamW(Master master, const float* grad, float* exp_avg, float* exp_avg_sq,
+                         int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("AdamW: negative count ", count));
   if (count == 0) return absl::OkStatus();
   const AdamWScalars scalars = ScalarsFor(params);
-  // Short blocks (one vector or element a thread): on the comm stream (the optimizer in backward
-  // there), a capped grid of long-running blocks would hold every SM from the compute stream's
-  // GEMMs.
   int64_t done = 0;
   const int64_t vectors = count / 4;
-  if (vectors > 0 && Aligned16(param) && Aligned16(grad) && Aligned16(exp_avg) &&
+  if (vectors > 0 && master.VectorAligned() && Aligned16(grad) && Aligned16(exp_avg) &&
       Aligned16(exp_avg_sq)) {
     AdamWVectorKernel<<<GridFor(vectors, kThreads, kMaxGridX), kThreads, 0, stream>>>(
-        reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
-        reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors,
-        scalars);
+        master, reinterpret_cast<const float4*>(grad), reinterpret_cast<float4*>(exp_avg),
+        reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars);
     CUDA_CHECK_LAUNCH("AdamWVectorKernel");
     done = vectors * 4;
   }
   if (done == count) return absl::OkStatus();
   AdamWKernel<<<GridFor(count - done, kThreads, kMaxGridX), kThreads, 0, stream>>>(
-      param + done, grad + done, exp_avg + done, exp_avg_sq + done, count - done, scalars);
+      master.Offset(done), grad + done, exp_avg + done, exp_avg_sq + done, count - done, scalars);
   CUDA_CHECK_LAUNCH("AdamWKernel");
   return absl::OkStatus();
 }
 
-absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_avg,
-                                    float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
-                                    float* partials, float* square_sum, cudaStream_t stream) {
-  if (count < 4 || !Aligned16(param) || !Aligned16(grad) || !Aligned16(exp_avg) ||
+template <class Master>
+absl::Status LaunchAdamWWithSquareSum(Master master, const float* grad, float* exp_avg,
+                                      float* exp_avg_sq, int64_t count,
+                                      const AdamWStepParams& params, float* partials,
+                                      float* square_sum, cudaStream_t stream) {
+  if (count < 4 || !master.VectorAligned() || !Aligned16(grad) || !Aligned16(exp_avg) ||
       !Aligned16(exp_avg_sq)) {
     // Two passes; SumOfSquaresFloat takes the same order either way.
     FSDPD_RETURN_IF_ERROR(SumOfSquaresFloat(grad, count, partials, square_sum, stream));
-    return AdamWStep(param, grad, exp_avg, exp_avg_sq, count, params, stream);
+    return LaunchAdamW(master, grad, exp_avg, exp_avg_sq, count, params, stream);
   }
   const AdamWScalars scalars = ScalarsFor(params);
   const int64_t vectors = count / 4;
   const int64_t blocks = SquareSumBlocks(vectors);
   AdamWSquareSumKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
-      reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
-      reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars,
-      partials);
+      master, reinterpret_cast<const float4*>(grad), reinterpret_cast<float4*>(exp_avg),
+      reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars, partials);
   CUDA_CHECK_LAUNCH("AdamWSquareSumKernel");
   const int64_t done = vectors * 4;
   if (done < count) {
-    AdamWKernel<<<1, kThreads, 0, stream>>>(param + done, grad + done, exp_avg + done,
+    AdamWKernel<<<1, kThreads, 0, stream>>>(master.Offset(done), grad + done, exp_avg + done,
                                             exp_avg_sq + done, count - done, scalars);
     CUDA_CHECK_LAUNCH("AdamWKernel");
   }
   return FinishSquareSum(partials, blocks, grad + done, count - done, square_sum, stream);
+}
+
+}  // namespace
+
+absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
+  return LaunchAdamW(PlainMaster{param}, grad, exp_avg, exp_avg_sq, count, params, stream);
+}
+
+absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_avg,
+                                    float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
+                                    float* partials, float* square_sum, cudaStream_t stream) {
+  return LaunchAdamWWithSquareSum(PlainMaster{param}, grad, exp_avg, exp_avg_sq, count, params,
+                                  partials, square_sum, stream);
+}
+
+absl::Status AdamWStepSplit(uint16_t* high, uint16_t* low, const float* grad, float* exp_avg,
+                            float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
+                            float* partials, float* square_sum, cudaStream_t stream) {
+  const SplitMaster master{high, low};
+  if (square_sum == nullptr) {
+    return LaunchAdamW(master, grad, exp_avg, exp_avg_sq, count, params, stream);
+  }
+  return LaunchAdamWWithSquareSum(master, grad, exp_avg, exp_avg_sq, count, params, partials,
+                                  square_sum, stream);
 }
 
 }  // namespace fsdpd::cuda

@@ -2,7 +2,9 @@
 // worker/comm/host_staged_communicator.h) against the CPU engine at the same world size, on the
 // golden tiny job: everything only N > 1 exercises (shard offsets and padding, gather and
 // reduce-scatter layouts on device buffers, gradient averaging, per-rank data, checkpoint and
-// resume, export from N shards) runs on the device. Skips itself without a GPU.
+// resume, export from N shards) runs on the device; world 1 beside them covers the one-rank
+// layout, where the parameters are the split master's own high halves. Skips itself without a
+// GPU.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -169,7 +171,7 @@ TEST_P(CudaMultiRankTest, ResumesFromItsCheckpointAtTheSameWorldSize) {
               1e-3 * std::abs(straight.losses.back()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, CudaMultiRankTest, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(Worlds, CudaMultiRankTest, ::testing::Values(1, 2, 4));
 
 }  // namespace
 }  // namespace fsdpd

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/split_master.h"
 #include "tests/gpu/cuda_test_support.h"
 
 namespace fsdpd::testing {
@@ -361,6 +362,81 @@ TEST_F(CudaPointwiseTest, AdamWWithGradSquareSumEqualsAdamWAndSumOfSquaresToTheB
       ASSERT_TRUE(
           cpu_ops().SumOfSquares(Host(host_grad, {count}), Host(expected, {1}), cpu_stream()).ok());
       EXPECT_TRUE(AllClose(Download(fused_sum), expected, 0.0, 1e-5));
+    }
+  }
+}
+
+// AdamW over a master split in halves (kernels/split_master.h): joined, the halves hold the
+// very bits the fp32 kernel leaves in a plain master, the moments and the sum of squares are
+// the same to the bit, and the high half is the split of each value. Aligned halves take the
+// vector kernels (with a tail of three); halves one element off 8-byte alignment take the
+// element kernel and the two-pass fallback. Ties the split rounds toward zero are planted.
+TEST_F(CudaPointwiseTest, AdamWSplitMasterEqualsTheFp32MasterToTheBit) {
+  const int64_t count = 100003;
+  std::vector<float> param = RandomValues(random_, count + 1);
+  for (int64_t i = 0; i < count; i += 977) param[i] = JoinFloat(0x3c01u, 0x8000u);
+  std::vector<float> grad = RandomValues(random_, count + 1, 0.1f);
+  std::vector<float> exp_avg = RandomValues(random_, count + 1, 0.01f);
+  std::vector<float> exp_avg_sq = RandomValues(random_, count + 1, 0.001f);
+  for (float& v : exp_avg_sq) v = std::fabs(v);
+  AdamWParams params;
+  params.lr = 1e-3;
+  params.weight_decay = 0.1;
+  params.step = 5;
+  for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+    for (const bool with_sum : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "offset " << offset << ", sum " << with_sum);
+      auto shard = [&](const std::vector<float>& values) {
+        const Tensor whole = Upload(values, DType::kF32, {count + 1});
+        return Tensor{static_cast<char*>(whole.data) + 4 * offset, DType::kF32, {count}};
+      };
+      std::vector<uint16_t> high_bits(count + 1), low_bits(count + 1);
+      for (int64_t i = 0; i <= count; ++i) {
+        const SplitHalves halves = SplitFloat(param[i]);
+        high_bits[i] = halves.high;
+        low_bits[i] = halves.low;
+      }
+      auto halves = [&](const std::vector<uint16_t>& bits) {
+        const Tensor whole = NewDevice(DType::kBF16, {count + 1});
+        EXPECT_TRUE(cuda_->CopyToDevice(bits.data(), whole, gpu_stream()).ok());
+        return Tensor{static_cast<char*>(whole.data) + 2 * offset, DType::kBF16, {count}};
+      };
+      const Tensor high = halves(high_bits), low = halves(low_bits);
+      const Tensor split_grad = shard(grad), split_avg = shard(exp_avg);
+      const Tensor split_avg_sq = shard(exp_avg_sq);
+      const Tensor plain_param = shard(param), plain_grad = shard(grad);
+      const Tensor plain_avg = shard(exp_avg), plain_avg_sq = shard(exp_avg_sq);
+      Tensor split_sum = Poisoned(DType::kF32, {1});
+      Tensor plain_sum = Poisoned(DType::kF32, {1});
+      ASSERT_TRUE(gpu()
+                      .AdamWSplitMaster(high, low, split_grad, split_avg, split_avg_sq, params,
+                                        with_sum ? split_sum : Tensor{}, gpu_stream())
+                      .ok());
+      ASSERT_TRUE(gpu()
+                      .AdamWWithGradSquareSum(plain_param, plain_grad, plain_avg, plain_avg_sq,
+                                              params, plain_sum, gpu_stream())
+                      .ok());
+      std::vector<uint16_t> new_high(count), new_low(count);
+      ASSERT_TRUE(cuda_->CopyToHost(high, new_high.data(), gpu_stream()).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(low, new_low.data(), gpu_stream()).ok());
+      const std::vector<float> expected = Download(plain_param);
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const SplitHalves want = SplitFloat(expected[i]);
+        if (new_high[i] != want.high || new_low[i] != want.low) ++mismatches;
+      }
+      EXPECT_EQ(mismatches, 0) << "elements whose halves differ from the fp32 kernel's value";
+      for (const auto& [split, plain] :
+           {std::pair<Tensor, Tensor>{split_avg, plain_avg}, {split_avg_sq, plain_avg_sq}}) {
+        const std::vector<float> a = Download(split), b = Download(plain);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
+      const std::vector<float> sum = Download(split_sum);
+      if (with_sum) {
+        EXPECT_EQ(std::memcmp(sum.data(), Download(plain_sum).data(), sizeof(float)), 0);
+      } else {
+        EXPECT_TRUE(std::isnan(sum[0])) << "no sum asked for, none written";
+      }
     }
   }
 }

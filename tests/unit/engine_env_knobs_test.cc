@@ -15,8 +15,9 @@ using ::testing::HasSubstr;
 class EnvKnobsTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* name : {"FSDPD_TEST_CHOICE", "FSDPD_OPTIMIZER_STREAM",
-                             "FSDPD_COMM_TIMEOUT_SECONDS", "FSDPD_PREFETCH_UNITS"}) {
+    for (const char* name :
+         {"FSDPD_TEST_CHOICE", "FSDPD_OPTIMIZER_STREAM", "FSDPD_COMM_TIMEOUT_SECONDS",
+          "FSDPD_PREFETCH_UNITS", "FSDPD_MASTER_LAYOUT"}) {
       unsetenv(name);
     }
   }
@@ -55,6 +56,17 @@ TEST_F(EnvKnobsTest, PrefetchUnits) {
   setenv("FSDPD_PREFETCH_UNITS", "4", 1);
   EXPECT_THAT(PrefetchUnits().status().message(),
               HasSubstr("FSDPD_PREFETCH_UNITS must be one of 1, 2, 3 (or unset), got '4'"));
+}
+
+TEST_F(EnvKnobsTest, MasterLayout) {
+  EXPECT_EQ(SplitMaster().value_or(false), true) << "split by default";
+  setenv("FSDPD_MASTER_LAYOUT", "fp32", 1);
+  EXPECT_EQ(SplitMaster().value_or(true), false);
+  setenv("FSDPD_MASTER_LAYOUT", "split", 1);
+  EXPECT_EQ(SplitMaster().value_or(false), true);
+  setenv("FSDPD_MASTER_LAYOUT", "bf16", 1);
+  EXPECT_THAT(SplitMaster().status().message(),
+              HasSubstr("FSDPD_MASTER_LAYOUT must be one of split, fp32 (or unset), got 'bf16'"));
 }
 
 TEST_F(EnvKnobsTest, CommunicatorTimeout) {

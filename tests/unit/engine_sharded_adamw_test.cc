@@ -1,6 +1,7 @@
 // The sharded optimizer against a direct, unsharded implementation of PyTorch's AdamW and
 // clip_grad_norm_, at several world sizes with unit sizes that do not divide evenly.
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -137,6 +138,88 @@ TEST_P(ShardedAdamWTest, MatchesUnshardedAdamWWithGlobalClipping) {
 INSTANTIATE_TEST_SUITE_P(WorldsAndClipping, ShardedAdamWTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(0.0, 1.0)));
+
+// A master split in halves (FsdpOptions::split_master) at world sizes 1-3: the same steps and
+// norms as the fp32 master to the bit, the same values through the checkpoint's copies, its
+// padding untouched, and a state that would have no bf16 parameters to split refused.
+TEST(ShardedAdamWSplitMasterTest, TakesTheFp32MastersStepsToTheBit) {
+  const std::vector<UnitLayout> units = Units();
+  for (int world : {1, 2, 3}) {
+    std::vector<std::vector<float>> finals[2];
+    std::vector<double> norms[2];
+    std::mutex mutex;
+    for (int split = 0; split < 2; ++split) {
+      testing::RunRanks(world, [&](Communicator& communicator) {
+        CpuBackend backend;
+        FsdpOptions options;
+        options.split_master = split == 1;
+        options.param_storage_dtype = split == 1 ? DType::kBF16 : DType::kF32;
+        auto state = FsdpState::Create(units, &backend, &communicator, options);
+        ASSERT_TRUE(state.ok()) << state.status();
+        for (size_t u = 0; u < units.size(); ++u) {
+          std::vector<float> initial(units[u].numel);
+          for (int64_t i = 0; i < units[u].numel; ++i) initial[i] = Initial(u, i);
+          ASSERT_TRUE((*state)->LoadMasterFromHost(u, initial).ok());
+        }
+        auto optimizer = ShardedAdamW::Create(&backend, &communicator, state->get());
+        ASSERT_TRUE(optimizer.ok());
+        for (int step = 1; step <= 4; ++step) {
+          for (size_t u = 0; u < units.size(); ++u) {
+            UnitShard& shard = (*state)->shard(u);
+            float* grad = shard.Grad().as<float>();
+            for (int64_t i = 0; i < shard.layout.shard_numel; ++i) {
+              const int64_t global = shard.layout.shard_offset + i;
+              grad[i] = global < units[u].numel ? Gradient(step, u, global) : 0.0f;
+            }
+          }
+          AdamWParams p;
+          p.lr = 0.05;
+          p.weight_decay = 0.1;
+          p.step = step;
+          auto norm = (*optimizer)->Step(p, 1.0);
+          ASSERT_TRUE(norm.ok()) << norm.status();
+          if (communicator.rank() == 0) norms[split].push_back(*norm);
+        }
+        for (size_t u = 0; u < units.size(); ++u) {
+          UnitShard& shard = (*state)->shard(u);
+          ASSERT_EQ(shard.split_master(), split == 1);
+          std::vector<float> slice(static_cast<size_t>(shard.layout.shard_numel), -1.0f);
+          ASSERT_TRUE((*state)->CopyMasterShardToHost(u, slice.data()).ok());
+          for (int64_t i = shard.layout.valid_shard_numel; i < shard.layout.shard_numel; ++i) {
+            EXPECT_EQ(slice[i], 0.0f) << "padding changed in unit " << u;
+          }
+          // Back through the checkpoint's path: the same values come out again.
+          ASSERT_TRUE((*state)->CopyMasterShardFromHost(u, slice.data()).ok());
+          std::vector<float> gathered;
+          ASSERT_TRUE((*state)->GatherMasterToHost(u, &gathered).ok());
+          if (communicator.rank() == 0) {
+            std::lock_guard<std::mutex> lock(mutex);
+            finals[split].push_back(gathered);
+          }
+        }
+      });
+    }
+    ASSERT_EQ(finals[1].size(), finals[0].size());
+    for (size_t u = 0; u < finals[0].size(); ++u) {
+      ASSERT_EQ(finals[1][u].size(), finals[0][u].size());
+      for (size_t i = 0; i < finals[0][u].size(); ++i) {
+        uint32_t plain_bits, split_bits;
+        std::memcpy(&plain_bits, &finals[0][u][i], 4);
+        std::memcpy(&split_bits, &finals[1][u][i], 4);
+        ASSERT_EQ(split_bits, plain_bits) << "world " << world << " unit " << u << " at " << i;
+      }
+    }
+    EXPECT_EQ(norms[1], norms[0]) << "world " << world;
+  }
+  testing::RunRanks(1, [&](Communicator& communicator) {
+    CpuBackend backend;
+    FsdpOptions options;
+    options.split_master = true;  // fp32 parameter storage: nothing to split into
+    auto state = FsdpState::Create(units, &backend, &communicator, options);
+    EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(state.status().message().find("bf16 parameter storage"), std::string::npos);
+  });
+}
 
 }  // namespace
 }  // namespace fsdpd

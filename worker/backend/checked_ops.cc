@@ -330,4 +330,36 @@ absl::Status CheckedOps::AdamWWithGradSquareSum(const Tensor& param, const Tenso
                                         stream);
 }
 
+absl::Status CheckedOps::AdamWSplitMaster(const Tensor& high, const Tensor& low, const Tensor& grad,
+                                          const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                          const AdamWParams& params, const Tensor& grad_square_sum,
+                                          Stream& stream) {
+  OpArguments check("AdamWSplitMaster");
+  FSDPD_RETURN_IF_ERROR(check.Typed(high, "high", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Typed(low, "low", DType::kBF16));
+  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(low, "low", high, "high"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", high, "high"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", high, "high"));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", high, "high"));
+  FSDPD_RETURN_IF_ERROR(CheckAdamWParams(check, params));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(
+      check, {{&high, "high"}, {&low, "low"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}},
+      {{&grad, "grad"}}));
+  if (grad_square_sum.data != nullptr) {
+    FSDPD_RETURN_IF_ERROR(check.Shaped(grad_square_sum, "grad_square_sum", {1}));
+    FSDPD_RETURN_IF_ERROR(check.Typed(grad_square_sum, "grad_square_sum", DType::kF32));
+    FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&grad_square_sum, "grad_square_sum"}},
+                                    {{&high, "high"},
+                                     {&low, "low"},
+                                     {&grad, "grad"},
+                                     {&exp_avg, "exp_avg"},
+                                     {&exp_avg_sq, "exp_avg_sq"}}));
+  }
+  return inner_->AdamWSplitMaster(high, low, grad, exp_avg, exp_avg_sq, params, grad_square_sum,
+                                  stream);
+}
+
 }  // namespace fsdpd

@@ -261,4 +261,20 @@ absl::Status CpuOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& g
   return AdamW(param, grad, exp_avg, exp_avg_sq, params, stream);
 }
 
+// CheckedOps checked the halves, the three f32 shards and the hyperparameters.
+absl::Status CpuOps::AdamWSplitMaster(const Tensor& high, const Tensor& low, const Tensor& grad,
+                                      const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                      const AdamWParams& params, const Tensor& grad_square_sum,
+                                      Stream& stream) {
+  if (grad_square_sum.data != nullptr) {
+    FSDPD_RETURN_IF_ERROR(SumOfSquares(grad, grad_square_sum, stream));
+  }
+  cpu::AdamWHyperparameters hyperparameters{params.lr,  params.beta1,        params.beta2,
+                                            params.eps, params.weight_decay, params.step};
+  cpu::AdamWStepSplit(static_cast<uint16_t*>(high.data), static_cast<uint16_t*>(low.data),
+                      grad.as<float>(), exp_avg.as<float>(), exp_avg_sq.as<float>(), high.numel(),
+                      hyperparameters);
+  return absl::OkStatus();
+}
+
 }  // namespace fsdpd

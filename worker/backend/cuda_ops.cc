@@ -356,4 +356,24 @@ absl::Status CudaOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& 
       param.numel(), step, static_cast<float*>(scratch), grad_square_sum.as<float>(), cuda_stream);
 }
 
+// CheckedOps checked the halves, the shards, the hyperparameters and the sum's tensor.
+absl::Status CudaOps::AdamWSplitMaster(const Tensor& high, const Tensor& low, const Tensor& grad,
+                                       const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                       const AdamWParams& params, const Tensor& grad_square_sum,
+                                       Stream& stream) {
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  float* partials = nullptr;
+  if (grad_square_sum.data != nullptr) {
+    FSDPD_ASSIGN_OR_RETURN(
+        void* scratch, ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats(high.numel()) * 4));
+    partials = static_cast<float*>(scratch);
+  }
+  cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
+                             params.eps, params.weight_decay, params.step};
+  return cuda::AdamWStepSplit(
+      static_cast<uint16_t*>(high.data), static_cast<uint16_t*>(low.data), grad.as<float>(),
+      exp_avg.as<float>(), exp_avg_sq.as<float>(), high.numel(), step, partials,
+      grad_square_sum.data != nullptr ? grad_square_sum.as<float>() : nullptr, cuda_stream);
+}
+
 }  // namespace fsdpd

@@ -114,6 +114,14 @@ class Ops {
                                               const Tensor& exp_avg, const Tensor& exp_avg_sq,
                                               const AdamWParams& params,
                                               const Tensor& grad_square_sum, Stream& stream) = 0;
+  // AdamW over a master kept as two 16-bit halves (kernels/split_master.h): `high` (bf16) is
+  // the parameters compute reads, `low` (16-bit, typed bf16) the rest of each fp32 value. Each
+  // value is updated exactly as AdamW updates the joined fp32 value. With grad_square_sum given
+  // (data non-null) it also leaves Σ grad² there, as AdamWWithGradSquareSum does.
+  virtual absl::Status AdamWSplitMaster(const Tensor& high, const Tensor& low, const Tensor& grad,
+                                        const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                        const AdamWParams& params, const Tensor& grad_square_sum,
+                                        Stream& stream) = 0;
 };
 
 // The declarations of every Ops member, for a class that implements them all (a backend's ops
@@ -157,6 +165,10 @@ class Ops {
       override;                                                                                   \
   absl::Status AdamWWithGradSquareSum(                                                            \
       const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,   \
-      const AdamWParams& params, const Tensor& grad_square_sum, Stream& stream) override;
+      const AdamWParams& params, const Tensor& grad_square_sum, Stream& stream) override;         \
+  absl::Status AdamWSplitMaster(const Tensor& high, const Tensor& low, const Tensor& grad,        \
+                                const Tensor& exp_avg, const Tensor& exp_avg_sq,                  \
+                                const AdamWParams& params, const Tensor& grad_square_sum,         \
+                                Stream& stream) override;
 
 }  // namespace fsdpd

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/split_master.h"
 
 namespace fsdpd {
 
@@ -11,6 +12,11 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
                                                              Backend* backend,
                                                              Communicator* communicator,
                                                              const FsdpOptions& options) {
+  if (options.split_master && options.param_storage_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        "FsdpOptions: a split master needs bf16 parameter storage (its high half is the "
+        "parameters)");
+  }
   std::unique_ptr<FsdpState> state(new FsdpState(units, backend, communicator, options));
   state->unsharded_.resize(units.size());
   Stream& stream = backend->compute_stream();
@@ -18,19 +24,26 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
     UnitShard shard;
     shard.layout =
         ComputeFlatShardLayout(unit.numel, communicator->world_size(), communicator->rank());
-    const int64_t bytes = shard.layout.shard_numel * DTypeSize(DType::kF32);
-    std::vector<std::unique_ptr<Buffer>*> buffers = {&shard.master, &shard.exp_avg,
-                                                     &shard.exp_avg_sq};
-    if (!options.transient_grad_shards) buffers.push_back(&shard.grad);
-    for (std::unique_ptr<Buffer>* buffer : buffers) {
-      absl::StatusOr<std::unique_ptr<Buffer>> allocated = backend->Allocate(bytes);
+    // Each buffer with the dtype it is zeroed in: fp32, or the master's two 16-bit halves.
+    std::vector<std::pair<std::unique_ptr<Buffer>*, DType>> buffers = {
+        {&shard.exp_avg, DType::kF32}, {&shard.exp_avg_sq, DType::kF32}};
+    if (options.split_master) {
+      buffers.push_back({&shard.master, DType::kBF16});
+      buffers.push_back({&shard.master_low, DType::kBF16});
+    } else {
+      buffers.push_back({&shard.master, DType::kF32});
+    }
+    if (!options.transient_grad_shards) buffers.push_back({&shard.grad, DType::kF32});
+    for (const auto& [buffer, dtype] : buffers) {
+      absl::StatusOr<std::unique_ptr<Buffer>> allocated =
+          backend->Allocate(shard.layout.shard_numel * DTypeSize(dtype));
       if (!allocated.ok()) {
         return absl::ResourceExhaustedError(
             absl::StrCat("FSDP shard of unit ", unit.name, ": ", allocated.status().message()));
       }
       *buffer = std::move(*allocated);
-      FSDPD_RETURN_IF_ERROR(backend->ops().Fill(
-          (*buffer)->View(DType::kF32, {shard.layout.shard_numel}), 0.0f, stream));
+      FSDPD_RETURN_IF_ERROR(
+          backend->ops().Fill((*buffer)->View(dtype, {shard.layout.shard_numel}), 0.0f, stream));
     }
     state->shards_.push_back(std::move(shard));
   }
@@ -38,7 +51,7 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
 }
 
 Tensor FsdpState::Params(int unit) const {
-  return unsharded_[unit].params->View(options_.param_storage_dtype, {units_[unit].numel});
+  return Tensor{unsharded_[unit].view.data, options_.param_storage_dtype, {units_[unit].numel}};
 }
 
 Tensor FsdpState::Grads(int unit) const {
@@ -47,11 +60,11 @@ Tensor FsdpState::Grads(int unit) const {
 
 absl::Status FsdpState::IssueGather(int unit) {
   Unsharded& target = unsharded_[unit];
-  if (target.params != nullptr) return absl::OkStatus();
+  if (target.view.data != nullptr) return absl::OkStatus();
   ProfileRange range(options_.profiler, units_[unit].name, kPhaseComm, "all-gather");
-  const FlatShardLayout& layout = shards_[unit].layout;
+  const UnitShard& shard = shards_[unit];
+  const FlatShardLayout& layout = shard.layout;
   const DType dtype = options_.param_storage_dtype;
-  FSDPD_ASSIGN_OR_RETURN(target.params, backend_->Allocate(layout.padded_numel * DTypeSize(dtype)));
   if (target.params_ready == nullptr) {
     FSDPD_ASSIGN_OR_RETURN(target.params_ready, backend_->CreateEvent());
   }
@@ -64,16 +77,28 @@ absl::Status FsdpState::IssueGather(int unit) {
   Stream& comm = backend_->comm_stream();
   FSDPD_RETURN_IF_ERROR(compute_progress_->Record(backend_->compute_stream()));
   FSDPD_RETURN_IF_ERROR(compute_progress_->WaitOn(comm));
-  // The cast to the parameter dtype writes this rank's slice in place, so the all-gather
-  // lands every slice straight in the buffer the kernels read: no copy-in or copy-out.
-  const Tensor own_slice =
-      target.params->View(dtype, {layout.shard_numel}, layout.shard_offset * DTypeSize(dtype));
-  FSDPD_RETURN_IF_ERROR(backend_->ops().Cast(shards_[unit].Master(), own_slice, comm));
-  if (options_.round_params_to_bf16) {
-    FSDPD_RETURN_IF_ERROR(backend_->ops().RoundToBf16(own_slice, comm));
+  if (shard.split_master() && layout.shard_numel == layout.padded_numel) {
+    // One rank: the master's high half is the whole unit's parameters. The event still orders
+    // compute after an optimizer queued on the comm stream.
+    target.view = shard.MasterHigh();
+  } else {
+    FSDPD_ASSIGN_OR_RETURN(target.params,
+                           backend_->Allocate(layout.padded_numel * DTypeSize(dtype)));
+    target.view = target.params->View(dtype, {layout.padded_numel});
+    if (shard.split_master()) {
+      FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shard.MasterHigh(), target.view, comm));
+    } else {
+      // The cast to the parameter dtype writes this rank's slice in place, so the all-gather
+      // lands every slice straight in the buffer the kernels read: no copy-in or copy-out.
+      const Tensor own_slice =
+          target.params->View(dtype, {layout.shard_numel}, layout.shard_offset * DTypeSize(dtype));
+      FSDPD_RETURN_IF_ERROR(backend_->ops().Cast(shard.Master(), own_slice, comm));
+      if (options_.round_params_to_bf16) {
+        FSDPD_RETURN_IF_ERROR(backend_->ops().RoundToBf16(own_slice, comm));
+      }
+      FSDPD_RETURN_IF_ERROR(communicator_->AllGather(own_slice, target.view, comm));
+    }
   }
-  const Tensor full = target.params->View(dtype, {layout.padded_numel});
-  FSDPD_RETURN_IF_ERROR(communicator_->AllGather(own_slice, full, comm));
   target.ready_sequence = ++gather_sequence_;
   return target.params_ready->Record(comm);
 }
@@ -96,6 +121,16 @@ void FsdpState::ReleaseParams(int unit) {
   // The backend's allocator is stream-ordered, so freeing here lets the next gather reuse the
   // memory only after the compute already queued on it.
   unsharded_[unit].params.reset();
+  unsharded_[unit].view = Tensor{};
+}
+
+absl::Status FsdpState::DropGather(int unit) {
+  if (unsharded_[unit].view.data == nullptr) return absl::OkStatus();
+  // Gathered from the old master (PrefetchRootForNextStep): compute is ordered after that
+  // gather before its buffer goes back to the allocator, and the next use gathers again.
+  FSDPD_RETURN_IF_ERROR(unsharded_[unit].params_ready->WaitOn(backend_->compute_stream()));
+  ReleaseParams(unit);
+  return absl::OkStatus();
 }
 
 absl::Status FsdpState::AllocateGrads(int unit, GradientFill fill) {
@@ -269,15 +304,31 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
 }
 
 absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values) {
-  const FlatShardLayout& layout = shards_[unit].layout;
-  absl::StatusOr<std::unique_ptr<Buffer>> full_buffer =
-      backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32));
-  if (!full_buffer.ok()) return full_buffer.status();
-  const Tensor full = (*full_buffer)->View(DType::kF32, {layout.padded_numel});
+  const UnitShard& shard = shards_[unit];
+  const FlatShardLayout& layout = shard.layout;
   Stream& comm = backend_->comm_stream();
-  FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shards_[unit].Master(), full, comm));
+  // Every rank's slice of each buffer the master is kept in, gathered whole.
+  auto gather = [&](const Tensor& slice, std::unique_ptr<Buffer>* full) -> absl::StatusOr<Tensor> {
+    FSDPD_ASSIGN_OR_RETURN(*full, backend_->Allocate(layout.padded_numel * DTypeSize(slice.dtype)));
+    const Tensor whole = (*full)->View(slice.dtype, {layout.padded_numel});
+    FSDPD_RETURN_IF_ERROR(communicator_->AllGather(slice, whole, comm));
+    return whole;
+  };
   std::vector<float> padded(static_cast<size_t>(layout.padded_numel));
-  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(full, padded.data(), comm));
+  std::unique_ptr<Buffer> high_buffer;
+  std::unique_ptr<Buffer> low_buffer;
+  if (shard.split_master()) {
+    FSDPD_ASSIGN_OR_RETURN(const Tensor high, gather(shard.MasterHigh(), &high_buffer));
+    FSDPD_ASSIGN_OR_RETURN(const Tensor low, gather(shard.MasterLow(), &low_buffer));
+    std::vector<uint16_t> high_values(padded.size());
+    std::vector<uint16_t> low_values(padded.size());
+    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(high, high_values.data(), comm));
+    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(low, low_values.data(), comm));
+    for (size_t i = 0; i < padded.size(); ++i) padded[i] = JoinFloat(high_values[i], low_values[i]);
+  } else {
+    FSDPD_ASSIGN_OR_RETURN(const Tensor full, gather(shard.Master(), &high_buffer));
+    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(full, padded.data(), comm));
+  }
   padded.resize(static_cast<size_t>(layout.numel));
   *values = std::move(padded);
   return absl::OkStatus();
@@ -290,16 +341,40 @@ absl::Status FsdpState::LoadMasterFromHost(int unit, const std::vector<float>& v
                                                    layout.numel, " parameters, got ", values.size(),
                                                    " values"));
   }
-  if (unsharded_[unit].params != nullptr) {
-    // Gathered from the old master (PrefetchRootForNextStep): compute is ordered after that
-    // gather before its buffer goes back to the allocator, and the next use gathers again.
-    FSDPD_RETURN_IF_ERROR(unsharded_[unit].params_ready->WaitOn(backend_->compute_stream()));
-    ReleaseParams(unit);
-  }
   std::vector<float> slice(static_cast<size_t>(layout.shard_numel), 0.0f);
   std::copy(values.begin() + layout.shard_offset,
             values.begin() + layout.shard_offset + layout.valid_shard_numel, slice.begin());
-  return backend_->CopyToDevice(slice.data(), shards_[unit].Master(), backend_->compute_stream());
+  return CopyMasterShardFromHost(unit, slice.data());
+}
+
+absl::Status FsdpState::CopyMasterShardToHost(int unit, float* values) {
+  const UnitShard& shard = shards_[unit];
+  Stream& stream = backend_->compute_stream();
+  if (!shard.split_master()) return backend_->CopyToHost(shard.Master(), values, stream);
+  const size_t count = static_cast<size_t>(shard.layout.shard_numel);
+  std::vector<uint16_t> high(count);
+  std::vector<uint16_t> low(count);
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(shard.MasterHigh(), high.data(), stream));
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(shard.MasterLow(), low.data(), stream));
+  for (size_t i = 0; i < count; ++i) values[i] = JoinFloat(high[i], low[i]);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpState::CopyMasterShardFromHost(int unit, const float* values) {
+  FSDPD_RETURN_IF_ERROR(DropGather(unit));
+  const UnitShard& shard = shards_[unit];
+  Stream& stream = backend_->compute_stream();
+  if (!shard.split_master()) return backend_->CopyToDevice(values, shard.Master(), stream);
+  const size_t count = static_cast<size_t>(shard.layout.shard_numel);
+  std::vector<uint16_t> high(count);
+  std::vector<uint16_t> low(count);
+  for (size_t i = 0; i < count; ++i) {
+    const SplitHalves halves = SplitFloat(values[i]);
+    high[i] = halves.high;
+    low[i] = halves.low;
+  }
+  FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(high.data(), shard.MasterHigh(), stream));
+  return backend_->CopyToDevice(low.data(), shard.MasterLow(), stream);
 }
 
 }  // namespace fsdpd

@@ -45,20 +45,35 @@ struct FsdpOptions {
   // next unit's gather overlaps this unit's compute; 2: each gather has a whole unit's compute
   // of slack before it is needed, for one more unsharded parameter buffer alive.
   int prefetch_units = 1;
+  // Keep each fp32 master shard as two 16-bit halves (kernels/split_master.h) whose high half is
+  // the bf16 parameters: a gather then moves them without a cast, and with one rank the unit's
+  // parameters are the master's high half itself (no gather buffer, no copy). The fp32 values
+  // are unchanged (checkpoints and exports hold them whole); the bf16 parameters differ from a
+  // round-to-nearest-even cast only on exact ties (one value in 131,072, docs/architecture.md).
+  // Needs param_storage_dtype kBF16.
+  bool split_master = false;
   // Told which unit and phase (forward, backward, comm) the work belongs to; null: not profiled.
   ProfileRecorder* profiler = nullptr;
 };
 
 // This rank's slice of one unit and everything the optimizer keeps for it (fp32). With
-// transient gradient shards, `grad` is null outside its unit's moment in backward.
+// transient gradient shards, `grad` is null outside its unit's moment in backward. With
+// FsdpOptions::split_master, `master` holds the fp32 values' high halves (bf16) and
+// `master_low` their low halves; otherwise `master` is fp32 and `master_low` null.
 struct UnitShard {
   FlatShardLayout layout;
   std::unique_ptr<Buffer> master;
+  std::unique_ptr<Buffer> master_low;
   std::unique_ptr<Buffer> grad;
   std::unique_ptr<Buffer> exp_avg;
   std::unique_ptr<Buffer> exp_avg_sq;
 
+  bool split_master() const { return master_low != nullptr; }
+  // The fp32 master; only without split_master.
   Tensor Master() const { return master->View(DType::kF32, {layout.shard_numel}); }
+  // The halves (the low ones typed bf16 for their size); only with split_master.
+  Tensor MasterHigh() const { return master->View(DType::kBF16, {layout.shard_numel}); }
+  Tensor MasterLow() const { return master_low->View(DType::kBF16, {layout.shard_numel}); }
   Tensor Grad() const { return grad->View(DType::kF32, {layout.shard_numel}); }
   Tensor ExpAvg() const { return exp_avg->View(DType::kF32, {layout.shard_numel}); }
   Tensor ExpAvgSq() const { return exp_avg_sq->View(DType::kF32, {layout.shard_numel}); }
@@ -113,8 +128,17 @@ class FsdpState {
   // zero, and a gather of the unit already issued is dropped. Not collective.
   absl::Status LoadMasterFromHost(int unit, const std::vector<float>& values);
 
+  // This rank's master slice (shard_numel values, padding included) to or from fp32 values on
+  // the host, whatever its layout, in the compute stream's order (for checkpoints). Not
+  // collective; loading drops a gather of the unit already issued.
+  absl::Status CopyMasterShardToHost(int unit, float* values);
+  absl::Status CopyMasterShardFromHost(int unit, const float* values);
+
  private:
   struct Unsharded {
+    // The gathered parameters (data null: not gathered), in `params` or, with one rank and a
+    // split master, the master's high half itself.
+    Tensor view;
     std::unique_ptr<Buffer> params;
     std::unique_ptr<Event> params_ready;
     int64_t ready_sequence = 0;  // which gather params_ready marks on the comm stream
@@ -140,6 +164,8 @@ class FsdpState {
         options_(options) {}
 
   absl::Status IssueGather(int unit);
+  // Drops a gather of the unit already issued, once compute is ordered after it.
+  absl::Status DropGather(int unit);
   // Makes the compute stream wait for the gather (issuing it first if needed).
   absl::Status AwaitParams(int unit);
   void ReleaseParams(int unit);

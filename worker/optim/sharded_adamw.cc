@@ -22,6 +22,26 @@ Tensor ShardedAdamW::UnitSquareSum(int unit) const {
   return unit_square_sums_->View(DType::kF32, {1}, unit * static_cast<int64_t>(sizeof(float)));
 }
 
+absl::Status ShardedAdamW::UpdateShard(UnitShard& shard, const AdamWParams& params,
+                                       const Tensor& grad_square_sum, Stream& stream) {
+  const int64_t valid = shard.layout.valid_shard_numel;
+  const Tensor grad = shard.grad->View(DType::kF32, {valid});
+  const Tensor exp_avg = shard.exp_avg->View(DType::kF32, {valid});
+  const Tensor exp_avg_sq = shard.exp_avg_sq->View(DType::kF32, {valid});
+  Ops& ops = backend_->ops();
+  if (shard.split_master()) {
+    return ops.AdamWSplitMaster(shard.master->View(DType::kBF16, {valid}),
+                                shard.master_low->View(DType::kBF16, {valid}), grad, exp_avg,
+                                exp_avg_sq, params, grad_square_sum, stream);
+  }
+  const Tensor master = shard.master->View(DType::kF32, {valid});
+  if (grad_square_sum.data == nullptr) {
+    return ops.AdamW(master, grad, exp_avg, exp_avg_sq, params, stream);
+  }
+  return ops.AdamWWithGradSquareSum(master, grad, exp_avg, exp_avg_sq, params, grad_square_sum,
+                                    stream);
+}
+
 absl::Status ShardedAdamW::AccumulateSquareSum(int unit, Stream& stream) {
   const UnitShard& shard = state_->shard(unit);
   const int64_t valid = shard.layout.valid_shard_numel;
@@ -92,9 +112,7 @@ absl::StatusOr<double> ShardedAdamW::Step(const AdamWParams& params, double max_
       FSDPD_RETURN_IF_ERROR(
           backend_->ops().Scale(grad, static_cast<float>(clip_coefficient), stream));
     }
-    FSDPD_RETURN_IF_ERROR(backend_->ops().AdamW(
-        shard.master->View(DType::kF32, {valid}), grad, shard.exp_avg->View(DType::kF32, {valid}),
-        shard.exp_avg_sq->View(DType::kF32, {valid}), params, stream));
+    FSDPD_RETURN_IF_ERROR(UpdateShard(shard, params, Tensor{}, stream));
   }
   return norm;
 }
@@ -128,10 +146,7 @@ absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard, Stre
   }
   // The norm's sum comes from the update's own pass over the gradient, with the bits
   // SumOfSquares gives in Step (the Ops contract), so both ways report the same norm.
-  return backend_->ops().AdamWWithGradSquareSum(
-      shard.master->View(DType::kF32, {valid}), shard.grad->View(DType::kF32, {valid}),
-      shard.exp_avg->View(DType::kF32, {valid}), shard.exp_avg_sq->View(DType::kF32, {valid}),
-      backward_params_, UnitSquareSum(unit), stream);
+  return UpdateShard(shard, backward_params_, UnitSquareSum(unit), stream);
 }
 
 absl::StatusOr<double> ShardedAdamW::FinishBackwardStep() {

@@ -55,6 +55,10 @@ class ShardedAdamW : public GradientShardConsumer {
         unit_square_sums_(std::move(unit_square_sums)) {}
 
   Tensor UnitSquareSum(int unit) const;
+  // AdamW on the shard's valid elements, whatever the master's layout; with grad_square_sum
+  // given (data non-null), Σ grad² there too.
+  absl::Status UpdateShard(UnitShard& shard, const AdamWParams& params,
+                           const Tensor& grad_square_sum, Stream& stream);
   // Queues Σ grad² of the unit's valid shard into its slot of unit_square_sums_.
   absl::Status AccumulateSquareSum(int unit, Stream& stream);
   // Reads every unit's slot, sums them on the host in unit order and all-reduces the sum.

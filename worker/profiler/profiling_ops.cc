@@ -165,4 +165,23 @@ absl::Status ProfilingOps::AdamWWithGradSquareSum(const Tensor& param, const Ten
       });
 }
 
+absl::Status ProfilingOps::AdamWSplitMaster(const Tensor& high, const Tensor& low,
+                                            const Tensor& grad, const Tensor& exp_avg,
+                                            const Tensor& exp_avg_sq, const AdamWParams& params,
+                                            const Tensor& grad_square_sum, Stream& stream) {
+  return Run(
+      "adamw", stream, {&high, &low, &grad, &exp_avg, &exp_avg_sq},
+      [&] {
+        return inner_->AdamWSplitMaster(high, low, grad, exp_avg, exp_avg_sq, params,
+                                        grad_square_sum, stream);
+      },
+      [&] {
+        // The halves move the bytes of one fp32 master; the sum adds a multiply-add an element.
+        const Tensor master{high.data, DType::kF32, high.shape};
+        OpCost cost = AdamWCost(master, grad, exp_avg, exp_avg_sq);
+        if (grad_square_sum.data != nullptr) cost.flops += 2.0 * static_cast<double>(grad.numel());
+        return cost;
+      });
+}
+
 }  // namespace fsdpd
