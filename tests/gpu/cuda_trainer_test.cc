@@ -129,8 +129,13 @@ TEST_F(CudaTrainerTest, OptimizerInBackwardAndRecomputeKeepTheTrajectoryWithLess
 
 // The master split in halves (the default) against the plain fp32 master cast at every gather
 // (FSDPD_MASTER_LAYOUT=fp32): the same fp32 arithmetic, and bf16 parameters that differ only on
-// exact ties (one value in 131,072 rounds toward zero instead of to even), so the trajectories
-// agree to that rounding noise; with one rank the split keeps no gathered copies, so less memory.
+// exact ties (one value in 131,072 rounds toward zero instead of to even: about two of this
+// model's 29,056 parameters over ten steps). One parameter one bf16 step apart moves this tiny
+// model's loss by about 1e-4 of itself within a few steps at its lr of 3e-3 (measured on the
+// H200: 1.5e-4 at step 10), so every step must agree to 2e-3 of the loss and step 1, before any
+// update, to 1e-5; a stale or wrongly gathered unit moves the loss by 0.1 or more (the bound of
+// FollowsTheCpuEngineForFiftySteps). With one rank the split keeps no gathered copies: less
+// memory.
 TEST_F(CudaTrainerTest, TheSplitMasterKeepsTheFp32MastersTrajectoryWithLessMemory) {
   constexpr int64_t kSteps = 10;
   const v1::JobSpec spec = TinySpec(config_, "cuda", kSteps, config_["trajectory_lr"]);
@@ -142,7 +147,7 @@ TEST_F(CudaTrainerTest, TheSplitMasterKeepsTheFp32MastersTrajectoryWithLessMemor
   ASSERT_EQ(fp32.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_NEAR(split.losses[0], fp32.losses[0], 1e-5 * std::abs(fp32.losses[0])) << "step 1";
   for (int64_t step = 0; step < kSteps; ++step) {
-    EXPECT_NEAR(split.losses[step], fp32.losses[step], 1e-4 * std::abs(fp32.losses[step]))
+    EXPECT_NEAR(split.losses[step], fp32.losses[step], 2e-3 * std::abs(fp32.losses[step]))
         << "step " << step + 1;
   }
   EXPECT_LT(split.peak_bytes, fp32.peak_bytes);

@@ -306,28 +306,33 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
 absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values) {
   const UnitShard& shard = shards_[unit];
   const FlatShardLayout& layout = shard.layout;
-  Stream& comm = backend_->comm_stream();
-  // Every rank's slice of each buffer the master is kept in, gathered whole.
-  auto gather = [&](const Tensor& slice, std::unique_ptr<Buffer>* full) -> absl::StatusOr<Tensor> {
-    FSDPD_ASSIGN_OR_RETURN(*full, backend_->Allocate(layout.padded_numel * DTypeSize(slice.dtype)));
-    const Tensor whole = (*full)->View(slice.dtype, {layout.padded_numel});
-    FSDPD_RETURN_IF_ERROR(communicator_->AllGather(slice, whole, comm));
-    return whole;
-  };
   std::vector<float> padded(static_cast<size_t>(layout.padded_numel));
-  std::unique_ptr<Buffer> high_buffer;
-  std::unique_ptr<Buffer> low_buffer;
-  if (shard.split_master()) {
-    FSDPD_ASSIGN_OR_RETURN(const Tensor high, gather(shard.MasterHigh(), &high_buffer));
-    FSDPD_ASSIGN_OR_RETURN(const Tensor low, gather(shard.MasterLow(), &low_buffer));
-    std::vector<uint16_t> high_values(padded.size());
-    std::vector<uint16_t> low_values(padded.size());
-    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(high, high_values.data(), comm));
-    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(low, low_values.data(), comm));
-    for (size_t i = 0; i < padded.size(); ++i) padded[i] = JoinFloat(high_values[i], low_values[i]);
+  if (communicator_->world_size() == 1) {
+    // The shard is the whole unit: read it where it is, with no device buffer (an export at the
+    // end of a job would otherwise add one unit's fp32 size to the job's peak).
+    FSDPD_RETURN_IF_ERROR(CopyMasterShardToHost(unit, padded.data()));
   } else {
-    FSDPD_ASSIGN_OR_RETURN(const Tensor full, gather(shard.Master(), &high_buffer));
-    FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(full, padded.data(), comm));
+    // One buffer of the unit's fp32 size either way: the halves gathered side by side.
+    FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<Buffer> full,
+                           backend_->Allocate(layout.padded_numel * DTypeSize(DType::kF32)));
+    Stream& comm = backend_->comm_stream();
+    if (shard.split_master()) {
+      const int64_t half_bytes = layout.padded_numel * DTypeSize(DType::kBF16);
+      const Tensor high = full->View(DType::kBF16, {layout.padded_numel});
+      const Tensor low = full->View(DType::kBF16, {layout.padded_numel}, half_bytes);
+      FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shard.MasterHigh(), high, comm));
+      FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shard.MasterLow(), low, comm));
+      std::vector<uint16_t> halves(2 * padded.size());
+      FSDPD_RETURN_IF_ERROR(
+          backend_->CopyToHost(full->View(DType::kF32, {layout.padded_numel}), halves.data(), comm));
+      for (size_t i = 0; i < padded.size(); ++i) {
+        padded[i] = JoinFloat(halves[i], halves[padded.size() + i]);
+      }
+    } else {
+      const Tensor whole = full->View(DType::kF32, {layout.padded_numel});
+      FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shard.Master(), whole, comm));
+      FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(whole, padded.data(), comm));
+    }
   }
   padded.resize(static_cast<size_t>(layout.numel));
   *values = std::move(padded);
