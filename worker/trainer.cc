@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -303,8 +304,13 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     profiling.BeginStep(step);
     FSDPD_ASSIGN_OR_RETURN(const StepOutcome outcome,
                            TrainStep(run.engine, spec.train(), step, optimizer_in_backward, batch));
+    // The host's work between two steps, while the device waits, shows in a profile's trace.
+    std::optional<ProfileRange> between(std::in_place, run.engine.recorder.get(), "", "",
+                                        "step report");
     const v1::StepReport report = StepReportFor(outcome, context, rates, *runtime);
+    between.emplace(run.engine.recorder.get(), "", "", "step hooks");
     if (hooks.on_step) hooks.on_step(report);
+    between.reset();
     profiling.EndStep(step);
     if (LoggedStep(step, total_steps)) log("info", StepLogLine(outcome, report, *runtime));
     if (!std::isfinite(outcome.loss)) {
