@@ -192,6 +192,14 @@ void RunMemoryBound(Bench& bench) {
   bench.Bytes("  adamw + gradient sum of squares, one pass", shard * 28.0, [&] {
     return ops.AdamWWithGradSquareSum(param, grad, exp_avg, exp_avg_sq, params, result, stream);
   });
+  // The master split in halves (kernels/split_master.h): the same 28 bytes an element.
+  Tensor low = bench.New(DType::kBF16, {shard});
+  bench.Bytes("  adamw, split master", shard * 28.0, [&] {
+    return ops.AdamWSplitMaster(narrow, low, grad, exp_avg, exp_avg_sq, params, Tensor{}, stream);
+  });
+  bench.Bytes("  adamw + gradient sum of squares, split master", shard * 28.0, [&] {
+    return ops.AdamWSplitMaster(narrow, low, grad, exp_avg, exp_avg_sq, params, result, stream);
+  });
   bench.Bytes("  cast fp32 -> bf16", shard * 6.0, [&] { return ops.Cast(param, narrow, stream); });
   bench.Bytes("  cast bf16 -> fp32", shard * 6.0, [&] { return ops.Cast(narrow, grad, stream); });
   bench.Bytes("  fill fp32", shard * 4.0, [&] { return ops.Fill(grad, 0.0f, stream); });
