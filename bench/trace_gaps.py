@@ -12,6 +12,7 @@ Figures are per profiled step (the trace's "step N" ranges).
 """
 import collections
 import json
+import re
 import sys
 
 LAUNCH_SPACING_US = 5
@@ -36,7 +37,8 @@ def analyse(events: list) -> dict:
                      key=lambda e: e["ts"])
     compute = [e for e in kernels if e["tid"] == stream_tid.get("compute stream")]
     comm = [e for e in kernels if e["tid"] == stream_tid.get("comm stream")]
-    steps = [e for e in events if e.get("cat") == "range" and e["name"].startswith("step ")]
+    steps = [e for e in events
+             if e.get("cat") == "range" and re.fullmatch(r"step \d+", e["name"])]
     if not compute or not steps:
         raise ValueError("no compute-stream kernels or no step ranges in the trace")
     per_step = len(steps)

@@ -20,3 +20,5 @@ fsdpd_test(engine_step_batch_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_step_batch_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_split_master_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_split_master_test.cc LIBS fsdpd_engine)
+fsdpd_test(engine_background_reading_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_background_reading_test.cc LIBS fsdpd_engine)

@@ -94,5 +94,20 @@ TEST(ProfilerStreamWaitTest, TheCpuBackendHasNoTimer) {
   EXPECT_EQ(backend.stream_wait_seconds(), 0.0);
 }
 
+// The decorator forwards what the trainer asks of the backend it holds: a CUDA engine sits
+// behind it, and the next batch is read ahead only where the device runs beside the host.
+class BesideHostBackend : public CpuBackend {
+ public:
+  bool runs_beside_host() const override { return true; }
+};
+
+TEST(ProfilingBackendTest, ForwardsWhetherTheDeviceRunsBesideTheHost) {
+  ProfileRecorder recorder;
+  ProfilingBackend beside(std::make_unique<BesideHostBackend>(), &recorder);
+  EXPECT_TRUE(beside.runs_beside_host());
+  ProfilingBackend inline_cpu(std::make_unique<CpuBackend>(), &recorder);
+  EXPECT_FALSE(inline_cpu.runs_beside_host());
+}
+
 }  // namespace
 }  // namespace fsdpd

@@ -138,10 +138,13 @@ absl::StatusOr<double> CudaRuntime::PeakFlops(Backend& backend) const {
   return MeasuredPeakFlops(backend);
 }
 
-MemoryInUse CudaRuntime::ProcessMemory() const {
-  absl::StatusOr<MemoryInUse> used = DeviceMemoryInUse(index_);
-  return used.ok() ? *used : MemoryInUse{};
-}
+CudaRuntime::CudaRuntime(int index)
+    : index_(index), process_memory_(std::make_unique<BackgroundReading<MemoryInUse>>([index] {
+        absl::StatusOr<MemoryInUse> used = DeviceMemoryInUse(index);
+        return used.ok() ? *used : MemoryInUse{};
+      })) {}
+
+MemoryInUse CudaRuntime::ProcessMemory() const { return process_memory_->Latest(); }
 
 std::optional<DriverMemory> CudaRuntime::DeviceMemory() const {
   absl::StatusOr<DriverMemory> driver = QueryDriverMemory(index_);

@@ -9,13 +9,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/device/background_reading.h"
 #include "worker/device/device_runtime.h"
 
 namespace fsdpd {
 
 class CudaRuntime : public DeviceRuntime {
  public:
-  explicit CudaRuntime(int index) : index_(index) {}
+  explicit CudaRuntime(int index);
 
   std::string device() const override { return "cuda:" + std::to_string(index_); }
   std::string kind() const override { return "cuda"; }
@@ -31,6 +32,8 @@ class CudaRuntime : public DeviceRuntime {
   // The dense bf16 tensor-core peak (CudaPeakBf16Flops) unless FSDPD_PEAK_FLOPS is set or the
   // architecture is unknown; then MeasuredPeakFlops.
   absl::StatusOr<double> PeakFlops(Backend& backend) const override;
+  // NVML's figure (or the driver's), read on a thread of its own: each call returns the reading
+  // taken since the call before (background_reading.h), the first one read inline.
   MemoryInUse ProcessMemory() const override;
   std::optional<DriverMemory> DeviceMemory() const override;
   // Kernels timed by CUPTI, counters in a world of one. Null after a warning through `log`
@@ -41,6 +44,7 @@ class CudaRuntime : public DeviceRuntime {
 
  private:
   int index_;
+  std::unique_ptr<BackgroundReading<MemoryInUse>> process_memory_;
 };
 
 // The runtime on device `index`: NOT_FOUND when the device does not exist (naming how many are

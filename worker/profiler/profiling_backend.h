@@ -42,6 +42,9 @@ class ProfilingBackend : public Backend {
 
   std::string name() const override { return inner_->name(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
+  // Forwarded like every other property: the trainer reads the next batch ahead only where the
+  // backend it holds (this decorator) says the device runs beside the host.
+  bool runs_beside_host() const override { return inner_->runs_beside_host(); }
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) override {
     return inner_->Allocate(bytes);
   }
