@@ -197,7 +197,7 @@ void RunMemoryBound(Bench& bench) {
   bench.Bytes("  adamw, split master", shard * 28.0, [&] {
     return ops.AdamWSplitMaster(narrow, low, grad, exp_avg, exp_avg_sq, params, Tensor{}, stream);
   });
-  bench.Bytes("  adamw + gradient sum of squares, split master", shard * 28.0, [&] {
+  bench.Bytes("  adamw + gradient sum of squares, split master (two passes)", shard * 28.0, [&] {
     return ops.AdamWSplitMaster(narrow, low, grad, exp_avg, exp_avg_sq, params, result, stream);
   });
   bench.Bytes("  cast fp32 -> bf16", shard * 6.0, [&] { return ops.Cast(param, narrow, stream); });

@@ -34,8 +34,9 @@ absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_
 
 // The same update of a master kept as two 16-bit halves (kernels/split_master.h): each value is
 // joined, updated as AdamWStep updates it and split again, so high stays the bf16 parameters
-// compute reads. With square_sum non-null it also leaves Σ grad² there as
-// AdamWStepWithSquareSum does (`partials` as there); with square_sum null, partials is unused.
+// compute reads. With square_sum non-null it also leaves Σ grad² there, the bits of
+// SumOfSquaresFloat (`partials` as there), in a pass of its own; with square_sum null, partials
+// is unused.
 absl::Status AdamWStepSplit(uint16_t* high, uint16_t* low, const float* grad, float* exp_avg,
                             float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
                             float* partials, float* square_sum, cudaStream_t stream);
