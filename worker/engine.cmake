@@ -16,6 +16,7 @@ add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_profiling.cc
+  ${CMAKE_CURRENT_LIST_DIR}/step_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_support.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc)

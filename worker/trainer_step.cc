@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,35 +60,6 @@ absl::StatusOr<float> ForwardBackwardUpdate(Engine& engine, const v1::TrainSpec&
 }
 
 }  // namespace
-
-StepBatch::~StepBatch() {
-  if (next_.valid()) next_.wait();
-}
-
-absl::Status StepBatch::Take(DataLoader& loader, int64_t index) {
-  if (next_.valid()) {
-    absl::Status read = next_.get();
-    if (next_index_ == index) {
-      inputs.swap(next_inputs_);
-      targets.swap(next_targets_);
-      return read;
-    }
-  }
-  return loader.Batch(index, inputs.data(), targets.data());
-}
-
-void StepBatch::ReadAhead(DataLoader& loader, int64_t index) {
-  if (next_.valid()) next_.wait();
-  next_index_ = index;
-  try {
-    next_ = std::async(std::launch::async, [&loader, index, this] {
-      return loader.Batch(index, next_inputs_.data(), next_targets_.data());
-    });
-  } catch (const std::system_error&) {
-    // No thread to be had (the process is at its limit): Take reads the batch itself.
-    next_ = std::future<absl::Status>();
-  }
-}
 
 absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train, int64_t step,
                                       bool optimizer_in_backward, StepBatch& batch) {

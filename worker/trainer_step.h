@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "worker/model/minillm.h"
 #include "worker/optim/sharded_adamw.h"
 #include "worker/profiler/profile_recorder.h"
+#include "worker/step_batch.h"
 #include "worker/trainer.h"
 
 namespace fsdpd {
@@ -35,39 +35,6 @@ struct Engine {
   std::unique_ptr<FsdpState> state;
   std::unique_ptr<ShardedAdamW> optimizer;
   std::unique_ptr<DataLoader> data;
-};
-
-// The token ids of one rank's batch, reused by every step, and the next step's batch read on a
-// helper thread while a device runs this step (a loader's batch is a pure function of the step, so
-// reading ahead changes nothing; the trace showed the read, about 0.15 ms for the seed's
-// synthetic batch, between two steps with the GPU idle). One read at a time: Take joins the one
-// ahead before reading anything else, and the destructor joins it too.
-class StepBatch {
- public:
-  explicit StepBatch(int64_t tokens)
-      : inputs(static_cast<size_t>(tokens)),
-        targets(static_cast<size_t>(tokens)),
-        next_inputs_(static_cast<size_t>(tokens)),
-        next_targets_(static_cast<size_t>(tokens)) {}
-  ~StepBatch();
-  StepBatch(const StepBatch&) = delete;
-  StepBatch& operator=(const StepBatch&) = delete;
-
-  // Fills inputs and targets with `loader`'s batch `index`: the one read ahead when it is that
-  // one (its error, if it failed), else read now.
-  absl::Status Take(DataLoader& loader, int64_t index);
-  // Starts reading batch `index` on a helper thread. `loader` must outlive the read (the next
-  // Take or the destructor).
-  void ReadAhead(DataLoader& loader, int64_t index);
-
-  std::vector<int32_t> inputs;
-  std::vector<int32_t> targets;
-
- private:
-  std::vector<int32_t> next_inputs_;
-  std::vector<int32_t> next_targets_;
-  std::future<absl::Status> next_;
-  int64_t next_index_ = -1;
 };
 
 // What one step measured.

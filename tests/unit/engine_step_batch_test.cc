@@ -1,12 +1,16 @@
-// StepBatch reads the next step's batch on a helper thread: the batch a step gets must be the
-// loader's batch for that step whichever way it was read, and a read's error must reach the step.
+// StepBatch reads the next step's batch on a reader thread: the batch a step gets must be the
+// loader's batch for that step whichever way it was read, a read's error must reach the step,
+// and one thread, started once, serves every step.
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "worker/trainer_step.h"
+#include "worker/step_batch.h"
 
 namespace fsdpd {
 namespace {
@@ -18,6 +22,10 @@ class CountingLoader : public DataLoader {
       : tokens_(tokens), failing_(failing) {}
   absl::Status Batch(int64_t step, int32_t* inputs, int32_t* targets) override {
     ++reads;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      threads.insert(std::this_thread::get_id());
+    }
     if (step == failing_) return absl::DataLossError("batch unreadable");
     for (int64_t t = 0; t < tokens_; ++t) {
       inputs[t] = static_cast<int32_t>(step * 1000 + t);
@@ -27,6 +35,8 @@ class CountingLoader : public DataLoader {
   }
   int64_t num_tokens() const override { return -1; }
   std::atomic<int> reads{0};
+  std::mutex mutex;
+  std::set<std::thread::id> threads;  // every thread that read a batch
 
  private:
   int64_t tokens_;
@@ -51,6 +61,9 @@ TEST(StepBatchTest, TheBatchReadAheadIsTheOneTakenAndIsReadOnce) {
     ExpectBatch(batch, index);
   }
   EXPECT_EQ(loader.reads.load(), 5);
+  // The first batch on this thread, the four ahead on one reader thread.
+  EXPECT_EQ(loader.threads.size(), 2u);
+  EXPECT_EQ(loader.threads.count(std::this_thread::get_id()), 1u);
 }
 
 TEST(StepBatchTest, AnotherIndexThanTheOneAheadIsReadNow) {
