@@ -312,6 +312,19 @@ TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// AdamW's four fp32 shards of `count` elements plus one (for views one float off alignment):
+// parameters, gradients and moments of typical sizes, the second moment non-negative.
+struct AdamWInputs {
+  std::vector<float> param, grad, exp_avg, exp_avg_sq;
+};
+AdamWInputs RandomAdamWInputs(std::mt19937& random, int64_t count) {
+  AdamWInputs inputs{RandomValues(random, count + 1), RandomValues(random, count + 1, 0.1f),
+                     RandomValues(random, count + 1, 0.01f),
+                     RandomValues(random, count + 1, 0.001f)};
+  for (float& v : inputs.exp_avg_sq) v = std::fabs(v);
+  return inputs;
+}
+
 // The optimizer in backward's single pass: the same update as AdamW and the same sum of the
 // gradient's squares as SumOfSquares, to the bit, in the fused kernel (16-byte aligned shards:
 // vectors, then a tail of three) and in its two-pass fallback (shards one float off alignment).
@@ -320,11 +333,7 @@ TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
 TEST_F(CudaPointwiseTest, AdamWWithGradSquareSumEqualsAdamWAndSumOfSquaresToTheBit) {
   for (const int64_t count : {int64_t{100003}, int64_t{6144003}}) {
     SCOPED_TRACE(count);
-    std::vector<float> param = RandomValues(random_, count + 1);
-    std::vector<float> grad = RandomValues(random_, count + 1, 0.1f);
-    std::vector<float> exp_avg = RandomValues(random_, count + 1, 0.01f);
-    std::vector<float> exp_avg_sq = RandomValues(random_, count + 1, 0.001f);
-    for (float& v : exp_avg_sq) v = std::fabs(v);
+    const auto [param, grad, exp_avg, exp_avg_sq] = RandomAdamWInputs(random_, count);
     AdamWParams params;
     params.lr = 1e-3;
     params.weight_decay = 0.1;
@@ -369,16 +378,12 @@ TEST_F(CudaPointwiseTest, AdamWWithGradSquareSumEqualsAdamWAndSumOfSquaresToTheB
 // AdamW over a master split in halves (kernels/split_master.h): joined, the halves hold the
 // very bits the fp32 kernel leaves in a plain master, the moments and the sum of squares are
 // the same to the bit, and the high half is the split of each value. Aligned halves take the
-// vector kernels (with a tail of three); halves one element off 8-byte alignment take the
-// element kernel and the two-pass fallback. Ties the split rounds toward zero are planted.
+// vector kernel (with a tail of three); halves one element off 8-byte alignment take the
+// element kernel. Ties the split rounds toward zero are planted.
 TEST_F(CudaPointwiseTest, AdamWSplitMasterEqualsTheFp32MasterToTheBit) {
   const int64_t count = 100003;
-  std::vector<float> param = RandomValues(random_, count + 1);
+  auto [param, grad, exp_avg, exp_avg_sq] = RandomAdamWInputs(random_, count);
   for (int64_t i = 0; i < count; i += 977) param[i] = JoinFloat(0x3c01u, 0x8000u);
-  std::vector<float> grad = RandomValues(random_, count + 1, 0.1f);
-  std::vector<float> exp_avg = RandomValues(random_, count + 1, 0.01f);
-  std::vector<float> exp_avg_sq = RandomValues(random_, count + 1, 0.001f);
-  for (float& v : exp_avg_sq) v = std::fabs(v);
   AdamWParams params;
   params.lr = 1e-3;
   params.weight_decay = 0.1;

@@ -31,6 +31,35 @@ float Gradient(int step, int unit, int64_t i) {
   return std::cos(0.7f * step + unit * 13 + i * 0.37f) * (1.0f + 0.5f * step);
 }
 
+// Every unit's master set to Initial on this rank's state.
+void LoadInitial(FsdpState& state, const std::vector<UnitLayout>& units) {
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<float> initial(units[u].numel);
+    for (int64_t i = 0; i < units[u].numel; ++i) initial[i] = Initial(u, i);
+    ASSERT_TRUE(state.LoadMasterFromHost(u, initial).ok());
+  }
+}
+
+// Each rank holds its slice of the (already averaged) gradient of `step`; padding holds zeros.
+void FillGradients(FsdpState& state, const std::vector<UnitLayout>& units, int step) {
+  for (size_t u = 0; u < units.size(); ++u) {
+    UnitShard& shard = state.shard(u);
+    float* grad = shard.Grad().as<float>();
+    for (int64_t i = 0; i < shard.layout.shard_numel; ++i) {
+      const int64_t global = shard.layout.shard_offset + i;
+      grad[i] = global < units[u].numel ? Gradient(step, u, global) : 0.0f;
+    }
+  }
+}
+
+AdamWParams StepParams(int step) {
+  AdamWParams p;
+  p.lr = 0.05;
+  p.weight_decay = 0.1;
+  p.step = step;
+  return p;
+}
+
 struct Reference {
   std::vector<std::vector<double>> param, m, v;
 };
@@ -79,11 +108,7 @@ TEST_P(ShardedAdamWTest, MatchesUnshardedAdamWWithGlobalClipping) {
     for (size_t u = 0; u < units.size(); ++u) {
       for (int64_t i = 0; i < units[u].numel; ++i) grads[u].push_back(Gradient(step, u, i));
     }
-    AdamWParams p;
-    p.lr = 0.05;
-    p.weight_decay = 0.1;
-    p.step = step;
-    reference_norms.push_back(ReferenceStep(reference, grads, p, max_norm));
+    reference_norms.push_back(ReferenceStep(reference, grads, StepParams(step), max_norm));
   }
 
   std::mutex mutex;
@@ -92,28 +117,12 @@ TEST_P(ShardedAdamWTest, MatchesUnshardedAdamWWithGlobalClipping) {
     FsdpOptions options;
     auto state = FsdpState::Create(units, &backend, &communicator, options);
     ASSERT_TRUE(state.ok()) << state.status();
-    for (size_t u = 0; u < units.size(); ++u) {
-      std::vector<float> initial(units[u].numel);
-      for (int64_t i = 0; i < units[u].numel; ++i) initial[i] = Initial(u, i);
-      ASSERT_TRUE((*state)->LoadMasterFromHost(u, initial).ok());
-    }
+    LoadInitial(**state, units);
     auto optimizer = ShardedAdamW::Create(&backend, &communicator, state->get());
     ASSERT_TRUE(optimizer.ok());
     for (int step = 1; step <= kSteps; ++step) {
-      // Each rank holds its slice of the (already averaged) gradient; padding holds zeros.
-      for (size_t u = 0; u < units.size(); ++u) {
-        UnitShard& shard = (*state)->shard(u);
-        float* grad = shard.Grad().as<float>();
-        for (int64_t i = 0; i < shard.layout.shard_numel; ++i) {
-          const int64_t global = shard.layout.shard_offset + i;
-          grad[i] = global < units[u].numel ? Gradient(step, u, global) : 0.0f;
-        }
-      }
-      AdamWParams p;
-      p.lr = 0.05;
-      p.weight_decay = 0.1;
-      p.step = step;
-      auto norm = (*optimizer)->Step(p, max_norm);
+      FillGradients(**state, units, step);
+      auto norm = (*optimizer)->Step(StepParams(step), max_norm);
       ASSERT_TRUE(norm.ok()) << norm.status();
       EXPECT_NEAR(*norm, reference_norms[step - 1], 1e-5 * reference_norms[step - 1]);
     }
@@ -156,27 +165,12 @@ TEST(ShardedAdamWSplitMasterTest, TakesTheFp32MastersStepsToTheBit) {
         options.param_storage_dtype = split == 1 ? DType::kBF16 : DType::kF32;
         auto state = FsdpState::Create(units, &backend, &communicator, options);
         ASSERT_TRUE(state.ok()) << state.status();
-        for (size_t u = 0; u < units.size(); ++u) {
-          std::vector<float> initial(units[u].numel);
-          for (int64_t i = 0; i < units[u].numel; ++i) initial[i] = Initial(u, i);
-          ASSERT_TRUE((*state)->LoadMasterFromHost(u, initial).ok());
-        }
+        LoadInitial(**state, units);
         auto optimizer = ShardedAdamW::Create(&backend, &communicator, state->get());
         ASSERT_TRUE(optimizer.ok());
         for (int step = 1; step <= 4; ++step) {
-          for (size_t u = 0; u < units.size(); ++u) {
-            UnitShard& shard = (*state)->shard(u);
-            float* grad = shard.Grad().as<float>();
-            for (int64_t i = 0; i < shard.layout.shard_numel; ++i) {
-              const int64_t global = shard.layout.shard_offset + i;
-              grad[i] = global < units[u].numel ? Gradient(step, u, global) : 0.0f;
-            }
-          }
-          AdamWParams p;
-          p.lr = 0.05;
-          p.weight_decay = 0.1;
-          p.step = step;
-          auto norm = (*optimizer)->Step(p, 1.0);
+          FillGradients(**state, units, step);
+          auto norm = (*optimizer)->Step(StepParams(step), 1.0);
           ASSERT_TRUE(norm.ok()) << norm.status();
           if (communicator.rank() == 0) norms[split].push_back(*norm);
         }
