@@ -3,11 +3,14 @@
 // master weights"):
 //   high: the bf16 parameter, the fp32 value rounded to the nearest bf16, ties toward zero;
 //   low:  the low 16 bits of the fp32 value.
-// Together they hold every bit of the fp32 value: Join(Split(x)) == x for every bit pattern.
-// The fp32 pattern's upper half is `high` less one exactly where rounding went up (low above
-// 0x8000). Round-to-nearest-even (PyTorch's cast) differs only where low is exactly 0x8000 and
-// the upper half is odd (one value in 131,072): there `high` keeps the smaller magnitude, since
-// rounding away would make the pair ambiguous (65,537 states in 65,536 codes).
+// Together they hold every bit of the fp32 value: Join(Split(x)) == x for every pattern but
+// NaN's. The fp32 pattern's upper half is `high` less one exactly where rounding went up (low
+// above 0x8000). Round-to-nearest-even (PyTorch's cast) differs only where low is exactly 0x8000
+// and the upper half is odd (one value in 131,072): there `high` keeps the smaller magnitude,
+// since rounding away would make the pair ambiguous (65,537 states in 65,536 codes). A NaN's
+// high half is the quiet NaN PyTorch's cast gives (0x7fc0 with the sign), so that compute sees
+// the NaN (rounding the largest payloads up would wrap them to zero); it joins back to a NaN,
+// not necessarily the same payload.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,9 @@ struct SplitHalves {
 FSDPD_HOST_DEVICE inline SplitHalves SplitBits(uint32_t bits) {
   const uint16_t upper = static_cast<uint16_t>(bits >> 16);
   const uint16_t low = static_cast<uint16_t>(bits & 0xffffu);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN
+    return {static_cast<uint16_t>((upper & 0x8000u) | 0x7fc0u), low};
+  }
   return {static_cast<uint16_t>(upper + (low > 0x8000u ? 1u : 0u)), low};
 }
 

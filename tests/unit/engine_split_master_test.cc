@@ -1,7 +1,8 @@
-// The split master (kernels/split_master.h): every fp32 bit pattern survives the split; the high
-// half is the round-to-nearest-even bf16 except on the exact ties the split must round toward
-// zero; and AdamW over the halves (the CPU reference of the CUDA kernel) takes the fp32 AdamW's
-// steps to the bit, with the same gradient sum of squares.
+// The split master (kernels/split_master.h): every fp32 bit pattern but NaN's survives the split,
+// and a NaN stays a NaN that compute sees; the high half is the round-to-nearest-even bf16 except
+// on the exact ties the split must round toward zero; and AdamW over the halves (the CPU reference
+// of the CUDA kernel) takes the fp32 AdamW's steps to the bit, with the same gradient sum of
+// squares.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -31,14 +32,22 @@ uint16_t RoundNearestEven(uint32_t bits) {
   return static_cast<uint16_t>(upper + (up ? 1u : 0u));
 }
 
-TEST(SplitMasterTest, EveryBitPatternSurvivesAndTheHighHalfRoundsToNearest) {
+TEST(SplitMasterTest, EveryValueSurvivesAndTheHighHalfRoundsToNearest) {
   int ties_toward_zero = 0;
+  int nans = 0;
   for (uint32_t upper = 0; upper <= 0xffffu; ++upper) {
     for (uint32_t low : {0x0000u, 0x0001u, 0x1234u, 0x7fffu, 0x8000u, 0x8001u, 0xbeefu, 0xffffu}) {
       const uint32_t bits = (upper << 16) | low;
       const SplitHalves halves = SplitBits(bits);
-      ASSERT_EQ(JoinBits(halves.high, halves.low), bits) << std::hex << bits;
       ASSERT_EQ(halves.low, low);
+      if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        // A NaN: compute must see a NaN (the quiet one with its sign), and it joins to a NaN.
+        ASSERT_EQ(halves.high, (upper & 0x8000u) | 0x7fc0u) << std::hex << bits;
+        ASSERT_GT(JoinBits(halves.high, halves.low) & 0x7fffffffu, 0x7f800000u) << std::hex << bits;
+        ++nans;
+        continue;
+      }
+      ASSERT_EQ(JoinBits(halves.high, halves.low), bits) << std::hex << bits;
       const bool finite = (upper & 0x7f80u) != 0x7f80u;
       if (!finite) continue;
       if (low == 0x8000u && (upper & 1u) != 0) {
@@ -52,6 +61,7 @@ TEST(SplitMasterTest, EveryBitPatternSurvivesAndTheHighHalfRoundsToNearest) {
     }
   }
   EXPECT_GT(ties_toward_zero, 0);
+  EXPECT_GT(nans, 0);
   // Through floats as the host code uses them.
   for (float value : {0.0f, -0.0f, 1.0f, -3.14159f, 1e-30f, 3.0e38f, INFINITY, -INFINITY}) {
     const SplitHalves halves = SplitFloat(value);
@@ -121,6 +131,28 @@ TEST_F(SplitAdamWTest, StepsEqualTheFp32AdamWToTheBitWithTheSameSquareSum) {
                                     Floats(split_v), params, Tensor{}, stream)
                   .ok());
   for (int64_t i = 0; i < kCount; ++i) ASSERT_EQ(JoinBits(high[i], low[i]), Bits(master[i]));
+}
+
+// A gradient that overflowed makes the fp32 update NaN; the parameters compute reads must show it.
+// Here the NaN is the CPU's (0xffc00000); CUDA's default NaN (0x7fffffff), which rounded up as a
+// number would wrap to a bf16 zero, is among the patterns of the test above.
+TEST_F(SplitAdamWTest, ADivergedWeightIsANanInTheParameters) {
+  std::vector<float> grad = {0.1f, INFINITY, 0.2f, -INFINITY}, m(4, 0.0f), v(4, 0.0f);
+  std::vector<uint16_t> high(4), low(4);
+  for (int i = 0; i < 4; ++i) {
+    const SplitHalves halves = SplitFloat(0.5f);
+    high[i] = halves.high;
+    low[i] = halves.low;
+  }
+  ASSERT_TRUE(backend_.ops()
+                  .AdamWSplitMaster(Halves(high), Halves(low), Floats(grad), Floats(m), Floats(v),
+                                    AdamWParams{}, Tensor{}, backend_.compute_stream())
+                  .ok());
+  for (int i : {1, 3}) {
+    EXPECT_TRUE(std::isnan(JoinFloat(high[i], low[i]))) << i;
+    EXPECT_EQ(high[i] & 0x7fc0u, 0x7fc0u) << "a NaN in bf16 at " << i;
+  }
+  for (int i : {0, 2}) EXPECT_TRUE(std::isfinite(JoinFloat(high[i], low[i]))) << i;
 }
 
 TEST_F(SplitAdamWTest, TheContractNamesAWrongArgument) {
