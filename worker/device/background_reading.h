@@ -3,14 +3,15 @@
 // device waits for the next step's work (bench/RESULTS.md, "Split master weights").
 //
 // Latest() returns the newest finished reading and asks for the next one; only the first call
-// reads on the caller's thread. Called once a step, each step gets the reading taken while the
-// step before it ran: one step old, which for a figure that moves as slowly as a process's
-// device memory is the price of not waiting for it.
+// reads on the caller's thread (every call does where no thread can be started). Called once a
+// step, each step gets the reading taken while the step before it ran: one step old, which for a
+// figure that moves as slowly as a process's device memory is the price of not waiting for it.
 #pragma once
 
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -33,12 +34,18 @@ class BackgroundReading {
 
   T Latest() {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (inline_) return read_();
     if (!thread_.joinable()) {
       lock.unlock();
       T first = read_();
       lock.lock();
       latest_ = std::move(first);
-      thread_ = std::thread([this] { Run(); });
+      try {
+        thread_ = std::thread([this] { Run(); });
+      } catch (const std::system_error&) {
+        inline_ = true;  // the process is at its thread limit: every read on the caller's thread
+        return latest_;
+      }
     }
     requested_ = true;
     T latest = latest_;
@@ -66,6 +73,7 @@ class BackgroundReading {
   std::condition_variable wake_;
   bool requested_ = false;
   bool stopping_ = false;
+  bool inline_ = false;
   T latest_{};
   std::thread thread_;
 };
