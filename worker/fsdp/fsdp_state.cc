@@ -323,8 +323,8 @@ absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values)
       FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shard.MasterHigh(), high, comm));
       FSDPD_RETURN_IF_ERROR(communicator_->AllGather(shard.MasterLow(), low, comm));
       std::vector<uint16_t> halves(2 * padded.size());
-      FSDPD_RETURN_IF_ERROR(
-          backend_->CopyToHost(full->View(DType::kF32, {layout.padded_numel}), halves.data(), comm));
+      FSDPD_RETURN_IF_ERROR(backend_->CopyToHost(full->View(DType::kF32, {layout.padded_numel}),
+                                                 halves.data(), comm));
       for (size_t i = 0; i < padded.size(); ++i) {
         padded[i] = JoinFloat(halves[i], halves[padded.size() + i]);
       }
