@@ -144,8 +144,9 @@ absl::Status ShardedAdamW::ConsumeGradientShard(int unit, UnitShard& shard, Stre
     return absl::FailedPreconditionError(
         absl::StrCat("ShardedAdamW: unit ", unit, " has no gradient shard now"));
   }
-  // The norm's sum comes from the update's own pass over the gradient, with the bits
-  // SumOfSquares gives in Step (the Ops contract), so both ways report the same norm.
+  // The norm's sum comes from the update's own pass over the gradient (for a split master, a
+  // pass of its own), with the bits SumOfSquares gives in Step (the Ops contract), so both ways
+  // report the same norm.
   return UpdateShard(shard, backward_params_, UnitSquareSum(unit), stream);
 }
 
