@@ -56,6 +56,14 @@ class TraceGapsTest(unittest.TestCase):
         self.assertAlmostEqual(idle["host: before EmbeddingKernel"], 400 / 2 / 1000)
         self.assertAlmostEqual(figures["gaps"]["host: before EmbeddingKernel"], 0.5)
 
+    def test_only_step_ranges_count_as_steps(self):
+        # The host's work between steps has ranges of its own ("report", once "step report").
+        between = [{"ph": "X", "cat": "range", "tid": 0, "pid": 0, "name": name, "ts": 990,
+                    "dur": 10} for name in ("report", "step report", "report hooks")]
+        figures = trace_gaps.analyse(EVENTS + between)
+        self.assertEqual(figures["steps"], 2)
+        self.assertAlmostEqual(figures["step_ms"], 1.0)
+
     def test_the_command_prints_the_table_and_refuses_a_trace_without_kernels(self):
         with tempfile.TemporaryDirectory() as directory:
             good = os.path.join(directory, "trace.json")
