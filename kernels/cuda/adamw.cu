@@ -37,8 +37,9 @@ __device__ __forceinline__ void AdamWElement(float& param, float g, float& exp_a
   param = p;
 }
 
-// Where the master lives, one element (the tails) or one vector of four at a time: plain fp32,
-// or two 16-bit halves (kernels/split_master.h) joined on load and split on store.
+// Where the master lives, for the update alone (AdamWKernel, AdamWVectorKernel), one element or
+// one vector of four at a time: plain fp32, or two 16-bit halves (kernels/split_master.h)
+// joined on load and split on store. The update with the sum reads an fp32 master only.
 struct PlainMaster {
   float* param;
   __device__ float Load(int64_t i) const { return param[i]; }
@@ -119,8 +120,7 @@ __global__ void AdamWVectorKernel(Master master, const float4* __restrict__ grad
 // summing the gradient's squares on the way: one read of the gradient for both the update and
 // the norm. Each thread loads its kSquareSumVectorsPerThread vectors before it updates any, so
 // that all of its loads are in flight at once.
-template <class Master>
-__global__ void AdamWSquareSumKernel(Master master, const float4* __restrict__ grad,
+__global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* __restrict__ grad,
                                      float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
                                      int64_t vectors, AdamWScalars s,
                                      float* __restrict__ partials) {
@@ -132,7 +132,7 @@ __global__ void AdamWSquareSumKernel(Master master, const float4* __restrict__ g
   for (int k = 0; k < kVectors; ++k) {
     const int64_t i = first + int64_t{k} * kSquareSumThreads;
     if (i < vectors) {
-      p[k] = master.LoadVector(i);
+      p[k] = param[i];
       g[k] = grad[i];
       m[k] = exp_avg[i];
       v[k] = exp_avg_sq[i];
@@ -145,7 +145,7 @@ __global__ void AdamWSquareSumKernel(Master master, const float4* __restrict__ g
     if (i < vectors) {
       sum = AddSquares(g[k], sum);
       AdamWVector(p[k], g[k], m[k], v[k], s);
-      master.StoreVector(i, p[k]);
+      param[i] = p[k];
       exp_avg[i] = m[k];
       exp_avg_sq[i] = v[k];
     }
@@ -195,33 +195,6 @@ absl::Status LaunchAdamW(Master master, const float* grad, float* exp_avg, float
   return absl::OkStatus();
 }
 
-template <class Master>
-absl::Status LaunchAdamWWithSquareSum(Master master, const float* grad, float* exp_avg,
-                                      float* exp_avg_sq, int64_t count,
-                                      const AdamWStepParams& params, float* partials,
-                                      float* square_sum, cudaStream_t stream) {
-  if (count < 4 || !master.VectorAligned() || !Aligned16(grad) || !Aligned16(exp_avg) ||
-      !Aligned16(exp_avg_sq)) {
-    // Two passes; SumOfSquaresFloat takes the same order either way.
-    FSDPD_RETURN_IF_ERROR(SumOfSquaresFloat(grad, count, partials, square_sum, stream));
-    return LaunchAdamW(master, grad, exp_avg, exp_avg_sq, count, params, stream);
-  }
-  const AdamWScalars scalars = ScalarsFor(params);
-  const int64_t vectors = count / 4;
-  const int64_t blocks = SquareSumBlocks(vectors);
-  AdamWSquareSumKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
-      master, reinterpret_cast<const float4*>(grad), reinterpret_cast<float4*>(exp_avg),
-      reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars, partials);
-  CUDA_CHECK_LAUNCH("AdamWSquareSumKernel");
-  const int64_t done = vectors * 4;
-  if (done < count) {
-    AdamWKernel<<<1, kThreads, 0, stream>>>(master.Offset(done), grad + done, exp_avg + done,
-                                            exp_avg_sq + done, count - done, scalars);
-    CUDA_CHECK_LAUNCH("AdamWKernel");
-  }
-  return FinishSquareSum(partials, blocks, grad + done, count - done, square_sum, stream);
-}
-
 }  // namespace
 
 absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
@@ -232,8 +205,27 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
 absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_avg,
                                     float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
                                     float* partials, float* square_sum, cudaStream_t stream) {
-  return LaunchAdamWWithSquareSum(PlainMaster{param}, grad, exp_avg, exp_avg_sq, count, params,
-                                  partials, square_sum, stream);
+  if (count < 4 || !Aligned16(param) || !Aligned16(grad) || !Aligned16(exp_avg) ||
+      !Aligned16(exp_avg_sq)) {
+    // Two passes; SumOfSquaresFloat takes the same order either way.
+    FSDPD_RETURN_IF_ERROR(SumOfSquaresFloat(grad, count, partials, square_sum, stream));
+    return AdamWStep(param, grad, exp_avg, exp_avg_sq, count, params, stream);
+  }
+  const AdamWScalars scalars = ScalarsFor(params);
+  const int64_t vectors = count / 4;
+  const int64_t blocks = SquareSumBlocks(vectors);
+  AdamWSquareSumKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
+      reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
+      reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars,
+      partials);
+  CUDA_CHECK_LAUNCH("AdamWSquareSumKernel");
+  const int64_t done = vectors * 4;
+  if (done < count) {
+    AdamWKernel<<<1, kThreads, 0, stream>>>(PlainMaster{param + done}, grad + done, exp_avg + done,
+                                            exp_avg_sq + done, count - done, scalars);
+    CUDA_CHECK_LAUNCH("AdamWKernel");
+  }
+  return FinishSquareSum(partials, blocks, grad + done, count - done, square_sum, stream);
 }
 
 absl::Status AdamWStepSplit(uint16_t* high, uint16_t* low, const float* grad, float* exp_avg,

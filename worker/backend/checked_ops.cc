@@ -78,18 +78,28 @@ absl::Status CheckAdamWParams(const OpArguments& check, const AdamWParams& param
   return absl::OkStatus();
 }
 
+// The optimizer's f32 gradient and moments, each as long as the master (`master`, named
+// `master_name`), and the hyperparameters.
+absl::Status CheckGradientAndMoments(const OpArguments& check, const Tensor& master,
+                                     const char* master_name, const Tensor& grad,
+                                     const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                     const AdamWParams& params) {
+  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", master, master_name));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", master, master_name));
+  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", master, master_name));
+  return CheckAdamWParams(check, params);
+}
+
 // AdamW's four f32 shards of one length, the hyperparameters, no update written over grad.
 absl::Status CheckAdamWArguments(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                  const Tensor& exp_avg_sq, const AdamWParams& params) {
   OpArguments check("AdamW");
   FSDPD_RETURN_IF_ERROR(check.Typed(param, "param", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", param, "param"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", param, "param"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", param, "param"));
-  FSDPD_RETURN_IF_ERROR(CheckAdamWParams(check, params));
+  FSDPD_RETURN_IF_ERROR(
+      CheckGradientAndMoments(check, param, "param", grad, exp_avg, exp_avg_sq, params));
   return NoOverlap(check, {{&param, "param"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}},
                    {{&grad, "grad"}});
 }
@@ -337,14 +347,9 @@ absl::Status CheckedOps::AdamWSplitMaster(const Tensor& high, const Tensor& low,
   OpArguments check("AdamWSplitMaster");
   FSDPD_RETURN_IF_ERROR(check.Typed(high, "high", DType::kBF16));
   FSDPD_RETURN_IF_ERROR(check.Typed(low, "low", DType::kBF16));
-  FSDPD_RETURN_IF_ERROR(check.Typed(grad, "grad", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg, "exp_avg", DType::kF32));
-  FSDPD_RETURN_IF_ERROR(check.Typed(exp_avg_sq, "exp_avg_sq", DType::kF32));
   FSDPD_RETURN_IF_ERROR(check.SameCount(low, "low", high, "high"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(grad, "grad", high, "high"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg, "exp_avg", high, "high"));
-  FSDPD_RETURN_IF_ERROR(check.SameCount(exp_avg_sq, "exp_avg_sq", high, "high"));
-  FSDPD_RETURN_IF_ERROR(CheckAdamWParams(check, params));
+  FSDPD_RETURN_IF_ERROR(
+      CheckGradientAndMoments(check, high, "high", grad, exp_avg, exp_avg_sq, params));
   FSDPD_RETURN_IF_ERROR(NoOverlap(
       check, {{&high, "high"}, {&low, "low"}, {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}},
       {{&grad, "grad"}}));
