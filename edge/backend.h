@@ -57,6 +57,16 @@ class Backend {
   // nn.MultiheadAttention's core on packed qkv[batch, seq, 3·dim] → out[batch, seq, dim].
   virtual absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads,
                                  int64_t dim, bool causal, Buffer& out) = 0;
+  // Causal attention for the positions [first, first + rows) of one sequence whose qkv rows
+  // for positions [0, first + rows) are in qkv (packed as Attention's): out[rows, dim], each
+  // position attending to every position up to its own. One decoding step with a cache of qkv
+  // rows (the rows before `first`).
+  virtual absl::Status CausalAttentionAt(Buffer& qkv, int64_t first, int64_t rows, int64_t heads,
+                                         int64_t dim, Buffer& out) = 0;
+  // to[to_offset, to_offset + count) = from[from_offset, …), fp32 elements, in order with the
+  // other operations.
+  virtual absl::Status CopyFloats(Buffer& from, int64_t from_offset, Buffer& to, int64_t to_offset,
+                                  int64_t count) = 0;
   virtual absl::Status Silu(Buffer& x, int64_t count, Buffer& out) = 0;
   virtual absl::Status Add(Buffer& a, Buffer& b, int64_t count, Buffer& out) = 0;
   // nll[r] = logsumexp(logits[r]) − logits[r][targets[r]] (log-softmax, cross-entropy).

@@ -80,6 +80,18 @@ class CpuBackend : public Backend {
                           Host(out).floats.data(), lse_.data());
     return absl::OkStatus();
   }
+  absl::Status CausalAttentionAt(Buffer& qkv, int64_t first, int64_t rows, int64_t heads,
+                                 int64_t dim, Buffer& out) override {
+    cpu::CausalAttentionRows(Host(qkv).floats.data(), heads, dim, first, rows,
+                             Host(out).floats.data());
+    return absl::OkStatus();
+  }
+  absl::Status CopyFloats(Buffer& from, int64_t from_offset, Buffer& to, int64_t to_offset,
+                          int64_t count) override {
+    std::memcpy(Host(to).floats.data() + to_offset, Host(from).floats.data() + from_offset,
+                static_cast<size_t>(count) * sizeof(float));
+    return absl::OkStatus();
+  }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     cpu::SiluForward(Host(x).floats.data(), count, Host(out).floats.data());
     return absl::OkStatus();

@@ -102,14 +102,25 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
   std::vector<int32_t> text = prompt;
   std::vector<float> logits;
   for (int64_t n = 0; n < options.new_tokens; ++n) {
-    // The window holds the last (up to) seq tokens from position 0, padded after them; with
-    // causal attention the padding cannot affect the earlier positions, and the prediction
-    // is read at the text's last position.
-    std::vector<int32_t> window(static_cast<size_t>(seq), 0);
     const int64_t length = std::min<int64_t>(seq, static_cast<int64_t>(text.size()));
-    std::copy(text.end() - length, text.end(), window.begin());
-    FSDPD_RETURN_IF_ERROR(runner.Logits(window, &logits));
-    const float* row = logits.data() + (length - 1) * config.vocab;
+    const float* row = nullptr;
+    if (!options.kv_cache) {
+      // The window holds the last (up to) seq tokens from position 0, padded after them; with
+      // causal attention the padding cannot affect the earlier positions, and the prediction
+      // is read at the text's last position.
+      std::vector<int32_t> window(static_cast<size_t>(seq), 0);
+      std::copy(text.end() - length, text.end(), window.begin());
+      FSDPD_RETURN_IF_ERROR(runner.Logits(window, &logits));
+      row = logits.data() + (length - 1) * config.vocab;
+    } else if (n > 0 && runner.cached() < seq) {
+      // The cache holds the text but its newest token, from the window's start.
+      FSDPD_RETURN_IF_ERROR(runner.Append(text.back(), &logits));
+      row = logits.data();
+    } else {
+      FSDPD_RETURN_IF_ERROR(
+          runner.Prefill(std::vector<int32_t>(text.end() - length, text.end()), &logits));
+      row = logits.data();
+    }
     std::vector<int32_t> order(static_cast<size_t>(config.vocab));
     for (int32_t v = 0; v < config.vocab; ++v) order[static_cast<size_t>(v)] = v;
     const int k = static_cast<int>(std::min<int64_t>(options.top_k, config.vocab));

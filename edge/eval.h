@@ -36,10 +36,16 @@ struct GenerateOptions {
   int64_t new_tokens = 64;
   int top_k = 1;  // 1: greedy
   uint64_t seed = 0;
+  // Decode through the runner's cache of qkv rows (one position a token) instead of a whole
+  // forward over the window for every token. The predictions are the same either way.
+  bool kv_cache = true;
 };
 
-// Appends new_tokens to prompt (causal models only), one forward per token over the last
-// runner.seq() tokens (batch 1).
+// Appends new_tokens to prompt (causal models only, a runner of batch 1). Each token is
+// predicted from the text's last runner.seq() tokens (or all of it while it is shorter), at
+// positions from 0. With the cache, a token costs one position while the text fits the window;
+// once it does not, the window slides and every token costs a prefill of seq positions (the
+// model has no positional encoding to shift, so the cached rows change with the window's start).
 absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
                                               const std::vector<int32_t>& prompt,
                                               const GenerateOptions& options);

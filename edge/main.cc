@@ -158,8 +158,17 @@ int RunGenerate(const RunOptions& options, const std::string& prompt,
   if (!loaded.ok()) return Fail(loaded.status());
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   for (int32_t& token : tokens) token = static_cast<unsigned char>(token);
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<int32_t>> text = Generate(*loaded->runner, tokens, generate);
   if (!text.ok()) return Fail(text.status());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Wall time of the whole call: the prompt's prefill and the first use of each matmul shape
+  // (which picks its block) included.
+  std::fprintf(stderr, "fsdpd-edge: %lld tokens in %.3f s (%.1f tokens/s, %s)\n",
+               static_cast<long long>(generate.new_tokens), seconds,
+               static_cast<double>(generate.new_tokens) / seconds,
+               generate.kv_cache ? "qkv cache" : "a forward over the window per token");
   // Byte-level models print as text; any other vocabulary as ids.
   if (loaded->runner->config().vocab <= 256) {
     std::string out(text->begin(), text->end());
@@ -200,6 +209,9 @@ int main(int argc, char** argv) {
   gen->add_option("--new-tokens", generate.new_tokens, "tokens to generate (default 64)");
   gen->add_option("--top-k", generate.top_k, "sample among the k likeliest (1: greedy)");
   gen->add_option("--seed", generate.seed, "sampling seed");
+  bool no_cache = false;
+  gen->add_flag("--no-kv-cache", no_cache,
+                "a forward over the whole window for every token (the same predictions, slower)");
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("devices")) return RunDevices();
@@ -210,5 +222,6 @@ int main(int argc, char** argv) {
     }
     return RunEval(eval_options, text, tokens_path, token_bytes);
   }
+  generate.kv_cache = !no_cache;
   return RunGenerate(generate_options, prompt, generate);
 }

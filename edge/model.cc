@@ -115,30 +115,26 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel
   return runner;
 }
 
-absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
-  const int64_t rows = batch_ * seq_;
-  if (static_cast<int64_t>(tokens.size()) != rows) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", rows, " tokens (batch ", batch_,
-                                                   " × seq ", seq_, "), got ", tokens.size()));
-  }
-  for (size_t t = 0; t < tokens.size(); ++t) {
+absl::Status ModelRunner::CheckTokens(const int32_t* tokens, int64_t count) const {
+  for (int64_t t = 0; t < count; ++t) {
     if (tokens[t] < 0 || tokens[t] >= config_.vocab) {
       return absl::InvalidArgumentError(absl::StrCat("token ", tokens[t], " at position ", t,
                                                      " is outside the model's vocab of ",
                                                      config_.vocab));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Layers(int64_t rows,
+                                 const std::function<absl::Status(Layer&, size_t)>& attend) {
   const int64_t dim = config_.dim;
   const int64_t ffn = config_.ffn_mult * dim;
   Backend& b = *backend_;
-  FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens.data(), rows));
-  FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
-  for (Layer& layer : layers_) {
+  for (size_t index = 0; index < layers_.size(); ++index) {
+    Layer& layer = layers_[index];
     FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm1, rows, dim, config_.norm_eps, *normed_));
-    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
-                                   dim, 3 * dim, *qkv_));
-    FSDPD_RETURN_IF_ERROR(
-        b.Attention(*qkv_, batch_, seq_, config_.heads, dim, config_.causal, *attention_));
+    FSDPD_RETURN_IF_ERROR(attend(layer, index));
     FSDPD_RETURN_IF_ERROR(b.Linear(*attention_, *layer.out_proj_weight, layer.out_proj_bias.get(),
                                    rows, dim, dim, *projected_));
     FSDPD_RETURN_IF_ERROR(b.Add(*hidden_, *projected_, rows * dim, *middle_));
@@ -148,12 +144,100 @@ absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
     FSDPD_RETURN_IF_ERROR(b.Linear(*activated_, *layer.ffn2, nullptr, rows, ffn, dim, *projected_));
     FSDPD_RETURN_IF_ERROR(b.Add(*middle_, *projected_, rows * dim, *hidden_));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
+  const int64_t rows = batch_ * seq_;
+  if (static_cast<int64_t>(tokens.size()) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", rows, " tokens (batch ", batch_,
+                                                   " × seq ", seq_, "), got ", tokens.size()));
+  }
+  FSDPD_RETURN_IF_ERROR(CheckTokens(tokens.data(), rows));
+  const int64_t dim = config_.dim;
+  Backend& b = *backend_;
+  FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens.data(), rows));
+  FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
+  FSDPD_RETURN_IF_ERROR(Layers(rows, [&](Layer& layer, size_t) -> absl::Status {
+    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
+                                   dim, 3 * dim, *qkv_));
+    return b.Attention(*qkv_, batch_, seq_, config_.heads, dim, config_.causal, *attention_);
+  }));
   Buffer* head_input = hidden_.get();
   if (final_norm_ != nullptr) {
     FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *final_norm_, rows, dim, config_.norm_eps, *normed_));
     head_input = normed_.get();
   }
   return b.Linear(*head_input, *head_, nullptr, rows, dim, config_.vocab, *logits_);
+}
+
+absl::Status ModelRunner::Prefill(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
+  const int64_t count = static_cast<int64_t>(tokens.size());
+  if (!config_.causal) {
+    return absl::FailedPreconditionError(
+        "decoding with a cache needs a causal model: every position of this one attends to the "
+        "later ones too");
+  }
+  if (batch_ != 1) return absl::InternalError("decoding needs a runner of batch 1");
+  if (count < 1 || count > seq_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill takes 1 to seq (", seq_, ") tokens, got ", count));
+  }
+  FSDPD_RETURN_IF_ERROR(CheckTokens(tokens.data(), count));
+  cached_ = 0;  // a failure below leaves no stale positions behind
+  if (cache_.empty()) {
+    for (size_t index = 0; index < layers_.size(); ++index) {
+      FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> rows,
+                             backend_->Floats(seq_ * 3 * config_.dim));
+      cache_.push_back(std::move(rows));
+    }
+    FSDPD_ASSIGN_OR_RETURN(newest_, backend_->Floats(config_.dim));
+  }
+  FSDPD_RETURN_IF_ERROR(Decode(tokens.data(), 0, count, logits));
+  cached_ = count;
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Append(int32_t token, std::vector<float>* logits) {
+  if (cached_ == 0) return absl::FailedPreconditionError("append before prefill: no sequence");
+  if (cached_ >= seq_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the cache holds seq (", seq_, ") positions; prefill a window to go on"));
+  }
+  // A refused token leaves the sequence as it was; a failure on the device ends it.
+  FSDPD_RETURN_IF_ERROR(CheckTokens(&token, 1));
+  const int64_t first = cached_;
+  cached_ = 0;
+  FSDPD_RETURN_IF_ERROR(Decode(&token, first, 1, logits));
+  cached_ = first + 1;
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Decode(const int32_t* tokens, int64_t first, int64_t rows,
+                                 std::vector<float>* logits) {
+  const int64_t dim = config_.dim;
+  Backend& b = *backend_;
+  FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens, rows));
+  FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
+  FSDPD_RETURN_IF_ERROR(Layers(rows, [&](Layer& layer, size_t index) -> absl::Status {
+    Buffer& cache = *cache_[index];
+    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
+                                   dim, 3 * dim, *qkv_));
+    FSDPD_RETURN_IF_ERROR(b.CopyFloats(*qkv_, 0, cache, first * 3 * dim, rows * 3 * dim));
+    // A new sequence takes the attention the forward takes (the same tuned shaders).
+    if (first == 0) return b.Attention(*qkv_, 1, rows, config_.heads, dim, true, *attention_);
+    return b.CausalAttentionAt(cache, first, rows, config_.heads, dim, *attention_);
+  }));
+  FSDPD_RETURN_IF_ERROR(b.CopyFloats(*hidden_, (rows - 1) * dim, *newest_, 0, dim));
+  Buffer* head_input = newest_.get();
+  if (final_norm_ != nullptr) {
+    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*newest_, *final_norm_, 1, dim, config_.norm_eps, *normed_));
+    head_input = normed_.get();
+  }
+  FSDPD_RETURN_IF_ERROR(b.Linear(*head_input, *head_, nullptr, 1, dim, config_.vocab, *logits_));
+  FSDPD_RETURN_IF_ERROR(b.Finish());
+  logits->resize(static_cast<size_t>(config_.vocab));
+  return b.ReadFloats(*logits_, logits->data(), config_.vocab);
 }
 
 absl::Status ModelRunner::Logits(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
@@ -170,13 +254,7 @@ absl::StatusOr<double> ModelRunner::SumNll(const std::vector<int32_t>& tokens,
     return absl::InvalidArgumentError(
         absl::StrCat("expected ", rows, " targets, got ", targets.size()));
   }
-  for (size_t t = 0; t < targets.size(); ++t) {
-    if (targets[t] < 0 || targets[t] >= config_.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("token ", targets[t], " at position ", t,
-                                                     " is outside the model's vocab of ",
-                                                     config_.vocab));
-    }
-  }
+  FSDPD_RETURN_IF_ERROR(CheckTokens(targets.data(), rows));
   FSDPD_RETURN_IF_ERROR(backend_->WriteInts(*targets_, targets.data(), rows));
   FSDPD_RETURN_IF_ERROR(Forward(tokens));
   FSDPD_RETURN_IF_ERROR(backend_->TokenNll(*logits_, *targets_, rows, config_.vocab, *nll_));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,15 +51,30 @@ class ModelRunner {
   absl::StatusOr<double> SumNll(const std::vector<int32_t>& tokens,
                                 const std::vector<int32_t>& targets);
 
- private:
-  ModelRunner(ExportedModelConfig config, Backend* backend, int64_t batch, int64_t seq)
-      : config_(config), backend_(backend), batch_(batch), seq_(seq) {}
-  absl::Status Forward(const std::vector<int32_t>& tokens);
+  // Decoding with a cache of every layer's qkv rows, for causal models on a runner of batch 1.
+  // Prefill starts a sequence: positions [0, n) from n ≤ seq tokens. Append adds one position
+  // (while the cache holds fewer than seq), each token attending to the cached ones. Both give
+  // the logits of the newest position (vocab floats). The cache takes layers × seq × 3·dim
+  // floats on the backend, allocated by the first Prefill.
+  absl::Status Prefill(const std::vector<int32_t>& tokens, std::vector<float>* logits);
+  absl::Status Append(int32_t token, std::vector<float>* logits);
+  int64_t cached() const { return cached_; }  // positions in the cache
 
+ private:
   struct Layer {
     std::unique_ptr<Buffer> norm1, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
         norm2, ffn0, ffn2;
   };
+  ModelRunner(ExportedModelConfig config, Backend* backend, int64_t batch, int64_t seq)
+      : config_(config), backend_(backend), batch_(batch), seq_(seq) {}
+  absl::Status Forward(const std::vector<int32_t>& tokens);
+  absl::Status CheckTokens(const int32_t* tokens, int64_t count) const;
+  // Every layer over the `rows` rows in hidden_; `attend` leaves attention_ from normed_.
+  absl::Status Layers(int64_t rows, const std::function<absl::Status(Layer&, size_t)>& attend);
+  // `rows` new positions from `first` on, through the cache; the newest one's logits.
+  absl::Status Decode(const int32_t* tokens, int64_t first, int64_t rows,
+                      std::vector<float>* logits);
+
   ExportedModelConfig config_;
   Backend* backend_;
   int64_t batch_;
@@ -67,6 +83,9 @@ class ModelRunner {
   std::vector<Layer> layers_;
   std::unique_ptr<Buffer> tokens_, targets_, hidden_, middle_, normed_, qkv_, attention_,
       projected_, ffn_hidden_, activated_, logits_, nll_;
+  std::vector<std::unique_ptr<Buffer>> cache_;  // per layer: qkv rows of positions [0, seq)
+  std::unique_ptr<Buffer> newest_;              // the newest position's hidden row
+  int64_t cached_ = 0;
 };
 
 }  // namespace fsdpd::edge

@@ -46,6 +46,15 @@ constexpr uint32_t kMatmulF16[] =
 constexpr uint32_t kMatmulF16HalfX[] =
 #include "edge/shaders/matmul_f16_h.spv.inc"
     ;
+constexpr uint32_t kMatvec[] =
+#include "edge/shaders/matvec.spv.inc"
+    ;
+constexpr uint32_t kMatvecF16[] =
+#include "edge/shaders/matvec_f16.spv.inc"
+    ;
+constexpr uint32_t kMatvecF16HalfX[] =
+#include "edge/shaders/matvec_f16_h.spv.inc"
+    ;
 constexpr uint32_t kMatmulCoop[] =
 #include "edge/shaders/matmul_coop.spv.inc"
     ;
@@ -175,6 +184,9 @@ const std::vector<ShaderInfo>& Shaders() {
          "matmul (fp16, fp16 x)",
          Code(kMatmulF16HalfX),
          {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
+        {Shader::kMatvec, "matvec", Code(kMatvec)},
+        {Shader::kMatvecF16, "matvec (fp16)", Code(kMatvecF16)},
+        {Shader::kMatvecF16HalfX, "matvec (fp16, fp16 x)", Code(kMatvecF16HalfX)},
         {Shader::kMatmulCoop,
          "matmul (cooperative matrix)",
          Code(kMatmulCoop),

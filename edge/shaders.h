@@ -28,7 +28,10 @@ enum class Shader {
   kMatmul,
   kMatmulF16,
   kMatmulF16HalfX,  // the tiled fp16 shader reading x as fp16 (matmul.comp -DX_F16)
-  kMatmulCoop,      // the first of the blocks the tuner chooses among (CoopMatmulVariants)
+  kMatvec,          // Linear for a few rows (matvec.comp): decoding's one new position
+  kMatvecF16,
+  kMatvecF16HalfX,
+  kMatmulCoop,  // the first of the blocks the tuner chooses among (CoopMatmulVariants)
   kMatmulCoopK64,
   kMatmulCoop256x128,
   kMatmulCoop128x256,

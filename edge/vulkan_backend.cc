@@ -25,6 +25,8 @@ constexpr uint32_t kMaxSetsPerSubmit = 1024;
 constexpr uint32_t kMaxBindings = 4;
 constexpr int64_t kMaxAttentionHeadDim = 128;    // attention.comp's MAX_HEAD_DIM
 constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
+constexpr int64_t kMatvecRows = 4;               // matvec.comp's ROWS
+constexpr int64_t kMatvecColumns = 8;            // matvec.comp's COLUMNS (a workgroup's)
 
 // The block VulkanOptions::coop_block names, refused with the list when it was not built (an
 // empty name, every block, gives the first).
@@ -74,6 +76,24 @@ absl::Status RequireFp32(const char* op, const char* role, Buffer& buffer) {
       " needs an fp32 buffer (Backend::Floats)"));
 }
 
+// attention.comp's push constants; the matrix-unit attention shaders read the first six.
+struct AttentionPush {
+  uint32_t batch, seq, heads, head_dim, causal;
+  float scale;
+  uint32_t first;  // the position of the first query row (attention.comp only)
+};
+
+AttentionPush MakeAttentionPush(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                bool causal, int64_t first) {
+  return {static_cast<uint32_t>(batch),
+          static_cast<uint32_t>(seq),
+          static_cast<uint32_t>(heads),
+          static_cast<uint32_t>(head_dim),
+          causal ? 1u : 0u,
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
+          static_cast<uint32_t>(first)};
+}
+
 class VulkanBackendImpl : public VulkanBackend {
  public:
   ~VulkanBackendImpl() override {
@@ -82,7 +102,7 @@ class VulkanBackendImpl : public VulkanBackend {
     dummy_.reset();
     half_scratch_.reset();
     for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &to_half_,
-                        &rmsnorm_half_, &elementwise_half_}) {
+                        &rmsnorm_half_, &elementwise_half_, &matvec_, &matvec_half_}) {
       DestroyPipeline(p);
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
@@ -269,7 +289,8 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(
         MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
-    FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, 24, &attention_));
+    // AttentionPush: the matrix-unit attention shaders read its first 24 bytes.
+    FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, sizeof(AttentionPush), &attention_));
     if (fp16_) {
       // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
       // workgroup-scope attention); without it those pipelines are left out.
@@ -326,7 +347,10 @@ class VulkanBackendImpl : public VulkanBackend {
     if (half_inputs_) {
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kRmsNormF16HalfOut, 3, 12, &rmsnorm_half_));
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwiseHalfOut, 3, 8, &elementwise_half_));
+      FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kMatvecF16HalfX, 4, 16, &matvec_half_));
     }
+    FSDPD_RETURN_IF_ERROR(
+        MakePipeline(fp16_ ? Shader::kMatvecF16 : Shader::kMatvec, 4, 16, &matvec_));
     if (coop_ && info_.subgroup_vote) {
       // Attention on the same fragments where the matmul has them (and subgroup votes); a
       // refusal keeps the vector shader, and Describe() says so.
@@ -538,6 +562,19 @@ class VulkanBackendImpl : public VulkanBackend {
     const uint32_t push[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
                               static_cast<uint32_t>(in_features), bias != nullptr ? 1u : 0u};
     Buffer& bias_buffer = bias != nullptr ? *bias : *dummy_;
+    if (rows <= kMatvecRows) {
+      // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
+      // would hold a handful of workgroups.
+      const int64_t groups = (out_features + kMatvecColumns - 1) / kMatvecColumns;
+      const int64_t width = std::min<int64_t>(groups, limits_.maxComputeWorkGroupCount[0]);
+      const int64_t height = (groups + width - 1) / width;
+      if (height > limits_.maxComputeWorkGroupCount[1]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "linear of ", out_features, " outputs needs more workgroups than the device allows"));
+      }
+      return Dispatch(half_x ? matvec_half_ : matvec_, {&x, &weight, &bias_buffer, &out}, push,
+                      static_cast<uint32_t>(width), static_cast<uint32_t>(height));
+    }
     auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
       const int64_t x_groups = (out_features + matmul.block.cols - 1) / matmul.block.cols;
       const int64_t y_groups = (rows + matmul.block.rows - 1) / matmul.block.rows;
@@ -669,15 +706,7 @@ class VulkanBackendImpl : public VulkanBackend {
       return absl::InvalidArgumentError(absl::StrCat("attention: batch × heads = ", batch * heads,
                                                      " exceeds the device's workgroup limit"));
     }
-    struct {
-      uint32_t batch, seq, heads, head_dim, causal;
-      float scale;
-    } push{static_cast<uint32_t>(batch),
-           static_cast<uint32_t>(seq),
-           static_cast<uint32_t>(heads),
-           static_cast<uint32_t>(head_dim),
-           causal ? 1u : 0u,
-           static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
+    const AttentionPush push = MakeAttentionPush(batch, seq, heads, head_dim, causal, 0);
     // A workgroup takes 64 queries of one (batch, head), or a workgroup-scope shader's BR.
     const bool matrix_units = coop_attention_ && head_dim % 16 == 0;
     if (!matrix_units) {
@@ -708,6 +737,54 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_ASSIGN_OR_RETURN(const int chosen,
                            attention_tuner_->Choose({batch * heads, seq, head_dim, causal}, time));
     return dispatch(attentions_[static_cast<size_t>(chosen)]);
+  }
+  // attention.comp with its queries at positions first… (the matrix-unit shaders have no
+  // such offset; one query a step leaves them nothing to gain).
+  absl::Status CausalAttentionAt(Buffer& qkv, int64_t first, int64_t rows, int64_t heads,
+                                 int64_t dim, Buffer& out) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("CausalAttentionAt", "qkv", qkv));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("CausalAttentionAt", "out", out));
+    const int64_t head_dim = dim / heads;
+    if (head_dim > kMaxAttentionHeadDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoding attention: head_dim ", head_dim, " (dim ", dim, " / heads ", heads,
+                       ") exceeds attention.comp's limit of ", kMaxAttentionHeadDim));
+    }
+    FSDPD_RETURN_IF_ERROR(CheckIndex("attention qkv", (first + rows) * 3 * dim));
+    const AttentionPush push = MakeAttentionPush(1, rows, heads, head_dim, true, first);
+    return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((rows + 63) / 64),
+                    static_cast<uint32_t>(heads));
+  }
+  // A transfer in the recorded commands, fenced from the dispatches on both sides (Dispatch's
+  // barrier covers the transfer's read of what the shader before it wrote).
+  absl::Status CopyFloats(Buffer& from, int64_t from_offset, Buffer& to, int64_t to_offset,
+                          int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "from", from));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "to", to));
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
+    const VkDeviceSize source = static_cast<VkDeviceSize>(from_offset) * 4;
+    const VkDeviceSize target = static_cast<VkDeviceSize>(to_offset) * 4;
+    if (from_offset < 0 || to_offset < 0 || count < 0 || source + bytes > Vk(from).bytes ||
+        target + bytes > Vk(to).bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CopyFloats: ", count, " floats from ", from_offset, " to ", to_offset,
+                       " fall outside the buffers (", Vk(from).bytes / 4, " and ", Vk(to).bytes / 4,
+                       " floats)"));
+    }
+    if (count == 0) return absl::OkStatus();
+    FSDPD_RETURN_IF_ERROR(BeginRecording());
+    const VkBufferCopy region{source, target, bytes};
+    vkCmdCopyBuffer(commands_, Vk(from).buffer, Vk(to).buffer, 1, &region);
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                            VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                             VK_PIPELINE_STAGE_HOST_BIT,
+                         0, 1, &barrier, 0, nullptr, 0, nullptr);
+    return absl::OkStatus();
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Silu", "x", x));
@@ -888,15 +965,19 @@ class VulkanBackendImpl : public VulkanBackend {
     return {static_cast<uint32_t>(x), static_cast<uint32_t>((rows + x - 1) / x)};
   }
 
+  absl::Status BeginRecording() {
+    if (recording_) return absl::OkStatus();
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
+    recording_ = true;
+    return absl::OkStatus();
+  }
+
   absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
                         const void* push, uint32_t x_groups, uint32_t y_groups) {
     if (sets_used_ == kMaxSetsPerSubmit) FSDPD_RETURN_IF_ERROR(Finish());
-    if (!recording_) {
-      VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-      begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-      VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
-      recording_ = true;
-    }
+    FSDPD_RETURN_IF_ERROR(BeginRecording());
     VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
     allocate.descriptorPool = descriptor_pool_;
     allocate.descriptorSetCount = 1;
@@ -991,6 +1072,8 @@ class VulkanBackendImpl : public VulkanBackend {
   // write them.
   bool half_inputs_ = false;
   Pipeline rmsnorm_half_, elementwise_half_;
+  // Linear of at most kMatvecRows rows, with fp32 x and (where half_inputs_) fp16 x.
+  Pipeline matvec_, matvec_half_;
 };
 
 }  // namespace

@@ -8,6 +8,8 @@
 // shared memory, read as vec4s (one shared load per 4 multiply-adds), and the softmax is
 // rescaled once per tile, not per key. head_dim ≤ 128 (the host refuses larger); the subgroup
 // size must be a multiple of PARTS (the host checks).
+// With first > 0 the seq query rows are the positions first, first + 1, … of a sequence whose
+// qkv holds first + seq rows (decoding with a cache of qkv rows); out holds the seq rows.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -20,7 +22,7 @@
 layout(local_size_x = QUERIES * PARTS) in;
 layout(std430, binding = 0) readonly buffer Qkv { float qkv[]; };
 layout(std430, binding = 1) writeonly buffer Out { float result[]; };
-layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head_dim; uint causal; float scale; } p;
+layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head_dim; uint causal; float scale; uint first; } p;
 shared vec4 k_tile[KEYS * ROW4];
 shared vec4 v_tile[KEYS * ROW4];
 void main() {
@@ -34,11 +36,12 @@ void main() {
   const uint first_query = gl_WorkGroupID.x * QUERIES;
   const uint i = first_query + lane / PARTS;
   const bool in_range = i < p.seq;
+  const uint keys = p.first + p.seq;  // qkv rows a sequence
   // This invocation's vec4s of the row are t·PARTS + part, t < SLICE4: dimensions
   // 4·(t·PARTS + part) + c, so a query's PARTS invocations read consecutive vec4s of a key.
   vec4 q[SLICE4];
   vec4 acc[SLICE4];
-  const uint q_base = (b * p.seq + min(i, p.seq - 1)) * 3 * dim + h * hd;
+  const uint q_base = (b * keys + p.first + min(i, p.seq - 1)) * 3 * dim + h * hd;
   [[unroll]] for (uint t = 0; t < SLICE4; ++t) {
     [[unroll]] for (uint c = 0; c < 4; ++c) {
       const uint d = (t * PARTS + part) * 4 + c;
@@ -49,7 +52,7 @@ void main() {
   float running_max = -3.402823466e38;
   float running_sum = 0.0;
   const uint last_query = min(first_query + QUERIES, p.seq) - 1;
-  const uint key_end = p.causal != 0 ? last_query + 1 : p.seq;
+  const uint key_end = p.causal != 0 ? p.first + last_query + 1 : keys;
   for (uint tile = 0; tile < key_end; tile += KEYS) {
     barrier();
     // Rows of MAX_HEAD_DIM, zero past head_dim and past the sequence: the products below then
@@ -58,15 +61,15 @@ void main() {
       const uint kk = e / MAX_HEAD_DIM;
       const uint d = e - kk * MAX_HEAD_DIM;
       const uint j = tile + kk;
-      const bool valid = j < p.seq && d < hd;
-      const uint row = (b * p.seq + min(j, p.seq - 1)) * 3 * dim + h * hd + min(d, hd - 1);
+      const bool valid = j < keys && d < hd;
+      const uint row = (b * keys + min(j, keys - 1)) * 3 * dim + h * hd + min(d, hd - 1);
       k_tile[e / 4][e % 4] = valid ? qkv[row + dim] : 0.0;
       v_tile[e / 4][e % 4] = valid ? qkv[row + 2 * dim] : 0.0;
     }
     barrier();
     if (!in_range) continue;
-    uint tile_end = min(tile + KEYS, p.seq);
-    if (p.causal != 0) tile_end = min(tile_end, i + 1);
+    uint tile_end = min(tile + KEYS, keys);
+    if (p.causal != 0) tile_end = min(tile_end, p.first + i + 1);
     if (tile_end <= tile) continue;  // the same for a query's PARTS invocations
     const uint count = tile_end - tile;
     // Scores of the tile's keys; all PARTS invocations of a query take the same branches, so

@@ -32,13 +32,21 @@ void Scores(const float* q, const float* k, int64_t stride, int64_t seq, int64_t
   Gemm(false, true, seq, seq, head_dim, scale, q, stride, k, stride, 0.0f, scores, seq);
 }
 
-int64_t VisibleColumns(bool causal, int64_t row, int64_t seq) { return causal ? row + 1 : seq; }
+// Score rows [rows, cols] of queries at positions first, first + 1, … against the keys at
+// positions 0, 1, …: causal masks the keys after each query's position.
+struct ScoreRows {
+  int64_t rows;
+  int64_t cols;
+  bool causal;
+  int64_t first = 0;
+  int64_t Visible(int64_t row) const { return causal ? first + row + 1 : cols; }
+};
 
 // Each row's log-sum-exp over its visible columns.
-void RowLogSumExp(const float* scores, int64_t seq, bool causal, float* lse) {
-  for (int64_t i = 0; i < seq; ++i) {
-    const float* row = scores + i * seq;
-    const int64_t visible = VisibleColumns(causal, i, seq);
+void RowLogSumExp(const float* scores, const ScoreRows& shape, float* lse) {
+  for (int64_t i = 0; i < shape.rows; ++i) {
+    const float* row = scores + i * shape.cols;
+    const int64_t visible = shape.Visible(i);
     float maximum = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < visible; ++j) maximum = std::max(maximum, row[j]);
     double sum = 0.0;
@@ -49,12 +57,12 @@ void RowLogSumExp(const float* scores, int64_t seq, bool causal, float* lse) {
 
 // scores → softmax probabilities in place, from each row's log-sum-exp; masked entries are
 // exactly zero.
-void ExponentiateRows(const float* lse, int64_t seq, bool causal, float* scores) {
-  for (int64_t i = 0; i < seq; ++i) {
-    float* row = scores + i * seq;
-    const int64_t visible = VisibleColumns(causal, i, seq);
+void ExponentiateRows(const float* lse, const ScoreRows& shape, float* scores) {
+  for (int64_t i = 0; i < shape.rows; ++i) {
+    float* row = scores + i * shape.cols;
+    const int64_t visible = shape.Visible(i);
     for (int64_t j = 0; j < visible; ++j) row[j] = std::exp(row[j] - lse[i]);
-    for (int64_t j = visible; j < seq; ++j) row[j] = 0.0f;
+    for (int64_t j = visible; j < shape.cols; ++j) row[j] = 0.0f;
   }
 }
 
@@ -73,11 +81,33 @@ void AttentionForward(const float* qkv, const AttentionShape& shape, bool causal
       const float* v = q + 2 * shape.dim;
       float* row_lse = lse + (b * shape.heads + h) * seq;
       Scores(q, k, slices.qkv_stride, seq, slices.head_dim, scale, scores.data());
-      RowLogSumExp(scores.data(), seq, causal, row_lse);
-      ExponentiateRows(row_lse, seq, causal, scores.data());
+      RowLogSumExp(scores.data(), {seq, seq, causal}, row_lse);
+      ExponentiateRows(row_lse, {seq, seq, causal}, scores.data());
       Gemm(false, false, seq, slices.head_dim, seq, 1.0f, scores.data(), seq, v, slices.qkv_stride,
            0.0f, out + slices.out_offset, slices.out_stride);
     }
+  }
+}
+
+void CausalAttentionRows(const float* qkv, int64_t heads, int64_t dim, int64_t first, int64_t rows,
+                         float* out) {
+  const int64_t keys = first + rows;
+  const AttentionShape shape{1, keys, heads, dim};
+  const ScoreRows score_rows{rows, keys, /*causal=*/true, first};
+  std::vector<float> scores(static_cast<size_t>(rows * keys));
+  std::vector<float> lse(static_cast<size_t>(rows));
+  for (int64_t h = 0; h < heads; ++h) {
+    const HeadSlices slices = Slices(shape, 0, h);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(slices.head_dim));
+    const float* k = qkv + slices.qkv_offset + dim;
+    const float* q = qkv + slices.qkv_offset + first * slices.qkv_stride;
+    const float* v = k + dim;
+    Gemm(false, true, rows, keys, slices.head_dim, scale, q, slices.qkv_stride, k,
+         slices.qkv_stride, 0.0f, scores.data(), keys);
+    RowLogSumExp(scores.data(), score_rows, lse.data());
+    ExponentiateRows(lse.data(), score_rows, scores.data());
+    Gemm(false, false, rows, slices.head_dim, keys, 1.0f, scores.data(), keys, v, slices.qkv_stride,
+         0.0f, out + h * slices.head_dim, dim);
   }
 }
 
@@ -103,7 +133,7 @@ void AttentionBackward(const float* dout, const float* qkv, const float* out, co
       const float* head_out = out + slices.out_offset;
       // P is recomputed from the saved log-sum-exp rather than stored by forward.
       Scores(q, k, stride, seq, head_dim, scale, probabilities.data());
-      ExponentiateRows(lse + (b * shape.heads + h) * seq, seq, causal, probabilities.data());
+      ExponentiateRows(lse + (b * shape.heads + h) * seq, {seq, seq, causal}, probabilities.data());
 
       // dv = Pᵀ · dout; dP = dout · vᵀ.
       Gemm(true, false, seq, head_dim, seq, 1.0f, probabilities.data(), seq, head_dout,

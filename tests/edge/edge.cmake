@@ -9,6 +9,8 @@ if(TARGET fsdpd_edge)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matmul_tuner_test.cc LIBS fsdpd_edge_tuner)
   fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
+  fsdpd_test(edge_decoding_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_decoding_test.cc LIBS fsdpd_edge)
 endif()
 if(TARGET fsdpd_edge AND TARGET fsdpd_engine)
   fsdpd_test(edge_model_test LABEL integration TIMEOUT 300

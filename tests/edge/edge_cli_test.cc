@@ -83,13 +83,37 @@ TEST_F(EdgeCliTest, EvalReportsPerplexityTokensPerSecondAndThePathsThatRan) {
   EXPECT_NE(cpu.output.find("cpu (fp32 reference"), std::string::npos) << cpu.output;
 }
 
+// With the qkv cache (the default) and without it: the same text, and the rate line says which
+// ran. 20 new tokens outgrow the 16-token window.
 TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
+  // The text (stdout) into a file, the messages (stderr) into the outcome.
+  auto run = [](const std::string& arguments, const std::string& text_path) {
+    return fsdpd::testing::RunCommand(std::string("{ ") + FSDPD_EDGE_BINARY + " " + arguments +
+                                      " > " + text_path + "; }");
+  };
+  // The generated text: stdout's last line (the model and backend lines come first).
+  auto generated = [](const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    const std::string out(std::istreambuf_iterator<char>(file), {});
+    const size_t start = out.find("\nthe quick");
+    return start == std::string::npos ? out : out.substr(start + 1);
+  };
   for (const std::string sampling : {"", " --top-k 5 --seed 3"}) {
-    const Outcome outcome =
-        RunEdge("generate " + model_ + " --prompt 'the quick' --new-tokens 8 --seq 16 --validate" +
-                sampling);
-    ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
-    EXPECT_NE(outcome.output.find("the quick"), std::string::npos) << outcome.output;
+    const std::string command = "generate " + model_ +
+                                " --prompt 'the quick' --new-tokens 20 --seq 16 --validate" +
+                                sampling;
+    const Outcome cached = run(command, dir_.File("cached.txt"));
+    ASSERT_EQ(cached.exit_code, 0) << cached.output;
+    EXPECT_NE(cached.output.find("20 tokens in"), std::string::npos) << cached.output;
+    EXPECT_NE(cached.output.find("tokens/s, qkv cache"), std::string::npos) << cached.output;
+    const std::string text = generated(dir_.File("cached.txt"));
+    EXPECT_EQ(text.rfind("the quick", 0), 0u) << text;
+    EXPECT_EQ(text.size(), std::string("the quick").size() + 20 + 1) << text;  // and a newline
+    const Outcome whole = run(command + " --no-kv-cache", dir_.File("whole.txt"));
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    EXPECT_NE(whole.output.find("a forward over the window per token"), std::string::npos)
+        << whole.output;
+    EXPECT_EQ(generated(dir_.File("whole.txt")), text);
   }
 }
 

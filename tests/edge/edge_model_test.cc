@@ -287,5 +287,42 @@ TEST_F(EdgeModelTest, GreedyGenerationIsTheSameOnVulkanAndTheCpu) {
   EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
 }
 
+// The qkv cache changes the cost, not the predictions: greedy and top-k text with and without
+// it, past the end of the window (the cache is refilled as the window slides), on the CPU and
+// both Vulkan paths. The trained model's predictions have margins far above the logits'
+// differences between the two (edge_decoding_test).
+TEST_F(EdgeModelTest, TheQkvCacheGeneratesWhatAWholeForwardDoes) {
+  const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 10);
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  std::unique_ptr<VulkanBackend> fp32 = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
+  std::unique_ptr<VulkanBackend> fp16 = testing::ValidatedVulkan(VulkanOptions::Precision::kAuto);
+  ASSERT_NE(fp32, nullptr);
+  ASSERT_NE(fp16, nullptr);
+  for (Backend* backend :
+       {cpu.get(), static_cast<Backend*>(fp32.get()), static_cast<Backend*>(fp16.get())}) {
+    for (int top_k : {1, 5}) {
+      SCOPED_TRACE(::testing::Message() << backend->Describe() << ", top-k " << top_k);
+      GenerateOptions options;
+      options.new_tokens = kSeq + 8;  // the text outgrows the window
+      options.top_k = top_k;
+      options.seed = 7;
+      std::vector<std::vector<int32_t>> texts;
+      for (bool kv_cache : {false, true}) {
+        options.kv_cache = kv_cache;
+        absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+            ModelRunner::Create(model_, backend, 1, kSeq);
+        ASSERT_TRUE(runner.ok()) << runner.status();
+        absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
+        ASSERT_TRUE(text.ok()) << text.status();
+        ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
+        texts.push_back(*text);
+      }
+      EXPECT_EQ(texts[0], texts[1]);
+    }
+  }
+  EXPECT_EQ(fp32->validation_errors(), 0) << fp32->last_validation_error();
+  EXPECT_EQ(fp16->validation_errors(), 0) << fp16->last_validation_error();
+}
+
 }  // namespace
 }  // namespace fsdpd::edge

@@ -1,0 +1,254 @@
+// Decoding with a cache of qkv rows (ModelRunner::Prefill and Append, Backend::CausalAttentionAt
+// and CopyFloats): the attention of new positions against cached ones on Vulkan (lavapipe,
+// validation on) against the CPU reference, the CPU reference against the training kernels'
+// attention, and a model's cached logits against its whole-window forward.
+//
+// Tolerances:
+//  - CPU CausalAttentionRows from position 0 is AttentionForward's causal output: the same
+//    calls on the same matrices, so bit for bit. For later positions the score matrix has fewer
+//    rows, and the GEMM blocks rows differently (its remainder rows take another path), so the
+//    sums may round differently: within attention's bound below, keys = seq.
+//  - Vulkan CausalAttentionAt against the CPU: attention.comp, whose bound edge_kernels_test
+//    states: |Δ| ≤ (keys + 3 + 2·s_max)·4·u32·max|v|, keys = first + rows.
+//  - A model's logits decoded through the cache against its forward over the same window: the
+//    same kernels on the same rows except attention's (a cached position's row is computed from
+//    the cache, with another workgroup layout on Vulkan) and the matmul's row count. fp32: the
+//    fp32 bound of edge_model_test, 1e-4 of the largest |logit|; CPU: the same, though it is
+//    exact in practice. fp16 (lavapipe's fp16 path): the matmuls round their inputs to fp16 on
+//    both sides in the same way, so only the fp32 differences remain; 1e-3 of the largest
+//    |logit| leaves room for an fp16 rounding that falls the other way.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edge/cpu_backend.h"
+#include "edge/eval.h"
+#include "edge/model.h"
+#include "kernels/cpu/attention.h"
+#include "tests/edge/edge_test_support.h"
+#include "tests/support/temp_dir.h"
+
+namespace fsdpd::edge {
+namespace {
+
+using testing::RandomValues;
+constexpr double kU32 = 1.0 / (1 << 24);
+
+std::vector<float> ReadAll(Backend& backend, Buffer& buffer, int64_t count) {
+  std::vector<float> values(static_cast<size_t>(count));
+  EXPECT_TRUE(backend.ReadFloats(buffer, values.data(), count).ok());
+  return values;
+}
+
+std::unique_ptr<Buffer> Upload(Backend& backend, const std::vector<float>& values) {
+  std::unique_ptr<Buffer> buffer = *backend.Floats(static_cast<int64_t>(values.size()));
+  EXPECT_TRUE(backend.WriteFloats(*buffer, values.data(), values.size()).ok());
+  return buffer;
+}
+
+TEST(EdgeDecodingTest, TheCpuRowsAreTheTrainingKernelsCausalAttention) {
+  const int64_t seq = 45, heads = 3, head_dim = 16, dim = heads * head_dim;
+  const std::vector<float> qkv = RandomValues(seq * 3 * dim, 1.0f, 21);
+  std::vector<float> full(seq * dim), lse(heads * seq);
+  cpu::AttentionForward(qkv.data(), {1, seq, heads, dim}, /*causal=*/true, full.data(), lse.data());
+  const double tolerance = (seq + 3 + 2 * std::sqrt(double(head_dim))) * 4 * kU32;
+  auto expect_rows = [&](const std::vector<float>& out, int64_t first) {
+    double worst = 0.0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i])) << "out[" << i << "] is " << out[i];
+      worst = std::max(worst, std::fabs(double(out[i]) - full[first * dim + i]));
+    }
+    EXPECT_LE(worst, tolerance);
+  };
+  for (int64_t first : {0, 1, 20, 44}) {
+    SCOPED_TRACE(::testing::Message() << "first " << first);
+    const int64_t rows = seq - first;
+    // Poisoned: every element must be written.
+    std::vector<float> out(rows * dim, std::nanf(""));
+    cpu::CausalAttentionRows(qkv.data(), heads, dim, first, rows, out.data());
+    expect_rows(out, first);
+    if (first == 0) {
+      EXPECT_EQ(0, std::memcmp(out.data(), full.data(), out.size() * sizeof(float)));
+    }
+  }
+  // Rows past first + rows need not exist: a cache filled up to the newest position.
+  const int64_t first = 9;
+  std::vector<float> prefix(qkv.begin(), qkv.begin() + (first + 1) * 3 * dim);
+  std::vector<float> out(dim, std::nanf(""));
+  cpu::CausalAttentionRows(prefix.data(), heads, dim, first, 1, out.data());
+  expect_rows(out, first);
+}
+
+class EdgeDecodingVulkanTest : public ::testing::TestWithParam<VulkanOptions::Precision> {
+ protected:
+  void SetUp() override {
+    vulkan_ = testing::ValidatedVulkan(GetParam());
+    ASSERT_NE(vulkan_, nullptr);
+    cpu_ = CreateCpuBackend();
+  }
+  void TearDown() override {
+    if (vulkan_ != nullptr) {
+      EXPECT_EQ(vulkan_->validation_errors(), 0) << vulkan_->last_validation_error();
+    }
+  }
+  std::unique_ptr<VulkanBackend> vulkan_;
+  std::unique_ptr<Backend> cpu_;
+};
+
+TEST_P(EdgeDecodingVulkanTest, CausalAttentionAtMatchesTheReference) {
+  struct Shape {
+    int64_t first, rows, heads, head_dim;
+  };
+  // One new position and several; cached prefixes inside one 32-key tile and across many, more
+  // than a 64-query workgroup of new rows, head_dim up to the shader's limit and ragged.
+  for (const Shape& s : {Shape{0, 1, 2, 16}, Shape{5, 1, 4, 32}, Shape{31, 1, 1, 128},
+                         Shape{100, 1, 3, 30}, Shape{40, 70, 2, 64}, Shape{7, 9, 2, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "first " << s.first << " rows " << s.rows << " heads "
+                                      << s.heads << " head_dim " << s.head_dim);
+    const int64_t dim = s.heads * s.head_dim;
+    const int64_t keys = s.first + s.rows;
+    const std::vector<float> qkv = RandomValues(keys * 3 * dim, 1.0f, 22);
+    std::unique_ptr<Buffer> gpu_qkv = Upload(*vulkan_, qkv), cpu_qkv = Upload(*cpu_, qkv);
+    // Poisoned outputs: NaN where the shader failed to write.
+    const std::vector<float> poison(s.rows * dim, std::nanf(""));
+    std::unique_ptr<Buffer> gpu_out = Upload(*vulkan_, poison), cpu_out = Upload(*cpu_, poison);
+    ASSERT_TRUE(vulkan_->CausalAttentionAt(*gpu_qkv, s.first, s.rows, s.heads, dim, *gpu_out).ok());
+    ASSERT_TRUE(cpu_->CausalAttentionAt(*cpu_qkv, s.first, s.rows, s.heads, dim, *cpu_out).ok());
+    const std::vector<float> gpu = ReadAll(*vulkan_, *gpu_out, s.rows * dim);
+    const std::vector<float> cpu = ReadAll(*cpu_, *cpu_out, s.rows * dim);
+    const double score_max = std::sqrt(static_cast<double>(s.head_dim));  // |q|,|k| ≤ 1
+    const double tolerance = (static_cast<double>(keys) + 3 + 2 * score_max) * 4 * kU32;
+    double worst = 0.0;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(gpu[i])) << "out[" << i << "] is " << gpu[i];
+      worst = std::max(worst, std::fabs(double(gpu[i]) - cpu[i]));
+    }
+    EXPECT_LE(worst, tolerance);
+  }
+}
+
+TEST_P(EdgeDecodingVulkanTest, CopyFloatsMovesARangeInOrderWithTheOtherOps) {
+  const std::vector<float> a = RandomValues(64, 1.0f, 23), b = RandomValues(64, 1.0f, 24);
+  for (Backend* backend : {static_cast<Backend*>(vulkan_.get()), cpu_.get()}) {
+    SCOPED_TRACE(backend->Describe());
+    std::unique_ptr<Buffer> x = Upload(*backend, a), y = Upload(*backend, b);
+    std::unique_ptr<Buffer> sum = *backend->Floats(64);
+    std::unique_ptr<Buffer> target = Upload(*backend, std::vector<float>(100, -1.0f));
+    // The copy reads what Add wrote before it, and the Add after it reads what it wrote.
+    ASSERT_TRUE(backend->Add(*x, *y, 64, *sum).ok());
+    ASSERT_TRUE(backend->CopyFloats(*sum, 10, *target, 30, 20).ok());
+    ASSERT_TRUE(backend->Add(*target, *target, 64, *y).ok());
+    ASSERT_TRUE(backend->Finish().ok());
+    const std::vector<float> copied = ReadAll(*backend, *target, 100);
+    const std::vector<float> doubled = ReadAll(*backend, *y, 64);
+    for (int64_t i = 0; i < 100; ++i) {
+      const float expected = i >= 30 && i < 50 ? a[i - 20] + b[i - 20] : -1.0f;
+      ASSERT_EQ(copied[i], expected) << "target[" << i << "]";
+      if (i < 64) {
+        ASSERT_EQ(doubled[i], expected + expected) << "y[" << i << "]";
+      }
+    }
+  }
+  std::unique_ptr<Buffer> small = *vulkan_->Floats(8), large = *vulkan_->Floats(16);
+  const absl::Status status = vulkan_->CopyFloats(*small, 4, *large, 0, 5);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("outside the buffers"), std::string::npos) << status;
+}
+
+// A random causal model: the cached logits of every position against the whole-window forward.
+TEST_P(EdgeDecodingVulkanTest, CachedLogitsAreTheForwardsOnEveryBackend) {
+  ExportedModelConfig config{97, 64, 3, 4, 2, /*causal=*/true, /*final_norm=*/true, 1e-5};
+  fsdpd::testing::TempDir directory("edge-decoding");
+  const std::string path = directory.path() + "/model.safetensors";
+  testing::WriteModel(path, config, testing::RandomModelTensors(config, 25));
+  absl::StatusOr<HostModel> model = LoadHostModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t seq = 24;
+  std::vector<int32_t> tokens(seq);
+  for (int64_t t = 0; t < seq; ++t) tokens[t] = static_cast<int32_t>((t * 41 + 7) % config.vocab);
+  const bool fp16 = vulkan_->uses_fp16();
+  for (Backend* backend : {static_cast<Backend*>(vulkan_.get()), cpu_.get()}) {
+    SCOPED_TRACE(backend->Describe());
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(*model, backend, 1, seq);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    std::vector<float> forward;
+    ASSERT_TRUE((*runner)->Logits(tokens, &forward).ok());
+    double largest = 0.0;
+    for (float value : forward) largest = std::max(largest, std::fabs(double(value)));
+    const double tolerance = (backend == cpu_.get() || !fp16 ? 1e-4 : 1e-3) * largest;
+    // A prompt of 5, then one position at a time up to the window's end.
+    const int64_t prompt = 5;
+    std::vector<float> logits;
+    ASSERT_TRUE(
+        (*runner)
+            ->Prefill(std::vector<int32_t>(tokens.begin(), tokens.begin() + prompt), &logits)
+            .ok());
+    for (int64_t position = prompt - 1; position < seq; ++position) {
+      SCOPED_TRACE(::testing::Message() << "position " << position);
+      if (position >= prompt) {
+        ASSERT_TRUE((*runner)->Append(tokens[position], &logits).ok());
+      }
+      ASSERT_EQ(logits.size(), static_cast<size_t>(config.vocab));
+      EXPECT_EQ((*runner)->cached(), position + 1);
+      double worst = 0.0;
+      for (int64_t v = 0; v < config.vocab; ++v) {
+        worst =
+            std::max(worst, std::fabs(double(logits[v]) - forward[position * config.vocab + v]));
+      }
+      EXPECT_LE(worst, tolerance);
+    }
+    // The window is full: one more position is refused until a new prefill.
+    absl::Status full = (*runner)->Append(tokens[0], &logits);
+    EXPECT_EQ(full.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(full.message().find("prefill a window"), std::string::npos) << full;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, EdgeDecodingVulkanTest,
+                         ::testing::Values(VulkanOptions::Precision::kFp32,
+                                           VulkanOptions::Precision::kFp16),
+                         [](const auto& info) {
+                           return info.param == VulkanOptions::Precision::kFp32 ? "fp32" : "fp16";
+                         });
+
+TEST(EdgeDecodingErrorsTest, BadCallsAreClearErrors) {
+  fsdpd::testing::TempDir directory("edge-decoding");
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  auto runner_for = [&](bool causal, int64_t batch) {
+    ExportedModelConfig config{50, 32, 1, 2, 2, causal, false, 1e-5};
+    const std::string path = directory.path() + (causal ? "/causal" : "/full") + ".safetensors";
+    testing::WriteModel(path, config, testing::RandomModelTensors(config, 26));
+    absl::StatusOr<HostModel> model = LoadHostModel(path);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return std::move(*ModelRunner::Create(*model, cpu.get(), batch, 8));
+  };
+  std::vector<float> logits;
+  auto expect = [](const absl::Status& status, absl::StatusCode code, const std::string& text) {
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_NE(status.message().find(text), std::string::npos) << status;
+  };
+  std::unique_ptr<ModelRunner> full = runner_for(false, 1);
+  expect(full->Prefill({1, 2}, &logits), absl::StatusCode::kFailedPrecondition,
+         "needs a causal model");
+  std::unique_ptr<ModelRunner> causal = runner_for(true, 1);
+  expect(causal->Append(3, &logits), absl::StatusCode::kFailedPrecondition, "before prefill");
+  expect(causal->Prefill({}, &logits), absl::StatusCode::kInvalidArgument, "1 to seq (8)");
+  expect(causal->Prefill(std::vector<int32_t>(9, 1), &logits), absl::StatusCode::kInvalidArgument,
+         "got 9");
+  expect(causal->Prefill({1, 50}, &logits), absl::StatusCode::kInvalidArgument,
+         "outside the model's vocab of 50");
+  // A refused token leaves the sequence as it was.
+  ASSERT_TRUE(causal->Prefill({1, 2}, &logits).ok());
+  expect(causal->Append(-1, &logits), absl::StatusCode::kInvalidArgument, "token -1");
+  EXPECT_EQ(causal->cached(), 2);
+  ASSERT_TRUE(causal->Append(3, &logits).ok());
+  EXPECT_EQ(causal->cached(), 3);
+  expect(runner_for(true, 2)->Prefill({1}, &logits), absl::StatusCode::kInternal, "batch 1");
+}
+
+}  // namespace
+}  // namespace fsdpd::edge
