@@ -2,12 +2,13 @@
 // is written as an export (config metadata and all) and read back as fsdpd-edge reads it; then
 // forward tokens/s (forward plus log-softmax NLL, the `eval` work) and the matmul shader's
 // TFLOP/s, each with cooperative matrices and with the tiled shader, and the time to place the
-// weights zero-copy and through staging. Random weights time the same as trained ones.
+// weights zero-copy and through staging; with --causal also decoding's tokens/s through the
+// qkv cache (the `generate` work). Random weights time the same as trained ones.
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32] [--mma-peak]
+//              [--fp32] [--mma-peak] [--causal]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -170,6 +171,47 @@ absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
       "  attention %lldx%lld, %lld heads%s: %.4g TFLOP/s (%.3f ms; ×%lld layers: %.1f ms)\n",
       (long long)batch, (long long)seq, (long long)config.heads, config.causal ? ", causal" : "",
       flops / each * 1e-12, each * 1e3, (long long)config.layers, each * 1e3 * config.layers);
+  return absl::OkStatus();
+}
+
+// Decoding through the qkv cache (a causal model, batch 1): a prompt of seq/2 tokens, then one
+// position a token up to the window's end, against a whole-window forward a token
+// (`generate --no-kv-cache`). A first round picks every shape's blocks and is not timed. The
+// weights' bytes over the time a token gives the rate they are read at: decoding reads each
+// weight once a token, so on a GPU it is bound by memory, not by the matrix units.
+absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
+                          bool fp16_weights) {
+  const ExportedModelConfig& config = model.config;
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
+                         ModelRunner::Create(model, &backend, 1, seq));
+  std::vector<int32_t> window(static_cast<size_t>(seq));
+  for (int64_t i = 0; i < seq; ++i) window[i] = static_cast<int32_t>((i * 7919) % config.vocab);
+  const std::vector<int32_t> prompt(window.begin(), window.begin() + seq / 2);
+  std::vector<float> logits;
+  double prefill = 0.0, appended = 0.0;
+  for (int round = 0; round < 2; ++round) {
+    auto start = std::chrono::steady_clock::now();
+    FSDPD_RETURN_IF_ERROR(runner->Prefill(prompt, &logits));
+    prefill = Seconds(start);
+    start = std::chrono::steady_clock::now();
+    for (int64_t i = seq / 2; i < seq; ++i)
+      FSDPD_RETURN_IF_ERROR(runner->Append(window[i], &logits));
+    appended = Seconds(start);
+  }
+  const int64_t steps = seq - seq / 2;
+  auto start = std::chrono::steady_clock::now();
+  constexpr int kWholeWindows = 3;
+  for (int i = 0; i < kWholeWindows; ++i) FSDPD_RETURN_IF_ERROR(runner->Logits(window, &logits));
+  const double whole = Seconds(start) / kWholeWindows;
+  double parameters = static_cast<double>(config.vocab) * config.dim * 2;  // embed and head
+  parameters += static_cast<double>(config.layers) *
+                (4.0 * config.dim * config.dim + 2.0 * config.ffn_mult * config.dim * config.dim);
+  const double per_token = appended / steps;
+  std::printf(
+      "  decoding (batch 1): prompt of %lld in %.1f ms, then %.0f tokens/s (%.3f ms a token, "
+      "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
+      (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
+      parameters * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
   return absl::OkStatus();
 }
 
@@ -479,6 +521,12 @@ int main(int argc, char** argv) {
     }
     if (absl::Status timed = TimeAttention(**backend, batch, seq, config); !timed.ok()) {
       return Fail(timed);
+    }
+    if (config.causal) {
+      if (absl::Status timed = TimeDecoding(*model, **backend, seq, (*backend)->uses_fp16());
+          !timed.ok()) {
+        return Fail(timed);
+      }
     }
     for (const std::string& choice : (*backend)->matmul_choices()) {
       std::printf("  tuned block, %s\n", choice.c_str());
