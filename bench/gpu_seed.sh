@@ -161,8 +161,10 @@ fi
 # (FSDPD_OPTIMIZER_STREAM=comm), "/compute-first" gives the compute stream the higher priority
 # (FSDPD_STREAM_PRIORITY=compute), "/comm-first" the comm stream (FSDPD_STREAM_PRIORITY=comm),
 # "/prefetch2" issues the gathers two units ahead (FSDPD_PREFETCH_UNITS=2), "/fp32-master" keeps
-# the plain fp32 master cast at every gather instead of the split one (FSDPD_MASTER_LAYOUT=fp32);
-# e.g. VARIANTS="ffn ffn/compute-first ffn/compute-first/optimizer-on-comm".
+# the plain fp32 master cast at every gather instead of the split one (FSDPD_MASTER_LAYOUT=fp32),
+# "/sms16" (any count) keeps the optimizer to 16 SMs and plans the GEMMs for the rest
+# (FSDPD_OPTIMIZER_SMS=16; it needs "/optimizer-on-comm");
+# e.g. VARIANTS="ffn ffn/compute-first ffn/compute-first/optimizer-on-comm none/optimizer-on-comm/sms16".
 # A variant listed twice (runs in alternation) keeps both runs' files: names carry the position.
 position=0
 for variant in ${VARIANTS:-}; do
@@ -173,6 +175,8 @@ for variant in ${VARIANTS:-}; do
   stream_priority=equal
   prefetch_units=1
   master_layout=split
+  optimizer_sms=0
+  case "$variant/" in *"/sms"[0-9]*) optimizer_sms=$(sed -E 's|.*/sms([0-9]+).*|\1|' <<<"$variant") ;; esac
   case "$variant/" in *"/optimizer-on-comm/"*) optimizer_stream=comm ;; esac
   case "$variant/" in *"/compute-first/"*) stream_priority=compute ;; esac
   case "$variant/" in *"/comm-first/"*) stream_priority=comm ;; esac
@@ -180,10 +184,11 @@ for variant in ${VARIANTS:-}; do
   case "$variant/" in *"/fp32-master/"*) master_layout=fp32 ;; esac
   variant_spec=$work/seed_$name.yaml
   sed -E "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" "$spec" >"$variant_spec"
-  say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream, stream priority $stream_priority, gathers $prefetch_units ahead, $master_layout master (limit $(limit 90) s)"
+  say "fsdpd-train, activation_recompute $recompute, optimizer on the $optimizer_stream stream, stream priority $stream_priority, gathers $prefetch_units ahead, $master_layout master, optimizer SMs $optimizer_sms (0: all) (limit $(limit 90) s)"
   start_memory_sampler "$out/variant_${name}_driver_memory.csv"
   FSDPD_OPTIMIZER_STREAM=$optimizer_stream FSDPD_STREAM_PRIORITY=$stream_priority \
     FSDPD_PREFETCH_UNITS=$prefetch_units FSDPD_MASTER_LAYOUT=$master_layout \
+    FSDPD_OPTIMIZER_SMS=$optimizer_sms \
     timeout -k 5 "$(limit 90)" "$bin/fsdpd-train" \
     --spec "$variant_spec" --device cuda:0 --checkpoint-dir "$work/variant-$name" \
     >"$out/variant_$name.jsonl" 2>"$out/variant_$name.log"

@@ -52,6 +52,13 @@ absl::StatusOr<std::chrono::milliseconds> CommunicatorTimeout() {
 absl::StatusOr<bool> OptimizerOnCommStream() {
   FSDPD_ASSIGN_OR_RETURN(const std::string stream,
                          EnvChoice("FSDPD_OPTIMIZER_STREAM", {"compute", "comm"}));
+  FSDPD_ASSIGN_OR_RETURN(const int64_t optimizer_sms, EnvCount("FSDPD_OPTIMIZER_SMS"));
+  if (optimizer_sms > 0 && stream != "comm") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FSDPD_OPTIMIZER_SMS=", optimizer_sms,
+        " needs FSDPD_OPTIMIZER_STREAM=comm: on the compute stream a capped optimizer only runs "
+        "slower"));
+  }
   return stream == "comm";
 }
 

@@ -27,7 +27,8 @@ absl::StatusOr<std::chrono::milliseconds> CommunicatorTimeout();
 // stream beside backward's compute when FSDPD_OPTIMIZER_STREAM=comm. On the H200 the comm-stream
 // kernels hold every SM while they run, so the compute stream waits for them and the step is no
 // faster (bench/RESULTS.md, "The optimizer on the comm stream"); the option stays for the stream
-// priorities that would let compute go first. Another value than compute or comm is an error.
+// priorities that would let compute go first. Another value than compute or comm is an error,
+// and so is FSDPD_OPTIMIZER_SMS (CudaBackendConfig::optimizer_sms) without the comm stream.
 absl::StatusOr<bool> OptimizerOnCommStream();
 
 // FsdpOptions::split_master for bf16 parameters: on (the default) unless

@@ -99,14 +99,11 @@ __device__ __forceinline__ void AdamWVector(float4& p, const float4& g, float4& 
   AdamWElement(p.w, g.w, m.w, v.w, s);
 }
 
-// Four elements a thread through 16-byte accesses (28 bytes an element move either way; the
-// wider accesses get closer to the memory's rate), one vector a thread in short blocks.
 template <class Master>
-__global__ void AdamWVectorKernel(Master master, const float4* __restrict__ grad,
-                                  float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
-                                  int64_t vectors, AdamWScalars s) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= vectors) return;
+__device__ __forceinline__ void AdamWVectorAt(const Master& master, const float4* __restrict__ grad,
+                                              float4* __restrict__ exp_avg,
+                                              float4* __restrict__ exp_avg_sq, int64_t i,
+                                              const AdamWScalars& s) {
   float4 p = master.LoadVector(i);
   float4 m = exp_avg[i];
   float4 v = exp_avg_sq[i];
@@ -116,17 +113,33 @@ __global__ void AdamWVectorKernel(Master master, const float4* __restrict__ grad
   exp_avg_sq[i] = v;
 }
 
+// Four elements a thread through 16-byte accesses (28 bytes an element move either way; the
+// wider accesses get closer to the memory's rate), one vector a thread in short blocks, or
+// (kStrided: AdamWStepParams::grid_limit) a capped grid striding over the vectors.
+template <class Master, bool kStrided>
+__global__ void AdamWVectorKernel(Master master, const float4* __restrict__ grad,
+                                  float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
+                                  int64_t vectors, AdamWScalars s) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if constexpr (!kStrided) {
+    if (i < vectors) AdamWVectorAt(master, grad, exp_avg, exp_avg_sq, i, s);
+  } else {
+    for (; i < vectors; i += int64_t{gridDim.x} * blockDim.x) {
+      AdamWVectorAt(master, grad, exp_avg, exp_avg_sq, i, s);
+    }
+  }
+}
+
 // AdamWVectorKernel's update in the block order of the fp32 sums of squares (device_common.cuh),
 // summing the gradient's squares on the way: one read of the gradient for both the update and
 // the norm. Each thread loads its kSquareSumVectorsPerThread vectors before it updates any, so
 // that all of its loads are in flight at once.
-__global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* __restrict__ grad,
-                                     float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
-                                     int64_t vectors, AdamWScalars s,
-                                     float* __restrict__ partials) {
+__device__ __forceinline__ void AdamWSquareSumSlice(
+    float4* __restrict__ param, const float4* __restrict__ grad, float4* __restrict__ exp_avg,
+    float4* __restrict__ exp_avg_sq, int64_t vectors, const AdamWScalars& s, int64_t block,
+    float* __restrict__ partials, float* scratch) {
   constexpr int kVectors = kSquareSumVectorsPerThread;
-  __shared__ float scratch[32];
-  const int64_t first = blockIdx.x * kSquareSumVectorsPerBlock + threadIdx.x;
+  const int64_t first = block * kSquareSumVectorsPerBlock + threadIdx.x;
   float4 p[kVectors], g[kVectors], m[kVectors], v[kVectors];
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
@@ -151,7 +164,26 @@ __global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* _
     }
   }
   sum = BlockSum(sum, scratch);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+  if (threadIdx.x == 0) partials[block] = sum;
+}
+
+// A block per slice of the sum's order, or (kStrided) a capped grid whose blocks take every
+// gridDim-th slice.
+template <bool kStrided>
+__global__ void AdamWSquareSumKernel(float4* __restrict__ param, const float4* __restrict__ grad,
+                                     float4* __restrict__ exp_avg, float4* __restrict__ exp_avg_sq,
+                                     int64_t vectors, AdamWScalars s, int64_t blocks,
+                                     float* __restrict__ partials) {
+  __shared__ float scratch[32];
+  if constexpr (!kStrided) {
+    AdamWSquareSumSlice(param, grad, exp_avg, exp_avg_sq, vectors, s, blockIdx.x, partials,
+                        scratch);
+  } else {
+    for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+      AdamWSquareSumSlice(param, grad, exp_avg, exp_avg_sq, vectors, s, block, partials, scratch);
+      __syncthreads();  // scratch is reused by the next slice
+    }
+  }
 }
 
 AdamWScalars ScalarsFor(const AdamWStepParams& params) {
@@ -169,27 +201,43 @@ AdamWScalars ScalarsFor(const AdamWStepParams& params) {
   return scalars;
 }
 
+absl::Status CheckGridLimit(const AdamWStepParams& params) {
+  if (params.grid_limit >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("AdamW: negative grid limit ", params.grid_limit));
+}
+
 // Short blocks (one vector or element a thread): on the comm stream (the optimizer in backward
 // there), a capped grid of long-running blocks would hold every SM from the compute stream's
-// GEMMs.
+// GEMMs. A grid_limit below the SM count caps the grid on purpose: those few SMs stay the
+// optimizer's and the GEMMs keep the rest.
 template <class Master>
 absl::Status LaunchAdamW(Master master, const float* grad, float* exp_avg, float* exp_avg_sq,
                          int64_t count, const AdamWStepParams& params, cudaStream_t stream) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("AdamW: negative count ", count));
+  FSDPD_RETURN_IF_ERROR(CheckGridLimit(params));
   if (count == 0) return absl::OkStatus();
   const AdamWScalars scalars = ScalarsFor(params);
+  const int64_t max_blocks = params.grid_limit > 0 ? params.grid_limit : kMaxGridX;
   int64_t done = 0;
   const int64_t vectors = count / 4;
   if (vectors > 0 && master.VectorAligned() && Aligned16(grad) && Aligned16(exp_avg) &&
       Aligned16(exp_avg_sq)) {
-    AdamWVectorKernel<<<GridFor(vectors, kThreads, kMaxGridX), kThreads, 0, stream>>>(
-        master, reinterpret_cast<const float4*>(grad), reinterpret_cast<float4*>(exp_avg),
-        reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars);
+    const unsigned blocks = GridFor(vectors, kThreads, max_blocks);
+    const auto* grad4 = reinterpret_cast<const float4*>(grad);
+    auto* exp_avg4 = reinterpret_cast<float4*>(exp_avg);
+    auto* exp_avg_sq4 = reinterpret_cast<float4*>(exp_avg_sq);
+    if (int64_t{blocks} * kThreads < vectors) {
+      AdamWVectorKernel<Master, true>
+          <<<blocks, kThreads, 0, stream>>>(master, grad4, exp_avg4, exp_avg_sq4, vectors, scalars);
+    } else {
+      AdamWVectorKernel<Master, false>
+          <<<blocks, kThreads, 0, stream>>>(master, grad4, exp_avg4, exp_avg_sq4, vectors, scalars);
+    }
     CUDA_CHECK_LAUNCH("AdamWVectorKernel");
     done = vectors * 4;
   }
   if (done == count) return absl::OkStatus();
-  AdamWKernel<<<GridFor(count - done, kThreads, kMaxGridX), kThreads, 0, stream>>>(
+  AdamWKernel<<<GridFor(count - done, kThreads, max_blocks), kThreads, 0, stream>>>(
       master.Offset(done), grad + done, exp_avg + done, exp_avg_sq + done, count - done, scalars);
   CUDA_CHECK_LAUNCH("AdamWKernel");
   return absl::OkStatus();
@@ -205,19 +253,29 @@ absl::Status AdamWStep(float* param, const float* grad, float* exp_avg, float* e
 absl::Status AdamWStepWithSquareSum(float* param, const float* grad, float* exp_avg,
                                     float* exp_avg_sq, int64_t count, const AdamWStepParams& params,
                                     float* partials, float* square_sum, cudaStream_t stream) {
+  FSDPD_RETURN_IF_ERROR(CheckGridLimit(params));
   if (count < 4 || !Aligned16(param) || !Aligned16(grad) || !Aligned16(exp_avg) ||
       !Aligned16(exp_avg_sq)) {
     // Two passes; SumOfSquaresFloat takes the same order either way.
-    FSDPD_RETURN_IF_ERROR(SumOfSquaresFloat(grad, count, partials, square_sum, stream));
+    FSDPD_RETURN_IF_ERROR(
+        SumOfSquaresFloat(grad, count, partials, square_sum, stream, params.grid_limit));
     return AdamWStep(param, grad, exp_avg, exp_avg_sq, count, params, stream);
   }
   const AdamWScalars scalars = ScalarsFor(params);
   const int64_t vectors = count / 4;
   const int64_t blocks = SquareSumBlocks(vectors);
-  AdamWSquareSumKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
-      reinterpret_cast<float4*>(param), reinterpret_cast<const float4*>(grad),
-      reinterpret_cast<float4*>(exp_avg), reinterpret_cast<float4*>(exp_avg_sq), vectors, scalars,
-      partials);
+  auto* param4 = reinterpret_cast<float4*>(param);
+  const auto* grad4 = reinterpret_cast<const float4*>(grad);
+  auto* exp_avg4 = reinterpret_cast<float4*>(exp_avg);
+  auto* exp_avg_sq4 = reinterpret_cast<float4*>(exp_avg_sq);
+  if (params.grid_limit > 0 && params.grid_limit < blocks) {
+    AdamWSquareSumKernel<true>
+        <<<static_cast<unsigned>(params.grid_limit), kSquareSumThreads, 0, stream>>>(
+            param4, grad4, exp_avg4, exp_avg_sq4, vectors, scalars, blocks, partials);
+  } else {
+    AdamWSquareSumKernel<false><<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
+        param4, grad4, exp_avg4, exp_avg_sq4, vectors, scalars, blocks, partials);
+  }
   CUDA_CHECK_LAUNCH("AdamWSquareSumKernel");
   const int64_t done = vectors * 4;
   if (done < count) {
@@ -234,8 +292,10 @@ absl::Status AdamWStepSplit(uint16_t* high, uint16_t* low, const float* grad, fl
   // With the sum: two passes. The fused kernel's order (four vectors a thread, all loaded
   // before any update) ran the split master at 3.2 TB/s on the H200 against 4.2 for this
   // update alone, more than the second read of the gradient costs (bench/RESULTS.md).
+  FSDPD_RETURN_IF_ERROR(CheckGridLimit(params));
   if (square_sum != nullptr) {
-    FSDPD_RETURN_IF_ERROR(SumOfSquaresFloat(grad, count, partials, square_sum, stream));
+    FSDPD_RETURN_IF_ERROR(
+        SumOfSquaresFloat(grad, count, partials, square_sum, stream, params.grid_limit));
   }
   return LaunchAdamW(SplitMaster{high, low}, grad, exp_avg, exp_avg_sq, count, params, stream);
 }

@@ -16,6 +16,11 @@ struct AdamWStepParams {
   double eps = 1e-8;
   double weight_decay = 0.01;
   int64_t step = 1;  // 1-based
+  // The most blocks the update's kernels (and its sum's first pass) launch, each block striding
+  // over the work; 0: no limit, one short block per slice of the work. A limit of N keeps the
+  // optimizer on about N SMs while another stream's GEMMs hold the rest (FSDPD_OPTIMIZER_SMS,
+  // worker/backend/cuda_backend.h). The results are the same bits either way.
+  int64_t grid_limit = 0;
 };
 
 // p ·= 1 − lr·wd; m = m + (1 − β1)·(g − m); v = β2·v + (1 − β2)·g²;

@@ -109,11 +109,12 @@ __global__ void SumPartialsKernel(const float* partials, int count, float* resul
   if (threadIdx.x == 0) *result = sum;
 }
 
-// The vectorised first pass, in the order device_common.cuh fixes for fp32 sums of squares.
-__global__ void SumOfSquaresVectorKernel(const float4* __restrict__ x, int64_t vectors,
-                                         float* __restrict__ partials) {
-  __shared__ float scratch[32];
-  const int64_t first = blockIdx.x * kSquareSumVectorsPerBlock + threadIdx.x;
+// The vectorised first pass, in the order device_common.cuh fixes for fp32 sums of squares:
+// slice `block` of the vectors into partials[block].
+__device__ __forceinline__ void SumOfSquaresSlice(const float4* __restrict__ x, int64_t vectors,
+                                                  int64_t block, float* __restrict__ partials,
+                                                  float* scratch) {
+  const int64_t first = block * kSquareSumVectorsPerBlock + threadIdx.x;
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kSquareSumVectorsPerThread; ++k) {
@@ -121,7 +122,22 @@ __global__ void SumOfSquaresVectorKernel(const float4* __restrict__ x, int64_t v
     if (i < vectors) sum = AddSquares(x[i], sum);
   }
   sum = BlockSum(sum, scratch);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+  if (threadIdx.x == 0) partials[block] = sum;
+}
+
+// A block per slice, or (kStrided) a capped grid whose blocks take every gridDim-th slice.
+template <bool kStrided>
+__global__ void SumOfSquaresVectorKernel(const float4* __restrict__ x, int64_t vectors,
+                                         int64_t blocks, float* __restrict__ partials) {
+  __shared__ float scratch[32];
+  if constexpr (!kStrided) {
+    SumOfSquaresSlice(x, vectors, blockIdx.x, partials, scratch);
+  } else {
+    for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+      SumOfSquaresSlice(x, vectors, block, partials, scratch);
+      __syncthreads();  // scratch is reused by the next slice
+    }
+  }
 }
 
 // The partials summed as SumPartialsKernel does, then the < 4 elements past the last vector.
@@ -268,13 +284,25 @@ absl::Status FinishSquareSum(const float* partials, int64_t partial_count, const
 }
 
 absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, float* result,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, int64_t grid_limit) {
   if (count < 4 || !Aligned16(x)) return LaunchSumOfSquares(x, count, partials, result, stream);
   FSDPD_RETURN_IF_ERROR(CheckCount("SumOfSquares", partials, result, 1));
+  if (grid_limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SumOfSquares: negative grid limit ", grid_limit));
+  }
   const int64_t vectors = count / 4;
   const int64_t blocks = SquareSumBlocks(vectors);
-  SumOfSquaresVectorKernel<<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(
-      reinterpret_cast<const float4*>(x), vectors, partials);
+  const auto* vectors_in = reinterpret_cast<const float4*>(x);
+  if (grid_limit > 0 && grid_limit < blocks) {
+    SumOfSquaresVectorKernel<true>
+        <<<static_cast<unsigned>(grid_limit), kSquareSumThreads, 0, stream>>>(vectors_in, vectors,
+                                                                              blocks, partials);
+  } else {
+    SumOfSquaresVectorKernel<false>
+        <<<static_cast<unsigned>(blocks), kSquareSumThreads, 0, stream>>>(vectors_in, vectors,
+                                                                          blocks, partials);
+  }
   CUDA_CHECK_LAUNCH("SumOfSquaresVectorKernel");
   return FinishSquareSum(partials, blocks, x + vectors * 4, count - vectors * 4, result, stream);
 }

@@ -36,8 +36,10 @@ absl::Status ScaleBf16(__nv_bfloat16* x, int64_t count, float factor, cudaStream
 // AdamWStepWithSquareSum (kernels/cuda/adamw.h) also takes. `partials` is device scratch of
 // SumOfSquaresScratchFloats(count) floats.
 int64_t SumOfSquaresScratchFloats(int64_t count);
+// grid_limit > 0: at most that many blocks in the first pass, striding over its slices (the
+// same bits; AdamWStepParams::grid_limit says why).
 absl::Status SumOfSquaresFloat(const float* x, int64_t count, float* partials, float* result,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int64_t grid_limit = 0);
 absl::Status SumOfSquaresBf16(const __nv_bfloat16* x, int64_t count, float* partials, float* result,
                               cudaStream_t stream);
 // The last pass of that order: result[0] = the partial_count partials summed, then the squares

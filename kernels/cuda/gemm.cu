@@ -112,6 +112,11 @@ absl::Status Gemm::State::BuildPlan(const Problem& p, Plan* plan) {
                                               sizeof(p.trans_b)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                               &p.epilogue, sizeof(p.epilogue)));
+  if (config.sm_count_target > 0) {
+    const int32_t sms = config.sm_count_target;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                &sms, sizeof(sms)));
+  }
   const bool a_transposed = p.trans_a != CUBLAS_OP_N;
   const bool b_transposed = p.trans_b != CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, a_transposed ? p.k : p.m,
@@ -264,6 +269,10 @@ Gemm::~Gemm() = default;
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(void* workspace, const GemmConfig& config) {
   if (workspace == nullptr || config.workspace_bytes <= 0) {
     return absl::InvalidArgumentError("Gemm::Create: a device workspace is required");
+  }
+  if (config.sm_count_target < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm::Create: negative sm_count_target ", config.sm_count_target));
   }
   if (config.candidates < 1 || config.timing_repeats < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm::Create: candidates (", config.candidates,

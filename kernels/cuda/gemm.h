@@ -25,6 +25,9 @@ struct GemmConfig {
   int64_t workspace_bytes = int64_t{32} << 20;
   int candidates = 8;      // heuristic results timed per new plan
   int timing_repeats = 3;  // timed runs of each candidate, after one warm-up
+  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: the SMs cuBLASLt plans the products for, where
+  // another stream's kernels keep the rest (CudaBackendConfig::optimizer_sms); 0: all of them.
+  int sm_count_target = 0;
 };
 
 class Gemm {

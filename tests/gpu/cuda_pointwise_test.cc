@@ -314,16 +314,6 @@ TEST_F(CudaPointwiseTest, AdamWMatchesThePyTorchFormulaOfTheCpu) {
 
 // AdamW's four fp32 shards of `count` elements plus one (for views one float off alignment):
 // parameters, gradients and moments of typical sizes, the second moment non-negative.
-struct AdamWInputs {
-  std::vector<float> param, grad, exp_avg, exp_avg_sq;
-};
-AdamWInputs RandomAdamWInputs(std::mt19937& random, int64_t count) {
-  AdamWInputs inputs{RandomValues(random, count + 1), RandomValues(random, count + 1, 0.1f),
-                     RandomValues(random, count + 1, 0.01f),
-                     RandomValues(random, count + 1, 0.001f)};
-  for (float& v : inputs.exp_avg_sq) v = std::fabs(v);
-  return inputs;
-}
 
 // The optimizer in backward's single pass: the same update as AdamW and the same sum of the
 // gradient's squares as SumOfSquares, to the bit, in the fused kernel (16-byte aligned shards:

@@ -68,6 +68,19 @@ inline ::testing::AssertionResult AllClose(const std::vector<float>& actual,
          << actual[worst] << ", expected " << expected[worst];
 }
 
+// AdamW's inputs, count + 1 values each (room to offset a shard by one), with moments of the
+// sizes training gives them and a non-negative second moment.
+struct AdamWInputs {
+  std::vector<float> param, grad, exp_avg, exp_avg_sq;
+};
+inline AdamWInputs RandomAdamWInputs(std::mt19937& random, int64_t count) {
+  AdamWInputs inputs{RandomValues(random, count + 1), RandomValues(random, count + 1, 0.1f),
+                     RandomValues(random, count + 1, 0.01f),
+                     RandomValues(random, count + 1, 0.001f)};
+  for (float& v : inputs.exp_avg_sq) v = std::fabs(v);
+  return inputs;
+}
+
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -17,7 +17,7 @@ class EnvKnobsTest : public ::testing::Test {
   void TearDown() override {
     for (const char* name :
          {"FSDPD_TEST_CHOICE", "FSDPD_OPTIMIZER_STREAM", "FSDPD_COMM_TIMEOUT_SECONDS",
-          "FSDPD_PREFETCH_UNITS", "FSDPD_MASTER_LAYOUT"}) {
+          "FSDPD_PREFETCH_UNITS", "FSDPD_MASTER_LAYOUT", "FSDPD_OPTIMIZER_SMS"}) {
       unsetenv(name);
     }
   }
@@ -47,6 +47,37 @@ TEST_F(EnvKnobsTest, OptimizerStream) {
   EXPECT_EQ(OptimizerOnCommStream().value_or(true), false);
   setenv("FSDPD_OPTIMIZER_STREAM", "coms", 1);
   EXPECT_THAT(OptimizerOnCommStream().status().message(), HasSubstr("got 'coms'"));
+}
+
+TEST_F(EnvKnobsTest, EnvCountTakesANonNegativeIntegerAndRefusesAnythingElse) {
+  EXPECT_EQ(EnvCount("FSDPD_TEST_CHOICE").value_or(-1), 0) << "unset";
+  setenv("FSDPD_TEST_CHOICE", "", 1);
+  EXPECT_EQ(EnvCount("FSDPD_TEST_CHOICE").value_or(-1), 0) << "empty";
+  setenv("FSDPD_TEST_CHOICE", "16", 1);
+  EXPECT_EQ(EnvCount("FSDPD_TEST_CHOICE").value_or(-1), 16);
+  for (const char* bad : {"-1", "3.5", "many", "16 SMs"}) {
+    setenv("FSDPD_TEST_CHOICE", bad, 1);
+    absl::StatusOr<int64_t> count = EnvCount("FSDPD_TEST_CHOICE");
+    ASSERT_FALSE(count.ok()) << bad;
+    EXPECT_THAT(count.status().message(),
+                HasSubstr(std::string("FSDPD_TEST_CHOICE must be a non-negative integer (or "
+                                      "unset), got '") +
+                          bad + "'"));
+  }
+}
+
+// The optimizer's SMs are only worth capping beside backward's GEMMs, on the comm stream.
+TEST_F(EnvKnobsTest, OptimizerSmsNeedTheCommStream) {
+  setenv("FSDPD_OPTIMIZER_SMS", "16", 1);
+  EXPECT_THAT(OptimizerOnCommStream().status().message(),
+              HasSubstr("FSDPD_OPTIMIZER_SMS=16 needs FSDPD_OPTIMIZER_STREAM=comm"));
+  setenv("FSDPD_OPTIMIZER_STREAM", "comm", 1);
+  EXPECT_EQ(OptimizerOnCommStream().value_or(false), true);
+  setenv("FSDPD_OPTIMIZER_SMS", "0", 1);
+  setenv("FSDPD_OPTIMIZER_STREAM", "compute", 1);
+  EXPECT_EQ(OptimizerOnCommStream().value_or(true), false) << "0 is off";
+  setenv("FSDPD_OPTIMIZER_SMS", "sixteen", 1);
+  EXPECT_THAT(OptimizerOnCommStream().status().message(), HasSubstr("got 'sixteen'"));
 }
 
 TEST_F(EnvKnobsTest, PrefetchUnits) {

@@ -121,16 +121,27 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority));
     *slot = std::make_unique<CudaStream>(config.device, stream);
   }
+  cuda::GemmConfig gemm_config = config.gemm;
+  if (config.optimizer_sms != 0) {
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, config.device));
+    if (config.optimizer_sms < 1 || config.optimizer_sms >= sms) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FSDPD_OPTIMIZER_SMS: the optimizer's SMs must be from 1 to ", sms - 1,
+                       " (cuda:", config.device, " has ", sms, "), got ", config.optimizer_sms));
+    }
+    gemm_config.sm_count_target = sms - config.optimizer_sms;
+  }
   absl::StatusOr<std::unique_ptr<Buffer>> workspace =
-      backend->Allocate(config.gemm.workspace_bytes);
+      backend->Allocate(gemm_config.workspace_bytes);
   if (!workspace.ok()) return workspace.status();
   backend->gemm_workspace_ = std::move(*workspace);
   absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm =
-      cuda::Gemm::Create(backend->gemm_workspace_->data(), config.gemm);
+      cuda::Gemm::Create(backend->gemm_workspace_->data(), gemm_config);
   if (!gemm.ok()) return gemm.status();
   backend->gemm_ = std::move(*gemm);
-  backend->ops_ = std::make_unique<CheckedOps>(
-      std::make_unique<CudaOps>(backend->allocator_.get(), backend->gemm_.get()));
+  backend->ops_ = std::make_unique<CheckedOps>(std::make_unique<CudaOps>(
+      backend->allocator_.get(), backend->gemm_.get(), config.optimizer_sms));
   cudaDeviceProp properties{};
   if (cudaGetDeviceProperties(&properties, config.device) == cudaSuccess) {
     spdlog::info("cuda:{}: {} (sm_{}{}, {} MiB)", config.device, properties.name, properties.major,

@@ -29,6 +29,12 @@ struct CudaBackendConfig {
   // compute waits for it. kEqual: both at the default.
   enum class StreamPriority { kEqual, kComputeFirst, kCommFirst };
   StreamPriority stream_priority = StreamPriority::kEqual;
+  // SMs left to the optimizer (FSDPD_OPTIMIZER_SMS, with the optimizer on the comm stream):
+  // AdamW's kernels launch at most this many blocks, striding over the shard, and cuBLASLt plans
+  // every product for the device's other SMs (GemmConfig::sm_count_target), so that the update
+  // runs beside backward's GEMMs instead of taking turns with them (bench/RESULTS.md, "The
+  // optimizer on the comm stream"). 0: off. From 1 to the device's SM count − 1.
+  int optimizer_sms = 0;
 };
 
 // A cudaStream_t, created non-blocking so it never synchronises with the legacy default stream.

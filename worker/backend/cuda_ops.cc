@@ -51,7 +51,15 @@ bf16* MutableBf16(const Tensor& t) { return static_cast<bf16*>(t.data); }
 
 }  // namespace
 
-CudaOps::CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm) : allocator_(allocator), gemm_(gemm) {}
+CudaOps::CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm, int64_t optimizer_grid_limit)
+    : allocator_(allocator), gemm_(gemm), optimizer_grid_limit_(optimizer_grid_limit) {}
+
+cuda::AdamWStepParams CudaOps::StepParams(const AdamWParams& params) const {
+  cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
+                             params.eps, params.weight_decay, params.step};
+  step.grid_limit = optimizer_grid_limit_;
+  return step;
+}
 
 CudaOps::~CudaOps() {
   for (auto& [stream, scratch] : scratch_) {
@@ -335,8 +343,7 @@ absl::Status CudaOps::SumOfSquares(const Tensor& x, const Tensor& result, Stream
 absl::Status CudaOps::AdamW(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                             const Tensor& exp_avg_sq, const AdamWParams& params, Stream& stream) {
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
-                             params.eps, params.weight_decay, params.step};
+  const cuda::AdamWStepParams step = StepParams(params);
   return cuda::AdamWStep(param.as<float>(), grad.as<float>(), exp_avg.as<float>(),
                          exp_avg_sq.as<float>(), param.numel(), step, cuda_stream);
 }
@@ -349,8 +356,7 @@ absl::Status CudaOps::AdamWWithGradSquareSum(const Tensor& param, const Tensor& 
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_ASSIGN_OR_RETURN(
       void* scratch, ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats(param.numel()) * 4));
-  cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
-                             params.eps, params.weight_decay, params.step};
+  const cuda::AdamWStepParams step = StepParams(params);
   return cuda::AdamWStepWithSquareSum(
       param.as<float>(), grad.as<float>(), exp_avg.as<float>(), exp_avg_sq.as<float>(),
       param.numel(), step, static_cast<float*>(scratch), grad_square_sum.as<float>(), cuda_stream);
@@ -368,8 +374,7 @@ absl::Status CudaOps::AdamWSplitMaster(const Tensor& high, const Tensor& low, co
         void* scratch, ScratchFor(cuda_stream, cuda::SumOfSquaresScratchFloats(high.numel()) * 4));
     partials = static_cast<float*>(scratch);
   }
-  cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
-                             params.eps, params.weight_decay, params.step};
+  const cuda::AdamWStepParams step = StepParams(params);
   return cuda::AdamWStepSplit(
       static_cast<uint16_t*>(high.data), static_cast<uint16_t*>(low.data), grad.as<float>(),
       exp_avg.as<float>(), exp_avg_sq.as<float>(), high.numel(), step, partials,

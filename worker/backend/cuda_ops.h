@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/gemm.h"
 #include "worker/backend/cuda_allocator.h"
 #include "worker/backend/ops.h"
@@ -30,8 +31,9 @@ namespace fsdpd {
 
 class CudaOps : public Ops {
  public:
-  // The allocator and gemm outlive the ops (the backend owns all three).
-  CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm);
+  // The allocator and gemm outlive the ops (the backend owns all three). A positive
+  // optimizer_grid_limit caps the blocks of AdamW's kernels (CudaBackendConfig::optimizer_sms).
+  CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm, int64_t optimizer_grid_limit = 0);
   ~CudaOps() override;
 
   FSDPD_OPS_OVERRIDES
@@ -43,9 +45,11 @@ class CudaOps : public Ops {
   };
   // At least `bytes` of scratch owned by `stream`.
   absl::StatusOr<void*> ScratchFor(cudaStream_t stream, int64_t bytes);
+  cuda::AdamWStepParams StepParams(const AdamWParams& params) const;
 
   CudaAllocator* allocator_;
   cuda::Gemm* gemm_;
+  int64_t optimizer_grid_limit_;
   std::map<cudaStream_t, Scratch> scratch_;
 };
 

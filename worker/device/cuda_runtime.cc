@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -60,6 +61,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaRuntime::CreateBackend() const {
   config.stream_priority = chosen == "compute" ? StreamPriority::kComputeFirst
                            : chosen == "comm"  ? StreamPriority::kCommFirst
                                                : StreamPriority::kEqual;
+  // FSDPD_OPTIMIZER_SMS=N: see CudaBackendConfig::optimizer_sms.
+  FSDPD_ASSIGN_OR_RETURN(const int64_t optimizer_sms, EnvCount("FSDPD_OPTIMIZER_SMS"));
+  config.optimizer_sms = static_cast<int>(std::min<int64_t>(optimizer_sms, 1 << 20));
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(config);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(std::move(*backend));
