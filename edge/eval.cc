@@ -97,6 +97,10 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
     return absl::InvalidArgumentError(
         absl::StrCat("--top-k must be ≥ 1 (got ", options.top_k, ")"));
   }
+  if (options.new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--new-tokens must be ≥ 0 (got ", options.new_tokens, ")"));
+  }
   const int64_t seq = runner.seq();
   std::mt19937_64 random(options.seed);
   std::vector<int32_t> text = prompt;

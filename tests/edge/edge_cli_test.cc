@@ -200,5 +200,12 @@ TEST_F(EdgeCliTest, GenerateRefusesAModelWithoutTheCausalMask) {
   ExpectError(RunEdge("generate " + path + " --prompt hi"), "generate needs a causal model");
 }
 
+TEST_F(EdgeCliTest, GenerateRefusesBadCounts) {
+  ExpectError(RunEdge("generate " + model_ + " --prompt hi --new-tokens -3"),
+              "--new-tokens must be ≥ 0 (got -3)");
+  ExpectError(RunEdge("generate " + model_ + " --prompt hi --top-k 0"), "--top-k must be ≥ 1");
+  ExpectError(RunEdge("generate " + model_ + " --prompt ''"), "--prompt is empty");
+}
+
 }  // namespace
 }  // namespace fsdpd::edge
