@@ -16,17 +16,15 @@
 #include "base/status_macros.h"
 #include "edge/matmul_tuner.h"
 #include "edge/shaders.h"
+#include "edge/vulkan_context.h"
 #include "edge/vulkan_device.h"
 
 namespace fsdpd::edge {
 namespace {
 
-constexpr uint32_t kMaxSetsPerSubmit = 1024;
-constexpr uint32_t kMaxBindings = 4;
-constexpr int64_t kMaxAttentionHeadDim = 128;    // attention.comp's MAX_HEAD_DIM
-constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
-constexpr int64_t kMatvecRows = 4;               // matvec.comp's ROWS
-constexpr int64_t kMatvecColumns = 8;            // matvec.comp's COLUMNS (a workgroup's)
+constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
+constexpr int64_t kMatvecRows = 4;             // matvec.comp's ROWS
+constexpr int64_t kMatvecColumns = 8;          // matvec.comp's COLUMNS (a workgroup's)
 
 // The block VulkanOptions::coop_block names, refused with the list when it was not built (an
 // empty name, every block, gives the first).
@@ -42,29 +40,6 @@ absl::StatusOr<Shader> CoopShader(const std::string& block) {
                                                  "' is not built; the blocks are ",
                                                  absl::StrJoin(names, ", ")));
 }
-
-struct Pipeline {
-  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
-  VkPipelineLayout layout = VK_NULL_HANDLE;
-  VkPipeline pipeline = VK_NULL_HANDLE;
-  uint32_t bindings = 0;
-  uint32_t push_bytes = 0;
-};
-
-struct VulkanBuffer : Buffer {
-  VkDevice device = VK_NULL_HANDLE;
-  VkBuffer buffer = VK_NULL_HANDLE;
-  VkDeviceMemory memory = VK_NULL_HANDLE;
-  VkDeviceSize bytes = 0;
-  void* mapped = nullptr;  // host-visible memory stays mapped
-  bool half = false;       // fp16 elements: a matmul's x from MatmulInput
-  ~VulkanBuffer() override {
-    if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
-    if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
-  }
-};
-
-VulkanBuffer& Vk(Buffer& buffer) { return static_cast<VulkanBuffer&>(buffer); }
 
 // An fp16 buffer (MatmulInput's) is written only by RmsNorm, Silu and Add and read only as
 // Linear's x; every other use of one reads or writes fp32 and would misread it.
@@ -97,8 +72,7 @@ AttentionPush MakeAttentionPush(int64_t batch, int64_t seq, int64_t heads, int64
 class VulkanBackendImpl : public VulkanBackend {
  public:
   ~VulkanBackendImpl() override {
-    if (device_ == VK_NULL_HANDLE) return;
-    vkDeviceWaitIdle(device_);
+    if (context_ == nullptr) return;
     dummy_.reset();
     half_scratch_.reset();
     for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &to_half_,
@@ -107,180 +81,18 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
     for (AttentionPipeline& attention : attentions_) DestroyPipeline(&attention.pipeline);
-    if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
-    if (descriptor_pool_ != VK_NULL_HANDLE) {
-      vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
-    }
-    if (command_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, command_pool_, nullptr);
-    vkDestroyDevice(device_, nullptr);
-  }
-
-  void DestroyPipeline(Pipeline* p) {
-    if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
-    if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
-    if (p->set_layout != VK_NULL_HANDLE) {
-      vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
-    }
-    *p = Pipeline{};
   }
 
   absl::Status Init(const VulkanOptions& options) {
     FSDPD_ASSIGN_OR_RETURN(const Shader coop_shader, CoopShader(options.coop_block));
-    FSDPD_ASSIGN_OR_RETURN(instance_, CreateInstance(options.validation));
-    FSDPD_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> devices,
-                           PhysicalDevices(instance_->instance));
-    if (options.device < 0 || options.device >= static_cast<int>(devices.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device ", options.device, ": there are ", devices.size(),
-                       " Vulkan device(s), numbered from 0 (see `fsdpd-edge devices`)"));
-    }
-    physical_ = devices[static_cast<size_t>(options.device)];
-    std::vector<VkCooperativeMatrixPropertiesNV> coop;
-    info_ = DescribeDevice(instance_->instance, physical_, options.device, &coop);
-    VkPhysicalDeviceProperties properties;
-    vkGetPhysicalDeviceProperties(physical_, &properties);
-    limits_ = properties.limits;
-    if (properties.apiVersion < VK_API_VERSION_1_1) {
-      return absl::FailedPreconditionError(absl::StrCat("device '", info_.name,
-                                                        "' supports Vulkan ", info_.api_version,
-                                                        "; fsdpd-edge needs 1.1"));
-    }
-    // attention.comp: 4 invocations per query sum their partial scores by subgroup shuffles.
-    if (!info_.subgroup_shuffle || info_.subgroup_size % kAttentionLanesPerQuery != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("device '", info_.name, "' has ",
-                       !info_.subgroup_shuffle ? "no subgroup shuffle in compute shaders"
-                                               : absl::StrCat("subgroups of ", info_.subgroup_size),
-                       "; fsdpd-edge's attention shader needs subgroup shuffles within groups of ",
-                       kAttentionLanesPerQuery, " invocations"));
-    }
-    const bool fp16_capable = info_.shader_float16 && info_.storage_buffer_16bit;
-    if (options.precision == VulkanOptions::Precision::kFp16 && !fp16_capable) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--precision fp16: device '", info_.name, "' lacks ",
-          !info_.shader_float16 ? "shaderFloat16" : "storageBuffer16BitAccess",
-          " (VK_KHR_shader_float16_int8 / VK_KHR_16bit_storage); use --precision fp32"));
-    }
-    fp16_ = fp16_capable && options.precision != VulkanOptions::Precision::kFp32;
-    // matmul_coop.comp also declares the Vulkan memory model (GL_KHR_memory_scope_semantics,
-    // which gl_ScopeSubgroup needs), so the device must offer that feature too.
-    bool coop_features_present = false;
-    if (info_.nv_cooperative_matrix &&
-        HasExtension(physical_, VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME)) {
-      VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
-          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
-      VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_query{
-          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-      coop_query.pNext = &memory_model;
-      VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-      query.pNext = &coop_query;
-      vkGetPhysicalDeviceFeatures2(physical_, &query);
-      coop_features_present = coop_query.cooperativeMatrix && memory_model.vulkanMemoryModel;
-    }
-    coop_ = fp16_ && options.cooperative_matrix && coop_features_present &&
-            info_.subgroup_size == 32 && std::any_of(coop.begin(), coop.end(), IsCoopShape);
-    // matmul_cm2.comp: workgroup-scope matrices with tensor addressing, per-element operations
-    // and type conversions, in SPIR-V 1.6 (a Vulkan 1.3 instance and device).
-    CoopMatrixFeaturesKhr khr_query;
-    CoopMatrix2FeaturesNv cm2_query;
-    if (coop_ && instance_->api_version >= VK_API_VERSION_1_3 &&
-        properties.apiVersion >= VK_API_VERSION_1_3 &&
-        HasExtension(physical_, kKhrCooperativeMatrix) &&
-        HasExtension(physical_, kNvCooperativeMatrix2)) {
-      khr_query.pNext = &cm2_query;
-      VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-      query.pNext = &khr_query;
-      vkGetPhysicalDeviceFeatures2(physical_, &query);
-      cm2_ = khr_query.cooperativeMatrix && cm2_query.workgroupScope &&
-             cm2_query.flexibleDimensions && cm2_query.conversions &&
-             cm2_query.perElementOperations && cm2_query.tensorAddressing;
-    }
-
-    uint32_t family_count = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
-    std::vector<VkQueueFamilyProperties> families(family_count);
-    vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, families.data());
-    queue_family_ = UINT32_MAX;
-    for (uint32_t f = 0; f < family_count; ++f) {
-      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-        queue_family_ = f;
-        break;
-      }
-    }
-    if (queue_family_ == UINT32_MAX) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("device '", info_.name, "' has no compute queue"));
-    }
-    const float priority = 1.0f;
-    VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-    queue_info.queueFamilyIndex = queue_family_;
-    queue_info.queueCount = 1;
-    queue_info.pQueuePriorities = &priority;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_features{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    coop_features.cooperativeMatrix = VK_TRUE;
-    VkPhysicalDeviceShaderFloat16Int8Features float16{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
-    float16.shaderFloat16 = VK_TRUE;
-    VkPhysicalDevice16BitStorageFeatures storage16{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
-    storage16.storageBuffer16BitAccess = VK_TRUE;
-    storage16.pNext = &float16;
-    VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
-    memory_model.vulkanMemoryModel = VK_TRUE;
-    coop_features.pNext = &memory_model;
-    if (coop_) float16.pNext = &coop_features;
-    CoopMatrixFeaturesKhr khr_features;
-    khr_features.cooperativeMatrix = VK_TRUE;
-    CoopMatrix2FeaturesNv cm2_features;
-    cm2_features.workgroupScope = cm2_features.flexibleDimensions = VK_TRUE;
-    cm2_features.conversions = cm2_features.perElementOperations = VK_TRUE;
-    cm2_features.tensorAddressing = VK_TRUE;
-    std::vector<const char*> extensions;
-    if (coop_) {
-      extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-      extensions.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
-    }
-    if (cm2_) {
-      extensions.push_back(kKhrCooperativeMatrix);
-      extensions.push_back(kNvCooperativeMatrix2);
-      memory_model.pNext = &khr_features;
-      khr_features.pNext = &cm2_features;
-    }
-    VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
-    device_info.pNext = fp16_ ? &storage16 : nullptr;
-    device_info.queueCreateInfoCount = 1;
-    device_info.pQueueCreateInfos = &queue_info;
-    device_info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
-    device_info.ppEnabledExtensionNames = extensions.data();
-    VK_RETURN_IF_ERROR(vkCreateDevice(physical_, &device_info, nullptr, &device_));
-    vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
-    vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
-
-    VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-    pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-    pool_info.queueFamilyIndex = queue_family_;
-    VK_RETURN_IF_ERROR(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_));
-    VkCommandBufferAllocateInfo allocate{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    allocate.commandPool = command_pool_;
-    allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    allocate.commandBufferCount = 1;
-    VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(device_, &allocate, &commands_));
-    VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &fence_));
-    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * kMaxBindings};
-    VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    descriptor_info.maxSets = kMaxSetsPerSubmit;
-    descriptor_info.poolSizeCount = 1;
-    descriptor_info.pPoolSizes = &size;
-    VK_RETURN_IF_ERROR(
-        vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
+    FSDPD_ASSIGN_OR_RETURN(context_, VulkanContext::Create(options));
+    fp16_ = context_->fp16();
+    coop_ = context_->coop();
+    cm2_ = context_->cm2();
+    limits_ = context_->limits();
 
     // Weights: zero-copy where one memory type is device-local and host-visible.
-    weight_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
-                                                  VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                                  VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    weight_type_ = context_->zero_copy_memory_type();
     zero_copy_ = !options.force_staging && weight_type_ != UINT32_MAX;
 
     FSDPD_RETURN_IF_ERROR(
@@ -351,7 +163,7 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     FSDPD_RETURN_IF_ERROR(
         MakePipeline(fp16_ ? Shader::kMatvecF16 : Shader::kMatvec, 4, 16, &matvec_));
-    if (coop_ && info_.subgroup_vote) {
+    if (coop_ && context_->info().subgroup_vote) {
       // Attention on the same fragments where the matmul has them (and subgroup votes); a
       // refusal keeps the vector shader, and Describe() says so.
       AttentionPipeline subgroup{{}, 64, kMaxAttentionHeadDim, false, "subgroup"};
@@ -409,9 +221,9 @@ class VulkanBackendImpl : public VulkanBackend {
 
   std::string Describe() const override {
     return absl::StrCat(
-        "vulkan device ", info_.index, " '", info_.name, "' (", info_.type, "), ",
-        fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ", MatmulPath(),
-        ", attention ", AttentionPath(), ", weights ",
+        "vulkan device ", context_->info().index, " '", context_->info().name, "' (",
+        context_->info().type, "), ", fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32",
+        ", matmul ", MatmulPath(), ", attention ", AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
         half_inputs_ ? ", matmul inputs fp16" : "");
   }
@@ -439,14 +251,8 @@ class VulkanBackendImpl : public VulkanBackend {
     return absl::StrCat("on the vector units (the cooperative-matrix pipeline was refused: ",
                         attention_refused_, ")");
   }
-  int validation_errors() const override {
-    std::lock_guard<std::mutex> lock(instance_->mutex);
-    return instance_->errors;
-  }
-  std::string last_validation_error() const override {
-    std::lock_guard<std::mutex> lock(instance_->mutex);
-    return instance_->last_error;
-  }
+  int validation_errors() const override { return context_->validation_errors(); }
+  std::string last_validation_error() const override { return context_->last_validation_error(); }
   bool uses_fp16() const override { return fp16_; }
   bool uses_cooperative_matrix() const override { return coop_; }
   bool zero_copy_weights() const override { return zero_copy_; }
@@ -469,7 +275,7 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer, CreateBuffer(bytes, false));
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
     std::memcpy(staging->mapped, source, bytes);
-    FSDPD_RETURN_IF_ERROR(Copy(*staging, *buffer, bytes));
+    FSDPD_RETURN_IF_ERROR(context_->CopyNow(*staging, *buffer, bytes));
     return std::unique_ptr<Buffer>(std::move(buffer));
   }
   absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
@@ -505,7 +311,7 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
     std::memcpy(staging->mapped, values, bytes);
-    return Copy(*staging, Vk(buffer), bytes);
+    return context_->CopyNow(*staging, Vk(buffer), bytes);
   }
   absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("ReadFloats", "the buffer", buffer));
@@ -516,7 +322,7 @@ class VulkanBackendImpl : public VulkanBackend {
       return absl::OkStatus();
     }
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
-    FSDPD_RETURN_IF_ERROR(Copy(Vk(buffer), *staging, bytes));
+    FSDPD_RETURN_IF_ERROR(context_->CopyNow(Vk(buffer), *staging, bytes));
     std::memcpy(values, staging->mapped, bytes);
     return absl::OkStatus();
   }
@@ -755,8 +561,7 @@ class VulkanBackendImpl : public VulkanBackend {
     return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((rows + 63) / 64),
                     static_cast<uint32_t>(heads));
   }
-  // A transfer in the recorded commands, fenced from the dispatches on both sides (Dispatch's
-  // barrier covers the transfer's read of what the shader before it wrote).
+  // A transfer in the recorded commands, ordered with the dispatches on both sides.
   absl::Status CopyFloats(Buffer& from, int64_t from_offset, Buffer& to, int64_t to_offset,
                           int64_t count) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "from", from));
@@ -772,19 +577,7 @@ class VulkanBackendImpl : public VulkanBackend {
                        " floats)"));
     }
     if (count == 0) return absl::OkStatus();
-    FSDPD_RETURN_IF_ERROR(BeginRecording());
-    const VkBufferCopy region{source, target, bytes};
-    vkCmdCopyBuffer(commands_, Vk(from).buffer, Vk(to).buffer, 1, &region);
-    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
-                            VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                             VK_PIPELINE_STAGE_HOST_BIT,
-                         0, 1, &barrier, 0, nullptr, 0, nullptr);
-    return absl::OkStatus();
+    return context_->RecordCopy(Vk(from), source, Vk(to), target, bytes);
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Silu", "x", x));
@@ -812,139 +605,20 @@ class VulkanBackendImpl : public VulkanBackend {
     return Dispatch(token_nll_, {&logits, &targets, &nll}, push, x_groups, y_groups);
   }
 
-  absl::Status Finish() override {
-    if (!recording_) return absl::OkStatus();
-    recording_ = false;
-    VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
-    FSDPD_RETURN_IF_ERROR(SubmitAndWait());
-    VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
-    sets_used_ = 0;
-    return absl::OkStatus();
-  }
+  absl::Status Finish() override { return context_->Finish(); }
 
  private:
-  uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const {
-    for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
-      if ((type_bits & (1u << t)) &&
-          (memory_.memoryTypes[t].propertyFlags & required) == required) {
-        return t;
-      }
-    }
-    return UINT32_MAX;
-  }
-
   absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateBuffer(VkDeviceSize bytes, bool host_visible,
                                                              uint32_t memory_type = UINT32_MAX) {
-    if (bytes == 0) bytes = 4;
-    if (bytes > limits_.maxStorageBufferRange) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a tensor of ", bytes, " bytes exceeds device '", info_.name,
-                       "''s maxStorageBufferRange of ", limits_.maxStorageBufferRange,
-                       " bytes; use a smaller batch or sequence"));
-    }
-    auto buffer = std::make_unique<VulkanBuffer>();
-    buffer->device = device_;
-    buffer->bytes = bytes;
-    VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-    info.size = bytes;
-    info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                 VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    VK_RETURN_IF_ERROR(vkCreateBuffer(device_, &info, nullptr, &buffer->buffer));
-    VkMemoryRequirements requirements;
-    vkGetBufferMemoryRequirements(device_, buffer->buffer, &requirements);
-    uint32_t type = memory_type;
-    if (type == UINT32_MAX || !(requirements.memoryTypeBits & (1u << type))) {
-      const VkMemoryPropertyFlags host =
-          VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-      type = host_visible
-                 ? FindMemoryType(requirements.memoryTypeBits, host)
-                 : FindMemoryType(requirements.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
-      if (type == UINT32_MAX) type = FindMemoryType(requirements.memoryTypeBits, 0);
-    }
-    if (type == UINT32_MAX) {
-      return absl::InternalError(absl::StrCat("device '", info_.name, "' has no memory type for a ",
-                                              bytes, "-byte buffer"));
-    }
-    VkMemoryAllocateInfo allocate{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
-    allocate.allocationSize = requirements.size;
-    allocate.memoryTypeIndex = type;
-    const VkResult allocated = vkAllocateMemory(device_, &allocate, nullptr, &buffer->memory);
-    if (allocated != VK_SUCCESS) {
-      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", requirements.size,
-                                                       " bytes on device '", info_.name,
-                                                       "': ", ResultName(allocated)));
-    }
-    VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
-    if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
-      VK_RETURN_IF_ERROR(
-          vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
-    }
-    return buffer;
+    return context_->CreateBuffer(bytes, host_visible, memory_type);
   }
-
-  absl::Status Copy(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes) {
-    FSDPD_RETURN_IF_ERROR(Finish());
-    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
-    VkBufferCopy region{0, 0, bytes};
-    vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
-    VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
-    return SubmitAndWait();
-  }
-
-  absl::Status SubmitAndWait() {
-    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    submit.commandBufferCount = 1;
-    submit.pCommandBuffers = &commands_;
-    VK_RETURN_IF_ERROR(vkQueueSubmit(queue_, 1, &submit, fence_));
-    VK_RETURN_IF_ERROR(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
-    VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &fence_));
-    VK_RETURN_IF_ERROR(vkResetCommandBuffer(commands_, 0));
-    return absl::OkStatus();
-  }
-
   absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out) {
-    const SpirV code = ShaderCode(shader);
-    VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    module_info.codeSize = code.bytes;
-    module_info.pCode = code.words;
-    VkShaderModule module;
-    VK_RETURN_IF_ERROR(vkCreateShaderModule(device_, &module_info, nullptr, &module));
-    std::vector<VkDescriptorSetLayoutBinding> layout_bindings(bindings);
-    for (uint32_t b = 0; b < bindings; ++b) {
-      layout_bindings[b] = {b, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
-                            nullptr};
-    }
-    VkDescriptorSetLayoutCreateInfo set_info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    set_info.bindingCount = bindings;
-    set_info.pBindings = layout_bindings.data();
-    VK_RETURN_IF_ERROR(vkCreateDescriptorSetLayout(device_, &set_info, nullptr, &out->set_layout));
-    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
-    VkPipelineLayoutCreateInfo layout_info{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-    layout_info.setLayoutCount = 1;
-    layout_info.pSetLayouts = &out->set_layout;
-    layout_info.pushConstantRangeCount = 1;
-    layout_info.pPushConstantRanges = &range;
-    VK_RETURN_IF_ERROR(vkCreatePipelineLayout(device_, &layout_info, nullptr, &out->layout));
-    VkComputePipelineCreateInfo pipeline_info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-    pipeline_info.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
-    pipeline_info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-    pipeline_info.stage.module = module;
-    pipeline_info.stage.pName = "main";
-    pipeline_info.layout = out->layout;
-    const VkResult created = vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &pipeline_info,
-                                                      nullptr, &out->pipeline);
-    vkDestroyShaderModule(device_, module, nullptr);
-    if (created != VK_SUCCESS) {
-      return absl::InternalError(absl::StrCat("cannot build the ", ShaderName(shader),
-                                              " pipeline on '", info_.name,
-                                              "': ", ResultName(created)));
-    }
-    out->bindings = bindings;
-    out->push_bytes = push_bytes;
-    return absl::OkStatus();
+    return context_->MakePipeline(shader, bindings, push_bytes, out);
+  }
+  void DestroyPipeline(Pipeline* pipeline) { context_->DestroyPipeline(pipeline); }
+  absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
+                        const void* push, uint32_t x_groups, uint32_t y_groups) {
+    return context_->Dispatch(pipeline, buffers, push, x_groups, y_groups);
   }
 
   absl::Status CheckIndex(const char* what, int64_t elements) const {
@@ -965,72 +639,8 @@ class VulkanBackendImpl : public VulkanBackend {
     return {static_cast<uint32_t>(x), static_cast<uint32_t>((rows + x - 1) / x)};
   }
 
-  absl::Status BeginRecording() {
-    if (recording_) return absl::OkStatus();
-    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
-    recording_ = true;
-    return absl::OkStatus();
-  }
-
-  absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
-                        const void* push, uint32_t x_groups, uint32_t y_groups) {
-    if (sets_used_ == kMaxSetsPerSubmit) FSDPD_RETURN_IF_ERROR(Finish());
-    FSDPD_RETURN_IF_ERROR(BeginRecording());
-    VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-    allocate.descriptorPool = descriptor_pool_;
-    allocate.descriptorSetCount = 1;
-    allocate.pSetLayouts = &pipeline.set_layout;
-    VkDescriptorSet set;
-    VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(device_, &allocate, &set));
-    ++sets_used_;
-    VkDescriptorBufferInfo infos[kMaxBindings];
-    VkWriteDescriptorSet writes[kMaxBindings];
-    uint32_t b = 0;
-    for (Buffer* buffer : buffers) {
-      infos[b] = {Vk(*buffer).buffer, 0, VK_WHOLE_SIZE};
-      writes[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-      writes[b].dstSet = set;
-      writes[b].dstBinding = b;
-      writes[b].descriptorCount = 1;
-      writes[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      writes[b].pBufferInfo = &infos[b];
-      ++b;
-    }
-    vkUpdateDescriptorSets(device_, b, writes, 0, nullptr);
-    vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
-    vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set,
-                            0, nullptr);
-    vkCmdPushConstants(commands_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                       pipeline.push_bytes, push);
-    vkCmdDispatch(commands_, x_groups, y_groups, 1);
-    // Each op reads what the one before wrote.
-    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                             VK_PIPELINE_STAGE_HOST_BIT,
-                         0, 1, &barrier, 0, nullptr, 0, nullptr);
-    return absl::OkStatus();
-  }
-
-  std::unique_ptr<Instance> instance_;
-  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
-  VulkanDeviceInfo info_;
+  std::unique_ptr<VulkanContext> context_;
   VkPhysicalDeviceLimits limits_{};
-  VkPhysicalDeviceMemoryProperties memory_{};
-  VkDevice device_ = VK_NULL_HANDLE;
-  VkQueue queue_ = VK_NULL_HANDLE;
-  uint32_t queue_family_ = 0;
-  VkCommandPool command_pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer commands_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
-  VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
-  uint32_t sets_used_ = 0;
-  bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;
   bool cm2_ = false;          // workgroup-scope cooperative matrices (matmul_cm2.comp) enabled

@@ -1,0 +1,415 @@
+#include "edge/vulkan_context.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace fsdpd::edge {
+namespace {
+
+constexpr uint32_t kMaxSetsPerSubmit = 1024;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VulkanContext>> VulkanContext::Create(const VulkanOptions& options) {
+  std::unique_ptr<VulkanContext> context(new VulkanContext());
+  FSDPD_RETURN_IF_ERROR(context->Open(options));
+  return context;
+}
+
+VulkanContext::~VulkanContext() {
+  if (device_ == VK_NULL_HANDLE) return;
+  vkDeviceWaitIdle(device_);
+  if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
+  if (descriptor_pool_ != VK_NULL_HANDLE) {
+    vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
+  }
+  if (command_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, command_pool_, nullptr);
+  vkDestroyDevice(device_, nullptr);
+}
+
+int VulkanContext::validation_errors() const {
+  std::lock_guard<std::mutex> lock(instance_->mutex);
+  return instance_->errors;
+}
+
+std::string VulkanContext::last_validation_error() const {
+  std::lock_guard<std::mutex> lock(instance_->mutex);
+  return instance_->last_error;
+}
+
+absl::Status VulkanContext::Open(const VulkanOptions& options) {
+  FSDPD_ASSIGN_OR_RETURN(instance_, CreateInstance(options.validation));
+  FSDPD_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> devices,
+                         PhysicalDevices(instance_->instance));
+  if (options.device < 0 || options.device >= static_cast<int>(devices.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device ", options.device, ": there are ", devices.size(),
+                     " Vulkan device(s), numbered from 0 (see `fsdpd-edge devices`)"));
+  }
+  physical_ = devices[static_cast<size_t>(options.device)];
+  std::vector<VkCooperativeMatrixPropertiesNV> coop;
+  info_ = DescribeDevice(instance_->instance, physical_, options.device, &coop);
+  VkPhysicalDeviceProperties properties;
+  vkGetPhysicalDeviceProperties(physical_, &properties);
+  limits_ = properties.limits;
+  if (properties.apiVersion < VK_API_VERSION_1_1) {
+    return absl::FailedPreconditionError(absl::StrCat("device '", info_.name, "' supports Vulkan ",
+                                                      info_.api_version, "; fsdpd-edge needs 1.1"));
+  }
+  // attention.comp: 4 invocations per query sum their partial scores by subgroup shuffles.
+  if (!info_.subgroup_shuffle || info_.subgroup_size % kAttentionLanesPerQuery != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device '", info_.name, "' has ",
+                     !info_.subgroup_shuffle ? "no subgroup shuffle in compute shaders"
+                                             : absl::StrCat("subgroups of ", info_.subgroup_size),
+                     "; fsdpd-edge's attention shader needs subgroup shuffles within groups of ",
+                     kAttentionLanesPerQuery, " invocations"));
+  }
+  const bool fp16_capable = info_.shader_float16 && info_.storage_buffer_16bit;
+  if (options.precision == VulkanOptions::Precision::kFp16 && !fp16_capable) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--precision fp16: device '", info_.name, "' lacks ",
+                     !info_.shader_float16 ? "shaderFloat16" : "storageBuffer16BitAccess",
+                     " (VK_KHR_shader_float16_int8 / VK_KHR_16bit_storage); use --precision fp32"));
+  }
+  fp16_ = fp16_capable && options.precision != VulkanOptions::Precision::kFp32;
+  // matmul_coop.comp also declares the Vulkan memory model (GL_KHR_memory_scope_semantics,
+  // which gl_ScopeSubgroup needs), so the device must offer that feature too.
+  bool coop_features_present = false;
+  if (info_.nv_cooperative_matrix &&
+      HasExtension(physical_, VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME)) {
+    VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_query{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    coop_query.pNext = &memory_model;
+    VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    query.pNext = &coop_query;
+    vkGetPhysicalDeviceFeatures2(physical_, &query);
+    coop_features_present = coop_query.cooperativeMatrix && memory_model.vulkanMemoryModel;
+  }
+  coop_ = fp16_ && options.cooperative_matrix && coop_features_present &&
+          info_.subgroup_size == 32 && std::any_of(coop.begin(), coop.end(), IsCoopShape);
+  // matmul_cm2.comp: workgroup-scope matrices with tensor addressing, per-element operations
+  // and type conversions, in SPIR-V 1.6 (a Vulkan 1.3 instance and device).
+  CoopMatrixFeaturesKhr khr_query;
+  CoopMatrix2FeaturesNv cm2_query;
+  if (coop_ && instance_->api_version >= VK_API_VERSION_1_3 &&
+      properties.apiVersion >= VK_API_VERSION_1_3 &&
+      HasExtension(physical_, kKhrCooperativeMatrix) &&
+      HasExtension(physical_, kNvCooperativeMatrix2)) {
+    khr_query.pNext = &cm2_query;
+    VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    query.pNext = &khr_query;
+    vkGetPhysicalDeviceFeatures2(physical_, &query);
+    cm2_ = khr_query.cooperativeMatrix && cm2_query.workgroupScope &&
+           cm2_query.flexibleDimensions && cm2_query.conversions &&
+           cm2_query.perElementOperations && cm2_query.tensorAddressing;
+  }
+
+  uint32_t family_count = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
+  std::vector<VkQueueFamilyProperties> families(family_count);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, families.data());
+  queue_family_ = UINT32_MAX;
+  for (uint32_t f = 0; f < family_count; ++f) {
+    if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      queue_family_ = f;
+      break;
+    }
+  }
+  if (queue_family_ == UINT32_MAX) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device '", info_.name, "' has no compute queue"));
+  }
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  queue_info.queueFamilyIndex = queue_family_;
+  queue_info.queueCount = 1;
+  queue_info.pQueuePriorities = &priority;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_features{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  coop_features.cooperativeMatrix = VK_TRUE;
+  VkPhysicalDeviceShaderFloat16Int8Features float16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  float16.shaderFloat16 = VK_TRUE;
+  VkPhysicalDevice16BitStorageFeatures storage16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+  storage16.storageBuffer16BitAccess = VK_TRUE;
+  storage16.pNext = &float16;
+  VkPhysicalDeviceVulkanMemoryModelFeaturesKHR memory_model{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+  memory_model.vulkanMemoryModel = VK_TRUE;
+  coop_features.pNext = &memory_model;
+  if (coop_) float16.pNext = &coop_features;
+  CoopMatrixFeaturesKhr khr_features;
+  khr_features.cooperativeMatrix = VK_TRUE;
+  CoopMatrix2FeaturesNv cm2_features;
+  cm2_features.workgroupScope = cm2_features.flexibleDimensions = VK_TRUE;
+  cm2_features.conversions = cm2_features.perElementOperations = VK_TRUE;
+  cm2_features.tensorAddressing = VK_TRUE;
+  std::vector<const char*> extensions;
+  if (coop_) {
+    extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    extensions.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
+  }
+  if (cm2_) {
+    extensions.push_back(kKhrCooperativeMatrix);
+    extensions.push_back(kNvCooperativeMatrix2);
+    memory_model.pNext = &khr_features;
+    khr_features.pNext = &cm2_features;
+  }
+  VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  device_info.pNext = fp16_ ? &storage16 : nullptr;
+  device_info.queueCreateInfoCount = 1;
+  device_info.pQueueCreateInfos = &queue_info;
+  device_info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  device_info.ppEnabledExtensionNames = extensions.data();
+  VK_RETURN_IF_ERROR(vkCreateDevice(physical_, &device_info, nullptr, &device_));
+  vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+  vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+
+  VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pool_info.queueFamilyIndex = queue_family_;
+  VK_RETURN_IF_ERROR(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_));
+  VkCommandBufferAllocateInfo allocate{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  allocate.commandPool = command_pool_;
+  allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  allocate.commandBufferCount = 1;
+  VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(device_, &allocate, &commands_));
+  VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &fence_));
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * kMaxBindings};
+  VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  descriptor_info.maxSets = kMaxSetsPerSubmit;
+  descriptor_info.poolSizeCount = 1;
+  descriptor_info.pPoolSizes = &size;
+  VK_RETURN_IF_ERROR(vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
+  zero_copy_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
+                                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                   VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+  return absl::OkStatus();
+}
+
+void VulkanContext::DestroyPipeline(Pipeline* p) {
+  if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
+  if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
+  if (p->set_layout != VK_NULL_HANDLE) {
+    vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+  }
+  *p = Pipeline{};
+}
+
+uint32_t VulkanContext::FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const {
+  for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
+    if ((type_bits & (1u << t)) && (memory_.memoryTypes[t].propertyFlags & required) == required) {
+      return t;
+    }
+  }
+  return UINT32_MAX;
+}
+
+absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDeviceSize bytes,
+                                                                          bool host_visible,
+                                                                          uint32_t memory_type) {
+  if (bytes == 0) bytes = 4;
+  if (bytes > limits_.maxStorageBufferRange) {
+    return absl::InvalidArgumentError(absl::StrCat("a tensor of ", bytes, " bytes exceeds device '",
+                                                   info_.name, "''s maxStorageBufferRange of ",
+                                                   limits_.maxStorageBufferRange,
+                                                   " bytes; use a smaller batch or sequence"));
+  }
+  auto buffer = std::make_unique<VulkanBuffer>();
+  buffer->device = device_;
+  buffer->bytes = bytes;
+  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  info.size = bytes;
+  info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VK_RETURN_IF_ERROR(vkCreateBuffer(device_, &info, nullptr, &buffer->buffer));
+  VkMemoryRequirements requirements;
+  vkGetBufferMemoryRequirements(device_, buffer->buffer, &requirements);
+  uint32_t type = memory_type;
+  if (type == UINT32_MAX || !(requirements.memoryTypeBits & (1u << type))) {
+    const VkMemoryPropertyFlags host =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    type = host_visible
+               ? FindMemoryType(requirements.memoryTypeBits, host)
+               : FindMemoryType(requirements.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    if (type == UINT32_MAX) type = FindMemoryType(requirements.memoryTypeBits, 0);
+  }
+  if (type == UINT32_MAX) {
+    return absl::InternalError(
+        absl::StrCat("device '", info_.name, "' has no memory type for a ", bytes, "-byte buffer"));
+  }
+  VkMemoryAllocateInfo allocate{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  allocate.allocationSize = requirements.size;
+  allocate.memoryTypeIndex = type;
+  const VkResult allocated = vkAllocateMemory(device_, &allocate, nullptr, &buffer->memory);
+  if (allocated != VK_SUCCESS) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", requirements.size,
+                                                     " bytes on device '", info_.name,
+                                                     "': ", ResultName(allocated)));
+  }
+  VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
+  if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+    VK_RETURN_IF_ERROR(vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
+  }
+  return buffer;
+}
+
+absl::Status VulkanContext::CopyNow(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes) {
+  FSDPD_RETURN_IF_ERROR(Finish());
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
+  VkBufferCopy region{0, 0, bytes};
+  vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
+  VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
+  return SubmitAndWait();
+}
+
+absl::Status VulkanContext::SubmitAndWait() {
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &commands_;
+  VK_RETURN_IF_ERROR(vkQueueSubmit(queue_, 1, &submit, fence_));
+  VK_RETURN_IF_ERROR(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+  VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &fence_));
+  VK_RETURN_IF_ERROR(vkResetCommandBuffer(commands_, 0));
+  return absl::OkStatus();
+}
+
+absl::Status VulkanContext::MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes,
+                                         Pipeline* out) {
+  const SpirV code = ShaderCode(shader);
+  VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  module_info.codeSize = code.bytes;
+  module_info.pCode = code.words;
+  VkShaderModule module;
+  VK_RETURN_IF_ERROR(vkCreateShaderModule(device_, &module_info, nullptr, &module));
+  std::vector<VkDescriptorSetLayoutBinding> layout_bindings(bindings);
+  for (uint32_t b = 0; b < bindings; ++b) {
+    layout_bindings[b] = {b, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
+                          nullptr};
+  }
+  VkDescriptorSetLayoutCreateInfo set_info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  set_info.bindingCount = bindings;
+  set_info.pBindings = layout_bindings.data();
+  VK_RETURN_IF_ERROR(vkCreateDescriptorSetLayout(device_, &set_info, nullptr, &out->set_layout));
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+  VkPipelineLayoutCreateInfo layout_info{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  layout_info.setLayoutCount = 1;
+  layout_info.pSetLayouts = &out->set_layout;
+  layout_info.pushConstantRangeCount = 1;
+  layout_info.pPushConstantRanges = &range;
+  VK_RETURN_IF_ERROR(vkCreatePipelineLayout(device_, &layout_info, nullptr, &out->layout));
+  VkComputePipelineCreateInfo pipeline_info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  pipeline_info.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  pipeline_info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  pipeline_info.stage.module = module;
+  pipeline_info.stage.pName = "main";
+  pipeline_info.layout = out->layout;
+  const VkResult created =
+      vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &pipeline_info, nullptr, &out->pipeline);
+  vkDestroyShaderModule(device_, module, nullptr);
+  if (created != VK_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cannot build the ", ShaderName(shader),
+                                            " pipeline on '", info_.name,
+                                            "': ", ResultName(created)));
+  }
+  out->bindings = bindings;
+  out->push_bytes = push_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status VulkanContext::BeginRecording() {
+  if (recording_) return absl::OkStatus();
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
+  recording_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
+                                     std::initializer_list<Buffer*> buffers, const void* push,
+                                     uint32_t x_groups, uint32_t y_groups) {
+  if (sets_used_ == kMaxSetsPerSubmit) FSDPD_RETURN_IF_ERROR(Finish());
+  FSDPD_RETURN_IF_ERROR(BeginRecording());
+  VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  allocate.descriptorPool = descriptor_pool_;
+  allocate.descriptorSetCount = 1;
+  allocate.pSetLayouts = &pipeline.set_layout;
+  VkDescriptorSet set;
+  VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(device_, &allocate, &set));
+  ++sets_used_;
+  VkDescriptorBufferInfo infos[kMaxBindings];
+  VkWriteDescriptorSet writes[kMaxBindings];
+  uint32_t b = 0;
+  for (Buffer* buffer : buffers) {
+    infos[b] = {Vk(*buffer).buffer, 0, VK_WHOLE_SIZE};
+    writes[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[b].dstSet = set;
+    writes[b].dstBinding = b;
+    writes[b].descriptorCount = 1;
+    writes[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[b].pBufferInfo = &infos[b];
+    ++b;
+  }
+  vkUpdateDescriptorSets(device_, b, writes, 0, nullptr);
+  vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+  vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
+                          nullptr);
+  vkCmdPushConstants(commands_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     pipeline.push_bytes, push);
+  vkCmdDispatch(commands_, x_groups, y_groups, 1);
+  // Each op reads what the one before wrote.
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                           VK_PIPELINE_STAGE_HOST_BIT,
+                       0, 1, &barrier, 0, nullptr, 0, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status VulkanContext::Finish() {
+  if (!recording_) return absl::OkStatus();
+  recording_ = false;
+  VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
+  FSDPD_RETURN_IF_ERROR(SubmitAndWait());
+  VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
+  sets_used_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset,
+                                       VulkanBuffer& to, VkDeviceSize to_offset,
+                                       VkDeviceSize bytes) {
+  FSDPD_RETURN_IF_ERROR(BeginRecording());
+  const VkBufferCopy region{from_offset, to_offset, bytes};
+  vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
+  // Dispatch's barrier covers the copy's read of what a shader before it wrote; this one, the
+  // later commands' use of what it wrote.
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                          VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                           VK_PIPELINE_STAGE_HOST_BIT,
+                       0, 1, &barrier, 0, nullptr, 0, nullptr);
+  return absl::OkStatus();
+}
+
+}  // namespace fsdpd::edge

@@ -1,0 +1,120 @@
+// One Vulkan device opened for the edge backend's compute (edge/vulkan_backend.cc): the device
+// with the features the shaders need, one compute queue, one command buffer recorded between
+// Finish calls with a barrier after every command, descriptor sets from a pool reset per submit,
+// buffers and pipelines. Which pipelines exist and which one runs an op is the backend's
+// business; this layer knows shaders only as SPIR-V to build. Internal to edge/.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "edge/backend.h"
+#include "edge/shaders.h"
+#include "edge/vulkan_backend.h"
+#include "edge/vulkan_device.h"
+
+namespace fsdpd::edge {
+
+struct Pipeline {
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  uint32_t bindings = 0;
+  uint32_t push_bytes = 0;
+};
+
+struct VulkanBuffer : Buffer {
+  VkDevice device = VK_NULL_HANDLE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkDeviceSize bytes = 0;
+  void* mapped = nullptr;  // host-visible memory stays mapped
+  bool half = false;       // fp16 elements: a matmul's x from MatmulInput
+  ~VulkanBuffer() override {
+    if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
+    if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
+  }
+};
+
+inline VulkanBuffer& Vk(Buffer& buffer) { return static_cast<VulkanBuffer&>(buffer); }
+
+class VulkanContext {
+ public:
+  // Opens options.device: Vulkan 1.1 or newer with subgroup shuffles in groups of
+  // kAttentionLanesPerQuery (attention.comp), fp16 where the device has shaderFloat16 and
+  // storageBuffer16BitAccess unless options.precision says fp32 (fp16 asked of a device without
+  // them is an error), the NV cooperative-matrix extension where options.cooperative_matrix,
+  // fp16 and the device's 16×16×16 shape allow it, and workgroup-scope matrices
+  // (VK_NV_cooperative_matrix2) where that device also offers them on Vulkan 1.3.
+  static absl::StatusOr<std::unique_ptr<VulkanContext>> Create(const VulkanOptions& options);
+  ~VulkanContext();  // after every buffer and pipeline made here is gone
+  VulkanContext(const VulkanContext&) = delete;
+  VulkanContext& operator=(const VulkanContext&) = delete;
+
+  const VulkanDeviceInfo& info() const { return info_; }
+  const VkPhysicalDeviceLimits& limits() const { return limits_; }
+  bool fp16() const { return fp16_; }
+  bool coop() const { return coop_; }  // the NV cooperative-matrix extension is enabled
+  bool cm2() const { return cm2_; }    // and workgroup-scope matrices
+  int validation_errors() const;
+  std::string last_validation_error() const;
+
+  // A memory type both device-local and host-visible (zero-copy weights), or UINT32_MAX.
+  uint32_t zero_copy_memory_type() const { return zero_copy_type_; }
+  // A buffer of `bytes` in `memory_type` where given and allowed, else host-visible (mapped) or
+  // device-local memory. Larger than maxStorageBufferRange, or no room: an error saying so.
+  absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateBuffer(VkDeviceSize bytes, bool host_visible,
+                                                             uint32_t memory_type = UINT32_MAX);
+  // from → to, bytes from offset 0, now: what is recorded is submitted first, then the copy,
+  // waited for (uploads through staging, reads of device-local memory).
+  absl::Status CopyNow(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes);
+
+  absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out);
+  void DestroyPipeline(Pipeline* pipeline);
+
+  // Records a dispatch of `pipeline` over `buffers` (bound 0, 1, …) with push_bytes of `push`,
+  // then a barrier: every later command sees what it wrote.
+  absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
+                        const void* push, uint32_t x_groups, uint32_t y_groups);
+  // Records a copy of `bytes` between buffer offsets, then a barrier as Dispatch does.
+  absl::Status RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset, VulkanBuffer& to,
+                          VkDeviceSize to_offset, VkDeviceSize bytes);
+  // Submits what is recorded and waits for it.
+  absl::Status Finish();
+
+  static constexpr uint32_t kMaxBindings = 4;
+  static constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
+
+ private:
+  VulkanContext() = default;
+  absl::Status Open(const VulkanOptions& options);
+  uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const;
+  absl::Status BeginRecording();
+  absl::Status SubmitAndWait();
+
+  std::unique_ptr<Instance> instance_;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VulkanDeviceInfo info_;
+  VkPhysicalDeviceLimits limits_{};
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer commands_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
+  uint32_t sets_used_ = 0;
+  bool recording_ = false;
+  bool fp16_ = false;
+  bool coop_ = false;
+  bool cm2_ = false;
+  uint32_t zero_copy_type_ = UINT32_MAX;
+};
+
+}  // namespace fsdpd::edge
