@@ -1,10 +1,14 @@
 #include "edge/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -22,6 +26,34 @@ struct HostBuffer : Buffer {
 
 HostBuffer& Host(Buffer& buffer) { return static_cast<HostBuffer&>(buffer); }
 
+// A buffer of `count` floats or ints. A size past the machine's memory (a --seq or --batch far
+// too large) is an error naming it, not an abort from the allocator.
+template <class T>
+absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(int64_t count,
+                                                      std::vector<T> HostBuffer::*values) {
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a tensor of ", count, " elements"));
+  }
+  const double bytes = static_cast<double>(count) * sizeof(T);
+  const double memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  auto refuse = [&] {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate a tensor of ", count, " elements (",
+                     absl::StrFormat("%.3g", bytes / (1 << 30)), " GiB) on the host (",
+                     absl::StrFormat("%.3g", memory / (1 << 30)),
+                     " GiB of memory); use a smaller batch or sequence"));
+  };
+  if (memory > 0 && bytes > memory) return refuse();
+  auto buffer = std::make_unique<HostBuffer>();
+  try {
+    (buffer.get()->*values).resize(static_cast<size_t>(count));
+  } catch (const std::bad_alloc&) {
+    return refuse();
+  }
+  return std::unique_ptr<Buffer>(std::move(buffer));
+}
+
 class CpuBackend : public Backend {
  public:
   std::string Describe() const override { return "cpu (fp32 reference, kernels/cpu)"; }
@@ -32,14 +64,10 @@ class CpuBackend : public Backend {
     return buffer;
   }
   absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
-    auto buffer = std::make_unique<HostBuffer>();
-    buffer->floats.resize(static_cast<size_t>(count));
-    return buffer;
+    return NewHostBuffer(count, &HostBuffer::floats);
   }
   absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) override {
-    auto buffer = std::make_unique<HostBuffer>();
-    buffer->ints.resize(static_cast<size_t>(count));
-    return buffer;
+    return NewHostBuffer(count, &HostBuffer::ints);
   }
   absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) override {
     std::memcpy(Host(buffer).ints.data(), values, static_cast<size_t>(count) * sizeof(int32_t));

@@ -200,6 +200,17 @@ TEST_F(EdgeCliTest, GenerateRefusesAModelWithoutTheCausalMask) {
   ExpectError(RunEdge("generate " + path + " --prompt hi"), "generate needs a causal model");
 }
 
+// A window far past the machine's memory is refused by either backend, never an abort.
+TEST_F(EdgeCliTest, AWindowTooLargeForTheDeviceIsAClearError) {
+  ExpectError(RunEdge("generate " + model_ + " --prompt hi --seq 1000000000 --backend cpu"),
+              "use a smaller batch or sequence");
+  ExpectError(
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 100000000 --batch 100 --backend cpu"),
+      "use a smaller batch or sequence");
+  ExpectError(RunEdge("generate " + model_ + " --prompt hi --seq 1000000000"),
+              "use a smaller batch or sequence");
+}
+
 TEST_F(EdgeCliTest, GenerateRefusesBadCounts) {
   ExpectError(RunEdge("generate " + model_ + " --prompt hi --new-tokens -3"),
               "--new-tokens must be ≥ 0 (got -3)");
