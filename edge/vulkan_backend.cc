@@ -499,19 +499,8 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
                          bool causal, Buffer& out) override {
-    FSDPD_RETURN_IF_ERROR(RequireFp32("Attention", "qkv", qkv));
-    FSDPD_RETURN_IF_ERROR(RequireFp32("Attention", "out", out));
-    const int64_t head_dim = dim / heads;
-    if (head_dim > kMaxAttentionHeadDim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attention head_dim ", head_dim, " (dim ", dim, " / heads ", heads,
-                       ") exceeds the shader's limit of ", kMaxAttentionHeadDim));
-    }
-    FSDPD_RETURN_IF_ERROR(CheckIndex("attention qkv", batch * seq * 3 * dim));
-    if (batch * heads > limits_.maxComputeWorkGroupCount[1]) {
-      return absl::InvalidArgumentError(absl::StrCat("attention: batch × heads = ", batch * heads,
-                                                     " exceeds the device's workgroup limit"));
-    }
+    FSDPD_ASSIGN_OR_RETURN(const int64_t head_dim,
+                           CheckAttention("Attention", qkv, out, batch, batch * seq, heads, dim));
     const AttentionPush push = MakeAttentionPush(batch, seq, heads, head_dim, causal, 0);
     // A workgroup takes 64 queries of one (batch, head), or a workgroup-scope shader's BR.
     const bool matrix_units = coop_attention_ && head_dim % 16 == 0;
@@ -548,15 +537,8 @@ class VulkanBackendImpl : public VulkanBackend {
   // such offset; one query a step leaves them nothing to gain).
   absl::Status CausalAttentionAt(Buffer& qkv, int64_t first, int64_t rows, int64_t heads,
                                  int64_t dim, Buffer& out) override {
-    FSDPD_RETURN_IF_ERROR(RequireFp32("CausalAttentionAt", "qkv", qkv));
-    FSDPD_RETURN_IF_ERROR(RequireFp32("CausalAttentionAt", "out", out));
-    const int64_t head_dim = dim / heads;
-    if (head_dim > kMaxAttentionHeadDim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("decoding attention: head_dim ", head_dim, " (dim ", dim, " / heads ", heads,
-                       ") exceeds attention.comp's limit of ", kMaxAttentionHeadDim));
-    }
-    FSDPD_RETURN_IF_ERROR(CheckIndex("attention qkv", (first + rows) * 3 * dim));
+    FSDPD_ASSIGN_OR_RETURN(const int64_t head_dim, CheckAttention("CausalAttentionAt", qkv, out, 1,
+                                                                  first + rows, heads, dim));
     const AttentionPush push = MakeAttentionPush(1, rows, heads, head_dim, true, first);
     return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((rows + 63) / 64),
                     static_cast<uint32_t>(heads));
@@ -621,6 +603,25 @@ class VulkanBackendImpl : public VulkanBackend {
     return context_->Dispatch(pipeline, buffers, push, x_groups, y_groups);
   }
 
+  // The checks both attention ops make (fp32 buffers, head_dim within the shaders' limit, qkv's
+  // `rows` rows within 32-bit indices, a workgroup row per (batch, head)); head_dim.
+  absl::StatusOr<int64_t> CheckAttention(const char* op, Buffer& qkv, Buffer& out, int64_t batch,
+                                         int64_t rows, int64_t heads, int64_t dim) const {
+    FSDPD_RETURN_IF_ERROR(RequireFp32(op, "qkv", qkv));
+    FSDPD_RETURN_IF_ERROR(RequireFp32(op, "out", out));
+    const int64_t head_dim = dim / heads;
+    if (head_dim > kMaxAttentionHeadDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention head_dim ", head_dim, " (dim ", dim, " / heads ", heads,
+                       ") exceeds the shader's limit of ", kMaxAttentionHeadDim));
+    }
+    FSDPD_RETURN_IF_ERROR(CheckIndex("attention qkv", rows * 3 * dim));
+    if (batch * heads > limits_.maxComputeWorkGroupCount[1]) {
+      return absl::InvalidArgumentError(absl::StrCat("attention: batch × heads = ", batch * heads,
+                                                     " exceeds the device's workgroup limit"));
+    }
+    return head_dim;
+  }
   absl::Status CheckIndex(const char* what, int64_t elements) const {
     if (elements >= (int64_t{1} << 32)) {
       return absl::InvalidArgumentError(

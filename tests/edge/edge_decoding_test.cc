@@ -128,6 +128,12 @@ TEST_P(EdgeDecodingVulkanTest, CausalAttentionAtMatchesTheReference) {
     }
     EXPECT_LE(worst, tolerance);
   }
+  // A head wider than attention.comp's is refused, naming the limit.
+  std::unique_ptr<Buffer> qkv = *vulkan_->Floats(2 * 3 * 256), out = *vulkan_->Floats(256);
+  const absl::Status wide = vulkan_->CausalAttentionAt(*qkv, 1, 1, 1, 256, *out);
+  EXPECT_EQ(wide.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wide.message().find("head_dim 256"), std::string::npos) << wide;
+  EXPECT_NE(wide.message().find("limit of 128"), std::string::npos) << wide;
 }
 
 TEST_P(EdgeDecodingVulkanTest, CopyFloatsMovesARangeInOrderWithTheOtherOps) {
