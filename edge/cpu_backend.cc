@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -19,55 +21,78 @@
 namespace fsdpd::edge {
 namespace {
 
+// Bytes held by one backend's live buffers, which a buffer returns when it goes.
+using Ledger = std::shared_ptr<std::atomic<int64_t>>;
+
 struct HostBuffer : Buffer {
   std::vector<float> floats;
   std::vector<int32_t> ints;
+  Ledger ledger;
+  int64_t charged = 0;
+  ~HostBuffer() override {
+    if (ledger != nullptr) *ledger -= charged;
+  }
 };
 
 HostBuffer& Host(Buffer& buffer) { return static_cast<HostBuffer&>(buffer); }
 
-// A buffer of `count` floats or ints. A size past the machine's memory (a --seq or --batch far
-// too large) is an error naming it, not an abort from the allocator.
+double PhysicalMemoryBytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+// A buffer of `count` floats or ints (`values` from `source` where given), charged to `ledger`.
+// What the backend's buffers would hold together past `memory` bytes (a --seq or --batch far too
+// large) is an error naming the sizes, not an abort in the allocator or the kernel's
+// out-of-memory killer.
 template <class T>
-absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(int64_t count,
-                                                      std::vector<T> HostBuffer::*values) {
+absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(const Ledger& ledger, double memory,
+                                                      int64_t count,
+                                                      std::vector<T> HostBuffer::*values,
+                                                      const T* source = nullptr) {
   if (count < 0) {
     return absl::InvalidArgumentError(absl::StrCat("a tensor of ", count, " elements"));
   }
   const double bytes = static_cast<double>(count) * sizeof(T);
-  const double memory =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double held = static_cast<double>(ledger->load());
   auto refuse = [&] {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate a tensor of ", count, " elements (",
-                     absl::StrFormat("%.3g", bytes / (1 << 30)), " GiB) on the host (",
+                     absl::StrFormat("%.3g", bytes / (1 << 30)), " GiB) on the host beside the ",
+                     absl::StrFormat("%.3g", held / (1 << 30)), " GiB already held (",
                      absl::StrFormat("%.3g", memory / (1 << 30)),
                      " GiB of memory); use a smaller batch or sequence"));
   };
-  if (memory > 0 && bytes > memory) return refuse();
+  if (memory > 0 && held + bytes > memory) return refuse();
   auto buffer = std::make_unique<HostBuffer>();
   try {
-    (buffer.get()->*values).resize(static_cast<size_t>(count));
+    if (source != nullptr) {
+      (buffer.get()->*values).assign(source, source + count);
+    } else {
+      (buffer.get()->*values).resize(static_cast<size_t>(count));
+    }
   } catch (const std::bad_alloc&) {
     return refuse();
   }
+  buffer->ledger = ledger;
+  buffer->charged = static_cast<int64_t>(bytes);
+  *ledger += buffer->charged;
   return std::unique_ptr<Buffer>(std::move(buffer));
 }
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(int64_t memory_bytes)
+      : memory_(memory_bytes > 0 ? static_cast<double>(memory_bytes) : PhysicalMemoryBytes()) {}
   std::string Describe() const override { return "cpu (fp32 reference, kernels/cpu)"; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
-    auto buffer = std::make_unique<HostBuffer>();
-    buffer->floats.assign(values, values + count);
-    return buffer;
+    return NewHostBuffer(ledger_, memory_, count, &HostBuffer::floats, values);
   }
   absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
-    return NewHostBuffer(count, &HostBuffer::floats);
+    return NewHostBuffer(ledger_, memory_, count, &HostBuffer::floats);
   }
   absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) override {
-    return NewHostBuffer(count, &HostBuffer::ints);
+    return NewHostBuffer(ledger_, memory_, count, &HostBuffer::ints);
   }
   absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) override {
     std::memcpy(Host(buffer).ints.data(), values, static_cast<size_t>(count) * sizeof(int32_t));
@@ -145,12 +170,16 @@ class CpuBackend : public Backend {
   absl::Status Finish() override { return absl::OkStatus(); }
 
  private:
+  double memory_;  // what the buffers may hold together
+  Ledger ledger_ = std::make_shared<std::atomic<int64_t>>(0);
   std::vector<float> rstd_;  // what the training kernels save for backward; unused here
   std::vector<float> lse_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> CreateCpuBackend(int64_t memory_bytes) {
+  return std::make_unique<CpuBackend>(memory_bytes);
+}
 
 }  // namespace fsdpd::edge

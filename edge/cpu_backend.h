@@ -2,12 +2,15 @@
 // (kernels/cpu), so `--backend cpu` computes exactly what the CPU engine computes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "edge/backend.h"
 
 namespace fsdpd::edge {
 
-std::unique_ptr<Backend> CreateCpuBackend();
+// Its buffers may hold memory_bytes together (0: the machine's physical memory); an allocation
+// past that is a RESOURCE_EXHAUSTED error naming the sizes.
+std::unique_ptr<Backend> CreateCpuBackend(int64_t memory_bytes = 0);
 
 }  // namespace fsdpd::edge

@@ -221,6 +221,28 @@ INSTANTIATE_TEST_SUITE_P(Precisions, EdgeDecodingVulkanTest,
                            return info.param == VulkanOptions::Precision::kFp32 ? "fp32" : "fp16";
                          });
 
+// The CPU backend's buffers together stay within its memory: past it an allocation is an error
+// naming the sizes, and a buffer that goes returns its bytes.
+TEST(EdgeCpuMemoryTest, BuffersTogetherStayWithinTheBackendsMemory) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend(/*memory_bytes=*/1 << 20);
+  std::vector<std::unique_ptr<Buffer>> held;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<std::unique_ptr<Buffer>> buffer = cpu->Floats(50000);  // 200 kB
+    ASSERT_TRUE(buffer.ok()) << i << ": " << buffer.status();
+    held.push_back(std::move(*buffer));
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> over = cpu->Ints(50000);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("use a smaller batch or sequence"), std::string::npos)
+      << over.status();
+  const std::vector<float> values(50000, 1.0f);
+  EXPECT_FALSE(cpu->Weight(values.data(), 50000).ok()) << "weights count too";
+  held.pop_back();
+  EXPECT_TRUE(cpu->Ints(50000).ok()) << "a freed buffer's bytes are available again";
+  EXPECT_EQ(cpu->Floats(-1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(EdgeDecodingErrorsTest, BadCallsAreClearErrors) {
   fsdpd::testing::TempDir directory("edge-decoding");
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
