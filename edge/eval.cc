@@ -6,7 +6,10 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "formats/mapped_file.h"
 
@@ -82,6 +85,20 @@ absl::StatusOr<Perplexity> EvaluatePerplexity(ModelRunner& runner,
   return result;
 }
 
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece :
+       absl::StrSplit(text, absl::ByAnyChar(", \t\n"), absl::SkipEmpty())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id) || id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", piece, "' is not a token id (a non-negative integer)"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
                                               const std::vector<int32_t>& prompt,
                                               const GenerateOptions& options) {
@@ -92,7 +109,7 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
         "position, so a next-token prediction would see the future during training");
   }
   if (runner.batch() != 1) return absl::InternalError("generate needs a runner of batch 1");
-  if (prompt.empty()) return absl::InvalidArgumentError("--prompt is empty");
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (options.top_k < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--top-k must be ≥ 1 (got ", options.top_k, ")"));

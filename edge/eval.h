@@ -14,6 +14,10 @@ namespace fsdpd::edge {
 // little-endian uint16 or uint32 ids (token_bytes 2 or 4), as for training.
 absl::StatusOr<std::vector<int32_t>> ReadTextTokens(const std::string& path);
 absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int token_bytes);
+// Token ids written out ("17 4 230" or "17,4,230"), for prompting a model whose vocabulary is
+// not bytes. Anything but non-negative integers is an error naming it; the ids are checked
+// against the model's vocabulary when they run.
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text);
 
 struct Perplexity {
   double mean_nll = 0.0;    // nats per predicted token

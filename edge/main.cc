@@ -152,14 +152,23 @@ int RunEval(const RunOptions& options, const std::string& text, const std::strin
   return CheckValidation(*loaded);
 }
 
-int RunGenerate(const RunOptions& options, const std::string& prompt,
-                const GenerateOptions& generate) {
-  absl::StatusOr<Loaded> loaded = Load(options, 1);
-  if (!loaded.ok()) return Fail(loaded.status());
+// The prompt as token ids: --prompt-ids as written, or --prompt's bytes.
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::string& prompt,
+                                                  const std::string& prompt_ids) {
+  if (!prompt_ids.empty()) return ParseTokenIds(prompt_ids);
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   for (int32_t& token : tokens) token = static_cast<unsigned char>(token);
+  return tokens;
+}
+
+int RunGenerate(const RunOptions& options, const std::string& prompt, const std::string& prompt_ids,
+                const GenerateOptions& generate) {
+  absl::StatusOr<std::vector<int32_t>> tokens = PromptTokens(prompt, prompt_ids);
+  if (!tokens.ok()) return Fail(tokens.status());
+  absl::StatusOr<Loaded> loaded = Load(options, 1);
+  if (!loaded.ok()) return Fail(loaded.status());
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::vector<int32_t>> text = Generate(*loaded->runner, tokens, generate);
+  absl::StatusOr<std::vector<int32_t>> text = Generate(*loaded->runner, *tokens, generate);
   if (!text.ok()) return Fail(text.status());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -205,7 +214,12 @@ int main(int argc, char** argv) {
   GenerateOptions generate;
   CLI::App* gen = app.add_subcommand("generate", "continue a prompt (causal byte-level models)");
   AddRunOptions(gen, &generate_options);
-  gen->add_option("--prompt", prompt, "prompt text (one token per byte)")->required();
+  std::string prompt_ids;
+  auto* prompt_option = gen->add_option("--prompt", prompt, "prompt text (one token per byte)");
+  gen->add_option(
+         "--prompt-ids", prompt_ids,
+         "the prompt as token ids (\"17 4 230\"), for models whose vocabulary is not bytes")
+      ->excludes(prompt_option);
   gen->add_option("--new-tokens", generate.new_tokens, "tokens to generate (default 64)");
   gen->add_option("--top-k", generate.top_k, "sample among the k likeliest (1: greedy)");
   gen->add_option("--seed", generate.seed, "sampling seed");
@@ -223,5 +237,9 @@ int main(int argc, char** argv) {
     return RunEval(eval_options, text, tokens_path, token_bytes);
   }
   generate.kv_cache = !no_cache;
-  return RunGenerate(generate_options, prompt, generate);
+  if (prompt.empty() && prompt_ids.empty()) {
+    std::fprintf(stderr, "fsdpd-edge: generate needs --prompt TEXT or --prompt-ids IDS\n");
+    return 1;
+  }
+  return RunGenerate(generate_options, prompt, prompt_ids, generate);
 }

@@ -216,7 +216,26 @@ TEST_F(EdgeCliTest, GenerateRefusesBadCounts) {
   ExpectError(RunEdge("generate " + model_ + " --prompt hi --new-tokens -3"),
               "--new-tokens must be ≥ 0 (got -3)");
   ExpectError(RunEdge("generate " + model_ + " --prompt hi --top-k 0"), "--top-k must be ≥ 1");
-  ExpectError(RunEdge("generate " + model_ + " --prompt ''"), "--prompt is empty");
+  ExpectError(RunEdge("generate " + model_ + " --prompt ''"),
+              "generate needs --prompt TEXT or --prompt-ids IDS");
+  ExpectError(RunEdge("generate " + model_ + " --prompt-ids ,"), "the prompt is empty");
+}
+
+// A model whose vocabulary is not bytes takes its prompt as ids and prints ids.
+TEST_F(EdgeCliTest, GenerateTakesAPromptOfTokenIds) {
+  ExportedModelConfig tokens = config_;
+  tokens.vocab = 300;
+  const std::string path = dir_.File("tokens.safetensors");
+  testing::WriteModel(path, tokens, testing::RandomModelTensors(tokens, 8));
+  const Outcome outcome =
+      RunEdge("generate " + path + " --prompt-ids '299, 5 17' --new-tokens 4 --seq 16");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("299 5 17 "), std::string::npos) << outcome.output;
+  ExpectError(RunEdge("generate " + path + " --prompt-ids 300"),
+              "outside the model's vocab of 300");
+  ExpectError(RunEdge("generate " + path + " --prompt-ids '12 x'"),
+              "'x' is not a token id (a non-negative integer)");
+  ExpectError(RunEdge("generate " + path + " --prompt-ids -4"), "'-4' is not a token id");
 }
 
 }  // namespace
