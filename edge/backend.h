@@ -40,6 +40,10 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<Buffer>> MatmulInput(int64_t count) {
     return Floats(count);
   }
+  // Whether `bytes` more of buffers fit beside the live ones: an error naming the sizes where a
+  // backend knows they cannot (asked before a batch of allocations, so that a window far too
+  // large is refused before any of it is allocated). The default cannot tell and says yes.
+  virtual absl::Status CheckRoom(double bytes) { return absl::OkStatus(); }
   // Host ↔ buffer copies; both wait for the work enqueued before them.
   virtual absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) = 0;
   virtual absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) = 0;

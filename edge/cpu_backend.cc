@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -40,6 +41,21 @@ double PhysicalMemoryBytes() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
+absl::Status HostRoomError(double bytes, double held, double memory) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("cannot allocate ", absl::StrFormat("%.3g", bytes / (1 << 30)),
+                   " GiB on the host beside the ", absl::StrFormat("%.3g", held / (1 << 30)),
+                   " GiB already held (", absl::StrFormat("%.3g", memory / (1 << 30)),
+                   " GiB of memory); use a smaller batch or sequence"));
+}
+
+// Whether `bytes` more fit beside what `ledger` holds within `memory`.
+absl::Status CheckHostRoom(const Ledger& ledger, double memory, double bytes) {
+  const double held = static_cast<double>(ledger->load());
+  if (memory > 0 && held + bytes > memory) return HostRoomError(bytes, held, memory);
+  return absl::OkStatus();
+}
+
 // A buffer of `count` floats or ints (`values` from `source` where given), charged to `ledger`.
 // What the backend's buffers would hold together past `memory` bytes (a --seq or --batch far too
 // large) is an error naming the sizes, not an abort in the allocator or the kernel's
@@ -53,16 +69,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(const Ledger& ledger, doub
     return absl::InvalidArgumentError(absl::StrCat("a tensor of ", count, " elements"));
   }
   const double bytes = static_cast<double>(count) * sizeof(T);
-  const double held = static_cast<double>(ledger->load());
-  auto refuse = [&] {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate a tensor of ", count, " elements (",
-                     absl::StrFormat("%.3g", bytes / (1 << 30)), " GiB) on the host beside the ",
-                     absl::StrFormat("%.3g", held / (1 << 30)), " GiB already held (",
-                     absl::StrFormat("%.3g", memory / (1 << 30)),
-                     " GiB of memory); use a smaller batch or sequence"));
-  };
-  if (memory > 0 && held + bytes > memory) return refuse();
+  FSDPD_RETURN_IF_ERROR(CheckHostRoom(ledger, memory, bytes));
   auto buffer = std::make_unique<HostBuffer>();
   try {
     if (source != nullptr) {
@@ -71,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(const Ledger& ledger, doub
       (buffer.get()->*values).resize(static_cast<size_t>(count));
     }
   } catch (const std::bad_alloc&) {
-    return refuse();
+    return HostRoomError(bytes, static_cast<double>(ledger->load()), memory);
   }
   buffer->ledger = ledger;
   buffer->charged = static_cast<int64_t>(bytes);
@@ -85,6 +92,7 @@ class CpuBackend : public Backend {
       : memory_(memory_bytes > 0 ? static_cast<double>(memory_bytes) : PhysicalMemoryBytes()) {}
   std::string Describe() const override { return "cpu (fp32 reference, kernels/cpu)"; }
 
+  absl::Status CheckRoom(double bytes) override { return CheckHostRoom(ledger_, memory_, bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
     return NewHostBuffer(ledger_, memory_, count, &HostBuffer::floats, values);
   }

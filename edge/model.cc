@@ -98,6 +98,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel
   }
   const int64_t rows = batch * seq;
   const int64_t ffn = c.ffn_mult * c.dim;
+  // The window's activations below, at 4 bytes an element (fp16 ones take less), asked for at
+  // once: a window far too large is refused before any of it is allocated.
+  const double elements =
+      static_cast<double>(rows) * (2.0 + 5.0 * c.dim + 3.0 * c.dim + 2.0 * ffn + c.vocab + 1.0);
+  FSDPD_RETURN_IF_ERROR(backend->CheckRoom(4.0 * elements));
   FSDPD_ASSIGN_OR_RETURN(runner->tokens_, backend->Ints(rows));
   FSDPD_ASSIGN_OR_RETURN(runner->targets_, backend->Ints(rows));
   FSDPD_ASSIGN_OR_RETURN(runner->hidden_, backend->Floats(rows * c.dim));

@@ -243,6 +243,32 @@ TEST(EdgeCpuMemoryTest, BuffersTogetherStayWithinTheBackendsMemory) {
   EXPECT_EQ(cpu->Floats(-1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A window whose activations cannot fit is refused as a whole, before any of it is allocated;
+// the backend then still runs a window that fits.
+TEST(EdgeCpuMemoryTest, AWindowTooLargeIsRefusedBeforeItsTensorsAreAllocated) {
+  fsdpd::testing::TempDir directory("edge-memory");
+  ExportedModelConfig config{50, 32, 1, 2, 2, /*causal=*/true, false, 1e-5};
+  const std::string path = directory.path() + "/model.safetensors";
+  testing::WriteModel(path, config, testing::RandomModelTensors(config, 27));
+  absl::StatusOr<HostModel> model = LoadHostModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::unique_ptr<Backend> cpu = CreateCpuBackend(/*memory_bytes=*/1 << 20);
+  // 10,000 positions of 2 + 8·32 + 2·64 + 50 + 1 elements at 4 bytes: 17.48 MB, asked for at
+  // once (a tensor-by-tensor refusal would name the first tensor past the budget instead).
+  absl::StatusOr<std::unique_ptr<ModelRunner>> large =
+      ModelRunner::Create(*model, cpu.get(), 1, 10000);
+  ASSERT_FALSE(large.ok());
+  EXPECT_EQ(large.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(large.status().message().find("cannot allocate 0.0163 GiB"), std::string::npos)
+      << large.status();
+  EXPECT_NE(large.status().message().find("use a smaller batch or sequence"), std::string::npos)
+      << large.status();
+  absl::StatusOr<std::unique_ptr<ModelRunner>> small = ModelRunner::Create(*model, cpu.get(), 1, 8);
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::vector<float> logits;
+  EXPECT_TRUE((*small)->Prefill({1, 2, 3}, &logits).ok());
+}
+
 TEST(EdgeDecodingErrorsTest, BadCallsAreClearErrors) {
   fsdpd::testing::TempDir directory("edge-decoding");
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
