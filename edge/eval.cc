@@ -156,6 +156,7 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
       next = order[static_cast<size_t>(pick(random))];
     }
     text.push_back(next);
+    if (options.on_token) options.on_token(next);
   }
   return text;
 }

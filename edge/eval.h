@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ struct GenerateOptions {
   // Decode through the runner's cache of qkv rows (one position a token) instead of a whole
   // forward over the window for every token. The predictions are the same either way.
   bool kv_cache = true;
+  // Called with each new token as soon as it is chosen (the CLI streams the text so).
+  std::function<void(int32_t)> on_token;
 };
 
 // Appends new_tokens to prompt (causal models only, a runner of batch 1). Each token is

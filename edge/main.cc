@@ -167,8 +167,23 @@ int RunGenerate(const RunOptions& options, const std::string& prompt, const std:
   if (!tokens.ok()) return Fail(tokens.status());
   absl::StatusOr<Loaded> loaded = Load(options, 1);
   if (!loaded.ok()) return Fail(loaded.status());
+  // The text streams out as it is generated: byte-level models as bytes (any byte, NUL
+  // included), any other vocabulary as ids.
+  const bool bytes = loaded->runner->config().vocab <= 256;
+  auto print = [bytes](int32_t token) {
+    if (bytes) {
+      std::fputc(token, stdout);
+    } else {
+      std::printf("%d ", token);
+    }
+    std::fflush(stdout);
+  };
+  for (int32_t token : *tokens) print(token);
+  GenerateOptions streamed = generate;
+  streamed.on_token = print;
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::vector<int32_t>> text = Generate(*loaded->runner, *tokens, generate);
+  absl::StatusOr<std::vector<int32_t>> text = Generate(*loaded->runner, *tokens, streamed);
+  std::printf("\n");
   if (!text.ok()) return Fail(text.status());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -178,14 +193,6 @@ int RunGenerate(const RunOptions& options, const std::string& prompt, const std:
                static_cast<long long>(generate.new_tokens), seconds,
                static_cast<double>(generate.new_tokens) / seconds,
                generate.kv_cache ? "qkv cache" : "a forward over the window per token");
-  // Byte-level models print as text; any other vocabulary as ids.
-  if (loaded->runner->config().vocab <= 256) {
-    std::string out(text->begin(), text->end());
-    std::printf("%s\n", out.c_str());
-  } else {
-    for (int32_t token : *text) std::printf("%d ", token);
-    std::printf("\n");
-  }
   return CheckValidation(*loaded);
 }
 

@@ -309,12 +309,15 @@ TEST_F(EdgeModelTest, TheQkvCacheGeneratesWhatAWholeForwardDoes) {
       std::vector<std::vector<int32_t>> texts;
       for (bool kv_cache : {false, true}) {
         options.kv_cache = kv_cache;
+        std::vector<int32_t> streamed;  // each token as it was chosen
+        options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
         absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
             ModelRunner::Create(model_, backend, 1, kSeq);
         ASSERT_TRUE(runner.ok()) << runner.status();
         absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
         ASSERT_TRUE(text.ok()) << text.status();
         ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
+        EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
         texts.push_back(*text);
       }
       EXPECT_EQ(texts[0], texts[1]);
