@@ -257,6 +257,7 @@ class VulkanBackendImpl : public VulkanBackend {
   bool uses_cooperative_matrix() const override { return coop_; }
   bool zero_copy_weights() const override { return zero_copy_; }
 
+  absl::Status CheckRoom(double bytes) override { return context_->CheckRoom(bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
     const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * (fp16_ ? 2 : 4);
     std::vector<uint16_t> halves;

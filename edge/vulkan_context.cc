@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
 namespace fsdpd::edge {
@@ -258,6 +259,9 @@ absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDevi
                                                      "': ", ResultName(allocated)));
   }
   VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
+  buffer->ledger = allocated_;
+  buffer->charged = static_cast<int64_t>(requirements.size);
+  *allocated_ += buffer->charged;
   if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
     VK_RETURN_IF_ERROR(vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
   }
@@ -390,6 +394,20 @@ absl::Status VulkanContext::Finish() {
   VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
   sets_used_ = 0;
   return absl::OkStatus();
+}
+
+absl::Status VulkanContext::CheckRoom(double bytes) const {
+  double heap = 0.0;
+  for (const VulkanHeap& candidate : info_.heaps) {
+    if (candidate.device_local) heap = std::max(heap, static_cast<double>(candidate.size));
+  }
+  const double allocated = static_cast<double>(allocated_->load());
+  if (heap <= 0.0 || allocated + bytes <= heap) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "cannot allocate ", absl::StrFormat("%.3g", bytes / (1 << 30)), " GiB on device '",
+      info_.name, "' beside the ", absl::StrFormat("%.3g", allocated / (1 << 30)),
+      " GiB allocated (its largest device-local heap holds ",
+      absl::StrFormat("%.3g", heap / (1 << 30)), " GiB); use a smaller batch or sequence"));
 }
 
 absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset,

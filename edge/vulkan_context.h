@@ -7,6 +7,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -35,9 +36,13 @@ struct VulkanBuffer : Buffer {
   VkDeviceSize bytes = 0;
   void* mapped = nullptr;  // host-visible memory stays mapped
   bool half = false;       // fp16 elements: a matmul's x from MatmulInput
+  // The context's count of allocated bytes, which this buffer's go back to when it goes.
+  std::shared_ptr<std::atomic<int64_t>> ledger;
+  int64_t charged = 0;
   ~VulkanBuffer() override {
     if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
     if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
+    if (ledger != nullptr) *ledger -= charged;
   }
 };
 
@@ -73,6 +78,9 @@ class VulkanContext {
   // from → to, bytes from offset 0, now: what is recorded is submitted first, then the copy,
   // waited for (uploads through staging, reads of device-local memory).
   absl::Status CopyNow(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes);
+  // Whether `bytes` more fit beside the buffers allocated here in the device's largest
+  // device-local heap: RESOURCE_EXHAUSTED naming the sizes where they cannot (Backend::CheckRoom).
+  absl::Status CheckRoom(double bytes) const;
 
   absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out);
   void DestroyPipeline(Pipeline* pipeline);
@@ -115,6 +123,7 @@ class VulkanContext {
   bool coop_ = false;
   bool cm2_ = false;
   uint32_t zero_copy_type_ = UINT32_MAX;
+  std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace fsdpd::edge

@@ -210,6 +210,10 @@ TEST_F(EdgeCliTest, AWindowTooLargeForTheDeviceIsAClearError) {
               "use a smaller batch or sequence");
   ExpectError(RunEdge("generate " + model_ + " --prompt hi --seq 100000000000"),
               "use a smaller batch or sequence");
+  // Every tensor within the device's limits, the window past lavapipe's 2 GiB heap: refused as
+  // a whole before its tensors are allocated.
+  ExpectError(RunEdge("generate " + model_ + " --prompt hi --seq 1000000"),
+              "GiB allocated (its largest device-local heap holds");
 }
 
 TEST_F(EdgeCliTest, GenerateRefusesBadCounts) {
