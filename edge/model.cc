@@ -191,12 +191,18 @@ absl::Status ModelRunner::Prefill(const std::vector<int32_t>& tokens, std::vecto
   FSDPD_RETURN_IF_ERROR(CheckTokens(tokens.data(), count));
   cached_ = 0;  // a failure below leaves no stale positions behind
   if (cache_.empty()) {
+    const double cache_floats =
+        static_cast<double>(layers_.size()) * static_cast<double>(seq_) * 3.0 * config_.dim;
+    FSDPD_RETURN_IF_ERROR(backend_->CheckRoom(4.0 * (cache_floats + config_.dim)));
+    // Kept only whole: a failed allocation leaves no cache to half-use at the next prefill.
+    std::vector<std::unique_ptr<Buffer>> cache;
     for (size_t index = 0; index < layers_.size(); ++index) {
       FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> rows,
                              backend_->Floats(seq_ * 3 * config_.dim));
-      cache_.push_back(std::move(rows));
+      cache.push_back(std::move(rows));
     }
     FSDPD_ASSIGN_OR_RETURN(newest_, backend_->Floats(config_.dim));
+    cache_ = std::move(cache);
   }
   FSDPD_RETURN_IF_ERROR(Decode(tokens.data(), 0, count, logits));
   cached_ = count;

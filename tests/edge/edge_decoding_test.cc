@@ -269,6 +269,32 @@ TEST(EdgeCpuMemoryTest, AWindowTooLargeIsRefusedBeforeItsTensorsAreAllocated) {
   EXPECT_TRUE((*small)->Prefill({1, 2, 3}, &logits).ok());
 }
 
+// The cache is asked for at once too: a model whose weights and window fit but whose cache of
+// qkv rows does not is refused at the first prefill, naming the cache's size, and nothing is
+// cached.
+TEST(EdgeCpuMemoryTest, ACacheTooLargeIsRefusedAtTheFirstPrefill) {
+  fsdpd::testing::TempDir directory("edge-memory");
+  ExportedModelConfig config{50, 32, 20, 2, 2, /*causal=*/true, false, 1e-5};
+  const std::string path = directory.path() + "/model.safetensors";
+  testing::WriteModel(path, config, testing::RandomModelTensors(config, 28));
+  absl::StatusOr<HostModel> model = LoadHostModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Weights about 683 kB, the window's activations 112 kB: within 1 MiB. The cache, 20 layers ×
+  // 64 positions × 96 floats and the newest row: 491,648 bytes more.
+  std::unique_ptr<Backend> cpu = CreateCpuBackend(/*memory_bytes=*/1 << 20);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      ModelRunner::Create(*model, cpu.get(), 1, 64);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  std::vector<float> logits;
+  const absl::Status status = (*runner)->Prefill({1, 2, 3}, &logits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("cannot allocate 0.000458 GiB"), std::string::npos) << status;
+  EXPECT_EQ((*runner)->cached(), 0);
+  // Asked again, the same answer (no half-made cache is taken for a whole one).
+  EXPECT_EQ((*runner)->Prefill({1, 2, 3}, &logits).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*runner)->Append(4, &logits).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(EdgeDecodingErrorsTest, BadCallsAreClearErrors) {
   fsdpd::testing::TempDir directory("edge-decoding");
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
