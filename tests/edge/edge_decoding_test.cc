@@ -49,6 +49,16 @@ std::unique_ptr<Buffer> Upload(Backend& backend, const std::vector<float>& value
   return buffer;
 }
 
+// A random model of `config` written as an export in `directory` and read back.
+HostModel RandomHostModel(const fsdpd::testing::TempDir& directory, const std::string& name,
+                          const ExportedModelConfig& config, uint64_t seed) {
+  const std::string path = directory.path() + "/" + name + ".safetensors";
+  testing::WriteModel(path, config, testing::RandomModelTensors(config, seed));
+  absl::StatusOr<HostModel> model = LoadHostModel(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : HostModel{};
+}
+
 TEST(EdgeDecodingTest, TheCpuRowsAreTheTrainingKernelsCausalAttention) {
   const int64_t seq = 45, heads = 3, head_dim = 16, dim = heads * head_dim;
   const std::vector<float> qkv = RandomValues(seq * 3 * dim, 1.0f, 21);
@@ -168,10 +178,8 @@ TEST_P(EdgeDecodingVulkanTest, CopyFloatsMovesARangeInOrderWithTheOtherOps) {
 TEST_P(EdgeDecodingVulkanTest, CachedLogitsAreTheForwardsOnEveryBackend) {
   ExportedModelConfig config{97, 64, 3, 4, 2, /*causal=*/true, /*final_norm=*/true, 1e-5};
   fsdpd::testing::TempDir directory("edge-decoding");
-  const std::string path = directory.path() + "/model.safetensors";
-  testing::WriteModel(path, config, testing::RandomModelTensors(config, 25));
-  absl::StatusOr<HostModel> model = LoadHostModel(path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const HostModel model = RandomHostModel(directory, "model", config, 25);
+  ASSERT_FALSE(model.tensors.empty());
   const int64_t seq = 24;
   std::vector<int32_t> tokens(seq);
   for (int64_t t = 0; t < seq; ++t) tokens[t] = static_cast<int32_t>((t * 41 + 7) % config.vocab);
@@ -179,7 +187,7 @@ TEST_P(EdgeDecodingVulkanTest, CachedLogitsAreTheForwardsOnEveryBackend) {
   for (Backend* backend : {static_cast<Backend*>(vulkan_.get()), cpu_.get()}) {
     SCOPED_TRACE(backend->Describe());
     absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-        ModelRunner::Create(*model, backend, 1, seq);
+        ModelRunner::Create(model, backend, 1, seq);
     ASSERT_TRUE(runner.ok()) << runner.status();
     std::vector<float> forward;
     ASSERT_TRUE((*runner)->Logits(tokens, &forward).ok());
@@ -248,22 +256,20 @@ TEST(EdgeCpuMemoryTest, BuffersTogetherStayWithinTheBackendsMemory) {
 TEST(EdgeCpuMemoryTest, AWindowTooLargeIsRefusedBeforeItsTensorsAreAllocated) {
   fsdpd::testing::TempDir directory("edge-memory");
   ExportedModelConfig config{50, 32, 1, 2, 2, /*causal=*/true, false, 1e-5};
-  const std::string path = directory.path() + "/model.safetensors";
-  testing::WriteModel(path, config, testing::RandomModelTensors(config, 27));
-  absl::StatusOr<HostModel> model = LoadHostModel(path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const HostModel model = RandomHostModel(directory, "model", config, 27);
+  ASSERT_FALSE(model.tensors.empty());
   std::unique_ptr<Backend> cpu = CreateCpuBackend(/*memory_bytes=*/1 << 20);
   // 10,000 positions of 2 + 8·32 + 2·64 + 50 + 1 elements at 4 bytes: 17.48 MB, asked for at
   // once (a tensor-by-tensor refusal would name the first tensor past the budget instead).
   absl::StatusOr<std::unique_ptr<ModelRunner>> large =
-      ModelRunner::Create(*model, cpu.get(), 1, 10000);
+      ModelRunner::Create(model, cpu.get(), 1, 10000);
   ASSERT_FALSE(large.ok());
   EXPECT_EQ(large.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(large.status().message().find("cannot allocate 0.0163 GiB"), std::string::npos)
       << large.status();
   EXPECT_NE(large.status().message().find("use a smaller batch or sequence"), std::string::npos)
       << large.status();
-  absl::StatusOr<std::unique_ptr<ModelRunner>> small = ModelRunner::Create(*model, cpu.get(), 1, 8);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> small = ModelRunner::Create(model, cpu.get(), 1, 8);
   ASSERT_TRUE(small.ok()) << small.status();
   std::vector<float> logits;
   EXPECT_TRUE((*small)->Prefill({1, 2, 3}, &logits).ok());
@@ -275,15 +281,13 @@ TEST(EdgeCpuMemoryTest, AWindowTooLargeIsRefusedBeforeItsTensorsAreAllocated) {
 TEST(EdgeCpuMemoryTest, ACacheTooLargeIsRefusedAtTheFirstPrefill) {
   fsdpd::testing::TempDir directory("edge-memory");
   ExportedModelConfig config{50, 32, 20, 2, 2, /*causal=*/true, false, 1e-5};
-  const std::string path = directory.path() + "/model.safetensors";
-  testing::WriteModel(path, config, testing::RandomModelTensors(config, 28));
-  absl::StatusOr<HostModel> model = LoadHostModel(path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  const HostModel model = RandomHostModel(directory, "model", config, 28);
+  ASSERT_FALSE(model.tensors.empty());
   // Weights about 683 kB, the window's activations 112 kB: within 1 MiB. The cache, 20 layers ×
   // 64 positions × 96 floats and the newest row: 491,648 bytes more.
   std::unique_ptr<Backend> cpu = CreateCpuBackend(/*memory_bytes=*/1 << 20);
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-      ModelRunner::Create(*model, cpu.get(), 1, 64);
+      ModelRunner::Create(model, cpu.get(), 1, 64);
   ASSERT_TRUE(runner.ok()) << runner.status();
   std::vector<float> logits;
   const absl::Status status = (*runner)->Prefill({1, 2, 3}, &logits);
@@ -300,11 +304,8 @@ TEST(EdgeDecodingErrorsTest, BadCallsAreClearErrors) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
   auto runner_for = [&](bool causal, int64_t batch) {
     ExportedModelConfig config{50, 32, 1, 2, 2, causal, false, 1e-5};
-    const std::string path = directory.path() + (causal ? "/causal" : "/full") + ".safetensors";
-    testing::WriteModel(path, config, testing::RandomModelTensors(config, 26));
-    absl::StatusOr<HostModel> model = LoadHostModel(path);
-    EXPECT_TRUE(model.ok()) << model.status();
-    return std::move(*ModelRunner::Create(*model, cpu.get(), batch, 8));
+    const HostModel model = RandomHostModel(directory, causal ? "causal" : "full", config, 26);
+    return std::move(*ModelRunner::Create(model, cpu.get(), batch, 8));
   };
   std::vector<float> logits;
   auto expect = [](const absl::Status& status, absl::StatusCode code, const std::string& text) {
