@@ -86,24 +86,19 @@ class VulkanBackendImpl : public VulkanBackend {
   absl::Status Init(const VulkanOptions& options) {
     FSDPD_ASSIGN_OR_RETURN(const Shader coop_shader, CoopShader(options.coop_block));
     FSDPD_ASSIGN_OR_RETURN(context_, VulkanContext::Create(options));
-    fp16_ = context_->fp16();
     coop_ = context_->coop();
-    cm2_ = context_->cm2();
-    limits_ = context_->limits();
-
     // Weights: zero-copy where one memory type is device-local and host-visible.
-    weight_type_ = context_->zero_copy_memory_type();
-    zero_copy_ = !options.force_staging && weight_type_ != UINT32_MAX;
+    zero_copy_ = !options.force_staging && context_->zero_copy_memory_type() != UINT32_MAX;
 
-    FSDPD_RETURN_IF_ERROR(
-        MakePipeline(fp16_ ? Shader::kEmbeddingF16 : Shader::kEmbedding, 3, 8, &embedding_));
+    FSDPD_RETURN_IF_ERROR(MakePipeline(
+        context_->fp16() ? Shader::kEmbeddingF16 : Shader::kEmbedding, 3, 8, &embedding_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwise, 3, 8, &elementwise_));
     FSDPD_RETURN_IF_ERROR(
-        MakePipeline(fp16_ ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
+        MakePipeline(context_->fp16() ? Shader::kRmsNormF16 : Shader::kRmsNorm, 3, 12, &rmsnorm_));
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     // AttentionPush: the matrix-unit attention shaders read its first 24 bytes.
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, sizeof(AttentionPush), &attention_));
-    if (fp16_) {
+    if (context_->fp16()) {
       // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
       // workgroup-scope attention); without it those pipelines are left out.
       absl::Status made = MakePipeline(Shader::kToHalf, 2, 4, &to_half_);
@@ -115,7 +110,7 @@ class VulkanBackendImpl : public VulkanBackend {
       // tiled shader, and Describe() says so.
       for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
         if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
-        if (variant.workgroup_scope && !cm2_) continue;
+        if (variant.workgroup_scope && !context_->cm2()) continue;
         if (variant.half_input && to_half_.pipeline == VK_NULL_HANDLE) continue;
         MatmulPipeline matmul{
             {}, MatmulOutputBlock(variant.shader), variant.block, variant.half_input};
@@ -131,11 +126,11 @@ class VulkanBackendImpl : public VulkanBackend {
       if (coop_) coop_refused_.clear();
     }
     if (!coop_) {
-      const Shader tiled = fp16_ ? Shader::kMatmulF16 : Shader::kMatmul;
+      const Shader tiled = context_->fp16() ? Shader::kMatmulF16 : Shader::kMatmul;
       MatmulPipeline matmul{{}, MatmulOutputBlock(tiled), "tiled"};
       FSDPD_RETURN_IF_ERROR(MakePipeline(tiled, 4, 16, &matmul.pipeline));
       matmuls_.push_back(matmul);
-      if (fp16_ && options.matmul_inputs == VulkanOptions::MatmulInputs::kFp16) {
+      if (context_->fp16() && options.matmul_inputs == VulkanOptions::MatmulInputs::kFp16) {
         // Asked for fp16 matmul inputs: the same shader reading x as fp16, for the activations
         // that RmsNorm and Silu write in fp16 (MatmulInput); it rounds x to fp16 in shared
         // memory anyway, so the results are the same. Not built otherwise: it ran slower than
@@ -153,7 +148,8 @@ class VulkanBackendImpl : public VulkanBackend {
     // Where some matmul reads x as fp16 (workgroup-scope blocks, or the tiled one when asked
     // for), the activations only a matmul reads are stored in fp16 (MatmulInput), written so
     // by RmsNorm and Silu: no fp32 copy for ToHalf to read back.
-    half_inputs_ = fp16_ && options.matmul_inputs != VulkanOptions::MatmulInputs::kFp32 &&
+    half_inputs_ = context_->fp16() &&
+                   options.matmul_inputs != VulkanOptions::MatmulInputs::kFp32 &&
                    std::any_of(matmuls_.begin(), matmuls_.end(),
                                [](const MatmulPipeline& matmul) { return matmul.half_input; });
     if (half_inputs_) {
@@ -162,7 +158,7 @@ class VulkanBackendImpl : public VulkanBackend {
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kMatvecF16HalfX, 4, 16, &matvec_half_));
     }
     FSDPD_RETURN_IF_ERROR(
-        MakePipeline(fp16_ ? Shader::kMatvecF16 : Shader::kMatvec, 4, 16, &matvec_));
+        MakePipeline(context_->fp16() ? Shader::kMatvecF16 : Shader::kMatvec, 4, 16, &matvec_));
     if (coop_ && context_->info().subgroup_vote) {
       // Attention on the same fragments where the matmul has them (and subgroup votes); a
       // refusal keeps the vector shader, and Describe() says so.
@@ -180,7 +176,7 @@ class VulkanBackendImpl : public VulkanBackend {
       // The workgroup-scope attention shaders beside it (they read qkv through ToHalf), timed
       // against it per shape; one the driver refuses is left out.
       for (const AttentionVariant& variant : AttentionCm2Shaders()) {
-        if (!cm2_ || to_half_.pipeline == VK_NULL_HANDLE) break;
+        if (!context_->cm2() || to_half_.pipeline == VK_NULL_HANDLE) break;
         const OutputBlock block = MatmulOutputBlock(variant.shader);
         AttentionPipeline attention{{}, block.rows, block.cols, true, variant.name};
         if (MakePipeline(variant.shader, 2, 24, &attention.pipeline).ok()) {
@@ -222,8 +218,9 @@ class VulkanBackendImpl : public VulkanBackend {
   std::string Describe() const override {
     return absl::StrCat(
         "vulkan device ", context_->info().index, " '", context_->info().name, "' (",
-        context_->info().type, "), ", fp16_ ? "fp16 weights and math, fp32 accumulation" : "fp32",
-        ", matmul ", MatmulPath(), ", attention ", AttentionPath(), ", weights ",
+        context_->info().type, "), ",
+        context_->fp16() ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
+        MatmulPath(), ", attention ", AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
         half_inputs_ ? ", matmul inputs fp16" : "");
   }
@@ -234,12 +231,12 @@ class VulkanBackendImpl : public VulkanBackend {
                  : absl::StrCat(
                        "tiled (the cooperative-matrix pipeline was refused: ", coop_refused_, ")");
     }
-    return absl::StrCat("on cooperative matrices (",
-                        cm2_ ? "NV subgroup 16x16x16 and workgroup scope" : "NV, 16x16x16", "; ",
-                        matmuls_.size() == 1
-                            ? absl::StrCat("block ", matmuls_.front().name)
-                            : absl::StrCat(matmuls_.size(), " blocks, tuned per shape"),
-                        ")");
+    return absl::StrCat(
+        "on cooperative matrices (",
+        context_->cm2() ? "NV subgroup 16x16x16 and workgroup scope" : "NV, 16x16x16", "; ",
+        matmuls_.size() == 1 ? absl::StrCat("block ", matmuls_.front().name)
+                             : absl::StrCat(matmuls_.size(), " blocks, tuned per shape"),
+        ")");
   }
   std::string AttentionPath() const {
     if (coop_attention_) {
@@ -253,23 +250,24 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   int validation_errors() const override { return context_->validation_errors(); }
   std::string last_validation_error() const override { return context_->last_validation_error(); }
-  bool uses_fp16() const override { return fp16_; }
+  bool uses_fp16() const override { return context_->fp16(); }
   bool uses_cooperative_matrix() const override { return coop_; }
   bool zero_copy_weights() const override { return zero_copy_; }
 
   absl::Status CheckRoom(double bytes) override { return context_->CheckRoom(bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
-    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * (fp16_ ? 2 : 4);
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * (context_->fp16() ? 2 : 4);
     std::vector<uint16_t> halves;
     const void* source = values;
-    if (fp16_) {
+    if (context_->fp16()) {
       halves.resize(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) halves[static_cast<size_t>(i)] = FloatToHalf(values[i]);
       source = halves.data();
     }
     if (zero_copy_) {
-      FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
-                             CreateBuffer(bytes, /*host_visible=*/true, weight_type_));
+      FSDPD_ASSIGN_OR_RETURN(
+          std::unique_ptr<VulkanBuffer> buffer,
+          CreateBuffer(bytes, /*host_visible=*/true, context_->zero_copy_memory_type()));
       std::memcpy(buffer->mapped, source, bytes);
       return std::unique_ptr<Buffer>(std::move(buffer));
     }
@@ -373,9 +371,10 @@ class VulkanBackendImpl : public VulkanBackend {
       // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
       // would hold a handful of workgroups.
       const int64_t groups = (out_features + kMatvecColumns - 1) / kMatvecColumns;
-      const int64_t width = std::min<int64_t>(groups, limits_.maxComputeWorkGroupCount[0]);
+      const int64_t width =
+          std::min<int64_t>(groups, context_->limits().maxComputeWorkGroupCount[0]);
       const int64_t height = (groups + width - 1) / width;
-      if (height > limits_.maxComputeWorkGroupCount[1]) {
+      if (height > context_->limits().maxComputeWorkGroupCount[1]) {
         return absl::InvalidArgumentError(absl::StrCat(
             "linear of ", out_features, " outputs needs more workgroups than the device allows"));
       }
@@ -385,12 +384,13 @@ class VulkanBackendImpl : public VulkanBackend {
     auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
       const int64_t x_groups = (out_features + matmul.block.cols - 1) / matmul.block.cols;
       const int64_t y_groups = (rows + matmul.block.rows - 1) / matmul.block.rows;
-      if (x_groups > limits_.maxComputeWorkGroupCount[0] ||
-          y_groups > limits_.maxComputeWorkGroupCount[1]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "linear of ", rows, " rows × ", out_features,
-            " outputs needs more workgroups than the device allows (",
-            limits_.maxComputeWorkGroupCount[0], " × ", limits_.maxComputeWorkGroupCount[1], ")"));
+      if (x_groups > context_->limits().maxComputeWorkGroupCount[0] ||
+          y_groups > context_->limits().maxComputeWorkGroupCount[1]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("linear of ", rows, " rows × ", out_features,
+                         " outputs needs more workgroups than the device allows (",
+                         context_->limits().maxComputeWorkGroupCount[0], " × ",
+                         context_->limits().maxComputeWorkGroupCount[1], ")"));
       }
       if (half_x && !matmul.half_input) {
         return absl::InternalError(
@@ -436,13 +436,13 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     const uint32_t push = static_cast<uint32_t>(count);
     const int64_t groups = std::min<int64_t>(std::max<int64_t>((count / 4 + 255) / 256, 1),
-                                             limits_.maxComputeWorkGroupCount[0]);
+                                             context_->limits().maxComputeWorkGroupCount[0]);
     FSDPD_RETURN_IF_ERROR(
         Dispatch(to_half_, {&x, half_scratch_.get()}, &push, static_cast<uint32_t>(groups), 1));
     return half_scratch_.get();
   }
   absl::StatusOr<double> MatrixUnitPeakTflops() override {
-    if (cm2_ && fp16_ && ShaderCode(Shader::kMmaPeakCm2).bytes > 0) {
+    if (context_->cm2() && context_->fp16() && ShaderCode(Shader::kMmaPeakCm2).bytes > 0) {
       const OutputBlock block = MatmulOutputBlock(Shader::kMmaPeakCm2);
       const int64_t rows = block.rows, cols = block.cols, slice = MmaPeakSlice();
       // Enough workgroups to fill any GPU several times over, enough steps that the launch and
@@ -617,7 +617,7 @@ class VulkanBackendImpl : public VulkanBackend {
                        ") exceeds the shader's limit of ", kMaxAttentionHeadDim));
     }
     FSDPD_RETURN_IF_ERROR(CheckIndex("attention qkv", rows * 3 * dim));
-    if (batch * heads > limits_.maxComputeWorkGroupCount[1]) {
+    if (batch * heads > context_->limits().maxComputeWorkGroupCount[1]) {
       return absl::InvalidArgumentError(absl::StrCat("attention: batch × heads = ", batch * heads,
                                                      " exceeds the device's workgroup limit"));
     }
@@ -633,8 +633,8 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   uint32_t GridStride(int64_t count) const {
     const int64_t groups = std::max<int64_t>(1, (count + 255) / 256);
-    return static_cast<uint32_t>(
-        std::min<int64_t>(groups, std::min<uint32_t>(limits_.maxComputeWorkGroupCount[0], 65535)));
+    return static_cast<uint32_t>(std::min<int64_t>(
+        groups, std::min<uint32_t>(context_->limits().maxComputeWorkGroupCount[0], 65535)));
   }
   std::pair<uint32_t, uint32_t> RowGrid(int64_t rows) const {
     const int64_t x = std::min<int64_t>(std::max<int64_t>(rows, 1), 65535);
@@ -642,13 +642,11 @@ class VulkanBackendImpl : public VulkanBackend {
   }
 
   std::unique_ptr<VulkanContext> context_;
-  VkPhysicalDeviceLimits limits_{};
-  bool fp16_ = false;
+  // Where the cooperative-matrix extension is enabled (VulkanContext::coop) and some of its
+  // pipelines could be built.
   bool coop_ = false;
-  bool cm2_ = false;          // workgroup-scope cooperative matrices (matmul_cm2.comp) enabled
   std::string coop_refused_;  // why no cooperative-matrix pipeline could be built
   bool zero_copy_ = false;
-  uint32_t weight_type_ = UINT32_MAX;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_;
   // Whether attention runs on cooperative matrices (head_dim a multiple of 16): attentions_.
   bool coop_attention_ = false;
