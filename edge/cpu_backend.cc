@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "edge/byte_ledger.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -22,17 +22,10 @@
 namespace fsdpd::edge {
 namespace {
 
-// Bytes held by one backend's live buffers, which a buffer returns when it goes.
-using Ledger = std::shared_ptr<std::atomic<int64_t>>;
-
 struct HostBuffer : Buffer {
   std::vector<float> floats;
   std::vector<int32_t> ints;
-  Ledger ledger;
-  int64_t charged = 0;
-  ~HostBuffer() override {
-    if (ledger != nullptr) *ledger -= charged;
-  }
+  ByteLedger::Charge charge;  // its bytes, on the backend's ledger
 };
 
 HostBuffer& Host(Buffer& buffer) { return static_cast<HostBuffer&>(buffer); }
@@ -50,8 +43,8 @@ absl::Status HostRoomError(double bytes, double held, double memory) {
 }
 
 // Whether `bytes` more fit beside what `ledger` holds within `memory`.
-absl::Status CheckHostRoom(const Ledger& ledger, double memory, double bytes) {
-  const double held = static_cast<double>(ledger->load());
+absl::Status CheckHostRoom(const ByteLedger& ledger, double memory, double bytes) {
+  const double held = static_cast<double>(ledger.held());
   if (memory > 0 && held + bytes > memory) return HostRoomError(bytes, held, memory);
   return absl::OkStatus();
 }
@@ -61,7 +54,7 @@ absl::Status CheckHostRoom(const Ledger& ledger, double memory, double bytes) {
 // large) is an error naming the sizes, not an abort in the allocator or the kernel's
 // out-of-memory killer.
 template <class T>
-absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(const Ledger& ledger, double memory,
+absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(ByteLedger& ledger, double memory,
                                                       int64_t count,
                                                       std::vector<T> HostBuffer::*values,
                                                       const T* source = nullptr) {
@@ -78,11 +71,9 @@ absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(const Ledger& ledger, doub
       (buffer.get()->*values).resize(static_cast<size_t>(count));
     }
   } catch (const std::bad_alloc&) {
-    return HostRoomError(bytes, static_cast<double>(ledger->load()), memory);
+    return HostRoomError(bytes, static_cast<double>(ledger.held()), memory);
   }
-  buffer->ledger = ledger;
-  buffer->charged = static_cast<int64_t>(bytes);
-  *ledger += buffer->charged;
+  buffer->charge = ledger.Take(static_cast<int64_t>(bytes));
   return std::unique_ptr<Buffer>(std::move(buffer));
 }
 
@@ -179,7 +170,7 @@ class CpuBackend : public Backend {
 
  private:
   double memory_;  // what the buffers may hold together
-  Ledger ledger_ = std::make_shared<std::atomic<int64_t>>(0);
+  ByteLedger ledger_;
   std::vector<float> rstd_;  // what the training kernels save for backward; unused here
   std::vector<float> lse_;
 };

@@ -259,9 +259,7 @@ absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDevi
                                                      "': ", ResultName(allocated)));
   }
   VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
-  buffer->ledger = allocated_;
-  buffer->charged = static_cast<int64_t>(requirements.size);
-  *allocated_ += buffer->charged;
+  buffer->charge = allocated_.Take(static_cast<int64_t>(requirements.size));
   if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
     VK_RETURN_IF_ERROR(vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
   }
@@ -401,7 +399,7 @@ absl::Status VulkanContext::CheckRoom(double bytes) const {
   for (const VulkanHeap& candidate : info_.heaps) {
     if (candidate.device_local) heap = std::max(heap, static_cast<double>(candidate.size));
   }
-  const double allocated = static_cast<double>(allocated_->load());
+  const double allocated = static_cast<double>(allocated_.held());
   if (heap <= 0.0 || allocated + bytes <= heap) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "cannot allocate ", absl::StrFormat("%.3g", bytes / (1 << 30)), " GiB on device '",

@@ -7,7 +7,6 @@
 
 #include <vulkan/vulkan.h>
 
-#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -15,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "edge/backend.h"
+#include "edge/byte_ledger.h"
 #include "edge/shaders.h"
 #include "edge/vulkan_backend.h"
 #include "edge/vulkan_device.h"
@@ -34,15 +34,12 @@ struct VulkanBuffer : Buffer {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkDeviceSize bytes = 0;
-  void* mapped = nullptr;  // host-visible memory stays mapped
-  bool half = false;       // fp16 elements: a matmul's x from MatmulInput
-  // The context's count of allocated bytes, which this buffer's go back to when it goes.
-  std::shared_ptr<std::atomic<int64_t>> ledger;
-  int64_t charged = 0;
+  void* mapped = nullptr;     // host-visible memory stays mapped
+  bool half = false;          // fp16 elements: a matmul's x from MatmulInput
+  ByteLedger::Charge charge;  // its memory's bytes, on the context's ledger
   ~VulkanBuffer() override {
     if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
     if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
-    if (ledger != nullptr) *ledger -= charged;
   }
 };
 
@@ -123,7 +120,7 @@ class VulkanContext {
   bool coop_ = false;
   bool cm2_ = false;
   uint32_t zero_copy_type_ = UINT32_MAX;
-  std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
+  ByteLedger allocated_;  // the bytes of the buffers made here
 };
 
 }  // namespace fsdpd::edge
