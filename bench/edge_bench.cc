@@ -177,10 +177,11 @@ absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
 // Decoding through the qkv cache (a causal model, batch 1): a prompt of seq/2 tokens, then one
 // position a token up to the window's end, against a whole-window forward a token
 // (`generate --no-kv-cache`). A first round picks every shape's blocks and is not timed. The
-// weights' bytes over the time a token gives the rate they are read at: decoding reads each
-// weight once a token, so on a GPU it is bound by memory, not by the matrix units.
+// products' weights (`matmul_weights` of them, the head's included; the embedding reads one row)
+// over the time a token give the rate they are read at: decoding reads each of them once a
+// token, so on a GPU it is bound by memory, not by the matrix units.
 absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
-                          bool fp16_weights) {
+                          double matmul_weights, bool fp16_weights) {
   const ExportedModelConfig& config = model.config;
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
                          ModelRunner::Create(model, &backend, 1, seq));
@@ -203,15 +204,12 @@ absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
   constexpr int kWholeWindows = 3;
   for (int i = 0; i < kWholeWindows; ++i) FSDPD_RETURN_IF_ERROR(runner->Logits(window, &logits));
   const double whole = Seconds(start) / kWholeWindows;
-  double parameters = static_cast<double>(config.vocab) * config.dim * 2;  // embed and head
-  parameters += static_cast<double>(config.layers) *
-                (4.0 * config.dim * config.dim + 2.0 * config.ffn_mult * config.dim * config.dim);
   const double per_token = appended / steps;
   std::printf(
       "  decoding (batch 1): prompt of %lld in %.1f ms, then %.0f tokens/s (%.3f ms a token, "
       "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
       (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
-      parameters * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
+      matmul_weights * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
   return absl::OkStatus();
 }
 
@@ -523,7 +521,9 @@ int main(int argc, char** argv) {
       return Fail(timed);
     }
     if (config.causal) {
-      if (absl::Status timed = TimeDecoding(*model, **backend, seq, (*backend)->uses_fp16());
+      // Every product's FLOPs a position are twice its weights.
+      if (absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows),
+                                            (*backend)->uses_fp16());
           !timed.ok()) {
         return Fail(timed);
       }
