@@ -66,6 +66,21 @@ void ExponentiateRows(const float* lse, const ScoreRows& shape, float* scores) {
   }
 }
 
+// One head's forward over `shape`'s score rows: queries q (their first row is the query at
+// position shape.first), keys k and values v from position 0, all rows `stride` apart;
+// scores[rows, cols] as scratch, lse[rows], out's rows out_stride apart.
+void HeadForward(const float* q, const float* k, const float* v, int64_t stride, int64_t head_dim,
+                 const ScoreRows& shape, float* scores, float* lse, float* out,
+                 int64_t out_stride) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  Gemm(false, true, shape.rows, shape.cols, head_dim, scale, q, stride, k, stride, 0.0f, scores,
+       shape.cols);
+  RowLogSumExp(scores, shape, lse);
+  ExponentiateRows(lse, shape, scores);
+  Gemm(false, false, shape.rows, head_dim, shape.cols, 1.0f, scores, shape.cols, v, stride, 0.0f,
+       out, out_stride);
+}
+
 }  // namespace
 
 void AttentionForward(const float* qkv, const AttentionShape& shape, bool causal, float* out,
@@ -75,16 +90,10 @@ void AttentionForward(const float* qkv, const AttentionShape& shape, bool causal
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < shape.heads; ++h) {
       const HeadSlices slices = Slices(shape, b, h);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(slices.head_dim));
       const float* q = qkv + slices.qkv_offset;
-      const float* k = q + shape.dim;
-      const float* v = q + 2 * shape.dim;
-      float* row_lse = lse + (b * shape.heads + h) * seq;
-      Scores(q, k, slices.qkv_stride, seq, slices.head_dim, scale, scores.data());
-      RowLogSumExp(scores.data(), {seq, seq, causal}, row_lse);
-      ExponentiateRows(row_lse, {seq, seq, causal}, scores.data());
-      Gemm(false, false, seq, slices.head_dim, seq, 1.0f, scores.data(), seq, v, slices.qkv_stride,
-           0.0f, out + slices.out_offset, slices.out_stride);
+      HeadForward(q, q + shape.dim, q + 2 * shape.dim, slices.qkv_stride, slices.head_dim,
+                  {seq, seq, causal}, scores.data(), lse + (b * shape.heads + h) * seq,
+                  out + slices.out_offset, slices.out_stride);
     }
   }
 }
@@ -98,16 +107,10 @@ void CausalAttentionRows(const float* qkv, int64_t heads, int64_t dim, int64_t f
   std::vector<float> lse(static_cast<size_t>(rows));
   for (int64_t h = 0; h < heads; ++h) {
     const HeadSlices slices = Slices(shape, 0, h);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(slices.head_dim));
-    const float* k = qkv + slices.qkv_offset + dim;
-    const float* q = qkv + slices.qkv_offset + first * slices.qkv_stride;
-    const float* v = k + dim;
-    Gemm(false, true, rows, keys, slices.head_dim, scale, q, slices.qkv_stride, k,
-         slices.qkv_stride, 0.0f, scores.data(), keys);
-    RowLogSumExp(scores.data(), score_rows, lse.data());
-    ExponentiateRows(lse.data(), score_rows, scores.data());
-    Gemm(false, false, rows, slices.head_dim, keys, 1.0f, scores.data(), keys, v, slices.qkv_stride,
-         0.0f, out + h * slices.head_dim, dim);
+    const float* head = qkv + slices.qkv_offset;  // q at position 0; k and v at +dim, +2·dim
+    HeadForward(head + first * slices.qkv_stride, head + dim, head + 2 * dim, slices.qkv_stride,
+                slices.head_dim, score_rows, scores.data(), lse.data(), out + h * slices.head_dim,
+                dim);
   }
 }
 
