@@ -13,8 +13,8 @@ namespace {
 
 using CudaOptimizerSmsTest = CudaTest;
 
-// 1,000,003 elements: 250,000 vectors and a tail of three; 977 sum slices. Seven blocks stride
-// over all of them; a cap above the work's blocks changes nothing.
+// 1,000,003 elements: 250,000 vectors and a tail of three; 245 sum slices of 1,024 vectors. Seven
+// blocks stride over all of them; a cap above the work's blocks changes nothing.
 constexpr int64_t kCount = 1000003;
 
 cudaStream_t RawStream(Stream& stream) { return *CudaStreamOf(stream); }
@@ -44,7 +44,9 @@ TEST_F(CudaOptimizerSmsTest, ACappedGridGivesTheUncappedBits) {
   struct Run {
     Tensor param, grad, exp_avg, exp_avg_sq, high, low, sum, partials;
   };
-  auto run = [&](int64_t grid_limit, const char* kind) {
+  // The fp32 update, the update fused with the sum, the split update with the sum, the sum alone.
+  enum class Kind { kAdamW, kFused, kSplit, kSum };
+  auto run = [&](int64_t grid_limit, Kind kind) {
     Run r{Upload(in.param, DType::kF32, {kCount}),
           Upload(in.grad, DType::kF32, {kCount}),
           Upload(in.exp_avg, DType::kF32, {kCount}),
@@ -55,15 +57,14 @@ TEST_F(CudaOptimizerSmsTest, ACappedGridGivesTheUncappedBits) {
           NewDevice(DType::kF32, {scratch})};
     step.grid_limit = grid_limit;
     absl::Status status;
-    const std::string which = kind;
-    if (which == "adamw") {
+    if (kind == Kind::kAdamW) {
       status = cuda::AdamWStep(r.param.as<float>(), r.grad.as<float>(), r.exp_avg.as<float>(),
                                r.exp_avg_sq.as<float>(), kCount, step, stream);
-    } else if (which == "adamw+sum") {
+    } else if (kind == Kind::kFused) {
       status = cuda::AdamWStepWithSquareSum(
           r.param.as<float>(), r.grad.as<float>(), r.exp_avg.as<float>(), r.exp_avg_sq.as<float>(),
           kCount, step, r.partials.as<float>(), r.sum.as<float>(), stream);
-    } else if (which == "split+sum") {
+    } else if (kind == Kind::kSplit) {
       std::vector<uint16_t> high(kCount), low(kCount);
       for (int64_t i = 0; i < kCount; ++i) {
         const SplitHalves halves = SplitFloat(in.param[i]);
@@ -83,19 +84,19 @@ TEST_F(CudaOptimizerSmsTest, ACappedGridGivesTheUncappedBits) {
     EXPECT_TRUE(status.ok()) << status;
     return r;
   };
-  for (const char* kind : {"adamw", "adamw+sum", "split+sum", "sum"}) {
+  for (const Kind kind : {Kind::kAdamW, Kind::kFused, Kind::kSplit, Kind::kSum}) {
     for (const int64_t cap : {int64_t{7}, int64_t{1}, int64_t{1} << 20}) {
-      SCOPED_TRACE(::testing::Message() << kind << ", at most " << cap << " blocks");
+      SCOPED_TRACE(::testing::Message()
+                   << "kind " << static_cast<int>(kind) << ", at most " << cap << " blocks");
       const Run uncapped = run(0, kind), capped = run(cap, kind);
-      const std::string which = kind;
-      if (which != "sum") {
+      if (kind != Kind::kSum) {
         EXPECT_TRUE(SameBits(Download(capped.exp_avg), Download(uncapped.exp_avg)));
         EXPECT_TRUE(SameBits(Download(capped.exp_avg_sq), Download(uncapped.exp_avg_sq)));
       }
-      if (which == "adamw" || which == "adamw+sum") {
+      if (kind == Kind::kAdamW || kind == Kind::kFused) {
         EXPECT_TRUE(SameBits(Download(capped.param), Download(uncapped.param)));
       }
-      if (which == "split+sum") {
+      if (kind == Kind::kSplit) {
         std::vector<uint16_t> a(kCount), b(kCount);
         ASSERT_TRUE(cuda_->CopyToHost(capped.high, a.data(), gpu_stream()).ok());
         ASSERT_TRUE(cuda_->CopyToHost(uncapped.high, b.data(), gpu_stream()).ok());
@@ -104,7 +105,7 @@ TEST_F(CudaOptimizerSmsTest, ACappedGridGivesTheUncappedBits) {
         ASSERT_TRUE(cuda_->CopyToHost(uncapped.low, b.data(), gpu_stream()).ok());
         EXPECT_EQ(a, b) << "low halves";
       }
-      if (which != "adamw") {
+      if (kind != Kind::kAdamW) {
         const std::vector<float> sum = Download(capped.sum);
         EXPECT_FALSE(std::isnan(sum[0])) << "the sum was written";
         EXPECT_TRUE(SameBits(sum, Download(uncapped.sum)));
