@@ -3,12 +3,14 @@
 // forward tokens/s (forward plus log-softmax NLL, the `eval` work) and the matmul shader's
 // TFLOP/s, each with cooperative matrices and with the tiled shader, and the time to place the
 // weights zero-copy and through staging; with --causal also decoding's tokens/s through the
-// qkv cache (the `generate` work). Random weights time the same as trained ones.
+// qkv cache (the `generate` work); --decode-only times decoding alone, in both of matvec.comp's
+// layouts, with cooperative matrices and zero-copy weights. Random weights time the same as
+// trained ones.
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32] [--mma-peak] [--causal]
+//              [--fp32] [--mma-peak] [--causal [--decode-only]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -200,16 +202,34 @@ absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
     appended = Seconds(start);
   }
   const int64_t steps = seq - seq / 2;
+  const std::vector<float> decoded = logits;  // the last position's, through the cache
   auto start = std::chrono::steady_clock::now();
   constexpr int kWholeWindows = 3;
   for (int i = 0; i < kWholeWindows; ++i) FSDPD_RETURN_IF_ERROR(runner->Logits(window, &logits));
   const double whole = Seconds(start) / kWholeWindows;
+  // The same position through the whole-window forward: the cache's rows and matvec.comp against
+  // the forward's attention and matmuls. fp16 on both sides rounds the same inputs, so what is
+  // left is fp32 order and an fp16 rounding falling the other way: 1e-3 of the largest |logit|,
+  // the bound tests/edge/edge_decoding_test.cc states.
+  double largest = 0.0, worst = 0.0;
+  const float* last_row = logits.data() + (seq - 1) * config.vocab;
+  for (int64_t v = 0; v < config.vocab; ++v) {
+    largest = std::max(largest, std::fabs(double(last_row[v])));
+    worst = std::max(worst, std::fabs(double(decoded[v]) - last_row[v]));
+  }
+  const bool agrees = worst <= 1e-3 * largest;
+  std::printf(
+      "  decoded logits against the whole-window forward's at position %lld: worst difference "
+      "%.3g of the largest |logit| %.3g (bound 1e-3: %s)\n",
+      (long long)(seq - 1), largest > 0 ? worst / largest : worst, largest,
+      agrees ? "pass" : "FAIL");
   const double per_token = appended / steps;
   std::printf(
       "  decoding (batch 1): prompt of %lld in %.1f ms, then %.0f tokens/s (%.3f ms a token, "
       "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
       (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
       matmul_weights * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
+  if (!agrees) return absl::InternalError("decoded logits disagree with the forward's");
   return absl::OkStatus();
 }
 
@@ -434,7 +454,15 @@ int main(int argc, char** argv) {
                "(the ceiling of every matmul block; with --sweep-only nothing else)");
   app.add_option("--coop-block", coop_block,
                  "the cooperative-matrix block the variants use (default: the built default)");
+  bool decode_only = false;
+  app.add_flag("--decode-only", decode_only,
+               "with --causal: only decoding, in matvec.comp's narrow and wide layouts");
   CLI11_PARSE(app, argc, argv);
+  if (decode_only && !config.causal) {
+    std::fprintf(stderr,
+                 "edge_bench: --decode-only needs --causal (decoding is for causal models)\n");
+    return 2;
+  }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once
 
   auto start = std::chrono::steady_clock::now();
@@ -473,8 +501,9 @@ int main(int argc, char** argv) {
     targets[i] = static_cast<int32_t>(random() % config.vocab);
   }
   // A variant that fails (a driver refusing a pipeline, say) is reported and the next one runs.
-  auto run_variant = [&](const Variant& variant) -> int {
+  auto run_variant = [&](const Variant& variant, VulkanOptions::MatvecLayout layout) -> int {
     VulkanOptions options;
+    options.matvec_layout = layout;
     options.device = device;
     options.cooperative_matrix = variant.coop;
     options.force_staging = variant.staging;
@@ -483,6 +512,11 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());
+    if (decode_only) {  // on the matrix units where the device has them, else tiled
+      absl::Status timed =
+          TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), (*backend)->uses_fp16());
+      return timed.ok() ? 0 : Fail(timed);
+    }
     if (variant.coop && !variant.staging && !(*backend)->uses_cooperative_matrix()) {
       std::printf("  no cooperative matrices on this device: skipped\n");
       return 0;
@@ -540,6 +574,14 @@ int main(int argc, char** argv) {
   if (coop_sweep) failures += SweepCoopBlocks(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
   if ((coop_sweep || attention_sweep || mma_peak) && sweep_only) variants.clear();
-  for (const Variant& variant : variants) failures += run_variant(variant);
+  if (decode_only) {
+    for (const auto layout :
+         {VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide})
+      failures += run_variant(variants.front(), layout);
+    return failures == 0 ? 0 : 1;
+  }
+  for (const Variant& variant : variants) {
+    failures += run_variant(variant, VulkanOptions::MatvecLayout::kAuto);
+  }
   return failures == 0 ? 0 : 1;
 }

@@ -55,6 +55,15 @@ constexpr uint32_t kMatvecF16[] =
 constexpr uint32_t kMatvecF16HalfX[] =
 #include "edge/shaders/matvec_f16_h.spv.inc"
     ;
+constexpr uint32_t kMatvecWide[] =
+#include "edge/shaders/matvec_wide.spv.inc"
+    ;
+constexpr uint32_t kMatvecF16Wide[] =
+#include "edge/shaders/matvec_f16_wide.spv.inc"
+    ;
+constexpr uint32_t kMatvecF16HalfXWide[] =
+#include "edge/shaders/matvec_f16_h_wide.spv.inc"
+    ;
 constexpr uint32_t kMatmulCoop[] =
 #include "edge/shaders/matmul_coop.spv.inc"
     ;
@@ -187,6 +196,9 @@ const std::vector<ShaderInfo>& Shaders() {
         {Shader::kMatvec, "matvec", Code(kMatvec)},
         {Shader::kMatvecF16, "matvec (fp16)", Code(kMatvecF16)},
         {Shader::kMatvecF16HalfX, "matvec (fp16, fp16 x)", Code(kMatvecF16HalfX)},
+        {Shader::kMatvecWide, "matvec, wide", Code(kMatvecWide)},
+        {Shader::kMatvecF16Wide, "matvec (fp16), wide", Code(kMatvecF16Wide)},
+        {Shader::kMatvecF16HalfXWide, "matvec (fp16, fp16 x), wide", Code(kMatvecF16HalfXWide)},
         {Shader::kMatmulCoop,
          "matmul (cooperative matrix)",
          Code(kMatmulCoop),

@@ -31,6 +31,9 @@ enum class Shader {
   kMatvec,          // Linear for a few rows (matvec.comp): decoding's one new position
   kMatvecF16,
   kMatvecF16HalfX,
+  kMatvecWide,  // the same in the wide layout (VulkanOptions::matvec_layout)
+  kMatvecF16Wide,
+  kMatvecF16HalfXWide,
   kMatmulCoop,  // the first of the blocks the tuner chooses among (CoopMatmulVariants)
   kMatmulCoopK64,
   kMatmulCoop256x128,

@@ -24,7 +24,9 @@ namespace {
 
 constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
 constexpr int64_t kMatvecRows = 4;             // matvec.comp's ROWS
-constexpr int64_t kMatvecColumns = 8;          // matvec.comp's COLUMNS (a workgroup's)
+// matvec.comp's COLUMNS (a workgroup's) in the narrow and the wide layout (edge/CMakeLists.txt).
+constexpr int64_t kMatvecColumns = 8;
+constexpr int64_t kMatvecWideColumns = 4;
 
 // The block VulkanOptions::coop_block names, refused with the list when it was not built (an
 // empty name, every block, gives the first).
@@ -155,10 +157,19 @@ class VulkanBackendImpl : public VulkanBackend {
     if (half_inputs_) {
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kRmsNormF16HalfOut, 3, 12, &rmsnorm_half_));
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwiseHalfOut, 3, 8, &elementwise_half_));
-      FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kMatvecF16HalfX, 4, 16, &matvec_half_));
     }
-    FSDPD_RETURN_IF_ERROR(
-        MakePipeline(context_->fp16() ? Shader::kMatvecF16 : Shader::kMatvec, 4, 16, &matvec_));
+    matvec_wide_ = options.matvec_layout == VulkanOptions::MatvecLayout::kWide ||
+                   (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto &&
+                    context_->info().type != "cpu");
+    if (half_inputs_) {
+      FSDPD_RETURN_IF_ERROR(
+          MakePipeline(matvec_wide_ ? Shader::kMatvecF16HalfXWide : Shader::kMatvecF16HalfX, 4, 16,
+                       &matvec_half_));
+    }
+    const Shader matvec = context_->fp16()
+                              ? (matvec_wide_ ? Shader::kMatvecF16Wide : Shader::kMatvecF16)
+                              : (matvec_wide_ ? Shader::kMatvecWide : Shader::kMatvec);
+    FSDPD_RETURN_IF_ERROR(MakePipeline(matvec, 4, 16, &matvec_));
     if (coop_ && context_->info().subgroup_vote) {
       // Attention on the same fragments where the matmul has them (and subgroup votes); a
       // refusal keeps the vector shader, and Describe() says so.
@@ -222,7 +233,8 @@ class VulkanBackendImpl : public VulkanBackend {
         context_->fp16() ? "fp16 weights and math, fp32 accumulation" : "fp32", ", matmul ",
         MatmulPath(), ", attention ", AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
-        half_inputs_ ? ", matmul inputs fp16" : "");
+        half_inputs_ ? ", matmul inputs fp16" : "", ", decoding's matvec ",
+        matvec_wide_ ? "wide" : "narrow");
   }
   std::string MatmulPath() const {
     if (!coop_) {
@@ -370,7 +382,8 @@ class VulkanBackendImpl : public VulkanBackend {
     if (rows <= kMatvecRows) {
       // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
       // would hold a handful of workgroups.
-      const int64_t groups = (out_features + kMatvecColumns - 1) / kMatvecColumns;
+      const int64_t columns = matvec_wide_ ? kMatvecWideColumns : kMatvecColumns;
+      const int64_t groups = (out_features + columns - 1) / columns;
       const int64_t width =
           std::min<int64_t>(groups, context_->limits().maxComputeWorkGroupCount[0]);
       const int64_t height = (groups + width - 1) / width;
@@ -682,8 +695,10 @@ class VulkanBackendImpl : public VulkanBackend {
   // write them.
   bool half_inputs_ = false;
   Pipeline rmsnorm_half_, elementwise_half_;
-  // Linear of at most kMatvecRows rows, with fp32 x and (where half_inputs_) fp16 x.
+  // Linear of at most kMatvecRows rows, with fp32 x and (where half_inputs_) fp16 x, in the
+  // wide layout or the narrow one (VulkanOptions::matvec_layout).
   Pipeline matvec_, matvec_half_;
+  bool matvec_wide_ = false;
 };
 
 }  // namespace

@@ -62,6 +62,11 @@ struct VulkanOptions {
   // there than casting inside the shader); kFp16: wherever fp16 is on and some matmul reads fp16
   // x (the tests run the tiled fp16-x path on lavapipe so); kFp32: never.
   enum class MatmulInputs { kAuto, kFp16, kFp32 } matmul_inputs = MatmulInputs::kAuto;
+  // The layout of matvec.comp, which runs Linear for decoding's few rows: kNarrow, 8 columns of
+  // 8 lanes a workgroup, an element a lane a step; kWide, 4 columns of 32 lanes reading 16-byte
+  // vectors (far more loads in flight). kAuto: narrow on a CPU device (lavapipe ran it
+  // fastest), wide on every other.
+  enum class MatvecLayout { kAuto, kNarrow, kWide } matvec_layout = MatvecLayout::kAuto;
 };
 
 class VulkanBackend : public Backend {

@@ -1,33 +1,89 @@
 #version 450
 // nn.Linear for a few rows, as decoding runs it (one new position a step): out[M, N] =
 // x[M, K] · w[N, K]ᵀ (+ bias[N]) for M ≤ ROWS. A workgroup computes COLUMNS output columns for
-// every row, LANES invocations a column: they read every LANES-th element of the column's weight
-// row (consecutive words across the lanes) and add their partial sums in shared memory. The
+// every row, LANES invocations a column, and adds the lanes' partial sums in shared memory. The
 // tiled shader's block would spend its whole BM rows of work on one row and its grid would hold
-// a few workgroups. On lavapipe 8 columns of 8 lanes ran a 256-wide model's decoding at 73
-// tokens/s, a column of 64 lanes at 27, 8 of 32 at 45, 64 of 4 at 79 (bench/RESULTS.md); 8 lanes
-// keep 16 consecutive bytes of fp16 weights a read on a GPU.
+// a few workgroups.
+//
+// Decoding reads every weight once a token, so on a GPU this shader is bound by how many bytes
+// it keeps in flight. Two layouts are built (VulkanOptions::matvec_layout):
+//  - narrow: 8 columns of 8 lanes, one element a lane a step. It ran fastest on lavapipe, but
+//    read the seed model's weights at 134 GB/s on the H200 (bench/RESULTS.md).
+//  - wide (-DVECTOR_READS, 4 columns of 32 lanes): where K is a multiple of 8, a lane reads 8
+//    consecutive weights at a time (16 bytes in fp16), four such reads issued before any is
+//    used, so that a column's lanes cover 512 consecutive bytes a read; four times the
+//    invocations and far more bytes in flight. A K not a multiple of 8 takes the narrow one's
+//    element loop. On lavapipe the vector reads ran slower (unpacking halves on the CPU).
+//
 // Numerics as matmul.comp: with -DWEIGHTS_F16 x is rounded to fp16 (-DX_F16: it is fp16 in
 // memory already), the products and sums fp32. Workgroups past the dispatch's x extent continue
 // in y (gl_WorkGroupID.y · gl_NumWorkGroups.x), for vocabularies above the device's limit.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#ifndef COLUMNS
 #define COLUMNS 8
+#endif
+#ifndef LANES
 #define LANES 8
+#endif
 #define THREADS (COLUMNS * LANES)
 #define ROWS 4
+#define IN_FLIGHT 4  // vector reads a lane issues before using them
+#ifdef VECTOR_READS
+const bool kVectorReads = true;
+#else
+const bool kVectorReads = false;
+#endif
 #ifdef X_F16
 #define XTYPE float16_t
 #else
 #define XTYPE float
 #endif
 layout(local_size_x = THREADS) in;
+// Each buffer is also read as 16-byte vectors (the same binding, another view).
 layout(std430, binding = 0) readonly buffer X { XTYPE x[]; };
+#ifdef X_F16
+layout(std430, binding = 0) readonly buffer XVectors { uvec4 x_vectors[]; };  // 8 halves each
+#else
+layout(std430, binding = 0) readonly buffer XVectors { vec4 x_vectors[]; };  // 4 floats each
+#endif
 layout(std430, binding = 1) readonly buffer W { WTYPE w[]; };
+#ifdef WEIGHTS_F16
+layout(std430, binding = 1) readonly buffer WVectors { uvec4 w_vectors[]; };
+#else
+layout(std430, binding = 1) readonly buffer WVectors { vec4 w_vectors[]; };
+#endif
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
 shared float partial[ROWS][THREADS];  // [row][column · LANES + lane]
+
+// Eight consecutive elements, from element 8·index, as two vec4.
+struct Eight {
+  vec4 low, high;
+};
+#if defined(WEIGHTS_F16) || defined(X_F16)
+Eight Unpack(uvec4 halves) {
+  return Eight(vec4(unpackHalf2x16(halves.x), unpackHalf2x16(halves.y)),
+               vec4(unpackHalf2x16(halves.z), unpackHalf2x16(halves.w)));
+}
+#endif
+Eight Weights(uint index) {
+#ifdef WEIGHTS_F16
+  return Unpack(w_vectors[index]);
+#else
+  return Eight(w_vectors[2 * index], w_vectors[2 * index + 1]);
+#endif
+}
+Eight Inputs(uint index) {
+#ifdef X_F16
+  return Unpack(x_vectors[index]);
+#elif defined(WEIGHTS_F16)
+  return Eight(vec4(f16vec4(x_vectors[2 * index])), vec4(f16vec4(x_vectors[2 * index + 1])));
+#else
+  return Eight(x_vectors[2 * index], x_vectors[2 * index + 1]);
+#endif
+}
 
 float XValue(uint index) {
 #if defined(WEIGHTS_F16) && !defined(X_F16)
@@ -45,7 +101,32 @@ void main() {
   const bool in_range = column < p.n;
   float sums[ROWS];
   [[unroll]] for (uint r = 0; r < ROWS; ++r) sums[r] = 0.0;
-  if (in_range) {
+  if (in_range && kVectorReads && p.k % 8 == 0) {
+    const uint vectors = p.k / 8;  // a row's, of 8 elements each
+    const uint row_start = column * vectors;
+    uint v = lane;
+    for (; v + (IN_FLIGHT - 1) * LANES < vectors; v += IN_FLIGHT * LANES) {
+      Eight weights[IN_FLIGHT];
+      [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) weights[i] = Weights(row_start + v + i * LANES);
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        if (r < p.m) {
+          [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) {
+            const Eight inputs = Inputs(r * vectors + v + i * LANES);
+            sums[r] += dot(weights[i].low, inputs.low) + dot(weights[i].high, inputs.high);
+          }
+        }
+      }
+    }
+    for (; v < vectors; v += LANES) {
+      const Eight weights = Weights(row_start + v);
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        if (r < p.m) {
+          const Eight inputs = Inputs(r * vectors + v);
+          sums[r] += dot(weights.low, inputs.low) + dot(weights.high, inputs.high);
+        }
+      }
+    }
+  } else if (in_range) {
     for (uint kk = lane; kk < p.k; kk += LANES) {
       const float weight = float(w[column * p.k + kk]);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {

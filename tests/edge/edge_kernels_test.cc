@@ -41,6 +41,12 @@ using testing::RandomValues;
 constexpr double kU32 = 1.0 / (1 << 24);
 constexpr double kU16 = 1.0 / (1 << 11);
 
+// A Linear's rows × in · (out × in)ᵀ, with or without a bias.
+struct LinearShape {
+  int64_t rows, in, out;
+  bool bias;
+};
+
 class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision> {
  protected:
   void SetUp() override {
@@ -119,31 +125,76 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
                                  << cpu[worst] << ", tolerance " << tolerance(worst, cpu[worst]);
   }
 
+  // Linear on both backends with random x, w and b, the output poisoned first, within the
+  // matmul's bound (the top of the file).
+  void ExpectLinearsWithin(const std::vector<LinearShape>& shapes);
+
+  // Replaces the Vulkan backend by one with matvec.comp in `layout`, after checking the one it
+  // replaces ran without validation errors. Buffers of the old one must be gone.
+  void UseMatvecLayout(VulkanOptions::MatvecLayout layout) {
+    EXPECT_EQ(vulkan_->validation_errors(), 0) << vulkan_->last_validation_error();
+    vulkan_.reset();
+    vulkan_ = testing::ValidatedVulkan(GetParam(), layout);
+    ASSERT_NE(vulkan_, nullptr);
+    const bool wide = layout == VulkanOptions::MatvecLayout::kWide;
+    EXPECT_TRUE(absl::StrContains(vulkan_->Describe(),
+                                  wide ? "decoding's matvec wide" : "decoding's matvec narrow"))
+        << vulkan_->Describe();
+  }
+
   std::unique_ptr<VulkanBackend> vulkan_;
   std::unique_ptr<Backend> cpu_;
   bool fp16_ = false;
 };
 
+constexpr VulkanOptions::MatvecLayout kMatvecLayouts[] = {VulkanOptions::MatvecLayout::kNarrow,
+                                                          VulkanOptions::MatvecLayout::kWide};
+
 TEST_P(EdgeKernelsTest, LinearMatchesTheReferenceAtTileAndRaggedShapes) {
-  struct Shape {
-    int64_t rows, in, out;
-    bool bias;
-  };
   // Against the matmul shaders' 128×128 output blocks, 16-deep K slices and vector loads: whole
   // blocks, M/N/K ragged (K a multiple of 4 and not: vector and scalar loads), tiny shapes.
-  for (const Shape& s :
-       {Shape{77, 45, 70, true}, Shape{130, 256, 129, false}, Shape{64, 64, 64, true},
-        Shape{1, 300, 17, true}, Shape{1, 1, 1, true}, Shape{3, 7, 5, false},
-        Shape{256, 48, 256, true}, Shape{129, 36, 257, false}, Shape{200, 520, 131, true},
-        Shape{33, 2, 300, false},
-        // matvec.comp (up to 4 rows): K past its 64 lanes and ragged, more columns than one
-        // dispatch dimension holds on lavapipe (65,535), and 5 rows back on the tiled path.
-        Shape{4, 1030, 33, true}, Shape{2, 3, 70001, true}, Shape{5, 64, 70, true}}) {
+  // matvec.comp (up to 4 rows): K past its 64 lanes and ragged, more columns than one dispatch
+  // dimension holds on lavapipe (65,535), and 5 rows back on the tiled path.
+  ExpectLinearsWithin({{77, 45, 70, true},
+                       {130, 256, 129, false},
+                       {64, 64, 64, true},
+                       {1, 300, 17, true},
+                       {1, 1, 1, true},
+                       {3, 7, 5, false},
+                       {256, 48, 256, true},
+                       {129, 36, 257, false},
+                       {200, 520, 131, true},
+                       {33, 2, 300, false},
+                       {4, 1030, 33, true},
+                       {2, 3, 70001, true},
+                       {5, 64, 70, true}});
+}
+
+TEST_P(EdgeKernelsTest, MatvecMatchesTheReferenceInBothLayouts) {
+  // matvec.comp's vector path (K a multiple of 8): whole rounds of four reads a lane, a
+  // remainder after them, fewer vectors than lanes, a column count past one dispatch dimension;
+  // then its element path (K ragged). Each in both layouts, outputs poisoned first.
+  for (const VulkanOptions::MatvecLayout layout : kMatvecLayouts) {
+    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    UseMatvecLayout(layout);
+    ExpectLinearsWithin({{4, 1024, 33, true},
+                         {1, 2048, 300, false},
+                         {3, 1032, 65, true},
+                         {2, 8, 70001, true},
+                         {4, 24, 5, false},
+                         {3, 1030, 33, true},
+                         {1, 5, 9, false}});
+  }
+}
+
+void EdgeKernelsTest::ExpectLinearsWithin(const std::vector<LinearShape>& shapes) {
+  for (const LinearShape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out << "x" << s.in);
     const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, 1);
     const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 2);
     const std::vector<float> b = RandomValues(s.out, 1.0f, 3);
-    Pair xs = Floats(x), ws = Weights(w), bs = Weights(b), out = Outputs(s.rows * s.out);
+    Pair xs = Floats(x), ws = Weights(w), bs = Weights(b);
+    Pair out = Floats(std::vector<float>(static_cast<size_t>(s.rows * s.out), std::nanf("")));
     ASSERT_TRUE(vulkan_
                     ->Linear(*xs.gpu, *ws.gpu, s.bias ? bs.gpu.get() : nullptr, s.rows, s.in, s.out,
                              *out.gpu)
@@ -259,90 +310,101 @@ TEST_P(EdgeKernelsTest, RmsNormAndSiluWriteTheMatmulsInputAndLinearReadsIt) {
   if (!fp16_) {
     EXPECT_FALSE(HalfInputs()) << vulkan_->Describe();
   }
-  // 37 rows on the matmul, 3 on matvec.comp.
-  for (const int64_t rows : {int64_t{37}, int64_t{3}}) {
-    SCOPED_TRACE(::testing::Message() << rows << " rows");
-    const int64_t dim = 300, ffn = 130, out_features = 70;
-    const double fp16_rounding = fp16_ ? 2 * kU16 + kU16 * kU16 : 0.0;
-    // out = x·wᵀ + b on the reference x, the matmul's bound (see the top of the file) plus each
-    // x_k's error bound x_error(k) carried through |w_k|.
-    auto linear_tolerance = [&](const std::vector<float>& x, const std::vector<float>& w,
-                                const std::vector<float>* b, int64_t in,
-                                const std::function<double(int64_t)>& x_error) {
-      return [&x, &w, b, in, x_error, fp16_rounding, this](size_t i, double) {
-        const int64_t r = static_cast<int64_t>(i) / out_features;
-        const int64_t c = static_cast<int64_t>(i) % out_features;
-        double magnitude = 0.0, carried = 0.0;
-        for (int64_t k = 0; k < in; ++k) {
-          magnitude += std::fabs(x[r * in + k] * w[c * in + k]);
-          carried += x_error(r * in + k) * std::fabs(w[c * in + k]);
-        }
-        double bound = (2.0 * static_cast<double>(in) * kU32 + fp16_rounding) * magnitude +
-                       carried * (1 + 4 * kU16);
-        if (fp16_ && b != nullptr) bound += kU16 * std::fabs((*b)[static_cast<size_t>(c)]);
-        return bound + 1e-30;
+  // 37 rows on the matmul, 3 on matvec.comp: K ragged (its element path) and K a multiple of 8
+  // (its vector path, which reads an fp16 x in 16-byte vectors), in both of its layouts.
+  struct Case {
+    int64_t rows, dim, ffn;
+  };
+  for (const VulkanOptions::MatvecLayout layout : kMatvecLayouts)
+    for (const Case& shape : {Case{37, 300, 130}, Case{3, 300, 130}, Case{3, 256, 136}}) {
+      if (layout != kMatvecLayouts[0] && shape.rows > 4) continue;  // the matmul: once is enough
+      UseMatvecLayout(layout);
+      SCOPED_TRACE(::testing::Message()
+                   << shape.rows << " rows, dim " << shape.dim << ", ffn " << shape.ffn
+                   << ", matvec " << (layout == kMatvecLayouts[0] ? "narrow" : "wide"));
+      const int64_t rows = shape.rows, dim = shape.dim, ffn = shape.ffn, out_features = 70;
+      const double fp16_rounding = fp16_ ? 2 * kU16 + kU16 * kU16 : 0.0;
+      // out = x·wᵀ + b on the reference x, the matmul's bound (see the top of the file) plus each
+      // x_k's error bound x_error(k) carried through |w_k|.
+      auto linear_tolerance = [&](const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>* b, int64_t in,
+                                  const std::function<double(int64_t)>& x_error) {
+        return [&x, &w, b, in, x_error, fp16_rounding, this](size_t i, double) {
+          const int64_t r = static_cast<int64_t>(i) / out_features;
+          const int64_t c = static_cast<int64_t>(i) % out_features;
+          double magnitude = 0.0, carried = 0.0;
+          for (int64_t k = 0; k < in; ++k) {
+            magnitude += std::fabs(x[r * in + k] * w[c * in + k]);
+            carried += x_error(r * in + k) * std::fabs(w[c * in + k]);
+          }
+          double bound = (2.0 * static_cast<double>(in) * kU32 + fp16_rounding) * magnitude +
+                         carried * (1 + 4 * kU16);
+          if (fp16_ && b != nullptr) bound += kU16 * std::fabs((*b)[static_cast<size_t>(c)]);
+          return bound + 1e-30;
+        };
       };
-    };
 
-    // RmsNorm → the attention's input projection (with bias).
-    const std::vector<float> h = RandomValues(rows * dim, 2.0f, 11);
-    std::vector<float> norm_weight = RandomValues(dim, 0.2f, 12);
-    for (float& value : norm_weight) value += 1.0f;
-    const std::vector<float> w1 = RandomValues(out_features * dim, 1.0f, 13);
-    const std::vector<float> b1 = RandomValues(out_features, 1.0f, 14);
-    Pair hs = Floats(h), norms = Weights(norm_weight), w1s = Weights(w1), b1s = Weights(b1);
-    Pair normed = MatmulInputs(rows * dim), projected = Outputs(rows * out_features);
-    ASSERT_TRUE(vulkan_->RmsNorm(*hs.gpu, *norms.gpu, rows, dim, 1e-6, *normed.gpu).ok());
-    ASSERT_TRUE(cpu_->RmsNorm(*hs.cpu, *norms.cpu, rows, dim, 1e-6, *normed.cpu).ok());
-    absl::Status linear = vulkan_->Linear(*normed.gpu, *w1s.gpu, b1s.gpu.get(), rows, dim,
-                                          out_features, *projected.gpu);
-    ASSERT_TRUE(linear.ok()) << linear;
-    ASSERT_TRUE(
-        cpu_->Linear(*normed.cpu, *w1s.cpu, b1s.cpu.get(), rows, dim, out_features, *projected.cpu)
-            .ok());
-    const std::vector<float> normed_x = Read(*normed.cpu, rows * dim);
-    ExpectWithin("rmsnorm → linear", projected, rows * out_features,
-                 linear_tolerance(normed_x, w1, &b1, dim, [&](int64_t k) {
-                   return ((dim + 8) * kU32 + (fp16_ ? kU16 : 0.0)) *
-                          std::fabs(normed_x[static_cast<size_t>(k)]);
-                 }));
-
-    // Silu → the FFN's down projection (no bias).
-    const std::vector<float> hidden = RandomValues(rows * ffn, 4.0f, 15);
-    const std::vector<float> w2 = RandomValues(out_features * ffn, 1.0f, 16);
-    Pair hiddens = Floats(hidden), w2s = Weights(w2);
-    Pair activated = MatmulInputs(rows * ffn), down = Outputs(rows * out_features);
-    ASSERT_TRUE(vulkan_->Silu(*hiddens.gpu, rows * ffn, *activated.gpu).ok());
-    ASSERT_TRUE(cpu_->Silu(*hiddens.cpu, rows * ffn, *activated.cpu).ok());
-    linear = vulkan_->Linear(*activated.gpu, *w2s.gpu, nullptr, rows, ffn, out_features, *down.gpu);
-    ASSERT_TRUE(linear.ok()) << linear;
-    ASSERT_TRUE(
-        cpu_->Linear(*activated.cpu, *w2s.cpu, nullptr, rows, ffn, out_features, *down.cpu).ok());
-    const std::vector<float> activated_x = Read(*activated.cpu, rows * ffn);
-    ExpectWithin("silu → linear", down, rows * out_features,
-                 linear_tolerance(activated_x, w2, nullptr, ffn, [&](int64_t k) {
-                   const double a = std::fabs(hidden[static_cast<size_t>(k)]);
-                   return (8 + 2 * a) * 2 * kU32 *
-                          std::max(std::fabs(double(activated_x[static_cast<size_t>(k)])), a);
-                 }));
-
-    // The numerics did not move: the tiled fp16 matmul rounds an fp32 x to fp16 as it stages
-    // it, so the same norm through an fp32 buffer gives the same bits. (Where cooperative
-    // matrices run, the tuner may pick different blocks for the two, summing in another order.)
-    if (HalfInputs() && !vulkan_->uses_cooperative_matrix()) {
-      Pair normed32 = Outputs(rows * dim), projected32 = Outputs(rows * out_features);
-      ASSERT_TRUE(vulkan_->RmsNorm(*hs.gpu, *norms.gpu, rows, dim, 1e-6, *normed32.gpu).ok());
-      ASSERT_TRUE(vulkan_
-                      ->Linear(*normed32.gpu, *w1s.gpu, b1s.gpu.get(), rows, dim, out_features,
-                               *projected32.gpu)
+      // RmsNorm → the attention's input projection (with bias).
+      const std::vector<float> h = RandomValues(rows * dim, 2.0f, 11);
+      std::vector<float> norm_weight = RandomValues(dim, 0.2f, 12);
+      for (float& value : norm_weight) value += 1.0f;
+      const std::vector<float> w1 = RandomValues(out_features * dim, 1.0f, 13);
+      const std::vector<float> b1 = RandomValues(out_features, 1.0f, 14);
+      Pair hs = Floats(h), norms = Weights(norm_weight), w1s = Weights(w1), b1s = Weights(b1);
+      Pair normed = MatmulInputs(rows * dim), projected = Outputs(rows * out_features);
+      ASSERT_TRUE(vulkan_->RmsNorm(*hs.gpu, *norms.gpu, rows, dim, 1e-6, *normed.gpu).ok());
+      ASSERT_TRUE(cpu_->RmsNorm(*hs.cpu, *norms.cpu, rows, dim, 1e-6, *normed.cpu).ok());
+      absl::Status linear = vulkan_->Linear(*normed.gpu, *w1s.gpu, b1s.gpu.get(), rows, dim,
+                                            out_features, *projected.gpu);
+      ASSERT_TRUE(linear.ok()) << linear;
+      ASSERT_TRUE(cpu_->Linear(*normed.cpu, *w1s.cpu, b1s.cpu.get(), rows, dim, out_features,
+                               *projected.cpu)
                       .ok());
-      std::vector<float> via_half(static_cast<size_t>(rows * out_features));
-      std::vector<float> via_fp32(via_half.size());
-      ASSERT_TRUE(vulkan_->ReadFloats(*projected.gpu, via_half.data(), rows * out_features).ok());
-      ASSERT_TRUE(vulkan_->ReadFloats(*projected32.gpu, via_fp32.data(), rows * out_features).ok());
-      EXPECT_EQ(via_half, via_fp32);
+      const std::vector<float> normed_x = Read(*normed.cpu, rows * dim);
+      ExpectWithin("rmsnorm → linear", projected, rows * out_features,
+                   linear_tolerance(normed_x, w1, &b1, dim, [&](int64_t k) {
+                     return ((dim + 8) * kU32 + (fp16_ ? kU16 : 0.0)) *
+                            std::fabs(normed_x[static_cast<size_t>(k)]);
+                   }));
+
+      // Silu → the FFN's down projection (no bias).
+      const std::vector<float> hidden = RandomValues(rows * ffn, 4.0f, 15);
+      const std::vector<float> w2 = RandomValues(out_features * ffn, 1.0f, 16);
+      Pair hiddens = Floats(hidden), w2s = Weights(w2);
+      Pair activated = MatmulInputs(rows * ffn), down = Outputs(rows * out_features);
+      ASSERT_TRUE(vulkan_->Silu(*hiddens.gpu, rows * ffn, *activated.gpu).ok());
+      ASSERT_TRUE(cpu_->Silu(*hiddens.cpu, rows * ffn, *activated.cpu).ok());
+      linear =
+          vulkan_->Linear(*activated.gpu, *w2s.gpu, nullptr, rows, ffn, out_features, *down.gpu);
+      ASSERT_TRUE(linear.ok()) << linear;
+      ASSERT_TRUE(
+          cpu_->Linear(*activated.cpu, *w2s.cpu, nullptr, rows, ffn, out_features, *down.cpu).ok());
+      const std::vector<float> activated_x = Read(*activated.cpu, rows * ffn);
+      ExpectWithin("silu → linear", down, rows * out_features,
+                   linear_tolerance(activated_x, w2, nullptr, ffn, [&](int64_t k) {
+                     const double a = std::fabs(hidden[static_cast<size_t>(k)]);
+                     return (8 + 2 * a) * 2 * kU32 *
+                            std::max(std::fabs(double(activated_x[static_cast<size_t>(k)])), a);
+                   }));
+
+      // The numerics did not move: the tiled fp16 matmul rounds an fp32 x to fp16 as it stages
+      // it, so the same norm through an fp32 buffer gives the same bits. (Where cooperative
+      // matrices run, the tuner may pick different blocks for the two, summing in another order.)
+      if (HalfInputs() && !vulkan_->uses_cooperative_matrix()) {
+        Pair normed32 = Outputs(rows * dim), projected32 = Outputs(rows * out_features);
+        ASSERT_TRUE(vulkan_->RmsNorm(*hs.gpu, *norms.gpu, rows, dim, 1e-6, *normed32.gpu).ok());
+        ASSERT_TRUE(vulkan_
+                        ->Linear(*normed32.gpu, *w1s.gpu, b1s.gpu.get(), rows, dim, out_features,
+                                 *projected32.gpu)
+                        .ok());
+        std::vector<float> via_half(static_cast<size_t>(rows * out_features));
+        std::vector<float> via_fp32(via_half.size());
+        ASSERT_TRUE(vulkan_->ReadFloats(*projected.gpu, via_half.data(), rows * out_features).ok());
+        ASSERT_TRUE(
+            vulkan_->ReadFloats(*projected32.gpu, via_fp32.data(), rows * out_features).ok());
+        EXPECT_EQ(via_half, via_fp32);
+      }
     }
-  }
 }
 
 // An fp16 MatmulInput buffer is only Linear's x and the output of RmsNorm, Silu and Add;

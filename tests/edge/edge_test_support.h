@@ -18,10 +18,12 @@ namespace fsdpd::edge::testing {
 // The Vulkan backend on the first device, validation on. A machine without a usable Vulkan
 // device (lavapipe: mesa-vulkan-drivers) fails the test with the reason; it never skips.
 inline std::unique_ptr<VulkanBackend> ValidatedVulkan(
-    VulkanOptions::Precision precision = VulkanOptions::Precision::kAuto) {
+    VulkanOptions::Precision precision = VulkanOptions::Precision::kAuto,
+    VulkanOptions::MatvecLayout matvec_layout = VulkanOptions::MatvecLayout::kAuto) {
   VulkanOptions options;
   options.validation = true;
   options.precision = precision;
+  options.matvec_layout = matvec_layout;
   // fp16 activations for the matmuls wherever fp16 runs, so that lavapipe's tiled path covers
   // them too (its default keeps them fp32: VulkanOptions::matmul_inputs).
   options.matmul_inputs = VulkanOptions::MatmulInputs::kFp16;
