@@ -60,6 +60,7 @@ struct RunOptions {
   bool validate = false;
   int64_t batch = 1;
   int64_t seq = 128;
+  int pipeline_threads = 0;
 };
 
 void AddRunOptions(CLI::App* command, RunOptions* options) {
@@ -78,6 +79,10 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
   command->add_flag("--validate", options->validate,
                     "enable VK_LAYER_KHRONOS_validation; fail if it reports an error");
   command->add_option("--seq", options->seq, "tokens per sequence");
+  command
+      ->add_option("--pipeline-threads", options->pipeline_threads,
+                   "threads that build the shader pipelines at start (default 0: one per core)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // The backend, the model on it, and a runner; prints which paths run.
@@ -102,8 +107,13 @@ absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
     vulkan.cooperative_matrix = !options.no_coop;
     vulkan.force_staging = options.staging;
     vulkan.validation = options.validate;
+    vulkan.pipeline_threads = options.pipeline_threads;
+    const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(vulkan);
     if (!backend.ok()) return backend.status();
+    // The first start on a device can take minutes: the driver compiles every shader then.
+    std::fprintf(stderr, "fsdpd-edge: device opened and pipelines built in %.3f s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     loaded.vulkan = backend->get();
     loaded.backend = std::move(*backend);
   }

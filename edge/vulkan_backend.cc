@@ -110,18 +110,26 @@ class VulkanBackendImpl : public VulkanBackend {
       // Every block shape unless one is named; the tuner then picks one per matmul shape. A
       // driver that reports the fragment shape but refuses every pipeline falls back to the
       // tiled shader, and Describe() says so.
+      // Built on several threads (the driver compiles each block's shader), kept in order.
+      std::vector<MatmulPipeline> candidates;
+      std::vector<VulkanContext::PipelineRequest> requests;
       for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
         if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
         if (variant.workgroup_scope && !context_->cm2()) continue;
         if (variant.half_input && to_half_.pipeline == VK_NULL_HANDLE) continue;
-        MatmulPipeline matmul{
-            {}, MatmulOutputBlock(variant.shader), variant.block, variant.half_input};
-        absl::Status made = MakePipeline(variant.shader, 4, 16, &matmul.pipeline);
-        if (made.ok()) {
-          matmuls_.push_back(matmul);
+        candidates.push_back(
+            {{}, MatmulOutputBlock(variant.shader), variant.block, variant.half_input});
+        requests.push_back({variant.shader, 4, 16, nullptr});
+      }
+      for (size_t i = 0; i < candidates.size(); ++i) requests[i].out = &candidates[i].pipeline;
+      const std::vector<absl::Status> made =
+          context_->MakePipelines(requests, options.pipeline_threads);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        if (made[i].ok()) {
+          matmuls_.push_back(candidates[i]);
         } else {
-          DestroyPipeline(&matmul.pipeline);
-          if (coop_refused_.empty()) coop_refused_ = std::string(made.message());
+          DestroyPipeline(&candidates[i].pipeline);
+          if (coop_refused_.empty()) coop_refused_ = std::string(made[i].message());
         }
       }
       coop_ = !matmuls_.empty();
@@ -186,14 +194,22 @@ class VulkanBackendImpl : public VulkanBackend {
     if (coop_attention_) {
       // The workgroup-scope attention shaders beside it (they read qkv through ToHalf), timed
       // against it per shape; one the driver refuses is left out.
+      std::vector<AttentionPipeline> candidates;
+      std::vector<VulkanContext::PipelineRequest> requests;
       for (const AttentionVariant& variant : AttentionCm2Shaders()) {
         if (!context_->cm2() || to_half_.pipeline == VK_NULL_HANDLE) break;
         const OutputBlock block = MatmulOutputBlock(variant.shader);
-        AttentionPipeline attention{{}, block.rows, block.cols, true, variant.name};
-        if (MakePipeline(variant.shader, 2, 24, &attention.pipeline).ok()) {
-          attentions_.push_back(attention);
+        candidates.push_back({{}, block.rows, block.cols, true, variant.name});
+        requests.push_back({variant.shader, 2, 24, nullptr});
+      }
+      for (size_t i = 0; i < candidates.size(); ++i) requests[i].out = &candidates[i].pipeline;
+      const std::vector<absl::Status> made =
+          context_->MakePipelines(requests, options.pipeline_threads);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        if (made[i].ok()) {
+          attentions_.push_back(candidates[i]);
         } else {
-          DestroyPipeline(&attention.pipeline);
+          DestroyPipeline(&candidates[i].pipeline);
         }
       }
     }

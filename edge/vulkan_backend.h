@@ -67,6 +67,9 @@ struct VulkanOptions {
   // vectors (far more loads in flight). kAuto: narrow on a CPU device (lavapipe ran it
   // fastest), wide on every other.
   enum class MatvecLayout { kAuto, kNarrow, kWide } matvec_layout = MatvecLayout::kAuto;
+  // Threads that build the cooperative-matrix pipelines when the backend is created (the
+  // driver compiles their shaders then); 0: one per core.
+  int pipeline_threads = 0;
 };
 
 class VulkanBackend : public Backend {

@@ -1,7 +1,9 @@
 #include "edge/vulkan_context.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -329,6 +331,27 @@ absl::Status VulkanContext::MakePipeline(Shader shader, uint32_t bindings, uint3
   out->bindings = bindings;
   out->push_bytes = push_bytes;
   return absl::OkStatus();
+}
+
+std::vector<absl::Status> VulkanContext::MakePipelines(const std::vector<PipelineRequest>& requests,
+                                                       int threads) {
+  std::vector<absl::Status> made(requests.size());
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min<int>(threads, static_cast<int>(requests.size()));
+  // Pipeline creation is thread-safe on one VkDevice (no object here is shared between the
+  // calls); each thread takes the next request until none is left.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < requests.size(); i = next++) {
+      const PipelineRequest& r = requests[i];
+      made[i] = MakePipeline(r.shader, r.bindings, r.push_bytes, r.out);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& worker : workers) worker.join();
+  return made;
 }
 
 absl::Status VulkanContext::BeginRecording() {

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "edge/backend.h"
@@ -80,6 +81,18 @@ class VulkanContext {
   absl::Status CheckRoom(double bytes) const;
 
   absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out);
+  // Several pipelines at once, on up to `threads` threads (0: one per core): the driver compiles
+  // each shader when its pipeline is made, which for the cooperative-matrix blocks took the
+  // H200's driver minutes one after another on a cold start. Each request gets its own status,
+  // in order; a failed one leaves its Pipeline for DestroyPipeline as MakePipeline does.
+  struct PipelineRequest {
+    Shader shader;
+    uint32_t bindings;
+    uint32_t push_bytes;
+    Pipeline* out;
+  };
+  std::vector<absl::Status> MakePipelines(const std::vector<PipelineRequest>& requests,
+                                          int threads);
   void DestroyPipeline(Pipeline* pipeline);
 
   // Records a dispatch of `pipeline` over `buffers` (bound 0, 1, …) with push_bytes of `push`,
