@@ -37,6 +37,9 @@ constexpr uint32_t kAttention[] =
 constexpr uint32_t kAttentionCoop[] =
 #include "edge/shaders/attention_coop.spv.inc"
     ;
+constexpr uint32_t kAttentionDecode[] =
+#include "edge/shaders/attention_decode.spv.inc"
+    ;
 constexpr uint32_t kMatmul[] =
 #include "edge/shaders/matmul.spv.inc"
     ;
@@ -184,6 +187,7 @@ const std::vector<ShaderInfo>& Shaders() {
         {Shader::kTokenNll, "token_nll", Code(kTokenNll)},
         {Shader::kAttention, "attention", Code(kAttention)},
         {Shader::kAttentionCoop, "attention (cooperative matrix)", Code(kAttentionCoop)},
+        {Shader::kAttentionDecode, "attention (decoding)", Code(kAttentionDecode)},
         {Shader::kMatmul, "matmul", Code(kMatmul), {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
         {Shader::kMatmulF16,
          "matmul (fp16)",

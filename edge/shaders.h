@@ -20,6 +20,7 @@ enum class Shader {
   kTokenNll,
   kAttention,
   kAttentionCoop,
+  kAttentionDecode,  // a few new positions against a cache (attention_decode.comp)
   // attention_cm2.comp (workgroup scope), where built; its output block is {queries a
   // workgroup, the largest head_dim}.
   kAttentionCm2,

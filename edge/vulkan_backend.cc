@@ -24,6 +24,9 @@ namespace {
 
 constexpr int64_t kMaxAttentionHeadDim = 128;  // attention.comp's MAX_HEAD_DIM
 constexpr int64_t kMatvecRows = 4;             // matvec.comp's ROWS
+// CausalAttentionAt of at most this many rows runs attention_decode.comp (as Linear of at most
+// kMatvecRows runs matvec.comp: decoding's rows).
+constexpr int64_t kDecodeAttentionRows = 4;
 // matvec.comp's COLUMNS (a workgroup's) in the narrow and the wide layout (edge/CMakeLists.txt).
 constexpr int64_t kMatvecColumns = 8;
 constexpr int64_t kMatvecWideColumns = 4;
@@ -77,8 +80,9 @@ class VulkanBackendImpl : public VulkanBackend {
     if (context_ == nullptr) return;
     dummy_.reset();
     half_scratch_.reset();
-    for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &to_half_,
-                        &rmsnorm_half_, &elementwise_half_, &matvec_, &matvec_half_}) {
+    for (Pipeline* p :
+         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &attention_decode_,
+          &to_half_, &rmsnorm_half_, &elementwise_half_, &matvec_, &matvec_half_}) {
       DestroyPipeline(p);
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
@@ -100,6 +104,8 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kTokenNll, 3, 8, &token_nll_));
     // AttentionPush: the matrix-unit attention shaders read its first 24 bytes.
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, sizeof(AttentionPush), &attention_));
+    FSDPD_RETURN_IF_ERROR(
+        MakePipeline(Shader::kAttentionDecode, 2, sizeof(AttentionPush), &attention_decode_));
     if (context_->fp16()) {
       // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
       // workgroup-scope attention); without it those pipelines are left out.
@@ -570,6 +576,12 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_ASSIGN_OR_RETURN(const int64_t head_dim, CheckAttention("CausalAttentionAt", qkv, out, 1,
                                                                   first + rows, heads, dim));
     const AttentionPush push = MakeAttentionPush(1, rows, heads, head_dim, true, first);
+    if (rows <= kDecodeAttentionRows) {
+      // attention_decode.comp: a workgroup a (row, head) with the keys spread over it; the
+      // 64-query workgroups below would run these rows on 4 invocations each.
+      return Dispatch(attention_decode_, {&qkv, &out}, &push, static_cast<uint32_t>(rows),
+                      static_cast<uint32_t>(heads));
+    }
     return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((rows + 63) / 64),
                     static_cast<uint32_t>(heads));
   }
@@ -677,6 +689,7 @@ class VulkanBackendImpl : public VulkanBackend {
   std::string coop_refused_;  // why no cooperative-matrix pipeline could be built
   bool zero_copy_ = false;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_;
+  Pipeline attention_decode_;  // CausalAttentionAt of at most kDecodeAttentionRows rows
   // Whether attention runs on cooperative matrices (head_dim a multiple of 16): attentions_.
   bool coop_attention_ = false;
   std::string attention_refused_;

@@ -113,9 +113,13 @@ TEST_P(EdgeDecodingVulkanTest, CausalAttentionAtMatchesTheReference) {
     int64_t first, rows, heads, head_dim;
   };
   // One new position and several; cached prefixes inside one 32-key tile and across many, more
-  // than a 64-query workgroup of new rows, head_dim up to the shader's limit and ragged.
-  for (const Shape& s : {Shape{0, 1, 2, 16}, Shape{5, 1, 4, 32}, Shape{31, 1, 1, 128},
-                         Shape{100, 1, 3, 30}, Shape{40, 70, 2, 64}, Shape{7, 9, 2, 128}}) {
+  // than a 64-query workgroup of new rows, head_dim up to the shader's limit and ragged. Up to 4
+  // rows run attention_decode.comp: its 1,024-key chunks exactly filled, crossed by one key and
+  // crossed twice; 5 rows and more run attention.comp.
+  for (const Shape& s :
+       {Shape{0, 1, 2, 16}, Shape{5, 1, 4, 32}, Shape{31, 1, 1, 128}, Shape{100, 1, 3, 30},
+        Shape{40, 70, 2, 64}, Shape{7, 9, 2, 128}, Shape{0, 4, 3, 128}, Shape{3, 5, 2, 32},
+        Shape{1023, 2, 2, 20}, Shape{1500, 1, 2, 128}, Shape{2047, 3, 1, 64}}) {
     SCOPED_TRACE(::testing::Message() << "first " << s.first << " rows " << s.rows << " heads "
                                       << s.heads << " head_dim " << s.head_dim);
     const int64_t dim = s.heads * s.head_dim;
