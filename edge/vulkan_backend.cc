@@ -116,28 +116,18 @@ class VulkanBackendImpl : public VulkanBackend {
       // Every block shape unless one is named; the tuner then picks one per matmul shape. A
       // driver that reports the fragment shape but refuses every pipeline falls back to the
       // tiled shader, and Describe() says so.
-      // Built on several threads (the driver compiles each block's shader), kept in order.
       std::vector<MatmulPipeline> candidates;
-      std::vector<VulkanContext::PipelineRequest> requests;
+      std::vector<Shader> shaders;
       for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
         if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
         if (variant.workgroup_scope && !context_->cm2()) continue;
         if (variant.half_input && to_half_.pipeline == VK_NULL_HANDLE) continue;
         candidates.push_back(
             {{}, MatmulOutputBlock(variant.shader), variant.block, variant.half_input});
-        requests.push_back({variant.shader, 4, 16, nullptr});
+        shaders.push_back(variant.shader);
       }
-      for (size_t i = 0; i < candidates.size(); ++i) requests[i].out = &candidates[i].pipeline;
-      const std::vector<absl::Status> made =
-          context_->MakePipelines(requests, options.pipeline_threads);
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        if (made[i].ok()) {
-          matmuls_.push_back(candidates[i]);
-        } else {
-          DestroyPipeline(&candidates[i].pipeline);
-          if (coop_refused_.empty()) coop_refused_ = std::string(made[i].message());
-        }
-      }
+      matmuls_ = BuildEach(std::move(candidates), shaders, 4, 16, options.pipeline_threads,
+                           &coop_refused_);
       coop_ = !matmuls_.empty();
       if (coop_) coop_refused_.clear();
     }
@@ -201,23 +191,16 @@ class VulkanBackendImpl : public VulkanBackend {
       // The workgroup-scope attention shaders beside it (they read qkv through ToHalf), timed
       // against it per shape; one the driver refuses is left out.
       std::vector<AttentionPipeline> candidates;
-      std::vector<VulkanContext::PipelineRequest> requests;
+      std::vector<Shader> shaders;
       for (const AttentionVariant& variant : AttentionCm2Shaders()) {
         if (!context_->cm2() || to_half_.pipeline == VK_NULL_HANDLE) break;
         const OutputBlock block = MatmulOutputBlock(variant.shader);
         candidates.push_back({{}, block.rows, block.cols, true, variant.name});
-        requests.push_back({variant.shader, 2, 24, nullptr});
+        shaders.push_back(variant.shader);
       }
-      for (size_t i = 0; i < candidates.size(); ++i) requests[i].out = &candidates[i].pipeline;
-      const std::vector<absl::Status> made =
-          context_->MakePipelines(requests, options.pipeline_threads);
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        if (made[i].ok()) {
-          attentions_.push_back(candidates[i]);
-        } else {
-          DestroyPipeline(&candidates[i].pipeline);
-        }
-      }
+      std::vector<AttentionPipeline> built =
+          BuildEach(std::move(candidates), shaders, 2, 24, options.pipeline_threads, nullptr);
+      attentions_.insert(attentions_.end(), built.begin(), built.end());
     }
     FSDPD_RETURN_IF_ERROR(PinAttention(options.attention));
     if (!attentions_.empty()) {
@@ -635,6 +618,29 @@ class VulkanBackendImpl : public VulkanBackend {
   absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateBuffer(VkDeviceSize bytes, bool host_visible,
                                                              uint32_t memory_type = UINT32_MAX) {
     return context_->CreateBuffer(bytes, host_visible, memory_type);
+  }
+  // Builds candidates[i].pipeline from shaders[i] for every i, several at once (the driver
+  // compiles each shader then: VulkanContext::MakePipelines), and returns the candidates whose
+  // pipeline was built, in order; the first refusal's message goes to *refused where given.
+  template <typename Candidate>
+  std::vector<Candidate> BuildEach(std::vector<Candidate> candidates,
+                                   const std::vector<Shader>& shaders, uint32_t bindings,
+                                   uint32_t push_bytes, int threads, std::string* refused) {
+    std::vector<VulkanContext::PipelineRequest> requests;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      requests.push_back({shaders[i], bindings, push_bytes, &candidates[i].pipeline});
+    }
+    const std::vector<absl::Status> made = context_->MakePipelines(requests, threads);
+    std::vector<Candidate> built;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (made[i].ok()) {
+        built.push_back(candidates[i]);
+        continue;
+      }
+      DestroyPipeline(&candidates[i].pipeline);
+      if (refused != nullptr && refused->empty()) *refused = std::string(made[i].message());
+    }
+    return built;
   }
   absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out) {
     return context_->MakePipeline(shader, bindings, push_bytes, out);
