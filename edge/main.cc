@@ -82,7 +82,7 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
   command
       ->add_option("--pipeline-threads", options->pipeline_threads,
                    "threads that build the shader pipelines at start (default 0: one per core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1024));
 }
 
 // The backend, the model on it, and a runner; prints which paths run.

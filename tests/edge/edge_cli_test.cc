@@ -117,6 +117,35 @@ TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
   }
 }
 
+// The pipelines built on one thread or on many: the same backend, the same text; the time the
+// device took to open is reported; a thread count out of range is refused, naming the flag.
+TEST_F(EdgeCliTest, PipelineThreadsChangeNothingButTheStartTime) {
+  std::string texts[2];
+  int slot = 0;
+  for (const std::string threads : {"1", "16"}) {
+    const std::string text_path = dir_.File("threads" + threads + ".txt");
+    const Outcome outcome = fsdpd::testing::RunCommand(
+        std::string("{ ") + FSDPD_EDGE_BINARY + " generate " + model_ +
+        " --prompt 'the quick' --new-tokens 8 --seq 16 --validate --pipeline-threads " + threads +
+        " > " + text_path + "; }");
+    ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+    EXPECT_NE(outcome.output.find("device opened and pipelines built in"), std::string::npos)
+        << outcome.output;
+    // The generated text: stdout after the model, backend and placement lines (whose timing
+    // varies).
+    std::ifstream file(text_path, std::ios::binary);
+    const std::string out(std::istreambuf_iterator<char>(file), {});
+    const size_t start = out.find("\nthe quick");
+    ASSERT_NE(start, std::string::npos) << out;
+    texts[slot++] = out.substr(start + 1);
+  }
+  EXPECT_EQ(texts[0].size(), std::string("the quick").size() + 8 + 1) << texts[0];
+  EXPECT_EQ(texts[0], texts[1]);
+  const Outcome refused = RunEdge("generate " + model_ + " --prompt hi --pipeline-threads -1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--pipeline-threads"), std::string::npos) << refused.output;
+}
+
 TEST_F(EdgeCliTest, NoVulkanDeviceIsAClearError) {
   const std::string none = "VK_ICD_FILENAMES=" + dir_.File("no_such_icd.json");
   ExpectError(RunEdge("devices", none), "no Vulkan");
