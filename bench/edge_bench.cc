@@ -207,10 +207,10 @@ absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
   constexpr int kWholeWindows = 3;
   for (int i = 0; i < kWholeWindows; ++i) FSDPD_RETURN_IF_ERROR(runner->Logits(window, &logits));
   const double whole = Seconds(start) / kWholeWindows;
-  // The same position through the whole-window forward: the cache's rows and matvec.comp against
-  // the forward's attention and matmuls. fp16 on both sides rounds the same inputs, so what is
-  // left is fp32 order and an fp16 rounding falling the other way: 1e-3 of the largest |logit|,
-  // the bound tests/edge/edge_decoding_test.cc states.
+  // The same position through the whole-window forward: the cache's rows, matvec.comp and
+  // attention_decode.comp against the forward's attention and matmuls. fp16 on both sides rounds
+  // the same inputs, so what is left is fp32 order and an fp16 rounding falling the other way: 1e-3
+  // of the largest |logit|, the bound tests/edge/edge_decoding_test.cc states.
   double largest = 0.0, worst = 0.0;
   const float* last_row = logits.data() + (seq - 1) * config.vocab;
   for (int64_t v = 0; v < config.vocab; ++v) {
@@ -574,7 +574,7 @@ int main(int argc, char** argv) {
   if (coop_sweep) failures += SweepCoopBlocks(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
   if ((coop_sweep || attention_sweep || mma_peak) && sweep_only) variants.clear();
-  if (decode_only) {
+  if (decode_only && !variants.empty()) {  // (a --sweep-only run has no variant left)
     for (const auto layout :
          {VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide})
       failures += run_variant(variants.front(), layout);
