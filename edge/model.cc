@@ -168,9 +168,15 @@ absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
                                    dim, 3 * dim, *qkv_));
     return b.Attention(*qkv_, batch_, seq_, config_.heads, dim, config_.causal, *attention_);
   }));
-  Buffer* head_input = hidden_.get();
+  return Head(*hidden_, rows);
+}
+
+absl::Status ModelRunner::Head(Buffer& input, int64_t rows) {
+  const int64_t dim = config_.dim;
+  Backend& b = *backend_;
+  Buffer* head_input = &input;
   if (final_norm_ != nullptr) {
-    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *final_norm_, rows, dim, config_.norm_eps, *normed_));
+    FSDPD_RETURN_IF_ERROR(b.RmsNorm(input, *final_norm_, rows, dim, config_.norm_eps, *normed_));
     head_input = normed_.get();
   }
   return b.Linear(*head_input, *head_, nullptr, rows, dim, config_.vocab, *logits_);
@@ -240,12 +246,7 @@ absl::Status ModelRunner::Decode(const int32_t* tokens, int64_t first, int64_t r
     return b.CausalAttentionAt(cache, first, rows, config_.heads, dim, *attention_);
   }));
   FSDPD_RETURN_IF_ERROR(b.CopyFloats(*hidden_, (rows - 1) * dim, *newest_, 0, dim));
-  Buffer* head_input = newest_.get();
-  if (final_norm_ != nullptr) {
-    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*newest_, *final_norm_, 1, dim, config_.norm_eps, *normed_));
-    head_input = normed_.get();
-  }
-  FSDPD_RETURN_IF_ERROR(b.Linear(*head_input, *head_, nullptr, 1, dim, config_.vocab, *logits_));
+  FSDPD_RETURN_IF_ERROR(Head(*newest_, 1));
   FSDPD_RETURN_IF_ERROR(b.Finish());
   logits->resize(static_cast<size_t>(config_.vocab));
   return b.ReadFloats(*logits_, logits->data(), config_.vocab);

@@ -71,6 +71,9 @@ class ModelRunner {
   absl::Status CheckTokens(const int32_t* tokens, int64_t count) const;
   // Every layer over the `rows` rows in hidden_; `attend` leaves attention_ from normed_.
   absl::Status Layers(int64_t rows, const std::function<absl::Status(Layer&, size_t)>& attend);
+  // The final norm (where the model has one) and the head over `rows` rows of `input`, into
+  // logits_.
+  absl::Status Head(Buffer& input, int64_t rows);
   // `rows` new positions from `first` on, through the cache; the newest one's logits.
   absl::Status Decode(const int32_t* tokens, int64_t first, int64_t rows,
                       std::vector<float>* logits);
