@@ -10,7 +10,7 @@
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32] [--mma-peak] [--causal [--decode-only]]
+//              [--fp32] [--mma-peak] [--causal [--decode-only]] [--op-times]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -182,7 +182,8 @@ absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
 // products' weights (`matmul_weights` of them, the head's included; the embedding reads one row)
 // over the time a token give the rate they are read at: decoding reads each of them once a
 // token, so on a GPU it is bound by memory, not by the matrix units.
-absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
+// With op times on, the timed round's decoding is broken down by shader.
+absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_t seq,
                           double matmul_weights, bool fp16_weights) {
   const ExportedModelConfig& config = model.config;
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
@@ -196,12 +197,14 @@ absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
     auto start = std::chrono::steady_clock::now();
     FSDPD_RETURN_IF_ERROR(runner->Prefill(prompt, &logits));
     prefill = Seconds(start);
+    backend.ResetOpTimes();
     start = std::chrono::steady_clock::now();
     for (int64_t i = seq / 2; i < seq; ++i)
       FSDPD_RETURN_IF_ERROR(runner->Append(window[i], &logits));
     appended = Seconds(start);
   }
   const int64_t steps = seq - seq / 2;
+  const std::vector<OpTime> op_times = backend.op_times();
   const std::vector<float> decoded = logits;  // the last position's, through the cache
   auto start = std::chrono::steady_clock::now();
   constexpr int kWholeWindows = 3;
@@ -229,6 +232,9 @@ absl::Status TimeDecoding(const HostModel& model, Backend& backend, int64_t seq,
       "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
       (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
       matmul_weights * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
+  if (!op_times.empty()) {
+    std::printf("  %s", FormatOpTimes(op_times, appended, steps, "token").c_str());
+  }
   if (!agrees) return absl::InternalError("decoded logits disagree with the forward's");
   return absl::OkStatus();
 }
@@ -455,6 +461,9 @@ int main(int argc, char** argv) {
   app.add_option("--coop-block", coop_block,
                  "the cooperative-matrix block the variants use (default: the built default)");
   bool decode_only = false;
+  bool op_times = false;
+  app.add_flag("--op-times", op_times,
+               "time every GPU command: decoding's GPU time by shader (and its host share)");
   app.add_flag("--decode-only", decode_only,
                "with --causal: only decoding, in matvec.comp's narrow and wide layouts");
   CLI11_PARSE(app, argc, argv);
@@ -509,6 +518,7 @@ int main(int argc, char** argv) {
     options.force_staging = variant.staging;
     options.precision = variant.precision;
     options.coop_block = coop_block;
+    options.op_times = op_times;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());

@@ -61,6 +61,7 @@ struct RunOptions {
   int64_t batch = 1;
   int64_t seq = 128;
   int pipeline_threads = 0;
+  bool op_times = false;
 };
 
 void AddRunOptions(CLI::App* command, RunOptions* options) {
@@ -83,6 +84,9 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
       ->add_option("--pipeline-threads", options->pipeline_threads,
                    "threads that build the shader pipelines at start (default 0: one per core)")
       ->check(CLI::Range(0, 1024));
+  command->add_flag("--op-times", options->op_times,
+                    "time every GPU command and print the GPU time of each shader at the end "
+                    "(vulkan)");
 }
 
 // The backend, the model on it, and a runner; prints which paths run.
@@ -93,6 +97,10 @@ struct Loaded {
 };
 
 absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
+  if (options.op_times && options.backend != "vulkan") {
+    return absl::InvalidArgumentError(
+        "--op-times times the commands of a Vulkan device; --backend cpu runs none");
+  }
   absl::StatusOr<HostModel> model = LoadHostModel(options.model);
   if (!model.ok()) return model.status();
   Loaded loaded;
@@ -108,6 +116,7 @@ absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
     vulkan.force_staging = options.staging;
     vulkan.validation = options.validate;
     vulkan.pipeline_threads = options.pipeline_threads;
+    vulkan.op_times = options.op_times;
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(vulkan);
     if (!backend.ok()) return backend.status();
@@ -134,6 +143,14 @@ absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
   return loaded;
 }
 
+// With --op-times: the GPU time of each shader over the run, per `units` of `unit`.
+void PrintOpTimes(const RunOptions& options, const Loaded& loaded, double wall_seconds,
+                  int64_t units, const std::string& unit) {
+  if (!options.op_times || loaded.vulkan == nullptr) return;
+  std::fprintf(stderr, "fsdpd-edge: %s",
+               FormatOpTimes(loaded.vulkan->op_times(), wall_seconds, units, unit).c_str());
+}
+
 int CheckValidation(const Loaded& loaded) {
   if (loaded.vulkan == nullptr) return 0;
   const int errors = loaded.vulkan->validation_errors();
@@ -150,8 +167,13 @@ int RunEval(const RunOptions& options, const std::string& text, const std::strin
   if (!tokens.ok()) return Fail(tokens.status());
   absl::StatusOr<Loaded> loaded = Load(options, options.batch);
   if (!loaded.ok()) return Fail(loaded.status());
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Perplexity> result = EvaluatePerplexity(*loaded->runner, *tokens);
   if (!result.ok()) return Fail(result.status());
+  // Every batch, the untimed first one (which picks the matmul blocks) included.
+  PrintOpTimes(options, *loaded,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               result->tokens, "token");
   std::printf("perplexity %.6f (mean nll %.6f nats over %lld tokens)\n", result->perplexity,
               result->mean_nll, static_cast<long long>(result->tokens));
   std::printf("forward %.1f tokens/s (%.3f s over %lld tokens%s)\n", result->tokens_per_second,
@@ -203,6 +225,7 @@ int RunGenerate(const RunOptions& options, const std::string& prompt, const std:
                static_cast<long long>(generate.new_tokens), seconds,
                static_cast<double>(generate.new_tokens) / seconds,
                generate.kv_cache ? "qkv cache" : "a forward over the window per token");
+  PrintOpTimes(options, *loaded, seconds, generate.new_tokens, "token");
   return CheckValidation(*loaded);
 }
 

@@ -270,6 +270,8 @@ class VulkanBackendImpl : public VulkanBackend {
   bool uses_fp16() const override { return context_->fp16(); }
   bool uses_cooperative_matrix() const override { return coop_; }
   bool zero_copy_weights() const override { return zero_copy_; }
+  std::vector<OpTime> op_times() const override { return context_->op_times(); }
+  void ResetOpTimes() override { context_->ResetOpTimes(); }
 
   absl::Status CheckRoom(double bytes) override { return context_->CheckRoom(bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
@@ -573,18 +575,19 @@ class VulkanBackendImpl : public VulkanBackend {
                           int64_t count) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "from", from));
     FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "to", to));
-    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
-    const VkDeviceSize source = static_cast<VkDeviceSize>(from_offset) * 4;
-    const VkDeviceSize target = static_cast<VkDeviceSize>(to_offset) * 4;
-    if (from_offset < 0 || to_offset < 0 || count < 0 || source + bytes > Vk(from).bytes ||
-        target + bytes > Vk(to).bytes) {
+    // In floats, so that no product can wrap: a huge count must not pass as a small one.
+    const auto source = static_cast<int64_t>(Vk(from).bytes / 4);
+    const auto target = static_cast<int64_t>(Vk(to).bytes / 4);
+    if (from_offset < 0 || to_offset < 0 || count < 0 || from_offset > source - count ||
+        to_offset > target - count) {
       return absl::InvalidArgumentError(
           absl::StrCat("CopyFloats: ", count, " floats from ", from_offset, " to ", to_offset,
-                       " fall outside the buffers (", Vk(from).bytes / 4, " and ", Vk(to).bytes / 4,
-                       " floats)"));
+                       " fall outside the buffers (", source, " and ", target, " floats)"));
     }
     if (count == 0) return absl::OkStatus();
-    return context_->RecordCopy(Vk(from), source, Vk(to), target, bytes);
+    return context_->RecordCopy(Vk(from), static_cast<VkDeviceSize>(from_offset) * 4, Vk(to),
+                                static_cast<VkDeviceSize>(to_offset) * 4,
+                                static_cast<VkDeviceSize>(count) * 4);
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Silu", "x", x));

@@ -70,7 +70,24 @@ struct VulkanOptions {
   // Threads that build the cooperative-matrix pipelines when the backend is created (the
   // driver compiles their shaders then); 0: one per core.
   int pipeline_threads = 0;
+  // A GPU timestamp after every command, summed per shader (VulkanBackend::op_times()); a
+  // device whose compute queue has no timestamps is refused.
+  bool op_times = false;
 };
+
+// GPU time of one kind of operation (a shader, or "copy") over a run: from the end of the
+// command before each one to its own end (edge/op_timer.h).
+struct OpTime {
+  std::string op;
+  int64_t count = 0;
+  double seconds = 0.0;
+};
+
+// A table of `times` per `units` (tokens, batches; at least 1) of `unit`, headed by the GPU's
+// busy time against `wall_seconds`, the wall time of the same run: what is not GPU time is the
+// host's (recording, descriptor updates, waits) or idle.
+std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds, int64_t units,
+                          const std::string& unit);
 
 class VulkanBackend : public Backend {
  public:
@@ -89,6 +106,10 @@ class VulkanBackend : public Backend {
   // ceiling of every matmul shader here; best of three runs after a quarter second of warm-up.
   // Unavailable without VK_NV_cooperative_matrix2.
   virtual absl::StatusOr<double> MatrixUnitPeakTflops() = 0;
+  // With options.op_times: the GPU time of each operation run since the backend was made or
+  // ResetOpTimes, the longest first, counted once Finish returns; empty otherwise.
+  virtual std::vector<OpTime> op_times() const = 0;
+  virtual void ResetOpTimes() = 0;
 };
 
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);

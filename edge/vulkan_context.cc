@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<VulkanContext>> VulkanContext::Create(const Vulka
 VulkanContext::~VulkanContext() {
   if (device_ == VK_NULL_HANDLE) return;
   vkDeviceWaitIdle(device_);
+  timer_.reset();
   if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
   if (descriptor_pool_ != VK_NULL_HANDLE) {
     vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
@@ -193,6 +194,11 @@ absl::Status VulkanContext::Open(const VulkanOptions& options) {
   descriptor_info.poolSizeCount = 1;
   descriptor_info.pPoolSizes = &size;
   VK_RETURN_IF_ERROR(vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
+  if (options.op_times) {
+    FSDPD_ASSIGN_OR_RETURN(
+        timer_, OpTimer::Create(device_, families[queue_family_].timestampValidBits,
+                                limits_.timestampPeriod, 2 * kMaxSetsPerSubmit, info_.name));
+  }
   zero_copy_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
                                                    VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
                                                    VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
@@ -330,6 +336,7 @@ absl::Status VulkanContext::MakePipeline(Shader shader, uint32_t bindings, uint3
   }
   out->bindings = bindings;
   out->push_bytes = push_bytes;
+  out->name = ShaderName(shader);
   return absl::OkStatus();
 }
 
@@ -360,14 +367,21 @@ absl::Status VulkanContext::BeginRecording() {
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
   recording_ = true;
+  if (timer_ != nullptr) timer_->Begin(commands_);
   return absl::OkStatus();
+}
+
+absl::Status VulkanContext::MakeRoom() {
+  if (sets_used_ == kMaxSetsPerSubmit || (timer_ != nullptr && timer_->full())) {
+    FSDPD_RETURN_IF_ERROR(Finish());
+  }
+  return BeginRecording();
 }
 
 absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
                                      std::initializer_list<Buffer*> buffers, const void* push,
                                      uint32_t x_groups, uint32_t y_groups) {
-  if (sets_used_ == kMaxSetsPerSubmit) FSDPD_RETURN_IF_ERROR(Finish());
-  FSDPD_RETURN_IF_ERROR(BeginRecording());
+  FSDPD_RETURN_IF_ERROR(MakeRoom());
   VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   allocate.descriptorPool = descriptor_pool_;
   allocate.descriptorSetCount = 1;
@@ -404,6 +418,7 @@ absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                            VK_PIPELINE_STAGE_HOST_BIT,
                        0, 1, &barrier, 0, nullptr, 0, nullptr);
+  if (timer_ != nullptr) timer_->Stamp(commands_, pipeline.name);
   return absl::OkStatus();
 }
 
@@ -414,7 +429,16 @@ absl::Status VulkanContext::Finish() {
   FSDPD_RETURN_IF_ERROR(SubmitAndWait());
   VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
   sets_used_ = 0;
+  if (timer_ != nullptr) FSDPD_RETURN_IF_ERROR(timer_->Collect());
   return absl::OkStatus();
+}
+
+std::vector<OpTime> VulkanContext::op_times() const {
+  return timer_ != nullptr ? timer_->Totals() : std::vector<OpTime>{};
+}
+
+void VulkanContext::ResetOpTimes() {
+  if (timer_ != nullptr) timer_->Reset();
 }
 
 absl::Status VulkanContext::CheckRoom(double bytes) const {
@@ -434,7 +458,7 @@ absl::Status VulkanContext::CheckRoom(double bytes) const {
 absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset,
                                        VulkanBuffer& to, VkDeviceSize to_offset,
                                        VkDeviceSize bytes) {
-  FSDPD_RETURN_IF_ERROR(BeginRecording());
+  FSDPD_RETURN_IF_ERROR(MakeRoom());
   const VkBufferCopy region{from_offset, to_offset, bytes};
   vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
   // Dispatch's barrier covers the copy's read of what a shader before it wrote; this one, the
@@ -448,6 +472,7 @@ absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_off
                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                            VK_PIPELINE_STAGE_HOST_BIT,
                        0, 1, &barrier, 0, nullptr, 0, nullptr);
+  if (timer_ != nullptr) timer_->Stamp(commands_, "copy");
   return absl::OkStatus();
 }
 

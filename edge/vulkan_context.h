@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "edge/backend.h"
 #include "edge/byte_ledger.h"
+#include "edge/op_timer.h"
 #include "edge/shaders.h"
 #include "edge/vulkan_backend.h"
 #include "edge/vulkan_device.h"
@@ -28,6 +29,7 @@ struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
   uint32_t bindings = 0;
   uint32_t push_bytes = 0;
+  const char* name = "";  // its shader's (ShaderName), for op times
 };
 
 struct VulkanBuffer : Buffer {
@@ -104,6 +106,9 @@ class VulkanContext {
                           VkDeviceSize to_offset, VkDeviceSize bytes);
   // Submits what is recorded and waits for it.
   absl::Status Finish();
+  // The GPU time of each operation Finish has seen run (options.op_times); empty otherwise.
+  std::vector<OpTime> op_times() const;
+  void ResetOpTimes();
 
   static constexpr uint32_t kMaxBindings = 4;
   static constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
@@ -114,6 +119,8 @@ class VulkanContext {
   uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const;
   absl::Status BeginRecording();
   absl::Status SubmitAndWait();
+  // Before another command: submits what is recorded where a per-submit table is full.
+  absl::Status MakeRoom();
 
   std::unique_ptr<Instance> instance_;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
@@ -133,7 +140,8 @@ class VulkanContext {
   bool coop_ = false;
   bool cm2_ = false;
   uint32_t zero_copy_type_ = UINT32_MAX;
-  ByteLedger allocated_;  // the bytes of the buffers made here
+  ByteLedger allocated_;            // the bytes of the buffers made here
+  std::unique_ptr<OpTimer> timer_;  // options.op_times
 };
 
 }  // namespace fsdpd::edge

@@ -146,6 +146,24 @@ TEST_F(EdgeCliTest, PipelineThreadsChangeNothingButTheStartTime) {
   EXPECT_NE(refused.output.find("--pipeline-threads"), std::string::npos) << refused.output;
 }
 
+TEST_F(EdgeCliTest, OpTimesPrintEachShadersGpuTimeAfterTheRun) {
+  const Outcome generated =
+      RunEdge("generate " + model_ + " --prompt 'the quick' --new-tokens 8 --seq 16 --op-times");
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  for (const char* line : {"GPU time by operation, per token over 8: ", "ms of wall time",
+                           "attention (decoding)", "rmsnorm", "matvec"}) {
+    EXPECT_NE(generated.output.find(line), std::string::npos) << line << " in:\n"
+                                                              << generated.output;
+  }
+  const Outcome evaluated = RunEdge("eval " + model_ + " --text " + text_ + " --seq 64 --op-times");
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+  EXPECT_NE(evaluated.output.find("GPU time by operation, per token over"), std::string::npos)
+      << evaluated.output;
+  EXPECT_NE(evaluated.output.find("token_nll"), std::string::npos) << evaluated.output;
+  ExpectError(RunEdge("eval " + model_ + " --text " + text_ + " --backend cpu --op-times"),
+              "--op-times times the commands of a Vulkan device");
+}
+
 TEST_F(EdgeCliTest, NoVulkanDeviceIsAClearError) {
   const std::string none = "VK_ICD_FILENAMES=" + dir_.File("no_such_icd.json");
   ExpectError(RunEdge("devices", none), "no Vulkan");

@@ -172,10 +172,32 @@ TEST_P(EdgeDecodingVulkanTest, CopyFloatsMovesARangeInOrderWithTheOtherOps) {
       }
     }
   }
-  std::unique_ptr<Buffer> small = *vulkan_->Floats(8), large = *vulkan_->Floats(16);
-  const absl::Status status = vulkan_->CopyFloats(*small, 4, *large, 0, 5);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("outside the buffers"), std::string::npos) << status;
+  // A range past either end, or negative, is refused by both backends and writes nothing; so
+  // is a count whose size in bytes would wrap to a small one (2^62 + 1 floats: 4 bytes).
+  for (Backend* backend : {static_cast<Backend*>(vulkan_.get()), cpu_.get()}) {
+    SCOPED_TRACE(backend->Describe());
+    std::unique_ptr<Buffer> small = Upload(*backend, std::vector<float>(8, 2.0f));
+    std::unique_ptr<Buffer> large = Upload(*backend, std::vector<float>(16, -1.0f));
+    struct Range {
+      int64_t from, to, count;
+    };
+    for (const Range r : std::vector<Range>{{4, 0, 5},
+                                            {0, 12, 5},
+                                            {-1, 0, 2},
+                                            {0, -1, 2},
+                                            {0, 0, -1},
+                                            {0, 0, INT64_MAX},
+                                            {0, 0, (int64_t{1} << 62) + 1}}) {
+      SCOPED_TRACE(::testing::Message() << r.from << " → " << r.to << " × " << r.count);
+      const absl::Status status = backend->CopyFloats(*small, r.from, *large, r.to, r.count);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      EXPECT_NE(status.message().find("outside the buffers"), std::string::npos) << status;
+    }
+    ASSERT_TRUE(backend->CopyFloats(*small, 0, *large, 8, 8).ok());  // up to the end: fine
+    ASSERT_TRUE(backend->Finish().ok());
+    const std::vector<float> copied = ReadAll(*backend, *large, 16);
+    for (int64_t i = 0; i < 16; ++i) ASSERT_EQ(copied[i], i < 8 ? -1.0f : 2.0f) << i;
+  }
 }
 
 // A random causal model: the cached logits of every position against the whole-window forward.
