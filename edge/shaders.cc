@@ -40,6 +40,9 @@ constexpr uint32_t kAttentionCoop[] =
 constexpr uint32_t kAttentionDecode[] =
 #include "edge/shaders/attention_decode.spv.inc"
     ;
+constexpr uint32_t kAttentionDecodeCombine[] =
+#include "edge/shaders/attention_decode_combine.spv.inc"
+    ;
 constexpr uint32_t kMatmul[] =
 #include "edge/shaders/matmul.spv.inc"
     ;
@@ -188,6 +191,8 @@ const std::vector<ShaderInfo>& Shaders() {
         {Shader::kAttention, "attention", Code(kAttention)},
         {Shader::kAttentionCoop, "attention (cooperative matrix)", Code(kAttentionCoop)},
         {Shader::kAttentionDecode, "attention (decoding)", Code(kAttentionDecode)},
+        {Shader::kAttentionDecodeCombine, "attention (decoding, slices added)",
+         Code(kAttentionDecodeCombine)},
         {Shader::kMatmul, "matmul", Code(kMatmul), {EDGE_MATMUL_BLOCK_M, EDGE_MATMUL_BLOCK_N}},
         {Shader::kMatmulF16,
          "matmul (fp16)",

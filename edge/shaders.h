@@ -20,7 +20,9 @@ enum class Shader {
   kTokenNll,
   kAttention,
   kAttentionCoop,
-  kAttentionDecode,  // a few new positions against a cache (attention_decode.comp)
+  kAttentionDecode,         // a few new positions against a cache, per slice of keys
+                            // (attention_decode.comp)
+  kAttentionDecodeCombine,  // ... its slices added (attention_decode_combine.comp)
   // attention_cm2.comp (workgroup scope), where built; its output block is {queries a
   // workgroup, the largest head_dim}.
   kAttentionCm2,

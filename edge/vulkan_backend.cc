@@ -27,6 +27,9 @@ constexpr int64_t kMatvecRows = 4;             // matvec.comp's ROWS
 // CausalAttentionAt of at most this many rows runs attention_decode.comp (as Linear of at most
 // kMatvecRows runs matvec.comp: decoding's rows).
 constexpr int64_t kDecodeAttentionRows = 4;
+// The keys a workgroup of attention_decode.comp takes (SPLIT in
+// edge/shaders/attention_decode.glsl).
+constexpr int64_t kDecodeAttentionSplit = 64;
 // matvec.comp's COLUMNS (a workgroup's) in the narrow and the wide layout (edge/CMakeLists.txt).
 constexpr int64_t kMatvecColumns = 8;
 constexpr int64_t kMatvecWideColumns = 4;
@@ -80,9 +83,10 @@ class VulkanBackendImpl : public VulkanBackend {
     if (context_ == nullptr) return;
     dummy_.reset();
     half_scratch_.reset();
-    for (Pipeline* p :
-         {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_, &attention_decode_,
-          &to_half_, &rmsnorm_half_, &elementwise_half_, &matvec_, &matvec_half_}) {
+    decode_partials_.reset();
+    for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_,
+                        &attention_decode_, &attention_decode_combine_, &to_half_, &rmsnorm_half_,
+                        &elementwise_half_, &matvec_, &matvec_half_}) {
       DestroyPipeline(p);
     }
     for (MatmulPipeline& matmul : matmuls_) DestroyPipeline(&matmul.pipeline);
@@ -106,6 +110,8 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttention, 2, sizeof(AttentionPush), &attention_));
     FSDPD_RETURN_IF_ERROR(
         MakePipeline(Shader::kAttentionDecode, 2, sizeof(AttentionPush), &attention_decode_));
+    FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kAttentionDecodeCombine, 2, sizeof(AttentionPush),
+                                       &attention_decode_combine_));
     if (context_->fp16()) {
       // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
       // workgroup-scope attention); without it those pipelines are left out.
@@ -562,10 +568,17 @@ class VulkanBackendImpl : public VulkanBackend {
                                                                   first + rows, heads, dim));
     const AttentionPush push = MakeAttentionPush(1, rows, heads, head_dim, true, first);
     if (rows <= kDecodeAttentionRows) {
-      // attention_decode.comp: a workgroup a (row, head) with the keys spread over it; the
-      // 64-query workgroups below would run these rows on 4 invocations each.
-      return Dispatch(attention_decode_, {&qkv, &out}, &push, static_cast<uint32_t>(rows),
-                      static_cast<uint32_t>(heads));
+      // attention_decode.comp: a workgroup a (slice of keys, row, head), each slice's softmax
+      // and output then added by attention_decode_combine.comp; the 64-query workgroups below
+      // would run these rows on 4 invocations each, one after another through every key.
+      const int64_t slices = (first + rows + kDecodeAttentionSplit - 1) / kDecodeAttentionSplit;
+      FSDPD_ASSIGN_OR_RETURN(VulkanBuffer * partials,
+                             DecodePartials(rows * heads * slices * (head_dim + 2)));
+      FSDPD_RETURN_IF_ERROR(Dispatch(attention_decode_, {&qkv, partials}, &push,
+                                     static_cast<uint32_t>(slices),
+                                     static_cast<uint32_t>(rows * heads)));
+      return Dispatch(attention_decode_combine_, {partials, &out}, &push,
+                      static_cast<uint32_t>(rows * heads), 1);
     }
     return Dispatch(attention_, {&qkv, &out}, &push, static_cast<uint32_t>((rows + 63) / 64),
                     static_cast<uint32_t>(heads));
@@ -686,6 +699,20 @@ class VulkanBackendImpl : public VulkanBackend {
     return static_cast<uint32_t>(std::min<int64_t>(
         groups, std::min<uint32_t>(context_->limits().maxComputeWorkGroupCount[0], 65535)));
   }
+  // attention_decode.comp's per-slice results, at least `floats` of them. A larger buffer
+  // replaces the old one only once the commands recorded (which may read it) have run; it
+  // doubles, so that decoding a token at a time, whose slices grow by one every
+  // kDecodeAttentionSplit tokens, seldom waits for that.
+  absl::StatusOr<VulkanBuffer*> DecodePartials(int64_t floats) {
+    const auto bytes = static_cast<VkDeviceSize>(floats) * 4;
+    if (decode_partials_ == nullptr || decode_partials_->bytes < bytes) {
+      FSDPD_RETURN_IF_ERROR(Finish());
+      const VkDeviceSize held = decode_partials_ == nullptr ? 0 : decode_partials_->bytes;
+      decode_partials_.reset();
+      FSDPD_ASSIGN_OR_RETURN(decode_partials_, CreateBuffer(std::max(bytes, 2 * held), false));
+    }
+    return decode_partials_.get();
+  }
   std::pair<uint32_t, uint32_t> RowGrid(int64_t rows) const {
     const int64_t x = std::min<int64_t>(std::max<int64_t>(rows, 1), 65535);
     return {static_cast<uint32_t>(x), static_cast<uint32_t>((rows + x - 1) / x)};
@@ -699,6 +726,8 @@ class VulkanBackendImpl : public VulkanBackend {
   bool zero_copy_ = false;
   Pipeline embedding_, elementwise_, rmsnorm_, token_nll_, attention_;
   Pipeline attention_decode_;  // CausalAttentionAt of at most kDecodeAttentionRows rows
+  Pipeline attention_decode_combine_;
+  std::unique_ptr<VulkanBuffer> decode_partials_;  // DecodePartials
   // Whether attention runs on cooperative matrices (head_dim a multiple of 16): attentions_.
   bool coop_attention_ = false;
   std::string attention_refused_;

@@ -1,32 +1,33 @@
 #version 450
-// Causal attention of a few new positions against a cache of qkv rows (decoding): query row r
-// is position first + r of a sequence whose qkv holds its first + rows rows, and attends to
-// the keys 0 … first + r. attention.comp gives a workgroup 64 queries that share each tile of K
-// and V; one new position a token would leave 4 of its 256 invocations working, one after the
-// other through every key. Here a workgroup takes one (query row, head) and spreads the keys
-// over its invocations, CHUNK keys at a time:
+// Causal attention of a few new positions against a cache of qkv rows (decoding), first of two
+// passes (flash decoding): query row r is position first + r of a sequence whose qkv holds its
+// first + rows rows, and attends to the keys 0 … first + r. One query row leaves a workgroup per
+// head far too little to do (16 workgroups on a GPU of 132 SMs, each walking every key), so the
+// keys are split into SPLIT-key slices and a workgroup takes one (slice, query row, head):
 //   1. scores: groups of PARTS invocations each take a key, every PARTS-th dimension a lane,
 //      their partial dot products summed by subgroup shuffles (as attention.comp does);
-//   2. softmax over the chunk against a running max (the chunk's max and sum by tree reductions
-//      in shared memory), the earlier chunks' sum and output rescaled;
-//   3. the output: invocation d sums p_j · v_j[d] over the chunk (consecutive invocations read
-//      consecutive values of a row).
+//   2. the slice's max and the sum of exp(score − max) by tree reductions in shared memory;
+//   3. the unnormalised output: invocation d sums exp(score_j − max) · v_j[d] over the slice
+//      (consecutive invocations read consecutive values of a row).
+// It writes those (head_dim values, then max and sum) to partials[((row·heads + head)·slices +
+// slice)·(head_dim + 2)]; attention_decode_combine.comp rescales and adds the slices. A slice
+// past a row's last key writes max −FLT_MAX and sum 0, which the combine weighs by 0.
 // fp32 throughout; head_dim ≤ MAX_HEAD_DIM (the host refuses larger), the subgroup size a
-// multiple of PARTS (the host checks). The push constants are attention.comp's.
+// multiple of PARTS (the host checks). The push constants are attention.comp's; the slices are
+// ceil((first + rows) / SPLIT), the grid {slices, rows · heads}.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
+#include "attention_decode.glsl"
 #define THREADS 128
 #define PARTS 4
 #define GROUPS (THREADS / PARTS)
-#define CHUNK 1024
-#define MAX_HEAD_DIM 128
 layout(local_size_x = THREADS) in;
 layout(std430, binding = 0) readonly buffer Qkv { float qkv[]; };
-layout(std430, binding = 1) writeonly buffer Out { float result[]; };
+layout(std430, binding = 1) writeonly buffer Partials { float partials[]; };
 layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head_dim; uint causal; float scale; uint first; } p;
 shared float q_row[MAX_HEAD_DIM];
-shared float scores[CHUNK];
+shared float scores[SPLIT];
 shared float scratch[THREADS];
 
 // The workgroup's max and sum of one value an invocation; every invocation gets the result.
@@ -56,55 +57,61 @@ float ReduceSum(float value) {
 }
 
 void main() {
-  const uint row = gl_WorkGroupID.x;
-  const uint h = gl_WorkGroupID.y;
+  const uint slice = gl_WorkGroupID.x;
+  const uint slices = gl_NumWorkGroups.x;
+  const uint row = gl_WorkGroupID.y / p.heads;
+  const uint h = gl_WorkGroupID.y % p.heads;
   const uint hd = p.head_dim;
   const uint dim = p.heads * hd;
   const uint stride = 3 * dim;  // floats a qkv row
   const uint tid = gl_LocalInvocationID.x;
-  const uint group = tid / PARTS;
-  const uint part = tid % PARTS;
   const uint position = p.first + row;
   const uint keys = position + 1;
+  const uint start = slice * SPLIT;
+  const uint count = start < keys ? min(SPLIT, keys - start) : 0;
+  const uint out_base = ((row * p.heads + h) * slices + slice) * (hd + 2);
+  if (count == 0) {  // (uniform across the workgroup)
+    if (tid < hd) partials[out_base + tid] = 0.0;
+    if (tid == 0) {
+      partials[out_base + hd] = -FLT_MAX;
+      partials[out_base + hd + 1] = 0.0;
+    }
+    return;
+  }
   if (tid < hd) q_row[tid] = qkv[position * stride + h * hd + tid] * p.scale;
   barrier();
-  float running_max = -3.402823466e38;
-  float running_sum = 0.0;
-  float acc = 0.0;  // output dimension tid, where tid < head_dim
-  for (uint start = 0; start < keys; start += CHUNK) {
-    const uint count = min(CHUNK, keys - start);
-    // A group's PARTS lanes are consecutive in one subgroup and share j, so the shuffles stay
-    // among active lanes.
-    for (uint j = group; j < count; j += GROUPS) {
-      const uint k_base = (start + j) * stride + dim + h * hd;
-      float partial = 0.0;
-      for (uint d = part; d < hd; d += PARTS) partial += q_row[d] * qkv[k_base + d];
-      partial += subgroupShuffleXor(partial, 1);
-      partial += subgroupShuffleXor(partial, 2);
-      if (part == 0) scores[j] = partial;
-    }
-    barrier();
-    float local_max = -3.402823466e38;
-    for (uint j = tid; j < count; j += THREADS) local_max = max(local_max, scores[j]);
-    const float new_max = max(running_max, ReduceMax(local_max));
-    float local_sum = 0.0;
-    for (uint j = tid; j < count; j += THREADS) {
-      const float weight = exp(scores[j] - new_max);
-      scores[j] = weight;
-      local_sum += weight;
-    }
-    // ReduceSum's barriers also publish the weights written above.
-    const float chunk_sum = ReduceSum(local_sum);
-    const float rescale = exp(running_max - new_max);
-    running_sum = running_sum * rescale + chunk_sum;
-    if (tid < hd) {
-      float sum = acc * rescale;
-      const uint v_base = start * stride + 2 * dim + h * hd + tid;
-      for (uint j = 0; j < count; ++j) sum += scores[j] * qkv[v_base + j * stride];
-      acc = sum;
-    }
-    running_max = new_max;
-    barrier();  // every weight read before the next chunk's scores overwrite them
+  // A group's PARTS lanes are consecutive in one subgroup and share j, so the shuffles stay
+  // among active lanes.
+  const uint group = tid / PARTS;
+  const uint part = tid % PARTS;
+  for (uint j = group; j < count; j += GROUPS) {
+    const uint k_base = (start + j) * stride + dim + h * hd;
+    float partial = 0.0;
+    for (uint d = part; d < hd; d += PARTS) partial += q_row[d] * qkv[k_base + d];
+    partial += subgroupShuffleXor(partial, 1);
+    partial += subgroupShuffleXor(partial, 2);
+    if (part == 0) scores[j] = partial;
   }
-  if (tid < hd) result[row * dim + h * hd + tid] = acc / running_sum;
+  barrier();
+  float local_max = -FLT_MAX;
+  for (uint j = tid; j < count; j += THREADS) local_max = max(local_max, scores[j]);
+  const float slice_max = ReduceMax(local_max);
+  float local_sum = 0.0;
+  for (uint j = tid; j < count; j += THREADS) {
+    const float weight = exp(scores[j] - slice_max);
+    scores[j] = weight;
+    local_sum += weight;
+  }
+  // ReduceSum's barriers also publish the weights written above.
+  const float slice_sum = ReduceSum(local_sum);
+  if (tid < hd) {
+    float sum = 0.0;
+    const uint v_base = start * stride + 2 * dim + h * hd + tid;
+    for (uint j = 0; j < count; ++j) sum += scores[j] * qkv[v_base + j * stride];
+    partials[out_base + tid] = sum;
+  }
+  if (tid == 0) {
+    partials[out_base + hd] = slice_max;
+    partials[out_base + hd + 1] = slice_sum;
+  }
 }

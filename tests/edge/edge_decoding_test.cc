@@ -114,11 +114,13 @@ TEST_P(EdgeDecodingVulkanTest, CausalAttentionAtMatchesTheReference) {
   };
   // One new position and several; cached prefixes inside one 32-key tile and across many, more
   // than a 64-query workgroup of new rows, head_dim up to the shader's limit and ragged. Up to 4
-  // rows run attention_decode.comp: its 1,024-key chunks exactly filled, crossed by one key and
-  // crossed twice; 5 rows and more run attention.comp.
+  // rows run attention_decode.comp: its 64-key slices exactly filled (64, 1,024 keys), crossed by
+  // one key, rows whose last slices differ (some empty for the earlier rows: 63 + 4 rows), and
+  // many slices; 5 rows and more run attention.comp.
   for (const Shape& s :
        {Shape{0, 1, 2, 16}, Shape{5, 1, 4, 32}, Shape{31, 1, 1, 128}, Shape{100, 1, 3, 30},
         Shape{40, 70, 2, 64}, Shape{7, 9, 2, 128}, Shape{0, 4, 3, 128}, Shape{3, 5, 2, 32},
+        Shape{63, 1, 2, 64}, Shape{64, 1, 2, 64}, Shape{63, 4, 3, 48}, Shape{1023, 1, 2, 128},
         Shape{1023, 2, 2, 20}, Shape{1500, 1, 2, 128}, Shape{2047, 3, 1, 64}}) {
     SCOPED_TRACE(::testing::Message() << "first " << s.first << " rows " << s.rows << " heads "
                                       << s.heads << " head_dim " << s.head_dim);
