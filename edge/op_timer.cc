@@ -86,13 +86,13 @@ std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds,
   for (const OpTime& time : times) busy += time.seconds;
   std::string table = absl::StrFormat(
       "GPU time by operation, per %s over %lld: %.3f ms of GPU time in %.3f ms of wall time "
-      "(%.0f%%)\n  %-28s %10s %10s %9s\n",
+      "(%.0f%%)\n  %10s %10s %9s  %s\n",
       unit, static_cast<long long>(units), busy / per * 1e3, wall_seconds / per * 1e3,
-      wall_seconds > 0.0 ? 100.0 * busy / wall_seconds : 0.0, "op", "calls", "ms", "% of GPU");
+      wall_seconds > 0.0 ? 100.0 * busy / wall_seconds : 0.0, "calls", "ms", "% of GPU", "op");
   for (const OpTime& time : times) {
-    absl::StrAppendFormat(&table, "  %-28s %10.1f %10.4f %9.1f\n", time.op,
+    absl::StrAppendFormat(&table, "  %10.1f %10.4f %9.1f  %s\n",
                           static_cast<double>(time.count) / per, time.seconds / per * 1e3,
-                          busy > 0.0 ? 100.0 * time.seconds / busy : 0.0);
+                          busy > 0.0 ? 100.0 * time.seconds / busy : 0.0, time.op);
   }
   return table;
 }
