@@ -33,8 +33,10 @@ class OpTimer {
   // At the start of a command buffer: resets the queries and writes the first timestamp.
   void Begin(VkCommandBuffer commands);
   // After a command (and its barrier): its timestamp, charged to `op`, which must outlive the
-  // next Collect (a shader's name). At most `capacity` a command buffer.
+  // next Collect (a shader's name).
   void Stamp(VkCommandBuffer commands, const char* op);
+  // Whether another Stamp fits in this command buffer.
+  bool full() const { return labels_.size() >= capacity_; }
   // Once the command buffer has run: adds its intervals to the totals.
   absl::Status Collect();
 

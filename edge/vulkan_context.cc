@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -14,10 +13,7 @@
 namespace fsdpd::edge {
 namespace {
 
-// Commands a segment holds before it is submitted (VulkanContext::Segment): enough that a
-// submit's cost is spread thin, few enough that the GPU starts early. Each takes at most one
-// descriptor set and one timestamp.
-constexpr uint32_t kCommandsPerSegment = 48;
+constexpr uint32_t kMaxSetsPerSubmit = 1024;
 
 }  // namespace
 
@@ -30,12 +26,10 @@ absl::StatusOr<std::unique_ptr<VulkanContext>> VulkanContext::Create(const Vulka
 VulkanContext::~VulkanContext() {
   if (device_ == VK_NULL_HANDLE) return;
   vkDeviceWaitIdle(device_);
-  for (Segment& segment : segments_) {
-    segment.timer.reset();
-    if (segment.fence != VK_NULL_HANDLE) vkDestroyFence(device_, segment.fence, nullptr);
-    if (segment.descriptor_pool != VK_NULL_HANDLE) {
-      vkDestroyDescriptorPool(device_, segment.descriptor_pool, nullptr);
-    }
+  timer_.reset();
+  if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
+  if (descriptor_pool_ != VK_NULL_HANDLE) {
+    vkDestroyDescriptorPool(device_, descriptor_pool_, nullptr);
   }
   if (command_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, command_pool_, nullptr);
   vkDestroyDevice(device_, nullptr);
@@ -187,38 +181,27 @@ absl::Status VulkanContext::Open(const VulkanOptions& options) {
   pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pool_info.queueFamilyIndex = queue_family_;
   VK_RETURN_IF_ERROR(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_));
-  segments_.resize(kSegments);
-  for (Segment& segment : segments_) {
-    FSDPD_RETURN_IF_ERROR(
-        CreateSegment(options, families[queue_family_].timestampValidBits, &segment));
-  }
-  zero_copy_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
-                                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                                   VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-  return absl::OkStatus();
-}
-
-absl::Status VulkanContext::CreateSegment(const VulkanOptions& options, uint32_t timestamp_bits,
-                                          Segment* segment) {
   VkCommandBufferAllocateInfo allocate{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   allocate.commandPool = command_pool_;
   allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   allocate.commandBufferCount = 1;
-  VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(device_, &allocate, &segment->commands));
+  VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(device_, &allocate, &commands_));
   VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &segment->fence));
-  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kCommandsPerSegment * kMaxBindings};
+  VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &fence_));
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * kMaxBindings};
   VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-  descriptor_info.maxSets = kCommandsPerSegment;
+  descriptor_info.maxSets = kMaxSetsPerSubmit;
   descriptor_info.poolSizeCount = 1;
   descriptor_info.pPoolSizes = &size;
-  VK_RETURN_IF_ERROR(
-      vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &segment->descriptor_pool));
+  VK_RETURN_IF_ERROR(vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
   if (options.op_times) {
-    FSDPD_ASSIGN_OR_RETURN(segment->timer,
-                           OpTimer::Create(device_, timestamp_bits, limits_.timestampPeriod,
-                                           kCommandsPerSegment, info_.name));
+    FSDPD_ASSIGN_OR_RETURN(
+        timer_, OpTimer::Create(device_, families[queue_family_].timestampValidBits,
+                                limits_.timestampPeriod, 2 * kMaxSetsPerSubmit, info_.name));
   }
+  zero_copy_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
+                                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                   VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
   return absl::OkStatus();
 }
 
@@ -293,24 +276,23 @@ absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDevi
 
 absl::Status VulkanContext::CopyNow(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes) {
   FSDPD_RETURN_IF_ERROR(Finish());
-  Segment& segment = recording_segment();  // idle after Finish
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(segment.commands, &begin));
+  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
   VkBufferCopy region{0, 0, bytes};
-  vkCmdCopyBuffer(segment.commands, from.buffer, to.buffer, 1, &region);
-  VK_RETURN_IF_ERROR(vkEndCommandBuffer(segment.commands));
-  return SubmitAndWait(segment.commands, segment.fence);
+  vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
+  VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
+  return SubmitAndWait();
 }
 
-absl::Status VulkanContext::SubmitAndWait(VkCommandBuffer commands, VkFence fence) {
+absl::Status VulkanContext::SubmitAndWait() {
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   submit.commandBufferCount = 1;
-  submit.pCommandBuffers = &commands;
-  VK_RETURN_IF_ERROR(vkQueueSubmit(queue_, 1, &submit, fence));
-  VK_RETURN_IF_ERROR(vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX));
-  VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &fence));
-  VK_RETURN_IF_ERROR(vkResetCommandBuffer(commands, 0));
+  submit.pCommandBuffers = &commands_;
+  VK_RETURN_IF_ERROR(vkQueueSubmit(queue_, 1, &submit, fence_));
+  VK_RETURN_IF_ERROR(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+  VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &fence_));
+  VK_RETURN_IF_ERROR(vkResetCommandBuffer(commands_, 0));
   return absl::OkStatus();
 }
 
@@ -381,62 +363,32 @@ std::vector<absl::Status> VulkanContext::MakePipelines(const std::vector<Pipelin
 
 absl::Status VulkanContext::BeginRecording() {
   if (recording_) return absl::OkStatus();
-  Segment& segment = recording_segment();
-  if (segment.in_flight) FSDPD_RETURN_IF_ERROR(Retire(segment));
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(segment.commands, &begin));
+  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
   recording_ = true;
-  if (segment.timer != nullptr) segment.timer->Begin(segment.commands);
+  if (timer_ != nullptr) timer_->Begin(commands_);
   return absl::OkStatus();
 }
 
 absl::Status VulkanContext::MakeRoom() {
-  const Segment& segment = recording_segment();
-  if (recording_ && segment.commands_recorded == kCommandsPerSegment) {
-    FSDPD_RETURN_IF_ERROR(SubmitSegment());
+  if (sets_used_ == kMaxSetsPerSubmit || (timer_ != nullptr && timer_->full())) {
+    FSDPD_RETURN_IF_ERROR(Finish());
   }
-  FSDPD_RETURN_IF_ERROR(BeginRecording());
-  ++recording_segment().commands_recorded;
-  return absl::OkStatus();
-}
-
-absl::Status VulkanContext::SubmitSegment() {
-  Segment& segment = recording_segment();
-  recording_ = false;
-  VK_RETURN_IF_ERROR(vkEndCommandBuffer(segment.commands));
-  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  submit.commandBufferCount = 1;
-  submit.pCommandBuffers = &segment.commands;
-  VK_RETURN_IF_ERROR(vkQueueSubmit(queue_, 1, &submit, segment.fence));
-  segment.in_flight = true;
-  current_ = (current_ + 1) % segments_.size();
-  return absl::OkStatus();
-}
-
-absl::Status VulkanContext::Retire(Segment& segment) {
-  VK_RETURN_IF_ERROR(vkWaitForFences(device_, 1, &segment.fence, VK_TRUE, UINT64_MAX));
-  segment.in_flight = false;
-  VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &segment.fence));
-  VK_RETURN_IF_ERROR(vkResetCommandBuffer(segment.commands, 0));
-  VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, segment.descriptor_pool, 0));
-  segment.commands_recorded = 0;
-  if (segment.timer != nullptr) FSDPD_RETURN_IF_ERROR(segment.timer->Collect());
-  return absl::OkStatus();
+  return BeginRecording();
 }
 
 absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
                                      std::initializer_list<Buffer*> buffers, const void* push,
                                      uint32_t x_groups, uint32_t y_groups) {
   FSDPD_RETURN_IF_ERROR(MakeRoom());
-  Segment& segment = recording_segment();
-  const VkCommandBuffer commands = segment.commands;
   VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  allocate.descriptorPool = segment.descriptor_pool;
+  allocate.descriptorPool = descriptor_pool_;
   allocate.descriptorSetCount = 1;
   allocate.pSetLayouts = &pipeline.set_layout;
   VkDescriptorSet set;
   VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(device_, &allocate, &set));
+  ++sets_used_;
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
   uint32_t b = 0;
@@ -451,58 +403,42 @@ absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
     ++b;
   }
   vkUpdateDescriptorSets(device_, b, writes, 0, nullptr);
-  vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
-  vkCmdBindDescriptorSets(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
+  vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+  vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
                           nullptr);
-  vkCmdPushConstants(commands, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pipeline.push_bytes,
-                     push);
-  vkCmdDispatch(commands, x_groups, y_groups, 1);
+  vkCmdPushConstants(commands_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     pipeline.push_bytes, push);
+  vkCmdDispatch(commands_, x_groups, y_groups, 1);
   // Each op reads what the one before wrote.
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
   barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
-  vkCmdPipelineBarrier(commands, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+  vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                            VK_PIPELINE_STAGE_HOST_BIT,
                        0, 1, &barrier, 0, nullptr, 0, nullptr);
-  if (segment.timer != nullptr) segment.timer->Stamp(commands, pipeline.name);
+  if (timer_ != nullptr) timer_->Stamp(commands_, pipeline.name);
   return absl::OkStatus();
 }
 
 absl::Status VulkanContext::Finish() {
-  if (recording_) FSDPD_RETURN_IF_ERROR(SubmitSegment());
-  // Oldest first: the segment after the one that records next was submitted earliest.
-  absl::Status status;
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    Segment& segment = segments_[(current_ + i) % segments_.size()];
-    if (segment.in_flight && status.ok()) status = Retire(segment);
-  }
-  return status;
+  if (!recording_) return absl::OkStatus();
+  recording_ = false;
+  VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
+  FSDPD_RETURN_IF_ERROR(SubmitAndWait());
+  VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
+  sets_used_ = 0;
+  if (timer_ != nullptr) FSDPD_RETURN_IF_ERROR(timer_->Collect());
+  return absl::OkStatus();
 }
 
 std::vector<OpTime> VulkanContext::op_times() const {
-  std::map<std::string, OpTime> merged;
-  for (const Segment& segment : segments_) {
-    if (segment.timer == nullptr) continue;
-    for (const OpTime& time : segment.timer->Totals()) {
-      OpTime& total = merged[time.op];
-      total.op = time.op;
-      total.count += time.count;
-      total.seconds += time.seconds;
-    }
-  }
-  std::vector<OpTime> times;
-  for (const auto& [op, time] : merged) times.push_back(time);
-  std::sort(times.begin(), times.end(),
-            [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
-  return times;
+  return timer_ != nullptr ? timer_->Totals() : std::vector<OpTime>{};
 }
 
 void VulkanContext::ResetOpTimes() {
-  for (Segment& segment : segments_) {
-    if (segment.timer != nullptr) segment.timer->Reset();
-  }
+  if (timer_ != nullptr) timer_->Reset();
 }
 
 absl::Status VulkanContext::CheckRoom(double bytes) const {
@@ -523,10 +459,8 @@ absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_off
                                        VulkanBuffer& to, VkDeviceSize to_offset,
                                        VkDeviceSize bytes) {
   FSDPD_RETURN_IF_ERROR(MakeRoom());
-  Segment& segment = recording_segment();
-  const VkCommandBuffer commands = segment.commands;
   const VkBufferCopy region{from_offset, to_offset, bytes};
-  vkCmdCopyBuffer(commands, from.buffer, to.buffer, 1, &region);
+  vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
   // Dispatch's barrier covers the copy's read of what a shader before it wrote; this one, the
   // later commands' use of what it wrote.
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
@@ -534,11 +468,11 @@ absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_off
   barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                           VK_ACCESS_HOST_READ_BIT;
-  vkCmdPipelineBarrier(commands, VK_PIPELINE_STAGE_TRANSFER_BIT,
+  vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                            VK_PIPELINE_STAGE_HOST_BIT,
                        0, 1, &barrier, 0, nullptr, 0, nullptr);
-  if (segment.timer != nullptr) segment.timer->Stamp(commands, "copy");
+  if (timer_ != nullptr) timer_->Stamp(commands_, "copy");
   return absl::OkStatus();
 }
 

@@ -1,5 +1,5 @@
 // One Vulkan device opened for the edge backend's compute (edge/vulkan_backend.cc): the device
-// with the features the shaders need, one compute queue, command buffers recorded between
+// with the features the shaders need, one compute queue, one command buffer recorded between
 // Finish calls with a barrier after every command, descriptor sets from a pool reset per submit,
 // buffers and pipelines. Which pipelines exist and which one runs an op is the backend's
 // business; this layer knows shaders only as SPIR-V to build. Internal to edge/.
@@ -104,7 +104,7 @@ class VulkanContext {
   // Records a copy of `bytes` between buffer offsets, then a barrier as Dispatch does.
   absl::Status RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset, VulkanBuffer& to,
                           VkDeviceSize to_offset, VkDeviceSize bytes);
-  // Submits what is recorded and waits for every submitted segment.
+  // Submits what is recorded and waits for it.
   absl::Status Finish();
   // The GPU time of each operation Finish has seen run (options.op_times); empty otherwise.
   std::vector<OpTime> op_times() const;
@@ -118,8 +118,7 @@ class VulkanContext {
   absl::Status Open(const VulkanOptions& options);
   uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const;
   absl::Status BeginRecording();
-  // Submits `commands` alone and waits for it (every segment idle).
-  absl::Status SubmitAndWait(VkCommandBuffer commands, VkFence fence);
+  absl::Status SubmitAndWait();
   // Before another command: submits what is recorded where a per-submit table is full.
   absl::Status MakeRoom();
 
@@ -132,34 +131,17 @@ class VulkanContext {
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
-  // What is recorded goes to the queue in segments of at most kCommandsPerSegment commands,
-  // each in its own command buffer with its descriptor sets and timestamps: the GPU runs one
-  // segment while the host records the next (recording a token's ~135 small dispatches took
-  // about as long as running them). Submission order keeps the barriers' order across them.
-  struct Segment {
-    VkCommandBuffer commands = VK_NULL_HANDLE;
-    VkFence fence = VK_NULL_HANDLE;
-    VkDescriptorPool descriptor_pool = VK_NULL_HANDLE;
-    std::unique_ptr<OpTimer> timer;  // options.op_times
-    uint32_t commands_recorded = 0;
-    bool in_flight = false;  // submitted, not yet waited for
-  };
-  static constexpr size_t kSegments = 3;
-  absl::Status CreateSegment(const VulkanOptions& options, uint32_t timestamp_bits,
-                             Segment* segment);
-  // Waits for a submitted segment and readies it for recording (its timestamps collected).
-  absl::Status Retire(Segment& segment);
-  // Ends and submits the segment being recorded without waiting; the next one records next.
-  absl::Status SubmitSegment();
-  Segment& recording_segment() { return segments_[current_]; }
-  std::vector<Segment> segments_;
-  size_t current_ = 0;
+  VkCommandBuffer commands_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
+  uint32_t sets_used_ = 0;
   bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;
   bool cm2_ = false;
   uint32_t zero_copy_type_ = UINT32_MAX;
-  ByteLedger allocated_;  // the bytes of the buffers made here
+  ByteLedger allocated_;            // the bytes of the buffers made here
+  std::unique_ptr<OpTimer> timer_;  // options.op_times
 };
 
 }  // namespace fsdpd::edge

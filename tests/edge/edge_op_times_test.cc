@@ -71,9 +71,8 @@ TEST(EdgeOpTimesTest, EachCommandIsChargedToItsShaderOnceWithinTheWallTime) {
   EXPECT_EQ(backend->validation_errors(), 0) << backend->last_validation_error();
 }
 
-// 2,500 copies before one Finish: many segments' worth (a segment, its command buffer and its
-// timestamps hold 48 commands), each submitted as it fills; no command may go untimed or be
-// timed twice, and the copies land in order.
+// 2,500 copies in one submit: more than the 2,048 timestamps a command buffer holds, so the
+// backend must submit when the table fills, and no command may go untimed or be timed twice.
 TEST(EdgeOpTimesTest, MoreCommandsThanOneSubmitHoldsAreEachTimedOnce) {
   std::unique_ptr<VulkanBackend> backend = TimedVulkan(true);
   ASSERT_NE(backend, nullptr);
