@@ -30,6 +30,8 @@ constexpr int64_t kDecodeAttentionRows = 4;
 // The keys a workgroup of attention_decode.comp takes (SPLIT in
 // edge/shaders/attention_decode.glsl).
 constexpr int64_t kDecodeAttentionSplit = 64;
+// Host copies up to this size reuse one staging buffer (VulkanBackendImpl::Staging).
+constexpr VkDeviceSize kKeptStagingBytes = 16 << 20;
 // matvec.comp's COLUMNS (a workgroup's) in the narrow and the wide layout (edge/CMakeLists.txt).
 constexpr int64_t kMatvecColumns = 8;
 constexpr int64_t kMatvecWideColumns = 4;
@@ -84,6 +86,7 @@ class VulkanBackendImpl : public VulkanBackend {
     dummy_.reset();
     half_scratch_.reset();
     decode_partials_.reset();
+    staging_.reset();
     for (Pipeline* p : {&embedding_, &elementwise_, &rmsnorm_, &token_nll_, &attention_,
                         &attention_decode_, &attention_decode_combine_, &to_half_, &rmsnorm_half_,
                         &elementwise_half_, &matvec_, &matvec_half_}) {
@@ -333,7 +336,8 @@ class VulkanBackendImpl : public VulkanBackend {
       std::memcpy(Vk(buffer).mapped, values, bytes);
       return absl::OkStatus();
     }
-    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
+    std::unique_ptr<VulkanBuffer> one_off;
+    FSDPD_ASSIGN_OR_RETURN(VulkanBuffer * staging, Staging(bytes, &one_off));
     std::memcpy(staging->mapped, values, bytes);
     return context_->CopyNow(*staging, Vk(buffer), bytes);
   }
@@ -345,7 +349,8 @@ class VulkanBackendImpl : public VulkanBackend {
       std::memcpy(values, Vk(buffer).mapped, bytes);
       return absl::OkStatus();
     }
-    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
+    std::unique_ptr<VulkanBuffer> one_off;
+    FSDPD_ASSIGN_OR_RETURN(VulkanBuffer * staging, Staging(bytes, &one_off));
     FSDPD_RETURN_IF_ERROR(context_->CopyNow(Vk(buffer), *staging, bytes));
     std::memcpy(values, staging->mapped, bytes);
     return absl::OkStatus();
@@ -699,6 +704,22 @@ class VulkanBackendImpl : public VulkanBackend {
     return static_cast<uint32_t>(std::min<int64_t>(
         groups, std::min<uint32_t>(context_->limits().maxComputeWorkGroupCount[0], 65535)));
   }
+  // A host-visible buffer of at least `bytes` for one host copy (WriteFloats, ReadFloats). Up to
+  // kKeptStagingBytes it is kept and reused: decoding reads a token's logits back every token,
+  // and a buffer allocated, mapped and freed each time cost the host more than the copy. A larger
+  // one (a whole batch's logits) is made for the one copy and held by *one_off.
+  absl::StatusOr<VulkanBuffer*> Staging(VkDeviceSize bytes,
+                                        std::unique_ptr<VulkanBuffer>* one_off) {
+    if (bytes > kKeptStagingBytes) {
+      FSDPD_ASSIGN_OR_RETURN(*one_off, CreateBuffer(bytes, true));
+      return one_off->get();
+    }
+    if (staging_ == nullptr || staging_->bytes < bytes) {
+      staging_.reset();
+      FSDPD_ASSIGN_OR_RETURN(staging_, CreateBuffer(bytes, true));
+    }
+    return staging_.get();
+  }
   // attention_decode.comp's per-slice results, at least `floats` of them. A larger buffer
   // replaces the old one only once the commands recorded (which may read it) have run; it
   // doubles, so that decoding a token at a time, whose slices grow by one every
@@ -728,6 +749,7 @@ class VulkanBackendImpl : public VulkanBackend {
   Pipeline attention_decode_;  // CausalAttentionAt of at most kDecodeAttentionRows rows
   Pipeline attention_decode_combine_;
   std::unique_ptr<VulkanBuffer> decode_partials_;  // DecodePartials
+  std::unique_ptr<VulkanBuffer> staging_;          // Staging
   // Whether attention runs on cooperative matrices (head_dim a multiple of 16): attentions_.
   bool coop_attention_ = false;
   std::string attention_refused_;
