@@ -13,8 +13,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace fsdpd::edge {
+
+// CopyFloats' arguments against the two buffers' sizes in floats, for every backend: compared
+// in floats, so that no product can wrap and a huge count cannot pass as a small one.
+inline absl::Status CheckCopyRange(int64_t from_floats, int64_t from_offset, int64_t to_floats,
+                                   int64_t to_offset, int64_t count) {
+  if (from_offset < 0 || to_offset < 0 || count < 0 || from_offset > from_floats - count ||
+      to_offset > to_floats - count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyFloats: ", count, " floats from ", from_offset, " to ", to_offset,
+                     " fall outside the buffers (", from_floats, " and ", to_floats, " floats)"));
+  }
+  return absl::OkStatus();
+}
 
 class Buffer {
  public:

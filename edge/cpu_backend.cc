@@ -140,14 +140,9 @@ class CpuBackend : public Backend {
   }
   absl::Status CopyFloats(Buffer& from, int64_t from_offset, Buffer& to, int64_t to_offset,
                           int64_t count) override {
-    const auto source = static_cast<int64_t>(Host(from).floats.size());
-    const auto target = static_cast<int64_t>(Host(to).floats.size());
-    if (from_offset < 0 || to_offset < 0 || count < 0 || from_offset > source - count ||
-        to_offset > target - count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CopyFloats: ", count, " floats from ", from_offset, " to ", to_offset,
-                       " fall outside the buffers (", source, " and ", target, " floats)"));
-    }
+    FSDPD_RETURN_IF_ERROR(CheckCopyRange(static_cast<int64_t>(Host(from).floats.size()),
+                                         from_offset, static_cast<int64_t>(Host(to).floats.size()),
+                                         to_offset, count));
     if (count == 0) return absl::OkStatus();
     std::memcpy(Host(to).floats.data() + to_offset, Host(from).floats.data() + from_offset,
                 static_cast<size_t>(count) * sizeof(float));

@@ -593,15 +593,8 @@ class VulkanBackendImpl : public VulkanBackend {
                           int64_t count) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "from", from));
     FSDPD_RETURN_IF_ERROR(RequireFp32("CopyFloats", "to", to));
-    // In floats, so that no product can wrap: a huge count must not pass as a small one.
-    const auto source = static_cast<int64_t>(Vk(from).bytes / 4);
-    const auto target = static_cast<int64_t>(Vk(to).bytes / 4);
-    if (from_offset < 0 || to_offset < 0 || count < 0 || from_offset > source - count ||
-        to_offset > target - count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CopyFloats: ", count, " floats from ", from_offset, " to ", to_offset,
-                       " fall outside the buffers (", source, " and ", target, " floats)"));
-    }
+    FSDPD_RETURN_IF_ERROR(CheckCopyRange(static_cast<int64_t>(Vk(from).bytes / 4), from_offset,
+                                         static_cast<int64_t>(Vk(to).bytes / 4), to_offset, count));
     if (count == 0) return absl::OkStatus();
     return context_->RecordCopy(Vk(from), static_cast<VkDeviceSize>(from_offset) * 4, Vk(to),
                                 static_cast<VkDeviceSize>(to_offset) * 4,
