@@ -193,18 +193,22 @@ absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_
   const std::vector<int32_t> prompt(window.begin(), window.begin() + seq / 2);
   std::vector<float> logits;
   double prefill = 0.0, appended = 0.0;
+  int64_t sets_before = 0;
   for (int round = 0; round < 2; ++round) {
     auto start = std::chrono::steady_clock::now();
     FSDPD_RETURN_IF_ERROR(runner->Prefill(prompt, &logits));
     prefill = Seconds(start);
     backend.ResetOpTimes();
+    sets_before = backend.descriptor_sets_written();
     start = std::chrono::steady_clock::now();
     for (int64_t i = seq / 2; i < seq; ++i)
       FSDPD_RETURN_IF_ERROR(runner->Append(window[i], &logits));
     appended = Seconds(start);
   }
   const int64_t steps = seq - seq / 2;
+  const int64_t sets_written = backend.descriptor_sets_written() - sets_before;
   const std::vector<OpTime> op_times = backend.op_times();
+  const std::vector<OpTime> host_times = backend.host_times();
   const std::vector<float> decoded = logits;  // the last position's, through the cache
   auto start = std::chrono::steady_clock::now();
   constexpr int kWholeWindows = 3;
@@ -232,8 +236,10 @@ absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_
       "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
       (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
       matmul_weights * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
+  std::printf("  descriptor sets written while decoding: %lld (%.2f a token)\n",
+              (long long)sets_written, static_cast<double>(sets_written) / steps);
   if (!op_times.empty()) {
-    std::printf("  %s", FormatOpTimes(op_times, appended, steps, "token").c_str());
+    std::printf("  %s", FormatOpTimes(op_times, appended, steps, "token", host_times).c_str());
   }
   if (!agrees) return absl::InternalError("decoded logits disagree with the forward's");
   return absl::OkStatus();
@@ -464,6 +470,10 @@ int main(int argc, char** argv) {
   bool op_times = false;
   app.add_flag("--op-times", op_times,
                "time every GPU command: decoding's GPU time by shader (and its host share)");
+  bool no_set_cache = false;
+  app.add_flag("--no-set-cache", no_set_cache,
+               "write a descriptor set for every dispatch instead of keeping one per "
+               "(pipeline, buffers) pair");
   app.add_flag("--decode-only", decode_only,
                "with --causal: only decoding, in matvec.comp's narrow and wide layouts");
   CLI11_PARSE(app, argc, argv);
@@ -519,6 +529,7 @@ int main(int argc, char** argv) {
     options.precision = variant.precision;
     options.coop_block = coop_block;
     options.op_times = op_times;
+    options.cache_descriptor_sets = !no_set_cache;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());

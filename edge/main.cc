@@ -148,7 +148,9 @@ void PrintOpTimes(const RunOptions& options, const Loaded& loaded, double wall_s
                   int64_t units, const std::string& unit) {
   if (!options.op_times || loaded.vulkan == nullptr) return;
   std::fprintf(stderr, "fsdpd-edge: %s",
-               FormatOpTimes(loaded.vulkan->op_times(), wall_seconds, units, unit).c_str());
+               FormatOpTimes(loaded.vulkan->op_times(), wall_seconds, units, unit,
+                             loaded.vulkan->host_times())
+                   .c_str());
 }
 
 int CheckValidation(const Loaded& loaded) {

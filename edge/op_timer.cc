@@ -71,16 +71,31 @@ absl::Status OpTimer::Collect() {
   return absl::OkStatus();
 }
 
-std::vector<OpTime> OpTimer::Totals() const {
+void OpTimer::AddHost(const char* what, double seconds) {
+  OpTime& total = host_totals_[what];
+  total.op = what;
+  ++total.count;
+  total.seconds += seconds;
+}
+
+namespace {
+
+std::vector<OpTime> Longest(const std::map<std::string, OpTime>& by_op) {
   std::vector<OpTime> totals;
-  for (const auto& [op, total] : totals_) totals.push_back(total);
+  for (const auto& [op, total] : by_op) totals.push_back(total);
   std::sort(totals.begin(), totals.end(),
             [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
   return totals;
 }
 
+}  // namespace
+
+std::vector<OpTime> OpTimer::Totals() const { return Longest(totals_); }
+
+std::vector<OpTime> OpTimer::HostTotals() const { return Longest(host_totals_); }
+
 std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds, int64_t units,
-                          const std::string& unit) {
+                          const std::string& unit, const std::vector<OpTime>& host) {
   const double per = static_cast<double>(std::max<int64_t>(units, 1));
   double busy = 0.0;
   for (const OpTime& time : times) busy += time.seconds;
@@ -93,6 +108,14 @@ std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds,
     absl::StrAppendFormat(&table, "  %10.1f %10.4f %9.1f  %s\n",
                           static_cast<double>(time.count) / per, time.seconds / per * 1e3,
                           busy > 0.0 ? 100.0 * time.seconds / busy : 0.0, time.op);
+  }
+  if (host.empty()) return table;
+  absl::StrAppendFormat(&table, "host time, per %s:\n  %10s %10s %9s  %s\n", unit, "calls", "ms",
+                        "% of wall", "on");
+  for (const OpTime& time : host) {
+    absl::StrAppendFormat(&table, "  %10.1f %10.4f %9.1f  %s\n",
+                          static_cast<double>(time.count) / per, time.seconds / per * 1e3,
+                          wall_seconds > 0.0 ? 100.0 * time.seconds / wall_seconds : 0.0, time.op);
   }
   return table;
 }

@@ -9,6 +9,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,9 +42,16 @@ class OpTimer {
   // Once the command buffer has run: adds its intervals to the totals.
   absl::Status Collect();
 
-  // Totals since the last Reset, the longest first.
+  // Host time spent on `what` (a literal: recording commands, writing descriptor sets).
+  void AddHost(const char* what, double seconds);
+
+  // Totals since the last Reset, the longest first: the GPU's per op, and the host's.
   std::vector<OpTime> Totals() const;
-  void Reset() { totals_.clear(); }
+  std::vector<OpTime> HostTotals() const;
+  void Reset() {
+    totals_.clear();
+    host_totals_.clear();
+  }
 
  private:
   OpTimer() = default;
@@ -56,6 +64,26 @@ class OpTimer {
   std::vector<const char*> labels_;  // this command buffer's commands, in order
   std::vector<uint64_t> stamps_;     // Collect's read buffer
   std::map<std::string, OpTime> totals_;
+  std::map<std::string, OpTime> host_totals_;
+};
+
+// The host's time in a scope, charged to `what` on `timer` (where not null) when it ends.
+class HostSpan {
+ public:
+  HostSpan(OpTimer* timer, const char* what)
+      : timer_(timer), what_(what), start_(std::chrono::steady_clock::now()) {}
+  ~HostSpan() {
+    if (timer_ == nullptr) return;
+    timer_->AddHost(
+        what_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  HostSpan(const HostSpan&) = delete;
+  HostSpan& operator=(const HostSpan&) = delete;
+
+ private:
+  OpTimer* timer_;
+  const char* what_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace fsdpd::edge

@@ -280,6 +280,8 @@ class VulkanBackendImpl : public VulkanBackend {
   bool uses_cooperative_matrix() const override { return coop_; }
   bool zero_copy_weights() const override { return zero_copy_; }
   std::vector<OpTime> op_times() const override { return context_->op_times(); }
+  std::vector<OpTime> host_times() const override { return context_->host_times(); }
+  int64_t descriptor_sets_written() const override { return context_->descriptor_sets_written(); }
   void ResetOpTimes() override { context_->ResetOpTimes(); }
 
   absl::Status CheckRoom(double bytes) override { return context_->CheckRoom(bytes); }

@@ -70,6 +70,9 @@ struct VulkanOptions {
   // Threads that build the cooperative-matrix pipelines when the backend is created (the
   // driver compiles their shaders then); 0: one per core.
   int pipeline_threads = 0;
+  // Descriptor sets kept per (pipeline, buffers) pair and reused (VulkanContext::Dispatch);
+  // off: one written for every dispatch, as before (edge_bench --no-set-cache compares).
+  bool cache_descriptor_sets = true;
   // A GPU timestamp after every command, summed per shader (VulkanBackend::op_times()); a
   // device whose compute queue has no timestamps is refused.
   bool op_times = false;
@@ -85,9 +88,10 @@ struct OpTime {
 
 // A table of `times` per `units` (tokens, batches; at least 1) of `unit`, headed by the GPU's
 // busy time against `wall_seconds`, the wall time of the same run: what is not GPU time is the
-// host's (recording, descriptor updates, waits) or idle.
+// host's (recording, descriptor updates, waits) or idle. `host`, where given, is a second table
+// of the host's time by what it did (VulkanBackend::host_times), as a share of the wall time.
 std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds, int64_t units,
-                          const std::string& unit);
+                          const std::string& unit, const std::vector<OpTime>& host = {});
 
 class VulkanBackend : public Backend {
  public:
@@ -109,7 +113,14 @@ class VulkanBackend : public Backend {
   // With options.op_times: the GPU time of each operation run since the backend was made or
   // ResetOpTimes, the longest first, counted once Finish returns; empty otherwise.
   virtual std::vector<OpTime> op_times() const = 0;
+  // With options.op_times: the host's time recording commands ("recording commands", every
+  // dispatch and copy) and, part of it, writing descriptor sets, over the same span; empty
+  // otherwise.
+  virtual std::vector<OpTime> host_times() const = 0;
   virtual void ResetOpTimes() = 0;
+  // Descriptor sets written so far: one per (pipeline, buffers) pair that ran, while they are
+  // kept (VulkanOptions::cache_descriptor_sets); one per dispatch otherwise.
+  virtual int64_t descriptor_sets_written() const = 0;
 };
 
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);

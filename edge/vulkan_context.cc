@@ -13,7 +13,10 @@
 namespace fsdpd::edge {
 namespace {
 
-constexpr uint32_t kMaxSetsPerSubmit = 1024;
+// The descriptor pool's sets; kept sets fill it up to this, then all are dropped at once.
+constexpr uint32_t kMaxSets = 1024;
+// Commands a command buffer holds before Finish submits it, with op times on.
+constexpr uint32_t kMaxTimedCommands = 2048;
 
 }  // namespace
 
@@ -188,16 +191,17 @@ absl::Status VulkanContext::Open(const VulkanOptions& options) {
   VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(device_, &allocate, &commands_));
   VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &fence_));
-  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * kMaxBindings};
+  cache_sets_ = options.cache_descriptor_sets;
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSets * kMaxBindings};
   VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-  descriptor_info.maxSets = kMaxSetsPerSubmit;
+  descriptor_info.maxSets = kMaxSets;
   descriptor_info.poolSizeCount = 1;
   descriptor_info.pPoolSizes = &size;
   VK_RETURN_IF_ERROR(vkCreateDescriptorPool(device_, &descriptor_info, nullptr, &descriptor_pool_));
   if (options.op_times) {
-    FSDPD_ASSIGN_OR_RETURN(
-        timer_, OpTimer::Create(device_, families[queue_family_].timestampValidBits,
-                                limits_.timestampPeriod, 2 * kMaxSetsPerSubmit, info_.name));
+    FSDPD_ASSIGN_OR_RETURN(timer_,
+                           OpTimer::Create(device_, families[queue_family_].timestampValidBits,
+                                           limits_.timestampPeriod, kMaxTimedCommands, info_.name));
   }
   zero_copy_type_ = FindMemoryType(UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
                                                    VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
@@ -206,6 +210,10 @@ absl::Status VulkanContext::Open(const VulkanOptions& options) {
 }
 
 void VulkanContext::DestroyPipeline(Pipeline* p) {
+  // A layout made later may get this one's handle: no kept set may be found under it.
+  for (auto it = sets_.begin(); it != sets_.end();) {
+    it = it->first.first == p->set_layout ? sets_.erase(it) : std::next(it);
+  }
   if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
   if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
   if (p->set_layout != VK_NULL_HANDLE) {
@@ -235,6 +243,7 @@ absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDevi
   }
   auto buffer = std::make_unique<VulkanBuffer>();
   buffer->device = device_;
+  buffer->id = next_buffer_id_++;
   buffer->bytes = bytes;
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   info.size = bytes;
@@ -372,26 +381,44 @@ absl::Status VulkanContext::BeginRecording() {
 }
 
 absl::Status VulkanContext::MakeRoom() {
-  if (sets_used_ == kMaxSetsPerSubmit || (timer_ != nullptr && timer_->full())) {
-    FSDPD_RETURN_IF_ERROR(Finish());
-  }
+  if (timer_ != nullptr && timer_->full()) FSDPD_RETURN_IF_ERROR(Finish());
   return BeginRecording();
 }
 
-absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
-                                     std::initializer_list<Buffer*> buffers, const void* push,
-                                     uint32_t x_groups, uint32_t y_groups) {
-  FSDPD_RETURN_IF_ERROR(MakeRoom());
+absl::Status VulkanContext::ResetDescriptorSets() {
+  VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
+  sets_.clear();
+  sets_allocated_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VkDescriptorSet> VulkanContext::DescriptorSet(
+    const Pipeline& pipeline, std::initializer_list<Buffer*> buffers) {
+  SetKey key{pipeline.set_layout, {}};
+  uint32_t b = 0;
+  for (Buffer* buffer : buffers) key.second[b++] = Vk(*buffer).id;
+  if (cache_sets_) {
+    auto kept = sets_.find(key);
+    if (kept != sets_.end()) return kept->second;
+  }
+  const HostSpan span(timer_.get(), "writing descriptor sets");
+  if (sets_allocated_ == kMaxSets) {
+    // The sets in the recorded commands stay in use until they have run.
+    FSDPD_RETURN_IF_ERROR(Finish());
+    FSDPD_RETURN_IF_ERROR(ResetDescriptorSets());
+    FSDPD_RETURN_IF_ERROR(BeginRecording());
+  }
   VkDescriptorSetAllocateInfo allocate{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   allocate.descriptorPool = descriptor_pool_;
   allocate.descriptorSetCount = 1;
   allocate.pSetLayouts = &pipeline.set_layout;
   VkDescriptorSet set;
   VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(device_, &allocate, &set));
-  ++sets_used_;
+  ++sets_allocated_;
+  ++sets_written_;
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
-  uint32_t b = 0;
+  b = 0;
   for (Buffer* buffer : buffers) {
     infos[b] = {Vk(*buffer).buffer, 0, VK_WHOLE_SIZE};
     writes[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -403,6 +430,20 @@ absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
     ++b;
   }
   vkUpdateDescriptorSets(device_, b, writes, 0, nullptr);
+  if (cache_sets_) sets_.emplace(key, set);
+  return set;
+}
+
+absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
+                                     std::initializer_list<Buffer*> buffers, const void* push,
+                                     uint32_t x_groups, uint32_t y_groups) {
+  if (buffers.size() > kMaxBindings) {
+    return absl::InternalError(absl::StrCat(pipeline.name, ": ", buffers.size(),
+                                            " buffers bound, at most ", kMaxBindings));
+  }
+  const HostSpan span(timer_.get(), "recording commands");
+  FSDPD_RETURN_IF_ERROR(MakeRoom());
+  FSDPD_ASSIGN_OR_RETURN(VkDescriptorSet set, DescriptorSet(pipeline, buffers));
   vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
   vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0,
                           nullptr);
@@ -426,15 +467,22 @@ absl::Status VulkanContext::Finish() {
   if (!recording_) return absl::OkStatus();
   recording_ = false;
   VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
-  FSDPD_RETURN_IF_ERROR(SubmitAndWait());
-  VK_RETURN_IF_ERROR(vkResetDescriptorPool(device_, descriptor_pool_, 0));
-  sets_used_ = 0;
+  {
+    const HostSpan span(timer_.get(), "submitting and waiting");
+    FSDPD_RETURN_IF_ERROR(SubmitAndWait());
+  }
+  // Without kept sets, each submit's are dropped once it has run.
+  if (!cache_sets_) FSDPD_RETURN_IF_ERROR(ResetDescriptorSets());
   if (timer_ != nullptr) FSDPD_RETURN_IF_ERROR(timer_->Collect());
   return absl::OkStatus();
 }
 
 std::vector<OpTime> VulkanContext::op_times() const {
   return timer_ != nullptr ? timer_->Totals() : std::vector<OpTime>{};
+}
+
+std::vector<OpTime> VulkanContext::host_times() const {
+  return timer_ != nullptr ? timer_->HostTotals() : std::vector<OpTime>{};
 }
 
 void VulkanContext::ResetOpTimes() {
@@ -458,6 +506,7 @@ absl::Status VulkanContext::CheckRoom(double bytes) const {
 absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset,
                                        VulkanBuffer& to, VkDeviceSize to_offset,
                                        VkDeviceSize bytes) {
+  const HostSpan span(timer_.get(), "recording commands");
   FSDPD_RETURN_IF_ERROR(MakeRoom());
   const VkBufferCopy region{from_offset, to_offset, bytes};
   vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);

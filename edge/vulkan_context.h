@@ -1,14 +1,17 @@
 // One Vulkan device opened for the edge backend's compute (edge/vulkan_backend.cc): the device
 // with the features the shaders need, one compute queue, one command buffer recorded between
-// Finish calls with a barrier after every command, descriptor sets from a pool reset per submit,
-// buffers and pipelines. Which pipelines exist and which one runs an op is the backend's
-// business; this layer knows shaders only as SPIR-V to build. Internal to edge/.
+// Finish calls with a barrier after every command, descriptor sets written once for each
+// (pipeline, buffers) pair and kept, buffers and pipelines. Which pipelines exist and which one
+// runs an op is the backend's business; this layer knows shaders only as SPIR-V to build. Internal
+// to edge/.
 #pragma once
 
 #include <vulkan/vulkan.h>
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +40,7 @@ struct VulkanBuffer : Buffer {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkDeviceSize bytes = 0;
+  uint64_t id = 0;            // unique in its context, never reused: descriptor sets are kept by it
   void* mapped = nullptr;     // host-visible memory stays mapped
   bool half = false;          // fp16 elements: a matmul's x from MatmulInput
   ByteLedger::Charge charge;  // its memory's bytes, on the context's ledger
@@ -98,7 +102,10 @@ class VulkanContext {
   void DestroyPipeline(Pipeline* pipeline);
 
   // Records a dispatch of `pipeline` over `buffers` (bound 0, 1, …) with push_bytes of `push`,
-  // then a barrier: every later command sees what it wrote.
+  // then a barrier: every later command sees what it wrote. The descriptor set that binds the
+  // buffers is written the first time the pair is dispatched and kept for the next (decoding
+  // runs the same ~135 dispatches every token).
+  // With options.cache_descriptor_sets off, a set is written for every dispatch instead.
   absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
                         const void* push, uint32_t x_groups, uint32_t y_groups);
   // Records a copy of `bytes` between buffer offsets, then a barrier as Dispatch does.
@@ -106,8 +113,11 @@ class VulkanContext {
                           VkDeviceSize to_offset, VkDeviceSize bytes);
   // Submits what is recorded and waits for it.
   absl::Status Finish();
+  // Descriptor sets written so far (each a vkAllocateDescriptorSets and a vkUpdateDescriptorSets).
+  int64_t descriptor_sets_written() const { return sets_written_; }
   // The GPU time of each operation Finish has seen run (options.op_times); empty otherwise.
   std::vector<OpTime> op_times() const;
+  std::vector<OpTime> host_times() const;  // VulkanBackend::host_times
   void ResetOpTimes();
 
   static constexpr uint32_t kMaxBindings = 4;
@@ -119,8 +129,14 @@ class VulkanContext {
   uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const;
   absl::Status BeginRecording();
   absl::Status SubmitAndWait();
-  // Before another command: submits what is recorded where a per-submit table is full.
+  // Before another command: submits what is recorded where the op timer's table is full.
   absl::Status MakeRoom();
+  // The set binding `buffers` for `pipeline`: kept from an earlier dispatch, or written now.
+  // Where the pool is full, what is recorded is submitted and waited for first, then every kept
+  // set is dropped.
+  absl::StatusOr<VkDescriptorSet> DescriptorSet(const Pipeline& pipeline,
+                                                std::initializer_list<Buffer*> buffers);
+  absl::Status ResetDescriptorSets();  // nothing recorded may use them
 
   std::unique_ptr<Instance> instance_;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
@@ -134,7 +150,13 @@ class VulkanContext {
   VkCommandBuffer commands_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
-  uint32_t sets_used_ = 0;
+  // Kept sets by (set layout, the bound buffers' ids; 0 past the last binding).
+  using SetKey = std::pair<VkDescriptorSetLayout, std::array<uint64_t, kMaxBindings>>;
+  std::map<SetKey, VkDescriptorSet> sets_;
+  uint32_t sets_allocated_ = 0;  // from the pool since its last reset
+  int64_t sets_written_ = 0;
+  bool cache_sets_ = true;
+  uint64_t next_buffer_id_ = 1;
   bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;

@@ -66,8 +66,18 @@ TEST(EdgeOpTimesTest, EachCommandIsChargedToItsShaderOnceWithinTheWallTime) {
   EXPECT_LE(busy, wall);  // the commands ran inside Finish
   for (size_t i = 1; i < times.size(); ++i) EXPECT_GE(times[i - 1].seconds, times[i].seconds);
 
+  // The host's side of the same span: each of the six commands recorded once, one submit, and
+  // the host's time inside the wall time.
+  std::map<std::string, OpTime> host = ByOp(backend->host_times());
+  EXPECT_EQ(host["recording commands"].count, 6);
+  EXPECT_EQ(host["submitting and waiting"].count, 1);
+  EXPECT_LE(host["recording commands"].seconds + host["submitting and waiting"].seconds, wall);
+  EXPECT_LE(host["writing descriptor sets"].count, 5);  // the copy binds none
+  EXPECT_GT(host["recording commands"].seconds, 0.0);
+
   backend->ResetOpTimes();
   EXPECT_TRUE(backend->op_times().empty());
+  EXPECT_TRUE(backend->host_times().empty());
   EXPECT_EQ(backend->validation_errors(), 0) << backend->last_validation_error();
 }
 
@@ -104,6 +114,7 @@ TEST(EdgeOpTimesTest, OffByDefaultAndNothingIsTimed) {
   ASSERT_TRUE(backend->Silu(**x, 1024, **x).ok());
   ASSERT_TRUE(backend->Finish().ok());
   EXPECT_TRUE(backend->op_times().empty());
+  EXPECT_TRUE(backend->host_times().empty());
 }
 
 TEST(EdgeOpTimesTest, TheTableGivesEachOpPerUnitAndTheGpuShareOfTheWallTime) {
@@ -116,6 +127,16 @@ TEST(EdgeOpTimesTest, TheTableGivesEachOpPerUnitAndTheGpuShareOfTheWallTime) {
   EXPECT_NE(table.find("       4.0     3.0000      75.0  matvec\n"), std::string::npos) << table;
   EXPECT_NE(table.find("       1.0     1.0000      25.0  attention\n"), std::string::npos) << table;
   EXPECT_LT(table.find("matvec"), table.find("attention"));
+  EXPECT_EQ(table.find("host time"), std::string::npos) << table;
+
+  // The host's table, as a share of the wall time: 1 ms of 5 a token.
+  const std::string with_host =
+      FormatOpTimes(times, 0.010, 2, "token", {{"recording commands", 270, 0.002}});
+  EXPECT_NE(with_host.find("host time, per token:\n"), std::string::npos) << with_host;
+  EXPECT_NE(with_host.find("     135.0     1.0000      20.0  recording commands\n"),
+            std::string::npos)
+      << with_host;
+  EXPECT_LT(with_host.find("attention"), with_host.find("host time"));
 }
 
 }  // namespace
