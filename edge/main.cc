@@ -76,7 +76,8 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
   command->add_flag("--no-coop-matrix", options->no_coop,
                     "use the tiled matmul even where cooperative matrices exist");
   command->add_flag("--staging", options->staging,
-                    "upload weights through a staging buffer even where zero-copy is possible");
+                    "upload weights, and read and write activations, through a staging buffer even "
+                    "where zero-copy is possible");
   command->add_flag("--validate", options->validate,
                     "enable VK_LAYER_KHRONOS_validation; fail if it reports an error");
   command->add_option("--seq", options->seq, "tokens per sequence");

@@ -44,9 +44,10 @@ struct VulkanOptions {
   int device = 0;
   enum class Precision { kAuto, kFp32, kFp16 } precision = Precision::kAuto;
   bool cooperative_matrix = true;  // used only where the device reports the shape
-  bool force_staging = false;      // upload weights through a staging buffer even where
-                                   // a heap is device-local and host-visible
-  bool validation = false;         // VK_LAYER_KHRONOS_validation, errors counted
+  // Upload weights through a staging buffer, and read and write activations through one, even
+  // where a heap is device-local and host-visible: a discrete GPU's path on any device.
+  bool force_staging = false;
+  bool validation = false;  // VK_LAYER_KHRONOS_validation, errors counted
   // The cooperative-matrix matmul's block by name (CoopMatmulVariants() in edge/shaders.h);
   // empty: every block, the fastest chosen per matmul shape when it first runs. An unknown
   // name is refused.

@@ -192,6 +192,7 @@ absl::Status VulkanContext::Open(const VulkanOptions& options) {
   VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VK_RETURN_IF_ERROR(vkCreateFence(device_, &fence_info, nullptr, &fence_));
   cache_sets_ = options.cache_descriptor_sets;
+  map_device_local_ = !options.force_staging;
   VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSets * kMaxBindings};
   VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   descriptor_info.maxSets = kMaxSets;
@@ -277,21 +278,16 @@ absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDevi
   }
   VK_RETURN_IF_ERROR(vkBindBufferMemory(device_, buffer->buffer, buffer->memory, 0));
   buffer->charge = allocated_.Take(static_cast<int64_t>(requirements.size));
-  if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+  if ((host_visible || map_device_local_) &&
+      (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) {
     VK_RETURN_IF_ERROR(vkMapMemory(device_, buffer->memory, 0, VK_WHOLE_SIZE, 0, &buffer->mapped));
   }
   return buffer;
 }
 
 absl::Status VulkanContext::CopyNow(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes) {
-  FSDPD_RETURN_IF_ERROR(Finish());
-  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(commands_, &begin));
-  VkBufferCopy region{0, 0, bytes};
-  vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
-  VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
-  return SubmitAndWait();
+  FSDPD_RETURN_IF_ERROR(RecordCopy(from, 0, to, 0, bytes));
+  return Finish();
 }
 
 absl::Status VulkanContext::SubmitAndWait() {

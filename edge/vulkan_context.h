@@ -79,8 +79,9 @@ class VulkanContext {
   // device-local memory. Larger than maxStorageBufferRange, or no room: an error saying so.
   absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateBuffer(VkDeviceSize bytes, bool host_visible,
                                                              uint32_t memory_type = UINT32_MAX);
-  // from → to, bytes from offset 0, now: what is recorded is submitted first, then the copy,
-  // waited for (uploads through staging, reads of device-local memory).
+  // from → to, bytes from offset 0, now: the copy is recorded after what is recorded and one
+  // submit runs them all, waited for (uploads through staging, reads of device-local memory;
+  // decoding reads its logits so every token, and a submit of its own cost another wait).
   absl::Status CopyNow(VulkanBuffer& from, VulkanBuffer& to, VkDeviceSize bytes);
   // Whether `bytes` more fit beside the buffers allocated here in the device's largest
   // device-local heap: RESOURCE_EXHAUSTED naming the sizes where they cannot (Backend::CheckRoom).
@@ -156,6 +157,10 @@ class VulkanContext {
   uint32_t sets_allocated_ = 0;  // from the pool since its last reset
   int64_t sets_written_ = 0;
   bool cache_sets_ = true;
+  // Whether a buffer asked for without host_visible is mapped where its memory happens to be
+  // host-visible (lavapipe, resizable BAR); not with options.force_staging, so that such a
+  // device runs a discrete GPU's path: activations read and written through staging.
+  bool map_device_local_ = true;
   uint64_t next_buffer_id_ = 1;
   bool recording_ = false;
   bool fp16_ = false;

@@ -250,6 +250,58 @@ TEST_P(EdgeDecodingVulkanTest, CachedLogitsAreTheForwardsOnEveryBackend) {
   }
 }
 
+// VulkanOptions::force_staging on lavapipe runs a discrete GPU's path: weights uploaded and
+// activations read and written through a staging buffer (the kept one for a token's logits, a
+// one-off for a whole window's), each copy recorded after the work before it. The same shaders
+// on the same values: the logits are the zero-copy backend's bit for bit.
+TEST_P(EdgeDecodingVulkanTest, TheStagedPathDecodesTheSameLogitsBitForBit) {
+  VulkanOptions options;
+  options.validation = true;
+  options.precision = GetParam();
+  options.force_staging = true;
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> staged = CreateVulkanBackend(options);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  ASSERT_FALSE((*staged)->zero_copy_weights());
+  ExportedModelConfig config{97, 64, 3, 4, 2, /*causal=*/true, /*final_norm=*/true, 1e-5};
+  fsdpd::testing::TempDir directory("edge-staged");
+  const HostModel model = RandomHostModel(directory, "model", config, 26);
+  ASSERT_FALSE(model.tensors.empty());
+  const int64_t seq = 16;
+  std::vector<int32_t> tokens(seq);
+  for (int64_t t = 0; t < seq; ++t) tokens[t] = static_cast<int32_t>((t * 29 + 3) % config.vocab);
+  std::vector<std::vector<float>> runs;
+  for (VulkanBackend* backend : {vulkan_.get(), staged->get()}) {
+    SCOPED_TRACE(backend->Describe());
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model, backend, 1, seq);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    std::vector<float> all, logits;
+    ASSERT_TRUE((*runner)->Logits(tokens, &all).ok());
+    ASSERT_TRUE(
+        (*runner)->Prefill(std::vector<int32_t>(tokens.begin(), tokens.begin() + 4), &logits).ok());
+    all.insert(all.end(), logits.begin(), logits.end());
+    for (int64_t position = 4; position < seq; ++position) {
+      ASSERT_TRUE((*runner)->Append(tokens[position], &logits).ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    runs.push_back(all);
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) ASSERT_EQ(runs[0][i], runs[1][i]) << "logit " << i;
+
+  // A round trip larger than the kept staging buffer (16 MiB), then a small one through it.
+  for (int64_t count : {int64_t{5} << 20, int64_t{1000}}) {
+    SCOPED_TRACE(::testing::Message() << count << " floats");
+    const std::vector<float> values = RandomValues(count, 1.0f, 27);
+    std::unique_ptr<Buffer> buffer = Upload(**staged, values);
+    std::unique_ptr<Buffer> doubled = *(*staged)->Floats(count);
+    ASSERT_TRUE((*staged)->Add(*buffer, *buffer, count, *doubled).ok());
+    const std::vector<float> read = ReadAll(**staged, *doubled, count);
+    for (int64_t i = 0; i < count; ++i) ASSERT_EQ(read[i], 2.0f * values[i]) << "element " << i;
+  }
+  EXPECT_EQ((*staged)->validation_errors(), 0) << (*staged)->last_validation_error();
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeDecodingVulkanTest,
                          ::testing::Values(VulkanOptions::Precision::kFp32,
                                            VulkanOptions::Precision::kFp16),
