@@ -72,6 +72,15 @@ class Backend {
   // out[rows, out_features] = x[rows, in_features] · weightᵀ (+ bias, may be null).
   virtual absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
                               int64_t in_features, int64_t out_features, Buffer& out) = 0;
+  // out[rows, out_features] += x · weightᵀ (+ bias): Linear's result, rounded to fp32, then
+  // added to what out holds as Add would add it (a residual), in one op. Only where
+  // AddsIntoLinear(rows) says the backend folds the add into the product; the model runs Linear
+  // and Add otherwise.
+  virtual bool AddsIntoLinear(int64_t rows) const { return false; }
+  virtual absl::Status LinearAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                                 int64_t in_features, int64_t out_features, Buffer& out) {
+    return absl::FailedPreconditionError("this backend does not add into Linear's output");
+  }
   // nn.MultiheadAttention's core on packed qkv[batch, seq, 3·dim] → out[batch, seq, dim].
   virtual absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads,
                                  int64_t dim, bool causal, Buffer& out) = 0;

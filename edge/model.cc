@@ -101,12 +101,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel
   // The window's activations below, at 4 bytes an element (fp16 ones take less), asked for at
   // once: a window far too large is refused before any of it is allocated.
   const double elements =
-      static_cast<double>(rows) * (2.0 + 5.0 * c.dim + 3.0 * c.dim + 2.0 * ffn + c.vocab + 1.0);
+      static_cast<double>(rows) * (2.0 + 4.0 * c.dim + 3.0 * c.dim + 2.0 * ffn + c.vocab + 1.0);
   FSDPD_RETURN_IF_ERROR(backend->CheckRoom(4.0 * elements));
   FSDPD_ASSIGN_OR_RETURN(runner->tokens_, backend->Ints(rows));
   FSDPD_ASSIGN_OR_RETURN(runner->targets_, backend->Ints(rows));
   FSDPD_ASSIGN_OR_RETURN(runner->hidden_, backend->Floats(rows * c.dim));
-  FSDPD_ASSIGN_OR_RETURN(runner->middle_, backend->Floats(rows * c.dim));
   // Read only as a projection's x: fp16 where the backend's matmul reads fp16 (backend.h).
   FSDPD_ASSIGN_OR_RETURN(runner->normed_, backend->MatmulInput(rows * c.dim));
   FSDPD_ASSIGN_OR_RETURN(runner->qkv_, backend->Floats(rows * 3 * c.dim));
@@ -140,16 +139,23 @@ absl::Status ModelRunner::Layers(int64_t rows,
     Layer& layer = layers_[index];
     FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm1, rows, dim, config_.norm_eps, *normed_));
     FSDPD_RETURN_IF_ERROR(attend(layer, index));
-    FSDPD_RETURN_IF_ERROR(b.Linear(*attention_, *layer.out_proj_weight, layer.out_proj_bias.get(),
-                                   rows, dim, dim, *projected_));
-    FSDPD_RETURN_IF_ERROR(b.Add(*hidden_, *projected_, rows * dim, *middle_));
-    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*middle_, *layer.norm2, rows, dim, config_.norm_eps, *normed_));
+    FSDPD_RETURN_IF_ERROR(
+        AddToHidden(*attention_, *layer.out_proj_weight, layer.out_proj_bias.get(), rows, dim));
+    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm2, rows, dim, config_.norm_eps, *normed_));
     FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.ffn0, nullptr, rows, dim, ffn, *ffn_hidden_));
     FSDPD_RETURN_IF_ERROR(b.Silu(*ffn_hidden_, rows * ffn, *activated_));
-    FSDPD_RETURN_IF_ERROR(b.Linear(*activated_, *layer.ffn2, nullptr, rows, ffn, dim, *projected_));
-    FSDPD_RETURN_IF_ERROR(b.Add(*middle_, *projected_, rows * dim, *hidden_));
+    FSDPD_RETURN_IF_ERROR(AddToHidden(*activated_, *layer.ffn2, nullptr, rows, ffn));
   }
   return absl::OkStatus();
+}
+
+absl::Status ModelRunner::AddToHidden(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                                      int64_t in_features) {
+  Backend& b = *backend_;
+  const int64_t dim = config_.dim;
+  if (b.AddsIntoLinear(rows)) return b.LinearAdd(x, weight, bias, rows, in_features, dim, *hidden_);
+  FSDPD_RETURN_IF_ERROR(b.Linear(x, weight, bias, rows, in_features, dim, *projected_));
+  return b.Add(*hidden_, *projected_, rows * dim, *hidden_);
 }
 
 absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {

@@ -71,6 +71,10 @@ class ModelRunner {
   absl::Status CheckTokens(const int32_t* tokens, int64_t count) const;
   // Every layer over the `rows` rows in hidden_; `attend` leaves attention_ from normed_.
   absl::Status Layers(int64_t rows, const std::function<absl::Status(Layer&, size_t)>& attend);
+  // hidden_ += x · weightᵀ (+ bias) over `rows` rows: the residual add folded into the product
+  // where the backend can (Backend::AddsIntoLinear), else through projected_.
+  absl::Status AddToHidden(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                           int64_t in_features);
   // The final norm (where the model has one) and the head over `rows` rows of `input`, into
   // logits_.
   absl::Status Head(Buffer& input, int64_t rows);
@@ -84,8 +88,8 @@ class ModelRunner {
   int64_t seq_;
   std::unique_ptr<Buffer> embed_, head_, final_norm_;
   std::vector<Layer> layers_;
-  std::unique_ptr<Buffer> tokens_, targets_, hidden_, middle_, normed_, qkv_, attention_,
-      projected_, ffn_hidden_, activated_, logits_, nll_;
+  std::unique_ptr<Buffer> tokens_, targets_, hidden_, normed_, qkv_, attention_, projected_,
+      ffn_hidden_, activated_, logits_, nll_;
   std::vector<std::unique_ptr<Buffer>> cache_;  // per layer: qkv rows of positions [0, seq)
   std::unique_ptr<Buffer> newest_;              // the newest position's hidden row
   int64_t cached_ = 0;

@@ -171,6 +171,7 @@ class VulkanBackendImpl : public VulkanBackend {
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kRmsNormF16HalfOut, 3, 12, &rmsnorm_half_));
       FSDPD_RETURN_IF_ERROR(MakePipeline(Shader::kElementwiseHalfOut, 3, 8, &elementwise_half_));
     }
+    add_into_linear_ = options.add_into_linear;
     matvec_wide_ = options.matvec_layout == VulkanOptions::MatvecLayout::kWide ||
                    (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto &&
                     context_->info().type != "cpu");
@@ -384,6 +385,23 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
                       int64_t out_features, Buffer& out) override {
+    return LinearOrAdd(x, weight, bias, rows, in_features, out_features, out, /*add=*/false);
+  }
+  bool AddsIntoLinear(int64_t rows) const override {
+    return add_into_linear_ && rows <= kMatvecRows;
+  }
+  absl::Status LinearAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
+                         int64_t out_features, Buffer& out) override {
+    if (!AddsIntoLinear(rows)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "LinearAdd: the add is folded only into matvec.comp's products of up to ", kMatvecRows,
+          " rows (decoding's), with VulkanOptions::add_into_linear; not ", rows));
+    }
+    return LinearOrAdd(x, weight, bias, rows, in_features, out_features, out, /*add=*/true);
+  }
+  // Linear, or with `add` (matvec.comp only) LinearAdd.
+  absl::Status LinearOrAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                           int64_t in_features, int64_t out_features, Buffer& out, bool add) {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the weight", weight));
     if (bias != nullptr) FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the bias", *bias));
     FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "out", out));
@@ -398,8 +416,10 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
+    // The flags: bit 0, a bias; bit 1, add into out (matvec.comp's only).
     const uint32_t push[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
-                              static_cast<uint32_t>(in_features), bias != nullptr ? 1u : 0u};
+                              static_cast<uint32_t>(in_features),
+                              (bias != nullptr ? 1u : 0u) | (add ? 2u : 0u)};
     Buffer& bias_buffer = bias != nullptr ? *bias : *dummy_;
     if (rows <= kMatvecRows) {
       // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
@@ -785,6 +805,7 @@ class VulkanBackendImpl : public VulkanBackend {
   // wide layout or the narrow one (VulkanOptions::matvec_layout).
   Pipeline matvec_, matvec_half_;
   bool matvec_wide_ = false;
+  bool add_into_linear_ = true;  // VulkanOptions::add_into_linear
 };
 
 }  // namespace

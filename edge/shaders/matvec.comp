@@ -54,8 +54,10 @@ layout(std430, binding = 1) readonly buffer WVectors { uvec4 w_vectors[]; };
 layout(std430, binding = 1) readonly buffer WVectors { vec4 w_vectors[]; };
 #endif
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
-layout(std430, binding = 3) writeonly buffer Out { float result[]; };
-layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
+// Out is read as well where flags bit 1 asks to add into it (Backend::LinearAdd).
+layout(std430, binding = 3) buffer Out { float result[]; };
+// flags: bit 0, a bias; bit 1, result += the product (+ bias) instead of result = it.
+layout(push_constant) uniform Push { uint m; uint n; uint k; uint flags; } p;
 shared float partial[ROWS][THREADS];  // [row][column · LANES + lane]
 
 // Eight consecutive elements, from element 8·index, as two vec4.
@@ -145,7 +147,10 @@ void main() {
     barrier();
   }
   if (in_range && lane < p.m) {
-    const float b = p.has_bias != 0 ? float(bias[column]) : 0.0;
-    result[lane * p.n + column] = partial[lane][slot * LANES] + b;
+    const float b = (p.flags & 1u) != 0 ? float(bias[column]) : 0.0;
+    const float value = partial[lane][slot * LANES] + b;
+    // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
+    const uint at = lane * p.n + column;
+    result[at] = (p.flags & 2u) != 0 ? result[at] + value : value;
   }
 }

@@ -187,6 +187,50 @@ TEST_P(EdgeKernelsTest, MatvecMatchesTheReferenceInBothLayouts) {
   }
 }
 
+// LinearAdd folds the residual add into matvec.comp: for the same inputs its out is, bit for
+// bit, Linear's result added to out's old values by Add (the product rounded to fp32 first, then
+// one fp32 add in the same order), in both layouts, with and without a bias. More rows than
+// matvec.comp's, and the CPU backend, are refused with the reason.
+TEST_P(EdgeKernelsTest, LinearAddIsLinearThenAddBitForBit) {
+  for (const VulkanOptions::MatvecLayout layout : kMatvecLayouts) {
+    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    UseMatvecLayout(layout);
+    for (const LinearShape& s : std::vector<LinearShape>{
+             {1, 2048, 300, true}, {4, 1032, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}}) {
+      SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out);
+      ASSERT_TRUE(vulkan_->AddsIntoLinear(s.rows));
+      const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, 11);
+      const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 12);
+      const std::vector<float> b = RandomValues(s.out, 1.0f, 13);
+      const std::vector<float> residual = RandomValues(s.rows * s.out, 4.0f, 14);
+      const int64_t count = s.rows * s.out;
+      Pair xs = Floats(x), ws = Weights(w), bs = Weights(b);
+      Pair fused = Floats(residual), apart = Floats(residual);
+      Pair product = Floats(std::vector<float>(static_cast<size_t>(count), std::nanf("")));
+      Buffer* bias = s.bias ? bs.gpu.get() : nullptr;
+      ASSERT_TRUE(vulkan_->LinearAdd(*xs.gpu, *ws.gpu, bias, s.rows, s.in, s.out, *fused.gpu).ok());
+      ASSERT_TRUE(vulkan_->Linear(*xs.gpu, *ws.gpu, bias, s.rows, s.in, s.out, *product.gpu).ok());
+      ASSERT_TRUE(vulkan_->Add(*apart.gpu, *product.gpu, count, *apart.gpu).ok());
+      std::vector<float> got(static_cast<size_t>(count)), want(got.size());
+      ASSERT_TRUE(vulkan_->ReadFloats(*fused.gpu, got.data(), count).ok());
+      ASSERT_TRUE(vulkan_->ReadFloats(*apart.gpu, want.data(), count).ok());
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(got[i], want[i]) << "out[" << i << "], residual " << residual[i];
+        ASSERT_NE(got[i], residual[i]) << "out[" << i << "] kept its old value";
+      }
+    }
+  }
+  EXPECT_FALSE(vulkan_->AddsIntoLinear(5));
+  Pair x = Floats(RandomValues(5 * 8, 1.0f, 15)), w = Weights(RandomValues(8 * 8, 1.0f, 16));
+  Pair out = Outputs(5 * 8);
+  absl::Status refused = vulkan_->LinearAdd(*x.gpu, *w.gpu, nullptr, 5, 8, 8, *out.gpu);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "up to 4 rows")) << refused;
+  EXPECT_FALSE(cpu_->AddsIntoLinear(1));
+  EXPECT_EQ(cpu_->LinearAdd(*x.cpu, *w.cpu, nullptr, 1, 8, 8, *out.cpu).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 void EdgeKernelsTest::ExpectLinearsWithin(const std::vector<LinearShape>& shapes) {
   for (const LinearShape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out << "x" << s.in);
