@@ -253,14 +253,14 @@ absl::Status ModelRunner::Decode(const int32_t* tokens, int64_t first, int64_t r
   }));
   FSDPD_RETURN_IF_ERROR(b.CopyFloats(*hidden_, (rows - 1) * dim, *newest_, 0, dim));
   FSDPD_RETURN_IF_ERROR(Head(*newest_, 1));
-  FSDPD_RETURN_IF_ERROR(b.Finish());
+  // ReadFloats waits for the work before it; a Finish of its own here would be a second submit
+  // and wait a token where the logits are read through staging.
   logits->resize(static_cast<size_t>(config_.vocab));
   return b.ReadFloats(*logits_, logits->data(), config_.vocab);
 }
 
 absl::Status ModelRunner::Logits(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
   FSDPD_RETURN_IF_ERROR(Forward(tokens));
-  FSDPD_RETURN_IF_ERROR(backend_->Finish());
   logits->resize(static_cast<size_t>(batch_ * seq_ * config_.vocab));
   return backend_->ReadFloats(*logits_, logits->data(), static_cast<int64_t>(logits->size()));
 }
@@ -276,7 +276,6 @@ absl::StatusOr<double> ModelRunner::SumNll(const std::vector<int32_t>& tokens,
   FSDPD_RETURN_IF_ERROR(backend_->WriteInts(*targets_, targets.data(), rows));
   FSDPD_RETURN_IF_ERROR(Forward(tokens));
   FSDPD_RETURN_IF_ERROR(backend_->TokenNll(*logits_, *targets_, rows, config_.vocab, *nll_));
-  FSDPD_RETURN_IF_ERROR(backend_->Finish());
   std::vector<float> nll(static_cast<size_t>(rows));
   FSDPD_RETURN_IF_ERROR(backend_->ReadFloats(*nll_, nll.data(), rows));
   double sum = 0.0;
