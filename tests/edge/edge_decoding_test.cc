@@ -280,9 +280,9 @@ TEST_P(EdgeDecodingVulkanTest, FoldingTheResidualAddChangesNoLogit) {
   options.validation = true;
   options.precision = GetParam();
   options.add_into_linear = false;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> apart = CreateVulkanBackend(options);
-  ASSERT_TRUE(apart.ok()) << apart.status();
-  ASSERT_FALSE((*apart)->AddsIntoLinear(1));
+  std::unique_ptr<VulkanBackend> apart = testing::VulkanWith(options);
+  ASSERT_NE(apart, nullptr);
+  ASSERT_FALSE(apart->AddsIntoLinear(1));
   ExportedModelConfig config{97, 64, 3, 4, 2, /*causal=*/true, /*final_norm=*/true, 1e-5};
   fsdpd::testing::TempDir directory("edge-fold");
   const HostModel model = RandomHostModel(directory, "model", config, 28);
@@ -290,11 +290,11 @@ TEST_P(EdgeDecodingVulkanTest, FoldingTheResidualAddChangesNoLogit) {
   std::vector<int32_t> tokens(12);
   for (size_t t = 0; t < tokens.size(); ++t) tokens[t] = static_cast<int32_t>((t * 31 + 5) % 97);
   const std::vector<float> folded = EveryLogit(model, *vulkan_, tokens);
-  const std::vector<float> unfolded = EveryLogit(model, **apart, tokens);
+  const std::vector<float> unfolded = EveryLogit(model, *apart, tokens);
   ASSERT_EQ(folded.size(), unfolded.size());
   ASSERT_FALSE(folded.empty());
   for (size_t i = 0; i < folded.size(); ++i) ASSERT_EQ(folded[i], unfolded[i]) << "logit " << i;
-  EXPECT_EQ((*apart)->validation_errors(), 0) << (*apart)->last_validation_error();
+  EXPECT_EQ(apart->validation_errors(), 0) << apart->last_validation_error();
 }
 
 // VulkanOptions::force_staging on lavapipe runs a discrete GPU's path: weights uploaded and
@@ -306,9 +306,9 @@ TEST_P(EdgeDecodingVulkanTest, TheStagedPathDecodesTheSameLogitsBitForBit) {
   options.validation = true;
   options.precision = GetParam();
   options.force_staging = true;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> staged = CreateVulkanBackend(options);
-  ASSERT_TRUE(staged.ok()) << staged.status();
-  ASSERT_FALSE((*staged)->zero_copy_weights());
+  std::unique_ptr<VulkanBackend> staged = testing::VulkanWith(options);
+  ASSERT_NE(staged, nullptr);
+  ASSERT_FALSE(staged->zero_copy_weights());
   ExportedModelConfig config{97, 64, 3, 4, 2, /*causal=*/true, /*final_norm=*/true, 1e-5};
   fsdpd::testing::TempDir directory("edge-staged");
   const HostModel model = RandomHostModel(directory, "model", config, 26);
@@ -317,7 +317,7 @@ TEST_P(EdgeDecodingVulkanTest, TheStagedPathDecodesTheSameLogitsBitForBit) {
   std::vector<int32_t> tokens(seq);
   for (int64_t t = 0; t < seq; ++t) tokens[t] = static_cast<int32_t>((t * 29 + 3) % config.vocab);
   const std::vector<float> zero_copy = EveryLogit(model, *vulkan_, tokens);
-  const std::vector<float> through_staging = EveryLogit(model, **staged, tokens);
+  const std::vector<float> through_staging = EveryLogit(model, *staged, tokens);
   ASSERT_EQ(zero_copy.size(), through_staging.size());
   for (size_t i = 0; i < zero_copy.size(); ++i) {
     ASSERT_EQ(zero_copy[i], through_staging[i]) << "logit " << i;
@@ -327,13 +327,13 @@ TEST_P(EdgeDecodingVulkanTest, TheStagedPathDecodesTheSameLogitsBitForBit) {
   for (int64_t count : {int64_t{5} << 20, int64_t{1000}}) {
     SCOPED_TRACE(::testing::Message() << count << " floats");
     const std::vector<float> values = RandomValues(count, 1.0f, 27);
-    std::unique_ptr<Buffer> buffer = Upload(**staged, values);
-    std::unique_ptr<Buffer> doubled = *(*staged)->Floats(count);
-    ASSERT_TRUE((*staged)->Add(*buffer, *buffer, count, *doubled).ok());
-    const std::vector<float> read = ReadAll(**staged, *doubled, count);
+    std::unique_ptr<Buffer> buffer = Upload(*staged, values);
+    std::unique_ptr<Buffer> doubled = *staged->Floats(count);
+    ASSERT_TRUE(staged->Add(*buffer, *buffer, count, *doubled).ok());
+    const std::vector<float> read = ReadAll(*staged, *doubled, count);
     for (int64_t i = 0; i < count; ++i) ASSERT_EQ(read[i], 2.0f * values[i]) << "element " << i;
   }
-  EXPECT_EQ((*staged)->validation_errors(), 0) << (*staged)->last_validation_error();
+  EXPECT_EQ(staged->validation_errors(), 0) << staged->last_validation_error();
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeDecodingVulkanTest,

@@ -18,10 +18,7 @@ std::unique_ptr<VulkanBackend> Vulkan(bool cache, bool validation = true) {
   VulkanOptions options;
   options.validation = validation;
   options.cache_descriptor_sets = cache;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
-  EXPECT_TRUE(backend.ok()) << "no usable Vulkan device (CI runs on lavapipe): "
-                            << backend.status();
-  return backend.ok() ? std::move(*backend) : nullptr;
+  return testing::VulkanWith(options);
 }
 
 std::unique_ptr<Buffer> Filled(VulkanBackend& backend, float value, int64_t floats = kFloats) {

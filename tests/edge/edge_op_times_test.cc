@@ -16,10 +16,7 @@ std::unique_ptr<VulkanBackend> TimedVulkan(bool op_times) {
   VulkanOptions options;
   options.validation = true;
   options.op_times = op_times;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
-  EXPECT_TRUE(backend.ok()) << "no usable Vulkan device (CI runs on lavapipe): "
-                            << backend.status();
-  return backend.ok() ? std::move(*backend) : nullptr;
+  return testing::VulkanWith(options);
 }
 
 std::map<std::string, OpTime> ByOp(const std::vector<OpTime>& times) {

@@ -36,6 +36,15 @@ inline std::unique_ptr<VulkanBackend> ValidatedVulkan(
   return std::move(*backend);
 }
 
+// The Vulkan backend with `options` as given (validation on where they say so). A machine
+// without a usable device fails the test with the reason, as ValidatedVulkan does.
+inline std::unique_ptr<VulkanBackend> VulkanWith(const VulkanOptions& options) {
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+  EXPECT_TRUE(backend.ok()) << "no usable Vulkan device (CI runs on lavapipe): "
+                            << backend.status();
+  return backend.ok() ? std::move(*backend) : nullptr;
+}
+
 using edge::RandomValues;
 
 // The edge runtime's random model (edge/random_model.h) with norm weights and biases spread by
