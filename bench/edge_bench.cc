@@ -10,7 +10,8 @@
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32] [--mma-peak] [--causal [--decode-only]] [--op-times]
+//              [--fp32] [--mma-peak] [--staged-breakdown] [--causal [--decode-only]]
+//              [--op-times]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -420,6 +421,39 @@ int ReportMatrixUnitPeak(int device) {
   return 0;
 }
 
+// What bounds the staged workgroup-scope blocks on the FFN's two shapes
+// (VulkanBackend::StagedMatmulBreakdown), twice each, and every matmul pipeline's statistics
+// from the driver where it keeps them (registers per invocation, shared memory).
+int ReportStagedBreakdown(int device, int64_t rows, int64_t dim, int64_t ffn_mult) {
+  VulkanOptions options;
+  options.device = device;
+  options.precision = VulkanOptions::Precision::kFp16;
+  options.pipeline_statistics = true;
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+  if (!backend.ok()) return Fail(backend.status());
+  for (const std::string& line : (*backend)->pipeline_statistics()) {
+    std::printf("pipeline statistics, %s\n", line.c_str());
+  }
+  const int64_t hidden = ffn_mult * dim;
+  for (const auto& [name, n, k] : {std::tuple<const char*, int64_t, int64_t>{"FFN up", hidden, dim},
+                                   {"FFN down", dim, hidden}}) {
+    for (int round = 0; round < 2; ++round) {
+      absl::StatusOr<std::vector<StagedMatmulRate>> rates =
+          (*backend)->StagedMatmulBreakdown(rows, n, k);
+      if (!rates.ok()) {
+        std::printf("staged blocks taken apart: %s\n",
+                    std::string(rates.status().message()).c_str());
+        return rates.status().code() == absl::StatusCode::kUnavailable ? 0 : 1;
+      }
+      for (const StagedMatmulRate& rate : *rates) {
+        std::printf("%s %lldx%lldx%lld, %s: %.1f TFLOP/s\n", name, (long long)rows, (long long)n,
+                    (long long)k, rate.what.c_str(), rate.tflops);
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace fsdpd::edge
 
 int main(int argc, char** argv) {
@@ -464,6 +498,11 @@ int main(int argc, char** argv) {
   app.add_flag("--mma-peak", mma_peak,
                "first time the matrix units alone through workgroup-scope cooperative matrices "
                "(the ceiling of every matmul block; with --sweep-only nothing else)");
+  bool staged_breakdown = false;
+  app.add_flag("--staged-breakdown", staged_breakdown,
+               "first time the staged workgroup-scope blocks' feed and products apart on the FFN "
+               "shapes, with each matmul pipeline's driver statistics (with --sweep-only nothing "
+               "else)");
   app.add_option("--coop-block", coop_block,
                  "the cooperative-matrix block the variants use (default: the built default)");
   bool decode_only = false;
@@ -596,9 +635,13 @@ int main(int argc, char** argv) {
     return 0;
   };
   int failures = mma_peak ? ReportMatrixUnitPeak(device) : 0;
+  if (staged_breakdown)
+    failures += ReportStagedBreakdown(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep) failures += SweepCoopBlocks(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
-  if ((coop_sweep || attention_sweep || mma_peak) && sweep_only) variants.clear();
+  if ((coop_sweep || attention_sweep || mma_peak || staged_breakdown) && sweep_only) {
+    variants.clear();
+  }
   if (decode_only && !variants.empty()) {  // (a --sweep-only run has no variant left)
     for (const auto layout :
          {VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide})

@@ -153,6 +153,27 @@ constexpr uint32_t kMatmulCm2256x128HS[] =
 constexpr uint32_t kMatmulCm2128x128K64HS[] =
 #include "edge/shaders/matmul_cm2_128x128_k64_h_s.spv.inc"
     ;
+constexpr uint32_t kMatmulCm2128x256HS512[] =
+#include "edge/shaders/matmul_cm2_128x256_h_s512.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x256HSE[] =
+#include "edge/shaders/matmul_cm2_128x256_h_se.spv.inc"
+    ;
+constexpr uint32_t kMatmulCm2128x128K64HSE[] =
+#include "edge/shaders/matmul_cm2_128x128_k64_h_se.spv.inc"
+    ;
+constexpr uint32_t kMatmulFeed128x128K64[] =
+#include "edge/shaders/matmul_feed_128x128_k64.spv.inc"
+    ;
+constexpr uint32_t kMatmulNoFeed128x128K64[] =
+#include "edge/shaders/matmul_nofeed_128x128_k64.spv.inc"
+    ;
+constexpr uint32_t kMatmulFeed128x256[] =
+#include "edge/shaders/matmul_feed_128x256.spv.inc"
+    ;
+constexpr uint32_t kMatmulNoFeed128x256[] =
+#include "edge/shaders/matmul_nofeed_128x256.spv.inc"
+    ;
 constexpr uint32_t kMmaPeakCm2[] =
 #include "edge/shaders/mma_peak_cm2.spv.inc"
     ;
@@ -359,6 +380,46 @@ const std::vector<ShaderInfo>& Shaders() {
          "128x128k64cm2h-s",
          true,
          true},
+        {Shader::kMatmulCm2128x256HS512,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x, staged by the shader, "
+         "512 invocations)",
+         Code(kMatmulCm2128x256HS512),
+         {EDGE_MATMUL_CM2_128X256_H_S512_M, EDGE_MATMUL_CM2_128X256_H_S512_N},
+         "128x256k32cm2h-s512",
+         true,
+         true},
+        {Shader::kMatmulCm2128x256HSE,
+         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x, staged by the shader, "
+         "next slice stored during the products)",
+         Code(kMatmulCm2128x256HSE),
+         {EDGE_MATMUL_CM2_128X256_H_SE_M, EDGE_MATMUL_CM2_128X256_H_SE_N},
+         "128x256k32cm2h-se",
+         true,
+         true},
+        {Shader::kMatmulCm2128x128K64HSE,
+         "matmul (workgroup-scope cooperative matrix, 128x128 block, K slice 64, fp16 x, staged by "
+         "the shader, next slice stored during the products)",
+         Code(kMatmulCm2128x128K64HSE),
+         {EDGE_MATMUL_CM2_128X128_K64_H_SE_M, EDGE_MATMUL_CM2_128X128_K64_H_SE_N},
+         "128x128k64cm2h-se",
+         true,
+         true},
+        {Shader::kMatmulFeed128x128K64,
+         "128x128k64cm2h-s: global loads, shared stores and barriers alone",
+         Code(kMatmulFeed128x128K64),
+         {EDGE_MATMUL_FEED_128X128_K64_M, EDGE_MATMUL_FEED_128X128_K64_N}},
+        {Shader::kMatmulNoFeed128x128K64,
+         "128x128k64cm2h-s: fragment loads from shared memory, barriers and products alone",
+         Code(kMatmulNoFeed128x128K64),
+         {EDGE_MATMUL_NOFEED_128X128_K64_M, EDGE_MATMUL_NOFEED_128X128_K64_N}},
+        {Shader::kMatmulFeed128x256,
+         "128x256k32cm2h-s: global loads, shared stores and barriers alone",
+         Code(kMatmulFeed128x256),
+         {EDGE_MATMUL_FEED_128X256_M, EDGE_MATMUL_FEED_128X256_N}},
+        {Shader::kMatmulNoFeed128x256,
+         "128x256k32cm2h-s: fragment loads from shared memory, barriers and products alone",
+         Code(kMatmulNoFeed128x256),
+         {EDGE_MATMUL_NOFEED_128X256_M, EDGE_MATMUL_NOFEED_128X256_N}},
         {Shader::kMmaPeakCm2,
          "matrix units alone (workgroup-scope cooperative matrix, 128x256 block)",
          Code(kMmaPeakCm2),

@@ -63,6 +63,16 @@ enum class Shader {
   kMatmulCm2128x256HS,  // the fast path staged through shared memory by the shader (STAGED)
   kMatmulCm2256x128HS,
   kMatmulCm2128x128K64HS,
+  kMatmulCm2128x256HS512,   // the same block with 512 invocations
+  kMatmulCm2128x256HSE,     // staged, the next slice stored while the units multiply
+  kMatmulCm2128x128K64HSE,  // (EARLY_RELEASE)
+  // Probes of the staged blocks, never matmuls (VulkanBackend::StagedMatmulBreakdown): the
+  // global loads, shared stores and barriers alone (FEED_ONLY), and the products out of shared
+  // memory alone (NO_FEED).
+  kMatmulFeed128x128K64,
+  kMatmulNoFeed128x128K64,
+  kMatmulFeed128x256,
+  kMatmulNoFeed128x256,
   // mma_peak_cm2.comp: the matrix units alone (VulkanBackend::MatrixUnitPeak); its block is the
   // accumulator's {rows, columns}, with EDGE_MMA_PEAK_CM2_K the K slice.
   kMmaPeakCm2,

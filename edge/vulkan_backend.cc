@@ -18,6 +18,7 @@
 #include "edge/shaders.h"
 #include "edge/vulkan_context.h"
 #include "edge/vulkan_device.h"
+#include "edge/vulkan_probes.h"
 
 namespace fsdpd::edge {
 namespace {
@@ -497,48 +498,20 @@ class VulkanBackendImpl : public VulkanBackend {
     return half_scratch_.get();
   }
   absl::StatusOr<double> MatrixUnitPeakTflops() override {
-    if (context_->cm2() && context_->fp16() && ShaderCode(Shader::kMmaPeakCm2).bytes > 0) {
-      const OutputBlock block = MatmulOutputBlock(Shader::kMmaPeakCm2);
-      const int64_t rows = block.rows, cols = block.cols, slice = MmaPeakSlice();
-      // Enough workgroups to fill any GPU several times over, enough steps that the launch and
-      // the accumulators' final store are under 1% of the time.
-      constexpr uint32_t kGroups = 1056, kSteps = 1024;
-      Pipeline peak;
-      absl::Status made = MakePipeline(Shader::kMmaPeakCm2, 2, 4, &peak);
-      if (!made.ok()) {
-        DestroyPipeline(&peak);
-        return made;
-      }
-      const std::vector<float> values(static_cast<size_t>((rows + cols) * slice), 1.0f / 64);
-      absl::StatusOr<std::unique_ptr<Buffer>> operands =
-          Weight(values.data(), static_cast<int64_t>(values.size()));
-      absl::StatusOr<std::unique_ptr<Buffer>> out = Floats(int64_t{kGroups} * rows * cols);
-      double best = std::numeric_limits<double>::infinity();
-      absl::Status status = operands.status().ok() ? out.status() : operands.status();
-      // A quarter second of the same work first, for an idle GPU's clock to rise (the H200
-      // measured 120 TFLOP/s cold, 600 warm; a quarter second does not always cover it there,
-      // so callers read the rate more than once: bench/edge_bench.cc).
-      const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-      while (status.ok() && std::chrono::steady_clock::now() < warm_until) {
-        status = Dispatch(peak, {operands->get(), out->get()}, &kSteps, kGroups, 1);
-        if (status.ok()) status = Finish();
-      }
-      for (int run = 0; run < 3 && status.ok(); ++run) {
-        absl::StatusOr<double> seconds = SecondsAlone([&] {
-          return Dispatch(peak, {operands->get(), out->get()}, &kSteps, kGroups, 1);
-        });
-        status = seconds.status();
-        if (seconds.ok()) best = std::min(best, *seconds);
-      }
-      // Nothing recorded may still name the pipeline when it goes (after a failed dispatch).
-      const absl::Status finished = Finish();
-      DestroyPipeline(&peak);
-      FSDPD_RETURN_IF_ERROR(status);
-      FSDPD_RETURN_IF_ERROR(finished);
-      return 2.0 * rows * cols * slice * kSteps * kGroups / best / 1e12;
+    return edge::MatrixUnitPeakTflops(*context_);
+  }
+  absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(int64_t m, int64_t n,
+                                                                      int64_t k) override {
+    return edge::StagedMatmulBreakdown(*context_, m, n, k);
+  }
+  std::vector<std::string> pipeline_statistics() const override {
+    std::vector<std::string> lines;
+    for (const MatmulPipeline& matmul : matmuls_) {
+      absl::StatusOr<std::string> statistics = context_->Statistics(matmul.pipeline);
+      if (!statistics.ok()) return {std::string(statistics.status().message())};
+      lines.push_back(absl::StrCat(matmul.name, ": ", *statistics));
     }
-    return absl::UnavailableError(
-        "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
+    return lines;
   }
   std::vector<std::string> matmul_choices() const override {
     std::vector<std::string> names;

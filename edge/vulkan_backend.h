@@ -77,6 +77,10 @@ struct VulkanOptions {
   // Descriptor sets kept per (pipeline, buffers) pair and reused (VulkanContext::Dispatch);
   // off: one written for every dispatch, as before (edge_bench --no-set-cache compares).
   bool cache_descriptor_sets = true;
+  // Pipelines built with the driver's statistics kept (registers per invocation, shared memory
+  // and the like: VulkanBackend::pipeline_statistics), where the device offers
+  // VK_KHR_pipeline_executable_properties.
+  bool pipeline_statistics = false;
   // A GPU timestamp after every command, summed per shader (VulkanBackend::op_times()); a
   // device whose compute queue has no timestamps is refused.
   bool op_times = false;
@@ -97,6 +101,13 @@ struct OpTime {
 std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds, int64_t units,
                           const std::string& unit, const std::vector<OpTime>& host = {});
 
+// One part of a staged matmul block's time (VulkanBackend::StagedMatmulBreakdown), as the
+// matmul's TFLOP/s for the same shape: 2·M·N·K over its time.
+struct StagedMatmulRate {
+  std::string what;  // "128x128k64cm2h-s, its feed alone"
+  double tflops = 0.0;
+};
+
 class VulkanBackend : public Backend {
  public:
   // Validation messages of severity error reported so far (0 unless options.validation).
@@ -114,6 +125,18 @@ class VulkanBackend : public Backend {
   // ceiling of every matmul shader here; best of three runs after a quarter second of warm-up.
   // Unavailable without VK_NV_cooperative_matrix2.
   virtual absl::StatusOr<double> MatrixUnitPeakTflops() = 0;
+  // The staged workgroup-scope blocks (128x128k64cm2h-s, 128x256k32cm2h-s) on an M×N×K product
+  // of whole blocks, each three ways: the matmul; its feed alone (global loads, shared stores and
+  // barriers, no products); its products alone (fragment loads from shared memory, barriers and
+  // products, no global loads). Best of three after a quarter second of warm-up. Where the
+  // matmul runs at the rate of one part alone, that part bounds it. Unavailable without
+  // VK_NV_cooperative_matrix2; a shape of partial blocks is refused.
+  virtual absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(int64_t m, int64_t n,
+                                                                              int64_t k) = 0;
+  // With options.pipeline_statistics, where the device offers them
+  // (VK_KHR_pipeline_executable_properties): each matmul pipeline's statistics from the driver
+  // ("128x256k32cm2h-s: Register Count 168, …"); else one line saying why there are none.
+  virtual std::vector<std::string> pipeline_statistics() const = 0;
   // With options.op_times: the GPU time of each operation run since the backend was made or
   // ResetOpTimes, the longest first, counted once Finish returns; empty otherwise.
   virtual std::vector<OpTime> op_times() const = 0;

@@ -172,6 +172,20 @@ absl::Status VulkanContext::Open(const VulkanOptions& options) {
   }
   VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   device_info.pNext = fp16_ ? &storage16 : nullptr;
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executable_features{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  if (options.pipeline_statistics &&
+      HasExtension(physical_, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
+    VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    query.pNext = &executable_features;
+    vkGetPhysicalDeviceFeatures2(physical_, &query);
+    statistics_ = executable_features.pipelineExecutableInfo == VK_TRUE;
+  }
+  if (statistics_) {
+    extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    executable_features.pNext = const_cast<void*>(device_info.pNext);
+    device_info.pNext = &executable_features;
+  }
   device_info.queueCreateInfoCount = 1;
   device_info.pQueueCreateInfos = &queue_info;
   device_info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
@@ -331,6 +345,7 @@ absl::Status VulkanContext::MakePipeline(Shader shader, uint32_t bindings, uint3
   pipeline_info.stage.module = module;
   pipeline_info.stage.pName = "main";
   pipeline_info.layout = out->layout;
+  if (statistics_) pipeline_info.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   const VkResult created =
       vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &pipeline_info, nullptr, &out->pipeline);
   vkDestroyShaderModule(device_, module, nullptr);
@@ -343,6 +358,55 @@ absl::Status VulkanContext::MakePipeline(Shader shader, uint32_t bindings, uint3
   out->push_bytes = push_bytes;
   out->name = ShaderName(shader);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> VulkanContext::Statistics(const Pipeline& pipeline) const {
+  if (!statistics_) {
+    return absl::UnavailableError(
+        absl::StrCat("device '", info_.name,
+                     "' keeps no pipeline statistics here (VK_KHR_pipeline_executable_properties "
+                     "absent, or VulkanOptions::pipeline_statistics off)"));
+  }
+  auto properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      vkGetDeviceProcAddr(device_, "vkGetPipelineExecutablePropertiesKHR"));
+  auto statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      vkGetDeviceProcAddr(device_, "vkGetPipelineExecutableStatisticsKHR"));
+  if (properties == nullptr || statistics == nullptr) {
+    return absl::UnavailableError("the driver exports no pipeline statistics functions");
+  }
+  VkPipelineInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+  info.pipeline = pipeline.pipeline;
+  uint32_t executables = 0;
+  VK_RETURN_IF_ERROR(properties(device_, &info, &executables, nullptr));
+  std::string text;
+  for (uint32_t e = 0; e < executables; ++e) {
+    VkPipelineExecutableInfoKHR executable{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+    executable.pipeline = pipeline.pipeline;
+    executable.executableIndex = e;
+    uint32_t count = 0;
+    VK_RETURN_IF_ERROR(statistics(device_, &executable, &count, nullptr));
+    std::vector<VkPipelineExecutableStatisticKHR> values(
+        count, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+    VK_RETURN_IF_ERROR(statistics(device_, &executable, &count, values.data()));
+    for (const VkPipelineExecutableStatisticKHR& value : values) {
+      std::string number;
+      switch (value.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+          number = value.value.b32 ? "yes" : "no";
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+          number = absl::StrCat(value.value.i64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+          number = absl::StrCat(value.value.u64);
+          break;
+        default:
+          number = absl::StrCat(value.value.f64);
+      }
+      absl::StrAppend(&text, text.empty() ? "" : ", ", value.name, " ", number);
+    }
+  }
+  return text.empty() ? "no statistics reported" : text;
 }
 
 std::vector<absl::Status> VulkanContext::MakePipelines(const std::vector<PipelineRequest>& requests,

@@ -101,6 +101,10 @@ class VulkanContext {
   std::vector<absl::Status> MakePipelines(const std::vector<PipelineRequest>& requests,
                                           int threads);
   void DestroyPipeline(Pipeline* pipeline);
+  // The driver's statistics of a pipeline built here ("Register Count 168, …"), where
+  // options.pipeline_statistics asked for them and the device offers
+  // VK_KHR_pipeline_executable_properties; Unavailable, saying which, otherwise.
+  absl::StatusOr<std::string> Statistics(const Pipeline& pipeline) const;
 
   // Records a dispatch of `pipeline` over `buffers` (bound 0, 1, …) with push_bytes of `push`,
   // then a barrier: every later command sees what it wrote. The descriptor set that binds the
@@ -166,6 +170,7 @@ class VulkanContext {
   bool fp16_ = false;
   bool coop_ = false;
   bool cm2_ = false;
+  bool statistics_ = false;  // pipelines keep the driver's statistics
   uint32_t zero_copy_type_ = UINT32_MAX;
   ByteLedger allocated_;            // the bytes of the buffers made here
   std::unique_ptr<OpTimer> timer_;  // options.op_times

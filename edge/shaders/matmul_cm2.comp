@@ -18,7 +18,15 @@
 // With -DSTAGED (fp16 x only) the fast path stages each K slice through shared memory itself:
 // every invocation loads its 16-byte vectors of the next slice into registers while the matrix
 // units multiply the current slice out of shared memory, the scheme of matmul_coop.comp with
-// workgroup-scope matrices, so that global latency hides behind the products.
+// workgroup-scope matrices, so that global latency hides behind the products. -DEARLY_RELEASE
+// orders each step the other way round: the fragments of the current slice are loaded from
+// shared memory first, and the next slice is stored there while the units multiply.
+//
+// Two probes of the staged path, which compute nothing usable and are never a matmul
+// (VulkanBackend::StagedMatmulBreakdown times them): -DFEED_ONLY keeps every global load, shared
+// store and barrier but multiplies nothing, -DNO_FEED stages one slice and then multiplies out of
+// shared memory with every barrier and fragment load but no global load. Beside the whole matmul
+// they say whether the feed or the products bound it.
 //
 // Compiled by edge/tools/glsl_to_spirv.cc (Debian 12's glslc predates the extension); the host
 // uses it only where the device offers VK_NV_cooperative_matrix2 and VK_KHR_cooperative_matrix.
@@ -75,6 +83,9 @@ shared uvec4 x_tile[BM * LDV];  // row-major [BM][BK]
 shared uvec4 w_tile[BN * LDV];  // row-major [BN][BK]: wᵀ column-major
 uvec4 x_next[X_VECS];
 uvec4 w_next[W_VECS];
+#ifdef FEED_ONLY
+uvec4 sink = uvec4(0);  // one shared read a slice, so that no load or store is optimised away
+#endif
 
 // The K slice at k0 of the block's rows of x and of w into registers (whole blocks only).
 void Fetch(const uint row0, const uint col0, const uint k0) {
@@ -122,18 +133,44 @@ void main() {
   ACC acc = ACC(0.0);
 
   if (row0 + BM <= p.m && col0 + BN <= p.n && p.k % BK == 0 && p.k % 8 == 0) {
-#ifdef STAGED
+#if defined(STAGED) && defined(EARLY_RELEASE)
     Fetch(row0, col0, 0);
+    Stash();
+    if (BK < p.k) Fetch(row0, col0, BK);
+    for (uint k0 = 0; k0 < p.k; k0 += BK) {
+      barrier();  // the slice at k0 is in shared memory
+      X_SLICE x_slice;
+      coopMatLoad(x_slice, x_tile, 0, LDV, gl_CooperativeMatrixLayoutRowMajor);
+      W_SLICE w_slice;
+      coopMatLoad(w_slice, w_tile, 0, LDV, gl_CooperativeMatrixLayoutColumnMajor);
+      barrier();  // every invocation holds its fragments: shared memory is free
+      if (k0 + BK < p.k) Stash();
+      if (k0 + 2 * BK < p.k) Fetch(row0, col0, k0 + 2 * BK);
+      acc = coopMatMulAdd(x_slice, w_slice, acc);
+    }
+#elif defined(STAGED)
+    Fetch(row0, col0, 0);
+#ifdef NO_FEED
+    Stash();
+#endif
     for (uint k0 = 0; k0 < p.k; k0 += BK) {
       barrier();  // every invocation is done reading the last slice
+#ifndef NO_FEED
       Stash();
+#endif
       barrier();
+#ifndef NO_FEED
       if (k0 + BK < p.k) Fetch(row0, col0, k0 + BK);
+#endif
+#ifdef FEED_ONLY
+      sink ^= x_tile[(gl_LocalInvocationID.x * 5 + k0 / BK) % (BM * LDV)];
+#else
       X_SLICE x_slice;
       coopMatLoad(x_slice, x_tile, 0, LDV, gl_CooperativeMatrixLayoutRowMajor);
       W_SLICE w_slice;
       coopMatLoad(w_slice, w_tile, 0, LDV, gl_CooperativeMatrixLayoutColumnMajor);
       acc = coopMatMulAdd(x_slice, w_slice, acc);
+#endif
     }
 #else
     // The fast path. Clearing the low bits of the stride is a no-op (K % 8 == 0) that lets the
@@ -187,4 +224,8 @@ void main() {
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
   out_layout = setTensorLayoutDimensionNV(out_layout, p.m, p.n);
   coopMatStoreTensorNV(acc, result, 0, sliceTensorLayoutNV(out_layout, row0, BM, col0, BN));
+#ifdef FEED_ONLY
+  // Never true where the probe runs (has_bias 0), which the compiler cannot know.
+  if (p.has_bias == 2u) result[row0 * p.n + col0] = uintBitsToFloat(sink.x ^ sink.y ^ sink.z ^ sink.w);
+#endif
 }

@@ -566,6 +566,57 @@ TEST(EdgeMatrixUnitPeakTest, IsARateOnlyWhereWorkgroupScopeMatricesExist) {
   EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
 }
 
+// The staged blocks' breakdown needs workgroup-scope matrices as the ceiling does: refused with
+// the reason on lavapipe; where they exist, a shape of partial blocks is refused by name and a
+// whole one gives six positive rates.
+TEST(EdgeStagedMatmulBreakdownTest, IsRatesOnlyWhereWorkgroupScopeMatricesExist) {
+  VulkanOptions options;
+  options.precision = VulkanOptions::Precision::kFp16;
+  options.validation = true;
+  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  absl::StatusOr<std::vector<StagedMatmulRate>> rates =
+      (*backend)->StagedMatmulBreakdown(256, 256, 256);
+  if (rates.status().code() == absl::StatusCode::kUnavailable) {
+    EXPECT_EQ(rates.status().message(),
+              "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
+  } else {
+    ASSERT_TRUE(rates.ok()) << rates.status();
+    ASSERT_EQ(rates->size(), 6u);
+    for (const StagedMatmulRate& rate : *rates) EXPECT_GT(rate.tflops, 0.0) << rate.what;
+    absl::StatusOr<std::vector<StagedMatmulRate>> ragged =
+        (*backend)->StagedMatmulBreakdown(200, 256, 256);
+    ASSERT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(ragged.status().message(), "needs whole blocks"))
+        << ragged.status();
+  }
+  EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
+}
+
+// Pipeline statistics are the driver's: asked of a device without
+// VK_KHR_pipeline_executable_properties (lavapipe here), or not asked, one line says why; where
+// the driver keeps them, one line per matmul pipeline, named.
+TEST(EdgePipelineStatisticsTest, OneLineSayingWhyOrOnePerMatmul) {
+  for (const bool asked : {false, true}) {
+    VulkanOptions options;
+    options.validation = true;
+    options.pipeline_statistics = asked;
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    const std::vector<std::string> lines = (*backend)->pipeline_statistics();
+    ASSERT_FALSE(lines.empty());
+    if (lines.front().find("keeps no pipeline statistics") != std::string::npos) {
+      EXPECT_EQ(lines.size(), 1u);
+      EXPECT_TRUE(absl::StrContains(lines.front(), "VK_KHR_pipeline_executable_properties"))
+          << lines.front();
+    } else {
+      EXPECT_TRUE(asked) << "statistics kept without being asked for: " << lines.front();
+      EXPECT_TRUE(absl::StrContains(lines.front(), ": ")) << lines.front();
+    }
+    EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
+  }
+}
+
 // --precision fp32 on a device that has fp16: MatmulInput is fp32, which every op takes.
 TEST(EdgeMatmulInputTest, Fp32PrecisionKeepsMatmulInputsFp32) {
   std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);

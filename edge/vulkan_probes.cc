@@ -1,0 +1,162 @@
+#include "edge/vulkan_probes.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "edge/shaders.h"
+
+namespace fsdpd::edge {
+namespace {
+
+constexpr const char* kNoCm2 =
+    "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)";
+
+// The fastest of three runs of `record`, each submitted and waited for alone, after a quarter
+// second of the same work for an idle GPU's clock to rise (the H200 measured 120 TFLOP/s cold,
+// 600 warm; a quarter second does not always cover it there, so callers read a rate more than
+// once: bench/edge_bench.cc).
+absl::StatusOr<double> BestSeconds(VulkanContext& context,
+                                   const std::function<absl::Status()>& record) {
+  FSDPD_RETURN_IF_ERROR(context.Finish());
+  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+  while (std::chrono::steady_clock::now() < warm_until) {
+    FSDPD_RETURN_IF_ERROR(record());
+    FSDPD_RETURN_IF_ERROR(context.Finish());
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < 3; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    FSDPD_RETURN_IF_ERROR(record());
+    FSDPD_RETURN_IF_ERROR(context.Finish());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+// `shader`'s pipeline for as long as it lives; nothing recorded may name it when it goes.
+class ScopedPipeline {
+ public:
+  explicit ScopedPipeline(VulkanContext& context) : context_(context) {}
+  ~ScopedPipeline() {
+    context_.Finish().IgnoreError();  // after a failed dispatch something may still be recorded
+    context_.DestroyPipeline(&pipeline_);
+  }
+  ScopedPipeline(const ScopedPipeline&) = delete;
+  ScopedPipeline& operator=(const ScopedPipeline&) = delete;
+  absl::Status Make(Shader shader, uint32_t bindings, uint32_t push_bytes) {
+    return context_.MakePipeline(shader, bindings, push_bytes, &pipeline_);
+  }
+  const Pipeline& get() const { return pipeline_; }
+
+ private:
+  VulkanContext& context_;
+  Pipeline pipeline_;
+};
+
+// `halves` in device-local memory: mapped where it is also host-visible, else copied through
+// staging.
+absl::StatusOr<std::unique_ptr<VulkanBuffer>> DeviceHalves(VulkanContext& context,
+                                                           const std::vector<uint16_t>& halves) {
+  const VkDeviceSize bytes = halves.size() * 2;
+  if (context.zero_copy_memory_type() != UINT32_MAX) {
+    FSDPD_ASSIGN_OR_RETURN(
+        std::unique_ptr<VulkanBuffer> buffer,
+        context.CreateBuffer(bytes, /*host_visible=*/true, context.zero_copy_memory_type()));
+    std::memcpy(buffer->mapped, halves.data(), bytes);
+    return buffer;
+  }
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer, context.CreateBuffer(bytes, false));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, context.CreateBuffer(bytes, true));
+  std::memcpy(staging->mapped, halves.data(), bytes);
+  FSDPD_RETURN_IF_ERROR(context.CopyNow(*staging, *buffer, bytes));
+  return buffer;
+}
+
+}  // namespace
+
+absl::StatusOr<double> MatrixUnitPeakTflops(VulkanContext& context) {
+  if (!context.cm2() || !context.fp16() || ShaderCode(Shader::kMmaPeakCm2).bytes == 0) {
+    return absl::UnavailableError(kNoCm2);
+  }
+  const OutputBlock block = MatmulOutputBlock(Shader::kMmaPeakCm2);
+  const int64_t rows = block.rows, cols = block.cols, slice = MmaPeakSlice();
+  // Enough workgroups to fill any GPU several times over, enough steps that the launch and the
+  // accumulators' final store are under 1% of the time.
+  constexpr uint32_t kGroups = 1056, kSteps = 1024;
+  ScopedPipeline peak(context);
+  FSDPD_RETURN_IF_ERROR(peak.Make(Shader::kMmaPeakCm2, 2, 4));
+  // The operands, 1/64 in fp16 each, in device-local memory (read once per workgroup).
+  const std::vector<uint16_t> halves(static_cast<size_t>((rows + cols) * slice),
+                                     FloatToHalf(1.0f / 64));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> operands, DeviceHalves(context, halves));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> out,
+                         context.CreateBuffer(uint64_t{kGroups} * rows * cols * 4, false));
+  FSDPD_ASSIGN_OR_RETURN(
+      const double seconds, BestSeconds(context, [&] {
+        return context.Dispatch(peak.get(), {operands.get(), out.get()}, &kSteps, kGroups, 1);
+      }));
+  return 2.0 * rows * cols * slice * kSteps * kGroups / seconds / 1e12;
+}
+
+absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContext& context,
+                                                                    int64_t m, int64_t n,
+                                                                    int64_t k) {
+  if (!context.cm2() || !context.fp16()) return absl::UnavailableError(kNoCm2);
+  struct Probe {
+    Shader shader;
+    const char* what;
+    int64_t slice;
+  };
+  const Probe probes[] = {
+      {Shader::kMatmulCm2128x128K64HS, "128x128k64cm2h-s, the matmul", 64},
+      {Shader::kMatmulFeed128x128K64, "128x128k64cm2h-s, its feed alone", 64},
+      {Shader::kMatmulNoFeed128x128K64, "128x128k64cm2h-s, its products alone", 64},
+      {Shader::kMatmulCm2128x256HS, "128x256k32cm2h-s, the matmul", 32},
+      {Shader::kMatmulFeed128x256, "128x256k32cm2h-s, its feed alone", 32},
+      {Shader::kMatmulNoFeed128x256, "128x256k32cm2h-s, its products alone", 32},
+  };
+  // Whole blocks only: the probes exist for the staged fast path, which no ragged block takes.
+  for (const Probe& probe : probes) {
+    const OutputBlock block = MatmulOutputBlock(probe.shader);
+    if (m <= 0 || n <= 0 || k <= 0 || m % block.rows != 0 || n % block.cols != 0 ||
+        k % probe.slice != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the staged blocks' breakdown needs whole blocks: M a multiple of ", block.rows,
+          ", N of ", block.cols, " and K of ", probe.slice, "; got ", m, " x ", n, " x ", k));
+    }
+  }
+  // fp16 x, w and bias (unused: has_bias 0), fp32 out; what they hold does not change the time.
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> x,
+                         context.CreateBuffer(static_cast<uint64_t>(m * k) * 2, false));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> w,
+                         context.CreateBuffer(static_cast<uint64_t>(n * k) * 2, false));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> bias,
+                         context.CreateBuffer(static_cast<uint64_t>(n) * 2, false));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> out,
+                         context.CreateBuffer(static_cast<uint64_t>(m * n) * 4, false));
+  const uint32_t push[4] = {static_cast<uint32_t>(m), static_cast<uint32_t>(n),
+                            static_cast<uint32_t>(k), 0};
+  std::vector<StagedMatmulRate> rates;
+  for (const Probe& probe : probes) {
+    ScopedPipeline pipeline(context);
+    FSDPD_RETURN_IF_ERROR(pipeline.Make(probe.shader, 4, sizeof(push)));
+    const OutputBlock block = MatmulOutputBlock(probe.shader);
+    FSDPD_ASSIGN_OR_RETURN(const double seconds, BestSeconds(context, [&] {
+                             return context.Dispatch(pipeline.get(),
+                                                     {x.get(), w.get(), bias.get(), out.get()},
+                                                     push, static_cast<uint32_t>(n / block.cols),
+                                                     static_cast<uint32_t>(m / block.rows));
+                           }));
+    rates.push_back({probe.what, 2.0 * m * n * k / seconds / 1e12});
+  }
+  return rates;
+}
+
+}  // namespace fsdpd::edge
