@@ -446,8 +446,10 @@ int ReportStagedBreakdown(int device, int64_t rows, int64_t dim, int64_t ffn_mul
         return rates.status().code() == absl::StatusCode::kUnavailable ? 0 : 1;
       }
       for (const StagedMatmulRate& rate : *rates) {
-        std::printf("%s %lldx%lldx%lld, %s: %.1f TFLOP/s\n", name, (long long)rows, (long long)n,
-                    (long long)k, rate.what.c_str(), rate.tflops);
+        std::printf("%s %lldx%lldx%lld, %s: %.1f TFLOP/s%s%s\n", name, (long long)rows,
+                    (long long)n, (long long)k, rate.what.c_str(), rate.tflops,
+                    rate.statistics.empty() || round > 0 ? "" : "; ",
+                    round > 0 ? "" : rate.statistics.c_str());
       }
     }
   }

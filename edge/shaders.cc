@@ -153,15 +153,6 @@ constexpr uint32_t kMatmulCm2256x128HS[] =
 constexpr uint32_t kMatmulCm2128x128K64HS[] =
 #include "edge/shaders/matmul_cm2_128x128_k64_h_s.spv.inc"
     ;
-constexpr uint32_t kMatmulCm2128x256HS512[] =
-#include "edge/shaders/matmul_cm2_128x256_h_s512.spv.inc"
-    ;
-constexpr uint32_t kMatmulCm2128x256HSE[] =
-#include "edge/shaders/matmul_cm2_128x256_h_se.spv.inc"
-    ;
-constexpr uint32_t kMatmulCm2128x128K64HSE[] =
-#include "edge/shaders/matmul_cm2_128x128_k64_h_se.spv.inc"
-    ;
 constexpr uint32_t kMatmulFeed128x128K64[] =
 #include "edge/shaders/matmul_feed_128x128_k64.spv.inc"
     ;
@@ -378,30 +369,6 @@ const std::vector<ShaderInfo>& Shaders() {
          Code(kMatmulCm2128x128K64HS),
          {EDGE_MATMUL_CM2_128X128_K64_H_S_M, EDGE_MATMUL_CM2_128X128_K64_H_S_N},
          "128x128k64cm2h-s",
-         true,
-         true},
-        {Shader::kMatmulCm2128x256HS512,
-         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x, staged by the shader, "
-         "512 invocations)",
-         Code(kMatmulCm2128x256HS512),
-         {EDGE_MATMUL_CM2_128X256_H_S512_M, EDGE_MATMUL_CM2_128X256_H_S512_N},
-         "128x256k32cm2h-s512",
-         true,
-         true},
-        {Shader::kMatmulCm2128x256HSE,
-         "matmul (workgroup-scope cooperative matrix, 128x256 block, fp16 x, staged by the shader, "
-         "next slice stored during the products)",
-         Code(kMatmulCm2128x256HSE),
-         {EDGE_MATMUL_CM2_128X256_H_SE_M, EDGE_MATMUL_CM2_128X256_H_SE_N},
-         "128x256k32cm2h-se",
-         true,
-         true},
-        {Shader::kMatmulCm2128x128K64HSE,
-         "matmul (workgroup-scope cooperative matrix, 128x128 block, K slice 64, fp16 x, staged by "
-         "the shader, next slice stored during the products)",
-         Code(kMatmulCm2128x128K64HSE),
-         {EDGE_MATMUL_CM2_128X128_K64_H_SE_M, EDGE_MATMUL_CM2_128X128_K64_H_SE_N},
-         "128x128k64cm2h-se",
          true,
          true},
         {Shader::kMatmulFeed128x128K64,

@@ -63,9 +63,6 @@ enum class Shader {
   kMatmulCm2128x256HS,  // the fast path staged through shared memory by the shader (STAGED)
   kMatmulCm2256x128HS,
   kMatmulCm2128x128K64HS,
-  kMatmulCm2128x256HS512,   // the same block with 512 invocations
-  kMatmulCm2128x256HSE,     // staged, the next slice stored while the units multiply
-  kMatmulCm2128x128K64HSE,  // (EARLY_RELEASE)
   // Probes of the staged blocks, never matmuls (VulkanBackend::StagedMatmulBreakdown): the
   // global loads, shared stores and barriers alone (FEED_ONLY), and the products out of shared
   // memory alone (NO_FEED).

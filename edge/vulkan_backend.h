@@ -106,6 +106,7 @@ std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds,
 struct StagedMatmulRate {
   std::string what;  // "128x128k64cm2h-s, its feed alone"
   double tflops = 0.0;
+  std::string statistics;  // its pipeline's, as VulkanBackend::pipeline_statistics gives them
 };
 
 class VulkanBackend : public Backend {

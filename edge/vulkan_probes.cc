@@ -154,7 +154,9 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
                                                      push, static_cast<uint32_t>(n / block.cols),
                                                      static_cast<uint32_t>(m / block.rows));
                            }));
-    rates.push_back({probe.what, 2.0 * m * n * k / seconds / 1e12});
+    absl::StatusOr<std::string> statistics = context.Statistics(pipeline.get());
+    rates.push_back(
+        {probe.what, 2.0 * m * n * k / seconds / 1e12, statistics.ok() ? *statistics : ""});
   }
   return rates;
 }

@@ -18,9 +18,7 @@
 // With -DSTAGED (fp16 x only) the fast path stages each K slice through shared memory itself:
 // every invocation loads its 16-byte vectors of the next slice into registers while the matrix
 // units multiply the current slice out of shared memory, the scheme of matmul_coop.comp with
-// workgroup-scope matrices, so that global latency hides behind the products. -DEARLY_RELEASE
-// orders each step the other way round: the fragments of the current slice are loaded from
-// shared memory first, and the next slice is stored there while the units multiply.
+// workgroup-scope matrices, so that global latency hides behind the products.
 //
 // Two probes of the staged path, which compute nothing usable and are never a matmul
 // (VulkanBackend::StagedMatmulBreakdown times them): -DFEED_ONLY keeps every global load, shared
@@ -84,7 +82,7 @@ shared uvec4 w_tile[BN * LDV];  // row-major [BN][BK]: wᵀ column-major
 uvec4 x_next[X_VECS];
 uvec4 w_next[W_VECS];
 #ifdef FEED_ONLY
-uvec4 sink = uvec4(0);  // one shared read a slice, so that no load or store is optimised away
+uvec4 sink = uvec4(0);  // a read of each tile a slice: no load or store is optimised away
 #endif
 
 // The K slice at k0 of the block's rows of x and of w into registers (whole blocks only).
@@ -133,22 +131,7 @@ void main() {
   ACC acc = ACC(0.0);
 
   if (row0 + BM <= p.m && col0 + BN <= p.n && p.k % BK == 0 && p.k % 8 == 0) {
-#if defined(STAGED) && defined(EARLY_RELEASE)
-    Fetch(row0, col0, 0);
-    Stash();
-    if (BK < p.k) Fetch(row0, col0, BK);
-    for (uint k0 = 0; k0 < p.k; k0 += BK) {
-      barrier();  // the slice at k0 is in shared memory
-      X_SLICE x_slice;
-      coopMatLoad(x_slice, x_tile, 0, LDV, gl_CooperativeMatrixLayoutRowMajor);
-      W_SLICE w_slice;
-      coopMatLoad(w_slice, w_tile, 0, LDV, gl_CooperativeMatrixLayoutColumnMajor);
-      barrier();  // every invocation holds its fragments: shared memory is free
-      if (k0 + BK < p.k) Stash();
-      if (k0 + 2 * BK < p.k) Fetch(row0, col0, k0 + 2 * BK);
-      acc = coopMatMulAdd(x_slice, w_slice, acc);
-    }
-#elif defined(STAGED)
+#ifdef STAGED
     Fetch(row0, col0, 0);
 #ifdef NO_FEED
     Stash();
@@ -163,7 +146,8 @@ void main() {
       if (k0 + BK < p.k) Fetch(row0, col0, k0 + BK);
 #endif
 #ifdef FEED_ONLY
-      sink ^= x_tile[(gl_LocalInvocationID.x * 5 + k0 / BK) % (BM * LDV)];
+      sink ^= x_tile[(gl_LocalInvocationID.x * 5 + k0 / BK) % (BM * LDV)] ^
+              w_tile[(gl_LocalInvocationID.x * 3 + k0 / BK) % (BN * LDV)];
 #else
       X_SLICE x_slice;
       coopMatLoad(x_slice, x_tile, 0, LDV, gl_CooperativeMatrixLayoutRowMajor);
