@@ -129,7 +129,10 @@ absl::StatusOr<std::unique_ptr<Instance>> CreateInstance(bool validation) {
   if (validation) info.pNext = &messenger_info;
   const VkResult created = vkCreateInstance(&info, nullptr, &result->instance);
   if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
-    return absl::NotFoundError(absl::StrCat("no Vulkan driver found", kNoDeviceHelp));
+    // The loader's answer is named: NVIDIA's driver once gave it mid-run, after some thirty
+    // instances had come and gone in one process (bench/RESULTS.md), where "no driver" misleads.
+    return absl::NotFoundError(absl::StrCat(
+        "no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)", kNoDeviceHelp));
   }
   if (created != VK_SUCCESS) {
     return absl::InternalError(absl::StrCat("vkCreateInstance failed: ", ResultName(created)));
