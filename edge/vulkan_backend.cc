@@ -296,17 +296,8 @@ class VulkanBackendImpl : public VulkanBackend {
       for (int64_t i = 0; i < count; ++i) halves[static_cast<size_t>(i)] = FloatToHalf(values[i]);
       source = halves.data();
     }
-    if (zero_copy_) {
-      FSDPD_ASSIGN_OR_RETURN(
-          std::unique_ptr<VulkanBuffer> buffer,
-          CreateBuffer(bytes, /*host_visible=*/true, context_->zero_copy_memory_type()));
-      std::memcpy(buffer->mapped, source, bytes);
-      return std::unique_ptr<Buffer>(std::move(buffer));
-    }
-    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer, CreateBuffer(bytes, false));
-    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
-    std::memcpy(staging->mapped, source, bytes);
-    FSDPD_RETURN_IF_ERROR(context_->CopyNow(*staging, *buffer, bytes));
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
+                           context_->CreateFilledBuffer(source, bytes, zero_copy_));
     return std::unique_ptr<Buffer>(std::move(buffer));
   }
   absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -313,6 +314,22 @@ absl::Status VulkanContext::SubmitAndWait() {
   VK_RETURN_IF_ERROR(vkResetFences(device_, 1, &fence_));
   VK_RETURN_IF_ERROR(vkResetCommandBuffer(commands_, 0));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateFilledBuffer(const void* source,
+                                                                                VkDeviceSize bytes,
+                                                                                bool zero_copy) {
+  if (zero_copy && zero_copy_type_ != UINT32_MAX) {
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
+                           CreateBuffer(bytes, /*host_visible=*/true, zero_copy_type_));
+    std::memcpy(buffer->mapped, source, bytes);
+    return buffer;
+  }
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer, CreateBuffer(bytes, false));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, CreateBuffer(bytes, true));
+  std::memcpy(staging->mapped, source, bytes);
+  FSDPD_RETURN_IF_ERROR(CopyNow(*staging, *buffer, bytes));
+  return buffer;
 }
 
 absl::Status VulkanContext::MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes,

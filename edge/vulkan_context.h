@@ -79,6 +79,12 @@ class VulkanContext {
   // device-local memory. Larger than maxStorageBufferRange, or no room: an error saying so.
   absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateBuffer(VkDeviceSize bytes, bool host_visible,
                                                              uint32_t memory_type = UINT32_MAX);
+  // A device-local buffer holding `bytes` of `source`: written through a mapping into the
+  // zero-copy memory type where `zero_copy` and the device has one, else uploaded from a staging
+  // buffer (CopyNow).
+  absl::StatusOr<std::unique_ptr<VulkanBuffer>> CreateFilledBuffer(const void* source,
+                                                                   VkDeviceSize bytes,
+                                                                   bool zero_copy);
   // from → to, bytes from offset 0, now: the copy is recorded after what is recorded and one
   // submit runs them all, waited for (uploads through staging, reads of device-local memory;
   // decoding reads its logits so every token, and a submit of its own cost another wait).

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -60,25 +59,6 @@ class ScopedPipeline {
   Pipeline pipeline_;
 };
 
-// `halves` in device-local memory: mapped where it is also host-visible, else copied through
-// staging.
-absl::StatusOr<std::unique_ptr<VulkanBuffer>> DeviceHalves(VulkanContext& context,
-                                                           const std::vector<uint16_t>& halves) {
-  const VkDeviceSize bytes = halves.size() * 2;
-  if (context.zero_copy_memory_type() != UINT32_MAX) {
-    FSDPD_ASSIGN_OR_RETURN(
-        std::unique_ptr<VulkanBuffer> buffer,
-        context.CreateBuffer(bytes, /*host_visible=*/true, context.zero_copy_memory_type()));
-    std::memcpy(buffer->mapped, halves.data(), bytes);
-    return buffer;
-  }
-  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer, context.CreateBuffer(bytes, false));
-  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> staging, context.CreateBuffer(bytes, true));
-  std::memcpy(staging->mapped, halves.data(), bytes);
-  FSDPD_RETURN_IF_ERROR(context.CopyNow(*staging, *buffer, bytes));
-  return buffer;
-}
-
 }  // namespace
 
 absl::StatusOr<double> MatrixUnitPeakTflops(VulkanContext& context) {
@@ -95,7 +75,9 @@ absl::StatusOr<double> MatrixUnitPeakTflops(VulkanContext& context) {
   // The operands, 1/64 in fp16 each, in device-local memory (read once per workgroup).
   const std::vector<uint16_t> halves(static_cast<size_t>((rows + cols) * slice),
                                      FloatToHalf(1.0f / 64));
-  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> operands, DeviceHalves(context, halves));
+  FSDPD_ASSIGN_OR_RETURN(
+      std::unique_ptr<VulkanBuffer> operands,
+      context.CreateFilledBuffer(halves.data(), halves.size() * 2, /*zero_copy=*/true));
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> out,
                          context.CreateBuffer(uint64_t{kGroups} * rows * cols * 4, false));
   FSDPD_ASSIGN_OR_RETURN(
