@@ -11,18 +11,15 @@
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
-namespace {
 
-int64_t UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
+int64_t JobManager::UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
 
-int64_t SubmitOrderOf(const std::string& job_id) {
+int64_t JobManager::SubmitOrderOf(const std::string& job_id) {
   int64_t order = 0;
   const size_t dash = job_id.rfind('-');
   if (dash != std::string::npos) (void)absl::SimpleAtoi(job_id.substr(dash + 1), &order);
   return order;
 }
-
-}  // namespace
 
 bool IsTerminal(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;

@@ -196,6 +196,10 @@ class JobManager {
     bool log_limit_noted = false;  // the marker line was stored by this process
   };
 
+  // The wall-clock time stored on jobs, attempts and transitions.
+  static int64_t UnixMillisNow();
+  // The number at the end of a job id ("job-000042": 42), the order of submission.
+  static int64_t SubmitOrderOf(const std::string& job_id);
   JobRecord* FindLocked(const std::string& job_id);
   const JobRecord* FindLocked(const std::string& job_id) const;
   void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
