@@ -20,6 +20,16 @@ absl::Status NameDamage(const absl::Status& status, const char* what, const std:
 
 }  // namespace
 
+void JobManager::PublishLocked(const JobRecord& record) {
+  if (deferring_publish_) {
+    unpublished_.push_back(&record);
+    return;
+  }
+  auto snapshot = std::make_shared<const v1::Job>(record.job);
+  std::lock_guard<std::mutex> lock(view_mutex_);
+  view_[record.job.id()] = std::move(snapshot);
+}
+
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   std::shared_ptr<const v1::Job> snapshot;
   {

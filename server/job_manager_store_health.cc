@@ -52,14 +52,6 @@ void JobManager::SnapshotLocked(const JobRecord& record) {
   snapshots_[&record] = {record.job, record.next_sequence, record.active};
 }
 
-void JobManager::SendLocked(const std::string& worker_id, const v1::CoordinatorMessage& message) {
-  if (deferring_publish_) {
-    held_sends_.emplace_back(worker_id, message);
-  } else {
-    workers_.Send(worker_id, message);
-  }
-}
-
 void JobManager::RollBackRunLocked() {
   for (auto& [pointer, snapshot] : snapshots_) {
     JobRecord& record = *const_cast<JobRecord*>(pointer);

@@ -1,0 +1,95 @@
+// Tick: the deadlines the job manager enforces. Silent workers are lost and their attempts
+// fail, attempts whose workers do not come back after a coordinator restart fail, and so do
+// attempts not accepted by every rank before the SCHEDULED deadline; then waiting jobs are
+// scheduled.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/job_manager.h"
+#include "spdlog/spdlog.h"
+
+namespace fsdpd::server {
+
+void JobManager::Tick() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_) return;
+  // Nothing is expired or scheduled while the store cannot write: it could not be stored.
+  if (!RecoverStoreLocked()) return;
+  RunGroupedLocked([this] { TickLocked(); });
+}
+
+void JobManager::TickLocked() {
+  for (const WorkerSnapshot& lost : workers_.ExpireSilentWorkers(now_())) {
+    spdlog::warn("worker {} on {} lost: no heartbeat for {} ms", lost.info.id(),
+                 lost.info.hostname(), workers_.config().heartbeat_timeout.count());
+    // Its unconfirmed reports are resent if it comes back (and registers again); until then
+    // nothing would confirm them.
+    unconfirmed_reports_.erase(lost.info.id());
+    const RankAssignment& assignment = lost.assignment;
+    if (!assignment.active()) continue;
+    JobRecord* record = ActiveRecordForLocked(lost.info.id(), assignment.job_id, assignment.attempt,
+                                              assignment.rank);
+    if (record != nullptr)
+      FailAttemptLocked(*record, absl::StrCat("worker ", lost.info.id(), " lost"));
+  }
+  FailAttemptsOnLostWorkersLocked();
+  const Clock::time_point now = now_();
+  for (auto& [id, record] : jobs_) {
+    if (!record.active.has_value() || !record.active->recovery_deadline.has_value()) continue;
+    ActiveAttempt& active = *record.active;
+    size_t rank = 0;
+    while (rank < active.reattached.size() && (active.reattached[rank] || active.finished[rank])) {
+      ++rank;
+    }
+    if (rank == active.reattached.size()) {
+      active.recovery_deadline.reset();
+      continue;
+    }
+    if (now < *active.recovery_deadline) continue;
+    FailAttemptLocked(record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
+                                           ") did not come back after a coordinator restart"));
+  }
+  ExpireUnstartedAttemptsLocked();
+  ScheduleLocked();
+}
+
+// A worker found lost while a failed write was undone still holds its rank: fail it now.
+void JobManager::FailAttemptsOnLostWorkersLocked() {
+  for (auto& [id, record] : jobs_) {
+    if (!record.active.has_value() || record.active->recovery_deadline.has_value()) continue;
+    const ActiveAttempt& active = *record.active;
+    for (size_t rank = 0; rank < active.worker_ids.size(); ++rank) {
+      if (active.finished[rank]) continue;
+      std::optional<WorkerSnapshot> worker = workers_.Find(active.worker_ids[rank]);
+      if (worker.has_value() && worker->info.state() != v1::LOST) continue;
+      FailAttemptLocked(record, absl::StrCat("worker ", active.worker_ids[rank], " lost"));
+      break;
+    }
+  }
+}
+
+std::chrono::milliseconds JobManager::StartTimeout() const {
+  if (config_.start_timeout.count() > 0) return config_.start_timeout;
+  return workers_.config().heartbeat_timeout + RendezvousConfig{}.default_get_timeout;
+}
+
+void JobManager::ExpireUnstartedAttemptsLocked() {
+  const Clock::time_point now = now_();
+  for (auto& [id, record] : jobs_) {
+    if (!record.active.has_value() || !record.active->start_deadline.has_value()) continue;
+    ActiveAttempt& active = *record.active;
+    const auto waiting = std::find(active.accepted.begin(), active.accepted.end(), false);
+    if (waiting == active.accepted.end()) {
+      active.start_deadline.reset();
+      continue;
+    }
+    if (now < *active.start_deadline) continue;
+    const size_t rank = static_cast<size_t>(waiting - active.accepted.begin());
+    FailAttemptLocked(
+        record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
+                             ") did not accept its assignment within ", StartTimeout().count(),
+                             " ms (the heartbeat timeout plus the rendezvous timeout)"));
+  }
+}
+
+}  // namespace fsdpd::server
