@@ -1,13 +1,9 @@
+// The job manager's life: construction, loading the stored jobs at start (attempts that were
+// running wait for their workers to come back), shutdown; and the lookups every part uses.
 #include "server/job_manager.h"
 
-#include <algorithm>
-
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "server/cluster_identity.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {

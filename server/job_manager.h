@@ -7,6 +7,14 @@
 //
 // A job becomes SCHEDULED when its gang is placed and its assignments are stored, and RUNNING
 // on the first StepReport of that attempt. Every transition is stored with a time and a reason.
+//
+// The definitions live in files named by concern: job_manager.cc (construction, loading the
+// stored jobs, shutdown), _submission.cc (the spec check, Submit, Cancel), _scheduling.cc
+// (placing gangs, starting attempts), _transitions.cc (state changes, ending attempts),
+// _deadlines.cc (Tick), _workers.cc (registration, sessions, message dispatch), _reports.cc
+// (steps, results, logs, artifacts, profiles), _queries.cc (the published view, watches, logs),
+// _sending.cc (to workers and subscribers) and _store_health.cc (grouped writes, rollback, held
+// messages). The private declarations below are grouped the same way.
 #pragma once
 
 #include <atomic>
@@ -196,41 +204,65 @@ class JobManager {
     bool log_limit_noted = false;  // the marker line was stored by this process
   };
 
+  // job_manager.cc: lookups and helpers every part uses.
   // The wall-clock time stored on jobs, attempts and transitions.
   static int64_t UnixMillisNow();
   // The number at the end of a job id ("job-000042": 42), the order of submission.
   static int64_t SubmitOrderOf(const std::string& job_id);
   JobRecord* FindLocked(const std::string& job_id);
   const JobRecord* FindLocked(const std::string& job_id) const;
-  void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
-                        const std::string& actor = kCoordinatorActor);
+
+  // job_manager_scheduling.cc
   void ScheduleLocked();
   void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids);
+
+  // job_manager_transitions.cc
+  void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
+                        const std::string& actor = kCoordinatorActor);
   // Cancels the ranks that have not reported, frees the rendezvous scope and stores the end.
   void EndAttemptLocked(JobRecord& record, bool ok, const std::string& reason);
   void FailAttemptLocked(JobRecord& record, const std::string& reason);
+
+  // job_manager_deadlines.cc
+  void TickLocked();
+  void FailAttemptsOnLostWorkersLocked();
+  // Fails attempts whose ranks did not all accept before the SCHEDULED deadline.
+  void ExpireUnstartedAttemptsLocked();
+  std::chrono::milliseconds StartTimeout() const;
+
+  // job_manager_workers.cc
   void ReconcileRegistrationLocked(const std::string& worker_id, const RankAssignment& previous,
                                    const v1::RegisterRequest& request);
   void OnWorkerMessageLocked(const std::string& worker_id, const v1::WorkerMessage& message);
-  void OnStepLocked(const std::string& worker_id, const v1::StepReport& report);
-  void OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result);
-  void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
-  void OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
-  void OnProfileLocked(const std::string& worker_id, const v1::ProfileReport& report);
   // The active attempt this worker runs as the given job/attempt/rank, or null. A non-empty
   // `job_uid` must be the job's: a worker that outlived another coordinator may still send
   // reports of an older job with the same display id.
   JobRecord* ActiveRecordForLocked(const std::string& worker_id, const std::string& job_id,
                                    int attempt, int rank, const std::string& job_uid = "");
   void OnAcceptedLocked(const std::string& worker_id, const v1::AssignmentAccepted& accepted);
-  void TickLocked();
-  void FailAttemptsOnLostWorkersLocked();
-  // Fails attempts whose ranks did not all accept before the SCHEDULED deadline.
-  void ExpireUnstartedAttemptsLocked();
-  std::chrono::milliseconds StartTimeout() const;
+
+  // job_manager_reports.cc
+  void OnStepLocked(const std::string& worker_id, const v1::StepReport& report);
+  void OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result);
+  void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
+  void OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
+  void OnProfileLocked(const std::string& worker_id, const v1::ProfileReport& report);
+  // Remembers a handled report or line until it is stored; ConfirmStoredLocked then tells its
+  // worker.
+  void NoteUnconfirmedLocked(const std::string& worker_id, UnconfirmedReport report);
+  // Adds to `ack` the worker's reports that are stored now, one entry per (job, attempt).
+  void ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack);
+
+  // job_manager_queries.cc
   // Publishes the record's job for Get, List and CountByState, which read these snapshots
   // without taking mutex_ and so never wait behind the report stream.
   void PublishLocked(const JobRecord& record);
+
+  // job_manager_sending.cc
+  // Sends `message` to the worker now, or once the run's writes are committed.
+  void SendLocked(const std::string& worker_id, const v1::CoordinatorMessage& message);
+  void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
+                        const std::string& reason);
   // Calls the record's subscribers with `notify` now or, while a run's writes are not yet
   // committed, once they are and its changes are published: a watcher never sees a state that
   // Get and the store do not have yet.
@@ -238,13 +270,8 @@ class JobManager {
                     std::function<void(const std::shared_ptr<JobSubscriber>&)> notify);
   // Sends what NotifyLocked held back, in order.
   void SendHeldNotificationsLocked();
-  void SendCancellation(const std::string& worker_id, const std::string& job_id, int attempt,
-                        const std::string& reason);
-  // Remembers a handled report or line until it is stored; ConfirmStoredLocked then tells its
-  // worker.
-  void NoteUnconfirmedLocked(const std::string& worker_id, UnconfirmedReport report);
-  // Adds to `ack` the worker's reports that are stored now, one entry per (job, attempt).
-  void ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack);
+
+  // job_manager_store_health.cc
   // Logs and counts a failed write, and marks the store failing.
   void LogStoreError(const absl::Status& status, const char* what);
   // What a record was before a run of messages changed it, to undo a run that did not commit.
@@ -268,8 +295,6 @@ class JobManager {
   void HoldLocked(const std::vector<WorkerMessageRef>& messages);
   // Handles what was held, in order, when the store writes again; true when nothing is held.
   bool RetryHeldLocked();
-  // Sends `message` to the worker now, or once the run's writes are committed.
-  void SendLocked(const std::string& worker_id, const v1::CoordinatorMessage& message);
 
   const JobManagerConfig config_;
   JobStore& store_;

@@ -1,5 +1,5 @@
-// The read side of the job manager: queries, WatchJob and GetJobLogs subscriptions, and
-// profiling requests.
+// The read side of the job manager: the published view of each job and the queries that read it
+// without the job manager's lock, WatchJob and GetJobLogs subscriptions, and profiling requests.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"

@@ -1,11 +1,10 @@
-// The worker half of the job manager: registration and reconciliation, and what workers send on
-// their session streams (heartbeats, step reports, logs, results, artifacts).
-#include <algorithm>
-
+// Workers and their sessions: registration and reconciliation with what a worker still runs,
+// opening and closing sessions, liveness, and the dispatch of each session message (heartbeats
+// are answered here, accepted assignments noted; reports go to job_manager_reports.cc), with
+// runs of messages grouped into one store transaction.
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
-#include "proto/spec/job_spec.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
 
