@@ -75,12 +75,15 @@ class JobManager {
   // timeout for their workers to register again before they fail.
   absl::Status Load();
 
-  // Field errors of the spec, including the coordinator's own limits (world size, memory).
+  // Field errors of the spec, including the coordinator's own limits (world size, memory). The
+  // one check of a spec: Submit runs it once per submission; a dry run calls it alone.
   std::vector<FieldError> CheckSpec(const v1::JobSpec& spec) const;
-  // INVALID_ARGUMENT naming each bad field, or the new job's id. `owner` is the submitter's
-  // principal (auth.h; "" without authentication): stored as Job.owner and as the actor of
-  // the first transition.
-  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec, const std::string& owner = "");
+  // The new job's id, or INVALID_ARGUMENT naming each bad field of CheckSpec, whose errors are
+  // then also put in `field_errors` when it is given (the job service answers them as
+  // google.rpc.BadRequest violations). `owner` is the submitter's principal (auth.h; "" without
+  // authentication): stored as Job.owner and as the actor of the first transition.
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec, const std::string& owner = "",
+                                     std::vector<FieldError>* field_errors = nullptr);
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
   // `actor` is recorded on the CANCELLED transition (StateChange.actor).

@@ -29,9 +29,12 @@ std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec) const {
   return errors;
 }
 
-absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner) {
+absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner,
+                                               std::vector<FieldError>* field_errors) {
   if (std::vector<FieldError> errors = CheckSpec(spec); !errors.empty()) {
-    return absl::InvalidArgumentError(FormatFieldErrors(errors));
+    absl::Status invalid = absl::InvalidArgumentError(FormatFieldErrors(errors));
+    if (field_errors != nullptr) *field_errors = std::move(errors);
+    return invalid;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");

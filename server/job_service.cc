@@ -218,10 +218,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   // the stored spec is the one the job runs with.
   v1::JobSpec spec = request->spec();
   ApplyJobSpecDefaults(&spec);
-  const std::vector<FieldError> errors = jobs_.CheckSpec(spec);
   if (request->dry_run()) {
     // A dry run answers OK and lists the violations, so a client can show all of them.
-    for (const FieldError& error : errors) {
+    for (const FieldError& error : jobs_.CheckSpec(spec)) {
       v1::FieldViolation* violation = response->add_violations();
       violation->set_field(error.field);
       violation->set_description(error.message);
@@ -229,8 +228,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
     *response->mutable_job()->mutable_spec() = std::move(spec);
     return Reply(context, "SubmitJob", grpc::Status::OK);
   }
+  // Submit checks the spec (once); a bad one comes back as its field errors.
+  std::vector<FieldError> errors;
+  absl::StatusOr<std::string> id = jobs_.Submit(spec, caller.principal, &errors);
   if (!errors.empty()) return Reply(context, "SubmitJob", InvalidArgument(errors));
-  absl::StatusOr<std::string> id = jobs_.Submit(spec, caller.principal);
   if (!id.ok()) return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
   response->set_id(*id);
   absl::StatusOr<v1::Job> job = jobs_.Get(*id);

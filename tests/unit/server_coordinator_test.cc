@@ -11,6 +11,8 @@
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "fsdpd/v1/rendezvous.grpc.pb.h"
 #include "fsdpd/v1/worker.grpc.pb.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/spec/job_spec.h"
@@ -61,6 +63,14 @@ TEST_F(CoordinatorTest, RejectsBadSpecsByField) {
   grpc::Status status = jobs_->SubmitJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("parallel.device"));
+  // The field is also a google.rpc.BadRequest violation in the status details.
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(status.error_details()));
+  ASSERT_EQ(details.details_size(), 1);
+  google::rpc::BadRequest bad_request;
+  ASSERT_TRUE(details.details(0).UnpackTo(&bad_request));
+  ASSERT_EQ(bad_request.field_violations_size(), 1);
+  EXPECT_EQ(bad_request.field_violations(0).field(), "parallel.device");
 
   request.set_dry_run(true);
   grpc::ClientContext dry_context;

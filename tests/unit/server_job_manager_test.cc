@@ -16,6 +16,19 @@ TEST_F(JobManagerTest, BadSpecsAreRejectedByFieldAndNothingIsStored) {
   ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(id.status().message()), HasSubstr("parallel.world_size"));
 
+  // The one check at submission hands its field errors to the caller (the job service answers
+  // them as BadRequest violations), the same ones a dry run's CheckSpec lists.
+  std::vector<FieldError> errors;
+  id = jobs_->Submit(SmallSpec(16, 0), "", &errors);
+  ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].field, "parallel.world_size");
+  EXPECT_THAT(errors[0].message, HasSubstr("--max-world-size"));
+  EXPECT_EQ(FormatFieldErrors(errors), std::string(id.status().message()));
+  const std::vector<FieldError> checked = jobs_->CheckSpec(SmallSpec(16, 0));
+  ASSERT_EQ(checked.size(), 1u);
+  EXPECT_EQ(checked[0].message, errors[0].message);
+
   AddWorker("small-host", 0, "", {}, /*memory=*/1024);
   id = jobs_->Submit(SmallSpec(1, 0));
   ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
