@@ -11,7 +11,7 @@
 #include "worker/profiler/device_profiler.h"
 #include "worker/profiler/profile_recorder.h"
 #include "worker/profiler/profile_window.h"
-#include "worker/trainer.h"
+#include "worker/rank_context.h"
 
 namespace fsdpd {
 

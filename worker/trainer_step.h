@@ -18,8 +18,8 @@
 #include "worker/model/minillm.h"
 #include "worker/optim/sharded_adamw.h"
 #include "worker/profiler/profile_recorder.h"
+#include "worker/rank_context.h"
 #include "worker/step_batch.h"
-#include "worker/trainer.h"
 
 namespace fsdpd {
 
