@@ -1,3 +1,11 @@
+# The collective contract (worker/comm/communicator.h), checked once in front of every
+# communicator: the engine's (Gloo, local, host-staged) and NCCL's (nccl.cmake).
+add_library(fsdpd_checked_communicator STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/comm/checked_communicator.cc)
+target_include_directories(fsdpd_checked_communicator PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(fsdpd_checked_communicator PUBLIC
+  fsdpd_model absl::status absl::statusor absl::strings)
+
 # The training engine: collectives (Gloo), FSDP, the optimizer, the trainer loop and the device
 # runtime (worker/device/; the CUDA one comes from nccl.cmake), plus the standalone `fsdpd-train`
 # binary that runs one rank of a job from a spec file.
@@ -22,7 +30,7 @@ add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc)
 target_include_directories(fsdpd_engine PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(fsdpd_engine PUBLIC
-  fsdpd_model fsdpd_io fsdpd_profiler fsdpd_spec fsdpd_proto gloo
+  fsdpd_checked_communicator fsdpd_model fsdpd_io fsdpd_profiler fsdpd_spec fsdpd_proto gloo
   absl::status absl::statusor absl::strings spdlog::spdlog Threads::Threads)
 
 add_executable(fsdpd-train ${CMAKE_CURRENT_LIST_DIR}/train_main.cc)

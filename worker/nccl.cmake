@@ -12,7 +12,7 @@ if(FSDPD_CUDA AND TARGET fsdpd_cuda_backend)
   add_library(fsdpd_nccl STATIC ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_communicator.cc)
   target_include_directories(fsdpd_nccl PUBLIC ${CMAKE_SOURCE_DIR} ${FSDPD_NCCL_INCLUDE_DIR})
   target_link_libraries(fsdpd_nccl PUBLIC
-    fsdpd_cuda_backend ${FSDPD_NCCL_LIBRARY} CUDA::cudart
+    fsdpd_checked_communicator fsdpd_cuda_backend ${FSDPD_NCCL_LIBRARY} CUDA::cudart
     absl::status absl::statusor absl::strings spdlog::spdlog Threads::Threads)
   # The CUDA device runtime (CUDA backend, NCCL, CUPTI), which CreateDeviceRuntime picks for
   # --device cuda:N.

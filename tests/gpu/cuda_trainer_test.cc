@@ -18,6 +18,7 @@
 #include "tests/support/test_specs.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/comm/checked_communicator.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/device/cuda_runtime.h"
 #include "worker/trainer.h"
@@ -287,7 +288,9 @@ TEST_F(NcclCommunicatorTest, TheCudaRuntimeGivesOneRankLocalCopiesInsteadOfNccl)
   CommunicatorOptions options;
   auto communicator = (*runtime)->CreateCommunicator(options, nullptr);
   ASSERT_TRUE(communicator.ok()) << communicator.status();
-  EXPECT_EQ(dynamic_cast<NcclCommunicator*>(communicator->get()), nullptr);
+  auto* checked = dynamic_cast<CheckedCommunicator*>(communicator->get());
+  ASSERT_NE(checked, nullptr);
+  EXPECT_EQ(dynamic_cast<NcclCommunicator*>(&checked->inner()), nullptr);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // Large enough that a copy not ordered before the download would be caught mid-way.
   std::vector<float> values(1 << 22);

@@ -193,12 +193,13 @@ class CountingStream : public Stream {
 
 TEST(CommunicatorTest, OneRankOnADeviceQueuesCopiesOnTheStreamAndNeverSynchronises) {
   std::vector<std::pair<const void*, void*>> copies;
-  LocalCommunicator communicator(
-      [&](const Tensor& src, const Tensor& dst, Stream&) -> absl::Status {
+  std::unique_ptr<Communicator> local =
+      LocalCommunicator::Create([&](const Tensor& src, const Tensor& dst, Stream&) -> absl::Status {
         copies.emplace_back(src.data, dst.data);
         std::memcpy(dst.data, src.data, static_cast<size_t>(dst.bytes()));
         return absl::OkStatus();
       });
+  Communicator& communicator = *local;
   CountingStream stream;
   std::vector<float> shard = {1.0f, 2.0f, 3.0f}, full(3, -1.0f);
   ASSERT_TRUE(communicator.AllGather(Floats(shard), Floats(full), stream).ok());

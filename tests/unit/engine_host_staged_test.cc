@@ -57,10 +57,10 @@ void RunStagedRanks(int world, const std::function<void(Communicator&)>& body,
       options.rank = rank;
       options.world_size = world;
       options.timeout = std::chrono::seconds(20);
-      auto gloo = GlooCommunicator::Connect(options, store->get());
-      ASSERT_TRUE(gloo.ok()) << gloo.status();
-      HostStagedCommunicator staged(std::move(*gloo), std::make_unique<CountingCopier>(copied));
-      body(staged);
+      auto staged = HostStagedCommunicator::Connect(options, store->get(),
+                                                    std::make_unique<CountingCopier>(copied));
+      ASSERT_TRUE(staged.ok()) << staged.status();
+      body(**staged);
     });
   }
   for (std::thread& thread : threads) thread.join();

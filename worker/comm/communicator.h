@@ -3,6 +3,11 @@
 // issue the same collectives in the same order. Operations are enqueued on `stream` after the work
 // that is already there; on the CPU backend streams run inline, so a call returns once its result
 // is in place. A dead or stuck peer yields an error after the configured timeout, never a hang.
+//
+// The contract of each collective's arguments below is checked once, for every communicator, by
+// CheckedCommunicator (worker/comm/checked_communicator.h), in front of which every factory
+// hands its communicator out; a call that breaks it is INVALID_ARGUMENT and moves nothing. Every
+// tensor has no negative dimension and data unless it is empty.
 #pragma once
 
 #include <chrono>
@@ -38,17 +43,19 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
-  // full = concat over ranks of each rank's shard, in rank order. shard.numel()·world_size
-  // must equal full.numel() and their dtypes must match. In place when shard is this rank's
-  // slice of full.
+  // full = concat over ranks of each rank's shard, in rank order. Any dtype, the same for both;
+  // shard.numel()·world_size = full.numel(). In place when shard is exactly this rank's slice
+  // of full; otherwise shard shares no byte with full.
   virtual absl::Status AllGather(const Tensor& shard, const Tensor& full, Stream& stream) = 0;
 
-  // shard = op over ranks of this rank's slice of full (fp32). kSum or kAverage.
-  // full is left unchanged.
+  // shard = op over ranks of this rank's slice of full. Both fp32: the engine reduces gradients
+  // in fp32 (parallel.reduce_dtype, whose only accepted value is fp32), on every communicator,
+  // NCCL included. kSum or kAverage; shard.numel()·world_size = full.numel(); shard shares no
+  // byte with full, which is left unchanged.
   virtual absl::Status ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
                                      Stream& stream) = 0;
 
-  // In place, fp32 or int32.
+  // In place, fp32 or int32; kAverage only of fp32 (an int32 average would truncate).
   virtual absl::Status AllReduce(const Tensor& values, ReduceOp op, Stream& stream) = 0;
 
   virtual absl::Status Barrier() = 0;
@@ -70,7 +77,8 @@ struct CommunicatorOptions {
 };
 
 // World size 1: a communicator that needs no store and no network. Otherwise Gloo over TCP,
-// rendezvousing through `store` (already scoped to the job and attempt).
+// rendezvousing through `store` (already scoped to the job and attempt). Either comes behind
+// CheckedCommunicator.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options,
                                                                  KeyValueStore* store);
 

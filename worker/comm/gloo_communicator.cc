@@ -13,6 +13,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
 #include "spdlog/spdlog.h"
+#include "worker/comm/checked_communicator.h"
 #include "worker/comm/gloo_store_adapter.h"
 
 namespace fsdpd {
@@ -20,10 +21,6 @@ namespace {
 
 // Outside Gloo's own slot prefixes (0x01..0x08), so our ring never matches their messages.
 constexpr uint8_t kRingReduceScatterSlotPrefix = 0x40;
-
-bool SameElementCount(const Tensor& shard, const Tensor& full, int world_size) {
-  return shard.numel() * world_size == full.numel();
-}
 
 using ReduceFunctionPointer = void (*)(void*, const void*, const void*, size_t);
 
@@ -41,7 +38,14 @@ ReduceFunctionPointer ReduceFunction(ReduceOp op) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
+absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Connect(
+    const CommunicatorOptions& options, KeyValueStore* store) {
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> gloo = ConnectUnchecked(options, store);
+  if (!gloo.ok()) return gloo.status();
+  return Checked(std::move(*gloo));
+}
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::ConnectUnchecked(
     const CommunicatorOptions& options, KeyValueStore* store) {
   if (store == nullptr) {
     return absl::InvalidArgumentError("Gloo communicator needs a rendezvous store");
@@ -99,11 +103,6 @@ absl::Status GlooCommunicator::Run(const char* operation, int64_t bytes, Body&& 
 }
 
 absl::Status GlooCommunicator::AllGather(const Tensor& shard, const Tensor& full, Stream& stream) {
-  if (shard.dtype != full.dtype || !SameElementCount(shard, full, world_size())) {
-    return absl::InvalidArgumentError(absl::StrCat("AllGather: shard ", shard.Describe(),
-                                                   " × world size ", world_size(),
-                                                   " does not match ", full.Describe()));
-  }
   if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
   char* output = static_cast<char*>(full.data);
   const int64_t shard_bytes = shard.bytes();
@@ -156,18 +155,9 @@ void GlooCommunicator::RingReduceScatter(const float* full, float* shard, int64_
   }
 }
 
+// f32, sum or average (the contract): a sum over the ring, scaled for an average.
 absl::Status GlooCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
                                              Stream& stream) {
-  if (full.dtype != DType::kF32 || shard.dtype != DType::kF32 ||
-      !SameElementCount(shard, full, world_size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ReduceScatter: needs fp32 with shard × world "
-                     "size = full; got shard ",
-                     shard.Describe(), ", full ", full.Describe(), ", world size ", world_size()));
-  }
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
-    return absl::InvalidArgumentError("ReduceScatter supports only sum and average");
-  }
   if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
   const int64_t shard_numel = shard.numel();
   absl::Status status = Run("ReduceScatter", full.bytes(), [&] {
@@ -183,14 +173,8 @@ absl::Status GlooCommunicator::ReduceScatter(const Tensor& full, const Tensor& s
   return status;
 }
 
+// f32 or i32, an average only of f32 (the contract).
 absl::Status GlooCommunicator::AllReduce(const Tensor& values, ReduceOp op, Stream& stream) {
-  if (values.dtype != DType::kF32 && values.dtype != DType::kI32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AllReduce supports fp32 and int32, got ", values.Describe()));
-  }
-  if (op == ReduceOp::kAverage && values.dtype != DType::kF32) {
-    return absl::InvalidArgumentError("AllReduce average needs fp32");
-  }
   if (absl::Status status = stream.Synchronize(); !status.ok()) return status;
   const size_t count = static_cast<size_t>(values.numel());
   absl::Status status = Run("AllReduce", values.bytes(), [&] {

@@ -2,7 +2,8 @@
 // KeyValueStore (gloo::rendezvous::Context::connectFullMesh); all-gather and all-reduce use
 // Gloo's algorithms, reduce-scatter is a ring over Gloo's unbound buffers, since Gloo's only
 // reduce-scatter (halving-doubling) needs per-call pair setup. Every operation is bounded by the
-// timeout, so a dead peer is an error, never a hang.
+// timeout, so a dead peer is an error, never a hang. Trusts the collective contract, which
+// CheckedCommunicator (worker/comm/checked_communicator.h) checks in front of it.
 #pragma once
 
 #include <atomic>
@@ -17,8 +18,10 @@ namespace fsdpd {
 
 class GlooCommunicator : public Communicator {
  public:
-  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
-      const CommunicatorOptions& options, KeyValueStore* store);
+  // Connects to the other ranks through `store`; the communicator comes behind
+  // CheckedCommunicator.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Connect(const CommunicatorOptions& options,
+                                                               KeyValueStore* store);
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
@@ -31,6 +34,10 @@ class GlooCommunicator : public Communicator {
   CommunicatorStats stats() const override;
 
  private:
+  // HostStagedCommunicator runs on the unchecked communicator: it is checked in front of itself.
+  friend class HostStagedCommunicator;
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> ConnectUnchecked(
+      const CommunicatorOptions& options, KeyValueStore* store);
   GlooCommunicator(const CommunicatorOptions& options, std::shared_ptr<gloo::Context> context)
       : options_(options), context_(std::move(context)) {}
 

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "worker/comm/checked_communicator.h"
+#include "worker/comm/gloo_communicator.h"
 
 namespace fsdpd {
 namespace {
@@ -23,6 +25,15 @@ double SecondsSince(Clock::time_point start) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> HostStagedCommunicator::Connect(
+    const CommunicatorOptions& options, KeyValueStore* store,
+    std::unique_ptr<DeviceCopier> copier) {
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> gloo,
+                         GlooCommunicator::ConnectUnchecked(options, store));
+  return Checked(std::unique_ptr<Communicator>(
+      new HostStagedCommunicator(std::move(gloo), std::move(copier))));
+}
 
 HostStagedCommunicator::HostStagedCommunicator(std::unique_ptr<Communicator> host,
                                                std::unique_ptr<DeviceCopier> copier)

@@ -3,7 +3,9 @@
 // collective copies its device input to the host, runs on the host communicator (Gloo over TCP),
 // and copies the result back, all before it returns. Far slower than NCCL, but every layout,
 // shard offset, padding and averaging rule of N > 1 ranks runs on the device exactly as with
-// NCCL, so N CUDA ranks can be tested on a single GPU.
+// NCCL, so N CUDA ranks can be tested on a single GPU. The contract is checked once, on the
+// device tensors, by the CheckedCommunicator in front of it; the Gloo communicator behind it is
+// not checked again.
 #pragma once
 
 #include <chrono>
@@ -29,8 +31,12 @@ class DeviceCopier {
 
 class HostStagedCommunicator : public Communicator {
  public:
-  // `host` runs the collectives on host tensors (a GlooCommunicator).
-  HostStagedCommunicator(std::unique_ptr<Communicator> host, std::unique_ptr<DeviceCopier> copier);
+  // Connects a Gloo communicator (worker/comm/gloo_communicator.h) through `store` to run the
+  // collectives on host copies made by `copier`; the communicator comes behind
+  // CheckedCommunicator.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Connect(
+      const CommunicatorOptions& options, KeyValueStore* store,
+      std::unique_ptr<DeviceCopier> copier);
 
   int rank() const override { return host_->rank(); }
   int world_size() const override { return host_->world_size(); }
@@ -44,6 +50,9 @@ class HostStagedCommunicator : public Communicator {
   CommunicatorStats stats() const override;
 
  private:
+  // `host` runs the collectives on host tensors.
+  HostStagedCommunicator(std::unique_ptr<Communicator> host, std::unique_ptr<DeviceCopier> copier);
+
   // A host tensor shaped like `device`, backed by `storage`.
   static Tensor Staged(const Tensor& device, std::vector<char>& storage);
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "worker/comm/checked_communicator.h"
 #include "worker/comm/gloo_communicator.h"
 
 namespace fsdpd {
@@ -15,34 +16,25 @@ absl::Status Aborted(const char* operation) {
 
 }  // namespace
 
+std::unique_ptr<Communicator> LocalCommunicator::Create(StreamCopy device_copy) {
+  return Checked(std::unique_ptr<Communicator>(new LocalCommunicator(std::move(device_copy))));
+}
+
+// Over one rank, a gather and a sum or average are the rank's own values.
 absl::Status LocalCommunicator::AllGather(const Tensor& shard, const Tensor& full, Stream& stream) {
   if (aborted_) return Aborted("AllGather");
-  if (shard.dtype != full.dtype || shard.numel() != full.numel()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AllGather: shard ", shard.Describe(), " does not match ", full.Describe()));
-  }
   return Copy(shard, full, stream);
 }
 
-absl::Status LocalCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
-                                              Stream& stream) {
+absl::Status LocalCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard,
+                                              ReduceOp /*op*/, Stream& stream) {
   if (aborted_) return Aborted("ReduceScatter");
-  if (full.dtype != DType::kF32 || shard.dtype != DType::kF32 || shard.numel() != full.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("ReduceScatter: shard ", shard.Describe(),
-                                                   " does not match ", full.Describe()));
-  }
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
-    return absl::InvalidArgumentError("ReduceScatter supports only sum and average");
-  }
   return Copy(full, shard, stream);
 }
 
-absl::Status LocalCommunicator::AllReduce(const Tensor& values, ReduceOp op, Stream& stream) {
+absl::Status LocalCommunicator::AllReduce(const Tensor& /*values*/, ReduceOp /*op*/,
+                                          Stream& stream) {
   if (aborted_) return Aborted("AllReduce");
-  if (values.dtype != DType::kF32 && values.dtype != DType::kI32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AllReduce supports fp32 and int32, got ", values.Describe()));
-  }
   return device_copy_ ? absl::OkStatus() : stream.Synchronize();
 }
 
@@ -61,13 +53,8 @@ absl::Status LocalCommunicator::Barrier() {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options,
                                                                  KeyValueStore* store) {
-  if (options.world_size == 1 && options.rank == 0) {
-    return std::unique_ptr<Communicator>(std::make_unique<LocalCommunicator>());
-  }
-  absl::StatusOr<std::unique_ptr<GlooCommunicator>> gloo =
-      GlooCommunicator::Connect(options, store);
-  if (!gloo.ok()) return gloo.status();
-  return std::unique_ptr<Communicator>(std::move(*gloo));
+  if (options.world_size == 1 && options.rank == 0) return LocalCommunicator::Create();
+  return GlooCommunicator::Connect(options, store);
 }
 
 }  // namespace fsdpd

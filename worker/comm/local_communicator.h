@@ -1,10 +1,12 @@
 // The communicator of a world of one rank: every collective is a local copy, so a single-rank
 // job needs no rendezvous store, no network and, on a GPU, no NCCL (whose communicator and
-// kernels take device memory a one-rank job has no use for).
+// kernels take device memory a one-rank job has no use for). Trusts the collective contract,
+// which CheckedCommunicator (worker/comm/checked_communicator.h) checks in front of it.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <utility>
 
 #include "worker/comm/communicator.h"
@@ -17,11 +19,11 @@ using StreamCopy =
 
 class LocalCommunicator : public Communicator {
  public:
-  // Host tensors: the stream is synchronised and the copy made at once.
-  LocalCommunicator() = default;
-  // Device tensors: copies are queued on the collective's stream through `device_copy`, and
-  // an all-reduce (the identity over one rank) queues nothing.
-  explicit LocalCommunicator(StreamCopy device_copy) : device_copy_(std::move(device_copy)) {}
+  // Without `device_copy`, host tensors: the stream is synchronised and the copy made at once.
+  // With it, device tensors: copies are queued on the collective's stream through
+  // `device_copy`, and an all-reduce (the identity over one rank) queues nothing. The
+  // communicator comes behind CheckedCommunicator.
+  static std::unique_ptr<Communicator> Create(StreamCopy device_copy = nullptr);
 
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
@@ -34,6 +36,8 @@ class LocalCommunicator : public Communicator {
   CommunicatorStats stats() const override { return {}; }
 
  private:
+  explicit LocalCommunicator(StreamCopy device_copy) : device_copy_(std::move(device_copy)) {}
+
   // Copies src into dst in the order of `stream`, through device_copy_ where there is one.
   absl::Status Copy(const Tensor& src, const Tensor& dst, Stream& stream);
 

@@ -9,6 +9,7 @@
 #include "base/cuda_check.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/comm/checked_communicator.h"
 
 namespace fsdpd {
 namespace {
@@ -111,7 +112,7 @@ absl::StatusOr<std::string> ReadUniqueId(const NcclCommunicatorOptions& options,
 
 NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& options) : options_(options) {}
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Connect(
     const NcclCommunicatorOptions& options, KeyValueStore* store) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL communicator: rank ", options.rank,
@@ -155,7 +156,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
   ncclGetVersion(&version);
   spdlog::info("rank {}: NCCL {} communicator of {} ranks on cuda:{}", options.rank, version,
                options.world_size, options.device);
-  return communicator;
+  return Checked(std::move(communicator));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -237,11 +238,6 @@ absl::Status NcclCommunicator::Track(cudaStream_t stream, std::string operation,
 }
 
 absl::Status NcclCommunicator::AllGather(const Tensor& shard, const Tensor& full, Stream& stream) {
-  if (shard.dtype != full.dtype || shard.numel() * options_.world_size != full.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("AllGather: shard ", shard.Describe(), " × ",
-                                                   options_.world_size, " ranks does not match ",
-                                                   full.Describe()));
-  }
   absl::StatusOr<ncclDataType_t> type = NcclTypeOf(full.dtype);
   if (!type.ok()) return type.status();
   absl::StatusOr<cudaStream_t> cuda_stream = CudaStreamOf(stream);
@@ -260,18 +256,6 @@ absl::Status NcclCommunicator::AllGather(const Tensor& shard, const Tensor& full
 
 absl::Status NcclCommunicator::ReduceScatter(const Tensor& full, const Tensor& shard, ReduceOp op,
                                              Stream& stream) {
-  if (shard.dtype != full.dtype || shard.numel() * options_.world_size != full.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("ReduceScatter: shard ", shard.Describe(), " × ",
-                                                   options_.world_size, " ranks does not match ",
-                                                   full.Describe()));
-  }
-  if (full.dtype != DType::kF32 && full.dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ReduceScatter reduces fp32 or bf16, got ", full.Describe()));
-  }
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
-    return absl::InvalidArgumentError("ReduceScatter supports only sum and average");
-  }
   absl::StatusOr<ncclDataType_t> type = NcclTypeOf(full.dtype);
   if (!type.ok()) return type.status();
   absl::StatusOr<cudaStream_t> cuda_stream = CudaStreamOf(stream);
@@ -290,19 +274,10 @@ absl::Status NcclCommunicator::ReduceScatter(const Tensor& full, const Tensor& s
 }
 
 absl::Status NcclCommunicator::AllReduce(const Tensor& values, ReduceOp op, Stream& stream) {
-  if (values.dtype != DType::kF32 && values.dtype != DType::kI32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AllReduce supports fp32 and int32, got ", values.Describe()));
-  }
   absl::StatusOr<ncclDataType_t> type = NcclTypeOf(values.dtype);
   if (!type.ok()) return type.status();
   absl::StatusOr<cudaStream_t> cuda_stream = CudaStreamOf(stream);
   if (!cuda_stream.ok()) return cuda_stream.status();
-  // ncclAvg is defined for floating types only; an int32 average is a sum divided on the host
-  // side by the caller, so it is refused here rather than silently truncated.
-  if (op == ReduceOp::kAverage && values.dtype == DType::kI32) {
-    return absl::InvalidArgumentError("AllReduce: average of int32 values is not supported");
-  }
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (absl::Status usable = CheckUsable("AllReduce"); !usable.ok()) return usable;

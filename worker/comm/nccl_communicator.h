@@ -7,6 +7,9 @@
 // collective, and calls ncclCommAbort when NCCL reports an error or a collective has been
 // outstanding for longer than the configured timeout. A dead peer therefore fails the attempt
 // within the timeout instead of hanging the rank (no 30-minute NCCL hang).
+//
+// Trusts the collective contract, which CheckedCommunicator (worker/comm/checked_communicator.h)
+// checks in front of it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,8 +50,9 @@ struct NcclCommunicatorOptions {
 class NcclCommunicator : public Communicator {
  public:
   // Rendezvous through `store` (rank 0 creates and publishes the unique id, the others wait for
-  // it), then ncclCommInitRankConfig. `store` may be null only in a world of one rank.
-  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Connect(
+  // it), then ncclCommInitRankConfig. `store` may be null only in a world of one rank. The
+  // communicator comes behind CheckedCommunicator.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Connect(
       const NcclCommunicatorOptions& options, KeyValueStore* store);
   ~NcclCommunicator() override;
 

@@ -100,13 +100,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> CudaRuntime::CreateCommunicator(
   if (options.world_size == 1 && options.rank == 0) {
     spdlog::info("rank {}: world of one rank: collectives are local copies on cuda:{} (no NCCL)",
                  options.rank, index_);
-    return std::unique_ptr<Communicator>(new LocalCommunicator(
+    return LocalCommunicator::Create(
         [](const Tensor& src, const Tensor& dst, Stream& stream) -> absl::Status {
           FSDPD_ASSIGN_OR_RETURN(cudaStream_t cuda_stream, CudaStreamOf(stream));
           CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(dst.bytes()),
                                      cudaMemcpyDeviceToDevice, cuda_stream));
           return absl::OkStatus();
-        }));
+        });
   }
   if (options.world_size > 1 && store != nullptr) {
     FSDPD_ASSIGN_OR_RETURN(const DeviceInfo info, Describe());
@@ -118,10 +118,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CudaRuntime::CreateCommunicator(
           "rank {}: ranks of this job share a GPU; collectives go through host memory "
           "and Gloo instead of NCCL (correct, but slow)",
           options.rank);
-      FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> gloo,
-                             GlooCommunicator::Connect(options, store));
-      return std::unique_ptr<Communicator>(
-          new HostStagedCommunicator(std::move(gloo), std::make_unique<CudaCopier>()));
+      return HostStagedCommunicator::Connect(options, store, std::make_unique<CudaCopier>());
     }
   }
   NcclCommunicatorOptions nccl;
@@ -129,9 +126,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CudaRuntime::CreateCommunicator(
   nccl.world_size = options.world_size;
   nccl.device = index_;
   nccl.timeout = options.timeout;
-  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> communicator,
-                         NcclCommunicator::Connect(nccl, store));
-  return std::unique_ptr<Communicator>(std::move(communicator));
+  return NcclCommunicator::Connect(nccl, store);
 }
 
 absl::StatusOr<double> CudaRuntime::PeakFlops(Backend& backend) const {
