@@ -103,6 +103,7 @@ TEST_F(StateFolderTest, ASecondCoordinatorOnTheSameStateDirIsRefusedNamingTheFir
   EXPECT_THAT(refusal, HasSubstr("pid " + std::to_string(first.process->pid())));
   EXPECT_THAT(refusal, HasSubstr(first.address));
   EXPECT_THAT(refusal, HasSubstr(state + "/fsdpd.lock"));
+  EXPECT_THAT(refusal, Not(HasSubstr("job store"))) << "the refused one loaded the store";
 
   // The first one serves on, and its jobs are its own.
   CommandResult listed = RunCommand(
