@@ -6,7 +6,7 @@ namespace fsdpd::client {
 
 int RunExport(const ClientOptions& options, const std::string& job_id,
               const std::string& output_path) {
-  if (output_path.empty()) return Fail("-o: an output file is required");
+  if (output_path.empty()) return Fail("-o: an output file (or - for stdout) is required");
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::ExportJobRequest request;
   request.set_id(job_id);

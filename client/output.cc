@@ -209,4 +209,81 @@ std::string FormatAge(int64_t unix_millis) {
   return FormatDuration(std::max<int64_t>(0, now - unix_millis) / 1000.0) + " ago";
 }
 
+namespace {
+
+// The offset of the first byte that breaks UTF-8 (overlong forms, surrogates and code points
+// past U+10FFFF included, as protobuf checks), or npos when `text` is valid.
+size_t FirstInvalidUtf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      ++i;
+      continue;
+    }
+    int length = 0;
+    uint32_t low = 0;
+    uint32_t code = 0;
+    if ((byte & 0xe0) == 0xc0) {
+      length = 2, low = 0x80, code = byte & 0x1f;
+    } else if ((byte & 0xf0) == 0xe0) {
+      length = 3, low = 0x800, code = byte & 0x0f;
+    } else if ((byte & 0xf8) == 0xf0) {
+      length = 4, low = 0x10000, code = byte & 0x07;
+    } else {
+      return i;
+    }
+    if (i + length > text.size()) return i;
+    for (int k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return i;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if (code < low || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return i;
+    i += length;
+  }
+  return std::string::npos;
+}
+
+void CheckUtf8(const std::string& field, const std::string& text, FieldErrors& errors) {
+  const size_t bad = FirstInvalidUtf8(text);
+  if (bad == std::string::npos) return;
+  char byte[8];
+  std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(text[bad]));
+  errors.Fail(field, "is not UTF-8 text (byte " + std::string(byte) + " at offset " +
+                         std::to_string(bad) + "); every string of a spec must be UTF-8");
+}
+
+void ValidateUtf8Strings(const google::protobuf::Message& message, const std::string& prefix,
+                         FieldErrors& errors) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string name = prefix.empty() ? field->name() : prefix + "." + field->name();
+    const bool is_string = field->type() == FieldDescriptor::TYPE_STRING;
+    const bool is_message = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+    if (!is_string && !is_message) continue;
+    if (!field->is_repeated()) {
+      if (is_string) CheckUtf8(name, reflection->GetString(message, field), errors);
+      if (is_message) ValidateUtf8Strings(reflection->GetMessage(message, field), name, errors);
+      continue;
+    }
+    for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+      const std::string element = name + "[" + std::to_string(i) + "]";
+      if (is_string) CheckUtf8(element, reflection->GetRepeatedString(message, field, i), errors);
+      if (is_message) {
+        ValidateUtf8Strings(reflection->GetRepeatedMessage(message, field, i), element, errors);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void ValidateUtf8Strings(const google::protobuf::Message& message, FieldErrors& errors) {
+  ValidateUtf8Strings(message, "", errors);
+}
+
 }  // namespace fsdpd::client

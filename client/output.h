@@ -1,5 +1,6 @@
 // Output formatting for fsdpctl: tables and numbers for people, JSON objects for scripts.
-// The JSON field names are a contract (README.md): tests and scripts rely on them.
+// The JSON field names are a contract (README.md): tests and scripts rely on them. Also the
+// check that what fsdpctl sends can be sent: proto3 strings hold only UTF-8.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,9 @@
 #include <vector>
 
 #include "fsdpd/v1/jobs.pb.h"
+#include "google/protobuf/message.h"
 #include "nlohmann/json.hpp"
+#include "proto/spec/field_errors.h"
 
 namespace fsdpd::client {
 
@@ -36,5 +39,10 @@ std::string FormatBytes(int64_t bytes);      // "512 B", "1.5 GiB"
 std::string FormatLoss(double loss);
 std::string FormatTime(int64_t unix_millis);  // local "2026-12-02 14:03:07", "-" for 0
 std::string FormatAge(int64_t unix_millis);   // "5m ago"
+
+// Every set string field of `message` (nested messages and repeated fields included) that is
+// not valid UTF-8 fails with its path ("name", "data.path", "tags[2]"): proto3 refuses to carry
+// it, and sent anyway it would fail without naming the field.
+void ValidateUtf8Strings(const google::protobuf::Message& message, FieldErrors& errors);
 
 }  // namespace fsdpd::client

@@ -43,6 +43,12 @@ int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool w
   if (!too_long.empty()) {
     return Fail("invalid spec " + spec_path + ": " + FormatFieldErrors(too_long.Take()));
   }
+  // A string that is not UTF-8 cannot be sent (proto3): named here, not lost in transport.
+  FieldErrors not_utf8;
+  ValidateUtf8Strings(*spec, not_utf8);
+  if (!not_utf8.empty()) {
+    return Fail("invalid spec " + spec_path + ": " + FormatFieldErrors(not_utf8.Take()));
+  }
 
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::SubmitJobRequest request;

@@ -1,14 +1,17 @@
 #include "server/cluster_identity.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
-#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -20,18 +23,65 @@ namespace {
 
 constexpr char kClusterIdFile[] = "cluster-id";
 
-// Writes `text` to `path` through a temp file, fsynced, then renamed.
+// Writes `text` to `path` through a fresh temp file, fsynced, then renamed, and the rename
+// made durable by syncing the folder.
 absl::Status WriteDurably(const std::string& path, const std::string& text) {
   const std::string temp = path + ".tmp";
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::FailedPreconditionError(absl::StrCat("cannot create ", temp));
+  unlink(temp.c_str());  // whatever was left there (a file, a FIFO): O_EXCL makes a new one
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", temp, ": ", std::strerror(errno)));
+  }
   const bool written =
       write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
   close(fd);
   if (!written || rename(temp.c_str(), path.c_str()) != 0) {
+    unlink(temp.c_str());
     return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
   }
+  const int folder =
+      open(std::filesystem::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (folder >= 0) {
+    fsync(folder);
+    close(folder);
+  }
   return absl::OkStatus();
+}
+
+// The id stored in `marker`, nullopt when there is no such file. Refuses, naming the file, one
+// that is not a regular file (opened without blocking: a FIFO there must not hang the start) or
+// does not hold exactly one cluster id.
+absl::StatusOr<std::optional<std::string>> ReadMarker(const std::string& marker) {
+  const int fd = open(marker.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", marker, ": ", std::strerror(errno)));
+  }
+  struct stat info {};
+  std::string content;
+  const bool regular = fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  if (regular) {
+    char buffer[4096];
+    const ssize_t size = read(fd, buffer, sizeof(buffer));
+    if (size > 0) content.assign(buffer, static_cast<size_t>(size));
+  }
+  close(fd);
+  const std::string id(absl::StripAsciiWhitespace(content));
+  if (!regular || !IsClusterId(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        marker,
+        !regular ? " is not a regular file"
+                 : (content.empty()
+                        ? " is empty"
+                        : absl::StrCat(" does not hold a cluster id (", info.st_size, " bytes)")),
+        ": it must hold one UUID on one line, such as 1b4e28ba-2fa1-4d3b-a3f5-ef19b1f2c2a1, as "
+        "fsdpd wrote it when the state folder was new. Restore it from the backup of this state "
+        "folder, or, if fsdpd.db is intact, remove it and the store gets a new id "
+        "(docs/operations.md, \"When the store or its volume fails\")"));
+  }
+  return std::optional<std::string>(id);
 }
 
 std::string Advice(const std::string& state_dir) {
@@ -58,37 +108,64 @@ std::string NewUuid() {
                          high & 0xffff, low >> 48, low & 0xffffffffffffULL);
 }
 
-absl::StatusOr<std::string> OpenClusterIdentity(const std::string& state_dir,
-                                                const std::string& database_path) {
+bool IsClusterId(absl::string_view text) {
+  if (text.size() != 36) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? text[i] != '-' : !absl::ascii_isxdigit(static_cast<unsigned char>(text[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<ClusterIdentity> ReadClusterIdentity(const std::string& state_dir,
+                                                    const std::string& database_path) {
   namespace fs = std::filesystem;
   const std::string marker = (fs::path(state_dir) / kClusterIdFile).string();
   std::error_code error;
-  const bool database_exists = fs::exists(database_path, error);
-  const uintmax_t database_size = database_exists ? fs::file_size(database_path, error) : 0;
-  if (fs::exists(marker, error)) {
-    std::ifstream file(marker);
-    std::stringstream content;
-    content << file.rdbuf();
-    const std::string id(absl::StripAsciiWhitespace(content.str()));
-    if (id.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(marker, " is empty"));
-    }
-    if (!database_exists || database_size == 0) {
+  ClusterIdentity identity;
+  identity.database_existed = fs::exists(database_path, error);
+  const uintmax_t database_size =
+      identity.database_existed ? fs::file_size(database_path, error) : 0;
+  absl::StatusOr<std::optional<std::string>> stored = ReadMarker(marker);
+  if (!stored.ok()) return stored.status();
+  if (stored->has_value()) {
+    identity.id = **stored;
+    if (!identity.database_existed || database_size == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          database_path, database_exists ? " is empty (zero length)" : " is missing",
-          " but the state folder belongs to cluster ", id, " (", marker, ")", Advice(state_dir)));
+          database_path, identity.database_existed ? " is empty (zero length)" : " is missing",
+          " but the state folder belongs to cluster ", identity.id, " (", marker, ")",
+          Advice(state_dir)));
     }
-    return id;
+    return identity;
   }
-  if (database_exists && database_size == 0) {
+  if (identity.database_existed && database_size == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(database_path, " is empty (zero length)", Advice(state_dir)));
   }
-  const std::string id = NewUuid();
-  if (absl::Status status = WriteDurably(marker, id + "\n"); !status.ok()) return status;
-  spdlog::info("state folder {}: cluster id {}{}", state_dir, id,
-               database_exists ? " (given to an existing store)" : " (new cluster)");
-  return id;
+  identity.id = NewUuid();
+  identity.is_new = true;
+  return identity;
+}
+
+absl::Status WriteClusterIdentity(const std::string& state_dir, const ClusterIdentity& identity) {
+  if (!identity.is_new) return absl::OkStatus();
+  const std::string marker = (std::filesystem::path(state_dir) / kClusterIdFile).string();
+  if (absl::Status status = WriteDurably(marker, identity.id + "\n"); !status.ok()) return status;
+  spdlog::info("state folder {}: cluster id {}{}", state_dir, identity.id,
+               identity.database_existed ? " (given to an existing store)" : " (new cluster)");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> OpenClusterIdentity(const std::string& state_dir,
+                                                const std::string& database_path) {
+  absl::StatusOr<ClusterIdentity> identity = ReadClusterIdentity(state_dir, database_path);
+  if (!identity.ok()) return identity.status();
+  if (absl::Status status = WriteClusterIdentity(state_dir, *identity); !status.ok()) {
+    return status;
+  }
+  return identity->id;
 }
 
 }  // namespace fsdpd::server

@@ -10,6 +10,8 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/cluster_identity.h"
 #include "server/sqlite_job_store.h"
+#include "server/state_lock.h"
+#include "server/unparsable_request_interceptor.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
@@ -62,17 +64,19 @@ Coordinator::~Coordinator() { Shutdown(); }
 absl::Status Coordinator::Start() {
   if (absl::Status status = config_.Check(); !status.ok()) return status;
   std::error_code error;
-  for (const std::string& directory : {config_.state_dir, config_.jobs.artifact_dir}) {
-    std::filesystem::create_directories(directory, error);
-    if (error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("state-dir: cannot create ", directory, ": ", error.message()));
-    }
+  std::filesystem::create_directories(config_.state_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state-dir: cannot create ", config_.state_dir, ": ", error.message()));
   }
-  absl::StatusOr<std::string> cluster =
-      OpenClusterIdentity(config_.state_dir, config_.store.database_path);
+  // One coordinator per state folder, taken before anything in it is read or written.
+  absl::StatusOr<std::unique_ptr<StateLock>> lock =
+      StateLock::Acquire(config_.state_dir, config_.listen);
+  if (!lock.ok()) return lock.status();
+  state_lock_ = std::move(*lock);
+  absl::StatusOr<ClusterIdentity> cluster =
+      ReadClusterIdentity(config_.state_dir, config_.store.database_path);
   if (!cluster.ok()) return cluster.status();
-  cluster_id_ = *cluster;
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(config_.store);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
@@ -86,6 +90,17 @@ absl::Status Coordinator::Start() {
   if (absl::Status status = jobs_->Load(); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("loading ", config_.store.database_path, ": ",
                                                     status.message()));
+  }
+  // The store opened and loaded: only now does anything else go into the state folder, so a
+  // damaged store leaves the folder as it was.
+  if (absl::Status status = WriteClusterIdentity(config_.state_dir, *cluster); !status.ok()) {
+    return status;
+  }
+  cluster_id_ = cluster->id;
+  std::filesystem::create_directories(config_.jobs.artifact_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state-dir: cannot create ", config_.jobs.artifact_dir, ": ", error.message()));
   }
   absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
       MetricsExporter::Create(config_.metrics, *jobs_, *workers_);
@@ -120,12 +135,12 @@ absl::Status Coordinator::Start() {
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
   builder.RegisterService(rendezvous_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // fsdpd_rpc_duration_seconds and fsdpd_rpc_first_message_seconds for every RPC.
-  if (metrics_ != nullptr) {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> timing;
-    timing.push_back(metrics_->RpcTimingInterceptors());
-    builder.experimental().SetInterceptorCreators(std::move(timing));
-  }
+  if (metrics_ != nullptr) interceptors.push_back(metrics_->RpcTimingInterceptors());
+  // A request that does not parse (a string that is not UTF-8) is the caller's error.
+  interceptors.push_back(UnparsableRequestInterceptors());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Artifacts arrive in 1 MiB chunks; specs and reports are small. A larger request is refused
   // with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(config_.max_receive_message_bytes);
@@ -140,6 +155,17 @@ absl::Status Coordinator::Start() {
     server_->Shutdown();
     server_.reset();
     return status;
+  }
+  const std::string& metrics_listen = config_.metrics.listen;
+  std::string metrics_address;
+  if (metrics_ != nullptr) {
+    metrics_address =
+        absl::StrCat(metrics_listen.substr(0, metrics_listen.rfind(':')), ":", metrics_->port());
+  }
+  if (absl::Status status =
+          state_lock_->RecordAddresses(listen_address_, metrics_address, config_.health_listen);
+      !status.ok()) {
+    spdlog::warn("{}", std::string(status.message()));  // the lock holds; its text is stale
   }
   SetServing("", true);
   SetServing(kJobServiceName, true);

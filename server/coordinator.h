@@ -1,6 +1,6 @@
 // The coordinator process minus flags and signals: owns every component in dependency order
-// (store → workers → rendezvous → jobs → metrics → services → gRPC server) and the ticker thread
-// that drives timeouts and batched writes.
+// (state lock → store → workers → rendezvous → jobs → metrics → services → gRPC server) and the
+// ticker thread that drives timeouts and batched writes.
 #pragma once
 
 #include <condition_variable>
@@ -20,6 +20,7 @@
 #include "server/metrics_exporter.h"
 #include "server/rendezvous_service.h"
 #include "server/rendezvous_store.h"
+#include "server/state_lock.h"
 #include "server/worker_registry.h"
 #include "server/worker_service.h"
 
@@ -30,7 +31,9 @@ class Coordinator {
   explicit Coordinator(CoordinatorConfig config);
   ~Coordinator();
 
-  // Opens the store, loads jobs, binds the ports and starts serving.
+  // Locks the state folder (server/state_lock.h), opens the store, loads jobs, binds the ports
+  // and starts serving. Nothing is written into the state folder but the lock file until the
+  // store has opened and loaded.
   absl::Status Start();
   // Graceful: sessions close with UNAVAILABLE, jobs keep their state, the store is flushed.
   void Shutdown();
@@ -49,6 +52,8 @@ class Coordinator {
   absl::Status StartHealthPort();
 
   CoordinatorConfig config_;
+  // First member, so destroyed last: the folder stays locked until the store is closed.
+  std::unique_ptr<StateLock> state_lock_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<RendezvousStore> rendezvous_;

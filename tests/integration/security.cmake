@@ -11,4 +11,10 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl AND TARGET fsdpd_proc
     LIBS fsdpd_process_harness fsdpd_proto
     TIMEOUT 240)
   add_dependencies(rogue_client_test fsdpd fsdpd-worker fsdpctl)
+  # One coordinator per state folder, the state folder's files, fsdpctl's output targets.
+  fsdpd_test(state_trust_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/state_trust_test.cc
+    LIBS fsdpd_process_harness fsdpd_proto
+    TIMEOUT 240)
+  add_dependencies(state_trust_test fsdpd fsdpd-worker fsdpctl)
 endif()
