@@ -4,10 +4,10 @@
   prometheus_panels.py panels URL QUERIES_JSON --spec JOB_YAML [--window SECONDS]
       Runs every query of dashboard_queries.py's output the way Grafana does: instant panels
       at now, the others as range queries over the last --window seconds. Exits 0 when every
-      query has data; prints one line per query. Kernel throughput queries (requires
-      "counters") are skipped, with the reason, when the job's spec asks for no hardware
-      counters or runs where none can be read (the CPU backend): what is expected comes from
-      the spec, never from the metrics themselves, so a renamed metric is a failure.
+      query has data; prints one line per query. Kernel queries (requires "profile" or
+      "counters") are skipped, with the reason, only when the job's spec (JOB_YAML) runs no
+      profiling window: what is expected comes from the spec, never from the metrics
+      themselves, so a renamed or lost metric is a failure, not a skip.
   prometheus_panels.py absent URL EXPR
       Exits 0 when the instant query EXPR has no series at now (for example once Prometheus
       marked a finished job's series stale).
@@ -47,19 +47,20 @@ def has_data(url, expr, instant, window):
     return sum(1 for series in result if series.get("values"))
 
 
-def counters_expected(spec):
-    """Whether the job's ranks report hardware counter ratios: its profile asks for counters,
-    and it runs on CUDA (CUPTI); the CPU backend has none (docs/profiling.md)."""
+def profiled(spec):
+    """Whether the job runs a profiling window: `profile.steps`, 3 when unset (the default of
+    proto/spec/job_spec.cc). Its ranks then report the kernel table, whose rows carry SM and
+    HBM throughput ratios on every backend: CUPTI's counters where `counters: true` can read
+    them, the analytic roofline otherwise (docs/profiling.md)."""
     profile = spec.get("profile") or {}
-    parallel = spec.get("parallel") or {}
-    return bool(profile.get("counters")) and str(parallel.get("device", "")).startswith("cuda")
+    return int(profile.get("steps", 3)) > 0
 
 
 def panels(args):
     with open(args.queries, encoding="utf-8") as file:
         queries = json.load(file)
     with open(args.spec, encoding="utf-8") as file:
-        counters = counters_expected(yaml.safe_load(file) or {})
+        kernels_expected = profiled(yaml.safe_load(file) or {})
     missing = []
     for entry in queries:
         name = f'{entry["panel"]} [{entry["ref"]}]'
@@ -72,8 +73,8 @@ def panels(args):
             continue
         if count:
             print(f"ok    {name} ({kind}): {count} series")
-        elif entry["requires"] == "counters" and not counters:
-            print(f"SKIP  {name}: the job's spec has no hardware counters (CPU, or counters off)")
+        elif entry["requires"] in ("profile", "counters") and not kernels_expected:
+            print(f"SKIP  {name}: the job's spec runs no profiling window (profile.steps: 0)")
         else:
             print(f"EMPTY {name} ({kind}): {entry['expr']}")
             missing.append(name)

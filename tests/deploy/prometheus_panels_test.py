@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks prometheus_panels.py's verdicts against a stand-in for Prometheus' HTTP API: a panel
-without data fails, and the kernel throughput panels are skipped only when the job's spec
-expects no hardware counters, whatever the metrics say. prometheus_dashboard_test.sh runs the
-tool against a real Prometheus, but only with a CPU job, which never has counters.
+without data fails, and the kernel panels are skipped only when the job's spec runs no
+profiling window, whatever the metrics say (a renamed metric must fail, not read as a skip).
+prometheus_dashboard_test.sh runs the tool against a real Prometheus and fsdpd.
 
   prometheus_panels_test.py
 """
@@ -56,35 +56,32 @@ class PanelsTest(unittest.TestCase):
                     ["panels", "http://prometheus", queries, "--spec", spec])
             return code, output.getvalue()
 
-    CUDA_WITH_COUNTERS = ("parallel: {world_size: 1, device: cuda}\n"
-                          "profile: {start_step: 2, steps: 1, counters: true}\n")
-    CPU_WITH_COUNTERS = ("parallel: {world_size: 2, device: cpu}\n"
-                         "profile: {start_step: 2, steps: 1, counters: true}\n")
+    CPU_PROFILED = ("parallel: {world_size: 2, device: cpu}\n"
+                    "profile: {start_step: 2, steps: 1, counters: true}\n")
+    CUDA_PROFILED = "parallel: {world_size: 1, device: cuda}\nprofile: {steps: 2}\n"
+    NOT_PROFILED = "parallel: {world_size: 2, device: cpu}\nprofile: {steps: 0}\n"
 
     def test_every_panel_with_data_passes(self):
-        code, output = self.run_panels(self.CUDA_WITH_COUNTERS, {
+        code, output = self.run_panels(self.CPU_PROFILED, {
             "fsdpd_train_loss": 2, "fsdpd_kernel_sm_throughput_ratio": 3})
         self.assertEqual(code, 0, output)
         self.assertNotIn("SKIP", output)
 
-    def test_missing_counters_fail_when_the_spec_expects_them(self):
-        # A CUDA job with counters on, and no counter series: a renamed or lost metric, which
-        # must not read as "the backend has no counters".
-        code, output = self.run_panels(self.CUDA_WITH_COUNTERS, {"fsdpd_train_loss": 2})
-        self.assertEqual(code, 1, output)
-        self.assertIn("EMPTY Kernel SM throughput", output)
+    def test_missing_throughput_ratios_fail_when_the_spec_profiles(self):
+        # Every backend reports the ratios of a profiled window (counters or the analytic
+        # roofline): none at all is a renamed or lost metric, not a backend without counters.
+        for spec in (self.CPU_PROFILED, self.CUDA_PROFILED, "parallel: {device: cpu}\n"):
+            code, output = self.run_panels(spec, {"fsdpd_train_loss": 2})
+            self.assertEqual(code, 1, spec + output)
+            self.assertIn("EMPTY Kernel SM throughput", output)
 
-    def test_counters_are_skipped_when_the_spec_has_none(self):
-        code, output = self.run_panels(self.CPU_WITH_COUNTERS, {"fsdpd_train_loss": 2})
+    def test_kernel_panels_are_skipped_without_a_profiling_window(self):
+        code, output = self.run_panels(self.NOT_PROFILED, {"fsdpd_train_loss": 2})
         self.assertEqual(code, 0, output)
         self.assertIn("SKIP  Kernel SM throughput", output)
-        code, output = self.run_panels(
-            "parallel: {device: cuda}\nprofile: {steps: 1, counters: false}\n",
-            {"fsdpd_train_loss": 2})
-        self.assertEqual(code, 0, output)
 
     def test_a_panel_without_data_fails(self):
-        code, output = self.run_panels(self.CPU_WITH_COUNTERS, {})
+        code, output = self.run_panels(self.CPU_PROFILED, {})
         self.assertEqual(code, 1, output)
         self.assertIn("EMPTY Loss", output)
 
