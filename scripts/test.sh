@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# README command 2: installs what is missing, builds, and runs every test.
-# Tests labelled `gpu` skip themselves where no GPU is present.
+# README command 2: installs what is missing, builds, and runs every test that was built.
+# Tests labelled `gpu` are built only where the CUDA toolkit is (nvcc; install_deps.sh does not
+# install it): without it they are not built at all, and the configure's line "fsdpd tests not
+# built: ..." says so, as it names every test area it leaves out and why. Built, they skip
+# themselves where no GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

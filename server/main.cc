@@ -387,8 +387,15 @@ int main(int argc, char** argv) {
     std::cerr << "fsdpd: " << status.message() << "\n";
     return 1;
   }
-  spdlog::info("state in {}, metrics on {}", config->state_dir,
-               config->metrics.listen.empty() ? "(off)" : config->metrics.listen);
+  // Both addresses with the ports actually bound, so that port 0 (a port of the system's choice)
+  // can be read back from the log.
+  const std::string& metrics_requested = config->metrics.listen;
+  const std::string metrics_address =
+      metrics_requested.empty() || coordinator.metrics() == nullptr
+          ? "(off)"
+          : absl::StrCat(metrics_requested.substr(0, metrics_requested.rfind(':')), ":",
+                         coordinator.metrics()->port());
+  spdlog::info("state in {}, metrics on {}", config->state_dir, metrics_address);
   std::cout << "fsdpd listening on " << coordinator.listen_address() << std::endl;
 
   Notify("READY=1");

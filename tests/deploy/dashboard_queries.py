@@ -8,7 +8,8 @@ an error: the dashboard would show nothing there.
 
 Output (JSON, one list): [{"panel", "ref", "expr", "instant", "requires"}], where `requires`
 is null, "profile" (kernel series that exist only once a profiling window has run) or
-"counters" (kernel throughput ratios, which only backends with hardware counters report).
+"counters" (kernel throughput ratios: CUPTI's hardware counters where a job asks for them and
+they can be read, the analytic roofline otherwise).
 
   dashboard_queries.py deploy/grafana/fsdpd.json [--job REGEX] [--rate-interval 30s]
 """

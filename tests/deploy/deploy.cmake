@@ -31,6 +31,9 @@ add_test(NAME deploy_prometheus_rules_fire
 
 add_test(NAME deploy_grafana_dashboard
          COMMAND ${FSDPD_PYTHON3} ${deploy_tests_dir}/dashboard_test.py ${deploy_source_dir})
+# prometheus_panels.py's verdicts (what the live dashboard test relies on), against a stand-in.
+add_test(NAME deploy_prometheus_panels_tool
+         COMMAND ${FSDPD_PYTHON3} ${deploy_tests_dir}/prometheus_panels_test.py)
 add_test(NAME deploy_kubernetes_manifests
          COMMAND ${FSDPD_PYTHON3} ${deploy_tests_dir}/kubernetes_test.py ${deploy_source_dir})
 add_test(NAME deploy_kubernetes_worker_entrypoint
@@ -38,7 +41,8 @@ add_test(NAME deploy_kubernetes_worker_entrypoint
 
 set_tests_properties(
   deploy_systemd_units deploy_prometheus_config deploy_prometheus_rules_check
-  deploy_prometheus_rules_fire deploy_grafana_dashboard deploy_kubernetes_manifests
+  deploy_prometheus_rules_fire deploy_grafana_dashboard deploy_prometheus_panels_tool
+  deploy_kubernetes_manifests
   deploy_kubernetes_worker_entrypoint
   PROPERTIES LABELS unit TIMEOUT 120
              ENVIRONMENT

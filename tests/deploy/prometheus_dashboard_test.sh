@@ -3,7 +3,7 @@
 # Prometheus scraping a real fsdpd, while a CPU job trains on two fsdpd-workers and again after
 # the job ended and its series left /metrics; both alerts of a lost worker fire and resolve.
 #
-# Starts, all on loopback ports chosen at random: fsdpd (short heartbeat timeout and metrics
+# Starts, all on loopback ports each server picks itself (port 0, read back from its log): fsdpd (short heartbeat timeout and metrics
 # retention), two `fsdpd-worker --device cpu`, and `prometheus` (scraping every second) with
 # deploy/prometheus/rules. Prometheus loads a copy of the shipped rule file whose `for:` and
 # `[5m]` windows are shortened to seconds, so that firing and resolving take seconds; the
@@ -11,8 +11,9 @@
 #
 #  1. Submits a tiny job with a profiling window and waits until it trained past the window.
 #     Every panel has data, queried as Grafana does (instant panels at now, the others over
-#     the last minutes); kernel throughput panels are skipped, with the reason, when the backend
-#     reports no throughput ratios. $job's label_values(fsdpd_job_info, job) lists the job.
+#     the last minutes); kernel throughput panels are skipped, with the reason, when the job's
+#     spec has no hardware counters (a CPU job has none). $job's label_values(fsdpd_job_info,
+#     job) lists the job.
 #     `fsdpctl profile --roofline` writes an SVG with one mark per kernel of the table.
 #  2. Kills one worker (SIGKILL): the job fails and the worker is LOST, so FsdpdJobFailed and
 #     FsdpdWorkerLost fire.
@@ -68,15 +69,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-grpc_port=$(free_port)
-metrics_port=$(free_port)
-prometheus_port=$(free_port)
-export FSDPD_COORDINATOR=127.0.0.1:$grpc_port
-
 wait_until() {  # wait_until SECONDS WHAT COMMAND...
   local deadline=$((SECONDS + $1)) what=$2
   shift 2
@@ -89,12 +81,20 @@ wait_until() {  # wait_until SECONDS WHAT COMMAND...
   done
 }
 
+logged_port() {  # logged_port LOG PATTERN: the port of the first "PATTERN127.0.0.1:PORT" in LOG
+  grep -m1 -oE "$2"'127\.0\.0\.1:[0-9]+' "$1" 2>/dev/null | grep -oE '[0-9]+$'
+}
+
 # A short metrics retention, so the finished job's series are seen to go; a short heartbeat
-# timeout, so a killed worker is LOST within seconds.
-"$fsdpd" --listen "127.0.0.1:$grpc_port" --metrics-listen "127.0.0.1:$metrics_port" \
+# timeout, so a killed worker is LOST within seconds. fsdpd logs the ports it bound.
+"$fsdpd" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
   --state-dir "$work/state" --heartbeat-timeout 3s --metrics-retention 3s \
   >"$work/fsdpd.log" 2>&1 &
 pids+=($!)
+wait_until 30 "fsdpd to listen" logged_port "$work/fsdpd.log" 'fsdpd listening on '
+grpc_port=$(logged_port "$work/fsdpd.log" 'fsdpd listening on ')
+metrics_port=$(logged_port "$work/fsdpd.log" 'metrics on ')
+export FSDPD_COORDINATOR=127.0.0.1:$grpc_port
 wait_until 30 "fsdpd's /metrics" curl -sf "http://127.0.0.1:$metrics_port/metrics"
 
 start_worker() {  # start_worker RANK: a CPU worker on this host; its pid in worker_pids[RANK]
@@ -152,9 +152,12 @@ scrape_configs:
     static_configs:
       - targets: ["127.0.0.1:$metrics_port"]
 CONFIG
+# Info level: Prometheus logs the port it bound ("Listening on" address=127.0.0.1:PORT).
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
-  --web.listen-address="127.0.0.1:$prometheus_port" --log.level=warn >"$work/prometheus.log" 2>&1 &
+  --web.listen-address=127.0.0.1:0 --log.level=info >"$work/prometheus.log" 2>&1 &
 pids+=($!)
+wait_until 60 "Prometheus to listen" logged_port "$work/prometheus.log" 'msg="Listening on" address='
+prometheus_port=$(logged_port "$work/prometheus.log" 'msg="Listening on" address=')
 prometheus_url=http://127.0.0.1:$prometheus_port
 wait_until 60 "Prometheus to be ready" curl -sf "$prometheus_url/-/ready"
 panels_tool=$script_dir/prometheus_panels.py
@@ -215,7 +218,7 @@ python3 "$script_dir/dashboard_queries.py" "$source_dir/deploy/grafana/fsdpd.jso
 check_panels() {  # check_panels PHASE: every panel has data within 30 s, or the test fails
   local deadline=$((SECONDS + 30))
   until python3 "$panels_tool" panels "$prometheus_url" "$work/queries.json" \
-    >"$work/report.txt" 2>&1; do
+    --spec "$work/job.yaml" >"$work/report.txt" 2>&1; do
     if [ $SECONDS -ge $deadline ]; then
       cat "$work/report.txt"
       echo "---- fsdpd's /metrics now (families) ----"
@@ -310,7 +313,9 @@ finished_job_series_gone() {
   ! curl -sf "http://127.0.0.1:$metrics_port/metrics" | grep -q "job=\"$job_id\""
 }
 wait_until 30 "the series of job $job_id to leave /metrics" finished_job_series_gone
-sleep 3  # a few scrapes without them: Prometheus marks them stale
+# The next scrape without them marks them stale: an instant query finds none of the job's series.
+wait_until 30 "Prometheus to mark the series of job $job_id stale" \
+  python3 "$panels_tool" absent "$prometheus_url" "{job=\"$job_id\"}"
 check_panels "after the job ended and its series left /metrics"
 job_id=
 echo "dashboard: every panel has data from a live fsdpd, during the job and after it"

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Asks a live Prometheus what the fsdpd dashboard and alerts would show.
 
-  prometheus_panels.py panels URL QUERIES_JSON [--window SECONDS]
+  prometheus_panels.py panels URL QUERIES_JSON --spec JOB_YAML [--window SECONDS]
       Runs every query of dashboard_queries.py's output the way Grafana does: instant panels
       at now, the others as range queries over the last --window seconds. Exits 0 when every
-      query has data; prints one line per query. Kernel throughput queries (requires
-      "counters") are skipped, with the reason, when the backend reported no counters.
+      query has data; prints one line per query. Kernel queries (requires "profile" or
+      "counters") are skipped, with the reason, only when the job's spec (JOB_YAML) runs no
+      profiling window: what is expected comes from the spec, never from the metrics
+      themselves, so a renamed or lost metric is a failure, not a skip.
+  prometheus_panels.py absent URL EXPR
+      Exits 0 when the instant query EXPR has no series at now (for example once Prometheus
+      marked a finished job's series stale).
   prometheus_panels.py alert URL NAME firing|inactive
       Exits 0 when alert NAME is firing (at least one instance) or, for inactive, has none
       pending or firing. Prints the alert's instances.
@@ -19,6 +24,8 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+
+import yaml
 
 
 def api(url, path, parameters):
@@ -40,12 +47,20 @@ def has_data(url, expr, instant, window):
     return sum(1 for series in result if series.get("values"))
 
 
+def profiled(spec):
+    """Whether the job runs a profiling window: `profile.steps`, 3 when unset (the default of
+    proto/spec/job_spec.cc). Its ranks then report the kernel table, whose rows carry SM and
+    HBM throughput ratios on every backend: CUPTI's counters where `counters: true` can read
+    them, the analytic roofline otherwise (docs/profiling.md)."""
+    profile = spec.get("profile") or {}
+    return int(profile.get("steps", 3)) > 0
+
+
 def panels(args):
     with open(args.queries, encoding="utf-8") as file:
         queries = json.load(file)
-    counters = bool(api(args.url, "query", {"query": (
-        f"last_over_time(fsdpd_kernel_sm_throughput_ratio[{args.window}s]) >= 0 or "
-        f"last_over_time(fsdpd_kernel_dram_throughput_ratio[{args.window}s]) >= 0")})["result"])
+    with open(args.spec, encoding="utf-8") as file:
+        kernels_expected = profiled(yaml.safe_load(file) or {})
     missing = []
     for entry in queries:
         name = f'{entry["panel"]} [{entry["ref"]}]'
@@ -58,8 +73,8 @@ def panels(args):
             continue
         if count:
             print(f"ok    {name} ({kind}): {count} series")
-        elif entry["requires"] == "counters" and not counters:
-            print(f"SKIP  {name}: the backend reported no SM/DRAM throughput ratios")
+        elif entry["requires"] in ("profile", "counters") and not kernels_expected:
+            print(f"SKIP  {name}: the job's spec runs no profiling window (profile.steps: 0)")
         else:
             print(f"EMPTY {name} ({kind}): {entry['expr']}")
             missing.append(name)
@@ -77,6 +92,13 @@ def alert(args):
     return 0 if not alerts else 1
 
 
+def absent(args):
+    result = api(args.url, "query", {"query": args.expr, "time": time.time()})["result"]
+    for series in result:
+        print(json.dumps(series["metric"], sort_keys=True))
+    return 1 if result else 0
+
+
 def label_values(args):
     now = time.time()
     values = api(args.url, f"label/{args.label}/values",
@@ -91,8 +113,13 @@ def main(argv):
     p = commands.add_parser("panels")
     p.add_argument("url")
     p.add_argument("queries")
+    p.add_argument("--spec", required=True, help="the job's spec (YAML)")
     p.add_argument("--window", type=int, default=600)
     p.set_defaults(run=panels)
+    p = commands.add_parser("absent")
+    p.add_argument("url")
+    p.add_argument("expr")
+    p.set_defaults(run=absent)
     p = commands.add_parser("alert")
     p.add_argument("url")
     p.add_argument("name")

@@ -4,6 +4,14 @@
 # The config metadata needs no Vulkan: a unit test (ASan runs it too).
 fsdpd_test(edge_metadata_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_metadata_test.cc LIBS fsdpd_formats)
+if(NOT TARGET fsdpd_edge)
+  if(fsdpd_edge_choice MATCHES "^(OFF|FALSE|NO|0)$")
+    fsdpd_drop_tests("every edge test but edge_metadata_test" "-DFSDPD_EDGE=OFF")
+  else()
+    fsdpd_drop_tests("every edge test but edge_metadata_test"
+                     "no Vulkan loader or glslc: Debian libvulkan-dev and glslc")
+  endif()
+endif()
 if(TARGET fsdpd_edge)
   fsdpd_test(edge_matmul_tuner_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matmul_tuner_test.cc LIBS fsdpd_edge_tuner)
@@ -48,4 +56,7 @@ if(TARGET edge_glsl_to_spirv)
     EDGE_GLSLANG_LIBRARY="$<TARGET_PROPERTY:edge_glsl_to_spirv,EDGE_GLSLANG_LIBRARY>"
     EDGE_SHADER_DIR="${CMAKE_SOURCE_DIR}/edge/shaders")
   add_dependencies(edge_glsl_to_spirv_test edge_glsl_to_spirv)
+elseif(TARGET fsdpd_edge)
+  fsdpd_drop_tests(edge_glsl_to_spirv_test
+                   "no glslang with GL_NV_cooperative_matrix2: the slangpy wheel's libslang-glslang")
 endif()

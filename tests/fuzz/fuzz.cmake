@@ -6,4 +6,6 @@ if(FSDPD_FUZZ_CLANG)
     COMMAND ${CMAKE_CURRENT_LIST_DIR}/run_fuzzers.sh ${CMAKE_BINARY_DIR}/fuzz)
   set_tests_properties(fuzz_readers PROPERTIES LABELS unit TIMEOUT 900
     ENVIRONMENT "FUZZ_SECONDS=20")
+else()
+  fsdpd_drop_tests(fuzz_readers "no clang++-14: Debian clang-14 and libclang-rt-14-dev")
 endif()

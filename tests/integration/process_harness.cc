@@ -59,21 +59,24 @@ void IsolateClientEnvironment(const std::string& home) {
   unsetenv("FSDPD_TLS_CA");
 }
 
-int FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+UnusedPort::UnusedPort() {
+  fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   address.sin_port = 0;
   socklen_t length = sizeof(address);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    if (fd >= 0) close(fd);
-    throw std::runtime_error("cannot find a free TCP port");
+  // Bound, never listening: connections are refused, and without SO_REUSEADDR no other socket
+  // can bind the port while this one holds it.
+  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd_ >= 0) close(fd_);
+    throw std::runtime_error("cannot bind a TCP port on 127.0.0.1");
   }
-  close(fd);
-  return ntohs(address.sin_port);
+  port_ = ntohs(address.sin_port);
 }
+
+UnusedPort::~UnusedPort() { close(fd_); }
 
 std::string BuildPath(const std::string& relative) {
   return EnvironmentOr("FSDPD_BUILD_DIR", ".") + "/" + relative;
@@ -146,6 +149,23 @@ bool ChildProcess::WaitForLog(const std::string& text, std::chrono::milliseconds
   return false;
 }
 
+std::string ChildProcess::WaitForAddress(const std::string& prefix,
+                                         std::chrono::milliseconds timeout) {
+  const Clock::time_point until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    const std::string log = ReadFile(log_path_);
+    const size_t found = log.find(prefix);
+    if (found != std::string::npos) {
+      const size_t start = found + prefix.size();
+      const size_t end = log.find_first_of(" \r\n", start);
+      if (end != std::string::npos) return log.substr(start, end - start);
+    }
+    if (!Running()) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return "";
+}
+
 CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   TempDir capture;
   const std::string out_path = capture.path() + "/out";
@@ -171,8 +191,6 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
 }
 
 Cluster::Cluster(int workers) : worker_count_(workers) {
-  address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
-  metrics_address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
   state_dir_ = dir() + "/state";
   std::filesystem::create_directories(state_dir_);
   std::filesystem::create_directories(dir() + "/checkpoints");
@@ -187,14 +205,18 @@ bool Cluster::StartCoordinator() {
   coordinator_.reset();
   const std::string log = dir() + "/fsdpd." + std::to_string(++coordinator_starts_) + ".log";
   coordinator_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_, "--metrics-listen",
-                               metrics_address_, "--state-dir", state_dir_, "--heartbeat-timeout",
+      std::vector<std::string>{BuildPath("server/fsdpd"), "--listen",
+                               address_.empty() ? "127.0.0.1:0" : address_, "--metrics-listen",
+                               "127.0.0.1:0", "--state-dir", state_dir_, "--heartbeat-timeout",
                                "5s"},
       log);
-  if (!coordinator_->WaitForLog("fsdpd listening on", std::chrono::seconds(30))) {
+  const std::string bound =
+      coordinator_->WaitForAddress("fsdpd listening on ", std::chrono::seconds(30));
+  if (bound.empty()) {
     ADD_FAILURE() << "fsdpd did not start:\n" << ReadFile(log);
     return false;
   }
+  address_ = bound;
   return true;
 }
 

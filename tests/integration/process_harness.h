@@ -16,8 +16,23 @@
 
 namespace fsdpd::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeTcpPort();
+// A TCP port on 127.0.0.1 that nothing listens on while this object lives: it keeps the port
+// bound without listening, so a connection to it is refused and no server can take it. (A port
+// found free and then closed may be taken by anyone before it is used.) A server under test
+// picks its own port instead: --listen 127.0.0.1:0, then WaitForListenAddress.
+class UnusedPort {
+ public:
+  UnusedPort();  // throws std::runtime_error when no port can be bound
+  ~UnusedPort();
+  UnusedPort(const UnusedPort&) = delete;
+  UnusedPort& operator=(const UnusedPort&) = delete;
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // Points HOME at `home` and clears XDG_CONFIG_HOME, FSDPD_TOKEN_FILE and FSDPD_TLS_CA, so that
 // fsdpctl and workers started by the test pick up no token or CA from the real environment.
@@ -47,6 +62,10 @@ class ChildProcess {
   // Waits until the log contains `text`; false on timeout or if the process exits first.
   bool WaitForLog(const std::string& text, std::chrono::milliseconds timeout);
   const std::string& log_path() const { return log_path_; }
+  // Waits until the log has a line "<prefix><address>" (fsdpd prints "fsdpd listening on
+  // HOST:PORT" with the port it bound) and returns the address; "" on timeout or if the process
+  // exits first.
+  std::string WaitForAddress(const std::string& prefix, std::chrono::milliseconds timeout);
   pid_t pid() const { return pid_; }
   // The exit status once it has exited and been reaped (by Running or WaitForExit); -1 while it
   // runs or when a signal ended it.
@@ -76,8 +95,10 @@ class Cluster {
   explicit Cluster(int workers);
   ~Cluster();
 
-  // Starts (or restarts, on the same ports and state dir) the coordinator and waits until it
-  // serves. Returns false, with the log in the test output, if it does not.
+  // Starts (or restarts, on the same port and state dir) the coordinator and waits until it
+  // serves. Returns false, with the log in the test output, if it does not. The first start
+  // listens on port 0 and reads back the port fsdpd bound; a restart binds that port again, so
+  // that running workers find it (/metrics takes a port of its own each start).
   bool StartCoordinator();
   void KillCoordinator(int signal_number);
   // The state folder the next StartCoordinator uses (default <dir>/state): a new one is a new
@@ -120,8 +141,7 @@ class Cluster {
  private:
   TempDir dir_;
   int worker_count_;
-  std::string address_;
-  std::string metrics_address_;
+  std::string address_;  // empty until the coordinator's first start
   std::string state_dir_;
   std::unique_ptr<ChildProcess> coordinator_;
   int coordinator_starts_ = 0;

@@ -24,7 +24,6 @@ class SecureClusterTest : public ::testing::Test {
     IsolateClientEnvironment(dir_.path());
     ASSERT_TRUE(MakeTestCertificates(dir_.path(), &certificates_))
         << ReadFile(dir_.path() + "/openssl.log");
-    address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
   }
 
   std::string HashToken(const std::string& token, const std::string& role,
@@ -34,13 +33,14 @@ class SecureClusterTest : public ::testing::Test {
 
   bool StartCoordinator(const std::string& tokens_file) {
     coordinator_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_,
+        std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", "127.0.0.1:0",
                                  "--metrics-listen", "", "--state-dir", dir_.path() + "/state",
                                  "--tls-cert", certificates_.server_pem, "--tls-key",
                                  certificates_.server_key, "--tls-client-ca", certificates_.ca_pem,
                                  "--tokens-file", tokens_file},
         dir_.path() + "/fsdpd.log");
-    return coordinator_->WaitForLog("fsdpd listening on", seconds(30));
+    address_ = coordinator_->WaitForAddress("fsdpd listening on ", seconds(30));
+    return !address_.empty();
   }
 
   CommandResult Ctl(std::vector<std::string> args) {
@@ -118,17 +118,17 @@ TEST_F(SecureClusterTest, TokensRolesTlsAndWorkerCertificates) {
 }
 
 TEST_F(SecureClusterTest, NetworkListenNeedsTlsOrInsecure) {
-  const std::string port = std::to_string(FreeTcpPort());
-  CommandResult plain = RunCommand({BuildPath("server/fsdpd"), "--listen", "0.0.0.0:" + port,
+  // Port 0: the server that starts binds a port of its own.
+  CommandResult plain = RunCommand({BuildPath("server/fsdpd"), "--listen", "0.0.0.0:0",
                                     "--metrics-listen", "", "--state-dir", dir_.path() + "/s1"},
                                    seconds(30));
   EXPECT_EQ(plain.exit_code, 2);
   EXPECT_THAT(plain.err, HasSubstr("not a loopback address"));
   EXPECT_THAT(plain.err, HasSubstr("--insecure"));
 
-  ChildProcess with_tls({BuildPath("server/fsdpd"), "--listen", "0.0.0.0:" + port,
-                         "--metrics-listen", "", "--state-dir", dir_.path() + "/s2", "--tls-cert",
-                         certificates_.server_pem, "--tls-key", certificates_.server_key},
+  ChildProcess with_tls({BuildPath("server/fsdpd"), "--listen", "0.0.0.0:0", "--metrics-listen", "",
+                         "--state-dir", dir_.path() + "/s2", "--tls-cert", certificates_.server_pem,
+                         "--tls-key", certificates_.server_key},
                         dir_.path() + "/fsdpd-tls.log");
   EXPECT_TRUE(with_tls.WaitForLog("fsdpd listening on", seconds(30)))
       << ReadFile(with_tls.log_path());

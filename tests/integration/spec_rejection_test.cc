@@ -168,7 +168,8 @@ TEST_F(SpecRejectionTest, UnknownJobIsNamed) {
 }
 
 TEST(UnreachableCoordinatorTest, SaysWhichAddressFailed) {
-  const std::string address = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  const UnusedPort unused;
+  const std::string address = unused.address();
   CommandResult listed =
       RunCommand({BuildPath("client/fsdpctl"), "--coordinator", address, "--json", "list"},
                  std::chrono::seconds(30));

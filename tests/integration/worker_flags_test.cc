@@ -26,8 +26,9 @@ namespace {
 using ::testing::HasSubstr;
 
 CommandResult RunWorker(const std::vector<std::string>& flags) {
+  const UnusedPort unused;
   std::vector<std::string> argv{BuildPath("worker/fsdpd-worker"), "--coordinator",
-                                "127.0.0.1:" + std::to_string(FreeTcpPort())};
+                                unused.address()};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return RunCommand(argv, std::chrono::seconds(20));
 }
@@ -63,9 +64,9 @@ TEST(WorkerFlagsTest, CudaDeviceNeedsACudaBuildAndADevice) {
     return;
   }
   TempDir dir;
+  const UnusedPort unused;
   ChildProcess worker({BuildPath("worker/fsdpd-worker"), "--device", "cuda:0", "--coordinator",
-                       "127.0.0.1:" + std::to_string(FreeTcpPort()), "--checkpoint-root",
-                       dir.path() + "/checkpoints"},
+                       unused.address(), "--checkpoint-root", dir.path() + "/checkpoints"},
                       dir.path() + "/worker.log");
   ASSERT_TRUE(worker.WaitForLog("fsdpd-worker: device cuda:0", std::chrono::seconds(60)))
       << ReadFile(worker.log_path());

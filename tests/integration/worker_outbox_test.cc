@@ -2,10 +2,13 @@
 // waits for the coordinator to confirm it stored it.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "tests/support/thread_state.h"
 #include "worker/session_outbox.h"
 
 namespace fsdpd {
@@ -155,28 +158,63 @@ TEST(WorkerOutboxTest, ProfileTracesOutliveStepReportsWhenFull) {
   EXPECT_EQ(front->step().step(), 2);
 }
 
-TEST(WorkerOutboxTest, WaitReturnsWhenWorkArrivesOrWhenWoken) {
+TEST(WorkerOutboxTest, AnEmptyWaitLastsUntilItsDeadline) {
   Outbox outbox(10);
-  const auto far = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  std::thread producer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    outbox.PushTelemetry(Step("job-1", 1));
-  });
-  const auto started = std::chrono::steady_clock::now();
-  outbox.WaitForWork(far);
-  producer.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
-  EXPECT_TRUE(outbox.FrontTelemetry().has_value());
-  outbox.PopTelemetry();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  outbox.WaitForWork(until);
+  EXPECT_GE(std::chrono::steady_clock::now(), until) << "nothing queued and nobody woke it";
+}
 
-  std::thread waker([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    outbox.Wake();
+// Runs WaitForWork(far) on a thread of its own, and `act` once that thread is blocked in it.
+// Returns what the waiter saw when its wait returned: whether telemetry was queued, and whether
+// it returned before the deadline.
+struct WaitOutcome {
+  bool work_queued = false;
+  bool before_deadline = false;
+};
+WaitOutcome WaitThenAct(Outbox& outbox, const std::function<void()>& act) {
+  const auto far = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::atomic<pid_t> waiter_tid{0};
+  WaitOutcome outcome;
+  std::thread waiter([&] {
+    waiter_tid = testing::CurrentThreadId();
+    outbox.WaitForWork(far);
+    outcome.before_deadline = std::chrono::steady_clock::now() < far;
+    outcome.work_queued = outbox.FrontTelemetry().has_value();
   });
-  const auto woken_at = std::chrono::steady_clock::now();
-  outbox.WaitForWork(far);
-  waker.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - woken_at, std::chrono::seconds(10));
+  while (waiter_tid.load() == 0) std::this_thread::yield();
+  // Blocked in the wait: the producer acts only once the waiter is asleep in WaitForWork. A wait
+  // that returns at once is seen here as the thread having exited (false), and it found nothing.
+  const bool blocked = testing::WaitUntilBlocked(waiter_tid.load(), std::chrono::seconds(10));
+  act();
+  waiter.join();
+  EXPECT_TRUE(blocked) << "WaitForWork returned before anything was queued";
+  return outcome;
+}
+
+TEST(WorkerOutboxTest, AWaitReturnsBecauseWorkArrived) {
+  Outbox outbox(10);
+  const WaitOutcome outcome = WaitThenAct(outbox, [&] { outbox.PushTelemetry(Step("job-1", 1)); });
+  EXPECT_TRUE(outcome.work_queued) << "the wait returned before the work was queued";
+  EXPECT_TRUE(outcome.before_deadline) << "queued work did not end the wait";
+}
+
+TEST(WorkerOutboxTest, AFinishedAttemptEndsAWaitToo) {
+  Outbox outbox(10);
+  const WaitOutcome outcome = WaitThenAct(outbox, [&] { outbox.PushFinished(Result("job-1", 1)); });
+  EXPECT_TRUE(outcome.before_deadline) << "a queued result did not end the wait";
+  EXPECT_TRUE(outbox.FrontFinished().has_value());
+}
+
+TEST(WorkerOutboxTest, WakeEndsAWaitWithNothingQueued) {
+  Outbox outbox(10);
+  const WaitOutcome outcome = WaitThenAct(outbox, [&] { outbox.Wake(); });
+  EXPECT_TRUE(outcome.before_deadline) << "Wake() did not end the wait";
+  EXPECT_FALSE(outcome.work_queued);
+  // The wake is consumed: the next wait lasts until its deadline again.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  outbox.WaitForWork(until);
+  EXPECT_GE(std::chrono::steady_clock::now(), until);
 }
 
 }  // namespace

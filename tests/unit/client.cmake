@@ -5,5 +5,5 @@ if(EXPAT_FOUND)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_charts_test.cc
     LIBS fsdpd_client_charts EXPAT::EXPAT)
 else()
-  message(WARNING "expat not found (Debian: libexpat1-dev): client_charts_test is not built")
+  fsdpd_drop_tests(client_charts_test "no expat: Debian libexpat1-dev")
 endif()

@@ -3,9 +3,11 @@
 // and the destructor joins a read in flight.
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/support/thread_state.h"
 #include "worker/device/background_reading.h"
 
 namespace fsdpd {
@@ -38,21 +40,35 @@ TEST(BackgroundReadingTest, TheFirstReadIsInlineAndLaterOnesComeFromTheHelperThr
 TEST(BackgroundReadingTest, ASlowReadDoesNotHoldTheCallerAndIsJoinedAtTheEnd) {
   std::atomic<int> reads{0};
   std::atomic<bool> slow_read_started{false};
+  std::atomic<bool> slow_read_finished{false};
+  // The second read is slow: it waits for the gate, which the test opens (a deadline ends the
+  // wait where a broken Latest() or destructor would otherwise hang the test).
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  const pid_t caller = testing::CurrentThreadId();
+  std::thread opener;
   {
     BackgroundReading<int> reading([&] {
       if (reads.load() > 0) {
         slow_read_started = true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        opened.wait_for(std::chrono::seconds(20));
+        slow_read_finished = true;
       }
       return ++reads;
     });
     EXPECT_EQ(reading.Latest(), 1);
     ASSERT_TRUE(Eventually([&] { return slow_read_started.load(); }));
-    const Clock::time_point start = Clock::now();
     EXPECT_EQ(reading.Latest(), 1) << "the second reading is still under way";
-    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(150));
+    EXPECT_FALSE(slow_read_finished.load()) << "Latest() waited for the slow read";
+    // The gate opens once this thread is blocked in the destructor, with the read in flight.
+    opener = std::thread([&] {
+      testing::WaitUntilBlocked(caller, std::chrono::seconds(10));
+      gate.set_value();
+    });
   }  // destroyed with the slow read in flight: joins it
+  EXPECT_TRUE(slow_read_finished.load()) << "the destructor returned before the read it ran";
   EXPECT_EQ(reads.load(), 2);
+  opener.join();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -150,12 +151,15 @@ TEST(CommunicatorTest, APeerThatNeverJoinsFailsTheCollectiveWithinTheTimeout) {
 
 TEST(CommunicatorTest, AStuckPeerFailsTheCollectiveWithinTheTimeout) {
   const auto timeout = std::chrono::milliseconds(800);
+  std::promise<void> collective_returned;
+  std::shared_future<void> returned = collective_returned.get_future().share();
   RunRanks(
       2,
       [&](Communicator& communicator) {
         if (communicator.rank() == 1) {
-          // Alive and connected, but never takes part.
-          std::this_thread::sleep_for(timeout * 3);
+          // Alive and connected, but never takes part: it stays until rank 0's collective has
+          // returned (or far past the timeout, should it never return).
+          EXPECT_EQ(returned.wait_for(timeout * 20), std::future_status::ready);
           return;
         }
         InlineStream stream;
@@ -163,6 +167,7 @@ TEST(CommunicatorTest, AStuckPeerFailsTheCollectiveWithinTheTimeout) {
         const auto start = std::chrono::steady_clock::now();
         const absl::Status status = communicator.AllGather(Floats(shard), Floats(full), stream);
         const auto waited = std::chrono::steady_clock::now() - start;
+        collective_returned.set_value();
         EXPECT_FALSE(status.ok());
         EXPECT_GE(waited, timeout * 9 / 10);
         EXPECT_LT(waited, timeout * 5 / 2);

@@ -1,8 +1,10 @@
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/thread_state.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/comm/file_key_value_store.h"
 
@@ -44,12 +46,19 @@ TEST(FileKeyValueStoreTest, GetWaitsForAKeySetLater) {
   testing::TempDir dir;
   auto store = FileKeyValueStore::Open(dir.path());
   ASSERT_TRUE(store.ok());
+  // The key is written only once the reader is asleep between two looks for it.
+  const pid_t reader = testing::CurrentThreadId();
+  std::atomic<bool> reading{false};
+  std::atomic<bool> reader_was_waiting{false};
   std::thread writer([&] {
-    std::this_thread::sleep_for(milliseconds(100));
+    while (!reading.load()) std::this_thread::yield();
+    reader_was_waiting = testing::WaitUntilBlocked(reader, milliseconds(5000));
     ASSERT_TRUE((*store)->Set("late", "here").ok());
   });
-  auto value = (*store)->Get("late", milliseconds(5000));
+  reading = true;
+  auto value = (*store)->Get("late", milliseconds(10000));
   writer.join();
+  EXPECT_TRUE(reader_was_waiting.load());
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_EQ(*value, "here");
 }

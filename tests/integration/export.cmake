@@ -1,0 +1,4 @@
+# The exported model's tensors against PyTorch's state_dict names and shapes (tests/golden/tiny).
+fsdpd_test(engine_export_names_test LABEL integration TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_export_names_test.cc
+  LIBS fsdpd_engine fsdpd_test_support)
