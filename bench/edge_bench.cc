@@ -25,11 +25,13 @@
 
 #include "CLI/CLI.hpp"
 #include "base/status_macros.h"
+#include "bench/edge_probes.h"
 #include "edge/cpu_backend.h"
 #include "edge/model.h"
 #include "edge/random_model.h"
 #include "edge/shaders.h"
 #include "edge/vulkan_backend.h"
+#include "edge/vulkan_context.h"
 #include "formats/model_metadata.h"
 #include "formats/safetensors.h"
 
@@ -365,7 +367,7 @@ struct Variant {
 int SweepAttention(int device, int64_t batch, int64_t seq, const ExportedModelConfig& config) {
   std::vector<std::pair<std::string, int64_t>> names = {{"subgroup", 128}};  // largest head_dim
   for (const AttentionVariant& variant : AttentionCm2Shaders()) {
-    names.push_back({variant.name, MatmulOutputBlock(variant.shader).cols});
+    names.push_back({variant.name, VariantOf(variant.shader).block.cols});
   }
   int failures = 0;
   for (const auto& [name, max_head_dim] : names) {
@@ -399,16 +401,16 @@ int SweepAttention(int device, int64_t batch, int64_t seq, const ExportedModelCo
 }
 
 }  // namespace
-// The matrix units' rate with no memory traffic (VulkanBackend::MatrixUnitPeakTflops), three
-// times: the ceiling to hold the matmul blocks' TFLOP/s against.
+// The matrix units' rate with no memory traffic (MatrixUnitPeakTflops, bench/edge_probes.h),
+// three times: the ceiling to hold the matmul blocks' TFLOP/s against.
 int ReportMatrixUnitPeak(int device) {
   VulkanOptions options;
   options.device = device;
   options.precision = VulkanOptions::Precision::kFp16;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
-  if (!backend.ok()) return Fail(backend.status());
+  absl::StatusOr<std::unique_ptr<VulkanContext>> context = VulkanContext::Create(options);
+  if (!context.ok()) return Fail(context.status());
   for (int round = 0; round < 3; ++round) {
-    absl::StatusOr<double> peak = (*backend)->MatrixUnitPeakTflops();
+    absl::StatusOr<double> peak = MatrixUnitPeakTflops(**context);
     if (!peak.ok()) {
       std::printf("matrix units alone: %s\n", std::string(peak.status().message()).c_str());
       return 0;
@@ -421,25 +423,29 @@ int ReportMatrixUnitPeak(int device) {
   return 0;
 }
 
-// What bounds the staged workgroup-scope blocks on the FFN's two shapes
-// (VulkanBackend::StagedMatmulBreakdown), twice each, and every matmul pipeline's statistics
-// from the driver where it keeps them (registers per invocation, shared memory).
+// What bounds the staged workgroup-scope blocks on the FFN's two shapes (StagedMatmulBreakdown,
+// bench/edge_probes.h), twice each, and every matmul pipeline's statistics from the driver where
+// it keeps them (registers per invocation, shared memory): the backend's, then the probes' own.
 int ReportStagedBreakdown(int device, int64_t rows, int64_t dim, int64_t ffn_mult) {
   VulkanOptions options;
   options.device = device;
   options.precision = VulkanOptions::Precision::kFp16;
   options.pipeline_statistics = true;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
-  if (!backend.ok()) return Fail(backend.status());
-  for (const std::string& line : (*backend)->pipeline_statistics()) {
-    std::printf("pipeline statistics, %s\n", line.c_str());
+  {
+    absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
+    if (!backend.ok()) return Fail(backend.status());
+    for (const std::string& line : (*backend)->pipeline_statistics()) {
+      std::printf("pipeline statistics, %s\n", line.c_str());
+    }
   }
+  absl::StatusOr<std::unique_ptr<VulkanContext>> context = VulkanContext::Create(options);
+  if (!context.ok()) return Fail(context.status());
   const int64_t hidden = ffn_mult * dim;
   for (const auto& [name, n, k] : {std::tuple<const char*, int64_t, int64_t>{"FFN up", hidden, dim},
                                    {"FFN down", dim, hidden}}) {
     for (int round = 0; round < 2; ++round) {
       absl::StatusOr<std::vector<StagedMatmulRate>> rates =
-          (*backend)->StagedMatmulBreakdown(rows, n, k);
+          StagedMatmulBreakdown(**context, rows, n, k);
       if (!rates.ok()) {
         std::printf("staged blocks taken apart: %s\n",
                     std::string(rates.status().message()).c_str());

@@ -101,14 +101,6 @@ struct OpTime {
 std::string FormatOpTimes(const std::vector<OpTime>& times, double wall_seconds, int64_t units,
                           const std::string& unit, const std::vector<OpTime>& host = {});
 
-// One part of a staged matmul block's time (VulkanBackend::StagedMatmulBreakdown), as the
-// matmul's TFLOP/s for the same shape: 2·M·N·K over its time.
-struct StagedMatmulRate {
-  std::string what;  // "128x128k64cm2h-s, its feed alone"
-  double tflops = 0.0;
-  std::string statistics;  // its pipeline's, as VulkanBackend::pipeline_statistics gives them
-};
-
 class VulkanBackend : public Backend {
  public:
   // Validation messages of severity error reported so far (0 unless options.validation).
@@ -121,19 +113,6 @@ class VulkanBackend : public Backend {
   // cooperative-matrix blocks were tuned, then attention's where several shaders were
   // ("attention, batch·heads B, seq S, head_dim D[, causal]: shader"); empty otherwise.
   virtual std::vector<std::string> matmul_choices() const = 0;
-  // The rate of the matrix units alone through workgroup-scope cooperative matrices (fp16
-  // products, fp32 sums, matmul_cm2.comp's 128×256 block, no memory traffic), in TFLOP/s: the
-  // ceiling of every matmul shader here; best of three runs after a quarter second of warm-up.
-  // Unavailable without VK_NV_cooperative_matrix2.
-  virtual absl::StatusOr<double> MatrixUnitPeakTflops() = 0;
-  // The staged workgroup-scope blocks (128x128k64cm2h-s, 128x256k32cm2h-s) on an M×N×K product
-  // of whole blocks, each three ways: the matmul; its feed alone (global loads, shared stores and
-  // barriers, no products); its products alone (fragment loads from shared memory, barriers and
-  // products, no global loads). Best of three after a quarter second of warm-up. Where the
-  // matmul runs at the rate of one part alone, that part bounds it. Unavailable without
-  // VK_NV_cooperative_matrix2; a shape of partial blocks is refused.
-  virtual absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(int64_t m, int64_t n,
-                                                                              int64_t k) = 0;
   // With options.pipeline_statistics, where the device offers them
   // (VK_KHR_pipeline_executable_properties): each matmul pipeline's statistics from the driver
   // ("128x256k32cm2h-s: Register Count 168, …"); else one line saying why there are none.
@@ -152,8 +131,5 @@ class VulkanBackend : public Backend {
 };
 
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);
-
-// fp32 → IEEE fp16, round to nearest even (what the fp16 weight path stores).
-uint16_t FloatToHalf(float value);
 
 }  // namespace fsdpd::edge

@@ -1,9 +1,10 @@
 // One Vulkan device opened for the edge backend's compute (edge/vulkan_backend.cc): the device
 // with the features the shaders need, one compute queue, one command buffer recorded between
 // Finish calls with a barrier after every command, descriptor sets written once for each
-// (pipeline, buffers) pair and kept, buffers and pipelines. Which pipelines exist and which one
-// runs an op is the backend's business; this layer knows shaders only as SPIR-V to build. Internal
-// to edge/.
+// (pipeline, buffers) pair and kept, buffers and pipelines. Which pipelines exist is
+// edge/vulkan_pipelines.cc's business and which one runs an op the backend's; this layer knows
+// shaders only as variants to build (SPIR-V and layout, edge/shader_variant.h). The bench's
+// probes (bench/edge_probes.h) use it directly. Internal to edge/ and bench/.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -20,7 +21,7 @@
 #include "edge/backend.h"
 #include "edge/byte_ledger.h"
 #include "edge/op_timer.h"
-#include "edge/shaders.h"
+#include "edge/shader_variant.h"
 #include "edge/vulkan_backend.h"
 #include "edge/vulkan_device.h"
 
@@ -32,7 +33,7 @@ struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
   uint32_t bindings = 0;
   uint32_t push_bytes = 0;
-  const char* name = "";  // its shader's (ShaderName), for op times
+  const char* name = "";  // its shader's (ShaderVariant::name), for op times
 };
 
 struct VulkanBuffer : Buffer {
@@ -93,15 +94,17 @@ class VulkanContext {
   // device-local heap: RESOURCE_EXHAUSTED naming the sizes where they cannot (Backend::CheckRoom).
   absl::Status CheckRoom(double bytes) const;
 
-  absl::Status MakePipeline(Shader shader, uint32_t bindings, uint32_t push_bytes, Pipeline* out);
+  // `shader`'s pipeline, with its layout: shader.bindings storage buffers, shader.push_bytes of
+  // push constants. A variant this build could not compile is refused saying so. A failed one
+  // leaves *out for DestroyPipeline. (edge/vulkan_context_pipelines.cc, as the rest of the
+  // pipelines' calls.)
+  absl::Status MakePipeline(const ShaderVariant& shader, Pipeline* out);
   // Several pipelines at once, on up to `threads` threads (0: one per core): the driver compiles
   // each shader when its pipeline is made, which for the cooperative-matrix blocks took the
   // H200's driver minutes one after another on a cold start. Each request gets its own status,
   // in order; a failed one leaves its Pipeline for DestroyPipeline as MakePipeline does.
   struct PipelineRequest {
-    Shader shader;
-    uint32_t bindings;
-    uint32_t push_bytes;
+    const ShaderVariant* shader;
     Pipeline* out;
   };
   std::vector<absl::Status> MakePipelines(const std::vector<PipelineRequest>& requests,

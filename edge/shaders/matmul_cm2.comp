@@ -21,10 +21,11 @@
 // workgroup-scope matrices, so that global latency hides behind the products.
 //
 // Two probes of the staged path, which compute nothing usable and are never a matmul
-// (VulkanBackend::StagedMatmulBreakdown times them): -DFEED_ONLY keeps every global load, shared
-// store and barrier but multiplies nothing, -DNO_FEED stages one slice and then multiplies out of
-// shared memory with every barrier and fragment load but no global load. Beside the whole matmul
-// they say whether the feed or the products bound it.
+// (StagedMatmulBreakdown in bench/edge_probes.cc times them; bench/edge_shaders/variants.cmake
+// lists them): -DFEED_ONLY keeps every global load, shared store and barrier but multiplies
+// nothing, -DNO_FEED stages one slice and then multiplies out of shared memory with every barrier
+// and fragment load but no global load. Beside the whole matmul they say whether the feed or the
+// products bound it.
 //
 // Compiled by edge/tools/glsl_to_spirv.cc (Debian 12's glslc predates the extension); the host
 // uses it only where the device offers VK_NV_cooperative_matrix2 and VK_KHR_cooperative_matrix.

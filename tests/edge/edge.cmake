@@ -20,7 +20,18 @@ if(TARGET fsdpd_edge)
   fsdpd_test(edge_decoding_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_decoding_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_pipelines_test LABEL integration
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_pipelines_test.cc LIBS fsdpd_edge)
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_pipelines_test.cc
+    LIBS fsdpd_edge fsdpd_edge_probe_shaders)
+  # The generated shader tables against their lists; no Vulkan driver needed. The probes' table
+  # and library are bench/edge.cmake's (the link resolves once every file is read).
+  fsdpd_test(edge_shader_table_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_shader_table_test.cc
+    LIBS fsdpd_edge_shaders fsdpd_edge_probe_shaders)
+  target_compile_definitions(edge_shader_table_test PRIVATE
+    FSDPD_DEFAULT_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    EDGE_HAVE_CM2=$<BOOL:$<TARGET_EXISTS:edge_glsl_to_spirv>>)
+  fsdpd_test(edge_probes_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_probes_test.cc LIBS fsdpd_edge_probes)
   fsdpd_test(edge_op_times_test LABEL integration
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_op_times_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_descriptor_sets_test LABEL integration

@@ -502,9 +502,9 @@ TEST(EdgeCoopBlockTest, BlocksAreChosenByNameAndAnUnknownNameIsRefused) {
   EXPECT_EQ(variants.front().shader, Shader::kMatmulCoop);  // the default comes first
   for (const CoopMatmulVariant& variant : variants) {
     SCOPED_TRACE(variant.block);
-    const OutputBlock block = MatmulOutputBlock(variant.shader);
+    const OutputBlock block = VariantOf(variant.shader).block;
     EXPECT_TRUE(absl::StartsWith(variant.block, absl::StrCat(block.rows, "x", block.cols, "k")));
-    EXPECT_GT(ShaderCode(variant.shader).bytes, 0u);
+    EXPECT_GT(VariantOf(variant.shader).code.bytes, 0u);
     VulkanOptions options;
     options.coop_block = variant.block;
     options.validation = true;
@@ -526,8 +526,8 @@ TEST(EdgeCoopBlockTest, BlocksAreChosenByNameAndAnUnknownNameIsRefused) {
 // the workgroup-scope ones are listed with names where the build has them.
 TEST(EdgeAttentionChoiceTest, ANameTheDeviceCannotRunIsRefused) {
   for (const AttentionVariant& variant : AttentionCm2Shaders()) {
-    EXPECT_GT(ShaderCode(variant.shader).bytes, 0u) << variant.name;
-    EXPECT_GE(MatmulOutputBlock(variant.shader).cols, 64) << variant.name;  // largest head_dim
+    EXPECT_GT(VariantOf(variant.shader).code.bytes, 0u) << variant.name;
+    EXPECT_GE(VariantOf(variant.shader).block.cols, 64) << variant.name;  // largest head_dim
   }
   for (const std::string name : {"subgroup", "cm2", "flash"}) {
     VulkanOptions options;
@@ -541,56 +541,6 @@ TEST(EdgeAttentionChoiceTest, ANameTheDeviceCannotRunIsRefused) {
   }
   VulkanOptions tuned;  // no name: whatever the device has
   EXPECT_TRUE(CreateVulkanBackend(tuned).ok());
-}
-
-// The matrix units' ceiling needs workgroup-scope matrices: lavapipe has none, so it is refused
-// with the reason; where they exist (the H200, bench/edge_bench.cc --mma-peak) it is a rate.
-TEST(EdgeMatrixUnitPeakTest, IsARateOnlyWhereWorkgroupScopeMatricesExist) {
-  VulkanOptions options;
-  options.precision = VulkanOptions::Precision::kFp16;
-  options.validation = true;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  absl::StatusOr<double> peak = (*backend)->MatrixUnitPeakTflops();
-  if ((*backend)->uses_cooperative_matrix()) {
-    ASSERT_TRUE(peak.ok() || peak.status().code() == absl::StatusCode::kUnavailable)
-        << peak.status();
-    if (peak.ok()) {
-      EXPECT_GT(*peak, 0.0);
-    }
-  } else {
-    ASSERT_EQ(peak.status().code(), absl::StatusCode::kUnavailable);
-    EXPECT_EQ(peak.status().message(),
-              "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
-  }
-  EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
-}
-
-// The staged blocks' breakdown needs workgroup-scope matrices as the ceiling does: refused with
-// the reason on lavapipe; where they exist, a shape of partial blocks is refused by name and a
-// whole one gives six positive rates.
-TEST(EdgeStagedMatmulBreakdownTest, IsRatesOnlyWhereWorkgroupScopeMatricesExist) {
-  VulkanOptions options;
-  options.precision = VulkanOptions::Precision::kFp16;
-  options.validation = true;
-  absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  absl::StatusOr<std::vector<StagedMatmulRate>> rates =
-      (*backend)->StagedMatmulBreakdown(256, 256, 256);
-  if (rates.status().code() == absl::StatusCode::kUnavailable) {
-    EXPECT_EQ(rates.status().message(),
-              "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)");
-  } else {
-    ASSERT_TRUE(rates.ok()) << rates.status();
-    ASSERT_EQ(rates->size(), 6u);
-    for (const StagedMatmulRate& rate : *rates) EXPECT_GT(rate.tflops, 0.0) << rate.what;
-    absl::StatusOr<std::vector<StagedMatmulRate>> ragged =
-        (*backend)->StagedMatmulBreakdown(200, 256, 256);
-    ASSERT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(ragged.status().message(), "needs whole blocks"))
-        << ragged.status();
-  }
-  EXPECT_EQ((*backend)->validation_errors(), 0) << (*backend)->last_validation_error();
 }
 
 // Pipeline statistics are the driver's: asked of a device without

@@ -5,7 +5,8 @@
 // BM×BN fp32 accumulator, the block shape and types of matmul_cm2.comp's fastest blocks, with no
 // memory traffic inside the loop (each product depends on the last only through the accumulator,
 // as in the matmul). The accumulator is stored at the end so that nothing is optimised away.
-// VulkanBackend::MatrixUnitPeak dispatches it; compiled like matmul_cm2.comp.
+// bench/edge_probes.cc (MatrixUnitPeakTflops) dispatches it; compiled like matmul_cm2.comp
+// (bench/edge_shaders/variants.cmake).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require

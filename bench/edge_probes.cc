@@ -1,4 +1,4 @@
-#include "edge/vulkan_probes.h"
+#include "bench/edge_probes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/edge_shaders/variants.h"
+#include "edge/half.h"
 #include "edge/shaders.h"
 
 namespace fsdpd::edge {
@@ -49,8 +51,8 @@ class ScopedPipeline {
   }
   ScopedPipeline(const ScopedPipeline&) = delete;
   ScopedPipeline& operator=(const ScopedPipeline&) = delete;
-  absl::Status Make(Shader shader, uint32_t bindings, uint32_t push_bytes) {
-    return context_.MakePipeline(shader, bindings, push_bytes, &pipeline_);
+  absl::Status Make(const ShaderVariant& shader) {
+    return context_.MakePipeline(shader, &pipeline_);
   }
   const Pipeline& get() const { return pipeline_; }
 
@@ -62,16 +64,16 @@ class ScopedPipeline {
 }  // namespace
 
 absl::StatusOr<double> MatrixUnitPeakTflops(VulkanContext& context) {
-  if (!context.cm2() || !context.fp16() || ShaderCode(Shader::kMmaPeakCm2).bytes == 0) {
+  const ShaderVariant& shader = VariantOf(ProbeShader::kMmaPeakCm2);
+  if (!context.cm2() || !context.fp16() || !shader.built()) {
     return absl::UnavailableError(kNoCm2);
   }
-  const OutputBlock block = MatmulOutputBlock(Shader::kMmaPeakCm2);
-  const int64_t rows = block.rows, cols = block.cols, slice = MmaPeakSlice();
+  const int64_t rows = shader.block.rows, cols = shader.block.cols, slice = shader.slice;
   // Enough workgroups to fill any GPU several times over, enough steps that the launch and the
   // accumulators' final store are under 1% of the time.
   constexpr uint32_t kGroups = 1056, kSteps = 1024;
   ScopedPipeline peak(context);
-  FSDPD_RETURN_IF_ERROR(peak.Make(Shader::kMmaPeakCm2, 2, 4));
+  FSDPD_RETURN_IF_ERROR(peak.Make(shader));
   // The operands, 1/64 in fp16 each, in device-local memory (read once per workgroup).
   const std::vector<uint16_t> halves(static_cast<size_t>((rows + cols) * slice),
                                      FloatToHalf(1.0f / 64));
@@ -92,26 +94,27 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
                                                                     int64_t k) {
   if (!context.cm2() || !context.fp16()) return absl::UnavailableError(kNoCm2);
   struct Probe {
-    Shader shader;
+    const ShaderVariant& shader;
     const char* what;
-    int64_t slice;
   };
   const Probe probes[] = {
-      {Shader::kMatmulCm2128x128K64HS, "128x128k64cm2h-s, the matmul", 64},
-      {Shader::kMatmulFeed128x128K64, "128x128k64cm2h-s, its feed alone", 64},
-      {Shader::kMatmulNoFeed128x128K64, "128x128k64cm2h-s, its products alone", 64},
-      {Shader::kMatmulCm2128x256HS, "128x256k32cm2h-s, the matmul", 32},
-      {Shader::kMatmulFeed128x256, "128x256k32cm2h-s, its feed alone", 32},
-      {Shader::kMatmulNoFeed128x256, "128x256k32cm2h-s, its products alone", 32},
+      {VariantOf(Shader::kMatmulCm2128x128K64HS), "128x128k64cm2h-s, the matmul"},
+      {VariantOf(ProbeShader::kMatmulFeed128x128K64), "128x128k64cm2h-s, its feed alone"},
+      {VariantOf(ProbeShader::kMatmulNoFeed128x128K64), "128x128k64cm2h-s, its products alone"},
+      {VariantOf(Shader::kMatmulCm2128x256HS), "128x256k32cm2h-s, the matmul"},
+      {VariantOf(ProbeShader::kMatmulFeed128x256), "128x256k32cm2h-s, its feed alone"},
+      {VariantOf(ProbeShader::kMatmulNoFeed128x256), "128x256k32cm2h-s, its products alone"},
   };
   // Whole blocks only: the probes exist for the staged fast path, which no ragged block takes.
   for (const Probe& probe : probes) {
-    const OutputBlock block = MatmulOutputBlock(probe.shader);
+    if (!probe.shader.built()) return absl::UnavailableError(kNoCm2);
+    const OutputBlock block = probe.shader.block;
     if (m <= 0 || n <= 0 || k <= 0 || m % block.rows != 0 || n % block.cols != 0 ||
-        k % probe.slice != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the staged blocks' breakdown needs whole blocks: M a multiple of ", block.rows,
-          ", N of ", block.cols, " and K of ", probe.slice, "; got ", m, " x ", n, " x ", k));
+        k % probe.shader.slice != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the staged blocks' breakdown needs whole blocks: M a multiple of ",
+                       block.rows, ", N of ", block.cols, " and K of ", probe.shader.slice,
+                       "; got ", m, " x ", n, " x ", k));
     }
   }
   // fp16 x, w and bias (unused: has_bias 0), fp32 out; what they hold does not change the time.
@@ -128,8 +131,8 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
   std::vector<StagedMatmulRate> rates;
   for (const Probe& probe : probes) {
     ScopedPipeline pipeline(context);
-    FSDPD_RETURN_IF_ERROR(pipeline.Make(probe.shader, 4, sizeof(push)));
-    const OutputBlock block = MatmulOutputBlock(probe.shader);
+    FSDPD_RETURN_IF_ERROR(pipeline.Make(probe.shader));
+    const OutputBlock block = probe.shader.block;
     FSDPD_ASSIGN_OR_RETURN(const double seconds, BestSeconds(context, [&] {
                              return context.Dispatch(pipeline.get(),
                                                      {x.get(), w.get(), bias.get(), out.get()},

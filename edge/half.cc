@@ -1,0 +1,32 @@
+#include "edge/half.h"
+
+#include <cstring>
+
+namespace fsdpd::edge {
+
+uint16_t FloatToHalf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t exponent = (bits >> 23) & 0xFFu;
+  uint32_t mantissa = bits & 0x7FFFFFu;
+  if (exponent == 0xFF) return static_cast<uint16_t>(sign | 0x7C00u | (mantissa ? 0x200u : 0u));
+  const int32_t half_exponent = static_cast<int32_t>(exponent) - 127 + 15;
+  if (half_exponent >= 31) return static_cast<uint16_t>(sign | 0x7C00u);  // overflow → inf
+  if (half_exponent <= 0) {
+    if (half_exponent < -10) return static_cast<uint16_t>(sign);  // underflow → ±0
+    mantissa |= 0x800000u;  // subnormal half: shift the implicit one in, round to even
+    const uint32_t shift = static_cast<uint32_t>(14 - half_exponent);
+    uint32_t half = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(half_exponent) << 10) | (mantissa >> 13);
+  const uint32_t rest = mantissa & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // may carry into inf: right
+  return static_cast<uint16_t>(sign | half);
+}
+
+}  // namespace fsdpd::edge

@@ -1,0 +1,228 @@
+#include "edge/vulkan_pipelines.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "edge/vulkan_op_checks.h"
+
+namespace fsdpd::edge {
+
+absl::StatusOr<Shader> CoopShader(const std::string& block) {
+  const std::vector<CoopMatmulVariant>& variants = CoopMatmulVariants();
+  if (block.empty()) return variants.front().shader;
+  std::vector<std::string> names;
+  for (const CoopMatmulVariant& variant : variants) {
+    if (block == variant.block) return variant.shader;
+    names.push_back(variant.block);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("cooperative-matrix block '", block,
+                                                 "' is not built; the blocks are ",
+                                                 absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<std::unique_ptr<VulkanPipelines>> VulkanPipelines::Build(
+    VulkanContext& context, const VulkanOptions& options) {
+  auto pipelines = std::make_unique<VulkanPipelines>(context);
+  FSDPD_RETURN_IF_ERROR(pipelines->BuildAll(options));
+  return pipelines;
+}
+
+VulkanPipelines::~VulkanPipelines() {
+  for (Pipeline* p : {&embedding, &elementwise, &rmsnorm, &token_nll, &attention, &attention_decode,
+                      &attention_decode_combine, &to_half, &rmsnorm_half, &elementwise_half,
+                      &matvec, &matvec_half}) {
+    context.DestroyPipeline(p);
+  }
+  for (MatmulPipeline& matmul : matmuls) context.DestroyPipeline(&matmul.pipeline);
+  for (AttentionPipeline& candidate : attentions) context.DestroyPipeline(&candidate.pipeline);
+}
+
+absl::Status VulkanPipelines::Make(Shader shader, Pipeline* out) {
+  return context.MakePipeline(VariantOf(shader), out);
+}
+
+absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
+  FSDPD_ASSIGN_OR_RETURN(const Shader coop_shader, CoopShader(options.coop_block));
+  const bool fp16 = context.fp16();
+  FSDPD_RETURN_IF_ERROR(Make(fp16 ? Shader::kEmbeddingF16 : Shader::kEmbedding, &embedding));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwise, &elementwise));
+  FSDPD_RETURN_IF_ERROR(Make(fp16 ? Shader::kRmsNormF16 : Shader::kRmsNorm, &rmsnorm));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kTokenNll, &token_nll));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kAttention, &attention));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecode, &attention_decode));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecodeCombine, &attention_decode_combine));
+  if (fp16) {
+    // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
+    // workgroup-scope attention); without it those pipelines are left out.
+    absl::Status made = Make(Shader::kToHalf, &to_half);
+    if (!made.ok()) context.DestroyPipeline(&to_half);
+  }
+  coop = context.coop();
+  if (coop) {
+    // Every block shape unless one is named; the tuner then picks one per matmul shape. A
+    // driver that reports the fragment shape but refuses every pipeline falls back to the
+    // tiled shader, and Describe() says so.
+    std::vector<MatmulPipeline> candidates;
+    std::vector<Shader> shaders;
+    for (const CoopMatmulVariant& variant : CoopMatmulVariants()) {
+      if (!options.coop_block.empty() && variant.shader != coop_shader) continue;
+      if (variant.workgroup_scope && !context.cm2()) continue;
+      if (variant.half_input && to_half.pipeline == VK_NULL_HANDLE) continue;
+      candidates.push_back(
+          {{}, VariantOf(variant.shader).block, variant.block, variant.half_input});
+      shaders.push_back(variant.shader);
+    }
+    matmuls = BuildEach(std::move(candidates), shaders, options.pipeline_threads, &coop_refused);
+    coop = !matmuls.empty();
+    if (coop) coop_refused.clear();
+  }
+  if (!coop) {
+    const Shader tiled = fp16 ? Shader::kMatmulF16 : Shader::kMatmul;
+    MatmulPipeline matmul{{}, VariantOf(tiled).block, "tiled"};
+    FSDPD_RETURN_IF_ERROR(Make(tiled, &matmul.pipeline));
+    matmuls.push_back(matmul);
+    if (fp16 && options.matmul_inputs == VulkanOptions::MatmulInputs::kFp16) {
+      // Asked for fp16 matmul inputs: the same shader reading x as fp16, for the activations
+      // that RmsNorm and Silu write in fp16 (MatmulInput); it rounds x to fp16 in shared
+      // memory anyway, so the results are the same. Not built otherwise: it ran slower than
+      // the fp32-x shader (VulkanOptions::matmul_inputs). A refusal keeps every activation
+      // fp32.
+      MatmulPipeline half{{}, VariantOf(Shader::kMatmulF16HalfX).block, "tiled-h", true};
+      if (Make(Shader::kMatmulF16HalfX, &half.pipeline).ok()) {
+        matmuls.push_back(half);
+      } else {
+        context.DestroyPipeline(&half.pipeline);
+      }
+    }
+  }
+  // Where some matmul reads x as fp16 (workgroup-scope blocks, or the tiled one when asked
+  // for), the activations only a matmul reads are stored in fp16 (MatmulInput), written so
+  // by RmsNorm and Silu: no fp32 copy for ToHalf to read back.
+  half_inputs = fp16 && options.matmul_inputs != VulkanOptions::MatmulInputs::kFp32 &&
+                std::any_of(matmuls.begin(), matmuls.end(),
+                            [](const MatmulPipeline& matmul) { return matmul.half_input; });
+  if (half_inputs) {
+    FSDPD_RETURN_IF_ERROR(Make(Shader::kRmsNormF16HalfOut, &rmsnorm_half));
+    FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwiseHalfOut, &elementwise_half));
+  }
+  matvec_wide =
+      options.matvec_layout == VulkanOptions::MatvecLayout::kWide ||
+      (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto && context.info().type != "cpu");
+  if (half_inputs) {
+    FSDPD_RETURN_IF_ERROR(
+        Make(matvec_wide ? Shader::kMatvecF16HalfXWide : Shader::kMatvecF16HalfX, &matvec_half));
+  }
+  const Shader narrow_or_wide = fp16 ? (matvec_wide ? Shader::kMatvecF16Wide : Shader::kMatvecF16)
+                                     : (matvec_wide ? Shader::kMatvecWide : Shader::kMatvec);
+  FSDPD_RETURN_IF_ERROR(Make(narrow_or_wide, &matvec));
+  if (coop && context.info().subgroup_vote) {
+    // Attention on the same fragments where the matmul has them (and subgroup votes); a
+    // refusal keeps the vector shader, and Describe() says so.
+    AttentionPipeline subgroup{{}, 64, kMaxAttentionHeadDim, false, "subgroup"};
+    absl::Status made = Make(Shader::kAttentionCoop, &subgroup.pipeline);
+    coop_attention = made.ok();
+    if (made.ok()) {
+      attentions.push_back(subgroup);
+    } else {
+      context.DestroyPipeline(&subgroup.pipeline);
+      attention_refused = std::string(made.message());
+    }
+  }
+  if (coop_attention) {
+    // The workgroup-scope attention shaders beside it (they read qkv through ToHalf), timed
+    // against it per shape; one the driver refuses is left out.
+    std::vector<AttentionPipeline> candidates;
+    std::vector<Shader> shaders;
+    for (const AttentionVariant& variant : AttentionCm2Shaders()) {
+      if (!context.cm2() || to_half.pipeline == VK_NULL_HANDLE) break;
+      const OutputBlock block = VariantOf(variant.shader).block;
+      candidates.push_back({{}, block.rows, block.cols, true, variant.name});
+      shaders.push_back(variant.shader);
+    }
+    std::vector<AttentionPipeline> built =
+        BuildEach(std::move(candidates), shaders, options.pipeline_threads, nullptr);
+    attentions.insert(attentions.end(), built.begin(), built.end());
+  }
+  return PinAttention(options.attention);
+}
+
+template <typename Candidate>
+std::vector<Candidate> VulkanPipelines::BuildEach(std::vector<Candidate> candidates,
+                                                  const std::vector<Shader>& shaders, int threads,
+                                                  std::string* refused) {
+  std::vector<VulkanContext::PipelineRequest> requests;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    requests.push_back({&VariantOf(shaders[i]), &candidates[i].pipeline});
+  }
+  const std::vector<absl::Status> made = context.MakePipelines(requests, threads);
+  std::vector<Candidate> built;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (made[i].ok()) {
+      built.push_back(candidates[i]);
+      continue;
+    }
+    context.DestroyPipeline(&candidates[i].pipeline);
+    if (refused != nullptr && refused->empty()) *refused = std::string(made[i].message());
+  }
+  return built;
+}
+
+absl::Status VulkanPipelines::PinAttention(const std::string& name) {
+  if (name.empty()) return absl::OkStatus();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < attentions.size(); ++i) {
+    if (attentions[i].name == name) {
+      for (size_t j = 0; j < attentions.size(); ++j) {
+        if (j != i) context.DestroyPipeline(&attentions[j].pipeline);
+      }
+      attentions = {attentions[i]};
+      return absl::OkStatus();
+    }
+    names.push_back(attentions[i].name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention shader '", name, "' is not available on this device",
+                   names.empty() ? " (attention runs on the vector units here)"
+                                 : absl::StrCat("; it has ", absl::StrJoin(names, ", "))));
+}
+
+std::string VulkanPipelines::MatmulPath() const {
+  if (!coop) {
+    return coop_refused.empty()
+               ? "tiled"
+               : absl::StrCat("tiled (the cooperative-matrix pipeline was refused: ", coop_refused,
+                              ")");
+  }
+  return absl::StrCat(
+      "on cooperative matrices (",
+      context.cm2() ? "NV subgroup 16x16x16 and workgroup scope" : "NV, 16x16x16", "; ",
+      matmuls.size() == 1 ? absl::StrCat("block ", matmuls.front().name)
+                          : absl::StrCat(matmuls.size(), " blocks, tuned per shape"),
+      ")");
+}
+
+std::string VulkanPipelines::AttentionPath() const {
+  if (coop_attention) {
+    return absl::StrCat(
+        "on cooperative matrices where head_dim is a multiple of 16",
+        attentions.size() > 1 ? " (subgroup and workgroup scope, tuned per shape)" : "");
+  }
+  if (attention_refused.empty()) return "on the vector units";
+  return absl::StrCat(
+      "on the vector units (the cooperative-matrix pipeline was refused: ", attention_refused, ")");
+}
+
+std::vector<std::string> VulkanPipelines::Statistics() const {
+  std::vector<std::string> lines;
+  for (const MatmulPipeline& matmul : matmuls) {
+    absl::StatusOr<std::string> statistics = context.Statistics(matmul.pipeline);
+    if (!statistics.ok()) return {std::string(statistics.status().message())};
+    lines.push_back(absl::StrCat(matmul.name, ": ", *statistics));
+  }
+  return lines;
+}
+
+}  // namespace fsdpd::edge
