@@ -253,7 +253,7 @@ TEST_F(EngineMultiProcessTest, AnInvalidSpecIsRefusedBeforeAnyRankStarts) {
   // The override is validated too: --steps past the bound is named.
   const std::vector<int> overridden =
       RunJob(WriteSpec("steps.yaml", TinySpec(2, 2, 0)), 1, Path("steps-ckpt"), "steps", 0,
-             {{"--steps", "2000000000"}});
+             {{"--steps", "2000000000"}}, seconds(30));
   EXPECT_EQ(overridden[0], 2);
   EXPECT_NE(testing::ReadText(Output("steps", 0, 0, "err")).find("train.steps: must be between"),
             std::string::npos)
