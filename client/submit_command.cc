@@ -6,25 +6,27 @@
 #include "client/output.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "proto/spec/job_spec.h"
+#include "proto/spec/spec_path_fields.h"
 #include "proto/spec/spec_validate.h"
 
 namespace fsdpd::client {
 namespace {
 
 // Workers resolve paths on their own hosts, so a path relative to the spec file is made
-// absolute here, against the spec file's folder.
+// absolute here, against the spec file's folder: every path field of the spec
+// (proto/spec/spec_path_fields.h).
 void ResolveRelativePaths(const std::string& spec_path, v1::JobSpec* spec) {
   std::error_code error;
   const std::filesystem::path folder =
       std::filesystem::absolute(spec_path, error).parent_path().lexically_normal();
   if (error) return;
-  auto resolve = [&](std::string* path) {
-    if (path->empty() || std::filesystem::path(*path).is_absolute()) return;
-    *path = (folder / *path).lexically_normal().string();
-  };
   // Only the paths the spec sets: an unset field stays unset, for the coordinator's default.
-  if (spec->data().has_path()) resolve(spec->mutable_data()->mutable_path());
-  if (spec->checkpoint().has_init_from()) resolve(spec->mutable_checkpoint()->mutable_init_from());
+  for (const SpecPathField& field : SpecPathFields()) {
+    if (!field.IsSet(*spec)) continue;
+    const std::string path = field.Get(*spec);
+    if (path.empty() || std::filesystem::path(path).is_absolute()) continue;
+    field.Set(spec, (folder / path).lexically_normal().string());
+  }
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/path_component.h"
 
 namespace fsdpd::server {
 
@@ -28,8 +28,9 @@ std::string ArtifactStore::Directory(const std::string& job_id) const {
 absl::Status ArtifactStore::WriteChunk(const v1::ArtifactChunk& chunk, int64_t max_bytes) {
   const std::string name = chunk.name().empty() ? kModelArtifact : chunk.name();
   if (absl::Status status = CheckName(name); !status.ok()) return status;
-  if (chunk.job_id().empty() || absl::StrContains(chunk.job_id(), "/")) {
-    return absl::InvalidArgumentError("artifact chunk has no valid job_id");
+  if (absl::Status status = CheckPathComponent("artifact chunk job_id", chunk.job_id());
+      !status.ok()) {
+    return status;
   }
   if (chunk.chunk().offset() < 0) {
     return absl::InvalidArgumentError("artifact chunk offset must not be negative");

@@ -1,10 +1,9 @@
 #include "server/coordinator.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/pem_file.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -23,26 +22,15 @@ constexpr char kJobServiceName[] = "fsdpd.v1.JobService";
 constexpr const char* kOtherServiceNames[] = {"fsdpd.v1.WorkerService",
                                               "fsdpd.v1.RendezvousService"};
 
-absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(flag, ": cannot open ", path));
-  std::ostringstream content;
-  content << file.rdbuf();
-  if (content.str().find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
-  }
-  return content.str();
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const TlsConfig& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
-  absl::StatusOr<std::string> cert = ReadPem("--tls-cert", tls.cert_path);
+  absl::StatusOr<std::string> cert = ReadPemFile("--tls-cert", tls.cert_path);
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem("--tls-key", tls.key_path);
+  absl::StatusOr<std::string> key = ReadPemFile("--tls-key", tls.key_path);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (!tls.client_ca_path.empty()) {
-    absl::StatusOr<std::string> client_ca = ReadPem("--tls-client-ca", tls.client_ca_path);
+    absl::StatusOr<std::string> client_ca = ReadPemFile("--tls-client-ca", tls.client_ca_path);
     if (!client_ca.ok()) return client_ca.status();
     options.pem_root_certs = *client_ca;
     // Requested, not required: fsdpctl has no certificate. The worker and rendezvous services

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/path_component.h"
 #include "server/input_limits.h"
 
 namespace fsdpd::server {
@@ -18,8 +18,13 @@ std::string ProfileStore::Path(const std::string& job_id, const std::string& nam
 }
 
 absl::Status ProfileStore::Write(const v1::ProfileReport& report) {
-  if (report.job_id().empty() || absl::StrContains(report.job_id(), "/") || report.rank() < 0) {
-    return absl::InvalidArgumentError("profile report has no valid job_id or rank");
+  if (absl::Status status = CheckPathComponent("profile report job_id", report.job_id());
+      !status.ok()) {
+    return status;
+  }
+  if (report.rank() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile report has a negative rank (", report.rank(), ")"));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   std::error_code error;

@@ -1,13 +1,13 @@
 #include "worker/session.h"
 
 #include <algorithm>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/pem_file.h"
+#include "base/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -44,18 +44,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const WorkerConfig& config) {
       config.coordinator_address, credentials, arguments, BearerTokenInterceptors(config.token));
 }
 
-absl::Status ReadPem(const char* flag, const std::string& path, std::string* out) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(flag, ": cannot open ", path));
-  std::ostringstream content;
-  content << file.rdbuf();
-  if (content.str().find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
-  }
-  *out = content.str();
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status LoadWorkerTls(const std::string& ca_path, const std::string& cert_path,
@@ -68,18 +56,11 @@ absl::Status LoadWorkerTls(const std::string& ca_path, const std::string& cert_p
         "--tls-cert needs --tls-ca: a client certificate is only sent over TLS");
   }
   if (!ca_path.empty()) {
-    if (absl::Status status = ReadPem("--tls-ca", ca_path, &config->tls_ca_pem); !status.ok()) {
-      return status;
-    }
+    FSDPD_ASSIGN_OR_RETURN(config->tls_ca_pem, ReadPemFile("--tls-ca", ca_path));
   }
   if (!cert_path.empty()) {
-    if (absl::Status status = ReadPem("--tls-cert", cert_path, &config->tls_cert_pem);
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status = ReadPem("--tls-key", key_path, &config->tls_key_pem); !status.ok()) {
-      return status;
-    }
+    FSDPD_ASSIGN_OR_RETURN(config->tls_cert_pem, ReadPemFile("--tls-cert", cert_path));
+    FSDPD_ASSIGN_OR_RETURN(config->tls_key_pem, ReadPemFile("--tls-key", key_path));
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/path_component.h"
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/comm/coordinator_key_value_store.h"
 #include "worker/trainer.h"
@@ -107,15 +109,11 @@ void JobRun::Body() {
 }
 
 // The job's unique id names the checkpoint directory under the root (display ids restart at
-// job-000001 in every new state folder), so it must stay one component. The trainer resolves
-// the spec's paths and creates that directory, confined to the allowed roots
+// job-000001 in every new state folder), so it must stay one component (base/path_component.h).
+// The trainer resolves the spec's paths and creates that directory, confined to the allowed roots
 // (worker/data/path_policy.h).
 absl::StatusOr<RankContext> JobRun::MakeRankContext() const {
-  if (job_uid().empty() || job_uid() == "." || job_uid() == ".." ||
-      job_uid().find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job uid \"", job_uid(), "\" cannot name a checkpoint directory"));
-  }
+  FSDPD_RETURN_IF_ERROR(CheckPathComponent("job uid", job_uid()));
   RankContext context;
   context.job_id = job_id();
   context.job_uid = job_uid();
@@ -179,7 +177,9 @@ TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<doub
 
 namespace {
 
-// A crash inside the engine fails this attempt only; the worker goes on.
+// A crash inside the engine fails this attempt only; the worker goes on. The spec is the one the
+// coordinator validated at submission and stored (ValidateJobSpec); the worker trusts it, as it
+// trusts the coordinator that sends it (docs/security.md), and does not validate it again.
 absl::StatusOr<TrainResult> RunTrainerGuarded(const v1::JobSpec& spec, const RankContext& context,
                                               const TrainerHooks& hooks) {
   try {

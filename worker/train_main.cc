@@ -60,6 +60,13 @@ int main(int argc, char** argv) {
   }
   spec->mutable_parallel()->set_world_size(world_size);
   if (steps > 0) spec->mutable_train()->set_steps(steps);
+  // The spec enters here, so it is validated here, once, with the flags' overrides: the trainer
+  // trusts it, as a worker trusts the coordinator's stored spec.
+  if (std::vector<fsdpd::FieldError> errors = fsdpd::ValidateJobSpec(*spec); !errors.empty()) {
+    std::cerr << "fsdpd-train: invalid spec " << spec_path << ": "
+              << fsdpd::FormatFieldErrors(errors) << "\n";
+    return 2;
+  }
 
   std::unique_ptr<fsdpd::FileKeyValueStore> store;
   if (world_size > 1) {

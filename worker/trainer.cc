@@ -34,12 +34,10 @@
 namespace fsdpd {
 namespace {
 
+// The spec was validated once, where it entered (ValidateJobSpec: the coordinator at submission,
+// fsdpd-train after reading its file), and is trusted here. What is checked is what only this
+// rank knows: whether its device runs the spec's, and whether its context fits the spec's world.
 absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) {
-  std::vector<FieldError> errors = ValidateJobSpec(spec);
-  if (!errors.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: ", FormatFieldErrors(errors)));
-  }
   FSDPD_RETURN_IF_ERROR(CheckDevice(spec.parallel().device(), context.device));
   if (context.world_size != spec.parallel().world_size()) {
     return absl::InvalidArgumentError(
@@ -70,10 +68,9 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
   JobPaths paths;
   FSDPD_ASSIGN_OR_RETURN(paths.job_dir,
                          CreateConfinedDirectory(context.checkpoint_dir, context.allowed_roots));
-  FSDPD_ASSIGN_OR_RETURN(const SpecPaths spec_paths, ResolveSpecPaths(spec, context.allowed_roots));
-  paths.init_path = spec_paths.init_from;
-  paths.data = spec.data();
-  paths.data.set_path(spec_paths.data_path);
+  FSDPD_ASSIGN_OR_RETURN(const v1::JobSpec resolved, ResolveSpecPaths(spec, context.allowed_roots));
+  paths.init_path = resolved.checkpoint().init_from();
+  paths.data = resolved.data();
   return paths;
 }
 
@@ -201,7 +198,7 @@ absl::Status LoadWeights(const v1::JobSpec& spec, const ModelConfig& config, Loa
 absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& context,
                                const DeviceRuntime& runtime, const EngineLog& log) {
   LoadedRun run;
-  FSDPD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfigFromSpec(spec.model()));
+  ModelConfig config = ModelConfigFromSpec(spec.model());
   FSDPD_ASSIGN_OR_RETURN(config.activation_recompute,
                          ParseActivationRecompute(spec.parallel().activation_recompute()));
   FSDPD_ASSIGN_OR_RETURN(run.paths, ResolveJobPaths(spec, context));

@@ -295,9 +295,10 @@ absl::StatusOr<Geometry> CheckDims(const char* op, const AttentionDims& dims) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": head_dim ", head_dim, " exceeds the supported ", kMaxAttentionHeadDim));
   }
-  if (dims.batch * dims.heads > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": batch · heads = ", dims.batch * dims.heads, " exceeds 65535"));
+  if (dims.batch * dims.heads > kMaxCudaAttentionBatchHeads) {
+    return absl::InvalidArgumentError(absl::StrCat(op,
+                                                   ": batch · heads = ", dims.batch * dims.heads,
+                                                   " exceeds ", kMaxCudaAttentionBatchHeads));
   }
   Geometry g{dims.batch,
              dims.seq,
@@ -403,7 +404,7 @@ absl::StatusOr<AttentionPlan> PlanAttention(const AttentionDims& dims, const Geo
     }
     if (kernel == AttentionKernel::kCudnn) return cudnn.status();
   }
-  if (g.head_dim > kMaxOwnAttentionHeadDim) {
+  if (g.head_dim > kMaxOwnCudaAttentionHeadDim) {
     // Only cuDNN runs this head_dim: say why it did not (own kernels asked for, no cuDNN in the
     // build or on the library path, or the shape refused) and what the own kernels support.
     const std::string reason =
@@ -413,7 +414,7 @@ absl::StatusOr<AttentionPlan> PlanAttention(const AttentionDims& dims, const Geo
     return absl::FailedPreconditionError(
         absl::StrCat("attention with head_dim ", g.head_dim,
                      " needs cuDNN's fused attention (the own kernels support head_dim up to ",
-                     kMaxOwnAttentionHeadDim, "): ", reason));
+                     kMaxOwnCudaAttentionHeadDim, "): ", reason));
   }
   if (kernel == AttentionKernel::kAuto) kernel = AttentionKernel::kTensorCore;
   if (kernel == AttentionKernel::kTensorCore && !tensor_core::Supports(g.head_dim)) {

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/attention_limits.h"
 
 namespace fsdpd::cuda {
 
@@ -28,15 +29,15 @@ struct AttentionDims {
   int64_t batch = 0;
   int64_t seq = 0;
   int64_t heads = 0;
-  int64_t dim = 0;  // heads · head_dim; head_dim at most kMaxAttentionHeadDim
+  // heads · head_dim; head_dim at most kMaxAttentionHeadDim, batch · heads at most
+  // kMaxCudaAttentionBatchHeads (base/attention_limits.h)
+  int64_t dim = 0;
   AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
-// head_dim the own kernels run (tensor-core or CUDA-core), and the most any implementation runs:
-// head_dim above kMaxOwnAttentionHeadDim needs cuDNN's fused attention (Hopper's supports 256),
-// and planning such a shape without it fails with an error that names both limits.
-inline constexpr int64_t kMaxOwnAttentionHeadDim = 128;
-inline constexpr int64_t kMaxAttentionHeadDim = 256;
+// The shapes these kernels run are in base/attention_limits.h: head_dim above
+// kMaxOwnCudaAttentionHeadDim needs cuDNN's fused attention, and planning such a shape without it
+// fails with an error that names both limits.
 
 // Device scratch (bytes) each direction needs for the implementation that runs these dims.
 struct AttentionWorkspace {

@@ -17,6 +17,7 @@ std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec) {
   ValidateTrain(spec.train(), errors);
   ValidateParallel(spec, errors);
   ValidateCheckpoint(spec, errors);
+  ValidatePaths(spec, errors);
   ValidateProfileAndPolicy(spec, errors);
   return errors.Take();
 }

@@ -1,12 +1,13 @@
-// The syntax of a path field in a job spec: what every host would refuse, checked once at
-// submission. Existence and the worker's allowed roots are checked by the worker
-// (worker/data/path_policy.h).
+// The syntax of the path fields of a job spec (SpecPathFields): what every host would refuse,
+// checked once where the spec enters. Existence and the worker's allowed roots are checked by the
+// worker (worker/data/path_policy.h).
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "proto/spec/spec_path_fields.h"
 #include "proto/spec/spec_validate.h"
 
 namespace fsdpd {
@@ -22,9 +23,7 @@ bool HasControlCharacter(const std::string& path) {
   return false;
 }
 
-}  // namespace
-
-void ValidatePathSyntax(const char* field, const std::string& path, FieldErrors& errors) {
+void ValidatePathSyntax(const std::string& field, const std::string& path, FieldErrors& errors) {
   if (path.size() > SpecLimits::kMaxPathLength) return;  // ValidateStringLengths says so
   if (HasControlCharacter(path)) {
     errors.Fail(field, "must not contain control characters");
@@ -49,6 +48,15 @@ void ValidatePathSyntax(const char* field, const std::string& path, FieldErrors&
       errors.Fail(field, absl::StrCat("must not point into the system folder ", folder));
       return;
     }
+  }
+}
+
+}  // namespace
+
+void ValidatePaths(const v1::JobSpec& spec, FieldErrors& errors) {
+  for (const SpecPathField& field : SpecPathFields()) {
+    const std::string path = field.Get(spec);
+    if (!path.empty()) ValidatePathSyntax(field.name(), path, errors);
   }
 }
 

@@ -1,13 +1,17 @@
-// One validator per section of the job spec. The coordinator runs them all (ValidateJobSpec)
-// before it stores a job; the worker runs the same ones before it trains, and adds only what it
-// alone can know: its device, its files and its allowed roots. A rule that a worker would
-// otherwise find late (CUDA needs bf16 parameters, the CUDA attention's head_dim limit) lives
-// here, so such a job is rejected at submission.
+// One validator per section of the job spec. Each spec is validated once, where it enters: the
+// coordinator runs them all (ValidateJobSpec) at submission, before it stores a job, and
+// fsdpd-train after it reads its spec file. A worker trusts the stored spec its assignment carries
+// and checks only what it alone can know: its device, its files and its allowed roots
+// (worker/trainer.cc). A rule that a worker would otherwise find late (CUDA needs bf16
+// parameters, the CUDA attention's head_dim limit) lives here, so such a job is rejected at
+// submission.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "base/attention_limits.h"
 #include "fsdpd/v1/spec.pb.h"
 #include "proto/spec/field_errors.h"
 
@@ -19,14 +23,8 @@ struct SpecLimits {
   static constexpr int64_t kMaxVocab = 1 << 24;
   static constexpr int64_t kMaxDim = 1 << 16;
   static constexpr int64_t kMaxLayers = 1024;
-  // Both devices: the CPU kernels and, on CUDA, cuDNN's fused attention. CUDA's own attention
-  // kernels stop at 128 (kernels/cuda/attention.h); the submission cannot know whether a
-  // worker has cuDNN, so a cuda job with head_dim above 128 is accepted here and a worker without
-  // cuDNN fails it permanently, with an error that names both limits.
-  static constexpr int64_t kMaxHeadDim = 256;
-  // The own CUDA attention kernels launch one block row per (batch, head) in a grid dimension
-  // capped at 65535.
-  static constexpr int64_t kMaxCudaBatchHeads = 65535;
+  // head_dim and, on CUDA, batch · heads are bounded by what attention runs:
+  // base/attention_limits.h, which the CUDA kernels include too.
   static constexpr int64_t kMaxSeqLen = 1 << 20;
   static constexpr int64_t kMaxBatch = 1 << 16;
   static constexpr int64_t kMaxSteps = 1'000'000'000;
@@ -50,9 +48,10 @@ void ValidateParallel(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateCheckpoint(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateProfileAndPolicy(const v1::JobSpec& spec, FieldErrors& errors);
 
-// Syntax of a path field, the same on every host: absolute, no control characters, no empty,
-// "." or ".." components, and not inside /etc, /proc, /sys or /dev.
-// Whether the file exists and lies under the worker's allowed roots is the worker's check.
-void ValidatePathSyntax(const char* field, const std::string& path, FieldErrors& errors);
+// Syntax of every path field that is set (SpecPathFields, proto/spec/spec_path_fields.h), the
+// same on every host: absolute, no control characters, no empty, "." or ".." components, and not
+// inside /etc, /proc, /sys or /dev. Whether the file exists and lies under the worker's allowed
+// roots is the worker's check.
+void ValidatePaths(const v1::JobSpec& spec, FieldErrors& errors);
 
 }  // namespace fsdpd

@@ -18,12 +18,12 @@ void ValidateCudaLimits(const v1::JobSpec& spec, FieldErrors& errors) {
                 "(fp32 runs on device: cpu)");
   }
   const v1::ModelSpec& model = spec.model();
-  // head_dim needs no rule of its own here: SpecLimits::kMaxHeadDim bounds it for both devices.
+  // head_dim needs no rule of its own here: kMaxAttentionHeadDim bounds it for both devices.
   const int64_t batch_heads = spec.train().batch_size() * model.heads();
-  if (batch_heads > SpecLimits::kMaxCudaBatchHeads) {
+  if (batch_heads > kMaxCudaAttentionBatchHeads) {
     errors.Fail("train.batch_size",
                 absl::StrCat("the cuda attention kernels support batch_size · model.heads up to ",
-                             SpecLimits::kMaxCudaBatchHeads, " (got ", batch_heads, ")"));
+                             kMaxCudaAttentionBatchHeads, " (got ", batch_heads, ")"));
   }
 }
 

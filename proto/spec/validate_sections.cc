@@ -1,11 +1,13 @@
 // The section validators of spec_validate.h for the name, the model, the data, training, the
-// checkpoint and the job's policy. The device rules are in validate_parallel.cc.
+// checkpoint and the job's policy. The device rules are in validate_parallel.cc, the path fields'
+// syntax in spec_paths.cc.
 #include <cmath>
 #include <regex>
 #include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "proto/spec/spec_path_fields.h"
 #include "proto/spec/spec_validate.h"
 
 namespace fsdpd {
@@ -13,7 +15,8 @@ namespace {
 
 bool Finite(double value) { return std::isfinite(value); }
 
-void MaxLength(const char* field, const std::string& value, size_t limit, FieldErrors& errors) {
+void MaxLength(const std::string& field, const std::string& value, size_t limit,
+               FieldErrors& errors) {
   if (value.size() > limit) {
     errors.Fail(field,
                 absl::StrCat("must be at most ", limit, " characters (got ", value.size(), ")"));
@@ -24,8 +27,10 @@ void MaxLength(const char* field, const std::string& value, size_t limit, FieldE
 
 void ValidateStringLengths(const v1::JobSpec& spec, FieldErrors& errors) {
   MaxLength("name", spec.name(), SpecLimits::kMaxNameLength, errors);
+  for (const SpecPathField& field : SpecPathFields()) {
+    MaxLength(field.name(), field.Get(spec), SpecLimits::kMaxPathLength, errors);
+  }
   MaxLength("data.source", spec.data().source(), SpecLimits::kMaxKeywordLength, errors);
-  MaxLength("data.path", spec.data().path(), SpecLimits::kMaxPathLength, errors);
   MaxLength("train.lr_schedule", spec.train().lr_schedule(), SpecLimits::kMaxKeywordLength, errors);
   MaxLength("parallel.device", spec.parallel().device(), SpecLimits::kMaxKeywordLength, errors);
   MaxLength("parallel.param_dtype", spec.parallel().param_dtype(), SpecLimits::kMaxKeywordLength,
@@ -34,8 +39,6 @@ void ValidateStringLengths(const v1::JobSpec& spec, FieldErrors& errors) {
             errors);
   MaxLength("parallel.activation_recompute", spec.parallel().activation_recompute(),
             SpecLimits::kMaxKeywordLength, errors);
-  MaxLength("checkpoint.init_from", spec.checkpoint().init_from(), SpecLimits::kMaxPathLength,
-            errors);
 }
 
 void ValidateName(const v1::JobSpec& spec, FieldErrors& errors) {
@@ -62,9 +65,9 @@ void ValidateModel(const v1::ModelSpec& model, FieldErrors& errors) {
     if (model.dim() % model.heads() != 0) {
       errors.Fail("model.dim", absl::StrCat("must be divisible by model.heads (got ", model.dim(),
                                             " and ", model.heads(), ")"));
-    } else if (model.dim() / model.heads() > SpecLimits::kMaxHeadDim) {
+    } else if (model.dim() / model.heads() > kMaxAttentionHeadDim) {
       errors.Fail("model.heads",
-                  absl::StrCat("head_dim = dim / heads must be at most ", SpecLimits::kMaxHeadDim,
+                  absl::StrCat("head_dim = dim / heads must be at most ", kMaxAttentionHeadDim,
                                " (got ", model.dim() / model.heads(), ")"));
     }
   }
@@ -82,7 +85,6 @@ void ValidateData(const v1::JobSpec& spec, FieldErrors& errors) {
   } else if (data.source() != "synthetic" && data.path().empty()) {
     errors.Fail("data.path", "is required when data.source is " + data.source());
   }
-  if (!data.path().empty()) ValidatePathSyntax("data.path", data.path(), errors);
   errors.InRange("data.seq_len", data.seq_len(), 1, SpecLimits::kMaxSeqLen);
   if (data.token_bytes() != 2 && data.token_bytes() != 4) {
     errors.Fail("data.token_bytes",
@@ -136,9 +138,6 @@ void ValidateCheckpoint(const v1::JobSpec& spec, FieldErrors& errors) {
   const v1::CheckpointSpec& checkpoint = spec.checkpoint();
   errors.InRange("checkpoint.every_steps", checkpoint.every_steps(), 0, SpecLimits::kMaxSteps);
   errors.InRange("checkpoint.keep", checkpoint.keep(), 1, 1000);
-  if (!checkpoint.init_from().empty()) {
-    ValidatePathSyntax("checkpoint.init_from", checkpoint.init_from(), errors);
-  }
 }
 
 void ValidateProfileAndPolicy(const v1::JobSpec& spec, FieldErrors& errors) {

@@ -39,10 +39,31 @@ def _error(error):
     return FsdpdError(error.code(), error.details(), violations)
 
 
+def _path_fields(descriptor=spec_pb2.JobSpec.DESCRIPTOR, prefix=()):
+    """The spec's path fields as tuples of field names, e.g. ("data", "path"): the string fields
+    marked [(fsdpd.v1.file_path) = true] in proto/fsdpd/v1/spec.proto, the one list that fsdpctl,
+    the validator and the workers read too (proto/spec/spec_path_fields.h)."""
+    fields = []
+    for field in descriptor.fields:
+        if field.GetOptions().Extensions[spec_pb2.file_path]:
+            fields.append(prefix + (field.name,))
+        elif field.message_type is not None and not _is_repeated(field):
+            fields += _path_fields(field.message_type, prefix + (field.name,))
+    return fields
+
+
+def _is_repeated(field):
+    # FieldDescriptor.is_repeated is newer than the label it replaces.
+    repeated = getattr(field, "is_repeated", None)
+    if repeated is not None:
+        return repeated() if callable(repeated) else repeated
+    return field.label == field.LABEL_REPEATED
+
+
 def load_spec(spec):
     """A JobSpec from a dict, a YAML path or a JobSpec. Keys are the proto's field names; the
     YAML's older `train: {betas: [b1, b2]}` is read as beta1 and beta2. Unset fields stay unset:
-    the coordinator fills in their defaults. Relative data.path and checkpoint.init_from are
+    the coordinator fills in their defaults. Relative paths (every field of _path_fields()) are
     resolved against the YAML file's folder, as fsdpctl does."""
     if isinstance(spec, spec_pb2.JobSpec):
         return spec
@@ -63,10 +84,16 @@ def load_spec(spec):
         train["beta1"], train["beta2"] = betas
     message = json_format.ParseDict(spec, spec_pb2.JobSpec())
     if folder is not None:
-        for section, field in (("data", "path"), ("checkpoint", "init_from")):
-            part = getattr(message, section)
-            if part.HasField(field) and getattr(part, field) and not os.path.isabs(getattr(part, field)):
-                setattr(part, field, os.path.normpath(folder / getattr(part, field)))
+        for *sections, field in _path_fields():
+            part = message
+            for section in sections:
+                if not part.HasField(section):
+                    break
+                part = getattr(part, section)
+            else:
+                value = getattr(part, field)
+                if part.HasField(field) and value and not os.path.isabs(value):
+                    setattr(part, field, os.path.normpath(folder / value))
     return message
 
 

@@ -232,6 +232,34 @@ TEST_F(EngineMultiProcessTest, AMismatchedInitFileIsAClearErrorNamingTheProblem)
   EXPECT_FALSE(std::filesystem::exists(Path("bad-init-ckpt/model.safetensors")));
 }
 
+// fsdpd-train is where its spec enters, so it validates it there, once, with the flags'
+// overrides (the trainer trusts the spec): every bad field is named, the exit status is 2, and no
+// rank trains or creates its checkpoint folder.
+TEST_F(EngineMultiProcessTest, AnInvalidSpecIsRefusedBeforeAnyRankStarts) {
+  std::string text = TinySpec(2, 2, 0);
+  text.replace(text.find("seed: 7"), 7, "seed: 7, lr_schedule: linear");
+  text.replace(text.find("heads: 4"), 8, "heads: 5");
+  const std::string spec = WriteSpec("invalid.yaml", text);
+  const std::vector<int> statuses = RunJob(spec, 1, Path("invalid-ckpt"), "invalid");
+  EXPECT_EQ(statuses[0], 2);
+  const std::string error = testing::ReadText(Output("invalid", 0, 0, "err"));
+  EXPECT_NE(error.find("invalid spec"), std::string::npos) << error;
+  EXPECT_NE(error.find("train.lr_schedule: must be constant or cosine (got 'linear')"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("model.dim: must be divisible by model.heads"), std::string::npos) << error;
+  EXPECT_TRUE(testing::ReadText(Output("invalid", 0, 0, "out")).empty());
+  EXPECT_FALSE(std::filesystem::exists(Path("invalid-ckpt")));
+  // The override is validated too: --steps past the bound is named.
+  const std::vector<int> overridden =
+      RunJob(WriteSpec("steps.yaml", TinySpec(2, 2, 0)), 1, Path("steps-ckpt"), "steps", 0,
+             {{"--steps", "2000000000"}}, seconds(30));
+  EXPECT_EQ(overridden[0], 2);
+  EXPECT_NE(testing::ReadText(Output("steps", 0, 0, "err")).find("train.steps: must be between"),
+            std::string::npos)
+      << Explain("steps", 0, 1);
+}
+
 TEST_F(EngineMultiProcessTest, AnInitFileOutsideTheAllowedRootsIsRefused) {
   // A symlink inside the jail that leads out of it: the spec's syntax is fine (a `..` would be
   // refused by the validator already), so the worker's path policy must catch it.

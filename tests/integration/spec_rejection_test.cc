@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "tests/integration/process_harness.h"
 
 namespace fsdpd::testing {
@@ -123,6 +125,28 @@ TEST_F(SpecRejectionTest, InitFromWithDotDotIsRefusedAtSubmit) {
                  "checkpoint: {init_from: /srv/../etc/shadow}\n"
                  "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
                  {"checkpoint.init_from", "'..'"});
+}
+
+// fsdpctl resolves every path field (proto/spec/spec_path_fields.h) against the spec file's
+// folder before sending: a relative path that climbs from there into /etc reaches the validator
+// as /etc/..., so it is refused for the system folder, not for being relative.
+TEST_F(SpecRejectionTest, RelativePathFieldsAreResolvedAgainstTheSpecFolder) {
+  const std::string spec_path = cluster_->WriteSpec("climb", "");
+  std::string up;
+  for (const auto& part : std::filesystem::path(spec_path).parent_path().relative_path()) {
+    if (!part.empty()) up += "../";
+  }
+  ExpectRejected("climb",
+                 "name: climb\nmodel: {vocab: 256, dim: 32, layers: 1, heads: 2}\n"
+                 "data: {source: text, path: " +
+                     up +
+                     "etc/passwd, seq_len: 16}\n"
+                     "checkpoint: {init_from: " +
+                     up +
+                     "etc/shadow}\n"
+                     "parallel: {world_size: 2, device: cpu, param_dtype: fp32}\n",
+                 {"data.path: must not point into the system folder /etc",
+                  "checkpoint.init_from: must not point into the system folder /etc"});
 }
 
 TEST_F(SpecRejectionTest, OversizedFieldIsNamedBeforeSending) {

@@ -64,8 +64,34 @@ def wait_for_workers(client, count, deadline):
     raise AssertionError(f"{count} workers did not register")
 
 
+def check_relative_paths(folder):
+    """load_spec resolves every path field (the file_path option of proto/fsdpd/v1/spec.proto,
+    which fsdpctl, the validator and the workers read too) against the YAML file's folder."""
+    from fsdpd import client as client_module
+    fields = client_module._path_fields()
+    # The same list as spec_path_fields_test's, read from the same option.
+    check(fields == [("data", "path"), ("checkpoint", "init_from")], f"path fields {fields}")
+    specs = os.path.join(folder, "specs")
+    os.makedirs(specs)
+    spec_path = os.path.join(specs, "relative.yaml")
+    with open(spec_path, "w") as f:
+        f.write("name: relative\ndata: {source: tokens, path: ../data/tokens.bin}\n"
+                "checkpoint: {init_from: init.safetensors}\n")
+    spec = fsdpd.load_spec(spec_path)
+    real = os.path.realpath(folder)
+    check(spec.data.path == os.path.join(real, "data", "tokens.bin"), f"data.path {spec.data.path}")
+    check(spec.checkpoint.init_from == os.path.join(real, "specs", "init.safetensors"),
+          f"checkpoint.init_from {spec.checkpoint.init_from}")
+    with open(spec_path, "w") as f:
+        f.write("name: relative\ncheckpoint: {init_from: /srv/init.safetensors}\n")
+    spec = fsdpd.load_spec(spec_path)
+    check(not spec.HasField("data") and spec.checkpoint.init_from == "/srv/init.safetensors",
+          f"an unset section must stay unset and an absolute path as it is: {spec}")
+
+
 def main(build_dir, source_dir):
     folder = tempfile.mkdtemp(prefix="fsdpd-python-")
+    check_relative_paths(folder)
     address = f"127.0.0.1:{free_port()}"
     logs = open(os.path.join(folder, "processes.log"), "w")
     processes = [subprocess.Popen(

@@ -2,10 +2,20 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <utility>
+#include <vector>
 
+#include "gtest/gtest.h"
 #include "proto/spec/job_spec.h"
 
 namespace fsdpd::testing {
+
+v1::JobSpec Validated(v1::JobSpec spec) {
+  const std::vector<FieldError> errors = ValidateJobSpec(spec);
+  EXPECT_TRUE(errors.empty()) << "invalid test spec " << spec.name() << ": "
+                              << FormatFieldErrors(errors);
+  return spec;
+}
 
 v1::JobSpec TinyJobSpec() {
   v1::JobSpec spec = DefaultJobSpec();
@@ -19,7 +29,7 @@ v1::JobSpec TinyJobSpec() {
   spec.mutable_parallel()->set_world_size(1);
   spec.mutable_parallel()->set_device("cpu");
   spec.mutable_parallel()->set_param_dtype("fp32");
-  return spec;
+  return Validated(std::move(spec));
 }
 
 std::string GoldenTinyDir() {
@@ -60,7 +70,7 @@ v1::JobSpec GoldenTinySpec(const nlohmann::json& config, const std::string& devi
   spec.mutable_parallel()->set_param_dtype("bf16");
   spec.mutable_checkpoint()->set_every_steps(0);
   spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
-  return spec;
+  return Validated(std::move(spec));
 }
 
 }  // namespace fsdpd::testing

@@ -9,6 +9,11 @@
 
 namespace fsdpd::testing {
 
+// The spec, after a test failure naming each invalid field (ValidateJobSpec). A spec built in a
+// test enters here, as a submitted one enters the coordinator: RunTrainer trusts its spec and
+// checks only the rank's context. The builders below return their spec through it.
+v1::JobSpec Validated(v1::JobSpec spec);
+
 // The smallest valid CPU job: the defaults of proto/spec/job_spec.h with a 2-layer, 64-wide
 // MiniLLM, sequences of 32 tokens, batches of 2, one fp32 rank. Named "tiny".
 v1::JobSpec TinyJobSpec();

@@ -354,12 +354,28 @@ TEST(DataLoaderErrorsTest, BadOptionsAreRejected) {
   }
 }
 
-TEST(DataLoaderErrorsTest, NegativeStepIsAnError) {
-  auto options = Options("synthetic", "", 4, 10, 1, 0, 1);
-  auto loader = MustCreate(options);
-  ASSERT_NE(loader, nullptr);
-  std::vector<int32_t> inputs(4), targets(4);
-  EXPECT_FALSE(loader->Batch(-1, inputs.data(), targets.data()).ok());
+// Every source starts Batch the same way (worker/data/batch_rows.h): a negative step or a missing
+// buffer is refused before any token is written.
+TEST(DataLoaderErrorsTest, NegativeStepAndMissingBuffersAreErrorsForEverySource) {
+  TempDirectory directory;
+  const std::string tokens = directory.File("tokens.bin");
+  WriteTokens(tokens, std::vector<uint16_t>(50, 3));
+  const std::string text = directory.File("text.txt");
+  WriteBytes(text, std::string(50, 'a'));
+  for (const DataLoaderOptions& options :
+       {Options("synthetic", "", 4, 10, 2, 0, 1), Options("tokens", tokens, 4, 10, 2, 0, 1),
+        Options("text", text, 4, 256, 2, 0, 1)}) {
+    auto loader = MustCreate(options);
+    ASSERT_NE(loader, nullptr);
+    std::vector<int32_t> inputs(8, -1), targets(8, -1);
+    const absl::Status negative = loader->Batch(-1, inputs.data(), targets.data());
+    EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << options.data.source();
+    EXPECT_THAT(negative.message(), HasSubstr("negative data step -1"));
+    EXPECT_EQ(inputs, std::vector<int32_t>(8, -1)) << options.data.source();
+    EXPECT_EQ(loader->Batch(0, nullptr, targets.data()).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(loader->Batch(0, inputs.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(targets, std::vector<int32_t>(8, -1)) << options.data.source();
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/spec/spec_path_fields.h"
 #include "worker/data/path_policy.h"
 
 namespace fsdpd {
@@ -61,11 +62,31 @@ TEST_F(WorkerPathsTest, SymlinkEscapeInInitFromIsDenied) {
 }
 
 TEST_F(WorkerPathsTest, ResolvedPathsAreCanonical) {
-  absl::StatusOr<SpecPaths> paths =
+  absl::StatusOr<v1::JobSpec> paths =
       ResolveSpecPaths(Spec(base_ + "/root/data/./tokens.bin", ""), roots_);
   ASSERT_TRUE(paths.ok()) << paths.status();
-  EXPECT_EQ(paths->data_path, std::filesystem::canonical(base_ + "/root/data/tokens.bin").string());
-  EXPECT_TRUE(paths->init_from.empty());
+  EXPECT_EQ(paths->data().path(),
+            std::filesystem::canonical(base_ + "/root/data/tokens.bin").string());
+  EXPECT_TRUE(paths->checkpoint().init_from().empty());
+}
+
+// Every path field of the spec (proto/spec/spec_path_fields.h) goes through the policy: each one,
+// set alone to a path through the symlink, is denied and named.
+TEST_F(WorkerPathsTest, EveryPathFieldIsConfined) {
+  ASSERT_FALSE(SpecPathFields().empty());
+  for (const SpecPathField& field : SpecPathFields()) {
+    v1::JobSpec spec;
+    field.Set(&spec, base_ + "/root/link/secret.bin");
+    absl::Status status = ResolveSpecPaths(spec, roots_).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << field.name();
+    EXPECT_THAT(std::string(status.message()), HasSubstr(field.name() + ": path"));
+    field.Set(&spec, base_ + "/root/data/./tokens.bin");
+    absl::StatusOr<v1::JobSpec> resolved = ResolveSpecPaths(spec, roots_);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(field.Get(*resolved),
+              std::filesystem::canonical(base_ + "/root/data/tokens.bin").string())
+        << field.name();
+  }
 }
 
 TEST_F(WorkerPathsTest, CheckpointDirectoryIsCreatedOnlyInsideTheRoots) {

@@ -24,3 +24,5 @@ fsdpd_test(server_worker_reclaim_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_worker_reclaim_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_api_replies_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_api_replies_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_file_stores_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_file_stores_test.cc LIBS fsdpd_server_lib)

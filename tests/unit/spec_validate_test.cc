@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/spec/job_spec.h"
@@ -140,6 +142,39 @@ TEST(SpecValidate, StringsAtTheirLimitPassTheLengthCheck) {
   FieldErrors lengths;
   ValidateStringLengths(spec, lengths);
   EXPECT_TRUE(lengths.empty());
+}
+
+// The model's rules, which the worker no longer checks again when it builds the model
+// (ModelConfigFromSpec): each names its field.
+TEST(SpecValidate, ModelRulesNameTheirField) {
+  const std::vector<std::pair<std::string, std::function<void(v1::ModelSpec&)>>> cases = {
+      {"model.dim: must be divisible by model.heads (got 12 and 5)",
+       [](v1::ModelSpec& model) { model.set_heads(5); }},
+      {"model.vocab: must be between 2", [](v1::ModelSpec& model) { model.set_vocab(0); }},
+      {"model.layers: must be between 1", [](v1::ModelSpec& model) { model.set_layers(0); }},
+      {"model.ffn_mult: must be between 1 and 64",
+       [](v1::ModelSpec& model) { model.set_ffn_mult(65); }},
+      {"model.norm_eps: must be between 0", [](v1::ModelSpec& model) { model.set_norm_eps(-1); }},
+      {"model.heads: head_dim = dim / heads must be at most 256 (got 512)",
+       [](v1::ModelSpec& model) {
+         model.set_dim(1024);
+         model.set_heads(2);
+       }},
+  };
+  for (const auto& [message, change] : cases) {
+    v1::ModelSpec model;
+    model.set_vocab(100);
+    model.set_dim(12);
+    model.set_layers(3);
+    model.set_heads(4);
+    model.set_ffn_mult(4);
+    FieldErrors errors;
+    ValidateModel(model, errors);
+    EXPECT_TRUE(errors.empty()) << FormatFieldErrors(errors.Take());
+    change(model);
+    ValidateModel(model, errors);
+    EXPECT_THAT(FormatFieldErrors(errors.Take()), HasSubstr(message));
+  }
 }
 
 TEST(SpecValidate, EachSectionValidatorNamesOnlyItsFields) {

@@ -197,9 +197,9 @@ namespace {
 absl::StatusOr<cuda::AttentionDims> AttentionDimsOf(const OpArguments& check, const Tensor& qkv,
                                                     int64_t heads) {
   cuda::AttentionDims dims{qkv.shape[0], qkv.shape[1], heads, qkv.shape[2] / 3};
-  if (dims.dim / heads > cuda::kMaxAttentionHeadDim) {
+  if (dims.dim / heads > kMaxAttentionHeadDim) {
     return check.Error(
-        absl::StrCat("head_dim ", dims.dim / heads, " exceeds ", cuda::kMaxAttentionHeadDim));
+        absl::StrCat("head_dim ", dims.dim / heads, " exceeds ", kMaxAttentionHeadDim));
   }
   return dims;
 }

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "worker/data/batch_rows.h"
 #include "worker/data/synthetic_tokens.h"
 #include "worker/data/window_data_loader.h"
 
@@ -14,28 +15,19 @@ class SyntheticDataLoader : public DataLoader {
   explicit SyntheticDataLoader(const DataLoaderOptions& options) : options_(options) {}
 
   absl::Status Batch(int64_t step, int32_t* inputs, int32_t* targets) override {
-    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative data step ", step));
-    if (inputs == nullptr || targets == nullptr) {
-      return absl::InvalidArgumentError("Batch needs input and target buffers");
-    }
     const int64_t seq_len = options_.data.seq_len();
-    for (int64_t row = 0; row < options_.batch_size; ++row) {
-      // Wrapping at 2^64 rows is harmless: rows only need to be distinct within a run.
-      const uint64_t global_row =
-          (static_cast<uint64_t>(step) * static_cast<uint64_t>(options_.world_size) +
-           static_cast<uint64_t>(options_.rank)) *
-              static_cast<uint64_t>(options_.batch_size) +
-          static_cast<uint64_t>(row);
-      for (int64_t position = 0; position < seq_len; ++position) {
-        inputs[row * seq_len + position] =
-            SyntheticToken(options_.seed, global_row, SyntheticStream::kInputs,
-                           static_cast<uint64_t>(position), options_.vocab);
-        targets[row * seq_len + position] =
-            SyntheticToken(options_.seed, global_row, SyntheticStream::kTargets,
-                           static_cast<uint64_t>(position), options_.vocab);
-      }
-    }
-    return absl::OkStatus();
+    return FillBatchRows(
+        options_, step, inputs, targets,
+        [&](unsigned __int128 global_row, int32_t* row_inputs, int32_t* row_targets) {
+          // Wrapping at 2^64 rows is harmless: rows only need to be distinct within a run.
+          const auto row = static_cast<uint64_t>(global_row);
+          for (int64_t position = 0; position < seq_len; ++position) {
+            row_inputs[position] = SyntheticToken(options_.seed, row, SyntheticStream::kInputs,
+                                                  static_cast<uint64_t>(position), options_.vocab);
+            row_targets[position] = SyntheticToken(options_.seed, row, SyntheticStream::kTargets,
+                                                   static_cast<uint64_t>(position), options_.vocab);
+          }
+        });
   }
 
   int64_t num_tokens() const override { return -1; }

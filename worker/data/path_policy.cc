@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "base/status_macros.h"
+#include "proto/spec/spec_path_fields.h"
 
 namespace fsdpd {
 namespace {
@@ -59,20 +59,20 @@ absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
                    canonical_roots.empty() ? "(none)" : absl::StrJoin(canonical_roots, ", ")));
 }
 
-absl::StatusOr<SpecPaths> ResolveSpecPaths(const v1::JobSpec& spec,
-                                           const std::vector<std::string>& allowed_roots) {
-  auto resolve = [&](const char* field, const std::string& path) -> absl::StatusOr<std::string> {
-    if (path.empty()) return std::string();
+absl::StatusOr<v1::JobSpec> ResolveSpecPaths(const v1::JobSpec& spec,
+                                             const std::vector<std::string>& allowed_roots) {
+  v1::JobSpec resolved_spec = spec;
+  for (const SpecPathField& field : SpecPathFields()) {
+    const std::string path = field.Get(spec);
+    if (path.empty()) continue;
     absl::StatusOr<std::string> resolved = ResolveConfinedPath(path, allowed_roots);
-    if (resolved.ok()) return resolved;
-    return absl::Status(resolved.status().code(),
-                        absl::StrCat(field, ": ", resolved.status().message()));
-  };
-  SpecPaths paths;
-  FSDPD_ASSIGN_OR_RETURN(paths.data_path, resolve("data.path", spec.data().path()));
-  FSDPD_ASSIGN_OR_RETURN(paths.init_from,
-                         resolve("checkpoint.init_from", spec.checkpoint().init_from()));
-  return paths;
+    if (!resolved.ok()) {
+      return absl::Status(resolved.status().code(),
+                          absl::StrCat(field.name(), ": ", resolved.status().message()));
+    }
+    field.Set(&resolved_spec, *resolved);
+  }
+  return resolved_spec;
 }
 
 absl::StatusOr<std::string> CreateConfinedDirectory(const std::string& path,

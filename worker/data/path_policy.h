@@ -19,14 +19,11 @@ namespace fsdpd {
 absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
                                                 const std::vector<std::string>& allowed_roots);
 
-// The spec's file paths, resolved and confined by ResolveConfinedPath; an empty field stays
-// empty. An error names the field ("data.path: path '...' resolves to ...").
-struct SpecPaths {
-  std::string data_path;
-  std::string init_from;
-};
-absl::StatusOr<SpecPaths> ResolveSpecPaths(const v1::JobSpec& spec,
-                                           const std::vector<std::string>& allowed_roots);
+// The spec with each of its path fields (SpecPathFields, proto/spec/spec_path_fields.h) resolved
+// and confined by ResolveConfinedPath; an empty field stays empty. An error names the field
+// ("data.path: path '...' resolves to ...").
+absl::StatusOr<v1::JobSpec> ResolveSpecPaths(const v1::JobSpec& spec,
+                                             const std::vector<std::string>& allowed_roots);
 
 // Resolves and confines `path` like ResolveConfinedPath, then creates it and its parents.
 // Returns the resolved path.

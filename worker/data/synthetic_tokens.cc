@@ -1,16 +1,8 @@
 #include "worker/data/synthetic_tokens.h"
 
+#include "base/splitmix64.h"
+
 namespace fsdpd {
-namespace {
-
-uint64_t SplitMix64(uint64_t value) {
-  value += 0x9E3779B97F4A7C15ull;
-  value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;
-  value = (value ^ (value >> 27)) * 0x94D049BB133111EBull;
-  return value ^ (value >> 31);
-}
-
-}  // namespace
 
 int32_t SyntheticToken(uint64_t seed, uint64_t global_row, SyntheticStream stream,
                        uint64_t position, int64_t vocab) {

@@ -4,7 +4,7 @@
 // by much: synthetic data measures speed, not learning.
 //
 // Each token is a pure function of (seed, global row, stream, position), computed with a
-// counter-based hash (SplitMix64 finaliser), so any step is produced directly without
+// counter-based hash (SplitMix64, base/splitmix64.h), so any step is produced directly without
 // replaying earlier ones. The global row of (step, rank, row) is
 // (step·world_size + rank)·batch_size + row, so ranks draw disjoint rows, and a job that
 // keeps batch_size × world_size fixed sees the same global batch at every world size.

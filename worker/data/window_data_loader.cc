@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/mapped_file.h"
+#include "worker/data/batch_rows.h"
 
 namespace fsdpd {
 namespace {
@@ -39,30 +40,20 @@ class WindowDataLoader : public DataLoader {
         num_windows_((num_tokens_ - 1) / options.data.seq_len()) {}
 
   absl::Status Batch(int64_t step, int32_t* inputs, int32_t* targets) override {
-    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative data step ", step));
-    if (inputs == nullptr || targets == nullptr) {
-      return absl::InvalidArgumentError("Batch needs input and target buffers");
-    }
     const int64_t seq_len = options_.data.seq_len();
-    for (int64_t row = 0; row < options_.batch_size; ++row) {
-      // 128-bit arithmetic: step·world·batch must not wrap before the modulo.
-      const unsigned __int128 global_row =
-          (static_cast<unsigned __int128>(step) * options_.world_size + options_.rank) *
-              static_cast<uint64_t>(options_.batch_size) +
-          static_cast<uint64_t>(row);
-      const uint64_t window =
-          static_cast<uint64_t>(global_row % static_cast<uint64_t>(num_windows_));
-      const uint64_t start = window * static_cast<uint64_t>(seq_len);
-      int32_t* row_inputs = inputs + row * seq_len;
-      int32_t* row_targets = targets + row * seq_len;
-      for (int64_t position = 0; position < seq_len; ++position) {
-        row_inputs[position] =
-            static_cast<int32_t>(ReadToken(file_->data(), token_bytes_, start + position));
-        row_targets[position] =
-            static_cast<int32_t>(ReadToken(file_->data(), token_bytes_, start + position + 1));
-      }
-    }
-    return absl::OkStatus();
+    return FillBatchRows(
+        options_, step, inputs, targets,
+        [&](unsigned __int128 global_row, int32_t* row_inputs, int32_t* row_targets) {
+          const uint64_t window =
+              static_cast<uint64_t>(global_row % static_cast<uint64_t>(num_windows_));
+          const uint64_t start = window * static_cast<uint64_t>(seq_len);
+          for (int64_t position = 0; position < seq_len; ++position) {
+            row_inputs[position] =
+                static_cast<int32_t>(ReadToken(file_->data(), token_bytes_, start + position));
+            row_targets[position] =
+                static_cast<int32_t>(ReadToken(file_->data(), token_bytes_, start + position + 1));
+          }
+        });
   }
 
   int64_t num_tokens() const override { return num_tokens_; }

@@ -6,26 +6,19 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "proto/spec/spec_validate.h"
+#include "base/splitmix64.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd {
 namespace {
-
-// splitmix64's finaliser: decorrelates nearby (seed, unit) pairs before they seed the engine.
-uint64_t Mix(uint64_t value) {
-  value += 0x9e3779b97f4a7c15ull;
-  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
-  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
-  return value ^ (value >> 31);
-}
 
 // Distributions written out rather than std::*_distribution, whose algorithms differ between
 // standard libraries: the same seed must give the same model on every build.
 class ParameterRandom {
  public:
   ParameterRandom(uint64_t seed, int unit_index)
-      : engine_(Mix(seed ^ Mix(static_cast<uint64_t>(unit_index) + 1))) {}
+      // SplitMix64 decorrelates nearby (seed, unit) pairs before they seed the engine.
+      : engine_(SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(unit_index) + 1))) {}
 
   // Uniform in [0, 1) with 53 random bits.
   double Unit() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
@@ -69,10 +62,7 @@ absl::StatusOr<ActivationRecompute> ParseActivationRecompute(const std::string& 
       absl::StrCat("parallel.activation_recompute: must be none, ffn or block (got '", text, "')"));
 }
 
-absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec) {
-  FieldErrors errors;
-  ValidateModel(spec, errors);
-  if (!errors.empty()) return absl::InvalidArgumentError(FormatFieldErrors(errors.Take()));
+ModelConfig ModelConfigFromSpec(const v1::ModelSpec& spec) {
   ModelConfig config;
   config.vocab = spec.vocab();
   config.dim = spec.dim();

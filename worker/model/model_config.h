@@ -36,7 +36,10 @@ struct ModelConfig {
   ActivationRecompute activation_recompute = ActivationRecompute::kNone;
 };
 
-absl::StatusOr<ModelConfig> ModelConfigFromSpec(const v1::ModelSpec& spec);
+// The model section of a spec that was validated where it entered (ValidateModel, run by
+// ValidateJobSpec): a plain copy, with ffn_hidden = ffn_mult · dim and norm_eps 0 as fp32's
+// epsilon. MiniLLM::Create still refuses a shape it cannot build.
+ModelConfig ModelConfigFromSpec(const v1::ModelSpec& spec);
 
 struct ParameterInfo {
   std::string name;  // PyTorch state_dict name, e.g. "layers.3.attn.in_proj_weight"
