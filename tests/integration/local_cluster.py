@@ -149,3 +149,24 @@ class Sandbox:
             print(f"kept {self.dir}")
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def generate_stubs(source_dir, out_dir):
+    """Generates the fsdpd.v1 Python messages and stubs from proto/ into out_dir and puts it on
+    sys.path; `from fsdpd.v1 import jobs_pb2, jobs_pb2_grpc` works afterwards."""
+    import glob
+    import sys
+
+    import grpc_tools
+    from grpc_tools import protoc
+
+    proto_dir = os.path.join(source_dir, "proto")
+    protos = sorted(glob.glob(os.path.join(proto_dir, "fsdpd", "v1", "*.proto")))
+    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    os.makedirs(out_dir, exist_ok=True)
+    args = ["protoc", f"-I{proto_dir}", f"-I{well_known}", f"--python_out={out_dir}",
+            f"--grpc_python_out={out_dir}"] + protos
+    check(protoc.main(args) == 0, "protoc failed on proto/fsdpd/v1")
+    for package in ("fsdpd", os.path.join("fsdpd", "v1")):
+        open(os.path.join(out_dir, package, "__init__.py"), "a").close()
+    sys.path.insert(0, out_dir)

@@ -8,5 +8,8 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
   add_test(NAME readme_tour
            COMMAND ${FSDPD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/readme_tour_test.py
                    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
-  set_tests_properties(readme_tour PROPERTIES LABELS integration TIMEOUT 600)
+  add_test(NAME cli_messages
+           COMMAND ${FSDPD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cli_messages_test.py
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  set_tests_properties(readme_tour cli_messages PROPERTIES LABELS integration TIMEOUT 600)
 endif()

@@ -11,7 +11,8 @@ Between lines the harness waits as a person would: after a line that starts the 
 until it answers; after one that starts workers, until they are idle. Every foreground command
 must succeed, and what it prints must agree with the tour: the ids the later lines use are the
 ones submit printed, a watched job SUCCEEDED, the export is a safetensors file, a cancelled job
-is CANCELLED.
+is CANCELLED. First, README's configuration table, `fsdpd --help` and fsdpd itself must agree on
+the default --state-dir.
 
 usage: readme_tour_test.py SOURCE_DIR BUILD_DIR
 """
@@ -69,6 +70,36 @@ def check_safetensors(path):
     tensors = [name for name in header if name != "__metadata__"]
     check(tensors, f"{path} holds no tensors")
     return tensors
+
+
+def check_state_dir_default(sandbox, readme):
+    """README's configuration table, `fsdpd --help` and fsdpd itself agree on --state-dir."""
+    row = next((line for line in readme.splitlines() if line.startswith("| fsdpd | `--state-dir`")),
+               None)
+    check(row is not None, "README's configuration table has no fsdpd --state-dir row")
+    documented = row.split("|")[3].strip().replace("`", "")
+    help_text = sandbox.run([sandbox.binary("fsdpd"), "--help"]).stdout
+    help_line = next(line for line in help_text.splitlines() if "--state-dir" in line)
+    helped = help_line[help_line.rindex("(") + 1:help_line.rindex(")")]
+    check(documented == helped,
+          f"--state-dir: README says {documented!r}, fsdpd --help {helped!r}")
+    # And what fsdpd does: $XDG_STATE_HOME/fsdpd when it is set, else ~/.local/state/fsdpd.
+    xdg = os.path.join(sandbox.dir, "xdg-state")
+    for extra, expected in (({}, os.path.join(sandbox.home, ".local", "state", "fsdpd")),
+                            ({"XDG_STATE_HOME": xdg}, os.path.join(xdg, "fsdpd"))):
+        sandbox.env.update(extra)
+        log = f"default-state-{len(extra)}.log"
+        process = sandbox.start([sandbox.binary("fsdpd"), "--listen", "127.0.0.1:0",
+                                 "--metrics-listen", ""], log)
+        sandbox.env.pop("XDG_STATE_HOME", None)
+        wait_until(lambda: "fsdpd listening on" in sandbox.log_text(log) or
+                   process.poll() is not None, 30, "fsdpd with the default state folder")
+        process.terminate()
+        process.wait(timeout=30)
+        check(f"state in {expected}," in sandbox.log_text(log),
+              f"with {extra or 'no XDG_STATE_HOME'} the state is not in {expected}:\n" +
+              sandbox.log_text(log))
+    print(f"--state-dir default: {documented}, as README, --help and fsdpd say")
 
 
 def run_tour(sandbox, source_dir, lines):
@@ -153,11 +184,13 @@ def run_tour(sandbox, source_dir, lines):
 
 def main(source_dir, build_dir):
     with open(os.path.join(source_dir, "README.md")) as file:
-        lines = tour_lines(file.read())
+        readme = file.read()
+    lines = tour_lines(readme)
     sandbox = Sandbox(build_dir, "fsdpd-tour-")
     sandbox.use_ports()
     ok = False
     try:
+        check_state_dir_default(sandbox, readme)
         run_tour(sandbox, source_dir, lines)
         ok = True
     finally:
