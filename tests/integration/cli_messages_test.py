@@ -205,16 +205,22 @@ def hold_port():
 
 
 def check_restart_waits_for_metrics_port(sandbox, coordinator):
-    # The case: a new fsdpd on the same ports while the old one is still exiting.
-    state_dir = os.path.join(sandbox.dir, "state")
+    # A new fsdpd on the same ports right after a SIGTERM, while the old one is still exiting
+    # (with workers connected that takes it about two seconds). It gets a state folder of its
+    # own: one folder takes one coordinator at a time, and that rule is not what this checks.
     coordinator.send_signal(signal.SIGTERM)
-    again = sandbox.start([sandbox.binary("fsdpd"), "--state-dir", state_dir], "fsdpd-again.log")
+    again = sandbox.start([sandbox.binary("fsdpd"), "--state-dir",
+                           os.path.join(sandbox.dir, "state-again")], "fsdpd-again.log")
     wait_until(lambda: "fsdpd listening on" in sandbox.log_text("fsdpd-again.log") or
                again.poll() is not None, 60, "the restarted coordinator")
     check(again.poll() is None, "the restarted coordinator exited:\n" +
           sandbox.log_text("fsdpd-again.log"))
     check(coordinator.wait(timeout=30) == 0, "the old coordinator did not stop cleanly")
-    print("restart right after SIGTERM: serves once the old one let go of its ports")
+    # Whether it had to wait depends on how long the old one took to exit; check_metrics_port_
+    # in_use holds a port for certain.
+    waited = "is in use; retrying" in sandbox.log_text("fsdpd-again.log")
+    print("restart right after SIGTERM: serves once the old one let go of its ports"
+          f" ({'waited for' if waited else 'found free'} the metrics port)")
 
 
 def check_metrics_port_in_use(sandbox):
