@@ -1,6 +1,7 @@
 // fsdpctl: submits and watches fsdpd training jobs.
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "client/commands.h"
@@ -83,7 +84,27 @@ int main(int argc, char** argv) {
   trace->add_option("-o,--output", output_path, "output file")->required();
   trace->add_option("--rank", rank, "whose trace (default 0)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // Without a verb CLI11 says only "A subcommand is required", also for a word that is no
+    // verb: name that word, and the verbs there are.
+    if (app.get_subcommands().empty() && dynamic_cast<const CLI::RequiredError*>(&error)) {
+      std::string verbs;
+      for (const CLI::App* verb : app.get_subcommands({})) {
+        verbs += (verbs.empty() ? "" : ", ") + verb->get_name();
+      }
+      const std::vector<std::string> extras = app.remaining();
+      if (!extras.empty() && !extras.front().empty() && extras.front()[0] != '-') {
+        return app.exit(
+            CLI::ExtrasError("unknown command '" + extras.front() + "'; the commands are " + verbs,
+                             CLI::ExitCodes::ExtrasError));
+      }
+      return app.exit(
+          CLI::RequiredError("a command is required: " + verbs, CLI::ExitCodes::RequiredError));
+    }
+    return app.exit(error);
+  }
 
   using namespace fsdpd::client;
   const bool token_explicit = token_option->count() > 0;

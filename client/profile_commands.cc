@@ -1,30 +1,17 @@
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 
 #include "client/commands.h"
 #include "client/file_download.h"
 #include "client/output.h"
+#include "client/profile_table.h"
 #include "client/roofline_svg.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 
 namespace fsdpd::client {
 namespace {
 
-std::string Percent(double ratio) {
-  if (ratio < 0) return "-";
-  char buffer[16];
-  std::snprintf(buffer, sizeof(buffer), "%.1f", ratio * 100.0);
-  return buffer;
-}
-
-std::string Fixed(double value, const char* format) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), format, value);
-  return buffer;
-}
-
-nlohmann::json KernelToJson(const v1::KernelStat& kernel) {
+nlohmann::json KernelToJson(const v1::ProfileReport& report, const v1::KernelStat& kernel) {
   return {{"name", kernel.name()},
           {"unit", kernel.unit()},
           {"phase", kernel.phase()},
@@ -36,7 +23,7 @@ nlohmann::json KernelToJson(const v1::KernelStat& kernel) {
           {"memory_throughput_ratio", kernel.memory_throughput_ratio()},
           {"tensor_pipe_ratio", kernel.tensor_pipe_ratio()},
           {"verdict", kernel.verdict()},
-          {"remedy", kernel.remedy()},
+          {"remedy", DisplayRemedy(report, kernel)},
           {"source", kernel.source()},
           {"flops", kernel.flops()},
           {"bytes", kernel.bytes()}};
@@ -111,7 +98,8 @@ int RunProfile(const ClientOptions& options, const std::string& job_id, int rank
 
   if (options.json) {
     nlohmann::json kernels = nlohmann::json::array();
-    for (const v1::KernelStat& kernel : report.kernels()) kernels.push_back(KernelToJson(kernel));
+    for (const v1::KernelStat& kernel : report.kernels())
+      kernels.push_back(KernelToJson(report, kernel));
     std::cout << nlohmann::json{{"id", job_id},
                                 {"rank", report.rank()},
                                 {"attempt", report.attempt()},
@@ -125,29 +113,7 @@ int RunProfile(const ClientOptions& options, const std::string& job_id, int rank
               << std::endl;
     return 0;
   }
-  std::cout << "job " << job_id << ", rank " << report.rank() << " on " << report.device()
-            << ": steps " << report.start_step() << ".." << report.start_step() + report.steps() - 1
-            << "\n";
-  std::vector<std::vector<std::string>> rows;
-  for (const v1::KernelStat& kernel : report.kernels()) {
-    rows.push_back({kernel.name(), kernel.unit().empty() ? "-" : kernel.unit(), kernel.phase(),
-                    std::to_string(kernel.calls()), Fixed(kernel.total_seconds() * 1000.0, "%.3f"),
-                    Fixed(kernel.percent_of_total(), "%.1f"), Percent(kernel.sm_throughput_ratio()),
-                    Percent(kernel.dram_throughput_ratio()),
-                    kernel.verdict().empty() ? "-" : kernel.verdict()});
-  }
-  std::cout << FormatTable(
-      {"KERNEL", "UNIT", "PHASE", "CALLS", "TOTAL MS", "TIME %", "SM %", "HBM %", "VERDICT"}, rows);
-  // The remedies, once per distinct verdict, for the kernels that take the most time.
-  std::vector<std::string> seen;
-  for (const v1::KernelStat& kernel : report.kernels()) {
-    if (kernel.remedy().empty()) continue;
-    bool repeated = false;
-    for (const std::string& verdict : seen) repeated = repeated || verdict == kernel.verdict();
-    if (repeated) continue;
-    seen.push_back(kernel.verdict());
-    std::cout << kernel.verdict() << " (e.g. " << kernel.name() << "): " << kernel.remedy() << "\n";
-  }
+  std::cout << FormatKernelTable(report, job_id);
   std::cout << std::flush;
   return 0;
 }

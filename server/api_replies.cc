@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
+#include "server/job_manager.h"
 
 namespace fsdpd::server {
 
@@ -28,6 +29,36 @@ grpc::Status InvalidArgument(const std::vector<FieldError>& errors) {
 
 grpc::Status InvalidArgument(std::string field, std::string description) {
   return InvalidArgument(std::vector<FieldError>{{std::move(field), std::move(description)}});
+}
+
+grpc::Status NoProfileWindow(const v1::Job& job, int rank, const std::string& what) {
+  const v1::ProfileSpec& window = job.spec().profile();
+  const std::string spec_window =
+      window.steps() > 0
+          ? absl::StrCat("its spec's window (", window.steps(), " step(s) from ",
+                         window.start_step() > 0 ? absl::StrCat("step ", window.start_step())
+                                                 : std::string("the first step"),
+                         ")")
+          : "";
+  const std::string ask =
+      absl::StrCat("ask for a window with `fsdpctl profile ", job.id(), " --steps K`");
+  std::string advice;
+  if (IsTerminal(job.state())) {
+    advice = absl::StrCat(
+        ": it ended as ", v1::JobState_Name(job.state()),
+        spec_window.empty() ? " without a profiling window" : " before " + spec_window + " ran",
+        ", and a finished job records none; to profile it, submit its spec again with "
+        "profile: {steps: K}");
+  } else if (job.state() == v1::SCHEDULED || job.state() == v1::RUNNING) {
+    advice = absl::StrCat(" yet: ", spec_window.empty() ? "" : spec_window + " has not run; ", ask,
+                          ", and it is here once those steps have run");
+  } else {
+    advice = absl::StrCat(
+        " yet: it is ", v1::JobState_Name(job.state()), "; ",
+        spec_window.empty() ? "once it runs, " + ask : spec_window + " is recorded once it runs");
+  }
+  return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job ", job.id(), " has no ", what,
+                                                                " from rank ", rank, advice));
 }
 
 namespace {
@@ -74,7 +105,7 @@ absl::StatusOr<JobPage> PageJobsNewestFirst(std::vector<v1::Job> jobs, int page_
     if (slash == std::string::npos || slash + 1 == page_token.size() ||
         !absl::SimpleAtoi(page_token.substr(0, slash), &millis)) {
       return absl::InvalidArgumentError(
-          "page_token: not a token from an earlier ListJobs answer (next_page_token)");
+          "not a token from an earlier ListJobs answer (next_page_token)");
     }
     const std::tuple<int64_t, std::string> after{millis, page_token.substr(slash + 1)};
     begin = std::find_if(jobs.begin(), jobs.end(),

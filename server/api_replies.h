@@ -22,6 +22,11 @@ grpc::Status InvalidArgument(std::string field, std::string description);
 // *_unix_millis fields (unset where 0).
 void SetJobTimestamps(v1::Job* job);
 
+// NOT_FOUND for a job without a profiling window (what = "profile" or "complete trace") from
+// `rank`, with what can still record one given the job's state: a running job takes
+// `fsdpctl profile JOB --steps K`, a finished one only a new submission with profile.steps.
+grpc::Status NoProfileWindow(const v1::Job& job, int rank, const std::string& what);
+
 struct JobPage {
   std::vector<v1::Job> jobs;
   std::string next_page_token;  // empty: the last page
@@ -29,8 +34,9 @@ struct JobPage {
 
 // Orders jobs newest first (created_unix_millis, then id, both descending) and cuts the page
 // that follows page_token (empty: the first page). page_size 0 means every job; larger than
-// kMaxPageSize is served as kMaxPageSize. A token that is not one this function made is
-// INVALID_ARGUMENT naming page_token.
+// kMaxPageSize is served as kMaxPageSize (AIP-158), the rest following next_page_token. A token
+// that is not one this function made is InvalidArgumentError with the reason alone (the caller
+// names the field page_token).
 constexpr int kMaxPageSize = 1000;
 absl::StatusOr<JobPage> PageJobsNewestFirst(std::vector<v1::Job> jobs, int page_size,
                                             const std::string& page_token);

@@ -1,5 +1,6 @@
 #include "server/coordinator.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
 #include "server/cluster_identity.h"
 #include "server/sqlite_job_store.h"
 #include "server/state_lock.h"
@@ -167,7 +169,6 @@ namespace {
 
 // Every method but grpc.health.v1's on the health port: UNIMPLEMENTED, as for a method that
 // does not exist. gRPC also needs one callback service before it serves the health service.
-// (Server reflection, turned on for every server of the process, lists only health there.)
 class UnimplementedGenericService : public grpc::CallbackGenericService {
  public:
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
@@ -183,6 +184,21 @@ class UnimplementedGenericService : public grpc::CallbackGenericService {
   }
 };
 
+// Leaves server reflection, which gRPC adds to every server of the process, off the health
+// port: probes there come without credentials, and reflection would describe the whole API.
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    const std::string reflection = grpc::reflection::ProtoServerReflectionPlugin().name();
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [&](const std::unique_ptr<grpc::ServerBuilderPlugin>& plugin) {
+                                    return plugin->name() == reflection;
+                                  }),
+                   plugins->end());
+  }
+};
+
 }  // namespace
 
 absl::Status Coordinator::StartHealthPort() {
@@ -192,6 +208,7 @@ absl::Status Coordinator::StartHealthPort() {
   int port = 0;
   builder.AddListeningPort(config_.health_listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterCallbackGenericService(health_fallback_.get());
+  builder.SetOption(std::make_unique<WithoutReflection>());
   health_server_ = builder.BuildAndStart();  // the default health service, nothing else
   if (health_server_ == nullptr || port == 0) {
     health_server_.reset();

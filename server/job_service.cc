@@ -410,6 +410,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetProfile(grpc::CallbackServerContext
   if (!job.ok()) return Reply(context, "GetProfile", ToGrpcStatus(job.status()));
   absl::StatusOr<v1::ProfileReport> report =
       jobs_.profiles().KernelTable(request->id(), request->rank());
+  if (absl::IsNotFound(report.status())) {
+    return Reply(context, "GetProfile", NoProfileWindow(*job, request->rank(), "profile"));
+  }
   if (report.ok()) *response = std::move(*report);
   return Reply(context, "GetProfile", ToGrpcStatus(report.status()));
 }
@@ -426,6 +429,10 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::GetTrace(
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("GetTrace"));
   absl::StatusOr<std::string> path = jobs_.profiles().TracePath(request->id(), request->rank());
+  if (absl::IsNotFound(path.status())) {
+    return FailedStream<v1::FileChunk>(NoProfileWindow(*job, request->rank(), "complete trace"),
+                                       Counter("GetTrace"));
+  }
   if (!path.ok()) {
     return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("GetTrace"));
   }

@@ -277,7 +277,8 @@ int main(int argc, char** argv) {
   auto* metrics_option =
       app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics (127.0.0.1:7071)");
   auto* state_option =
-      app.add_option("--state-dir", state_dir, "database and artifacts ($XDG_STATE_HOME/fsdpd)");
+      app.add_option("--state-dir", state_dir,
+                     "database and artifacts ($XDG_STATE_HOME/fsdpd, else ~/.local/state/fsdpd)");
   auto* heartbeat_option = app.add_option("--heartbeat-timeout", heartbeat_timeout,
                                           "a worker silent this long is lost (10s)");
   auto* retention_option =

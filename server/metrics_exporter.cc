@@ -11,6 +11,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/text_serializer.h"
 #include "server/grpc_util.h"
+#include "server/metrics_endpoint.h"
 
 namespace fsdpd::server {
 namespace {
@@ -246,12 +247,10 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Create(
   std::unique_ptr<MetricsExporter> exporter(
       new MetricsExporter(jobs, workers, config, std::move(now)));
   if (!config.listen.empty()) {
-    try {
-      exporter->exposer_ = std::make_unique<prometheus::Exposer>(config.listen);
-    } catch (const std::exception& error) {
-      return absl::UnavailableError(
-          absl::StrCat("metrics-listen: cannot serve ", config.listen, ": ", error.what()));
-    }
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer =
+        OpenMetricsEndpoint(config.listen);
+    if (!exposer.ok()) return exposer.status();
+    exporter->exposer_ = std::move(*exposer);
     exporter->exposer_->RegisterCollectable(exporter->pruning_registry_);
     exporter->exposer_->RegisterCollectable(exporter->state_counts_);
   }

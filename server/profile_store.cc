@@ -81,9 +81,7 @@ absl::StatusOr<v1::ProfileReport> ProfileStore::KernelTable(const std::string& j
                                                             int rank) const {
   std::ifstream file(Path(job_id, "profile", rank, ".pb"), std::ios::binary);
   if (!file) {
-    return absl::NotFoundError(
-        absl::StrCat("job ", job_id, " has no profile from rank ", rank,
-                     " yet: profile a window with `fsdpctl profile` or profile.steps in the spec"));
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " has no profile from rank ", rank));
   }
   v1::ProfileReport report;
   if (!report.ParseFromIstream(&file)) {
