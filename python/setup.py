@@ -1,7 +1,9 @@
 """Builds the fsdpd package: generates the fsdpd.v1 stubs from the repository's proto/ folder.
 
 The stubs are not committed: grpc_tools.protoc writes them into the build tree, under the
-package, so `from fsdpd.v1 import jobs_pb2` resolves the protos' own imports. FSDPD_PROTO_DIR
+package, so `from fsdpd.v1 import jobs_pb2` resolves the protos' own imports. The messages come
+with .pyi type stubs; the py.typed marker (package data) tells type checkers that the package
+carries its own types (PEP 561). FSDPD_PROTO_DIR
 names another proto folder (e.g. when building from an sdist away from the repository).
 """
 import glob
@@ -45,6 +47,7 @@ class BuildWithStubs(build_py):
 setup(
     cmdclass={"build_py": BuildWithStubs},
     packages=["fsdpd"],
+    package_data={"fsdpd": ["py.typed"]},
     install_requires=[
         "grpcio>=1.51",
         f"protobuf>={_protobuf_version()}",

@@ -74,6 +74,16 @@ if ! python3 -c "import $python_client_modules" 2> /dev/null; then
     python3 -m pip install --quiet --break-system-packages "${python_client_packages[@]}"
 fi
 
+# mypy and the type stubs it reads for the python_mypy test (mypy --strict on python/fsdpd and
+# python/examples; python/pyproject.toml holds its configuration).
+python_typing_packages=(mypy types-protobuf types-grpcio types-PyYAML)
+python_typing_check="import importlib.metadata as m, sys; [m.version(p) for p in sys.argv[1:]]"
+if ! python3 -c "$python_typing_check" "${python_typing_packages[@]}" 2> /dev/null; then
+  echo "installing mypy and type stubs for $(command -v python3)"
+  python3 -m pip install --quiet "${python_typing_packages[@]}" ||
+    python3 -m pip install --quiet --break-system-packages "${python_typing_packages[@]}"
+fi
+
 # cuDNN's C++ frontend (header-only) for the fused attention, where the CUDA toolkit has cuDNN.
 # Its PyPI wheel carries the headers; they go to /opt/cudnn-frontend/include, where the build
 # looks. Without them the build leaves cuDNN out and the own attention kernels run.

@@ -1,103 +1,57 @@
 """fsdpd's JobService from Python, with the same TLS and token options as fsdpctl."""
+from __future__ import annotations
+
+import builtins
 import os
-import pathlib
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast, overload
 
 import grpc
-import yaml
-from google.protobuf import json_format
-from google.rpc import error_details_pb2, status_pb2
 
+from fsdpd.errors import FsdpdError, rpc_error
+from fsdpd.events import Event, LogLine, StateEvent, StepEvent
+from fsdpd.jobs import Job, SubmitResult, Worker
 from fsdpd.safetensors import read_safetensors
-from fsdpd.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc, profile_pb2, spec_pb2
+from fsdpd.spec import SpecLike, load_spec, path_fields
+from fsdpd.states import JobState
+from fsdpd.v1 import jobs_pb2, jobs_pb2_grpc, profile_pb2
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from fsdpd.v1 import common_pb2
+
+    _Unary = grpc.UnaryUnaryMultiCallable
+    _Stream = grpc.UnaryStreamMultiCallable
+
+    class _JobService:
+        """The generated JobServiceStub's calls with their message types (grpc_tools writes the
+        stub without annotations)."""
+
+        SubmitJob: _Unary[jobs_pb2.SubmitJobRequest, jobs_pb2.SubmitJobResponse]
+        GetJob: _Unary[jobs_pb2.GetJobRequest, jobs_pb2.Job]
+        ListJobs: _Unary[jobs_pb2.ListJobsRequest, jobs_pb2.ListJobsResponse]
+        CancelJob: _Unary[jobs_pb2.CancelJobRequest, jobs_pb2.Job]
+        WatchJob: _Stream[jobs_pb2.WatchJobRequest, jobs_pb2.JobEvent]
+        GetJobLogs: _Stream[jobs_pb2.GetJobLogsRequest, common_pb2.LogLine]
+        ListWorkers: _Unary[jobs_pb2.ListWorkersRequest, jobs_pb2.ListWorkersResponse]
+        ExportJob: _Stream[jobs_pb2.ExportJobRequest, jobs_pb2.FileChunk]
+        StartProfile: _Unary[profile_pb2.ProfileRequest, jobs_pb2.StartProfileResponse]
+        GetProfile: _Unary[jobs_pb2.GetProfileRequest, profile_pb2.ProfileReport]
+        GetTrace: _Stream[jobs_pb2.GetTraceRequest, jobs_pb2.FileChunk]
+
+# Kept importable from here, where they lived before.
+__all__ = ["Client", "FsdpdError", "load_spec", "state_name", "DEFAULT_COORDINATOR"]
 
 DEFAULT_COORDINATOR = "127.0.0.1:7070"
 
-
-class FsdpdError(Exception):
-    """A failed call: the gRPC code, the coordinator's message and, for INVALID_ARGUMENT, the
-    field violations as (field, description) pairs."""
-
-    def __init__(self, code, message, violations=()):
-        self.code = code
-        self.message = message
-        self.violations = list(violations)
-        lines = [f"{code.name}: {message}"]
-        lines += [f"  {field}: {description}" for field, description in self.violations]
-        super().__init__("\n".join(lines))
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+_Path = TypeVar("_Path", bound="str | os.PathLike[str]")
 
 
-def _error(error):
-    violations = []
-    for key, value in error.trailing_metadata() or ():
-        if key != "grpc-status-details-bin":
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            bad_request = error_details_pb2.BadRequest()
-            if detail.Unpack(bad_request):
-                violations += [(v.field, v.description) for v in bad_request.field_violations]
-    return FsdpdError(error.code(), error.details(), violations)
-
-
-def _path_fields(descriptor=spec_pb2.JobSpec.DESCRIPTOR, prefix=()):
-    """The spec's path fields as tuples of field names, e.g. ("data", "path"): the string fields
-    marked [(fsdpd.v1.file_path) = true] in proto/fsdpd/v1/spec.proto, the one list that fsdpctl,
-    the validator and the workers read too (proto/spec/spec_path_fields.h)."""
-    fields = []
-    for field in descriptor.fields:
-        if field.GetOptions().Extensions[spec_pb2.file_path]:
-            fields.append(prefix + (field.name,))
-        elif field.message_type is not None and not _is_repeated(field):
-            fields += _path_fields(field.message_type, prefix + (field.name,))
-    return fields
-
-
-def _is_repeated(field):
-    # FieldDescriptor.is_repeated is newer than the label it replaces.
-    repeated = getattr(field, "is_repeated", None)
-    if repeated is not None:
-        return repeated() if callable(repeated) else repeated
-    return field.label == field.LABEL_REPEATED
-
-
-def load_spec(spec):
-    """A JobSpec from a dict, a YAML path or a JobSpec. Keys are the proto's field names; the
-    YAML's older `train: {betas: [b1, b2]}` is read as beta1 and beta2. Unset fields stay unset:
-    the coordinator fills in their defaults. Relative paths (every field of _path_fields()) are
-    resolved against the YAML file's folder, as fsdpctl does."""
-    if isinstance(spec, spec_pb2.JobSpec):
-        return spec
-    folder = None
-    if isinstance(spec, (str, os.PathLike)):
-        path = pathlib.Path(spec)
-        with open(path, encoding="utf-8") as f:
-            spec = yaml.safe_load(f)
-        if not isinstance(spec, dict):
-            raise ValueError(f"{path}: a job spec is a YAML mapping of fields (name, model, ...)")
-        folder = path.resolve().parent
-    spec = {key: (dict(value) if isinstance(value, dict) else value) for key, value in spec.items()}
-    train = spec.get("train")
-    if isinstance(train, dict) and "betas" in train:
-        betas = train.pop("betas")
-        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
-            raise ValueError("train.betas: expected a list of two numbers")
-        train["beta1"], train["beta2"] = betas
-    message = json_format.ParseDict(spec, spec_pb2.JobSpec())
-    if folder is not None:
-        for *sections, field in _path_fields():
-            part = message
-            for section in sections:
-                if not part.HasField(section):
-                    break
-                part = getattr(part, section)
-            else:
-                value = getattr(part, field)
-                if part.HasField(field) and value and not os.path.isabs(value):
-                    setattr(part, field, os.path.normpath(folder / value))
-    return message
-
-
-def _read_token(token_file, explicit):
+def _read_token(token_file: str, explicit: bool) -> str | None:
     try:
         with open(token_file, encoding="utf-8") as f:
             token = f.readline().rstrip("\r\n ")
@@ -110,29 +64,37 @@ def _read_token(token_file, explicit):
     return token
 
 
-def _default_token_file():
+def _default_token_file() -> str:
     config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(config, "fsdpd", "token")
 
 
 class Client:
-    """A connection to a coordinator.
+    """A connection to a coordinator; also a context manager that closes it.
 
-    coordinator: host:port (default $FSDPD_COORDINATOR or 127.0.0.1:7070).
-    tls_ca: PEM CA file that signed the coordinator's certificate: use TLS (default $FSDPD_TLS_CA).
-    token / token_file: the bearer token, or a file whose first line holds it (default
-    $FSDPD_TOKEN_FILE, else ~/.config/fsdpd/token where present).
-    timeout: seconds for each unary call.
+    Args:
+        coordinator: host:port (default $FSDPD_COORDINATOR, else 127.0.0.1:7070).
+        tls_ca: a PEM CA file that signed the coordinator's certificate: use TLS (default
+            $FSDPD_TLS_CA).
+        token: the bearer token.
+        token_file: a file whose first line holds the token (default $FSDPD_TOKEN_FILE, else
+            ~/.config/fsdpd/token where present).
+        timeout: seconds for each unary call.
+
+    Every call raises FsdpdError when the coordinator refuses it or cannot be reached.
     """
 
-    def __init__(self, coordinator=None, *, tls_ca=None, token=None, token_file=None, timeout=10.0):
+    def __init__(self, coordinator: str | None = None, *, tls_ca: str | None = None,
+                 token: str | None = None, token_file: str | None = None,
+                 timeout: float = 10.0) -> None:
         coordinator = coordinator or os.environ.get("FSDPD_COORDINATOR") or DEFAULT_COORDINATOR
         tls_ca = tls_ca or os.environ.get("FSDPD_TLS_CA")
         if token is None:
             explicit = token_file is not None or "FSDPD_TOKEN_FILE" in os.environ
             token_file = token_file or os.environ.get("FSDPD_TOKEN_FILE") or _default_token_file()
             token = _read_token(token_file, explicit)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ())
         options = [("grpc.max_receive_message_length", -1)]
         if tls_ca:
             with open(tls_ca, "rb") as f:
@@ -140,115 +102,259 @@ class Client:
             self._channel = grpc.secure_channel(coordinator, credentials, options)
         else:
             self._channel = grpc.insecure_channel(coordinator, options)
-        self._stub = jobs_pb2_grpc.JobServiceStub(self._channel)
+        self._stub = cast("_JobService", jobs_pb2_grpc.JobServiceStub(self._channel))
         self._timeout = timeout
 
-    def close(self):
+    def close(self) -> None:
+        """Closes the connection; streams still open end with an FsdpdError (CANCELLED)."""
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.close()
 
-    def _unary(self, method, request):
+    def _unary(self, method: grpc.UnaryUnaryMultiCallable[_Request, _Response],
+               request: _Request) -> _Response:
         try:
             return method(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise _error(error) from None
+            raise rpc_error(error) from None
 
-    def _stream(self, method, request):
+    def _stream(self, method: grpc.UnaryStreamMultiCallable[_Request, _Response],
+                request: _Request) -> Iterator[_Response]:
         try:
             yield from method(request, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise _error(error) from None
+            raise rpc_error(error) from None
 
-    def submit(self, spec, dry_run=False):
-        """Submits a spec (dict, YAML path or JobSpec); returns the stored Job, whose spec has the
-        coordinator's defaults filled in. A dry run returns the SubmitJobResponse (violations)."""
+    def submit(self, spec: SpecLike, dry_run: bool = False) -> SubmitResult:
+        """Submits a job, or checks its spec without storing anything.
+
+        Args:
+            spec: a dict of the spec's fields, YAML text, a YAML file's path or a JobSpec
+                (load_spec reads it).
+            dry_run: check the spec only: the result lists every violation instead of raising.
+
+        Returns:
+            A SubmitResult: ``.id`` (empty for a dry run), ``.job`` (the stored Job, its spec
+            with the coordinator's defaults filled in) and ``.violations``.
+
+        Raises:
+            SpecError: the spec has an unknown field or a value of the wrong type.
+            FsdpdError: the coordinator refused it (INVALID_ARGUMENT names each invalid field in
+                ``.violations``).
+        """
         request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec), dry_run=dry_run)
-        response = self._unary(self._stub.SubmitJob, request)
-        return response if dry_run else response.job
+        return SubmitResult.from_proto(self._unary(self._stub.SubmitJob, request), dry_run)
 
-    def status(self, job_id):
-        return self._unary(self._stub.GetJob, jobs_pb2.GetJobRequest(id=job_id))
+    def status(self, job_id: str) -> Job:
+        """The job as it stands now.
 
-    def list(self, states=(), page_size=0):
-        """Every job (newest first), fetched page by page."""
+        Args:
+            job_id: the job's id.
+
+        Returns:
+            The Job: state, step, loss, its spec, its state changes, ...
+
+        Raises:
+            FsdpdError: NOT_FOUND for an unknown id.
+        """
+        return Job.from_proto(self._unary(self._stub.GetJob, jobs_pb2.GetJobRequest(id=job_id)))
+
+    def list(self, states: Iterable[JobState | int] = (), page_size: int = 0) -> Iterator[Job]:
+        """Every job, newest first, fetched page by page as the iteration goes.
+
+        Args:
+            states: only jobs in these states; empty: all.
+            page_size: jobs per call (0: all in one; the coordinator serves at most 1000).
+
+        Yields:
+            Each Job.
+        """
         token = ""
+        # The message takes the proto's enum type; a JobState is one of its ints.
+        wanted = cast("list[common_pb2.JobState]", [int(state) for state in states])
         while True:
             page = self._unary(self._stub.ListJobs, jobs_pb2.ListJobsRequest(
-                states=states, page_size=page_size, page_token=token))
-            yield from page.jobs
+                states=wanted, page_size=page_size, page_token=token))
+            for job in page.jobs:
+                yield Job.from_proto(job)
             token = page.next_page_token
             if not token:
                 return
 
-    def watch(self, job_id):
-        """The job's events (JobEvent: .state or .step), history first, until it ends."""
-        return self._stream(self._stub.WatchJob, jobs_pb2.WatchJobRequest(id=job_id))
+    def watch(self, job_id: str) -> Iterator[Event]:
+        """The job's events, its history first, until it ends.
 
-    def wait(self, job_id):
+        Args:
+            job_id: the job's id.
+
+        Yields:
+            A StateEvent for each change of state and a StepEvent for each step; each prints
+            as one line (``step 120/300 loss 2.413 tok/s 51,200``).
+        """
+        total_steps = self.status(job_id).total_steps
+        for event in self._stream(self._stub.WatchJob, jobs_pb2.WatchJobRequest(id=job_id)):
+            if event.HasField("step"):
+                yield StepEvent.from_proto(event.step, total_steps)
+            elif event.HasField("state"):
+                yield StateEvent.from_proto(event.state)
+
+    def wait(self, job_id: str) -> Job:
         """Watches until the job ends; returns the final Job."""
         for _ in self.watch(job_id):
             pass
         return self.status(job_id)
 
-    def logs(self, job_id, follow=False, tail=0):
-        return self._stream(self._stub.GetJobLogs,
-                            jobs_pb2.GetJobLogsRequest(id=job_id, follow=follow, tail=tail))
+    def logs(self, job_id: str, follow: bool = False, tail: int = 0) -> Iterator[LogLine]:
+        """The lines the job's ranks logged, oldest first.
 
-    def cancel(self, job_id, reason=""):
-        return self._unary(self._stub.CancelJob, jobs_pb2.CancelJobRequest(id=job_id, reason=reason))
+        Args:
+            job_id: the job's id.
+            follow: keep the stream open and yield new lines until the job ends.
+            tail: only the last `tail` lines stored (0: all).
 
-    def workers(self):
-        return list(self._unary(self._stub.ListWorkers, jobs_pb2.ListWorkersRequest()).workers)
+        Yields:
+            Each LogLine; it prints as one line (``log rank0: ...``).
+        """
+        request = jobs_pb2.GetJobLogsRequest(id=job_id, follow=follow, tail=tail)
+        for line in self._stream(self._stub.GetJobLogs, request):
+            yield LogLine.from_proto(line)
 
-    def _download(self, method, request, path=None):
+    def cancel(self, job_id: str, reason: str = "") -> Job:
+        """Cancels the job; its workers stop and are released.
+
+        Args:
+            job_id: the job's id.
+            reason: why, recorded in its state change (at most 1024 bytes).
+
+        Returns:
+            The Job after the cancellation, CANCELLED.
+
+        Raises:
+            FsdpdError: FAILED_PRECONDITION for a job that has already ended; PERMISSION_DENIED
+                for another user's job.
+        """
+        request = jobs_pb2.CancelJobRequest(id=job_id, reason=reason)
+        return Job.from_proto(self._unary(self._stub.CancelJob, request))
+
+    def workers(self) -> builtins.list[Worker]:
+        """Every worker the coordinator knows, with its state and the job it runs."""
+        answer = self._unary(self._stub.ListWorkers, jobs_pb2.ListWorkersRequest())
+        return [Worker.from_proto(worker) for worker in answer.workers]
+
+    @overload
+    def _download(self, method: grpc.UnaryStreamMultiCallable[_Request, jobs_pb2.FileChunk],
+                  request: _Request, path: None = None) -> bytes: ...
+
+    @overload
+    def _download(self, method: grpc.UnaryStreamMultiCallable[_Request, jobs_pb2.FileChunk],
+                  request: _Request, path: _Path) -> _Path: ...
+
+    def _download(self, method: grpc.UnaryStreamMultiCallable[_Request, jobs_pb2.FileChunk],
+                  request: _Request,
+                  path: _Path | None = None) -> bytes | _Path:
         chunks, total = [], None
         for chunk in self._stream(method, request):
             chunks.append(chunk.data)
             total = chunk.total_bytes
         data = b"".join(chunks)
         if total is not None and len(data) != total:
-            raise FsdpdError(grpc.StatusCode.DATA_LOSS,
-                             f"received {len(data)} of {total} bytes")
+            raise FsdpdError(grpc.StatusCode.DATA_LOSS, f"received {len(data)} of {total} bytes")
         if path is None:
             return data
         with open(path, "wb") as f:
             f.write(data)
         return path
 
-    def export(self, job_id, path=None):
-        """The finished job's weights as a safetensors file (PyTorch's names): written to path, or
-        returned as bytes."""
+    @overload
+    def export(self, job_id: str, path: None = None) -> bytes: ...
+
+    @overload
+    def export(self, job_id: str, path: _Path) -> _Path: ...
+
+    def export(self, job_id: str, path: _Path | None = None) -> bytes | _Path:
+        """The finished job's weights as a safetensors file, with PyTorch's parameter names.
+
+        Args:
+            job_id: the job's id.
+            path: where to write the file; None: return its bytes.
+
+        Returns:
+            path, or the file's bytes.
+
+        Raises:
+            FsdpdError: FAILED_PRECONDITION while the job has not succeeded.
+        """
         return self._download(self._stub.ExportJob, jobs_pb2.ExportJobRequest(id=job_id), path)
 
-    def export_state_dict(self, job_id):
-        """The finished job's weights as a state dict: torch tensors where torch is installed
-        (model.load_state_dict takes it), numpy arrays otherwise."""
-        arrays = read_safetensors(self.export(job_id))
+    def export_state_dict(self, job_id: str) -> dict[str, Any]:
+        """The finished job's weights as a state dict.
+
+        Returns:
+            {name: tensor}: torch tensors where torch is installed (model.load_state_dict takes
+            it), numpy arrays otherwise.
+        """
+        arrays: dict[str, npt.NDArray[np.generic]] = read_safetensors(self.export(job_id))
         try:
             import torch
         except ImportError:
-            return arrays
-        return {name: torch.from_numpy(array) for name, array in arrays.items()}
+            return dict(arrays)
+        from_numpy: Callable[[Any], Any] = torch.from_numpy
+        return {name: from_numpy(array) for name, array in arrays.items()}
 
-    def profile(self, job_id, steps=None, start_step=0, counters=False, rank=0):
-        """With steps: asks the running job to profile a window (start_step 0: the next step;
-        counters=True adds hardware counters, whose kernel replay costs time and device memory).
-        Without: the latest window's kernel table (ProfileReport) from rank."""
+    def profile(self, job_id: str, steps: int | None = None, start_step: int = 0,
+                counters: bool = False, rank: int = 0) -> profile_pb2.ProfileReport | None:
+        """Asks for a profiling window, or reads the latest one's kernel table.
+
+        Args:
+            job_id: the job's id.
+            steps: ask the running job to profile this many steps; None: read the latest
+                window instead.
+            start_step: the window's first step (0: the next step).
+            counters: add hardware counters (their kernel replay costs time and device memory).
+            rank: whose window to read.
+
+        Returns:
+            None when asking; the fsdpd.v1.ProfileReport of `rank` when reading.
+
+        Raises:
+            FsdpdError: NOT_FOUND when no window was recorded.
+        """
         if steps is not None:
             self._unary(self._stub.StartProfile, profile_pb2.ProfileRequest(
                 id=job_id, start_step=start_step, steps=steps, counters=counters))
             return None
         return self._unary(self._stub.GetProfile, jobs_pb2.GetProfileRequest(id=job_id, rank=rank))
 
-    def trace(self, job_id, path=None, rank=0):
-        """The latest window's Chrome trace (JSON): written to path, or returned as bytes."""
-        return self._download(self._stub.GetTrace, jobs_pb2.GetTraceRequest(id=job_id, rank=rank), path)
+    @overload
+    def trace(self, job_id: str, path: None = None, rank: int = 0) -> bytes: ...
+
+    @overload
+    def trace(self, job_id: str, path: _Path, rank: int = 0) -> _Path: ...
+
+    def trace(self, job_id: str, path: _Path | None = None, rank: int = 0) -> bytes | _Path:
+        """The latest profiling window's Chrome trace (JSON, for chrome://tracing or Perfetto).
+
+        Args:
+            job_id: the job's id.
+            path: where to write it; None: return its bytes.
+            rank: whose window.
+
+        Returns:
+            path, or the trace's bytes.
+        """
+        request = jobs_pb2.GetTraceRequest(id=job_id, rank=rank)
+        return self._download(self._stub.GetTrace, request, path)
 
 
-def state_name(state):
-    return common_pb2.JobState.Name(state)
+def state_name(state: int) -> str:
+    """The name of a JobState value, e.g. "RUNNING" for 3 (str(JobState(3)) says the same)."""
+    return str(JobState(state))
+
+
+# path_fields was _path_fields here before.
+_path_fields = path_fields

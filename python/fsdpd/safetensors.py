@@ -3,19 +3,32 @@
 The format: an 8-byte little-endian header length, a JSON header mapping each tensor's name to
 its dtype, shape and [begin, end) byte offsets in the data that follows.
 """
+from __future__ import annotations
+
 import json
 import struct
 
 import numpy as np
+import numpy.typing as npt
 
-_DTYPES = {
+_DTYPES: dict[str, type[np.generic]] = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
     "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
 }
 
 
-def read_safetensors(data):
-    """Returns {name: numpy array} from the file's bytes (bf16 comes back as float32)."""
+def read_safetensors(data: bytes) -> dict[str, npt.NDArray[np.generic]]:
+    """Reads a safetensors file's tensors.
+
+    Args:
+        data: the file's bytes.
+
+    Returns:
+        {name: numpy array}; bf16 comes back as float32.
+
+    Raises:
+        ValueError: the header or an offset does not fit the data, or a dtype is unknown.
+    """
     if len(data) < 8:
         raise ValueError("safetensors: shorter than its 8-byte header length")
     (header_len,) = struct.unpack("<Q", data[:8])
@@ -23,7 +36,7 @@ def read_safetensors(data):
         raise ValueError(f"safetensors: header of {header_len} bytes runs past the file")
     header = json.loads(data[8:8 + header_len])
     body = memoryview(data)[8 + header_len:]
-    tensors = {}
+    tensors: dict[str, npt.NDArray[np.generic]] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
