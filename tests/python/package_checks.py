@@ -2,6 +2,7 @@
 spec's field errors, how an FsdpdError prints, and the PEP 561 marker. python_client_test.py
 runs them before it starts the cluster; each raises AssertionError on a failure."""
 import enum
+import inspect
 import os
 import tempfile
 
@@ -87,7 +88,27 @@ def check_typed_package():
     check(os.path.isfile(marker), f"{marker} is missing")
 
 
+def check_docstrings():
+    """Every class and function the package exports, and each public method and property of
+    its classes, has a docstring."""
+    missing = []
+    for name in fsdpd.__all__:
+        exported = getattr(fsdpd, name)
+        if not (inspect.isclass(exported) or inspect.isfunction(exported)):
+            continue  # aliases such as SpecLike
+        if not inspect.getdoc(exported):
+            missing.append(name)
+        if inspect.isclass(exported) and not issubclass(exported, enum.Enum):
+            for member, value in vars(exported).items():
+                function = value.fget if isinstance(value, property) else value
+                function = getattr(function, "__func__", function)
+                if not member.startswith("_") and callable(function) and not function.__doc__:
+                    missing.append(f"{name}.{member}")
+    check(not missing, f"no docstring: {missing}")
+
+
 def run_all():
+    check_docstrings()
     check_state_enums()
     with tempfile.TemporaryDirectory(prefix="fsdpd-python-spec-") as folder:
         check_spec_errors(folder)
