@@ -277,6 +277,9 @@ void Coordinator::Shutdown() {
     stopped_ = true;
     stopping_ = true;
   }
+  // A coordinator started on the same state folder now waits for this one to finish instead of
+  // refusing (server/state_lock.h).
+  if (state_lock_ != nullptr) state_lock_->MarkStopping();
   ticker_wakeup_.notify_all();
   if (ticker_.joinable()) ticker_.join();
   SetServing("", false);

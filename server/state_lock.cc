@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +66,8 @@ absl::StatusOr<std::unique_ptr<StateLock>> StateLock::Acquire(const std::string&
   const std::string path = absl::StrCat(state_dir, "/", kFileName);
   // The file may be removed by the previous holder between our open and our lock; the lock is
   // then on a file nobody else will open, so take the one the path names now.
+  const auto stopping_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(kStoppingWaitSeconds);
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
@@ -74,10 +78,21 @@ absl::StatusOr<std::unique_ptr<StateLock>> StateLock::Acquire(const std::string&
       const int lock_error = errno;
       const std::map<std::string, std::string> holder = ReadHolder(fd);
       close(fd);
+      if (lock_error == EWOULDBLOCK && holder.count("stopping") > 0 &&
+          std::chrono::steady_clock::now() < stopping_deadline) {
+        // The holder is shutting down: wait for it rather than refuse (not counted as an
+        // attempt: the loop ends at the deadline).
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        --attempt;
+        continue;
+      }
       if (lock_error == EWOULDBLOCK) {
         return absl::FailedPreconditionError(absl::StrCat(
             "state-dir ", state_dir, " is in use by another fsdpd (", DescribeHolder(holder),
             "; it holds the lock ", path,
+            holder.count("stopping") > 0
+                ? absl::StrCat("; it has been stopping for over ", kStoppingWaitSeconds, " s")
+                : "",
             "). One state folder serves one coordinator: stop that one first, or give this one "
             "another --state-dir"));
       }
@@ -104,10 +119,22 @@ StateLock::~StateLock() {
   close(fd_);
 }
 
+std::string StateLock::Describe(const std::string& listen, const std::string& metrics,
+                                const std::string& health) const {
+  return absl::StrCat("pid ", getpid(), "\nhost ", HostName(), "\nlisten ", listen, "\nmetrics ",
+                      metrics, "\nhealth ", health, "\n");
+}
+
 absl::Status StateLock::RecordAddresses(const std::string& listen, const std::string& metrics,
                                         const std::string& health) {
-  return Write(absl::StrCat("pid ", getpid(), "\nhost ", HostName(), "\nlisten ", listen,
-                            "\nmetrics ", metrics, "\nhealth ", health, "\n"));
+  listen_ = listen;
+  metrics_ = metrics;
+  health_ = health;
+  return Write(Describe(listen, metrics, health));
+}
+
+void StateLock::MarkStopping() {
+  (void)Write(absl::StrCat(Describe(listen_, metrics_, health_), "stopping 1\n"));
 }
 
 absl::Status StateLock::Write(const std::string& text) {

@@ -2,7 +2,9 @@
 // <state-dir>/fsdpd.lock for as long as it runs; the kernel drops the lock when the process ends,
 // however it ends (kill -9 included), so a lock is never stale. The file says who holds it: pid,
 // host and the addresses it serves, so a second coordinator started on the same folder refuses
-// at once, naming the running one, before it opens or writes anything else there.
+// at once, naming the running one, before it opens or writes anything else there. A holder that
+// is shutting down says so in the file (`stopping`); a newcomer then waits for it to let go, up
+// to kStoppingWait, so a restart right after SIGTERM (the old process still flushing) works.
 #pragma once
 
 #include <memory>
@@ -31,7 +33,14 @@ class StateLock {
   absl::Status RecordAddresses(const std::string& listen, const std::string& metrics,
                                const std::string& health);
 
+  // Marks the holder as shutting down: a coordinator starting on the same folder waits for the
+  // lock instead of refusing. Best effort; the lock itself is unchanged.
+  void MarkStopping();
+
   const std::string& path() const { return path_; }
+
+  // How long a newcomer waits for a holder that says it is stopping.
+  static constexpr int kStoppingWaitSeconds = 30;
 
   // The lock file's name inside the state folder.
   static constexpr char kFileName[] = "fsdpd.lock";
@@ -39,6 +48,10 @@ class StateLock {
  private:
   StateLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   absl::Status Write(const std::string& text);
+  std::string Describe(const std::string& listen, const std::string& metrics,
+                       const std::string& health) const;
+
+  std::string listen_, metrics_, health_;
 
   std::string path_;
   int fd_ = -1;

@@ -135,6 +135,44 @@ TEST_F(StateFolderTest, ALockLeftByKillNineDoesNotBlockTheNextStart) {
   EXPECT_FALSE(fs::exists(lock));
 }
 
+// A restart right after SIGTERM: the old coordinator still holds the lock while it drains its
+// streams and flushes the store. It marks the lock file `stopping`, and the new one waits for it
+// (up to StateLock::kStoppingWaitSeconds) instead of refusing. The old one is frozen with SIGSTOP
+// once it says it is stopping, so the new one certainly finds the lock held.
+TEST_F(StateFolderTest, ARestartWhileTheOldCoordinatorIsStoppingWaitsForIt) {
+  const std::string state = dir_.path() + "/state";
+  const std::string lock = state + "/fsdpd.lock";
+  Coordinator first = StartCoordinator(state, Log("first"));
+  ASSERT_FALSE(first.address.empty()) << ReadFile(Log("first"));
+  first.process->Signal(SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + seconds(30);
+  while (ReadFile(lock).find("stopping") == std::string::npos && first.process->Running() &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  first.process->Signal(SIGSTOP);
+  if (!first.process->Running() || ReadFile(lock).find("stopping") == std::string::npos) {
+    first.process->Signal(SIGCONT);
+    GTEST_SKIP() << "the first coordinator exited before it could be frozen while stopping";
+  }
+
+  auto next = std::make_unique<ChildProcess>(
+      std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", "127.0.0.1:0",
+                               "--metrics-listen", "", "--state-dir", state},
+      Log("next"));
+  // It waits: still running, not serving, and not refused.
+  EXPECT_FALSE(next->WaitForLog("fsdpd listening on", seconds(2))) << ReadFile(Log("next"));
+  EXPECT_TRUE(next->Running()) << "refused while the old one was stopping:\n"
+                               << ReadFile(Log("next"));
+  first.process->Signal(SIGCONT);
+  ASSERT_TRUE(first.process->WaitForExit(seconds(30)));
+  EXPECT_TRUE(next->WaitForLog("fsdpd listening on", seconds(30))) << ReadFile(Log("next"));
+  EXPECT_THAT(ReadFile(lock), HasSubstr("pid " + std::to_string(next->pid())));
+  EXPECT_THAT(ReadFile(lock), Not(HasSubstr("stopping")));
+  next->Signal(SIGTERM);
+  EXPECT_TRUE(next->WaitForExit(seconds(30)));
+}
+
 TEST_F(StateFolderTest, AClusterIdOfRandomBytesOrAFifoIsRefusedByName) {
   const std::string state = MakeStateFolder();
   const std::string marker = state + "/cluster-id";
