@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
