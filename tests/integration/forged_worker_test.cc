@@ -320,7 +320,7 @@ TEST_F(ForgedWorkerTest, AForgedClaimGetsNoRendezvousStandingAndIsCancelled) {
     }
   }
   EXPECT_THAT(reason, HasSubstr("did not assign " + job + " attempt 1 rank 0"));
-  EXPECT_THAT(CoordinatorLog(), HasSubstr("credential \"token:rogue\" claims " + job));
+  EXPECT_THAT(CoordinatorLog(), HasSubstr("(credential \"token:rogue\") claims " + job));
   session.Close();
 
   // The real job never noticed: it trains on, and rank 0's key is what rank 0 set.

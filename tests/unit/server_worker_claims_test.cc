@@ -69,6 +69,20 @@ TEST_F(JobManagerTest, AClaimOnAnotherWorkersRankGivesNoStandingAndIsCancelled) 
   EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
 }
 
+// Even a rank of the job writes only its own numbered lines: the store keeps a number once per
+// (attempt, rank), so a line sent as another rank would take that rank's number.
+TEST_F(JobManagerTest, ARankCannotTakeAnotherRanksLineNumbers) {
+  AddWorker("host-a", 0);
+  AddWorker("host-b", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 0));
+  const v1::Job job = GetJob(id);
+  ASSERT_EQ(job.worker_ids_size(), 2);
+  jobs_->OnWorkerMessage(job.worker_ids(0), LogLine(id, 1, 1, 1, "rank 0 posing as rank 1"));
+  jobs_->OnWorkerMessage(job.worker_ids(0), LogLine(id, 2, 0, 1, "rank 0 of another attempt"));
+  jobs_->OnWorkerMessage(job.worker_ids(1), LogLine(id, 1, 1, 1, "rank 1's first line"));
+  EXPECT_THAT(StoredTexts(*store_, id), ::testing::ElementsAre("rank 1's first line"));
+}
+
 TEST_F(JobManagerTest, AWorkersOwnRankIsConfirmedAfterARestartEvenOnceItsAttemptEnded) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string w1 = AddWorker("host-a", 1);
