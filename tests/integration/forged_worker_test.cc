@@ -58,8 +58,6 @@ class RawSession {
         std::lock_guard<std::mutex> lock(mutex_);
         received_.push_back(message);
       }
-      std::lock_guard<std::mutex> lock(mutex_);
-      ended_ = true;
     });
   }
   ~RawSession() { Close(); }
@@ -111,7 +109,6 @@ class RawSession {
   std::thread reader_;
   std::mutex mutex_;
   std::vector<v1::CoordinatorMessage> received_;
-  bool ended_ = false;
 };
 
 class ForgedWorkerTest : public ::testing::Test {
