@@ -68,8 +68,13 @@ absl::Status RendezvousConfig::Check() const {
     return absl::InvalidArgumentError(
         "rendezvous: default Get timeout must be positive and at most the maximum");
   }
-  if (max_value_bytes < 1 || max_keys_per_scope < 1) {
-    return absl::InvalidArgumentError("rendezvous: value and key limits must be positive");
+  if (max_keys_per_rank < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous-keys-per-rank: must be positive, got ", max_keys_per_rank));
+  }
+  if (max_value_bytes < 1 || value_bytes_per_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous-value-bytes: must be positive, got ", max_value_bytes));
   }
   return absl::OkStatus();
 }

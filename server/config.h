@@ -39,11 +39,21 @@ struct WorkerRegistryConfig {
   absl::Status Check() const;
 };
 
+// What one attempt's rendezvous scope may hold, sized by its ranks R (the workers the
+// coordinator assigned to the attempt). What the ranks store, measured (docs/operations.md):
+// per rank Gloo's "gloo/<r>" (136 bytes per peer: R-1 TCP addresses) and "gloo/rank_<r>" (the
+// host name), and on CUDA "fsdpd/device/<r>" (the GPU UUID, 40 bytes); once per attempt NCCL's
+// "nccl_unique_id" (its 128-byte id in hex, 256 bytes). At most 3 keys per rank, plus one.
 struct RendezvousConfig {
   std::chrono::milliseconds default_get_timeout{30000};  // used when a Get asks for none
   std::chrono::milliseconds max_get_timeout{600000};
-  int64_t max_value_bytes = 1 << 20;
-  int max_keys_per_scope = 4096;
+  // Keys: at most max_keys_per_rank * R (--rendezvous-keys-per-rank).
+  int max_keys_per_rank = 8;
+  // A value: at most max_value_bytes + value_bytes_per_rank * R bytes (--rendezvous-value-bytes
+  // sets the first): Gloo's address list grows by 136 bytes per rank.
+  int64_t max_value_bytes = 4096;
+  int64_t value_bytes_per_rank = 256;
+  // All keys and values together: at most R values of the largest size.
   absl::Status Check() const;
 };
 

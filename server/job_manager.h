@@ -234,8 +234,21 @@ class JobManager {
   std::chrono::milliseconds StartTimeout() const;
 
   // job_manager_workers.cc
+  // Weighs what a registering worker says it runs against what the coordinator assigned to it:
+  // a rank it was assigned is confirmed (its standing kept), anything else is cancelled, and a
+  // claim on work never assigned to this worker id is logged with `principal`.
   void ReconcileRegistrationLocked(const std::string& worker_id, const RankAssignment& previous,
-                                   const v1::RegisterRequest& request);
+                                   const v1::RegisterRequest& request,
+                                   const std::string& principal);
+  enum class ClaimStanding {
+    kActive,      // the coordinator assigned that rank to this worker; the attempt is active
+    kEnded,       // it was assigned to this worker, but the attempt has ended
+    kUnassigned,  // no coordinator assigned it to this worker id
+  };
+  // `assigned_here`: the registry held this very assignment for the worker before it
+  // registered again. Otherwise the stored assignments of the attempt decide.
+  ClaimStanding ClaimStandingLocked(const std::string& worker_id, const RankAssignment& claim,
+                                    bool assigned_here);
   void OnWorkerMessageLocked(const std::string& worker_id, const v1::WorkerMessage& message);
   // The active attempt this worker runs as the given job/attempt/rank, or null. A non-empty
   // `job_uid` must be the job's: a worker that outlived another coordinator may still send

@@ -163,11 +163,24 @@ void JobManager::OnResultLocked(const std::string& worker_id, const v1::AttemptR
 
 void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& line) {
   JobRecord* record = FindLocked(line.job_id());
-  std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
-  const bool assigned = worker.has_value() && worker->assignment.job_id == line.job_id();
   const bool numbered = line.sequence() > 0;
+  // A worker writes only into the rank the coordinator assigned to it (a bare claim made at
+  // registration is no assignment): a numbered line only as that attempt and rank, so no other
+  // worker can take a line's number, which the store keeps once per (job, attempt, rank).
+  std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
+  const RankAssignment assigned =
+      worker.has_value() && worker->assignment.active() ? worker->assignment : RankAssignment{};
+  const bool runs_job = assigned.active() && assigned.job_id == line.job_id();
+  const bool as_assigned =
+      runs_job &&
+      (!numbered || (assigned.attempt == line.attempt() && assigned.rank == line.rank()));
   if (record == nullptr ||
-      !(assigned || ActiveRecordForLocked(worker_id, line.job_id(), line.attempt(), line.rank()))) {
+      !(as_assigned ||
+        ActiveRecordForLocked(worker_id, line.job_id(), line.attempt(), line.rank()) != nullptr)) {
+    if (record != nullptr && !runs_job) {
+      spdlog::debug("ignoring a log line of {} attempt {} rank {} from worker {}: not its rank",
+                    line.job_id(), line.attempt(), line.rank(), worker_id);
+    }
     // Nothing to store: the worker may forget it.
     if (numbered) {
       NoteUnconfirmedLocked(worker_id, {true, 0, line.job_id(), line.attempt(), line.sequence()});
@@ -175,6 +188,11 @@ void JobManager::OnLogLocked(const std::string& worker_id, const v1::LogLine& li
     return;
   }
   v1::LogLine stored = line;
+  if (!numbered && runs_job) {
+    // An unnumbered line (the worker's own notes) is filed under the rank it was assigned.
+    stored.set_attempt(assigned.attempt);
+    stored.set_rank(assigned.rank);
+  }
   if (stored.unix_millis() == 0) stored.set_unix_millis(absl::ToUnixMillis(absl::Now()));
   if (stored.level().empty()) stored.set_level("info");
   const auto line_bytes = static_cast<int64_t>(stored.text().size());

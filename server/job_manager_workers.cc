@@ -19,13 +19,13 @@ absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(const v1::Regist
   if (!registered.ok()) return registered.status();
   const auto& [worker_id, previous] = *registered;
   unconfirmed_reports_.erase(worker_id);
-  ReconcileRegistrationLocked(worker_id, previous, request);
   spdlog::info("worker {} registered: {} {}:{} ({} MiB){}", worker_id, request.hostname(),
                request.device_kind(), request.gpu_index(), request.memory_bytes() >> 20,
                request.running_job_id().empty()
                    ? ""
-                   : absl::StrCat(", running ", request.running_job_id(), " attempt ",
+                   : absl::StrCat(", says it runs ", request.running_job_id(), " attempt ",
                                   request.running_attempt(), " rank ", request.running_rank()));
+  ReconcileRegistrationLocked(worker_id, previous, request, principal);
   v1::RegisterResponse response;
   response.set_worker_id(worker_id);
   response.set_heartbeat_interval_millis(workers_.config().heartbeat_interval.count());
@@ -34,11 +34,13 @@ absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(const v1::Regist
 
 void JobManager::ReconcileRegistrationLocked(const std::string& worker_id,
                                              const RankAssignment& previous,
-                                             const v1::RegisterRequest& request) {
+                                             const v1::RegisterRequest& request,
+                                             const std::string& principal) {
   pending_cancellations_.erase(worker_id);
-  const bool runs_previous = previous.active() && previous.job_id == request.running_job_id() &&
-                             previous.attempt == request.running_attempt() &&
-                             previous.rank == request.running_rank();
+  const RankAssignment claim = {request.running_job_id(), request.running_attempt(),
+                                request.running_rank()};
+  const bool runs_previous = previous.active() && previous.job_id == claim.job_id &&
+                             previous.attempt == claim.attempt && previous.rank == claim.rank;
   if (previous.active() && !runs_previous) {
     // The worker process restarted and no longer runs the rank we gave it.
     if (JobRecord* record =
@@ -47,20 +49,58 @@ void JobManager::ReconcileRegistrationLocked(const std::string& worker_id,
           *record, absl::StrCat("worker ", worker_id, " restarted and lost rank ", previous.rank));
     }
   }
-  if (request.running_job_id().empty()) return;
-  JobRecord* record = ActiveRecordForLocked(worker_id, request.running_job_id(),
-                                            request.running_attempt(), request.running_rank());
-  if (record != nullptr) {
-    record->active->reattached[request.running_rank()] = true;
+  if (claim.job_id.empty()) return;
+  const ClaimStanding standing = ClaimStandingLocked(worker_id, claim, runs_previous);
+  if (standing != ClaimStanding::kUnassigned) workers_.ConfirmClaim(worker_id);
+  if (standing == ClaimStanding::kActive) {
+    FindLocked(claim.job_id)->active->reattached[claim.rank] = true;
     return;
   }
-  // Work that no longer counts (the attempt ended while the worker was away): stop it. The
-  // worker stays busy until it reports the cancellation.
+  // Work that no longer counts, or never did: stop it. The worker stays busy until it reports
+  // the cancellation.
   v1::Cancellation cancellation;
-  cancellation.set_job_id(request.running_job_id());
-  cancellation.set_attempt(request.running_attempt());
-  cancellation.set_reason("the attempt is no longer active on the coordinator");
+  cancellation.set_job_id(claim.job_id);
+  cancellation.set_attempt(claim.attempt);
+  if (standing == ClaimStanding::kEnded) {
+    cancellation.set_reason("the attempt is no longer active on the coordinator");
+  } else {
+    // Another worker's rank, a job that does not exist, or a stale id: the claim is kept only to
+    // keep the worker off the scheduler until it reports that work ended.
+    spdlog::warn(
+        "worker {} (credential \"{}\") claims {} attempt {} rank {}, which the coordinator did not "
+        "assign to it: the claim gives it no standing in that job, and it is told to cancel that "
+        "work",
+        worker_id, principal, claim.job_id, claim.attempt, claim.rank);
+    cancellation.set_reason(absl::StrCat("the coordinator did not assign ", claim.job_id,
+                                         " attempt ", claim.attempt, " rank ", claim.rank,
+                                         " to worker ", worker_id));
+  }
   pending_cancellations_[worker_id] = cancellation;
+}
+
+JobManager::ClaimStanding JobManager::ClaimStandingLocked(const std::string& worker_id,
+                                                          const RankAssignment& claim,
+                                                          bool assigned_here) {
+  if (ActiveRecordForLocked(worker_id, claim.job_id, claim.attempt, claim.rank) != nullptr) {
+    return ClaimStanding::kActive;
+  }
+  // This process assigned it and the attempt has ended since.
+  if (assigned_here) return ClaimStanding::kEnded;
+  // Or an earlier coordinator process did: the stored assignments say.
+  if (FindLocked(claim.job_id) == nullptr) return ClaimStanding::kUnassigned;
+  absl::StatusOr<std::vector<AssignmentRecord>> stored =
+      store_.LoadAssignments(claim.job_id, claim.attempt);
+  if (!stored.ok()) {
+    spdlog::warn("cannot check worker {}'s claim on {} attempt {}: {}", worker_id, claim.job_id,
+                 claim.attempt, stored.status().ToString());
+    return ClaimStanding::kUnassigned;
+  }
+  for (const AssignmentRecord& assignment : *stored) {
+    if (assignment.rank == claim.rank && assignment.worker_id == worker_id) {
+      return ClaimStanding::kEnded;
+    }
+  }
+  return ClaimStanding::kUnassigned;
 }
 
 absl::Status JobManager::OpenSession(const std::string& worker_id,
@@ -68,12 +108,10 @@ absl::Status JobManager::OpenSession(const std::string& worker_id,
                                      const std::string& principal) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
-  // Only the credential the id is bound to may open its session (a takeover is refused).
+  // Only the credential the id is bound to may open its session, and only once the previous
+  // session is provably dead (a takeover is refused).
   FSDPD_RETURN_IF_ERROR(workers_.CheckPrincipal(worker_id, principal));
-  if (!workers_.AttachSession(worker_id, std::move(session))) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown worker \"", worker_id, "\"; call Register before Session"));
-  }
+  FSDPD_RETURN_IF_ERROR(workers_.AttachSession(worker_id, std::move(session), now_()));
   workers_.Heartbeat(worker_id, now_());
   if (auto pending = pending_cancellations_.find(worker_id);
       pending != pending_cancellations_.end()) {

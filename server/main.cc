@@ -49,6 +49,8 @@ struct Settings {
   std::optional<int> max_workers;
   std::optional<double> register_rate;
   std::optional<std::string> health_listen;
+  std::optional<int> rendezvous_keys_per_rank;
+  std::optional<int64_t> rendezvous_value_bytes;
 };
 
 std::string DefaultStateDir() {
@@ -64,7 +66,7 @@ std::string DefaultStateDir() {
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
 // metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
 // max-workers, register-rate, health-listen, max-log-bytes-per-job, rank-report-steps,
-// watch-replay-steps.
+// watch-replay-steps, rendezvous-keys-per-rank, rendezvous-value-bytes.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -109,13 +111,18 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.rank_report_steps = entry.second.as<int64_t>();
       } else if (key == "watch-replay-steps") {
         settings.watch_replay_steps = entry.second.as<int64_t>();
+      } else if (key == "rendezvous-keys-per-rank") {
+        settings.rendezvous_keys_per_rank = entry.second.as<int>();
+      } else if (key == "rendezvous-value-bytes") {
+        settings.rendezvous_value_bytes = entry.second.as<int64_t>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
                          "metrics-retention, lost-worker-retention, max-world-size, insecure, "
                          "insecure-metrics, max-workers, register-rate, health-listen, "
-                         "max-log-bytes-per-job, rank-report-steps, watch-replay-steps)"));
+                         "max-log-bytes-per-job, rank-report-steps, watch-replay-steps, "
+                         "rendezvous-keys-per-rank, rendezvous-value-bytes)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -168,6 +175,8 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.max_workers) onto.max_workers = from.max_workers;
   if (from.register_rate) onto.register_rate = from.register_rate;
   if (from.health_listen) onto.health_listen = from.health_listen;
+  if (from.rendezvous_keys_per_rank) onto.rendezvous_keys_per_rank = from.rendezvous_keys_per_rank;
+  if (from.rendezvous_value_bytes) onto.rendezvous_value_bytes = from.rendezvous_value_bytes;
 }
 
 absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
@@ -191,6 +200,12 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   }
   if (settings.rank_report_steps) config.store.rank_report_steps = *settings.rank_report_steps;
   if (settings.watch_replay_steps) config.jobs.watch_replay_steps = *settings.watch_replay_steps;
+  if (settings.rendezvous_keys_per_rank) {
+    config.rendezvous.max_keys_per_rank = *settings.rendezvous_keys_per_rank;
+  }
+  if (settings.rendezvous_value_bytes) {
+    config.rendezvous.max_value_bytes = *settings.rendezvous_value_bytes;
+  }
   if (settings.heartbeat_timeout) {
     absl::StatusOr<std::chrono::milliseconds> timeout =
         fsdpd::server::ParseDuration(*settings.heartbeat_timeout);
@@ -327,6 +342,14 @@ int main(int argc, char** argv) {
   auto* health_option = app.add_option(
       "--health-listen", health_listen,
       "plaintext gRPC port serving only grpc.health.v1, for probes that cannot speak TLS (none)");
+  int rendezvous_keys_per_rank = 0;
+  int64_t rendezvous_value_bytes = 0;
+  auto* rendezvous_keys_option =
+      app.add_option("--rendezvous-keys-per-rank", rendezvous_keys_per_rank,
+                     "keys an attempt's rendezvous scope holds per rank (8)");
+  auto* rendezvous_value_option =
+      app.add_option("--rendezvous-value-bytes", rendezvous_value_bytes,
+                     "largest rendezvous value, plus 256 bytes per rank of the attempt (4096)");
   app.add_option("--config", config_file, "YAML file with the same keys as the flags")
       ->check(CLI::ExistingFile);
 
@@ -359,6 +382,8 @@ int main(int argc, char** argv) {
   if (*max_workers_option) flags.max_workers = max_workers;
   if (*register_rate_option) flags.register_rate = register_rate;
   if (*health_option) flags.health_listen = health_listen;
+  if (*rendezvous_keys_option) flags.rendezvous_keys_per_rank = rendezvous_keys_per_rank;
+  if (*rendezvous_value_option) flags.rendezvous_value_bytes = rendezvous_value_bytes;
 
   Settings settings;
   if (!config_file.empty()) {

@@ -26,7 +26,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Refuse(grpc::CallbackServerCont
 }
 
 grpc::Status RendezvousServiceImpl::CheckCaller(grpc::CallbackServerContext* context,
-                                                const v1::Scope& scope) const {
+                                                const v1::Scope& scope, int* ranks) const {
   std::string principal;
   if (authenticator_ != nullptr) {
     if (grpc::Status status = authenticator_->AuthenticateWorker(*context, &principal);
@@ -34,31 +34,38 @@ grpc::Status RendezvousServiceImpl::CheckCaller(grpc::CallbackServerContext* con
       return status;
     }
   }
-  if (workers_ != nullptr && !workers_->RunsAttempt(principal, scope.job_id(), scope.attempt())) {
+  *ranks = 1;
+  if (workers_ == nullptr) return grpc::Status::OK;
+  // Only what the coordinator assigned counts: a worker's claim at registration is no standing.
+  const AttemptStanding standing = workers_->Standing(principal, scope.job_id(), scope.attempt());
+  if (!standing.runs) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("rendezvous scope ",
                                      RendezvousStore::ScopeName(scope.job_id(), scope.attempt()),
                                      " belongs to the ranks of that attempt; this credential "
                                      "runs none of them"));
   }
+  *ranks = standing.ranks;
   return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* context,
                                                      const v1::SetRequest* request,
                                                      v1::SetResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context, request->scope()); !allowed.ok()) {
+  int ranks = 0;
+  if (grpc::Status allowed = CheckCaller(context, request->scope(), &ranks); !allowed.ok()) {
     return Refuse(context, "Set", allowed);
   }
   return Reply(context, "Set",
                store_.Set(request->scope().job_id(), request->scope().attempt(), request->key(),
-                          request->value()));
+                          request->value(), ranks));
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* context,
                                                      const v1::GetRequest* request,
                                                      v1::GetResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context, request->scope()); !allowed.ok()) {
+  int ranks = 0;
+  if (grpc::Status allowed = CheckCaller(context, request->scope(), &ranks); !allowed.ok()) {
     return Refuse(context, "Get", allowed);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -78,11 +85,12 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* context,
                                                      const v1::AddRequest* request,
                                                      v1::AddResponse* response) {
-  if (grpc::Status allowed = CheckCaller(context, request->scope()); !allowed.ok()) {
+  int ranks = 0;
+  if (grpc::Status allowed = CheckCaller(context, request->scope(), &ranks); !allowed.ok()) {
     return Refuse(context, "Add", allowed);
   }
   absl::StatusOr<int64_t> value = store_.Add(request->scope().job_id(), request->scope().attempt(),
-                                             request->key(), request->delta());
+                                             request->key(), request->delta(), ranks);
   if (value.ok()) response->set_value(*value);
   return Reply(context, "Add", value.status());
 }

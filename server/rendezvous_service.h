@@ -13,8 +13,10 @@ namespace fsdpd::server {
 class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  public:
   // authenticator may be null (tests): then no credential is asked for. workers may be null
-  // (tests): then any caller may use any scope. Otherwise only a worker bound to the caller's
-  // credential that runs a rank of (job, attempt) may read or write the attempt's keys.
+  // (tests): then any caller may use any scope, sized for one rank. Otherwise only a caller whose
+  // credential is bound to a worker the coordinator assigned a rank of (job, attempt) may read or
+  // write the attempt's keys (a worker's own claim does not count), and the attempt's assigned
+  // ranks size the scope's bounds (RendezvousConfig).
   RendezvousServiceImpl(RendezvousStore& store, MetricsExporter* metrics,
                         const Authenticator* authenticator = nullptr,
                         const WorkerRegistry* workers = nullptr)
@@ -30,8 +32,10 @@ class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
                                   const absl::Status& status);
-  // The credential, then the scope: UNAUTHENTICATED, PERMISSION_DENIED or OK.
-  grpc::Status CheckCaller(grpc::CallbackServerContext* context, const v1::Scope& scope) const;
+  // The credential, then the scope: UNAUTHENTICATED, PERMISSION_DENIED or OK with the
+  // attempt's ranks in *ranks.
+  grpc::Status CheckCaller(grpc::CallbackServerContext* context, const v1::Scope& scope,
+                           int* ranks) const;
   grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const char* method,
                                    const grpc::Status& status);
 

@@ -71,42 +71,77 @@ size_t RendezvousStore::WaiterCount(const std::string& job_id, int attempt) cons
   return found == scopes_.end() ? 0 : found->second.waiters.size();
 }
 
-absl::Status RendezvousStore::CheckKeyLocked(const Scope& scope, const std::string& key) const {
+int64_t RendezvousStore::MaxValueBytes(int ranks) const {
+  return config_.max_value_bytes + config_.value_bytes_per_rank * std::max(ranks, 1);
+}
+
+absl::Status RendezvousStore::CheckSetLocked(const std::string& name, const Scope& scope,
+                                             const std::string& key, const std::string& value,
+                                             int ranks) const {
+  ranks = std::max(ranks, 1);
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
   if (key.size() > kMaxKeyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("rendezvous key is ", key.size(), " bytes; at most ", kMaxKeyBytes));
   }
-  if (scope.values.count(key) == 0 &&
-      static_cast<int>(scope.values.size()) >= config_.max_keys_per_scope) {
-    return absl::ResourceExhaustedError(absl::StrCat("rendezvous scope holds the maximum of ",
-                                                     config_.max_keys_per_scope, " keys"));
+  const int64_t max_value = MaxValueBytes(ranks);
+  if (static_cast<int64_t>(value.size()) > max_value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rendezvous value for key \"", key, "\" is ", value.size(), " bytes; a value in scope ",
+        name, " of ", ranks, " ranks takes at most ", max_value, " (--rendezvous-value-bytes ",
+        config_.max_value_bytes, " plus ", config_.value_bytes_per_rank, " per rank)"));
+  }
+  auto existing = scope.values.find(key);
+  const int64_t max_keys = static_cast<int64_t>(config_.max_keys_per_rank) * ranks;
+  if (existing == scope.values.end() && static_cast<int64_t>(scope.values.size()) >= max_keys) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous scope ", name, " holds ", scope.values.size(), " keys, the most for ", ranks,
+        " ranks (--rendezvous-keys-per-rank ", config_.max_keys_per_rank, ")"));
+  }
+  const int64_t bytes =
+      scope.bytes + static_cast<int64_t>(value.size()) -
+      (existing == scope.values.end() ? -static_cast<int64_t>(key.size())
+                                      : static_cast<int64_t>(existing->second.size()));
+  const int64_t max_bytes = max_value * ranks;
+  if (bytes > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous scope ", name, " would hold ", bytes, " bytes; ", ranks, " ranks take at most ",
+        max_bytes, " (one value of at most ", max_value, " bytes per rank)"));
   }
   return absl::OkStatus();
 }
 
+std::vector<RendezvousStore::GetCallback> RendezvousStore::StoreLocked(Scope& scope,
+                                                                       const std::string& key,
+                                                                       std::string value) {
+  auto [entry, added] = scope.values.try_emplace(key);
+  scope.bytes +=
+      static_cast<int64_t>(value.size()) -
+      (added ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(entry->second.size()));
+  entry->second = std::move(value);
+  std::vector<GetCallback> ready;
+  auto waiting = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
+                                       [&](const Waiter& waiter) { return waiter.key != key; });
+  for (auto it = waiting; it != scope.waiters.end(); ++it) ready.push_back(std::move(it->done));
+  scope.waiters.erase(waiting, scope.waiters.end());
+  return ready;
+}
+
 absl::Status RendezvousStore::Set(const std::string& job_id, int attempt, const std::string& key,
-                                  const std::string& value) {
-  if (static_cast<int64_t>(value.size()) > config_.max_value_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous value for key \"", key, "\" is ",
-                                                   value.size(), " bytes; the limit is ",
-                                                   config_.max_value_bytes));
-  }
+                                  const std::string& value, int ranks) {
   std::vector<GetCallback> ready;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = scopes_.find(ScopeName(job_id, attempt));
+    const std::string name = ScopeName(job_id, attempt);
+    auto found = scopes_.find(name);
     if (found == scopes_.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
+      return absl::FailedPreconditionError(absl::StrCat("no active attempt ", name));
     }
     Scope& scope = found->second;
-    if (absl::Status status = CheckKeyLocked(scope, key); !status.ok()) return status;
-    scope.values[key] = value;
-    auto waiting = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
-                                         [&](const Waiter& waiter) { return waiter.key != key; });
-    for (auto it = waiting; it != scope.waiters.end(); ++it) ready.push_back(std::move(it->done));
-    scope.waiters.erase(waiting, scope.waiters.end());
+    if (absl::Status status = CheckSetLocked(name, scope, key, value, ranks); !status.ok()) {
+      return status;
+    }
+    ready = StoreLocked(scope, key, value);
   }
   for (GetCallback& done : ready) done(value);
   return absl::OkStatus();
@@ -140,19 +175,18 @@ void RendezvousStore::Get(const std::string& job_id, int attempt, const std::str
 }
 
 absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int attempt,
-                                             const std::string& key, int64_t delta) {
+                                             const std::string& key, int64_t delta, int ranks) {
   std::vector<GetCallback> ready;
   std::string text;
   int64_t value = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = scopes_.find(ScopeName(job_id, attempt));
+    const std::string name = ScopeName(job_id, attempt);
+    auto found = scopes_.find(name);
     if (found == scopes_.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
+      return absl::FailedPreconditionError(absl::StrCat("no active attempt ", name));
     }
     Scope& scope = found->second;
-    if (absl::Status status = CheckKeyLocked(scope, key); !status.ok()) return status;
     // Counters live in the same map as decimal text, so a Get of a counter sees its value.
     auto existing = scope.values.find(key);
     if (existing != scope.values.end() && !absl::SimpleAtoi(existing->second, &value)) {
@@ -165,13 +199,12 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int atte
       return absl::OutOfRangeError(absl::StrCat("rendezvous counter \"", key, "\" at ", value,
                                                 " would overflow adding ", delta));
     }
+    text = absl::StrCat(value + delta);
+    if (absl::Status status = CheckSetLocked(name, scope, key, text, ranks); !status.ok()) {
+      return status;
+    }
     value += delta;
-    text = absl::StrCat(value);
-    scope.values[key] = text;
-    auto waiting = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
-                                         [&](const Waiter& waiter) { return waiter.key != key; });
-    for (auto it = waiting; it != scope.waiters.end(); ++it) ready.push_back(std::move(it->done));
-    scope.waiters.erase(waiting, scope.waiters.end());
+    ready = StoreLocked(scope, key, text);
   }
   for (GetCallback& done : ready) done(text);
   return value;

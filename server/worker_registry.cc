@@ -18,6 +18,19 @@ std::string WorkerRegistry::NewIdLocked() {
   return id;
 }
 
+bool WorkerRegistry::LiveLocked(const Entry& entry, Clock::time_point now) const {
+  return entry.session != nullptr && now - entry.last_heartbeat <= config_.heartbeat_timeout;
+}
+
+void WorkerRegistry::ShowWorkLocked(Entry& entry) {
+  if (entry.info.state() != v1::LOST) {
+    entry.info.set_state(entry.assignment.active() || entry.claim.active() ? v1::BUSY : v1::IDLE);
+  }
+  // Only what the coordinator assigned is shown as the worker's job.
+  entry.info.set_job_id(entry.assignment.active() ? entry.assignment.job_id : "");
+  entry.info.set_rank(entry.assignment.active() ? entry.assignment.rank : 0);
+}
+
 absl::Status WorkerRegistry::CheckReclaimLocked(const std::string& id, const Entry& entry,
                                                 const std::string& principal,
                                                 Clock::time_point now) const {
@@ -25,9 +38,7 @@ absl::Status WorkerRegistry::CheckReclaimLocked(const std::string& id, const Ent
     return absl::PermissionDeniedError(absl::StrCat(
         "worker id \"", id, "\" is bound to another credential; register without an id"));
   }
-  const bool live =
-      entry.session != nullptr && now - entry.last_heartbeat <= config_.heartbeat_timeout;
-  if (live) {
+  if (LiveLocked(entry, now)) {
     return absl::AlreadyExistsError(
         absl::StrCat("worker id \"", id,
                      "\" has a live session; it can be reclaimed once that session is gone"));
@@ -70,16 +81,29 @@ absl::Status WorkerRegistry::CheckPrincipal(const std::string& worker_id,
   return absl::OkStatus();
 }
 
-bool WorkerRegistry::RunsAttempt(const std::string& principal, const std::string& job_id,
-                                 int attempt) const {
+AttemptStanding WorkerRegistry::Standing(const std::string& principal, const std::string& job_id,
+                                         int attempt) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  AttemptStanding standing;
   for (const auto& [id, entry] : workers_) {
-    if (entry.principal == principal && entry.assignment.active() &&
-        entry.assignment.job_id == job_id && entry.assignment.attempt == attempt) {
-      return true;
+    if (!entry.assignment.active() || entry.assignment.job_id != job_id ||
+        entry.assignment.attempt != attempt) {
+      continue;
     }
+    ++standing.ranks;
+    if (entry.principal == principal) standing.runs = true;
   }
-  return false;
+  return standing;
+}
+
+bool WorkerRegistry::ConfirmClaim(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end() || !found->second.claim.active()) return false;
+  Entry& entry = found->second;
+  entry.assignment = std::exchange(entry.claim, {});
+  ShowWorkLocked(entry);
+  return true;
 }
 
 absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
@@ -99,7 +123,8 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
     return absl::InvalidArgumentError(absl::StrCat(
         "gpu_index: must be -1 (no GPU) or a device index, got ", request.gpu_index()));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<WorkerSession> stale;
+  std::unique_lock<std::mutex> lock(mutex_);
   std::string id = request.worker_id();
   if (id.empty()) id = ReturningIdLocked(request, principal, now);
   if (id.empty()) id = NewIdLocked();
@@ -117,6 +142,9 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   Entry& entry = workers_[id];
   entry.principal = principal;
   entry.session_ended = false;
+  // A session still attached here is not live (CheckReclaimLocked): it is closed, so the new
+  // session this registration leads to is not refused for it.
+  stale = std::move(entry.session);
   RankAssignment previous = entry.assignment;
   entry.info.set_id(id);
   entry.info.set_hostname(request.hostname());
@@ -128,20 +156,23 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   entry.info.set_address(request.address());
   entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
   entry.last_heartbeat = now;
-  // What the worker says it runs wins; the job manager decides whether that work still counts.
+  // What the worker says it runs is a claim until the job manager confirms it (ConfirmClaim).
   entry.assignment = {};
+  entry.claim = {};
   if (!request.running_job_id().empty()) {
-    entry.assignment = {request.running_job_id(), request.running_attempt(),
-                        request.running_rank()};
+    entry.claim = {request.running_job_id(), request.running_attempt(), request.running_rank()};
   }
-  entry.info.set_state(entry.assignment.active() ? v1::BUSY : v1::IDLE);
-  entry.info.set_job_id(entry.assignment.job_id);
-  entry.info.set_rank(entry.assignment.active() ? entry.assignment.rank : 0);
+  entry.info.set_state(v1::IDLE);
+  ShowWorkLocked(entry);
+  lock.unlock();
+  if (stale != nullptr) {
+    stale->Close(absl::AbortedError("the worker registered again; this session was silent"));
+  }
   return std::make_pair(id, previous);
 }
 
 WorkerSnapshot WorkerRegistry::SnapshotLocked(const Entry& entry) const {
-  return {entry.info, entry.assignment, entry.session != nullptr};
+  return {entry.info, entry.assignment, entry.claim, entry.session != nullptr};
 }
 
 std::optional<WorkerSnapshot> WorkerRegistry::Find(const std::string& worker_id) const {
@@ -192,9 +223,8 @@ void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& 
   if (found == workers_.end()) return;
   Entry& entry = found->second;
   entry.assignment = assignment;
-  if (entry.info.state() != v1::LOST) entry.info.set_state(v1::BUSY);
-  entry.info.set_job_id(assignment.job_id);
-  entry.info.set_rank(assignment.rank);
+  entry.claim = {};
+  ShowWorkLocked(entry);
 }
 
 void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id, int attempt) {
@@ -202,27 +232,40 @@ void WorkerRegistry::Release(const std::string& worker_id, const std::string& jo
   auto found = workers_.find(worker_id);
   if (found == workers_.end()) return;
   Entry& entry = found->second;
-  if (entry.assignment.job_id != job_id || entry.assignment.attempt != attempt) return;
-  entry.assignment = {};
-  if (entry.info.state() != v1::LOST) entry.info.set_state(v1::IDLE);
-  entry.info.clear_job_id();
-  entry.info.clear_rank();
+  auto runs = [&](const RankAssignment& work) {
+    return work.active() && work.job_id == job_id && work.attempt == attempt;
+  };
+  if (!runs(entry.assignment) && !runs(entry.claim)) return;
+  if (runs(entry.assignment)) entry.assignment = {};
+  if (runs(entry.claim)) entry.claim = {};
+  ShowWorkLocked(entry);
 }
 
-bool WorkerRegistry::AttachSession(const std::string& worker_id,
-                                   std::shared_ptr<WorkerSession> session) {
+absl::Status WorkerRegistry::AttachSession(const std::string& worker_id,
+                                           std::shared_ptr<WorkerSession> session,
+                                           Clock::time_point now) {
   std::shared_ptr<WorkerSession> replaced;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = workers_.find(worker_id);
-    if (found == workers_.end()) return false;
-    replaced = std::exchange(found->second.session, std::move(session));
-    found->second.session_ended = false;
+    if (found == workers_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown worker \"", worker_id, "\"; call Register before Session"));
+    }
+    Entry& entry = found->second;
+    if (LiveLocked(entry, now)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker \"", worker_id,
+          "\" has a live session; a new one is accepted once that one closes or is silent for ",
+          config_.heartbeat_timeout.count(), " ms"));
+    }
+    replaced = std::exchange(entry.session, std::move(session));
+    entry.session_ended = false;
   }
   if (replaced != nullptr) {
-    replaced->Close(absl::AbortedError("a newer session of this worker replaced this one"));
+    replaced->Close(absl::AbortedError("a newer session of this worker replaced this silent one"));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 void WorkerRegistry::DetachSession(const std::string& worker_id, const WorkerSession* session) {
@@ -242,7 +285,8 @@ bool WorkerRegistry::Heartbeat(const std::string& worker_id, Clock::time_point n
   entry.last_heartbeat = now;
   entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
   if (entry.info.state() == v1::LOST) {
-    entry.info.set_state(entry.assignment.active() ? v1::BUSY : v1::IDLE);
+    entry.info.set_state(v1::IDLE);
+    ShowWorkLocked(entry);
   }
   return true;
 }
@@ -286,8 +330,8 @@ std::vector<WorkerSnapshot> WorkerRegistry::ExpireSilentWorkers(Clock::time_poin
     expired.push_back(SnapshotLocked(entry));
     // Whatever it ran is failed by the job manager; if it comes back it starts idle.
     entry.assignment = {};
-    entry.info.clear_job_id();
-    entry.info.clear_rank();
+    entry.claim = {};
+    ShowWorkLocked(entry);
   }
   return expired;
 }

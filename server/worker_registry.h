@@ -1,6 +1,12 @@
 // The workers the coordinator knows: their devices, liveness, session stream and the rank they
 // run. Registration is in memory only: after a coordinator restart workers register again and
 // say what they are running, and the job manager reconciles that with the stored attempts.
+//
+// A worker's standing in a job (its rank's rendezvous scope, its log lines) comes only from what
+// the coordinator assigned to its id, which is bound to its credential. What a worker says at
+// registration that it runs is a claim: recorded apart, it keeps the worker BUSY (off the
+// scheduler) until the worker reports that work ended, and gives it no standing until the job
+// manager confirms the coordinator assigned that rank to this worker id (ConfirmClaim).
 #pragma once
 
 #include <chrono>
@@ -40,8 +46,15 @@ struct RankAssignment {
 
 struct WorkerSnapshot {
   v1::Worker info;
-  RankAssignment assignment;
+  RankAssignment assignment;  // what the coordinator assigned (or confirmed); never a bare claim
+  RankAssignment claim;       // what the worker says it runs that is not confirmed
   bool connected = false;
+};
+
+// Who may use an attempt's rendezvous scope, and the ranks that size it.
+struct AttemptStanding {
+  bool runs = false;  // a worker bound to the caller's principal was assigned a rank of it
+  int ranks = 0;      // workers assigned a rank of it
 };
 
 class WorkerRegistry {
@@ -56,7 +69,11 @@ class WorkerRegistry {
   // host and device (hostname, device kind, GPU index, and GPU UUID when both have one) that is
   // gone (LOST, or its session stream ended) when that id passes the checks below, so a
   // restart does not leave its old id LOST.
-  // Returns the worker's id and the assignment the registry held for it before this call.
+  // Returns the worker's id and the assignment the registry held for it before this call. The
+  // request's running_job_id/attempt/rank is recorded as the worker's claim, not as an
+  // assignment; its assignment is cleared until the job manager confirms the claim. A still
+  // attached session that is not live (silent past the heartbeat timeout) is closed: the new
+  // registration proves it dead.
   // A worker id is bound to the principal (auth.h) that first registered it:
   //  - PERMISSION_DENIED when another principal registers a known id;
   //  - ALREADY_EXISTS while the id has a live session (open and heard from within the
@@ -66,9 +83,14 @@ class WorkerRegistry {
       const v1::RegisterRequest& request, Clock::time_point now, const std::string& principal = "");
   // PERMISSION_DENIED unless the worker is known and bound to this principal (a Session).
   absl::Status CheckPrincipal(const std::string& worker_id, const std::string& principal) const;
-  // Whether a worker bound to this principal runs a rank of (job, attempt): who may use the
-  // attempt's rendezvous scope.
-  bool RunsAttempt(const std::string& principal, const std::string& job_id, int attempt) const;
+  // Whether a worker bound to this principal was assigned a rank of (job, attempt), and how many
+  // workers were: who may use the attempt's rendezvous scope, and how large it may grow. Claims
+  // count for neither.
+  AttemptStanding Standing(const std::string& principal, const std::string& job_id,
+                           int attempt) const;
+  // Makes the worker's claim its assignment: the job manager found that the coordinator assigned
+  // that rank to this worker id. False when it has no such claim.
+  bool ConfirmClaim(const std::string& worker_id);
 
   std::optional<WorkerSnapshot> Find(const std::string& worker_id) const;
   std::vector<v1::Worker> List() const;
@@ -79,11 +101,14 @@ class WorkerRegistry {
   std::map<v1::WorkerState, int> CountByState() const;
 
   void Assign(const std::string& worker_id, const RankAssignment& assignment);
-  // Frees the worker (BUSY → IDLE) if it still runs that attempt.
+  // Frees the worker (BUSY → IDLE) if it still runs, or claims, that attempt.
   void Release(const std::string& worker_id, const std::string& job_id, int attempt);
 
-  // Returns false when the worker is unknown.
-  bool AttachSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session);
+  // NOT_FOUND when the worker is unknown; ALREADY_EXISTS while it has a live session (one that
+  // is attached and heard from within the heartbeat timeout), as Register answers: a session is
+  // replaced only once it is provably dead, its stream closed or silent past the timeout.
+  absl::Status AttachSession(const std::string& worker_id, std::shared_ptr<WorkerSession> session,
+                             Clock::time_point now);
   void DetachSession(const std::string& worker_id, const WorkerSession* session);
   bool Heartbeat(const std::string& worker_id, Clock::time_point now);
   // Returns false when the worker is unknown or has no open session.
@@ -99,11 +124,16 @@ class WorkerRegistry {
   struct Entry {
     v1::Worker info;
     RankAssignment assignment;
+    RankAssignment claim;
     std::shared_ptr<WorkerSession> session;
     Clock::time_point last_heartbeat;
     std::string principal;       // the credential the id is bound to
     bool session_ended = false;  // its session stream ended and no other has been opened
   };
+  // Whether the entry's session is attached and heard from within the heartbeat timeout.
+  bool LiveLocked(const Entry& entry, Clock::time_point now) const;
+  // The entry's state and shown job from its assignment and claim (LOST stays LOST).
+  static void ShowWorkLocked(Entry& entry);
   // The checks of Register for an id already known.
   absl::Status CheckReclaimLocked(const std::string& id, const Entry& entry,
                                   const std::string& principal, Clock::time_point now) const;

@@ -17,4 +17,10 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl AND TARGET fsdpd_proc
     LIBS fsdpd_process_harness fsdpd_proto
     TIMEOUT 240)
   add_dependencies(state_trust_test fsdpd fsdpd-worker fsdpctl)
+  # A worker credential forging claims, log lines, rendezvous keys and a second Session.
+  fsdpd_test(forged_worker_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/forged_worker_test.cc
+    LIBS fsdpd_process_harness fsdpd_proto
+    TIMEOUT 240)
+  add_dependencies(forged_worker_test fsdpd fsdpd-worker fsdpctl)
 endif()

@@ -10,6 +10,7 @@ fsdpd_test(server_job_manager_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_recovery_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_logs_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/server_worker_claims_test.cc
   LIBS fsdpd_server_lib fsdpd_test_support SQLite::SQLite3)
 fsdpd_test(server_coordinator_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_coordinator_test.cc
@@ -26,3 +27,7 @@ fsdpd_test(server_api_replies_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_api_replies_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_file_stores_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_file_stores_test.cc LIBS fsdpd_server_lib)
+# Gloo's real rendezvous against the coordinator's store, to check its bounds fit.
+fsdpd_test(server_rendezvous_fit_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_rendezvous_fit_test.cc
+  LIBS fsdpd_server_lib fsdpd_engine)

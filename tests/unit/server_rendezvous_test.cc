@@ -110,6 +110,43 @@ TEST(RendezvousTest, ScopesAreIsolatedAndDroppedWithTheirAttempt) {
   EXPECT_EQ(store.ScopeCount(), 1u);
 }
 
+TEST(RendezvousTest, AScopeHoldsWhatItsRanksNeedAndARefusalNamesTheBound) {
+  RendezvousConfig config;  // 8 keys per rank; values of 4096 bytes plus 256 per rank
+  RendezvousStore store(config);
+  store.OpenScope("job-000001", 1);
+  // Values: 4096 + 2 * 256 bytes for two ranks, more for more.
+  EXPECT_TRUE(store.Set("job-000001", 1, "gloo/0", std::string(4608, 'a'), 2).ok());
+  absl::Status too_long = store.Set("job-000001", 1, "gloo/1", std::string(4609, 'a'), 2);
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("--rendezvous-value-bytes"), std::string::npos) << too_long;
+  EXPECT_NE(too_long.message().find("4608"), std::string::npos) << too_long;
+  EXPECT_TRUE(store.Set("job-000001", 1, "gloo/1", std::string(4609, 'a'), 3).ok());
+  // All of it together: one value of the largest size per rank (here 3 * 4864 bytes).
+  EXPECT_TRUE(store.Set("job-000001", 1, "big", std::string(4864, 'a'), 3).ok());
+  absl::Status too_much = store.Set("job-000001", 1, "big2", std::string(4864, 'a'), 3);
+  EXPECT_EQ(too_much.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(too_much.message().find("per rank"), std::string::npos) << too_much;
+  // Overwriting a key counts its new size only.
+  EXPECT_TRUE(store.Set("job-000001", 1, "gloo/1", "x", 3).ok());
+  EXPECT_TRUE(store.Set("job-000001", 1, "big2", std::string(4864, 'a'), 3).ok());
+
+  // Keys: 8 per rank.
+  store.OpenScope("job-000001", 2);
+  for (int key = 0; key < 16; ++key) {
+    ASSERT_TRUE(store.Set("job-000001", 2, "k" + std::to_string(key), "v", 2).ok()) << key;
+  }
+  absl::Status too_many = store.Set("job-000001", 2, "k16", "v", 2);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(too_many.message().find("--rendezvous-keys-per-rank 8"), std::string::npos) << too_many;
+  EXPECT_EQ(store.Add("job-000001", 2, "counter", 1, 2).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store.Set("job-000001", 2, "k3", "replaced", 2).ok());  // no new key
+  EXPECT_TRUE(store.Set("job-000001", 2, "k16", "v", 3).ok());        // a third rank's keys
+  // Keys themselves are short.
+  EXPECT_EQ(store.Set("job-000001", 2, std::string(257, 'k'), "v", 3).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RendezvousTest, ShutdownCompletesParkedGets) {
   RendezvousStore store({});
   store.OpenScope("job-000001", 1);

@@ -40,7 +40,8 @@ class WorkerReclaimTest : public ::testing::Test {
     EXPECT_TRUE(registered.ok()) << registered.status();
     if (!registered.ok()) return "";
     sessions_[registered->first] = std::make_shared<NullSession>();
-    EXPECT_TRUE(registry_.AttachSession(registered->first, sessions_[registered->first]));
+    EXPECT_TRUE(
+        registry_.AttachSession(registered->first, sessions_[registered->first], now_).ok());
     registry_.Heartbeat(registered->first, now_);
     return registered->first;
   }

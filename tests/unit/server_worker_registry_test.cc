@@ -1,8 +1,10 @@
-// Worker ids bound to the credential that registered them, and the bounds on registration.
+// Worker ids bound to the credential that registered them, sessions replaced only once provably
+// dead, claims that give no standing until confirmed, and the bounds on registration.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/peer_rate_limiter.h"
@@ -17,6 +19,13 @@ class NullSession : public WorkerSession {
  public:
   void Send(const v1::CoordinatorMessage&) override {}
   void Close(const absl::Status&) override {}
+};
+
+class RecordingSession : public WorkerSession {
+ public:
+  void Send(const v1::CoordinatorMessage&) override {}
+  void Close(const absl::Status& status) override { closed = status; }
+  std::optional<absl::Status> closed;
 };
 
 v1::RegisterRequest Request(const std::string& id = "", int gpu = 0) {
@@ -60,7 +69,7 @@ TEST_F(WorkerRegistryTest, ALiveSessionCannotBeReplacedAndIsReclaimedOnceGone) {
   ASSERT_TRUE(first.ok());
   const std::string id = first->first;
   auto session = std::make_shared<NullSession>();
-  ASSERT_TRUE(registry_.AttachSession(id, session));
+  ASSERT_TRUE(registry_.AttachSession(id, session, now_).ok());
   ASSERT_TRUE(registry_.Heartbeat(id, now_));
   EXPECT_EQ(
       registry_.Register(Request(id), now_ + milliseconds(500), "token:host-a").status().code(),
@@ -70,6 +79,84 @@ TEST_F(WorkerRegistryTest, ALiveSessionCannotBeReplacedAndIsReclaimedOnceGone) {
   // Or at once after the session closed.
   registry_.DetachSession(id, session.get());
   EXPECT_TRUE(registry_.Register(Request(id), now_, "token:host-a").ok());
+}
+
+TEST_F(WorkerRegistryTest, ASessionOfALiveWorkerIsRefusedUntilTheOldOneIsProvablyDead) {
+  auto first = registry_.Register(Request(), now_, "token:host-a");
+  ASSERT_TRUE(first.ok());
+  const std::string id = first->first;
+  auto live = std::make_shared<RecordingSession>();
+  ASSERT_TRUE(registry_.AttachSession(id, live, now_).ok());
+  // The same credential, a second stream: refused while the first is heard from.
+  auto second = std::make_shared<RecordingSession>();
+  absl::Status refused = registry_.AttachSession(id, second, now_ + milliseconds(900));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAlreadyExists) << refused;
+  EXPECT_FALSE(live->closed.has_value());
+  ASSERT_TRUE(registry_.Heartbeat(id, now_ + milliseconds(900)));
+  EXPECT_EQ(registry_.AttachSession(id, second, now_ + milliseconds(1800)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(live->closed.has_value());
+  // Silent past the heartbeat timeout, it is provably dead and is replaced.
+  ASSERT_TRUE(registry_.AttachSession(id, second, now_ + milliseconds(2000)).ok());
+  ASSERT_TRUE(live->closed.has_value());
+  EXPECT_EQ(live->closed->code(), absl::StatusCode::kAborted);
+  // A closed stream is dead at once.
+  registry_.DetachSession(id, second.get());
+  EXPECT_TRUE(registry_.AttachSession(id, std::make_shared<RecordingSession>(), now_).ok());
+}
+
+TEST_F(WorkerRegistryTest, RegisteringAgainClosesASilentSessionSoTheNewOneIsAccepted) {
+  auto first = registry_.Register(Request(), now_, "token:host-a");
+  ASSERT_TRUE(first.ok());
+  const std::string id = first->first;
+  auto silent = std::make_shared<RecordingSession>();
+  ASSERT_TRUE(registry_.AttachSession(id, silent, now_).ok());
+  const auto later = now_ + milliseconds(1500);
+  ASSERT_TRUE(registry_.Register(Request(id), later, "token:host-a").ok());
+  ASSERT_TRUE(silent->closed.has_value());
+  EXPECT_TRUE(registry_.AttachSession(id, std::make_shared<RecordingSession>(), later).ok());
+}
+
+v1::RegisterRequest Claiming(const std::string& id, const std::string& job, int attempt, int rank,
+                             int gpu = 0) {
+  v1::RegisterRequest request = Request(id, gpu);
+  request.set_running_job_id(job);
+  request.set_running_attempt(attempt);
+  request.set_running_rank(rank);
+  return request;
+}
+
+TEST_F(WorkerRegistryTest, AClaimKeepsTheWorkerBusyButGivesNoStandingUntilConfirmed) {
+  auto real = registry_.Register(Request("", 0), now_, "token:host-a");
+  ASSERT_TRUE(real.ok());
+  registry_.Assign(real->first, {"job-000004", 1, 0});
+  auto forged = registry_.Register(Claiming("", "job-000004", 1, 1, 1), now_, "token:rogue");
+  ASSERT_TRUE(forged.ok());
+  const std::string id = forged->first;
+
+  // Off the scheduler, but shown with no job, and no standing in the attempt's scope.
+  EXPECT_EQ(registry_.Find(id)->info.state(), v1::BUSY);
+  EXPECT_EQ(registry_.Find(id)->info.job_id(), "");
+  EXPECT_FALSE(registry_.Find(id)->assignment.active());
+  EXPECT_FALSE(registry_.Standing("token:rogue", "job-000004", 1).runs);
+  const AttemptStanding real_standing = registry_.Standing("token:host-a", "job-000004", 1);
+  EXPECT_TRUE(real_standing.runs);
+  EXPECT_EQ(real_standing.ranks, 1);  // the claim sizes nothing either
+
+  // Confirmed (the job manager found the rank was assigned to this id), it counts.
+  ASSERT_TRUE(registry_.ConfirmClaim(id));
+  EXPECT_TRUE(registry_.Standing("token:rogue", "job-000004", 1).runs);
+  EXPECT_EQ(registry_.Standing("token:host-a", "job-000004", 1).ranks, 2);
+  EXPECT_EQ(registry_.Find(id)->info.job_id(), "job-000004");
+  EXPECT_FALSE(registry_.ConfirmClaim(id));  // nothing left to confirm
+
+  // A claim that is never confirmed ends when the worker reports that work ended.
+  auto other = registry_.Register(Claiming("", "job-000009", 2, 0, 2), now_, "token:rogue");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(registry_.Find(other->first)->info.state(), v1::BUSY);
+  registry_.Release(other->first, "job-000009", 2);
+  EXPECT_EQ(registry_.Find(other->first)->info.state(), v1::IDLE);
+  EXPECT_FALSE(registry_.Find(other->first)->claim.active());
 }
 
 TEST_F(WorkerRegistryTest, NewIdsStopAtMaxWorkersButKnownOnesReturn) {
