@@ -31,6 +31,7 @@ LIBS="$(pkg-config --libs $PACKAGES) -pthread"
 LIBRARY_SOURCES=(
   proto/spec/job_spec.cc proto/spec/job_spec_validate.cc proto/spec/job_spec_estimates.cc
   proto/spec/validate_sections.cc proto/spec/validate_parallel.cc proto/spec/spec_paths.cc
+  proto/spec/spec_path_fields.cc
   formats/durable_file.cc formats/mapped_file.cc formats/safetensors.cc
   worker/data/data_loader.cc worker/data/path_policy.cc
   worker/data/synthetic_tokens.cc worker/data/window_data_loader.cc
