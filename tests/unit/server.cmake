@@ -24,3 +24,6 @@ fsdpd_test(server_worker_reclaim_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_worker_reclaim_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_api_replies_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_api_replies_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_worker_health_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_worker_health_test.cc
+  LIBS fsdpd_server_lib fsdpd_test_support SQLite::SQLite3)

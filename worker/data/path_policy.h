@@ -19,8 +19,18 @@ namespace fsdpd {
 absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
                                                 const std::vector<std::string>& allowed_roots);
 
-// The spec's file paths, resolved and confined by ResolveConfinedPath; an empty field stays
-// empty. An error names the field ("data.path: path '...' resolves to ...").
+// OK when `path` is a regular file after following symlinks, or does not exist (its reader then
+// says NOT_FOUND with its role). Anything else (a FIFO, a device, a socket, a directory) is
+// INVALID_ARGUMENT naming the path, what it resolves to and its kind: opening a FIFO for reading
+// blocks until a writer comes, and a device can block or change state on open, so such a path
+// must be refused with stat(2) before anything opens it. Readers still check the descriptor they
+// open (formats/mapped_file.h opens with O_NONBLOCK and fstat(2)s), which closes the window
+// between this check and their open.
+absl::Status CheckRegularFile(const std::string& path);
+
+// The spec's file paths, resolved and confined by ResolveConfinedPath, and refused by
+// CheckRegularFile when they are not regular files; an empty field stays empty. An error names
+// the field ("data.path: path '...' resolves to ...").
 struct SpecPaths {
   std::string data_path;
   std::string init_from;
@@ -29,7 +39,9 @@ absl::StatusOr<SpecPaths> ResolveSpecPaths(const v1::JobSpec& spec,
                                            const std::vector<std::string>& allowed_roots);
 
 // Resolves and confines `path` like ResolveConfinedPath, then creates it and its parents.
-// Returns the resolved path.
+// Returns the resolved path. A directory that cannot be created (a read-only or full file system,
+// a root without permission) is UNAVAILABLE: the fault of the worker's storage, not of the job,
+// so the attempt is worth retrying on another worker.
 absl::StatusOr<std::string> CreateConfinedDirectory(const std::string& path,
                                                     const std::vector<std::string>& allowed_roots);
 
