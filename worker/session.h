@@ -7,12 +7,12 @@
 // (session_outbox.h) and are flushed once the session is back.
 //
 // Health (WorkerHealth, sent at registration and with heartbeats): the worker probes its
-// checkpoint root at start and after each failed attempt, and a watchdog gives an attempt
-// cancel_grace to end once cancelled. An attempt still running then is blocked where the worker
-// cannot interrupt it (a read from a hung file system): the worker reports itself unhealthy, so
-// the coordinator stops assigning to it, closes its session and Run returns; its process must
-// then exit (fsdpd-worker exits with status 3) for its supervisor to start it afresh, since only
-// that frees the blocked thread.
+// checkpoint root at start, after each failed attempt and every 30 s while it is unwritable, and
+// a watchdog gives an attempt cancel_grace to end once cancelled. An attempt still running then
+// is blocked where the worker cannot interrupt it (a read from a hung file system): the worker
+// reports itself unhealthy, so the coordinator stops assigning to it, closes its session and Run
+// returns; its process must then exit (fsdpd-worker exits with status 3) for its supervisor to
+// start it afresh, since only that frees the blocked thread.
 #pragma once
 
 #include <atomic>
@@ -102,6 +102,10 @@ class WorkerSession {
   v1::WorkerHealth Health();
   // Probes the checkpoint root and records the answer for the next heartbeat.
   void CheckCheckpointRoot();
+  // While the root is unwritable and no job runs: probes again (every 30 s, from WatchLoop), so
+  // a fixed root brings the worker back. With no job there is nothing for the watchdog to miss
+  // should the probe itself block on a hung file system.
+  void RecheckUnwritableRoot();
   // The watchdog: wakes every cancel_grace / 10 (50 ms to 1 s) until Run ends.
   void WatchLoop();
   // Whether the job was cancelled longer than cancel_grace ago and still runs; then marks the

@@ -13,6 +13,9 @@ namespace fsdpd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How often a worker kept out by an unwritable checkpoint root looks again.
+constexpr std::chrono::seconds kRootRecheckInterval(30);
 }  // namespace
 
 v1::WorkerHealth WorkerSession::Health() {
@@ -39,14 +42,29 @@ void WorkerSession::CheckCheckpointRoot() {
 void WorkerSession::WatchLoop() {
   const auto period = std::clamp<std::chrono::milliseconds>(
       config_.cancel_grace / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  Clock::time_point next_root_check = Clock::now() + kRootRecheckInterval;
   std::unique_lock<std::mutex> lock(watch_mutex_);
   while (!watch_stop_.load()) {
     watch_changed_.wait_for(lock, period, [&] { return watch_stop_.load(); });
     if (watch_stop_.load()) break;
     lock.unlock();
     CheckWedged();
+    if (Clock::now() >= next_root_check) {
+      next_root_check = Clock::now() + kRootRecheckInterval;
+      RecheckUnwritableRoot();
+    }
     lock.lock();
   }
+}
+
+void WorkerSession::RecheckUnwritableRoot() {
+  if (Health().checkpoint_root_error().empty()) return;
+  {
+    // Such a worker gets no job; one it still runs (from before) probes after it fails.
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (job_ && !job_->Finished()) return;
+  }
+  CheckCheckpointRoot();
 }
 
 void WorkerSession::CheckWedged() {

@@ -12,7 +12,8 @@
 //    supervisor to restart it;
 //  - a checkpoint root the worker cannot write (a read-only bind mount in the worker's own mount
 //    namespace) is reported at registration; no job is placed there, and a job that could only
-//    run there waits with that reason.
+//    run there waits with that reason. A root that turns read-only mid-run fails the attempt as
+//    the worker's fault: it is retried on another worker.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -68,26 +69,34 @@ class WedgedWorkerTest : public ::testing::Test {
     if (HasFailure()) std::cerr << cluster_.Logs();
   }
 
+  // How a worker sees its checkpoint root.
+  enum class Root {
+    kPlain,
+    // Bound onto itself in the worker's own mount namespace, read-only (EROFS, which even root
+    // cannot write) or writable until Remount(); the rest of the machine sees it unchanged.
+    kReadOnly,
+    kRemountable,
+  };
   struct WorkerOptions {
-    std::string hostname;
-    std::vector<std::string> environment;  // NAME=value, through env(1)
-    std::string checkpoint_root;           // default: <dir>/checkpoints
-    bool read_only_root = false;           // bind-mounted read-only in its own mount namespace
+    std::string hostname{};
+    std::vector<std::string> environment{};  // NAME=value, through env(1)
+    std::string checkpoint_root{};           // default: <dir>/checkpoints
+    Root root = Root::kPlain;
   };
   ChildProcess& StartWorker(const WorkerOptions& options) {
     const std::string root =
         options.checkpoint_root.empty() ? cluster_.dir() + "/checkpoints" : options.checkpoint_root;
     std::vector<std::string> argv;
-    if (options.read_only_root) {
-      // The worker sees its root read-only (EROFS, which even root cannot write); the rest of
-      // the machine does not.
+    if (options.root != Root::kPlain) {
+      const std::string mount =
+          options.root == Root::kReadOnly ? "mount --bind -o ro" : "mount --bind";
       argv = {"/usr/bin/unshare",
               "--user",
               "--map-root-user",
               "--mount",
               "/bin/sh",
               "-c",
-              "mount --bind -o ro \"$0\" \"$0\" && exec \"$@\"",
+              mount + " \"$0\" \"$0\" && exec \"$@\"",
               root};
     }
     // --cancel-grace through its environment variable.
@@ -105,6 +114,20 @@ class WedgedWorkerTest : public ::testing::Test {
         argv, cluster_.dir() + "/worker-" + options.hostname + ".log"));
     return *workers_.back();
   }
+  // Makes the root of a Root::kRemountable worker read-only ("ro") or writable ("rw") for it.
+  void Remount(const ChildProcess& worker, const std::string& root, const std::string& mode) {
+    CommandResult remounted =
+        RunCommand({"/usr/bin/nsenter", "-t", std::to_string(worker.pid()), "-U", "-m",
+                    "--preserve-credentials", "/bin/mount", "-o", "remount,bind," + mode, root},
+                   seconds(10));
+    ASSERT_EQ(remounted.exit_code, 0) << remounted.err;
+  }
+  static bool PrivateMountsWork() {
+    return RunCommand({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/true"},
+                      seconds(10))
+               .exit_code == 0;
+  }
+
   // A worker whose data reads of `path` never return.
   ChildProcess& StartWedgingWorker(const std::string& hostname, const std::string& path) {
     return StartWorker({hostname, {"FSDPD_TEST_WEDGE_READ=" + path}});
@@ -287,14 +310,12 @@ TEST_F(WedgedWorkerTest, CancelledHungReadMakesTheWorkerReportItselfUnhealthy) {
 // registers, gets no job, and the job waits with that reason until a worker that can write
 // comes.
 TEST_F(WedgedWorkerTest, ReadOnlyCheckpointRootKeepsJobsOffTheWorker) {
-  if (RunCommand({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/true"},
-                 seconds(10))
-          .exit_code != 0) {
+  if (!PrivateMountsWork()) {
     GTEST_SKIP() << "this host cannot make a private mount namespace (unshare --user --mount)";
   }
   const std::string read_only_root = cluster_.dir() + "/read-only-checkpoints";
   std::filesystem::create_directories(read_only_root);
-  StartWorker({"read-only", {}, read_only_root, true});
+  StartWorker({"read-only", {}, read_only_root, Root::kReadOnly});
   ASSERT_TRUE(cluster_.WaitForWorkers(1, "IDLE", seconds(30)));
   const nlohmann::json reported = WaitForWorker(
       "read-only",
@@ -328,6 +349,63 @@ TEST_F(WedgedWorkerTest, ReadOnlyCheckpointRootKeepsJobsOffTheWorker) {
   ASSERT_FALSE(writable.is_null());
   ASSERT_EQ(done["worker_ids"].size(), 1u);
   EXPECT_EQ(done["worker_ids"][0], writable["id"]);
+}
+
+// A root that goes read-only under a running job: the checkpoint write fails the attempt as the
+// worker's fault, so it is retried, and on another worker, since the worker reports its root
+// before the attempt's result. Once the root is writable again the worker says so by itself.
+TEST_F(WedgedWorkerTest, ARootThatTurnsReadOnlyMidRunIsTheWorkersFault) {
+  if (!PrivateMountsWork()) {
+    GTEST_SKIP() << "this host cannot make a private mount namespace (unshare --user --mount)";
+  }
+  const std::string root = cluster_.dir() + "/remountable-checkpoints";
+  std::filesystem::create_directories(root);
+  ChildProcess& first = StartWorker({"turns-read-only", {}, root, Root::kRemountable});
+  ASSERT_TRUE(cluster_.WaitForWorkers(1, "IDLE", seconds(30)));
+  JobYaml job;
+  job.steps = 100000;  // cancelled once the retry runs
+  job.checkpoint_every = 5;
+  job.max_restarts = 1;
+  const std::string id = Submit("checkpointing", job);
+  ASSERT_FALSE(id.empty());
+  nlohmann::json running = cluster_.WaitForJob(
+      id, [](const nlohmann::json& s) { return s.value("step", int64_t{0}) > 5; }, seconds(60));
+  ASSERT_GT(running.value("step", int64_t{0}), 5) << running.dump();
+
+  Remount(first, root, "ro");
+  StartWorker({"writable"});
+  nlohmann::json retried = cluster_.WaitForJob(
+      id,
+      [](const nlohmann::json& s) {
+        return s.value("attempt", 0) == 2 && s.value("state", "") == "RUNNING";
+      },
+      seconds(60));
+  ASSERT_EQ(retried.value("state", ""), "RUNNING") << retried.dump();
+  std::string failed_reason;
+  for (const auto& change : retried["transitions"]) {
+    if (change.value("state", "") == "RETRYING") failed_reason = change.value("reason", "");
+  }
+  EXPECT_NE(failed_reason.find("checkpoint of step"), std::string::npos) << failed_reason;
+  EXPECT_NE(failed_reason.find("Read-only file system"), std::string::npos) << failed_reason;
+  EXPECT_EQ(failed_reason.find("not retried"), std::string::npos) << failed_reason;
+  const nlohmann::json writable = Worker("writable");
+  ASSERT_FALSE(writable.is_null());
+  ASSERT_EQ(retried["worker_ids"].size(), 1u);
+  EXPECT_EQ(retried["worker_ids"][0], writable["id"]);
+  const nlohmann::json reported = Worker("turns-read-only");
+  ASSERT_FALSE(reported.is_null());
+  EXPECT_NE(reported.value("checkpoint_root_error", "").find("Read-only file system"),
+            std::string::npos)
+      << reported.dump();
+
+  // Fixed: the worker's next probe (every 30 s while the root is unwritable) says so.
+  Remount(first, root, "rw");
+  const nlohmann::json fixed = WaitForWorker(
+      "turns-read-only",
+      [](const nlohmann::json& w) { return w.value("checkpoint_root_error", "?").empty(); },
+      seconds(45));
+  EXPECT_EQ(fixed.value("checkpoint_root_error", "?"), "") << fixed.dump();
+  EXPECT_EQ(cluster_.Ctl({"cancel", id}).exit_code, 0);
 }
 
 }  // namespace
