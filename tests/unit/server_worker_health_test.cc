@@ -86,6 +86,16 @@ TEST_F(WorkerHealthTest, AWorkerReportingItselfUnhealthyGetsNoJob) {
   EXPECT_TRUE(sessions_[sick]->Assignments().empty());
 }
 
+TEST_F(WorkerHealthTest, AnAttemptOnAWorkerThatTurnsUnhealthyFailsAtOnce) {
+  const std::string sick = AddWorker("host-a", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 1));
+  ASSERT_EQ(GetJob(id).state(), v1::SCHEDULED);
+  HealthBeat(sick, Unhealthy("job-000001 attempt 1 rank 0 did not end"));
+  const v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::RETRYING);
+  EXPECT_THAT(job.reason(), HasSubstr("worker " + sick + " reports itself unhealthy"));
+}
+
 TEST_F(WorkerHealthTest, AWorkerThatCannotWriteItsRootGetsNoJobAndTheJobSaysWhy) {
   const std::string why = "the checkpoint root '/ckpt' is not writable: Read-only file system";
   const std::string read_only = AddWorkerWithHealth("host-a", RootError(why));
