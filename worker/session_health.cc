@@ -1,6 +1,6 @@
-// The worker's health: its checkpoint root (probed at start and after a failed attempt) and the
-// watchdog that gives up on an attempt that does not end after its cancellation. Both reach the
-// coordinator as WorkerHealth, at registration and in heartbeats.
+// The worker's health: its checkpoint root (probed at start, after a failed attempt and every
+// 30 s while unwritable) and the watchdog that gives up on an attempt that does not end after its
+// cancellation. Both reach the coordinator as WorkerHealth, at registration and in heartbeats.
 #include <algorithm>
 #include <string>
 
@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 // How often a worker kept out by an unwritable checkpoint root looks again.
 constexpr std::chrono::seconds kRootRecheckInterval(30);
+
 }  // namespace
 
 v1::WorkerHealth WorkerSession::Health() {
@@ -79,7 +80,7 @@ void WorkerSession::CheckWedged() {
     reason =
         absl::StrCat(job_->job_id(), " attempt ", job_->attempt(), " rank ", job_->rank(),
                      " did not end within ", config_.cancel_grace.count(),
-                     " ms (--cancel-grace) of its ", "cancellation (", job_->CancelReason(),
+                     " ms (--cancel-grace) of its cancellation (", job_->CancelReason(),
                      "); its last step: ", activity.empty() ? "starting" : activity,
                      ". The worker takes no more jobs and exits for its supervisor to restart it");
   }
