@@ -15,7 +15,9 @@ namespace fsdpd {
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path,
                                                              const std::string& what) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no path given"));
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it is refused
+  // below as not a regular file. A mapping does not use the flag.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int error_number = errno;
     if (error_number == ENOENT) {

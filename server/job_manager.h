@@ -180,10 +180,15 @@ class JobManager {
     // below it is a resend, which is stored again (idempotent) but not counted or forwarded again.
     std::vector<int64_t> last_reported_step;
     std::vector<int64_t> last_log_sequence;
-    // Which ranks accepted their assignment (or reported), and until when all must have: the
-    // SCHEDULED deadline. Unset once every rank accepted, and after a coordinator restart.
+    // Which ranks accepted their assignment (or reported), and the SCHEDULED deadline: every
+    // rank must accept by it, and the attempt must show progress (an acceptance or a rank's log
+    // line, each of which moves it StartTimeout() on) until its first step. Unset once RUNNING,
+    // and after a coordinator restart.
     std::vector<bool> accepted;
     std::optional<Clock::time_point> start_deadline;
+    // Each rank's latest progress before the first step, and when (empty until the first).
+    std::vector<std::string> progress;
+    std::vector<Clock::time_point> progressed_at;
   };
   // A step report or numbered log line handled but not yet confirmed to its worker: it is stored
   // once the store's StoredStepReports() or StoredLogs() reaches `number` (0: nothing to store,
@@ -229,9 +234,22 @@ class JobManager {
   // job_manager_deadlines.cc
   void TickLocked();
   void FailAttemptsOnLostWorkersLocked();
-  // Fails attempts whose ranks did not all accept before the SCHEDULED deadline.
+  // Fails attempts whose ranks did not all accept, or that showed no progress, before the
+  // SCHEDULED deadline, naming the rank and the step it was last seen in.
   void ExpireUnstartedAttemptsLocked();
   std::chrono::milliseconds StartTimeout() const;
+  // A rank of a SCHEDULED attempt showed progress (`what`): the deadline moves on.
+  void NoteProgressLocked(JobRecord& record, int rank, const std::string& what);
+  // A log line of a rank of its active attempt is progress (the trainer logs each step that may
+  // block before it starts it).
+  void NoteLogProgressLocked(const std::string& worker_id, const v1::LogLine& line);
+
+  // job_manager_health.cc
+  // Records the health a worker reported in a heartbeat, logging a change.
+  void OnWorkerHealthLocked(const std::string& worker_id, const v1::WorkerHealth& health);
+  // Gives each waiting job that idle workers of its kind could run but for their checkpoint
+  // roots that reason (not stored: it is recomputed every tick).
+  void ExplainWaitingLocked();
 
   // job_manager_workers.cc
   // Weighs what a registering worker says it runs against what the coordinator assigned to it:

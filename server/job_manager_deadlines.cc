@@ -1,7 +1,7 @@
 // Tick: the deadlines the job manager enforces. Silent workers are lost and their attempts
 // fail, attempts whose workers do not come back after a coordinator restart fail, and so do
-// attempts not accepted by every rank before the SCHEDULED deadline; then waiting jobs are
-// scheduled.
+// SCHEDULED attempts not accepted by every rank, or showing no progress, before their deadline;
+// then waiting jobs are scheduled, and those kept off workers that cannot checkpoint say so.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +51,7 @@ void JobManager::TickLocked() {
   }
   ExpireUnstartedAttemptsLocked();
   ScheduleLocked();
+  ExplainWaitingLocked();
 }
 
 // A worker found lost while a failed write was undone still holds its rank: fail it now.
@@ -73,22 +74,60 @@ std::chrono::milliseconds JobManager::StartTimeout() const {
   return workers_.config().heartbeat_timeout + RendezvousConfig{}.default_get_timeout;
 }
 
+void JobManager::NoteProgressLocked(JobRecord& record, int rank, const std::string& what) {
+  if (!record.active.has_value() || record.job.state() != v1::SCHEDULED) return;
+  ActiveAttempt& active = *record.active;
+  if (rank < 0 || rank >= static_cast<int>(active.worker_ids.size())) return;
+  const Clock::time_point now = now_();
+  active.progress.resize(active.worker_ids.size());
+  active.progressed_at.resize(active.worker_ids.size(), now);
+  active.progress[rank] = what;
+  active.progressed_at[rank] = now;
+  // After a coordinator restart the attempt has no SCHEDULED deadline; progress gives it none.
+  if (active.start_deadline.has_value()) active.start_deadline = now + StartTimeout();
+}
+
+void JobManager::NoteLogProgressLocked(const std::string& worker_id, const v1::LogLine& line) {
+  JobRecord* record = ActiveRecordForLocked(worker_id, line.job_id(), line.attempt(), line.rank());
+  if (record != nullptr) NoteProgressLocked(*record, line.rank(), line.text());
+}
+
 void JobManager::ExpireUnstartedAttemptsLocked() {
   const Clock::time_point now = now_();
   for (auto& [id, record] : jobs_) {
     if (!record.active.has_value() || !record.active->start_deadline.has_value()) continue;
     ActiveAttempt& active = *record.active;
-    const auto waiting = std::find(active.accepted.begin(), active.accepted.end(), false);
-    if (waiting == active.accepted.end()) {
+    // The first step ends the SCHEDULED state; collective timeouts watch a running attempt.
+    if (record.job.state() != v1::SCHEDULED) {
       active.start_deadline.reset();
       continue;
     }
     if (now < *active.start_deadline) continue;
-    const size_t rank = static_cast<size_t>(waiting - active.accepted.begin());
+    const auto waiting = std::find(active.accepted.begin(), active.accepted.end(), false);
+    if (waiting != active.accepted.end()) {
+      const size_t rank = static_cast<size_t>(waiting - active.accepted.begin());
+      FailAttemptLocked(
+          record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
+                               ") did not accept its assignment within ", StartTimeout().count(),
+                               " ms (the heartbeat timeout plus the rendezvous timeout)"));
+      continue;
+    }
+    // Every rank accepted; the one silent longest is where the attempt hangs.
+    size_t rank = 0;
+    for (size_t other = 1; other < active.progressed_at.size(); ++other) {
+      if (!active.finished[other] && active.progressed_at[other] < active.progressed_at[rank]) {
+        rank = other;
+      }
+    }
+    const std::string last = rank < active.progress.size() && !active.progress[rank].empty()
+                                 ? active.progress[rank]
+                                 : "none reported";
     FailAttemptLocked(
         record, absl::StrCat("rank ", rank, " (worker ", active.worker_ids[rank],
-                             ") did not accept its assignment within ", StartTimeout().count(),
-                             " ms (the heartbeat timeout plus the rendezvous timeout)"));
+                             ") showed no progress for ", StartTimeout().count(),
+                             " ms before the attempt's first step (the heartbeat timeout plus the "
+                             "rendezvous timeout); its last step: ",
+                             last));
   }
 }
 

@@ -163,12 +163,14 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
       ack.mutable_heartbeat_ack()->set_unix_millis(absl::ToUnixMillis(absl::Now()));
       ConfirmStoredLocked(worker_id, &ack);
       workers_.Send(worker_id, ack);
+      OnWorkerHealthLocked(worker_id, message.heartbeat().health());
       break;
     }
     case v1::WorkerMessage::kStep:
       OnStepLocked(worker_id, message.step());
       break;
     case v1::WorkerMessage::kLog:
+      NoteLogProgressLocked(worker_id, message.log());
       OnLogLocked(worker_id, message.log());
       break;
     case v1::WorkerMessage::kResult:
@@ -209,6 +211,7 @@ void JobManager::OnAcceptedLocked(const std::string& worker_id,
   if (record == nullptr) return;  // an attempt that already ended
   SnapshotLocked(*record);
   record->active->accepted[accepted.rank()] = true;
+  NoteProgressLocked(*record, accepted.rank(), "accepted its assignment");
   spdlog::info("{} attempt {}: rank {} accepted by worker {}", accepted.job_id(),
                accepted.attempt(), accepted.rank(), worker_id);
 }

@@ -43,7 +43,9 @@ std::vector<Placement> ScheduleGangs(std::vector<SchedulableJob> jobs,
     return a.submit_order < b.submit_order;
   });
   std::map<std::string, std::vector<IdleWorker>> pools;
-  for (IdleWorker& worker : idle_workers) pools[worker.device_kind].push_back(std::move(worker));
+  for (IdleWorker& worker : idle_workers) {
+    if (worker.can_checkpoint) pools[worker.device_kind].push_back(std::move(worker));
+  }
 
   std::set<std::string> blocked_kinds;
   std::vector<Placement> placements;

@@ -21,6 +21,9 @@ struct IdleWorker {
   std::string hostname;
   std::string device_kind;
   int gpu_index = 0;
+  // False when the worker cannot write its checkpoint root, where every job writes (its folder,
+  // checkpoints, rank 0's exported model): no rank is placed on it.
+  bool can_checkpoint = true;
 };
 
 struct Placement {
@@ -30,6 +33,7 @@ struct Placement {
 
 // Rules:
 // - A job gets world_size workers of its device kind all at once, or none.
+// - A worker that cannot checkpoint (can_checkpoint false) gets no rank.
 // - Jobs are considered by priority (higher first), then by submit order.
 // - A job that cannot be placed blocks every later job of the same device kind, so a large
 //   job is never starved by a stream of small ones behind it.

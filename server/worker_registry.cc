@@ -154,6 +154,7 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   entry.info.set_gpu_uuid(request.gpu_uuid());
   entry.info.set_memory_bytes(request.memory_bytes());
   entry.info.set_address(request.address());
+  *entry.info.mutable_health() = request.health();
   entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
   entry.last_heartbeat = now;
   // What the worker says it runs is a claim until the job manager confirms it (ConfirmClaim).
@@ -194,7 +195,10 @@ std::vector<IdleWorker> WorkerRegistry::IdleWorkers() const {
   std::vector<IdleWorker> idle;
   for (const auto& [id, entry] : workers_) {
     if (entry.info.state() != v1::IDLE || entry.session == nullptr) continue;
-    idle.push_back({id, entry.info.hostname(), entry.info.device_kind(), entry.info.gpu_index()});
+    if (!entry.info.health().unhealthy().empty()) continue;
+    IdleWorker worker{id, entry.info.hostname(), entry.info.device_kind(), entry.info.gpu_index()};
+    worker.can_checkpoint = entry.info.health().checkpoint_root_error().empty();
+    idle.push_back(std::move(worker));
   }
   return idle;
 }
@@ -215,6 +219,16 @@ std::map<v1::WorkerState, int> WorkerRegistry::CountByState() const {
   std::map<v1::WorkerState, int> counts;
   for (const auto& [id, entry] : workers_) ++counts[entry.info.state()];
   return counts;
+}
+
+bool WorkerRegistry::SetHealth(const std::string& worker_id, const v1::WorkerHealth& health) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end()) return false;
+  v1::Worker& info = found->second.info;
+  if (info.health().SerializeAsString() == health.SerializeAsString()) return false;
+  *info.mutable_health() = health;
+  return true;
 }
 
 void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& assignment) {

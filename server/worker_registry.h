@@ -94,8 +94,13 @@ class WorkerRegistry {
 
   std::optional<WorkerSnapshot> Find(const std::string& worker_id) const;
   std::vector<v1::Worker> List() const;
-  // Idle, connected workers: what the scheduler may place ranks on.
+  // Idle, connected workers: what the scheduler may place ranks on. A worker that reported
+  // itself unhealthy is left out; one that cannot write its checkpoint root is listed with
+  // can_checkpoint false (the scheduler keeps jobs off it and the job manager says why).
   std::vector<IdleWorker> IdleWorkers() const;
+  // Records the health a worker reported in a heartbeat (Worker.health); returns whether it
+  // changed. Register records the health a (re)starting worker reports.
+  bool SetHealth(const std::string& worker_id, const v1::WorkerHealth& health);
   // The largest memory_bytes among registered workers of this kind (0: none known).
   int64_t LargestMemory(const std::string& device_kind) const;
   std::map<v1::WorkerState, int> CountByState() const;

@@ -6,7 +6,8 @@ add_library(fsdpd_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/data/window_data_loader.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint/checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint/crc32c.cc
-  ${CMAKE_CURRENT_LIST_DIR}/checkpoint/rank_file.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint/rank_file.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint/root_probe.cc)
 target_link_libraries(fsdpd_io
   PUBLIC fsdpd_formats fsdpd_base fsdpd_spec absl::status absl::statusor absl::strings absl::str_format
   PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json)

@@ -1,5 +1,10 @@
 // fsdpd-worker: one process per device. Registers with the coordinator and runs the ranks it
 // is assigned until SIGINT or SIGTERM.
+//
+// Exit status: 0 after a signal, 1 for a fatal session error, 2 for bad flags, and 3 when an
+// attempt did not end within --cancel-grace of its cancellation (the worker has reported itself
+// unhealthy; its supervisor should start it afresh: systemd's Restart=on-failure, Kubernetes'
+// container restart).
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +27,8 @@
 #include "worker/session_device.h"
 
 namespace {
+
+constexpr int kWedgedExitCode = 3;
 
 // Accepts "1s", "500ms", "2m" or a plain number of seconds.
 bool ParseDuration(const std::string& text, std::chrono::milliseconds* out) {
@@ -86,6 +93,7 @@ int main(int argc, char** argv) {
   config.checkpoint_root = DefaultCheckpointRoot();
   config.hostname = LocalHostname();
   std::string heartbeat_interval = "1s";
+  std::string cancel_grace = "60s";
   std::string log_level = "info";
 
   CLI::App app{"fsdpd-worker: runs the ranks of training jobs that the fsdpd coordinator assigns"};
@@ -101,6 +109,11 @@ int main(int argc, char** argv) {
   app.add_option("--address", config.address, "address peers reach this worker on")
       ->capture_default_str();
   app.add_option("--heartbeat-interval", heartbeat_interval, "e.g. 1s or 500ms")
+      ->capture_default_str();
+  app.add_option("--cancel-grace", cancel_grace,
+                 "how long a cancelled attempt may take to end before the worker reports itself "
+                 "unhealthy and exits with status 3 (e.g. 60s)")
+      ->envname("FSDPD_CANCEL_GRACE")
       ->capture_default_str();
   app.add_option("--allowed-root", config.allowed_roots,
                  "data and init paths of jobs must lie inside one of these (repeatable; "
@@ -124,6 +137,11 @@ int main(int argc, char** argv) {
   if (!ParseDuration(heartbeat_interval, &config.heartbeat_interval)) {
     std::cerr << "fsdpd-worker: --heartbeat-interval: \"" << heartbeat_interval
               << "\" is not a positive duration (e.g. 1s or 500ms)\n";
+    return 2;
+  }
+  if (!ParseDuration(cancel_grace, &config.cancel_grace)) {
+    std::cerr << "fsdpd-worker: --cancel-grace: \"" << cancel_grace
+              << "\" is not a positive duration (e.g. 60s)\n";
     return 2;
   }
   if (absl::Status tls = fsdpd::LoadWorkerTls(tls_ca, tls_cert, tls_key, &config); !tls.ok()) {
@@ -193,6 +211,13 @@ int main(int argc, char** argv) {
   spdlog::info("fsdpd-worker: device {}, coordinator {}, checkpoints in {}", config.device,
                config.coordinator_address, config.checkpoint_root);
   absl::Status finished = session.Run();
+  if (session.wedged()) {
+    // A thread is blocked in the kernel for good; only a new process frees the worker. Nothing
+    // is destroyed on the way out, since that thread still uses the session.
+    spdlog::error("exiting with status {} for a fresh start", kWedgedExitCode);
+    spdlog::default_logger()->flush();
+    std::_Exit(kWedgedExitCode);
+  }
   // Wakes the signal thread if Run returned on its own (a zero byte means no signal).
   const unsigned char wake = 0;
   if (write(signal_pipe[1], &wake, 1) < 0) std::cerr << "fsdpd-worker: signal pipe failed\n";

@@ -76,6 +76,9 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& config) {
   if (config.heartbeat_interval.count() <= 0) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be positive");
   }
+  if (config.cancel_grace.count() <= 0) {
+    return absl::InvalidArgumentError("--cancel-grace: must be positive");
+  }
   for (const std::string& root : config.allowed_roots) {
     if (root.empty()) return absl::InvalidArgumentError("--allowed-root: must not be empty");
   }
@@ -123,6 +126,7 @@ absl::Status WorkerSession::Register() {
   request.set_gpu_uuid(device_.gpu_uuid);
   request.set_memory_bytes(device_.memory_bytes);
   request.set_address(config_.address);
+  *request.mutable_health() = Health();
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kRegisterTimeout);
@@ -172,6 +176,9 @@ absl::Status WorkerSession::Register() {
 }
 
 absl::Status WorkerSession::Run() {
+  CheckCheckpointRoot();
+  watch_stop_.store(false);
+  std::thread watchdog([this] { WatchLoop(); });
   std::chrono::milliseconds backoff = config_.reconnect_initial_backoff;
   absl::Status fatal;
   while (!shutting_down_.load()) {
@@ -203,13 +210,17 @@ absl::Status WorkerSession::Run() {
     std::lock_guard<std::mutex> lock(state_mutex_);
     job = std::move(job_);
   }
-  if (job) {
-    job->Cancel("the worker is shutting down");
-    job->Join();
+  EndJob(std::move(job));
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watch_stop_.store(true);
   }
+  watch_changed_.notify_all();
+  watchdog.join();
   if (!outbox_.Empty()) {
     spdlog::warn("shutting down with reports the coordinator has not received");
   }
+  if (wedged_.load()) return absl::AbortedError(Health().unhealthy());
   return fatal;
 }
 
@@ -344,6 +355,7 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
     options.allowed_roots = config_.allowed_roots;
     options.bind_address = config_.address;
     options.device = config_.device;
+    options.after_failure = [this] { CheckCheckpointRoot(); };
     job_ = std::make_unique<JobRun>(assignment, std::move(options), channel_, &outbox_);
     started_job_uid_ = assignment.job_uid();
     started_attempt_ = assignment.attempt();

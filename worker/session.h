@@ -5,6 +5,14 @@
 // registers again with its previous worker id and the job it is running, so the coordinator can
 // reconcile. A running job keeps training meanwhile; its reports wait in the bounded outbox
 // (session_outbox.h) and are flushed once the session is back.
+//
+// Health (WorkerHealth, sent at registration and with heartbeats): the worker probes its
+// checkpoint root at start, after each failed attempt and every 30 s while it is unwritable, and
+// a watchdog gives an attempt cancel_grace to end once cancelled. An attempt still running then
+// is blocked where the worker cannot interrupt it (a read from a hung file system): the worker
+// reports itself unhealthy, so the coordinator stops assigning to it, closes its session and Run
+// returns; its process must then exit (fsdpd-worker exits with status 3) for its supervisor to
+// start it afresh, since only that frees the blocked thread.
 #pragma once
 
 #include <atomic>
@@ -47,6 +55,10 @@ struct WorkerConfig {
   std::chrono::milliseconds reconnect_max_backoff{5000};
   // How long shutdown waits for a cancelled job to report its result.
   std::chrono::milliseconds shutdown_grace{10000};
+  // How long an attempt may take to end once cancelled before the worker reports itself
+  // unhealthy and gives up (--cancel-grace). Steps, data scans and checkpoint writes look at the
+  // cancellation between chunks, well within this.
+  std::chrono::milliseconds cancel_grace{60000};
 };
 
 // Names the first bad field, e.g. "--heartbeat-interval: must be positive".
@@ -63,8 +75,11 @@ class WorkerSession {
   ~WorkerSession();
 
   // Serves until Shutdown(); reconnects on its own. Returns an error only for problems that
-  // retrying cannot fix.
+  // retrying cannot fix, among them a wedged attempt (then wedged() is true, and the caller
+  // must end the process without destroying this session: the attempt's thread still runs).
   absl::Status Run();
+  // Whether an attempt did not end within cancel_grace of its cancellation.
+  bool wedged() const { return wedged_.load(); }
   // Thread-safe: cancels a running job, sends its result if the session is up, and makes Run
   // return.
   void Shutdown();
@@ -83,12 +98,37 @@ class WorkerSession {
   void HandleProfileRequest(const v1::ProfileRequest& request);
   bool ReadyToClose();
   void SleepBeforeReconnect(std::chrono::milliseconds backoff);
+  // Health (session_health.cc).
+  v1::WorkerHealth Health();
+  // Probes the checkpoint root and records the answer for the next heartbeat.
+  void CheckCheckpointRoot();
+  // While the root is unwritable and no job runs: probes again (every 30 s, from WatchLoop), so
+  // a fixed root brings the worker back. With no job there is nothing for the watchdog to miss
+  // should the probe itself block on a hung file system.
+  void RecheckUnwritableRoot();
+  // The watchdog: wakes every cancel_grace / 10 (50 ms to 1 s) until Run ends.
+  void WatchLoop();
+  // Whether the job was cancelled longer than cancel_grace ago and still runs; then marks the
+  // worker unhealthy and shuts the session down.
+  void CheckWedged();
+  // Waits until `job` finished (then joins it) or the worker is wedged (then leaks it: its
+  // thread cannot be joined).
+  void EndJob(std::unique_ptr<JobRun> job);
 
   const WorkerConfig config_;
   const DeviceInfo device_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   Outbox outbox_;
+
+  std::mutex health_mutex_;
+  v1::WorkerHealth health_;
+  std::atomic<bool> wedged_{false};
+  // Set once a stream carried the unhealthy report: the session may close.
+  std::atomic<bool> unhealthy_sent_{false};
+  std::atomic<bool> watch_stop_{false};
+  std::mutex watch_mutex_;
+  std::condition_variable watch_changed_;
 
   std::atomic<bool> shutting_down_{false};
   std::chrono::steady_clock::time_point shutdown_deadline_;

@@ -57,6 +57,7 @@ void JobRun::Cancel(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(cancel_reason_mutex_);
     if (cancel_reason_.empty()) cancel_reason_ = reason;
+    if (!cancelled_at_.has_value()) cancelled_at_ = std::chrono::steady_clock::now();
   }
   cancelled_.store(true);
   // A rank whose peer died waits inside a collective and would see the flag only after the
@@ -72,6 +73,21 @@ void JobRun::RequestProfile(const v1::ProfileRequest& request) {
 
 void JobRun::Join() {
   if (thread_.joinable()) thread_.join();
+}
+
+std::optional<std::chrono::steady_clock::time_point> JobRun::CancelledAt() {
+  std::lock_guard<std::mutex> lock(cancel_reason_mutex_);
+  return cancelled_at_;
+}
+
+std::string JobRun::CancelReason() {
+  std::lock_guard<std::mutex> lock(cancel_reason_mutex_);
+  return cancel_reason_;
+}
+
+std::string JobRun::LastActivity() {
+  std::lock_guard<std::mutex> lock(activity_mutex_);
+  return last_activity_;
 }
 
 void JobRun::Log(const std::string& level, const std::string& text) {
@@ -102,6 +118,7 @@ void JobRun::Body() {
     spdlog::error("job {} attempt {} rank {}: failed: {}", job_id(), attempt(), rank(),
                   result.error());
     Log("error", result.error());
+    if (options_.after_failure) options_.after_failure();
   }
   outbox_->PushFinished(std::move(finished));
   finished_.store(true);
@@ -170,6 +187,10 @@ TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<doub
   };
   hooks.on_log = [this](const std::string& level, const std::string& text) {
     spdlog::debug("job {} rank {}: {}", job_id(), rank(), text);
+    {
+      std::lock_guard<std::mutex> lock(activity_mutex_);
+      last_activity_ = text;
+    }
     Log(level, text);
   };
   return hooks;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,10 @@ struct JobRunOptions {
   std::vector<std::string> allowed_roots;
   std::string bind_address;
   std::string device;
+  // Called on the run's thread when an attempt failed (not when cancelled), before its result
+  // is queued: the session probes its checkpoint root there, so the coordinator hears of a root
+  // gone read-only before it places the retry.
+  std::function<void()> after_failure;
 };
 
 // Bad input (files, paths, settings or shapes this worker cannot run) fails the same way on
@@ -42,12 +47,19 @@ class JobRun {
   JobRun& operator=(const JobRun&) = delete;
 
   void Start();
-  // Asks the trainer to stop; it checks the flag between steps.
+  // Asks the trainer to stop; it checks the flag between steps, and its data scans and
+  // checkpoint writes between chunks. The first call is remembered (CancelledAt).
   void Cancel(const std::string& reason);
   // Hands a profiling request to the trainer, which polls for it between steps.
   void RequestProfile(const v1::ProfileRequest& request);
   bool Finished() const { return finished_.load(); }
   void Join();
+  // When Cancel was first called, and why; nullopt while not cancelled.
+  std::optional<std::chrono::steady_clock::time_point> CancelledAt();
+  std::string CancelReason();
+  // The trainer's latest log line: what the run is doing, or last started (it logs before
+  // each step that may block: opening data, loading weights, writing a checkpoint).
+  std::string LastActivity();
 
   const std::string& job_id() const { return assignment_.job_id(); }
   const std::string& job_uid() const { return assignment_.job_uid(); }
@@ -69,7 +81,10 @@ class JobRun {
   std::atomic<bool> finished_{false};
   // The last number given to a log line of this run (LogLine.sequence).
   std::atomic<int64_t> log_sequence_{0};
-  std::mutex cancel_reason_mutex_;
+  std::mutex cancel_reason_mutex_;  // guards cancel_reason_ and cancelled_at_
+  std::optional<std::chrono::steady_clock::time_point> cancelled_at_;
+  std::mutex activity_mutex_;
+  std::string last_activity_;
   // The trainer's way to abort its collectives while they exist (TrainerHooks::set_abort);
   // guarded by abort_mutex_, so the trainer cannot drop its communicator while Cancel uses it.
   std::mutex abort_mutex_;

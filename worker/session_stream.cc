@@ -28,6 +28,8 @@ bool WorkerSession::ReadyToClose() {
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (!shutting_down_.load()) return false;
     if (Clock::now() >= shutdown_deadline_) return true;
+    // A wedged job never ends: close once the coordinator has been told.
+    if (wedged_.load()) return unhealthy_sent_.load();
     if (job_ && !job_->Finished()) return false;
   }
   return outbox_.Empty();
@@ -47,10 +49,21 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
     broken->store(true);
     return false;
   };
+  // Every heartbeat states the worker's health; one goes out at once when the health changes.
+  std::string sent_health;
   auto heartbeat = [&] {
     v1::WorkerMessage message;
     message.mutable_heartbeat()->set_unix_millis(NowUnixMillis());
-    return write(std::move(message));
+    const v1::WorkerHealth health = Health();
+    if (health.ByteSizeLong() > 0) *message.mutable_heartbeat()->mutable_health() = health;
+    if (!write(std::move(message))) return false;
+    sent_health = health.SerializeAsString();
+    if (!health.unhealthy().empty()) unhealthy_sent_.store(true);
+    return true;
+  };
+  auto health_if_changed = [&] {
+    if (Health().SerializeAsString() == sent_health) return true;
+    return heartbeat();
   };
 
   // The first message names the worker; a heartbeat does that at once.
@@ -63,6 +76,7 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
     }
     outbox_.WaitForWork(next_heartbeat);
     if (broken->load()) return;
+    if (!health_if_changed()) return;
     if (Clock::now() >= next_heartbeat) {
       if (!heartbeat()) return;
       next_heartbeat = Clock::now() + interval;
@@ -92,6 +106,9 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
       }
     }
     if (std::optional<FinishedAttempt> finished = outbox_.FrontFinished()) {
+      // A health the attempt's failure revealed (a root gone read-only) goes first, so the
+      // coordinator does not place the retry here.
+      if (!health_if_changed()) return;
       if (!WriteFinished(stream, *finished)) {
         broken->store(true);
         return;

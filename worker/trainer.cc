@@ -106,9 +106,12 @@ absl::Status AttachDevice(const RankContext& context, const DeviceRuntime& runti
   return absl::OkStatus();
 }
 
+// `log` names the steps that may block, before each (the coordinator's SCHEDULED deadline and
+// the worker's watchdog name the last one); `cancelled` stops the data file's scan.
 absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& context,
                                    const DeviceRuntime& runtime, const ModelConfig& config,
-                                   const v1::DataSpec& data) {
+                                   const v1::DataSpec& data, const EngineLog& log,
+                                   const std::atomic<bool>* cancelled) {
   Engine engine;
   FSDPD_RETURN_IF_ERROR(AttachDevice(context, runtime, engine));
   const int64_t batch = spec.train().batch_size();
@@ -149,6 +152,10 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   data_options.rank = context.rank;
   data_options.world_size = context.world_size;
   data_options.seed = spec.train().seed();
+  data_options.cancelled = cancelled;
+  if (!data.path().empty() && data.source() != "synthetic") {
+    log("info", absl::StrCat("opening data.path '", data.path(), "'"));
+  }
   FSDPD_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
   return engine;
 }
@@ -182,6 +189,7 @@ absl::Status LoadWeights(const v1::JobSpec& spec, const ModelConfig& config, Loa
                          const EngineLog& log) {
   FsdpState& state = *run.engine.state;
   if (!run.paths.init_path.empty()) {
+    log("info", absl::StrCat("loading checkpoint.init_from '", run.paths.init_path, "'"));
     FSDPD_RETURN_IF_ERROR(InitializeWeightsFromFile(run.paths.init_path, state));
     log("info", absl::StrCat("initial weights from ", run.paths.init_path));
   } else {
@@ -196,13 +204,15 @@ absl::Status LoadWeights(const v1::JobSpec& spec, const ModelConfig& config, Loa
 // Builds the engine on the runtime's device and loads its weights (from a checkpoint when
 // there is one).
 absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& context,
-                               const DeviceRuntime& runtime, const EngineLog& log) {
+                               const DeviceRuntime& runtime, const EngineLog& log,
+                               const std::atomic<bool>* cancelled) {
   LoadedRun run;
   ModelConfig config = ModelConfigFromSpec(spec.model());
   FSDPD_ASSIGN_OR_RETURN(config.activation_recompute,
                          ParseActivationRecompute(spec.parallel().activation_recompute()));
   FSDPD_ASSIGN_OR_RETURN(run.paths, ResolveJobPaths(spec, context));
-  FSDPD_ASSIGN_OR_RETURN(run.engine, BuildEngine(spec, context, runtime, config, run.paths.data));
+  FSDPD_ASSIGN_OR_RETURN(
+      run.engine, BuildEngine(spec, context, runtime, config, run.paths.data, log, cancelled));
   run.checkpoint_identity =
       CheckpointIdentityFor(spec, context.job_uid, context.attempt, context.world_size);
   FSDPD_RETURN_IF_ERROR(LoadWeights(spec, config, run, log));
@@ -248,12 +258,13 @@ bool LoggedStep(int64_t step, int64_t total_steps) {
 
 // Every checkpoint.every_steps steps (0: never), keeping the newest checkpoint.keep.
 absl::Status CheckpointIfDue(const v1::JobSpec& spec, int64_t step, LoadedRun& run,
-                             const EngineLog& log) {
+                             const EngineLog& log, const std::atomic<bool>* cancelled) {
   const int64_t every = spec.checkpoint().every_steps();
   if (every <= 0 || step % every != 0) return absl::OkStatus();
+  log("info", absl::StrCat("writing the checkpoint of step ", step));
   FSDPD_RETURN_IF_ERROR(SaveCheckpoint(run.paths.job_dir, run.checkpoint_identity, step,
                                        std::max(spec.checkpoint().keep(), 1), *run.engine.state,
-                                       *run.engine.communicator, *run.engine.backend));
+                                       *run.engine.communicator, *run.engine.backend, cancelled));
   log("info", absl::StrCat("checkpoint of step ", step, " committed"));
   return absl::OkStatus();
 }
@@ -278,7 +289,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   FSDPD_RETURN_IF_ERROR(CheckRunnable(spec, context));
   FSDPD_ASSIGN_OR_RETURN(const std::unique_ptr<DeviceRuntime> runtime,
                          CreateDeviceRuntime(context.device));
-  FSDPD_ASSIGN_OR_RETURN(LoadedRun run, Load(spec, context, *runtime, log));
+  FSDPD_ASSIGN_OR_RETURN(LoadedRun run, Load(spec, context, *runtime, log, hooks.cancelled));
   const AbortOffer abort_offer(hooks, *run.engine.communicator);
   TrainerProfiling profiling(spec, context, hooks, *runtime, run.engine.recorder.get(),
                              run.engine.backend->name(), run.peak_flops, log);
@@ -317,7 +328,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     }
     result.final_step = step;
     result.final_loss = outcome.loss;
-    FSDPD_RETURN_IF_ERROR(CheckpointIfDue(spec, step, run, log));
+    FSDPD_RETURN_IF_ERROR(CheckpointIfDue(spec, step, run, log, hooks.cancelled));
   }
   profiling.Finish();
   FSDPD_RETURN_IF_ERROR(ExportModel(run, log, &result));

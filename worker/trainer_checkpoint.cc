@@ -136,6 +136,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
   const int rank = communicator.rank();
   const int world_size = communicator.world_size();
   std::vector<int64_t> steps;
+  log("info", absl::StrCat("looking for a checkpoint to resume in ", job_dir));
   absl::StatusOr<std::vector<int64_t>> listed = ListCommittedSteps(job_dir);
   if (listed.ok()) {
     steps = *listed;
@@ -199,7 +200,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
 
 absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity& identity,
                             int64_t step, int keep, FsdpState& state, Communicator& communicator,
-                            Backend& backend) {
+                            Backend& backend, const std::atomic<bool>* cancelled) {
   RankCheckpoint checkpoint;
   checkpoint.step = step;
   checkpoint.rank = communicator.rank();
@@ -221,7 +222,7 @@ absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity
       checkpoint.buffers.push_back(std::move(buffer));
     }
   }
-  if (written.ok()) written = WriteRankCheckpoint(job_dir, checkpoint);
+  if (written.ok()) written = WriteRankCheckpoint(job_dir, checkpoint, cancelled);
   // Doubles as the barrier before the commit: nobody commits until every file is durable.
   std::vector<int32_t> all_written = {written.ok() ? 1 : 0};
   FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_written, ReduceOp::kMin));

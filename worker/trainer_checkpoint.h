@@ -3,6 +3,7 @@
 // that verifies on every rank, so one corrupt shard makes all ranks fall back together.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -37,9 +38,11 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
                                              const EngineLog& log);
 
 // Collective. Every rank writes its file; if any rank failed, every rank returns the error
-// (the previous checkpoint stays intact). Then rank 0 commits and prunes to `keep`.
+// (the previous checkpoint stays intact). Then rank 0 commits and prunes to `keep`. A rank
+// whose `cancelled` becomes true stops writing between buffers (and the cancellation aborts the
+// communicator, so the others stop at the next collective).
 absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity& identity,
                             int64_t step, int keep, FsdpState& state, Communicator& communicator,
-                            Backend& backend);
+                            Backend& backend, const std::atomic<bool>* cancelled = nullptr);
 
 }  // namespace fsdpd

@@ -10,3 +10,14 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
     TIMEOUT 240)
   add_dependencies(fault_tolerance_integration_test fsdpd fsdpd-worker fsdpctl)
 endif()
+
+# Workers wedged by a job (a FIFO, a read that never returns) and workers that cannot write their
+# checkpoint root.
+if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
+  fsdpd_test(wedged_worker_integration_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/wedged_worker_test.cc
+            ${CMAKE_CURRENT_LIST_DIR}/process_harness.cc
+    LIBS nlohmann_json::nlohmann_json Threads::Threads
+    TIMEOUT 400)
+  add_dependencies(wedged_worker_integration_test fsdpd fsdpd-worker fsdpctl)
+endif()

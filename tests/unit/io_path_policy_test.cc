@@ -1,6 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -89,6 +92,70 @@ TEST_F(PathPolicyTest, NoRootsAllowsEverythingAndEmptyPathIsAnError) {
   EXPECT_EQ(*anywhere, base_ + "/secret/key");
   auto empty = ResolveConfinedPath("", {root_});
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Opening a FIFO for reading blocks until a writer comes: anything but a regular file is refused
+// by stat(2), before anything opens it.
+TEST_F(PathPolicyTest, OnlyRegularFilesPassTheRegularFileCheck) {
+  EXPECT_TRUE(CheckRegularFile(root_ + "/sub/train.bin").ok());
+  // Missing: the reader says NOT_FOUND with its role.
+  EXPECT_TRUE(CheckRegularFile(root_ + "/sub/missing.bin").ok());
+  ASSERT_EQ(mkfifo((root_ + "/fifo").c_str(), 0600), 0);
+  absl::Status fifo = CheckRegularFile(root_ + "/fifo");
+  EXPECT_EQ(fifo.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(fifo.message(), HasSubstr("path '" + root_ + "/fifo' is not a regular file"));
+  EXPECT_THAT(fifo.message(), HasSubstr("a FIFO"));
+  absl::Status directory = CheckRegularFile(root_ + "/sub");
+  EXPECT_EQ(directory.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(directory.message(), HasSubstr("a directory"));
+  absl::Status device = CheckRegularFile("/dev/null");
+  EXPECT_EQ(device.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(device.message(), HasSubstr("a character device"));
+  const std::string socket_path = root_ + "/socket";
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", socket_path.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  EXPECT_THAT(CheckRegularFile(socket_path).message(), HasSubstr("a socket"));
+  close(fd);
+}
+
+TEST_F(PathPolicyTest, ASymlinkToAFifoIsRefusedNamingBoth) {
+  ASSERT_EQ(mkfifo((root_ + "/fifo").c_str(), 0600), 0);
+  fs::create_symlink(root_ + "/fifo", root_ + "/corpus.txt");
+  absl::Status status = CheckRegularFile(root_ + "/corpus.txt");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("path '" + root_ + "/corpus.txt' resolves to '" + root_ +
+                                          "/fifo', which is not a regular file"));
+  // A symlink to a regular file is fine.
+  fs::create_symlink(root_ + "/sub/train.bin", root_ + "/train-link.bin");
+  EXPECT_TRUE(CheckRegularFile(root_ + "/train-link.bin").ok());
+}
+
+TEST_F(PathPolicyTest, SpecPathsThatAreNotRegularFilesAreRefusedByField) {
+  ASSERT_EQ(mkfifo((root_ + "/fifo").c_str(), 0600), 0);
+  v1::JobSpec spec;
+  spec.mutable_data()->set_path(root_ + "/fifo");
+  absl::Status data = ResolveSpecPaths(spec, {root_}).status();
+  EXPECT_EQ(data.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.message(), HasSubstr("data.path: path '" + root_ + "/fifo'"));
+  spec.mutable_data()->clear_path();
+  spec.mutable_checkpoint()->set_init_from(root_ + "/fifo");
+  absl::Status init = ResolveSpecPaths(spec, {root_}).status();
+  EXPECT_EQ(init.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(init.message(), HasSubstr("checkpoint.init_from: path '" + root_ + "/fifo'"));
+  spec.mutable_checkpoint()->set_init_from(root_ + "/sub/train.bin");
+  EXPECT_TRUE(ResolveSpecPaths(spec, {root_}).ok());
+}
+
+// A checkpoint folder that cannot be made is the worker's storage at fault, worth a retry
+// elsewhere: UNAVAILABLE, not a permanent error.
+TEST_F(PathPolicyTest, AnUncreatableCheckpointDirectoryIsTheWorkersFault) {
+  std::ofstream(root_ + "/file") << "x";
+  auto created = CreateConfinedDirectory(root_ + "/file/job", {root_});
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(created.status().message(), HasSubstr(root_ + "/file/job"));
 }
 
 }  // namespace

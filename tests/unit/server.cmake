@@ -31,3 +31,6 @@ fsdpd_test(server_file_stores_test LABEL unit
 fsdpd_test(server_rendezvous_fit_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_rendezvous_fit_test.cc
   LIBS fsdpd_server_lib fsdpd_engine)
+fsdpd_test(server_worker_health_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_worker_health_test.cc
+  LIBS fsdpd_server_lib fsdpd_test_support SQLite::SQLite3)

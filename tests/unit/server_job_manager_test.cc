@@ -409,16 +409,19 @@ TEST_F(JobManagerTest, AttemptWhoseRanksDoNotAcceptInTimeFailsAndRetries) {
   Result(w1, id, 1, 1, false, "", true);
   EXPECT_EQ(GetJob(id).attempt(), 2);
   EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
-  // Acceptance by every rank clears the deadline.
+  // Acceptance by every rank moves the deadline on; the first step ends it
+  // (server_worker_health_test.cc covers an attempt that hangs after accepting).
   accepted->set_attempt(2);
   jobs_->OnWorkerMessage(w0, message);
   accepted->set_rank(1);
   jobs_->OnWorkerMessage(w1, message);
+  Step(w0, id, 2, 0, 1, 4.0, 100);
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
   now_ += timeout * 2;
   Heartbeat(w0);
   Heartbeat(w1);
   jobs_->Tick();
-  EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
 }
 
 // Issue 11 §3: bad input fails at once; a crash is retried.

@@ -17,6 +17,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/crc32c.h"
 #include "worker/checkpoint/rank_file.h"
+#include "worker/data/path_policy.h"
 
 namespace fsdpd {
 namespace {
@@ -44,6 +45,15 @@ absl::Status WithPrefix(const std::string& prefix, const absl::Status& status) {
 }
 
 std::string Hex(uint32_t value) { return absl::StrFormat("0x%08x", value); }
+
+// A manifest is read only when it is a regular file: anything else put in its place (a FIFO)
+// would block the read. Rank files go through MappedFile, which checks what it opened.
+absl::Status ReadManifest(const std::string& path, std::string* contents) {
+  if (absl::Status status = CheckRegularFile(path); !status.ok()) {
+    return absl::DataLossError(status.message());
+  }
+  return ReadSmallFile(path, contents);
+}
 
 absl::Status CreateDirectory(const std::string& directory) {
   std::error_code error;
@@ -116,7 +126,8 @@ void RemoveStaleTempFiles(const std::string& directory) {
 
 }  // namespace
 
-absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state) {
+absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state,
+                                 const std::atomic<bool>* cancelled) {
   const std::string prefix = Prefix(state.step, state.rank);
   if (state.step < 0 || state.world_size < 1 || state.rank < 0 || state.rank >= state.world_size) {
     return absl::InvalidArgumentError(
@@ -138,7 +149,8 @@ absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoin
   if (unlink(manifest.c_str()) == 0) {
     if (auto status = SyncDirectory(step_dir); !status.ok()) return WithPrefix(prefix, status);
   }
-  if (auto status = WriteRankFile(step_dir + "/" + RankFileName(state.rank), state); !status.ok()) {
+  if (auto status = WriteRankFile(step_dir + "/" + RankFileName(state.rank), state, cancelled);
+      !status.ok()) {
     return WithPrefix(prefix, status);
   }
   return absl::OkStatus();
@@ -225,7 +237,7 @@ absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(const std::string& job
                                                           int64_t step) {
   const std::string prefix = absl::StrCat("checkpoint step ", step, ": ");
   std::string text;
-  if (auto status = ReadSmallFile(StepDirectory(job_dir, step) + "/" + kManifestName, &text);
+  if (auto status = ReadManifest(StepDirectory(job_dir, step) + "/" + kManifestName, &text);
       !status.ok()) {
     return WithPrefix(prefix, status);
   }
@@ -251,7 +263,7 @@ absl::StatusOr<RankCheckpoint> LoadRankCheckpoint(const std::string& job_dir, in
   const std::string prefix = Prefix(step, rank);
   const std::string step_dir = StepDirectory(job_dir, step);
   std::string manifest_text;
-  if (auto status = ReadSmallFile(step_dir + "/" + kManifestName, &manifest_text); !status.ok()) {
+  if (auto status = ReadManifest(step_dir + "/" + kManifestName, &manifest_text); !status.ok()) {
     if (absl::IsNotFound(status)) {
       return absl::NotFoundError(absl::StrCat(prefix, "not committed (no ", kManifestName, ")"));
     }

@@ -8,6 +8,7 @@
 // and the directory fsynced.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,8 +44,10 @@ struct CheckpointIdentity {
   std::string fingerprint;
 };
 
-// Writes this rank's file for `step` (durable on return). Does not commit.
-absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state);
+// Writes this rank's file for `step` (durable on return). Does not commit. When `cancelled` is
+// set and becomes true, stops between buffers with CANCELLED (WriteRankFile).
+absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state,
+                                 const std::atomic<bool>* cancelled = nullptr);
 
 // Rank 0, after all ranks returned from WriteRankCheckpoint (a barrier): writes the manifest
 // for `step`, then deletes the oldest complete checkpoints beyond `keep` and any incomplete

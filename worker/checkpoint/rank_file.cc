@@ -70,7 +70,8 @@ absl::Status Corrupt(const std::string& reason) { return absl::DataLossError(rea
 
 }  // namespace
 
-absl::Status WriteRankFile(const std::string& path, const RankCheckpoint& state) {
+absl::Status WriteRankFile(const std::string& path, const RankCheckpoint& state,
+                           const std::atomic<bool>* cancelled) {
   DurableFileWriter file;
   if (auto status = file.Open(path); !status.ok()) return status;
   ChecksummedWriter writer(&file);
@@ -92,6 +93,9 @@ absl::Status WriteRankFile(const std::string& path, const RankCheckpoint& state)
   }
   for (const ShardBuffer& buffer : state.buffers) {
     if (!status.ok()) break;
+    if (cancelled != nullptr && cancelled->load()) {
+      return absl::CancelledError(absl::StrCat("cancelled while writing ", path));
+    }
     status = writer.Append(buffer.values.data(), buffer.values.size() * sizeof(float));
   }
   if (!status.ok()) return status;

@@ -9,6 +9,7 @@
 // instead of the whole file; loading still recomputes it over every byte.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,8 +29,10 @@ struct RankFileSummary {
   int world_size = 0;
 };
 
-// Writes `state` durably to `path` (temp, fsync, rename, fsync dir).
-absl::Status WriteRankFile(const std::string& path, const RankCheckpoint& state);
+// Writes `state` durably to `path` (temp, fsync, rename, fsync dir). When `cancelled` is set and
+// becomes true, stops between buffers with CANCELLED and leaves `path` untouched.
+absl::Status WriteRankFile(const std::string& path, const RankCheckpoint& state,
+                           const std::atomic<bool>* cancelled = nullptr);
 
 // Reads the fixed header and the trailer of a written file; does not verify the data.
 absl::StatusOr<RankFileSummary> SummarizeRankFile(const std::string& path);

@@ -4,6 +4,7 @@
 // deterministic and resumable from a checkpoint.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +21,9 @@ struct DataLoaderOptions {
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;
+  // When set and true, opening a file source stops between chunks of its scan with CANCELLED
+  // (an attempt cancelled while it checks a large token file ends without reading the rest).
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 class DataLoader {

@@ -1,5 +1,9 @@
 #include "worker/data/path_policy.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -37,7 +41,36 @@ bool IsWithin(const std::filesystem::path& path, const std::filesystem::path& ro
   return true;
 }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a file";
+}
+
 }  // namespace
+
+absl::Status CheckRegularFile(const std::string& path) {
+  struct stat info {};
+  // stat(2) follows symlinks and never opens the file.
+  if (stat(path.c_str(), &info) != 0) {
+    const int error_number = errno;
+    if (error_number == ENOENT || error_number == ENOTDIR) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot inspect path '", path, "': ", std::strerror(error_number)));
+  }
+  if (S_ISREG(info.st_mode)) return absl::OkStatus();
+  std::error_code error;
+  const std::filesystem::path target = std::filesystem::canonical(path, error);
+  const std::string resolves = error || target.string() == path
+                                   ? ""
+                                   : absl::StrCat(" resolves to '", target.string(), "', which");
+  return absl::InvalidArgumentError(absl::StrCat("path '", path, "'", resolves,
+                                                 " is not a regular file (it is ",
+                                                 FileKind(info.st_mode), ")"));
+}
 
 absl::StatusOr<std::string> ResolveConfinedPath(const std::string& path,
                                                 const std::vector<std::string>& allowed_roots) {
@@ -66,9 +99,10 @@ absl::StatusOr<v1::JobSpec> ResolveSpecPaths(const v1::JobSpec& spec,
     const std::string path = field.Get(spec);
     if (path.empty()) continue;
     absl::StatusOr<std::string> resolved = ResolveConfinedPath(path, allowed_roots);
-    if (!resolved.ok()) {
-      return absl::Status(resolved.status().code(),
-                          absl::StrCat(field.name(), ": ", resolved.status().message()));
+    // The path as the spec gave it is named, and the check follows its symlinks itself.
+    absl::Status status = resolved.ok() ? CheckRegularFile(path) : resolved.status();
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat(field.name(), ": ", status.message()));
     }
     field.Set(&resolved_spec, *resolved);
   }
@@ -85,8 +119,9 @@ absl::StatusOr<std::string> CreateConfinedDirectory(const std::string& path,
   std::error_code error;
   std::filesystem::create_directories(*resolved, error);
   if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create the checkpoint directory ", *resolved, ": ", error.message()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create the checkpoint directory ", *resolved, ": ", error.message(),
+                     " (the worker's checkpoint root is at fault, not the job)"));
   }
   return resolved;
 }

@@ -1,10 +1,14 @@
 #include "worker/data/window_data_loader.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "formats/mapped_file.h"
 #include "worker/data/batch_rows.h"
+#include "spdlog/spdlog.h"
 
 namespace fsdpd {
 namespace {
@@ -27,6 +31,20 @@ uint32_t ReadToken(const uint8_t* data, int token_bytes, uint64_t index) {
       return value;
     }
   }
+}
+
+// Tokens checked between two looks at the cancellation flag: a few milliseconds of scanning.
+constexpr uint64_t kScanChunkTokens = uint64_t{1} << 22;
+
+// Test-only fault: with FSDPD_TEST_WEDGE_READ set to a data file's resolved path, opening that
+// file blocks forever and ignores cancellation, as a read from a hung network file system does,
+// so tests can show that the worker gives up on such an attempt and reports itself unhealthy
+// (tests/integration/wedged_worker_test.cc). Unset, as in every deployment, it does nothing.
+void BlockForeverIfTestWedged(const std::string& path) {
+  const char* wedged = std::getenv("FSDPD_TEST_WEDGE_READ");
+  if (wedged == nullptr || path != wedged) return;
+  spdlog::warn("FSDPD_TEST_WEDGE_READ: reading {} blocks forever", path);
+  while (true) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 class WindowDataLoader : public DataLoader {
@@ -71,6 +89,7 @@ class WindowDataLoader : public DataLoader {
 absl::StatusOr<std::unique_ptr<DataLoader>> CreateWindowDataLoader(const DataLoaderOptions& options,
                                                                    int token_bytes) {
   const std::string& path = options.data.path();
+  BlockForeverIfTestWedged(path);
   auto file = MappedFile::Open(path, "data file");
   if (!file.ok()) return file.status();
   const size_t size = (*file)->size();
@@ -90,6 +109,11 @@ absl::StatusOr<std::unique_ptr<DataLoader>> CreateWindowDataLoader(const DataLoa
   if (token_bytes > 1) {
     const uint64_t vocab = static_cast<uint64_t>(options.vocab);
     for (uint64_t index = 0; index < num_tokens; ++index) {
+      if (index % kScanChunkTokens == 0 && options.cancelled != nullptr &&
+          options.cancelled->load()) {
+        return absl::CancelledError(
+            absl::StrCat("cancelled while checking data file '", path, "'"));
+      }
       const uint32_t token = ReadToken((*file)->data(), token_bytes, index);
       if (token >= vocab) {
         return absl::InvalidArgumentError(absl::StrCat(
