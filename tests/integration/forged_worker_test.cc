@@ -115,7 +115,6 @@ class ForgedWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     IsolateClientEnvironment(dir_.path());
-    address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
     const std::string tokens_file = dir_.path() + "/tokens";
     WriteFile(tokens_file,
               HashTokenLine(dir_.path(), kAlice, "submitter", "alice") +
@@ -124,12 +123,13 @@ class ForgedWorkerTest : public ::testing::Test {
                   HashTokenLine(dir_.path(), "host-b-token-0123456789", "worker", "host-b") +
                   HashTokenLine(dir_.path(), kRogue, "worker", "rogue"));
     coordinator_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", address_,
+        std::vector<std::string>{BuildPath("server/fsdpd"), "--listen", "127.0.0.1:0",
                                  "--metrics-listen", "", "--state-dir", dir_.path() + "/state",
                                  "--tokens-file", tokens_file, "--heartbeat-timeout", "5s"},
         dir_.path() + "/fsdpd.log");
-    ASSERT_TRUE(coordinator_->WaitForLog("fsdpd listening on", seconds(30)))
-        << ReadFile(dir_.path() + "/fsdpd.log");
+    // The kernel picks the port; fsdpd logs the one it bound.
+    address_ = coordinator_->WaitForAddress("fsdpd listening on ", seconds(30));
+    ASSERT_FALSE(address_.empty()) << ReadFile(dir_.path() + "/fsdpd.log");
     channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
   }
 
