@@ -49,6 +49,8 @@ struct Settings {
   std::optional<int> max_workers;
   std::optional<double> register_rate;
   std::optional<std::string> health_listen;
+  std::optional<std::string> max_worker_memory;
+  std::optional<std::string> max_priority;
 };
 
 std::string DefaultStateDir() {
@@ -64,7 +66,7 @@ std::string DefaultStateDir() {
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
 // metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
 // max-workers, register-rate, health-listen, max-log-bytes-per-job, rank-report-steps,
-// watch-replay-steps.
+// watch-replay-steps, max-worker-memory, max-priority.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -109,13 +111,18 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.rank_report_steps = entry.second.as<int64_t>();
       } else if (key == "watch-replay-steps") {
         settings.watch_replay_steps = entry.second.as<int64_t>();
+      } else if (key == "max-worker-memory") {
+        settings.max_worker_memory = entry.second.as<std::string>();
+      } else if (key == "max-priority") {
+        settings.max_priority = entry.second.as<std::string>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
                          "\" (known: listen, metrics-listen, state-dir, heartbeat-timeout, "
                          "metrics-retention, lost-worker-retention, max-world-size, insecure, "
                          "insecure-metrics, max-workers, register-rate, health-listen, "
-                         "max-log-bytes-per-job, rank-report-steps, watch-replay-steps)"));
+                         "max-log-bytes-per-job, rank-report-steps, watch-replay-steps, "
+                         "max-worker-memory, max-priority)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -168,6 +175,8 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.max_workers) onto.max_workers = from.max_workers;
   if (from.register_rate) onto.register_rate = from.register_rate;
   if (from.health_listen) onto.health_listen = from.health_listen;
+  if (from.max_worker_memory) onto.max_worker_memory = from.max_worker_memory;
+  if (from.max_priority) onto.max_priority = from.max_priority;
 }
 
 absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
@@ -191,6 +200,15 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   }
   if (settings.rank_report_steps) config.store.rank_report_steps = *settings.rank_report_steps;
   if (settings.watch_replay_steps) config.jobs.watch_replay_steps = *settings.watch_replay_steps;
+  if (settings.max_worker_memory) {
+    absl::Status status =
+        fsdpd::server::ParseMemoryCeilings(*settings.max_worker_memory, &config.workers);
+    if (!status.ok()) return status;
+  }
+  if (settings.max_priority) {
+    absl::Status status = fsdpd::server::ParsePriorityCaps(*settings.max_priority, &config.jobs);
+    if (!status.ok()) return status;
+  }
   if (settings.heartbeat_timeout) {
     absl::StatusOr<std::chrono::milliseconds> timeout =
         fsdpd::server::ParseDuration(*settings.heartbeat_timeout);
@@ -326,6 +344,13 @@ int main(int argc, char** argv) {
   auto* health_option = app.add_option(
       "--health-listen", health_listen,
       "plaintext gRPC port serving only grpc.health.v1, for probes that cannot speak TLS (none)");
+  std::string max_worker_memory, max_priority;
+  auto* max_worker_memory_option = app.add_option(
+      "--max-worker-memory", max_worker_memory,
+      "most memory admitted per worker whatever it claims: SIZE, or cpu=SIZE,cuda=SIZE (none)");
+  auto* max_priority_option = app.add_option(
+      "--max-priority", max_priority,
+      "highest job priority per role: submitter=N,admin=N (submitter=100,admin=1000)");
   app.add_option("--config", config_file, "YAML file with the same keys as the flags")
       ->check(CLI::ExistingFile);
 
@@ -358,6 +383,8 @@ int main(int argc, char** argv) {
   if (*max_workers_option) flags.max_workers = max_workers;
   if (*register_rate_option) flags.register_rate = register_rate;
   if (*health_option) flags.health_listen = health_listen;
+  if (*max_worker_memory_option) flags.max_worker_memory = max_worker_memory;
+  if (*max_priority_option) flags.max_priority = max_priority;
 
   Settings settings;
   if (!config_file.empty()) {
