@@ -212,6 +212,9 @@ class JobManager {
     // When its current attempt started, in this process's order (0: before a restart): the
     // most recently started backfilled job is preempted first.
     int64_t start_order = 0;
+    // When its held reason was last stored by this process: a changed reason (the fleet grew)
+    // is stored again at most once a heartbeat timeout.
+    std::optional<Clock::time_point> held_noted_at;
   };
 
   // job_manager.cc: lookups and helpers every part uses.

@@ -55,14 +55,22 @@ void JobManager::ScheduleLocked() {
   std::set<std::string> decided;
   for (const Placement& placement : schedule.placements) decided.insert(placement.job_id);
   // Held jobs say why, once the workers of a restarted coordinator had their heartbeat timeout
-  // to register again (until then a small fleet is only the fleet coming back).
-  const bool settled = now_() - started_at_ >= workers_.config().heartbeat_timeout;
+  // to register again (until then a small fleet is only the fleet coming back). A reason that
+  // only follows a growing fleet is stored at most once a heartbeat timeout, so a fleet that
+  // registers worker by worker does not write a state change per worker per held job.
+  const Clock::time_point now = now_();
+  const auto interval = workers_.config().heartbeat_timeout;
+  const bool settled = now - started_at_ >= interval;
   for (const Hold& hold : schedule.holds) {
     decided.insert(hold.job_id);
     JobRecord& record = jobs_.at(hold.job_id);
-    if (settled && record.job.reason() != hold.reason) {
-      TransitionLocked(record, record.job.state(), hold.reason);
+    if (!settled || record.job.reason() == hold.reason) continue;
+    const bool was_held = absl::StartsWith(record.job.reason(), kHeldPrefix);
+    if (was_held && record.held_noted_at.has_value() && now - *record.held_noted_at < interval) {
+      continue;
     }
+    record.held_noted_at = now;
+    TransitionLocked(record, record.job.state(), hold.reason);
   }
   for (const SchedulableJob& job : waiting) {
     JobRecord& record = jobs_.at(job.id);

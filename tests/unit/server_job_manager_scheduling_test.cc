@@ -112,6 +112,24 @@ TEST_F(JobManagerTest, AJobNoFleetCouldRunIsHeldWithItsReasonUntilWorkersRegiste
   EXPECT_EQ(GetJob(hog).state(), v1::SCHEDULED);
 }
 
+TEST_F(JobManagerTest, AHeldReasonFollowsTheFleetAtMostOnceAHeartbeatTimeout) {
+  const std::string w0 = AddWorker("host-a", 0);
+  now_ += std::chrono::seconds(11);
+  Heartbeat(w0);
+  const std::string hog = *jobs_->Submit(SmallSpec(3, 0));
+  EXPECT_EQ(GetJob(hog).reason(), "held: needs 3 cpu workers; the fleet has 1 registered");
+  const std::string w1 = AddWorker("host-b", 0);
+  EXPECT_EQ(GetJob(hog).reason(), "held: needs 3 cpu workers; the fleet has 1 registered");
+  now_ += std::chrono::seconds(11);
+  Heartbeat(w0);
+  Heartbeat(w1);
+  jobs_->Tick();
+  v1::Job job = GetJob(hog);
+  EXPECT_EQ(job.reason(), "held: needs 3 cpu workers; the fleet has 2 registered");
+  EXPECT_EQ(job.transitions_size(), 3);
+  EXPECT_EQ(job.state(), v1::PENDING);
+}
+
 TEST_F(JobManagerTest, ABackfilledJobGivesItsWorkerBackWithoutSpendingARestart) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string w1 = AddWorker("host-b", 0);
