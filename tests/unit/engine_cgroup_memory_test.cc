@@ -58,8 +58,11 @@ TEST_F(CgroupMemoryTest, V2InsideANamespaceOrWithAPathNotMountedReadsTheMountsRo
   cgroup = ReadCgroupMemory(Roots());
   EXPECT_EQ(cgroup.limit_bytes, 512 << 20);
   // A path that climbs out of the mount stays inside it.
-  Write("proc-self-cgroup", "0::/../../etc\n");
-  EXPECT_EQ(ReadCgroupMemory(Roots()).directory, dir_.File("cgroup"));
+  Write("outside/memory.max", "1\n");
+  Write("proc-self-cgroup", "0::/../outside\n");
+  cgroup = ReadCgroupMemory(Roots());
+  EXPECT_EQ(cgroup.directory, dir_.File("cgroup"));
+  EXPECT_EQ(cgroup.limit_bytes, 512 << 20);
 }
 
 TEST_F(CgroupMemoryTest, V1UsesTheMemoryControllerAndTreatsHugeLimitsAsNone) {

@@ -206,21 +206,25 @@ TEST_F(JobManagerTest, AnAttemptTheOomKillerEndedFailsSayingSoAndLowersTheWorker
   ASSERT_EQ(GetJob(id).state(), v1::SCHEDULED);
   const int64_t needed = static_cast<int64_t>(EstimateRankDeviceBytes(GetJob(id).spec()));
 
-  // Another worker (too small for the job) claiming the kill of an attempt it never ran changes
-  // nothing.
-  const std::string w1 = AddWorker("host-b", 0, "", {}, needed / 2);
+  // Another worker claiming the kill of an attempt it never ran changes nothing.
+  const std::string w1 = AddWorker("host-b", 0, "", {}, 8 * kGiB);
   v1::RegisterRequest forged;
   forged.set_worker_id(w1);
   forged.set_hostname("host-b");
   forged.set_device_kind("cpu");
-  forged.set_memory_bytes(needed / 2);
+  forged.set_memory_bytes(8 * kGiB);
   forged.mutable_previous_oom_kill()->set_job_id(id);
   forged.mutable_previous_oom_kill()->set_attempt(1);
   jobs_->CloseSession(w1, sessions_[w1].get());
   ASSERT_TRUE(jobs_->RegisterWorker(forged).ok());
   EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
-  EXPECT_EQ(registry_->Find(w1)->info.memory_bytes(), needed / 2);
+  EXPECT_EQ(registry_->Find(w1)->info.memory_bytes(), 8 * kGiB);
   EXPECT_TRUE(registry_->Find(w1)->info.memory_note().empty());
+  // It comes back claiming less than the job needs (the rest of the test wants no worker that
+  // fits).
+  forged.clear_previous_oom_kill();
+  forged.set_memory_bytes(needed / 2);
+  ASSERT_TRUE(jobs_->RegisterWorker(forged).ok());
 
   // The real worker's process was killed; its successor registers (no id) and says so.
   jobs_->CloseSession(w0, sessions_[w0].get());
