@@ -119,18 +119,19 @@ void JobManager::NoteOomKillLocked(const std::string& worker_id, const RankAssig
   workers_.LowerMemory(worker_id, lowered,
                        absl::StrCat("lowered to ", lowered >> 20, " MiB: ", what, " needing about ",
                                     needed >> 20, " MiB a rank"));
-  spdlog::warn("worker {}: {}; its admitted memory is now {} MiB", worker_id, what, lowered >> 20);
+  const std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
+  const int64_t admitted = worker.has_value() ? worker->info.memory_bytes() : lowered;
+  spdlog::warn("worker {}: {}; its admitted memory is now {} MiB", worker_id, what, admitted >> 20);
   if (ActiveRecordForLocked(worker_id, oom.job_id(), oom.attempt(), oom.rank(), oom.job_uid()) ==
       nullptr) {
     return;  // the attempt already ended (the worker was lost first)
   }
-  FailAttemptLocked(
-      *record,
+  const std::string reason =
       absl::StrCat("rank ", oom.rank(), " (worker ", worker_id,
-                   ") was killed by the kernel's OOM killer: the job needs about ", needed >> 20,
-                   " MiB a rank, more than the worker could use; its "
-                   "admitted memory is now ",
-                   lowered >> 20, " MiB"));
+                   ") was killed by the kernel's OOM killer: ", "the job needs about ",
+                   needed >> 20, " MiB a rank, more than the worker could use; its ",
+                   "admitted memory is now ", admitted >> 20, " MiB");
+  FailAttemptLocked(*record, reason);
 }
 
 }  // namespace fsdpd::server
