@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace fsdpd::server {
 namespace {
@@ -60,6 +61,9 @@ absl::Status WorkerRegistryConfig::Check() const {
     return absl::InvalidArgumentError(
         absl::StrCat("register-rate: must be positive, got ", register_rate_per_peer));
   }
+  if (max_memory_cpu < 0 || max_memory_cuda < 0) {
+    return absl::InvalidArgumentError("max-worker-memory: must not be negative");
+  }
   return absl::OkStatus();
 }
 
@@ -93,6 +97,12 @@ absl::Status JobManagerConfig::Check() const {
   if (watch_replay_steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("watch-replay-steps: must not be negative, got ", watch_replay_steps));
+  }
+  for (const int cap : {max_priority_submitter, max_priority_admin}) {
+    if (cap < -1000 || cap > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max-priority: a cap must lie in -1000..1000 (the spec's own bounds), got ", cap));
+    }
   }
   return absl::OkStatus();
 }
@@ -175,6 +185,86 @@ absl::StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text)
         absl::StrCat("expected a duration like 10s, 500ms or 2m, got \"", text, "\""));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(value * scale + 0.5));
+}
+
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {{"KiB", 1024.0},
+                                                          {"MiB", 1024.0 * 1024},
+                                                          {"GiB", 1024.0 * 1024 * 1024},
+                                                          {"TiB", 0x1p40},
+                                                          {"PiB", 0x1p50},
+                                                          {"KB", 1e3},
+                                                          {"MB", 1e6},
+                                                          {"GB", 1e9},
+                                                          {"TB", 1e12},
+                                                          {"PB", 1e15},
+                                                          {"B", 1}};
+  std::string number = text;
+  double scale = 1;
+  for (const auto& [suffix, factor] : kUnits) {
+    if (absl::EndsWith(text, suffix)) {
+      number = text.substr(0, text.size() - std::string(suffix).size());
+      scale = factor;
+      break;
+    }
+  }
+  double value = 0;
+  if (number.empty() || !absl::SimpleAtod(number, &value) || !(value >= 0) ||
+      value * scale > 9.2e18) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected a size like 64GiB, 512MiB, 80GB or a number of bytes, got \"", text, "\""));
+  }
+  return static_cast<int64_t>(value * scale + 0.5);
+}
+
+absl::Status ParseMemoryCeilings(const std::string& text, WorkerRegistryConfig* config) {
+  if (text.find('=') == std::string::npos) {
+    absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max-worker-memory: ", bytes.status().message()));
+    }
+    config->max_memory_cpu = config->max_memory_cuda = *bytes;
+    return absl::OkStatus();
+  }
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const std::pair<std::string, std::string> entry = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    absl::StatusOr<int64_t> bytes = ParseByteSize(entry.second);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max-worker-memory: ", entry.first, ": ", bytes.status().message()));
+    }
+    if (entry.first == "cpu") {
+      config->max_memory_cpu = *bytes;
+    } else if (entry.first == "cuda") {
+      config->max_memory_cuda = *bytes;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("max-worker-memory: unknown device kind \"",
+                                                     entry.first,
+                                                     "\" (expected SIZE, or cpu=SIZE,cuda=SIZE)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePriorityCaps(const std::string& text, JobManagerConfig* config) {
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const std::pair<std::string, std::string> entry = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    int cap = 0;
+    if (!absl::SimpleAtoi(entry.second, &cap)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max-priority: expected ROLE=N (e.g. submitter=10,admin=1000), got \"", part, "\""));
+    }
+    if (entry.first == "submitter") {
+      config->max_priority_submitter = cap;
+    } else if (entry.first == "admin") {
+      config->max_priority_admin = cap;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max-priority: \"", entry.first, "\" is not a role that may submit (submitter, admin)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool IsLoopbackAddress(const std::string& address) {

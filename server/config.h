@@ -36,6 +36,13 @@ struct WorkerRegistryConfig {
   // twice that), so a flood of fake workers cannot grow the registry.
   int max_workers = 4096;
   double register_rate_per_peer = 20;
+  // The most memory admitted for one worker of each kind, whatever it claims
+  // (--max-worker-memory; worker_registry.h). 0: no ceiling, the default.
+  int64_t max_memory_cpu = 0;
+  int64_t max_memory_cuda = 0;
+  int64_t MemoryCeiling(const std::string& device_kind) const {
+    return device_kind == "cuda" ? max_memory_cuda : device_kind == "cpu" ? max_memory_cpu : 0;
+  }
   absl::Status Check() const;
 };
 
@@ -72,6 +79,10 @@ struct JobManagerConfig {
   // manager's lock, so an unbounded replay of a long job would stall every other call while it
   // loads; 0 replays no steps.
   int64_t watch_replay_steps = 10000;
+  // The highest spec priority each role that may submit can ask for (--max-priority); without
+  // authentication every caller is admin. The spec itself allows -1000..1000.
+  int max_priority_submitter = 100;
+  int max_priority_admin = 1000;
   absl::Status Check() const;
 };
 
@@ -120,6 +131,14 @@ struct CoordinatorConfig {
 
 // "10s", "500ms", "2m" or a bare number of seconds ("10", "0.5").
 absl::StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text);
+
+// "64GiB", "512MiB", "80GB" or a bare number of bytes: binary units KiB..PiB, decimal KB..PB.
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
+// --max-worker-memory: one size for every device kind, or "cpu=SIZE,cuda=SIZE" (either may be
+// left out: no ceiling for it).
+absl::Status ParseMemoryCeilings(const std::string& text, WorkerRegistryConfig* config);
+// --max-priority: "submitter=N,admin=N" (either may be left out: its default stays).
+absl::Status ParsePriorityCaps(const std::string& text, JobManagerConfig* config);
 
 // True when the host part of "host:port" is a loopback address or localhost.
 bool IsLoopbackAddress(const std::string& address);

@@ -33,6 +33,7 @@
 #include "fsdpd/v1/worker.pb.h"
 #include "proto/spec/job_spec.h"
 #include "server/artifact_store.h"
+#include "server/auth.h"
 #include "server/config.h"
 #include "server/job_store.h"
 #include "server/profile_store.h"
@@ -75,15 +76,18 @@ class JobManager {
   // timeout for their workers to register again before they fail.
   absl::Status Load();
 
-  // Field errors of the spec, including the coordinator's own limits (world size, memory). The
-  // one check of a spec: Submit runs it once per submission; a dry run calls it alone.
-  std::vector<FieldError> CheckSpec(const v1::JobSpec& spec) const;
+  // Field errors of the spec, including the coordinator's own limits (world size, memory, the
+  // submitting role's --max-priority). The one check of a spec: Submit runs it once per
+  // submission; a dry run calls it alone. `role` is the caller's (auth.h; kAdmin without
+  // authentication).
+  std::vector<FieldError> CheckSpec(const v1::JobSpec& spec, Role role = Role::kAdmin) const;
   // The new job's id, or INVALID_ARGUMENT naming each bad field of CheckSpec, whose errors are
   // then also put in `field_errors` when it is given (the job service answers them as
   // google.rpc.BadRequest violations). `owner` is the submitter's principal (auth.h; "" without
   // authentication): stored as Job.owner and as the actor of the first transition.
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec, const std::string& owner = "",
-                                     std::vector<FieldError>* field_errors = nullptr);
+                                     std::vector<FieldError>* field_errors = nullptr,
+                                     Role role = Role::kAdmin);
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
   // `actor` is recorded on the CANCELLED transition (StateChange.actor).
@@ -210,6 +214,12 @@ class JobManager {
     // a resent copy counts again, so the bound is reached early rather than late).
     int64_t log_bytes = 0;
     bool log_limit_noted = false;  // the marker line was stored by this process
+    // When its current attempt started, in this process's order (0: before a restart): the
+    // most recently started backfilled job is preempted first.
+    int64_t start_order = 0;
+    // When its held reason was last stored by this process: a changed reason (the fleet grew)
+    // is stored again at most once a heartbeat timeout.
+    std::optional<Clock::time_point> held_noted_at;
   };
 
   // job_manager.cc: lookups and helpers every part uses.
@@ -221,15 +231,31 @@ class JobManager {
   const JobRecord* FindLocked(const std::string& job_id) const;
 
   // job_manager_scheduling.cc
+  // What one rank of the spec needs (EstimateRankDeviceBytes): admission and placement use it.
+  static int64_t RankMemoryBytes(const v1::JobSpec& spec);
+  // Every worker the registry knows, as the scheduler sees them.
+  std::vector<FleetWorker> FleetLocked() const;
   void ScheduleLocked();
-  void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids);
+  // `ahead_of`: the waiting head job this one starts ahead of (backfill), or "".
+  void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids,
+                          const std::string& ahead_of = "");
 
   // job_manager_transitions.cc
   void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
                         const std::string& actor = kCoordinatorActor);
   // Cancels the ranks that have not reported, frees the rendezvous scope and stores the end.
   void EndAttemptLocked(JobRecord& record, bool ok, const std::string& reason);
+  // Retries while the failed attempts (preemptions do not count) are at most max_restarts.
   void FailAttemptLocked(JobRecord& record, const std::string& reason);
+  // Ends a backfilled job's attempt so that `for_job_id` gets its workers: back to PENDING,
+  // no restart spent.
+  void PreemptLocked(JobRecord& record, const std::string& for_job_id);
+  // A restarted worker says the OOM killer ended its previous process during an attempt
+  // (RegisterRequest.previous_oom_kill). Believed only for the rank the coordinator had
+  // assigned to it: the worker's admitted memory is lowered below what that job needs, and the
+  // attempt, if still active, fails saying so. Called before the registration is reconciled.
+  void NoteOomKillLocked(const std::string& worker_id, const RankAssignment& previous,
+                         const v1::RegisterRequest& request);
 
   // job_manager_deadlines.cc
   void TickLocked();
@@ -337,6 +363,7 @@ class JobManager {
   ArtifactStore artifacts_;
   ProfileStore profiles_;
   const std::function<Clock::time_point()> now_;
+  const Clock::time_point started_at_ = now_();  // when this job manager was made
 
   mutable std::mutex mutex_;
   std::map<std::string, JobRecord> jobs_;
@@ -348,6 +375,7 @@ class JobManager {
   std::map<std::string, std::deque<UnconfirmedReport>> unconfirmed_reports_;
   JobObserver* observer_ = nullptr;
   bool shutting_down_ = false;
+  int64_t next_start_order_ = 1;
 
   // What readers see: the job as last stored, one immutable snapshot per job, in id order.
   // Taken after mutex_ when both are held; held only to swap or copy pointers.

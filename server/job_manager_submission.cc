@@ -7,31 +7,50 @@
 
 namespace fsdpd::server {
 
-std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec) const {
+std::vector<FieldError> JobManager::CheckSpec(const v1::JobSpec& spec, Role role) const {
   std::vector<FieldError> errors = ValidateJobSpec(spec);
   if (!errors.empty()) return errors;
+  const int max_priority =
+      role == Role::kAdmin ? config_.max_priority_admin : config_.max_priority_submitter;
+  if (spec.priority() > max_priority) {
+    errors.push_back(
+        {"priority",
+         absl::StrCat("must be at most ", max_priority, " for the role ", RoleName(role),
+                      " (the coordinator's --max-priority), got ", spec.priority())});
+  }
   if (spec.parallel().world_size() > config_.max_world_size) {
     errors.push_back(
         {"parallel.world_size", absl::StrCat("must be at most ", config_.max_world_size,
                                              " (the coordinator's --max-world-size), got ",
                                              spec.parallel().world_size())});
   }
-  const int64_t largest = workers_.LargestMemory(spec.parallel().device());
-  const double needed = EstimateRankDeviceBytes(spec);
-  if (largest > 0 && needed > static_cast<double>(largest)) {
+  // What workers claim is admitted up to the ceiling (worker_registry.h); with no worker of the
+  // kind registered yet, the ceiling alone bounds what any of them could be admitted with.
+  const std::string& kind = spec.parallel().device();
+  const int64_t largest = workers_.LargestMemory(kind);
+  const int64_t ceiling = workers_.config().MemoryCeiling(kind);
+  const int64_t needed = RankMemoryBytes(spec);
+  if (largest > 0 && needed > largest) {
     errors.push_back(
         {"parallel.device",
-         absl::StrCat("one rank needs about ", static_cast<int64_t>(needed / (1 << 20)),
-                      " MiB of device memory but the largest registered ", spec.parallel().device(),
-                      " worker has ", largest / (1 << 20),
+         absl::StrCat("one rank needs about ", needed >> 20,
+                      " MiB of device memory but the largest registered ", kind, " worker has ",
+                      largest >> 20,
                       " MiB; raise parallel.world_size or shrink the model or batch")});
+  } else if (largest == 0 && ceiling > 0 && needed > ceiling) {
+    errors.push_back(
+        {"parallel.device",
+         absl::StrCat("one rank needs about ", needed >> 20, " MiB of device memory but a ", kind,
+                      " worker is admitted with at most ", ceiling >> 20,
+                      " MiB (--max-worker-memory); raise parallel.world_size or shrink the model "
+                      "or batch")});
   }
   return errors;
 }
 
 absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner,
-                                               std::vector<FieldError>* field_errors) {
-  if (std::vector<FieldError> errors = CheckSpec(spec); !errors.empty()) {
+                                               std::vector<FieldError>* field_errors, Role role) {
+  if (std::vector<FieldError> errors = CheckSpec(spec, role); !errors.empty()) {
     absl::Status invalid = absl::InvalidArgumentError(FormatFieldErrors(errors));
     if (field_errors != nullptr) *field_errors = std::move(errors);
     return invalid;

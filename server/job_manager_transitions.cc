@@ -1,5 +1,6 @@
 // A job's state transitions and the end of an attempt: each transition stored with its time,
-// reason and actor, and a failed attempt retried while attempts remain.
+// reason and actor, a failed attempt retried while attempts remain, a backfilled attempt
+// preempted (no restart spent), and an attempt the OOM killer ended failed saying so.
 #include "absl/strings/str_cat.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
@@ -56,15 +57,81 @@ void JobManager::EndAttemptLocked(JobRecord& record, bool ok, const std::string&
 
 void JobManager::FailAttemptLocked(JobRecord& record, const std::string& reason) {
   EndAttemptLocked(record, false, reason);
-  const int attempt = record.job.attempt();
+  // Attempts that ended in a preemption spent no restart.
+  const int failed = record.job.attempt() - record.job.preemptions();
   const int max_restarts = record.job.spec().max_restarts();
-  if (attempt <= max_restarts) {
-    TransitionLocked(record, v1::RETRYING,
-                     absl::StrCat(reason, " (attempt ", attempt, " of ", max_restarts + 1,
-                                  " failed; retrying)"));
+  if (failed <= max_restarts) {
+    TransitionLocked(
+        record, v1::RETRYING,
+        absl::StrCat(reason, " (attempt ", failed, " of ", max_restarts + 1, " failed; retrying)"));
   } else {
     TransitionLocked(record, v1::FAILED, reason);
   }
+}
+
+void JobManager::PreemptLocked(JobRecord& record, const std::string& for_job_id) {
+  const std::string reason =
+      absl::StrCat("preempted for ", for_job_id,
+                   ", which is ahead in the queue and needs the workers this job was lent; it "
+                   "resumes from its last checkpoint (no restart spent)");
+  EndAttemptLocked(record, false, reason);
+  record.job.set_preemptions(record.job.preemptions() + 1);
+  record.job.set_backfilled(false);
+  TransitionLocked(record, v1::PENDING, reason);
+}
+
+void JobManager::NoteOomKillLocked(const std::string& worker_id, const RankAssignment& previous,
+                                   const v1::RegisterRequest& request) {
+  if (!request.has_previous_oom_kill()) return;
+  const v1::OomKill& oom = request.previous_oom_kill();
+  JobRecord* record = FindLocked(oom.job_id());
+  // Only the rank this worker was given counts: the registry's assignment before this
+  // registration, or, once the worker was already declared lost, the stored attempt.
+  bool assigned = previous.active() && previous.job_id == oom.job_id() &&
+                  previous.attempt == oom.attempt() && previous.rank == oom.rank();
+  if (!assigned && record != nullptr && oom.attempt() >= 1 &&
+      oom.attempt() <= record->job.attempt()) {
+    absl::StatusOr<std::vector<AssignmentRecord>> stored =
+        store_.LoadAssignments(oom.job_id(), oom.attempt());
+    if (stored.ok()) {
+      for (const AssignmentRecord& assignment : *stored) {
+        assigned = assigned || (assignment.rank == oom.rank() && assignment.worker_id == worker_id);
+      }
+    }
+  }
+  if (record == nullptr || !assigned ||
+      (!oom.job_uid().empty() && oom.job_uid() != record->job.uid())) {
+    spdlog::warn(
+        "worker {} reports an OOM kill during {} attempt {} rank {}, which it was not "
+        "assigned; ignored",
+        worker_id, oom.job_id(), oom.attempt(), oom.rank());
+    return;
+  }
+  const int64_t needed = RankMemoryBytes(record->job.spec());
+  // Below what the job needs by a margin, so that neither it nor a slightly smaller job is sent
+  // into the same wall.
+  const int64_t lowered = needed - needed / 10;
+  const std::string what =
+      absl::StrCat(oom.job_id(), " attempt ", oom.attempt(), " rank ", oom.rank(),
+                   " was killed by the kernel's OOM killer (cgroup ",
+                   oom.cgroup().empty() ? "unknown" : oom.cgroup(), ": oom_kill ",
+                   oom.oom_kills_before(), " → ", oom.oom_kills_after(), ")");
+  workers_.LowerMemory(worker_id, lowered,
+                       absl::StrCat("lowered to ", lowered >> 20, " MiB: ", what, " needing about ",
+                                    needed >> 20, " MiB a rank"));
+  const std::optional<WorkerSnapshot> worker = workers_.Find(worker_id);
+  const int64_t admitted = worker.has_value() ? worker->info.memory_bytes() : lowered;
+  spdlog::warn("worker {}: {}; its admitted memory is now {} MiB", worker_id, what, admitted >> 20);
+  if (ActiveRecordForLocked(worker_id, oom.job_id(), oom.attempt(), oom.rank(), oom.job_uid()) ==
+      nullptr) {
+    return;  // the attempt already ended (the worker was lost first)
+  }
+  const std::string reason =
+      absl::StrCat("rank ", oom.rank(), " (worker ", worker_id,
+                   ") was killed by the kernel's OOM killer: ", "the job needs about ",
+                   needed >> 20, " MiB a rank, more than the worker could use; its ",
+                   "admitted memory is now ", admitted >> 20, " MiB");
+  FailAttemptLocked(*record, reason);
 }
 
 }  // namespace fsdpd::server

@@ -19,6 +19,7 @@ absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(const v1::Regist
   if (!registered.ok()) return registered.status();
   const auto& [worker_id, previous] = *registered;
   unconfirmed_reports_.erase(worker_id);
+  NoteOomKillLocked(worker_id, previous, request);
   spdlog::info("worker {} registered: {} {}:{} ({} MiB){}", worker_id, request.hostname(),
                request.device_kind(), request.gpu_index(), request.memory_bytes() >> 20,
                request.running_job_id().empty()

@@ -220,7 +220,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   ApplyJobSpecDefaults(&spec);
   if (request->dry_run()) {
     // A dry run answers OK and lists the violations, so a client can show all of them.
-    for (const FieldError& error : jobs_.CheckSpec(spec)) {
+    for (const FieldError& error : jobs_.CheckSpec(spec, caller.role)) {
       v1::FieldViolation* violation = response->add_violations();
       violation->set_field(error.field);
       violation->set_description(error.message);
@@ -230,7 +230,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   }
   // Submit checks the spec (once); a bad one comes back as its field errors.
   std::vector<FieldError> errors;
-  absl::StatusOr<std::string> id = jobs_.Submit(spec, caller.principal, &errors);
+  absl::StatusOr<std::string> id = jobs_.Submit(spec, caller.principal, &errors, caller.role);
   if (!errors.empty()) return Reply(context, "SubmitJob", InvalidArgument(errors));
   if (!id.ok()) return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
   response->set_id(*id);

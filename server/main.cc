@@ -51,6 +51,8 @@ struct Settings {
   std::optional<std::string> health_listen;
   std::optional<int> rendezvous_keys_per_rank;
   std::optional<int64_t> rendezvous_value_bytes;
+  std::optional<std::string> max_worker_memory;
+  std::optional<std::string> max_priority;
 };
 
 std::string DefaultStateDir() {
@@ -66,7 +68,8 @@ std::string DefaultStateDir() {
 // The config file uses the flags' names: listen, metrics-listen, state-dir, heartbeat-timeout,
 // metrics-retention, lost-worker-retention, max-world-size, insecure, insecure-metrics,
 // max-workers, register-rate, health-listen, max-log-bytes-per-job, rank-report-steps,
-// watch-replay-steps, rendezvous-keys-per-rank, rendezvous-value-bytes.
+// watch-replay-steps, rendezvous-keys-per-rank, rendezvous-value-bytes, max-worker-memory,
+// max-priority.
 absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
   YAML::Node root;
   try {
@@ -115,6 +118,10 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
         settings.rendezvous_keys_per_rank = entry.second.as<int>();
       } else if (key == "rendezvous-value-bytes") {
         settings.rendezvous_value_bytes = entry.second.as<int64_t>();
+      } else if (key == "max-worker-memory") {
+        settings.max_worker_memory = entry.second.as<std::string>();
+      } else if (key == "max-priority") {
+        settings.max_priority = entry.second.as<std::string>();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("--config ", path, ": unknown key \"", key,
@@ -122,7 +129,8 @@ absl::Status LoadConfigFile(const std::string& path, Settings& settings) {
                          "metrics-retention, lost-worker-retention, max-world-size, insecure, "
                          "insecure-metrics, max-workers, register-rate, health-listen, "
                          "max-log-bytes-per-job, rank-report-steps, watch-replay-steps, "
-                         "rendezvous-keys-per-rank, rendezvous-value-bytes)"));
+                         "rendezvous-keys-per-rank, rendezvous-value-bytes, "
+                         "max-worker-memory, max-priority)"));
       }
     } catch (const YAML::Exception& error) {
       return absl::InvalidArgumentError(
@@ -177,6 +185,8 @@ void Overlay(const Settings& from, Settings& onto) {
   if (from.health_listen) onto.health_listen = from.health_listen;
   if (from.rendezvous_keys_per_rank) onto.rendezvous_keys_per_rank = from.rendezvous_keys_per_rank;
   if (from.rendezvous_value_bytes) onto.rendezvous_value_bytes = from.rendezvous_value_bytes;
+  if (from.max_worker_memory) onto.max_worker_memory = from.max_worker_memory;
+  if (from.max_priority) onto.max_priority = from.max_priority;
 }
 
 absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
@@ -205,6 +215,15 @@ absl::StatusOr<CoordinatorConfig> BuildConfig(const Settings& settings) {
   }
   if (settings.rendezvous_value_bytes) {
     config.rendezvous.max_value_bytes = *settings.rendezvous_value_bytes;
+  }
+  if (settings.max_worker_memory) {
+    absl::Status status =
+        fsdpd::server::ParseMemoryCeilings(*settings.max_worker_memory, &config.workers);
+    if (!status.ok()) return status;
+  }
+  if (settings.max_priority) {
+    absl::Status status = fsdpd::server::ParsePriorityCaps(*settings.max_priority, &config.jobs);
+    if (!status.ok()) return status;
   }
   if (settings.heartbeat_timeout) {
     absl::StatusOr<std::chrono::milliseconds> timeout =
@@ -350,6 +369,13 @@ int main(int argc, char** argv) {
   auto* rendezvous_value_option =
       app.add_option("--rendezvous-value-bytes", rendezvous_value_bytes,
                      "largest rendezvous value, plus 256 bytes per rank of the attempt (4096)");
+  std::string max_worker_memory, max_priority;
+  auto* max_worker_memory_option = app.add_option(
+      "--max-worker-memory", max_worker_memory,
+      "most memory admitted per worker whatever it claims: SIZE, or cpu=SIZE,cuda=SIZE (none)");
+  auto* max_priority_option = app.add_option(
+      "--max-priority", max_priority,
+      "highest job priority per role: submitter=N,admin=N (submitter=100,admin=1000)");
   app.add_option("--config", config_file, "YAML file with the same keys as the flags")
       ->check(CLI::ExistingFile);
 
@@ -384,6 +410,8 @@ int main(int argc, char** argv) {
   if (*health_option) flags.health_listen = health_listen;
   if (*rendezvous_keys_option) flags.rendezvous_keys_per_rank = rendezvous_keys_per_rank;
   if (*rendezvous_value_option) flags.rendezvous_value_bytes = rendezvous_value_bytes;
+  if (*max_worker_memory_option) flags.max_worker_memory = max_worker_memory;
+  if (*max_priority_option) flags.max_priority = max_priority;
 
   Settings settings;
   if (!config_file.empty()) {

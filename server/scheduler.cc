@@ -5,60 +5,171 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+
 namespace fsdpd::server {
 namespace {
 
-// Picks world_size workers from `pool` (all of one device kind) and removes them from it.
-std::vector<std::string> PackOntoHosts(std::vector<IdleWorker>& pool, int world_size) {
-  std::map<std::string, std::vector<IdleWorker>> by_host;
-  for (IdleWorker& worker : pool) by_host[worker.hostname].push_back(std::move(worker));
-  std::vector<std::pair<std::string, std::vector<IdleWorker>>> hosts(by_host.begin(),
-                                                                     by_host.end());
+// Whether `a` comes before `b` in the queue: higher priority, then earlier submission.
+bool Ahead(int priority_a, int64_t order_a, int priority_b, int64_t order_b) {
+  if (priority_a != priority_b) return priority_a > priority_b;
+  return order_a < order_b;
+}
+
+// Whether the worker could run one rank of the job: its kind, and enough memory when both
+// figures are known.
+bool Fits(const FleetWorker& worker, const SchedulableJob& job) {
+  if (worker.device_kind != job.device_kind) return false;
+  return worker.memory_bytes <= 0 || job.rank_memory_bytes <= 0 ||
+         worker.memory_bytes >= job.rank_memory_bytes;
+}
+
+std::string Workers(int count, const std::string& kind) {
+  return absl::StrCat(count, " ", kind, count == 1 ? " worker" : " workers");
+}
+
+std::string HoldReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet) {
+  int of_kind = 0;
+  int lost = 0;
+  int fitting = 0;
+  for (const FleetWorker& worker : fleet) {
+    if (worker.device_kind != job.device_kind) continue;
+    ++of_kind;
+    lost += worker.state == FleetWorker::State::kLost;
+    if (Fits(worker, job)) ++fitting;
+  }
+  const std::string registered =
+      absl::StrCat(of_kind, " registered", lost > 0 ? absl::StrCat(" (", lost, " lost)") : "");
+  if (of_kind < job.world_size) {
+    return absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
+                        "; the fleet has ", registered);
+  }
+  return absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
+                      " with at least ", job.rank_memory_bytes >> 20,
+                      " MiB each (one rank's estimate); the fleet has ", registered, ", ", fitting,
+                      " with that much");
+}
+
+// Picks world_size of `idle` (usable workers of one kind), packed onto as few hosts as possible.
+std::vector<std::string> PackOntoHosts(const std::vector<const FleetWorker*>& idle,
+                                       int world_size) {
+  std::map<std::string, std::vector<const FleetWorker*>> by_host;
+  for (const FleetWorker* worker : idle) by_host[worker->hostname].push_back(worker);
+  std::vector<std::pair<std::string, std::vector<const FleetWorker*>>> hosts(by_host.begin(),
+                                                                             by_host.end());
   // Most idle workers first; the host name breaks ties so placement is deterministic.
   std::stable_sort(hosts.begin(), hosts.end(),
                    [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
   std::vector<std::string> chosen;
-  pool.clear();
   for (auto& [hostname, workers] : hosts) {
-    std::sort(workers.begin(), workers.end(), [](const IdleWorker& a, const IdleWorker& b) {
-      return std::tie(a.gpu_index, a.id) < std::tie(b.gpu_index, b.id);
+    std::sort(workers.begin(), workers.end(), [](const FleetWorker* a, const FleetWorker* b) {
+      return std::tie(a->gpu_index, a->id) < std::tie(b->gpu_index, b->id);
     });
-    for (IdleWorker& worker : workers) {
-      if (static_cast<int>(chosen.size()) < world_size) {
-        chosen.push_back(worker.id);
-      } else {
-        pool.push_back(std::move(worker));
-      }
+    for (const FleetWorker* worker : workers) {
+      if (static_cast<int>(chosen.size()) == world_size) return chosen;
+      chosen.push_back(worker->id);
     }
   }
   return chosen;
 }
 
+// The backfilled jobs behind `head` whose workers, with `need` more, let it start: lowest
+// priority first, among equals the most recently started; then those it does not need are
+// spared, the highest first. Empty when all of them together are not enough.
+std::vector<std::string> ChooseVictims(const SchedulableJob& head, int need,
+                                       const std::vector<FleetWorker>& fleet,
+                                       const std::vector<RunningJob>& running) {
+  struct Candidate {
+    const RunningJob* job;
+    int workers;
+  };
+  std::vector<Candidate> candidates;
+  for (const RunningJob& job : running) {
+    if (!job.backfilled || job.device_kind != head.device_kind) continue;
+    if (!Ahead(head.priority, head.submit_order, job.priority, job.submit_order)) continue;
+    int workers = 0;
+    for (const FleetWorker& worker : fleet) {
+      workers += worker.state == FleetWorker::State::kRunning && worker.job_id == job.id &&
+                 Fits(worker, head);
+    }
+    if (workers > 0) candidates.push_back({&job, workers});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.job->priority != b.job->priority) return a.job->priority < b.job->priority;
+    if (a.job->start_order != b.job->start_order) return a.job->start_order > b.job->start_order;
+    return a.job->submit_order > b.job->submit_order;
+  });
+  std::vector<Candidate> chosen;
+  int freed = 0;
+  for (const Candidate& candidate : candidates) {
+    if (freed >= need) break;
+    chosen.push_back(candidate);
+    freed += candidate.workers;
+  }
+  if (freed < need) return {};
+  for (int i = static_cast<int>(chosen.size()) - 1; i >= 0; --i) {
+    if (freed - chosen[i].workers < need) continue;
+    freed -= chosen[i].workers;
+    chosen.erase(chosen.begin() + i);
+  }
+  std::vector<std::string> victims;
+  for (const Candidate& candidate : chosen) victims.push_back(candidate.job->id);
+  return victims;
+}
+
 }  // namespace
 
-std::vector<Placement> ScheduleGangs(std::vector<SchedulableJob> jobs,
-                                     std::vector<IdleWorker> idle_workers) {
-  std::stable_sort(jobs.begin(), jobs.end(), [](const SchedulableJob& a, const SchedulableJob& b) {
-    if (a.priority != b.priority) return a.priority > b.priority;
-    return a.submit_order < b.submit_order;
-  });
-  std::map<std::string, std::vector<IdleWorker>> pools;
-  for (IdleWorker& worker : idle_workers) {
-    if (worker.can_checkpoint) pools[worker.device_kind].push_back(std::move(worker));
-  }
-
-  std::set<std::string> blocked_kinds;
-  std::vector<Placement> placements;
-  for (const SchedulableJob& job : jobs) {
-    if (blocked_kinds.count(job.device_kind) > 0) continue;
-    std::vector<IdleWorker>& pool = pools[job.device_kind];
-    if (job.world_size < 1 || static_cast<int>(pool.size()) < job.world_size) {
-      blocked_kinds.insert(job.device_kind);
+Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWorker> fleet,
+                       const std::vector<RunningJob>& running) {
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [](const SchedulableJob& a, const SchedulableJob& b) {
+                     return Ahead(a.priority, a.submit_order, b.priority, b.submit_order);
+                   });
+  Schedule schedule;
+  std::set<std::string> taken;                 // idle workers placed or reserved in this pass
+  std::map<std::string, std::string> head_of;  // device kind → the head job's id
+  for (const SchedulableJob& job : waiting) {
+    if (job.world_size < 1) continue;
+    const int usable = static_cast<int>(std::count_if(
+        fleet.begin(), fleet.end(), [&](const FleetWorker& worker) { return Fits(worker, job); }));
+    if (usable < job.world_size) {
+      schedule.holds.push_back({job.id, HoldReason(job, fleet)});
       continue;
     }
-    placements.push_back({job.id, PackOntoHosts(pool, job.world_size)});
+    std::vector<const FleetWorker*> idle;
+    int draining = 0;
+    for (const FleetWorker& worker : fleet) {
+      if (!Fits(worker, job)) continue;
+      if (worker.state == FleetWorker::State::kIdle && taken.count(worker.id) == 0) {
+        idle.push_back(&worker);
+      }
+      draining += worker.state == FleetWorker::State::kDraining;
+    }
+    const auto head = head_of.find(job.device_kind);
+    if (static_cast<int>(idle.size()) >= job.world_size) {
+      Placement placement;
+      placement.job_id = job.id;
+      placement.worker_ids = PackOntoHosts(idle, job.world_size);
+      if (head != head_of.end()) {
+        placement.backfilled = true;
+        placement.ahead_of = head->second;
+      }
+      taken.insert(placement.worker_ids.begin(), placement.worker_ids.end());
+      schedule.placements.push_back(std::move(placement));
+      continue;
+    }
+    if (head != head_of.end()) continue;  // waits behind the head; may still backfill later
+    head_of[job.device_kind] = job.id;
+    const int need = job.world_size - static_cast<int>(idle.size()) - draining;
+    std::vector<std::string> victims;
+    if (need > 0) {
+      victims = ChooseVictims(job, need, fleet, running);
+      if (victims.empty()) continue;  // waits for jobs that were not lent workers; reserves none
+    }
+    for (const FleetWorker* worker : idle) taken.insert(worker->id);
+    for (const std::string& victim : victims) schedule.preemptions.push_back({victim, job.id});
   }
-  return placements;
+  return schedule;
 }
 
 }  // namespace fsdpd::server

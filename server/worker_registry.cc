@@ -152,7 +152,7 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   entry.info.set_gpu_index(request.gpu_index());
   entry.info.set_gpu_name(request.gpu_name());
   entry.info.set_gpu_uuid(request.gpu_uuid());
-  entry.info.set_memory_bytes(request.memory_bytes());
+  AdmitMemoryLocked(entry, request.memory_bytes());
   entry.info.set_address(request.address());
   *entry.info.mutable_health() = request.health();
   entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
@@ -196,11 +196,68 @@ std::vector<IdleWorker> WorkerRegistry::IdleWorkers() const {
   for (const auto& [id, entry] : workers_) {
     if (entry.info.state() != v1::IDLE || entry.session == nullptr) continue;
     if (!entry.info.health().unhealthy().empty()) continue;
-    IdleWorker worker{id, entry.info.hostname(), entry.info.device_kind(), entry.info.gpu_index()};
-    worker.can_checkpoint = entry.info.health().checkpoint_root_error().empty();
-    idle.push_back(std::move(worker));
+    idle.push_back(
+        {id, entry.info.device_kind(), entry.info.health().checkpoint_root_error().empty()});
   }
   return idle;
+}
+
+std::vector<FleetWorker> WorkerRegistry::Fleet() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<FleetWorker> fleet;
+  for (const auto& [id, entry] : workers_) {
+    const v1::Worker& info = entry.info;
+    FleetWorker worker;
+    worker.id = id;
+    worker.hostname = info.hostname();
+    worker.device_kind = info.device_kind();
+    worker.gpu_index = info.gpu_index();
+    worker.memory_bytes = info.memory_bytes();
+    if (info.state() == v1::LOST) {
+      worker.state = FleetWorker::State::kLost;
+    } else if (entry.assignment.active()) {
+      worker.state = FleetWorker::State::kRunning;
+      worker.job_id = entry.assignment.job_id;
+    } else if (entry.session == nullptr || !info.health().unhealthy().empty() ||
+               !info.health().checkpoint_root_error().empty()) {
+      // Counts for the fleet, takes nothing: no session, or it reported itself unfit (an
+      // unhealthy worker, or one that cannot write its checkpoint root; the job manager says
+      // why a job waits on such workers).
+      worker.state = FleetWorker::State::kAway;
+    }
+    fleet.push_back(std::move(worker));
+  }
+  return fleet;
+}
+
+void WorkerRegistry::AdmitMemoryLocked(Entry& entry, int64_t claimed) const {
+  v1::Worker& info = entry.info;
+  const int64_t ceiling = config_.MemoryCeiling(info.device_kind());
+  int64_t admitted = claimed;
+  std::string note;
+  if (ceiling > 0 && (claimed == 0 || claimed > ceiling)) {
+    admitted = ceiling;
+    note = absl::StrCat("capped by --max-worker-memory (", ceiling >> 20, " MiB)");
+  }
+  if (entry.evidence_bytes > 0 && (admitted == 0 || admitted > entry.evidence_bytes)) {
+    admitted = entry.evidence_bytes;
+    note = entry.evidence;
+  }
+  info.set_claimed_memory_bytes(claimed);
+  info.set_memory_bytes(admitted);
+  info.set_memory_note(note);
+}
+
+void WorkerRegistry::LowerMemory(const std::string& worker_id, int64_t bytes,
+                                 const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end() || bytes <= 0) return;
+  Entry& entry = found->second;
+  if (entry.evidence_bytes > 0 && entry.evidence_bytes <= bytes) return;
+  entry.evidence_bytes = bytes;
+  entry.evidence = why;
+  AdmitMemoryLocked(entry, entry.info.claimed_memory_bytes());
 }
 
 int64_t WorkerRegistry::LargestMemory(const std::string& device_kind) const {

@@ -57,6 +57,14 @@ struct AttemptStanding {
   int ranks = 0;      // workers assigned a rank of it
 };
 
+// An idle, connected worker and whether it can write its checkpoint root, where every job
+// writes (its folder, checkpoints, rank 0's exported model).
+struct IdleWorker {
+  std::string id;
+  std::string device_kind;
+  bool can_checkpoint = true;
+};
+
 class WorkerRegistry {
  public:
   using Clock = std::chrono::steady_clock;
@@ -94,15 +102,25 @@ class WorkerRegistry {
 
   std::optional<WorkerSnapshot> Find(const std::string& worker_id) const;
   std::vector<v1::Worker> List() const;
-  // Idle, connected workers: what the scheduler may place ranks on. A worker that reported
-  // itself unhealthy is left out; one that cannot write its checkpoint root is listed with
-  // can_checkpoint false (the scheduler keeps jobs off it and the job manager says why).
+  // Idle, connected workers, for saying why a job waits. A worker that reported itself
+  // unhealthy is left out; one that cannot write its checkpoint root is listed with
+  // can_checkpoint false (Fleet shows it as kAway, so the scheduler places nothing on it).
   std::vector<IdleWorker> IdleWorkers() const;
   // Records the health a worker reported in a heartbeat (Worker.health); returns whether it
   // changed. Register records the health a (re)starting worker reports.
   bool SetHealth(const std::string& worker_id, const v1::WorkerHealth& health);
-  // The largest memory_bytes among registered workers of this kind (0: none known).
+  // Every known worker: idle with a session (kIdle), idle without one (kAway), LOST (kLost), or
+  // busy (kRunning, with its job; the job manager tells which of those are draining).
+  std::vector<FleetWorker> Fleet() const;
+  // The largest admitted memory among registered workers of this kind (0: none known).
   int64_t LargestMemory(const std::string& device_kind) const;
+  // Memory admission. A worker's memory_bytes is a claim: the coordinator admits at most
+  // config().MemoryCeiling(kind) (--max-worker-memory; a claim of 0 then admits the ceiling),
+  // and at most what evidence left it (LowerMemory). v1::Worker.memory_bytes is the admitted
+  // figure, claimed_memory_bytes the claim, memory_note why they differ.
+  // Lowers the worker's admitted memory to at most `bytes` for as long as it is known (across
+  // its re-registrations), saying why.
+  void LowerMemory(const std::string& worker_id, int64_t bytes, const std::string& why);
   std::map<v1::WorkerState, int> CountByState() const;
 
   void Assign(const std::string& worker_id, const RankAssignment& assignment);
@@ -134,11 +152,15 @@ class WorkerRegistry {
     Clock::time_point last_heartbeat;
     std::string principal;       // the credential the id is bound to
     bool session_ended = false;  // its session stream ended and no other has been opened
+    int64_t evidence_bytes = 0;  // LowerMemory's bound (0: none)
+    std::string evidence;
   };
   // Whether the entry's session is attached and heard from within the heartbeat timeout.
   bool LiveLocked(const Entry& entry, Clock::time_point now) const;
   // The entry's state and shown job from its assignment and claim (LOST stays LOST).
   static void ShowWorkLocked(Entry& entry);
+  // Sets the entry's admitted memory from its claim, the ceiling and the evidence.
+  void AdmitMemoryLocked(Entry& entry, int64_t claimed) const;
   // The checks of Register for an id already known.
   absl::Status CheckReclaimLocked(const std::string& id, const Entry& entry,
                                   const std::string& principal, Clock::time_point now) const;

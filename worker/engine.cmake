@@ -19,7 +19,9 @@ add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/fsdp/fsdp_state.cc
   ${CMAKE_CURRENT_LIST_DIR}/optim/lr_schedule.cc
   ${CMAKE_CURRENT_LIST_DIR}/optim/sharded_adamw.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device/cgroup_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/device/cpu_runtime.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device/oom_evidence.cc
   ${CMAKE_CURRENT_LIST_DIR}/device/device_runtime.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_checkpoint.cc

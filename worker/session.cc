@@ -91,7 +91,18 @@ WorkerSession::WorkerSession(WorkerConfig config, DeviceInfo device)
       channel_(MakeChannel(config_)),
       stub_(v1::WorkerService::NewStub(channel_)),
       outbox_(config_.telemetry_buffer_capacity),
-      heartbeat_interval_(config_.heartbeat_interval) {}
+      heartbeat_interval_(config_.heartbeat_interval),
+      oom_evidence_(OomEvidenceFile(config_.checkpoint_root, config_.hostname, config_.device)),
+      previous_oom_kill_(oom_evidence_.PreviousKill()) {
+  if (previous_oom_kill_.has_value()) {
+    spdlog::warn(
+        "the previous worker process was killed by the kernel's OOM killer while it ran "
+        "job {} attempt {} rank {} (cgroup {}: oom_kill {} → {}); reporting it",
+        previous_oom_kill_->attempt.job_id, previous_oom_kill_->attempt.attempt,
+        previous_oom_kill_->attempt.rank, previous_oom_kill_->cgroup,
+        previous_oom_kill_->oom_kills_before, previous_oom_kill_->oom_kills_after);
+  }
+}
 
 WorkerSession::~WorkerSession() {
   Shutdown();
@@ -127,6 +138,16 @@ absl::Status WorkerSession::Register() {
   request.set_memory_bytes(device_.memory_bytes);
   request.set_address(config_.address);
   *request.mutable_health() = Health();
+  if (previous_oom_kill_.has_value()) {
+    v1::OomKill* oom = request.mutable_previous_oom_kill();
+    oom->set_job_id(previous_oom_kill_->attempt.job_id);
+    oom->set_job_uid(previous_oom_kill_->attempt.job_uid);
+    oom->set_attempt(previous_oom_kill_->attempt.attempt);
+    oom->set_rank(previous_oom_kill_->attempt.rank);
+    oom->set_cgroup(previous_oom_kill_->cgroup);
+    oom->set_oom_kills_before(previous_oom_kill_->oom_kills_before);
+    oom->set_oom_kills_after(previous_oom_kill_->oom_kills_after);
+  }
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kRegisterTimeout);
@@ -159,6 +180,7 @@ absl::Status WorkerSession::Register() {
     return absl::UnavailableError(why);
   }
   std::lock_guard<std::mutex> lock(state_mutex_);
+  previous_oom_kill_.reset();  // reported once
   if (!worker_id_.empty() && worker_id_ != response.worker_id()) {
     spdlog::warn("the coordinator gave a new worker id {} (was {})", response.worker_id(),
                  worker_id_);
@@ -221,6 +243,7 @@ absl::Status WorkerSession::Run() {
     spdlog::warn("shutting down with reports the coordinator has not received");
   }
   if (wedged_.load()) return absl::AbortedError(Health().unhealthy());
+  oom_evidence_.Clear();  // a clean end: nothing for the next process to report
   return fatal;
 }
 
@@ -359,6 +382,8 @@ void WorkerSession::HandleAssignment(const v1::Assignment& assignment) {
     job_ = std::make_unique<JobRun>(assignment, std::move(options), channel_, &outbox_);
     started_job_uid_ = assignment.job_uid();
     started_attempt_ = assignment.attempt();
+    oom_evidence_.Started(
+        {assignment.job_id(), assignment.job_uid(), assignment.attempt(), assignment.rank()});
     job_->Start();
     // The explicit answer: the coordinator waits for it before the SCHEDULED deadline.
     v1::WorkerMessage accepted;

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "fsdpd/v1/worker.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "worker/device/oom_evidence.h"
 #include "worker/session_device.h"
 #include "worker/session_job.h"
 #include "worker/session_outbox.h"
@@ -144,6 +146,10 @@ class WorkerSession {
   // state folder), so an assignment re-sent after a reconnect is not run twice.
   std::string started_job_uid_;
   int started_attempt_ = -1;
+  // The attempt each run starts, for the next process to tell an OOM kill (oom_evidence.h), and
+  // the previous process's, reported at registration until the coordinator has it.
+  OomEvidence oom_evidence_;
+  std::optional<OomKillReport> previous_oom_kill_;
 };
 
 }  // namespace fsdpd

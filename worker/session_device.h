@@ -9,7 +9,8 @@ namespace fsdpd {
 
 class DeviceRuntime;
 
-// For cpu the memory is the host's total RAM; for cuda:N the GPU's name, UUID and memory.
+// For cpu the memory this process may use (the host's RAM or its cgroup's limit); for cuda:N
+// the GPU's name, UUID and free memory.
 // Errors name --device.
 absl::StatusOr<DeviceInfo> ProbeDevice(const DeviceRuntime& runtime);
 

@@ -7,3 +7,7 @@ if(FSDPD_CUDA)
 else()
   target_compile_definitions(engine_device_runtime_test PRIVATE FSDPD_TEST_CUDA_BUILD=0)
 endif()
+# The memory a worker may use (its cgroup's limit) and the OOM-kill record of a restarted worker,
+# on fake cgroup trees.
+fsdpd_test(engine_cgroup_memory_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_cgroup_memory_test.cc LIBS fsdpd_engine)

@@ -94,5 +94,63 @@ TEST(ConfigTest, DurationsAcceptUnits) {
   EXPECT_FALSE(ParseDuration("").ok());
 }
 
+TEST(ConfigTest, SizesAcceptBinaryAndDecimalUnits) {
+  EXPECT_EQ(*ParseByteSize("8GiB"), int64_t{8} << 30);
+  EXPECT_EQ(*ParseByteSize("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("1PiB"), int64_t{1} << 50);
+  EXPECT_EQ(*ParseByteSize("80GB"), int64_t{80'000'000'000});
+  EXPECT_EQ(*ParseByteSize("1.5KiB"), 1536);
+  EXPECT_EQ(*ParseByteSize("4096"), 4096);
+  EXPECT_EQ(*ParseByteSize("4096B"), 4096);
+  for (const char* bad : {"", "GiB", "-1GiB", "8 bananas", "8XB", "99999PiB"}) {
+    absl::StatusOr<int64_t> size = ParseByteSize(bad);
+    EXPECT_FALSE(size.ok()) << bad;
+    EXPECT_NE(size.status().message().find("64GiB"), std::string::npos) << size.status();
+  }
+}
+
+TEST(ConfigTest, MemoryCeilingsApplyToEveryKindOrToEachNamedOne) {
+  WorkerRegistryConfig config;
+  EXPECT_EQ(config.MemoryCeiling("cpu"), 0);  // none by default
+  EXPECT_EQ(config.MemoryCeiling("cuda"), 0);
+  ASSERT_TRUE(ParseMemoryCeilings("64GiB", &config).ok());
+  EXPECT_EQ(config.MemoryCeiling("cpu"), int64_t{64} << 30);
+  EXPECT_EQ(config.MemoryCeiling("cuda"), int64_t{64} << 30);
+  config = WorkerRegistryConfig{};
+  ASSERT_TRUE(ParseMemoryCeilings("cuda=80GB", &config).ok());
+  EXPECT_EQ(config.MemoryCeiling("cpu"), 0);
+  EXPECT_EQ(config.MemoryCeiling("cuda"), int64_t{80'000'000'000});
+  ASSERT_TRUE(ParseMemoryCeilings("cpu=2GiB,cuda=1GiB", &config).ok());
+  EXPECT_EQ(config.MemoryCeiling("cpu"), int64_t{2} << 30);
+  EXPECT_EQ(config.MemoryCeiling("cuda"), int64_t{1} << 30);
+  absl::Status bad = ParseMemoryCeilings("tpu=1GiB", &config);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("max-worker-memory: unknown device kind \"tpu\""), std::string::npos)
+      << bad;
+  bad = ParseMemoryCeilings("cpu=lots", &config);
+  EXPECT_NE(bad.message().find("max-worker-memory: cpu:"), std::string::npos) << bad;
+}
+
+TEST(ConfigTest, PriorityCapsNameARoleThatMaySubmit) {
+  CoordinatorConfig config = ValidConfig();
+  EXPECT_EQ(config.jobs.max_priority_submitter, 100);
+  EXPECT_EQ(config.jobs.max_priority_admin, 1000);
+  ASSERT_TRUE(ParsePriorityCaps("submitter=10,admin=500", &config.jobs).ok());
+  EXPECT_EQ(config.jobs.max_priority_submitter, 10);
+  EXPECT_EQ(config.jobs.max_priority_admin, 500);
+  ASSERT_TRUE(ParsePriorityCaps("submitter=-5", &config.jobs).ok());
+  EXPECT_EQ(config.jobs.max_priority_submitter, -5);
+  EXPECT_EQ(config.jobs.max_priority_admin, 500);  // left as it was
+  EXPECT_TRUE(config.Check().ok());
+  absl::Status bad = ParsePriorityCaps("viewer=10", &config.jobs);
+  EXPECT_NE(bad.message().find("\"viewer\" is not a role that may submit"), std::string::npos)
+      << bad;
+  bad = ParsePriorityCaps("submitter", &config.jobs);
+  EXPECT_NE(bad.message().find("expected ROLE=N"), std::string::npos) << bad;
+  config.jobs.max_priority_admin = 5000;
+  bad = config.Check();
+  EXPECT_NE(bad.message().find("max-priority"), std::string::npos) << bad;
+}
+
 }  // namespace
 }  // namespace fsdpd::server

@@ -78,13 +78,14 @@ class JobManagerTest : public ::testing::Test {
     JobStoreConfig store_config;
     store_config.database_path = directory_ + "/fsdpd.db";
     store_ = std::move(*SqliteJobStore::Open(store_config));
-    registry_ = std::make_unique<WorkerRegistry>(WorkerRegistryConfig{});
+    registry_ = std::make_unique<WorkerRegistry>(registry_config_);
     rendezvous_ = std::make_unique<RendezvousStore>(RendezvousConfig{});
     JobManagerConfig config;
     config.artifact_dir = directory_ + "/artifacts";
     config.max_world_size = 8;
     config.max_log_bytes_per_job = max_log_bytes_;
     config.watch_replay_steps = watch_replay_steps_;
+    config.max_priority_admin = max_priority_admin_;
     jobs_ = std::make_unique<JobManager>(config, *store_, *registry_, *rendezvous_,
                                          [this] { return now_; });
     ASSERT_TRUE(jobs_->Load().ok());
@@ -179,6 +180,8 @@ class JobManagerTest : public ::testing::Test {
   std::string directory_;
   int64_t max_log_bytes_ = JobManagerConfig{}.max_log_bytes_per_job;
   int64_t watch_replay_steps_ = JobManagerConfig{}.watch_replay_steps;
+  int max_priority_admin_ = JobManagerConfig{}.max_priority_admin;
+  WorkerRegistryConfig registry_config_;
   Clock::time_point now_ = Clock::time_point(std::chrono::hours(1));
   std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;

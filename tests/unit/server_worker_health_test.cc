@@ -1,6 +1,8 @@
 // Workers' health on the coordinator: a worker that reports itself unhealthy, or that cannot
 // write its checkpoint root, gets no job, and a job that waits because of it says so; and the
 // SCHEDULED deadline, which an attempt keeps alive only by showing progress until its first step.
+#include <map>
+
 #include "server/scheduler.h"
 #include "tests/unit/server_job_manager_fixture.h"
 
@@ -59,14 +61,20 @@ v1::WorkerHealth RootError(const std::string& why) {
   return health;
 }
 
-TEST(SchedulerHealthTest, WorkersThatCannotCheckpointGetNoRank) {
-  IdleWorker read_only{"w-ro", "host-a", "cpu", 0};
-  read_only.can_checkpoint = false;
-  const IdleWorker writable{"w-rw", "host-b", "cpu", 0};
-  std::vector<Placement> placed = ScheduleGangs({{"j1", 0, 1, "cpu", 1}}, {read_only, writable});
-  ASSERT_EQ(placed.size(), 1u);
-  EXPECT_THAT(placed[0].worker_ids, ElementsAre("w-rw"));
-  EXPECT_TRUE(ScheduleGangs({{"j1", 0, 1, "cpu", 1}}, {read_only}).empty());
+// The registry shows a worker that cannot write its checkpoint root, or that reported itself
+// unhealthy, to the scheduler as away: it counts for the fleet and takes no rank.
+TEST_F(WorkerHealthTest, WorkersThatCannotCheckpointOrAreUnhealthyTakeNoRank) {
+  const std::string read_only = AddWorkerWithHealth("host-a", RootError("read-only file system"));
+  const std::string sick = AddWorkerWithHealth("host-b", Unhealthy("an attempt did not end"));
+  const std::string fit = AddWorkerWithHealth("host-c", v1::WorkerHealth());
+  std::map<std::string, FleetWorker::State> states;
+  for (const FleetWorker& worker : registry_->Fleet()) states[worker.id] = worker.state;
+  EXPECT_EQ(states[read_only], FleetWorker::State::kAway);
+  EXPECT_EQ(states[sick], FleetWorker::State::kAway);
+  EXPECT_EQ(states[fit], FleetWorker::State::kIdle);
+  const Schedule schedule = ScheduleGangs({{"j1", 0, 1, "cpu", 1}}, registry_->Fleet());
+  ASSERT_EQ(schedule.placements.size(), 1u);
+  EXPECT_THAT(schedule.placements[0].worker_ids, ElementsAre(fit));
 }
 
 TEST_F(WorkerHealthTest, AWorkerReportingItselfUnhealthyGetsNoJob) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/device/cgroup_memory.h"
 
 namespace fsdpd {
 namespace {
@@ -27,7 +28,8 @@ int64_t HostMemoryBytes() {
 absl::StatusOr<DeviceInfo> CpuRuntime::Describe() const {
   DeviceInfo info;
   info.kind = "cpu";
-  info.memory_bytes = HostMemoryBytes();
+  // What this process may use: a memory cgroup's limit binds before the host's RAM does.
+  info.memory_bytes = UsableHostMemory(HostMemoryBytes(), ReadCgroupMemory());
   return info;
 }
 

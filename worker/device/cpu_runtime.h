@@ -15,7 +15,8 @@ class CpuRuntime : public DeviceRuntime {
  public:
   std::string device() const override { return "cpu"; }
   std::string kind() const override { return "cpu"; }
-  // The host's total RAM as its memory.
+  // The memory this process may use: the host's RAM, or its memory cgroup's limit when lower
+  // (cgroup_memory.h).
   absl::StatusOr<DeviceInfo> Describe() const override;
   absl::StatusOr<std::unique_ptr<Backend>> CreateBackend() const override;
   absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(

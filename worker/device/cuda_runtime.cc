@@ -41,7 +41,10 @@ absl::StatusOr<DeviceInfo> CudaRuntime::Describe() const {
   info.kind = "cuda";
   info.gpu_index = index_;
   info.gpu_name = properties.name;
-  info.memory_bytes = static_cast<int64_t>(properties.totalGlobalMem);
+  // What a job may use is what is free now: other processes on the device (and this one's
+  // context) hold the rest.
+  FSDPD_ASSIGN_OR_RETURN(const DriverMemory memory, QueryDriverMemory(index_));
+  info.memory_bytes = memory.total_bytes - memory.used_bytes;
   // "GPU-xxxxxxxx-…", as nvidia-smi and dcgm-exporter print it.
   const auto* uuid = reinterpret_cast<const unsigned char*>(properties.uuid.bytes);
   info.gpu_uuid =

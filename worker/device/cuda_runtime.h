@@ -20,7 +20,7 @@ class CudaRuntime : public DeviceRuntime {
 
   std::string device() const override { return "cuda:" + std::to_string(index_); }
   std::string kind() const override { return "cuda"; }
-  // The GPU's name, UUID and memory.
+  // The GPU's name, UUID and the memory free on it now (what a job may use).
   absl::StatusOr<DeviceInfo> Describe() const override;
   // The CUDA backend on this device (bf16 activations, caching allocator, compute and comm
   // streams).
