@@ -32,17 +32,14 @@ constexpr char kWorkerToken[] = "worker-token-0123456789";
 
 class FairShareTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    IsolateClientEnvironment(dir_.path());
-    address_ = "127.0.0.1:" + std::to_string(FreeTcpPort());
-  }
+  void SetUp() override { IsolateClientEnvironment(dir_.path()); }
 
   // fsdpd with a short heartbeat timeout (held jobs are annotated once the workers of a
   // restarted coordinator had that long to come back) and `flags`; with tokens when asked.
   void StartCoordinator(std::vector<std::string> flags, bool tokens) {
     std::vector<std::string> argv{BuildPath("server/fsdpd"),
                                   "--listen",
-                                  address_,
+                                  "127.0.0.1:0",
                                   "--metrics-listen",
                                   "",
                                   "--state-dir",
@@ -60,8 +57,9 @@ class FairShareTest : public ::testing::Test {
     }
     argv.insert(argv.end(), flags.begin(), flags.end());
     coordinator_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/fsdpd.log");
-    ASSERT_TRUE(coordinator_->WaitForLog("fsdpd listening on", seconds(30)))
-        << ReadFile(dir_.path() + "/fsdpd.log");
+    // The kernel picks the port; fsdpd logs the one it bound.
+    address_ = coordinator_->WaitForAddress("fsdpd listening on ", seconds(30));
+    ASSERT_FALSE(address_.empty()) << ReadFile(dir_.path() + "/fsdpd.log");
   }
 
   void StartWorker() {
