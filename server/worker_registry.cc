@@ -218,9 +218,11 @@ std::vector<FleetWorker> WorkerRegistry::Fleet() const {
     } else if (entry.assignment.active()) {
       worker.state = FleetWorker::State::kRunning;
       worker.job_id = entry.assignment.job_id;
-    } else if (entry.session == nullptr || !info.health().unhealthy().empty() ||
+    } else if (info.state() != v1::IDLE || entry.session == nullptr ||
+               !info.health().unhealthy().empty() ||
                !info.health().checkpoint_root_error().empty()) {
-      // Counts for the fleet, takes nothing: no session, or it reported itself unfit (an
+      // Counts for the fleet, takes nothing: busy with work it claims but was not assigned
+      // (until it reports that work ended), no session, or it reported itself unfit (an
       // unhealthy worker, or one that cannot write its checkpoint root; the job manager says
       // why a job waits on such workers).
       worker.state = FleetWorker::State::kAway;
