@@ -15,6 +15,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,6 +27,13 @@ WIDTHS = (120, 80, 60)
 STATE_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  [A-Z]+")
 FINAL_LINE = re.compile(r"^job job-\d+ [A-Z]+")
 BAR = re.compile(r"\|[█▏▎▍▌▋▊▉ ]+\|\s+\d+%")
+# A whole progress line, field by field (client/progress_line.h): anything left of an earlier,
+# longer line breaks it.
+NUMBER = r"-?[\d.]+(e[+-]\d+)?"
+PROGRESS_LINE = re.compile(
+    rf"step \d+/\d+ \|[█▏▎▍▌▋▊▉ ]+\| +\d+%(  {NUMBER} (steps/s|s/step))?"
+    rf"(  ETA (\d+h\d\dm|\d+m\d\ds|\d+s|-)(  loss (-?\d+\.\d{{4}}|-?nan|-?inf)"
+    rf"( [▁▂▃▄▅▆▇█ ]+ {NUMBER}–{NUMBER})?(  [\d.]+[kM]? tok/s)?)?)?")
 SPARKLINE_RANGE = re.compile(r"loss \S+ [▁▂▃▄▅▆▇█ ]+ -?[\d.e+-]+–-?[\d.e+-]+")
 
 
@@ -56,15 +64,14 @@ def job_state(sandbox, job):
 
 
 class Tmux:
-    """A tmux server of the test's own (its socket in the sandbox), whose panes stay after their
-    command exits, so that the last screen can be read."""
+    """A tmux server of the test's own (its socket in the sandbox)."""
 
     def __init__(self, sandbox):
         self.sandbox = sandbox
         self.socket = os.path.join(sandbox.dir, "tmux.sock")
         self.conf = os.path.join(sandbox.dir, "tmux.conf")
         with open(self.conf, "w") as file:
-            file.write("set -g remain-on-exit on\nset -g history-limit 10000\n")
+            file.write("set -g history-limit 10000\n")
 
     def tmux(self, *args):
         result = subprocess.run(["tmux", "-u", "-S", self.socket, "-f", self.conf, *args],
@@ -73,8 +80,11 @@ class Tmux:
         return result.stdout
 
     def start(self, name, width, argv):
+        """Runs argv in a new session's pane; the pane's shell then prints its exit status as
+        "[exit N]" and keeps the pane (and its terminal) open."""
+        line = " ".join(shlex.quote(arg) for arg in argv)
         self.tmux("new-session", "-d", "-s", name, "-x", str(width), "-y", "24",
-                  " ".join(argv))
+                  line + '; echo "[exit $?]"; exec cat')
 
     def screen(self, name):
         """The pane's lines, history included, each wrapped line joined back into one."""
@@ -83,9 +93,11 @@ class Tmux:
 
     def exit_status(self, name):
         """None while the pane's command runs, then its exit status."""
-        fields = self.tmux("display-message", "-p", "-t", name,
-                           "#{pane_dead} #{pane_dead_status}").split()
-        return int(fields[1]) if fields[0] == "1" else None
+        for line in self.screen(name):
+            found = re.fullmatch(r"\[exit (\d+)\]", line)
+            if found:
+                return int(found.group(1))
+        return None
 
     def close(self):
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], env=self.sandbox.env,
@@ -98,6 +110,9 @@ def screen_faults(lines, width):
     progress = [line for line in lines if line.startswith("step ")]
     if len(progress) > 1:
         faults.append(f"{len(progress)} progress lines on the screen: {progress[:3]}")
+    for line in progress:
+        if not PROGRESS_LINE.fullmatch(line):
+            faults.append(f"a progress line with stray characters: {line!r}")
     continues = False  # whether the line before may go on in an indented line
     for line in lines:
         if len(line) > width:
@@ -106,7 +121,7 @@ def screen_faults(lines, width):
             continue
         continues = bool(STATE_LINE.match(line) or FINAL_LINE.match(line))
         if line and not (continues or line.startswith("step ") or
-                         line.startswith("Pane is dead") or line.startswith("fsdpctl: ")):
+                         re.fullmatch(r"\[exit \d+\]", line) or line.startswith("fsdpctl: ")):
             faults.append(f"a stray fragment: {line!r}")
     return faults
 
@@ -184,7 +199,6 @@ def follow_logs(sandbox, job, name, *extra):
 def check_logs_follow_restarts(sandbox, coordinator, workers):
     job = submit(sandbox, write_spec(sandbox, "followed", 3000, 32))
     everything, all_out, all_err = follow_logs(sandbox, job, "follow-all")
-    tailed, tail_out, tail_err = follow_logs(sandbox, job, "follow-tail", "--tail", "2")
 
     def restart(how):
         # The workers wait (SIGSTOP) while the coordinator restarts, so that the job cannot end
@@ -197,8 +211,10 @@ def check_logs_follow_restarts(sandbox, coordinator, workers):
             for worker in workers:
                 worker.send_signal(signal.SIGCONT)
 
-    # Mid-stream: lines printed already, more to come.
+    # Mid-stream: lines printed already, more to come; the tail is of more than two lines.
     wait_until(lambda: len(read_lines(all_out)) >= 6, 180, "the first log lines")
+    tailed, tail_out, tail_err = follow_logs(sandbox, job, "follow-tail", "--tail", "2")
+    wait_until(lambda: len(read_lines(tail_out)) >= 2, 60, "the tail")
     before = len(read_lines(all_out))
     coordinator = restart(signal.SIGTERM)
     wait_until(lambda: len(read_lines(all_out)) >= before + 4, 180,

@@ -2,12 +2,15 @@
 // dropping whole fields in the stated order (never wrapping), its bar and percentage follow the
 // steps, the loss sparkline does not blow noise up to full height and prints the range it spans,
 // and the terminal's width comes from the tty, else $COLUMNS, else 80.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -145,6 +148,30 @@ TEST(TerminalWidthTest, ColumnsFromTheTtyElseColumnsElseEighty) {
   EXPECT_EQ(TerminalColumns(fds[0]), 80u);
   close(fds[0]);
   close(fds[1]);
+}
+
+TEST(TerminalWidthTest, ATerminalsOwnWidthComesFirst) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const int terminal = open(ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  setenv("COLUMNS", "123", 1);
+  struct winsize size {};
+  size.ws_col = 57;
+  size.ws_row = 24;
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &size), 0);
+  EXPECT_EQ(TerminalColumns(terminal), 57u);
+  size.ws_col = 91;  // resized: the next question gets the new width
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &size), 0);
+  EXPECT_EQ(TerminalColumns(terminal), 91u);
+  size.ws_col = 0;  // a terminal that does not know: $COLUMNS
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &size), 0);
+  EXPECT_EQ(TerminalColumns(terminal), 123u);
+  unsetenv("COLUMNS");
+  close(terminal);
+  close(master);
 }
 
 TEST(TerminalWidthTest, CountsAndCutsByCodePoint) {
