@@ -23,8 +23,10 @@ int RunCancel(const ClientOptions& options, const std::string& job_id);
 // the job's history once.
 int RunWatch(const ClientOptions& options, const std::string& job_id,
              std::chrono::seconds reconnect_for = std::chrono::seconds(120));
-// logs_command.cc
-int RunLogs(const ClientOptions& options, const std::string& job_id, bool follow, int64_t tail);
+// logs_command.cc: with `follow`, rides out a coordinator that goes away as RunWatch does, and
+// prints each line once, resuming after the last line printed.
+int RunLogs(const ClientOptions& options, const std::string& job_id, bool follow, int64_t tail,
+            std::chrono::seconds reconnect_for = std::chrono::seconds(120));
 
 // worker_commands.cc
 int RunWorkers(const ClientOptions& options);

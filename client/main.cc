@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   logs->add_option("JOB", job_id, "job id")->required();
   logs->add_flag("-f,--follow", follow, "keep printing new lines until the job ends");
   logs->add_option("--tail", tail, "only the last N lines (0: all)");
+  logs->add_option(
+          "--reconnect-for", reconnect_seconds,
+          "with -f: seconds to keep reconnecting to a coordinator that went away (0: exit)")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
 
   CLI::App* workers = app.add_subcommand("workers", "list the workers");
 
@@ -120,7 +125,9 @@ int main(int argc, char** argv) {
     return RunWatch(options, job_id, std::chrono::seconds(reconnect_seconds));
   }
   if (cancel->parsed()) return RunCancel(options, job_id);
-  if (logs->parsed()) return RunLogs(options, job_id, follow, tail);
+  if (logs->parsed()) {
+    return RunLogs(options, job_id, follow, tail, std::chrono::seconds(reconnect_seconds));
+  }
   if (workers->parsed()) return RunWorkers(options);
   if (export_verb->parsed()) return RunExport(options, job_id, output_path);
   if (profile->parsed()) {

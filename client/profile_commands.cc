@@ -53,9 +53,10 @@ int RequestProfile(const ClientOptions& options, const std::string& job_id, int6
   return 0;
 }
 
-// Writes the roofline chart of `report` to `path`; an error message, or "" on success.
+// Writes the roofline chart of `report` to `path`; an error message, or "" on success. `bytes`
+// is the size written.
 std::string WriteRoofline(const v1::ProfileReport& report, const std::string& job_id,
-                          const std::string& path) {
+                          const std::string& path, int64_t* bytes) {
   RooflineOptions chart;
   chart.title = job_id + " rank " + std::to_string(report.rank()) + " on " + report.device() +
                 ", steps " + std::to_string(report.start_step()) + ".." +
@@ -66,6 +67,7 @@ std::string WriteRoofline(const v1::ProfileReport& report, const std::string& jo
   if (!file || !(file << *svg) || !file.flush()) {
     return "--roofline: cannot write " + path;
   }
+  *bytes = static_cast<int64_t>(svg->size());
   return "";
 }
 
@@ -90,8 +92,10 @@ int RunProfile(const ClientOptions& options, const std::string& job_id, int rank
   SetUnaryDeadline(&context);
   grpc::Status status = stub->GetProfile(&context, request, &report);
   if (!status.ok()) return Fail(DescribeError(status, options, job_id));
+  int64_t roofline_bytes = 0;
   if (!roofline_path.empty()) {
-    if (std::string error = WriteRoofline(report, job_id, roofline_path); !error.empty()) {
+    if (std::string error = WriteRoofline(report, job_id, roofline_path, &roofline_bytes);
+        !error.empty()) {
       return Fail(error);
     }
   }
@@ -100,20 +104,27 @@ int RunProfile(const ClientOptions& options, const std::string& job_id, int rank
     nlohmann::json kernels = nlohmann::json::array();
     for (const v1::KernelStat& kernel : report.kernels())
       kernels.push_back(KernelToJson(report, kernel));
-    std::cout << nlohmann::json{{"id", job_id},
-                                {"rank", report.rank()},
-                                {"attempt", report.attempt()},
-                                {"device", report.device()},
-                                {"start_step", report.start_step()},
-                                {"steps", report.steps()},
-                                {"peak_flops_per_second", report.peak_flops_per_second()},
-                                {"peak_bytes_per_second", report.peak_bytes_per_second()},
-                                {"kernels", kernels}}
-                     .dump()
-              << std::endl;
+    nlohmann::json out{{"id", job_id},
+                       {"rank", report.rank()},
+                       {"attempt", report.attempt()},
+                       {"device", report.device()},
+                       {"start_step", report.start_step()},
+                       {"steps", report.steps()},
+                       {"peak_flops_per_second", report.peak_flops_per_second()},
+                       {"peak_bytes_per_second", report.peak_bytes_per_second()},
+                       {"kernels", kernels}};
+    if (!roofline_path.empty()) {
+      out["roofline"] = {{"path", roofline_path}, {"bytes", roofline_bytes}};
+    }
+    std::cout << out.dump() << std::endl;
     return 0;
   }
   std::cout << FormatKernelTable(report, job_id);
+  // Where the chart went, as export and trace say where their files went.
+  if (!roofline_path.empty()) {
+    std::cout << "wrote the roofline chart (" << FormatBytes(roofline_bytes) << ") to "
+              << roofline_path << "\n";
+  }
   std::cout << std::flush;
   return 0;
 }

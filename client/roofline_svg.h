@@ -4,6 +4,9 @@
 // cost is one mark (<circle class="kernel">), its area proportional to its time and its colour
 // its verdict; the top kernels by time are labelled. Rows without a cost (collectives, ops of
 // unknown FLOPs) cannot be placed: the chart says how many it leaves out.
+// Layout: every text lies inside the canvas and no two texts overlap, by the font metrics of
+// client/svg_text.h: the header and legend wrap, tick labels thin out, and kernel labels move
+// around their marks (client/label_placement.h) or are left out and counted in the legend.
 #pragma once
 
 #include <cstddef>
@@ -15,8 +18,8 @@
 namespace fsdpd::client {
 
 struct RooflineOptions {
-  int width = 960;
-  int height = 600;
+  int width = 960;              // at least 640
+  int height = 600;             // at least 400
   size_t labelled_kernels = 5;  // the top kernels by time that get a name beside their mark
   std::string title;            // e.g. "job-000001 rank 0 on cpu, steps 5..7"
 };

@@ -1,56 +1,20 @@
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <deque>
 #include <iostream>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "client/commands.h"
 #include "client/output.h"
+#include "client/progress_line.h"
+#include "client/reconnect.h"
 #include "client/sparkline.h"
+#include "client/terminal_width.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 
 namespace fsdpd::client {
 namespace {
-
-// Estimates the time left from the pace of the last few reported steps.
-class Progress {
- public:
-  explicit Progress(int64_t total_steps) : total_steps_(total_steps) {}
-
-  void Add(const v1::StepReport& step) {
-    // A restarted attempt resumes from a checkpoint: an older step starts a new window.
-    if (!window_.empty() && step.step() <= window_.back().step) window_.clear();
-    window_.push_back({step.step(), step.unix_millis(), step.step_seconds()});
-    if (window_.size() > kWindow) window_.pop_front();
-  }
-
-  double SecondsLeft() const {
-    if (window_.empty() || total_steps_ <= 0) return -1;
-    double seconds_per_step = window_.back().step_seconds;
-    const Sample& first = window_.front();
-    const Sample& last = window_.back();
-    if (last.step > first.step && last.unix_millis > first.unix_millis) {
-      seconds_per_step = (last.unix_millis - first.unix_millis) / 1000.0 /
-                         static_cast<double>(last.step - first.step);
-    }
-    if (seconds_per_step <= 0) return -1;
-    return seconds_per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - last.step));
-  }
-
- private:
-  static constexpr size_t kWindow = 20;
-  struct Sample {
-    int64_t step;
-    int64_t unix_millis;
-    double step_seconds;
-  };
-  int64_t total_steps_;
-  std::deque<Sample> window_;
-};
 
 // What identifies an event in a job's history: a state change by its attempt, state and time, a
 // step by its attempt and number.
@@ -64,18 +28,18 @@ std::string EventKey(const v1::JobEvent& event) {
          std::to_string(event.step().step());
 }
 
-// Prints a job's events as they arrive: a line per state change, and a progress line with the
-// recent loss as a sparkline (on a terminal) or one step line a second (otherwise); with --json,
-// every event as one JSON line.
+// Prints a job's events as they arrive: a line per state change, and on a terminal one progress
+// line redrawn in place (client/progress_line.h: a bar, the rate, the ETA and the recent loss as
+// a sparkline with its range, fitted to the terminal's width), otherwise one step line a second;
+// with --json, every event as one JSON line.
 class EventPrinter {
  public:
-  static constexpr size_t kLossSparklineSteps = 30;  // the steps the sparkline draws
+  static constexpr size_t kLossSparklineSteps = 30;  // the most steps the sparkline draws
 
   EventPrinter(const ClientOptions& options, const v1::Job& job)
       : json_(options.json),
         live_line_(!options.json && isatty(STDOUT_FILENO)),
         total_steps_(job.spec().train().steps()),
-        progress_(total_steps_),
         final_state_(job.state()),
         final_reason_(job.reason()) {}
 
@@ -99,13 +63,13 @@ class EventPrinter {
   int Finish(const std::string& job_id, v1::JobState state, const std::string& reason) {
     EndProgressLine();
     if (!json_) {
-      std::cout << "job " << job_id << " " << StateName(state)
-                << (reason.empty() ? "" : ": " + reason);
+      std::string line =
+          "job " + job_id + " " + StateName(state) + (reason.empty() ? "" : ": " + reason);
       if (last_step_.step() > 0) {
-        std::cout << " (step " << last_step_.step() << "/" << total_steps_ << ", loss "
-                  << FormatLoss(last_step_.loss()) << ")";
+        line += " (step " + std::to_string(last_step_.step()) + "/" + std::to_string(total_steps_) +
+                ", loss " + FormatLoss(last_step_.loss()) + ")";
       }
-      std::cout << std::endl;
+      PrintLine(line, 4);
     }
     return state == v1::SUCCEEDED ? 0 : 1;
   }
@@ -114,6 +78,20 @@ class EventPrinter {
   const std::string& final_reason() const { return final_reason_; }
 
  private:
+  // A line printed once; on a terminal broken at spaces to its width, the rest indented by
+  // `indent`, so that it neither wraps mid-word nor loses anything.
+  void PrintLine(const std::string& line, size_t indent) {
+    if (!live_line_) {
+      std::cout << line << std::endl;
+      return;
+    }
+    const size_t columns = TerminalColumns(STDOUT_FILENO);
+    for (const std::string& part : WrapColumns(line, columns > 1 ? columns - 1 : 1, indent)) {
+      std::cout << part << "\n";
+    }
+    std::cout << std::flush;
+  }
+
   void PrintState(const v1::StateChange& change) {
     final_state_ = change.state();
     final_reason_ = change.reason();
@@ -122,9 +100,12 @@ class EventPrinter {
       return;
     }
     EndProgressLine();
-    std::cout << FormatTime(change.unix_millis()) << "  " << StateName(change.state())
-              << (change.attempt() > 0 ? " (attempt " + std::to_string(change.attempt()) + ")" : "")
-              << (change.reason().empty() ? "" : ": " + change.reason()) << std::endl;
+    const std::string time = FormatTime(change.unix_millis()) + "  ";
+    PrintLine(
+        time + StateName(change.state()) +
+            (change.attempt() > 0 ? " (attempt " + std::to_string(change.attempt()) + ")" : "") +
+            (change.reason().empty() ? "" : ": " + change.reason()),
+        time.size());
   }
 
   void PrintStep(const v1::StepReport& step) {
@@ -132,7 +113,7 @@ class EventPrinter {
     if (step.step() <= last_step_.step()) loss_history_.Clear();
     loss_history_.Add(step.loss());
     last_step_ = step;
-    progress_.Add(step);
+    pace_.Add(step.step(), step.unix_millis(), step.step_seconds());
     if (json_) {
       std::cout << StepEventToJson(step).dump() << std::endl;
       return;
@@ -144,24 +125,34 @@ class EventPrinter {
       return;
     }
     last_printed_ = now;
-    const double left = progress_.SecondsLeft();
-    std::cout << (live_line_ ? "\r\033[K" : "") << "step " << step.step() << "/" << total_steps_
-              << "  loss " << FormatLoss(step.loss()) << "  tokens/s "
-              << FormatRate(step.tokens_per_second()) << "  ETA "
-              << (left >= 0 ? FormatDuration(left) : "-");
-    if (live_line_) std::cout << "  " << loss_history_.Render();
-    if (live_line_) {
-      std::cout << std::flush;
-      progress_line_open_ = true;
-    } else {
-      std::cout << std::endl;
+    const double left = pace_.SecondsLeft(total_steps_);
+    if (!live_line_) {
+      std::cout << "step " << step.step() << "/" << total_steps_ << "  loss "
+                << FormatLoss(step.loss()) << "  tokens/s " << FormatRate(step.tokens_per_second())
+                << "  ETA " << (left >= 0 ? FormatDuration(left) : "-") << std::endl;
+      return;
     }
+    ProgressLineFields fields;
+    fields.step = step.step();
+    fields.total = total_steps_;
+    fields.eta = left >= 0 ? FormatDuration(left) : "-";
+    fields.rate = FormatStepRate(pace_.SecondsPerStep());
+    fields.loss = FormatLoss(step.loss());
+    fields.loss_history = loss_history_.values();
+    if (step.tokens_per_second() > 0)
+      fields.tokens_per_second = FormatRate(step.tokens_per_second());
+    // The width is asked each redraw, so a resized terminal is followed. The last column stays
+    // free: a line that fills it leaves some terminals' cursor waiting to wrap.
+    const size_t columns = TerminalColumns(STDOUT_FILENO);
+    std::cout << "\r" << RenderProgressLine(fields, columns > 1 ? columns - 1 : 1) << "\033[K"
+              << std::flush;
+    progress_line_open_ = true;
   }
 
   const bool json_;
   const bool live_line_;
   const int64_t total_steps_;
-  Progress progress_;
+  StepPace pace_;
   v1::JobState final_state_;
   std::string final_reason_;
   v1::StepReport last_step_;
@@ -187,12 +178,9 @@ int RunWatch(const ClientOptions& options, const std::string& job_id,
   }
   EventPrinter printer(options, job);
 
-  // A coordinator that goes away (a restart, an upgrade) is waited for, up to reconnect_for
-  // from the moment it was lost, with a backoff of 0.5 s doubling to 5 s. The new stream replays
-  // the job's history, and the printer skips what it printed already.
-  bool lost = false;
-  std::chrono::steady_clock::time_point lost_since;
-  auto backoff = std::chrono::milliseconds(500);
+  // A coordinator that goes away is waited for (client/reconnect.h). The new stream replays the
+  // job's history, and the printer skips what it printed already.
+  Reconnector reconnector(options, reconnect_for);
   while (true) {
     v1::WatchJobRequest request;
     request.set_id(job_id);
@@ -200,29 +188,13 @@ int RunWatch(const ClientOptions& options, const std::string& job_id,
     std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub->WatchJob(&context, request);
     v1::JobEvent event;
     while (reader->Read(&event)) {
-      if (lost) {
-        std::cerr << "fsdpctl: reconnected to " << options.coordinator << std::endl;
-        lost = false;
-        backoff = std::chrono::milliseconds(500);
-      }
+      reconnector.Answered();
       printer.Print(event);
     }
     const grpc::Status status = reader->Finish();
     if (status.ok()) break;
-    const auto now = std::chrono::steady_clock::now();
     printer.EndProgressLine();
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || reconnect_for.count() <= 0 ||
-        (lost && now - lost_since >= reconnect_for)) {
-      return Fail(DescribeError(status, options, job_id));
-    }
-    if (!lost) {
-      std::cerr << "fsdpctl: lost the coordinator (" << status.error_message()
-                << "); reconnecting for up to " << reconnect_for.count() << " s" << std::endl;
-      lost = true;
-      lost_since = now;
-    }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    if (!reconnector.WaitToRetry(status)) return Fail(DescribeError(status, options, job_id));
   }
 
   v1::JobState final_state = printer.final_state();

@@ -14,6 +14,9 @@ packages=(
   clang-14 libclang-rt-14-dev openssl xz-utils python3-pip python3-numpy
   # expat parses fsdpctl's roofline SVG back in client_charts_test
   libexpat1-dev
+  # tmux runs fsdpctl watch on a real terminal, rsvg-convert renders the roofline chart
+  # (tests/integration/terminal.cmake)
+  tmux librsvg2-bin
   # the edge runtime (edge/): Vulkan loader and headers, glslc; lavapipe and the validation
   # layer for its tests
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers

@@ -7,3 +7,8 @@ if(EXPAT_FOUND)
 else()
   fsdpd_drop_tests(client_charts_test "no expat: Debian libexpat1-dev")
 endif()
+
+# fsdpctl watch's progress line, loss sparkline and terminal width.
+fsdpd_test(client_terminal_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_terminal_test.cc
+  LIBS fsdpd_client_charts)

@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "client/label_placement.h"
 #include "client/roofline_svg.h"
 #include "client/sparkline.h"
+#include "client/svg_text.h"
 
 namespace fsdpd::client {
 namespace {
@@ -227,6 +229,132 @@ TEST(RooflineSvgTest, NoPeaksOrNoCostIsAClearError) {
   svg = RenderRooflineSvg(report, {});
   EXPECT_EQ(svg.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(svg.status().message()), HasSubstr("none of the 5 kernels"));
+}
+
+// The boxes of every horizontal <text> of a chart, by the font metrics the chart is laid out with
+// (tests/integration/pictures.cmake checks the same with a real renderer).
+std::vector<std::pair<std::string, Box>> TextBoxes(const ParsedSvg& svg) {
+  std::vector<std::pair<std::string, Box>> boxes;
+  for (const Element& e : svg.elements) {
+    if (e.name != "text" || e.attributes.count("transform") > 0) continue;
+    const auto attribute = [&](const std::string& name, const std::string& otherwise) {
+      auto it = e.attributes.find(name);
+      return it == e.attributes.end() ? otherwise : it->second;
+    };
+    const std::string anchor = attribute("text-anchor", "start");
+    boxes.push_back(
+        {e.text, TextBox(e.text, std::stod(attribute("x", "0")), std::stod(attribute("y", "0")),
+                         std::stod(attribute("font-size", "12")),
+                         anchor == "end"      ? TextAnchor::kEnd
+                         : anchor == "middle" ? TextAnchor::kMiddle
+                                              : TextAnchor::kStart,
+                         attribute("font-weight", "") == "bold")});
+  }
+  return boxes;
+}
+
+// No two texts overlap and all lie inside the canvas.
+void ExpectReadableLayout(const std::string& svg, double width, double height) {
+  const ParsedSvg parsed = ParseXml(svg);
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  const std::vector<std::pair<std::string, Box>> boxes = TextBoxes(parsed);
+  const Box canvas{0, 0, width, height};
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    EXPECT_TRUE(boxes[i].second.Inside(canvas))
+        << "'" << boxes[i].first << "' leaves the canvas: " << boxes[i].second.left << ","
+        << boxes[i].second.top << ".." << boxes[i].second.right << "," << boxes[i].second.bottom;
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      EXPECT_FALSE(boxes[i].second.Overlaps(boxes[j].second))
+          << "'" << boxes[i].first << "' overlaps '" << boxes[j].first << "'";
+    }
+  }
+}
+
+// Kernels of nearly the same intensity and rate, as a model's repeated layers give: the labels
+// move apart (or are left out and counted), the legend stays on the canvas.
+TEST(RooflineSvgTest, CrowdedLabelsKeepApartAndInsideTheCanvas) {
+  v1::ProfileReport report = CpuWindow();
+  for (int i = 0; i < 12; ++i) {
+    v1::KernelStat* kernel = AddKernel(report, "linear_backward_with_a_long_name", 0.4 - 0.01 * i,
+                                       (40 + i) * 1e9, 1e9, "latency-or-mixed");
+    kernel->set_unit("layers." + std::to_string(i));
+  }
+  RooflineOptions options;
+  options.labelled_kernels = 12;
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(report, options);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  ExpectReadableLayout(*svg, options.width, options.height);
+  // Whatever could not be placed is counted.
+  const ParsedSvg parsed = ParseXml(*svg);
+  const size_t labels = WithClass(parsed, "text", "label").size();
+  EXPECT_GE(labels, 5u);
+  if (labels < options.labelled_kernels) {
+    ASSERT_EQ(WithClass(parsed, "text", "unlabelled").size(), 1u);
+    EXPECT_THAT(WithClass(parsed, "text", "unlabelled")[0].text,
+                HasSubstr(std::to_string(options.labelled_kernels - labels) + " label(s)"));
+  }
+
+  // A long title and the smallest canvas wrap rather than run off the edge.
+  options.width = 640;
+  options.height = 400;
+  options.title = "job-000001 rank 0 on cpu, steps 5..7, with a title far too long for one line";
+  svg = RenderRooflineSvg(report, options);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  ExpectReadableLayout(*svg, options.width, options.height);
+  options.width = 639;
+  EXPECT_EQ(RenderRooflineSvg(report, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RooflineSvgTest, TheDefaultChartOfACpuWindowIsReadable) {
+  RooflineOptions options;
+  options.title = "job-1 rank 0 on cpu, steps 5..7";
+  absl::StatusOr<std::string> svg = RenderRooflineSvg(CpuWindow(), options);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  ExpectReadableLayout(*svg, options.width, options.height);
+}
+
+TEST(SvgTextTest, WidthsFollowTheFontAndWrappingKeepsLinesNarrow) {
+  EXPECT_NEAR(TextWidth("0123456789", 10), 63.6, 0.01);  // DejaVu Sans digits: 0.636 em
+  EXPECT_GT(TextWidth("mmmm", 12), TextWidth("iiii", 12) * 3);
+  EXPECT_GT(TextWidth("Verdict", 12, true), TextWidth("Verdict", 12));
+  EXPECT_DOUBLE_EQ(TextWidth("×", 10), 10.0);  // one em for a character outside ASCII
+  const Box box = TextBox("abc", 100, 50, 10, TextAnchor::kEnd);
+  EXPECT_DOUBLE_EQ(box.right, 100);
+  EXPECT_LT(box.top, 50 - 9);
+  EXPECT_GT(box.bottom, 50 + 2);
+  for (const std::string& line : WrapText("18 without a FLOP/byte cost (collectives, unknown ops)"
+                                          " not drawn",
+                                          100, 12)) {
+    EXPECT_LE(TextWidth(line, 12), 100) << line;
+  }
+  EXPECT_EQ(WrapText("", 100, 12).size(), 0u);
+  EXPECT_EQ(WrapText("unbreakable_word_wider_than_the_column", 50, 12).size(), 1u);
+}
+
+TEST(LabelPlacementTest, LabelsThatCannotFitAreLeftOut) {
+  // Three marks in a box with room for one label beside them.
+  const std::vector<ChartMark> marks = {{50, 50, 5}, {52, 50, 5}, {54, 50, 5}};
+  const Box bounds{0, 35, 200, 65};
+  const std::vector<LabelPlacement> placed =
+      PlaceLabels(marks, {"first", "second", "third"}, {0, 1, 2}, {}, bounds, 12);
+  ASSERT_EQ(placed.size(), 3u);
+  EXPECT_TRUE(placed[0].placed);
+  size_t count = 0;
+  for (const LabelPlacement& label : placed) {
+    if (!label.placed) continue;
+    ++count;
+    EXPECT_TRUE(label.box.Inside(bounds));
+    for (const LabelPlacement& other : placed) {
+      if (&other != &label && other.placed) EXPECT_FALSE(label.box.Overlaps(other.box));
+    }
+  }
+  EXPECT_LT(count, 3u);
+  // An obstacle is never covered.
+  const Box obstacle{55, 30, 200, 70};
+  const std::vector<LabelPlacement> beside =
+      PlaceLabels({{100, 100, 5}}, {"name"}, {0}, {obstacle}, Box{0, 0, 300, 300}, 12);
+  ASSERT_TRUE(beside[0].placed);
+  EXPECT_FALSE(beside[0].box.Overlaps(obstacle));
 }
 
 TEST(SparklineTest, ScalesTheSeriesFromLowestToHighestBlock) {

@@ -40,18 +40,21 @@ struct RooflinePeaks {
 };
 
 // Fills a row's throughput ratios, verdict, remedy and source from its flops, bytes and
-// total_seconds against `peaks`: ratio = achieved rate / peak, clamped to [0, 1] (on a CPU,
-// data that stays in cache can beat the DRAM copy rate). memory_throughput_ratio equals the
-// DRAM ratio (the estimate cannot tell cache levels apart) and tensor_pipe_ratio is -1 (no
-// counter for it). A row whose cost is unknown (flops and bytes < 0, e.g. a collective) or whose
-// peaks are unknown keeps ratios of -1, no verdict, and source "host-timer".
+// total_seconds against `peaks`: ratio = achieved rate / peak, clamped to [0, 1] (timer noise
+// can put a short op a little past a peak). memory_throughput_ratio equals the DRAM one (the
+// estimate cannot tell cache levels apart) and tensor_pipe_ratio is -1 (no counter for it). A row
+// whose cost is unknown (flops and bytes < 0, e.g. a collective) or whose peaks are unknown keeps
+// ratios of -1, no verdict, and source "host-timer".
 void ApplyAnalyticRoofline(const RooflinePeaks& peaks, v1::KernelStat* row);
 
 // Sets verdict and remedy from ratios already filled in (hardware counters).
 void ApplyVerdict(v1::KernelStat* row);
 
-// This host's memory bandwidth in bytes/s, counting a copy's read and write: the best of a few
-// memcpy of a buffer much larger than the caches. About 50 ms; done once per profiled run.
+// This host's peak memory bandwidth in bytes/s, every byte read or written counted: the best
+// rate of a copy and of the CPU backend's elementwise add over working sets from first-level-
+// cache size to far beyond the last-level cache (64 MiB). A roof is an upper bound, as the
+// compute roof (the best GEMM rate) is: a CPU op's operands are often cache-resident, and against
+// a DRAM copy rate alone such ops sat above the roof. About 0.1 s; once per profiled run.
 absl::StatusOr<double> MeasureHostMemoryBandwidth();
 
 }  // namespace fsdpd
