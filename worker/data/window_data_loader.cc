@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/mapped_file.h"
-#include "worker/data/batch_rows.h"
 #include "spdlog/spdlog.h"
+#include "worker/data/batch_rows.h"
 
 namespace fsdpd {
 namespace {
