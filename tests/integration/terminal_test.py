@@ -197,7 +197,10 @@ def follow_logs(sandbox, job, name, *extra):
 
 
 def check_logs_follow_restarts(sandbox, coordinator, workers):
-    job = submit(sandbox, write_spec(sandbox, "followed", 3000, 32))
+    # Long enough (about 25 s of training here, more under load) that the job cannot end
+    # between the two restarts, whatever the polling below costs; it ran 3000 steps and once
+    # finished before the second restart on a loaded machine.
+    job = submit(sandbox, write_spec(sandbox, "followed", 20000, 32))
     everything, all_out, all_err = follow_logs(sandbox, job, "follow-all")
 
     def restart(how):
