@@ -16,7 +16,7 @@ packages=(
   libexpat1-dev
   # tmux runs fsdpctl watch on a real terminal, rsvg-convert renders the roofline chart
   # (tests/integration/terminal.cmake)
-  tmux librsvg2-bin
+  tmux librsvg2-bin fonts-dejavu-core
   # the edge runtime (edge/): Vulkan loader and headers, glslc; lavapipe and the validation
   # layer for its tests
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers
