@@ -162,6 +162,7 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
     case v1::WorkerMessage::kHeartbeat: {
       v1::CoordinatorMessage ack;
       ack.mutable_heartbeat_ack()->set_unix_millis(absl::ToUnixMillis(absl::Now()));
+      ack.mutable_heartbeat_ack()->set_sequence(message.heartbeat().sequence());
       ConfirmStoredLocked(worker_id, &ack);
       workers_.Send(worker_id, ack);
       OnWorkerHealthLocked(worker_id, message.heartbeat().health());

@@ -273,6 +273,9 @@ void WorkerSession::SleepBeforeReconnect(std::chrono::milliseconds backoff) {
 void WorkerSession::RunStream() {
   // Whatever the last coordinator did not confirm as stored goes first.
   outbox_.RequeueUnconfirmed();
+  heartbeats_sent_.store(0);
+  heartbeats_acked_.store(0);
+  unhealthy_heartbeat_.store(0);
   grpc::ClientContext context;
   std::unique_ptr<Stream> stream = stub_->Session(&context);
   std::atomic<bool> broken{false};
@@ -307,6 +310,13 @@ void WorkerSession::HandleMessage(const v1::CoordinatorMessage& message) {
       HandleProfileRequest(message.profile_request());
       break;
     case v1::CoordinatorMessage::kHeartbeatAck:
+      for (int64_t acked = heartbeats_acked_.load();
+           message.heartbeat_ack().sequence() > acked &&
+           !heartbeats_acked_.compare_exchange_weak(acked, message.heartbeat_ack().sequence());) {
+      }
+      // A wedged session waits for this acknowledgement to close (ReadyToClose).
+      if (wedged_.load()) outbox_.Wake();
+      break;
     case v1::CoordinatorMessage::PAYLOAD_NOT_SET:
       break;
   }

@@ -126,8 +126,13 @@ class WorkerSession {
   std::mutex health_mutex_;
   v1::WorkerHealth health_;
   std::atomic<bool> wedged_{false};
-  // Set once a stream carried the unhealthy report: the session may close.
-  std::atomic<bool> unhealthy_sent_{false};
+  // On the current stream: the heartbeats written, the highest number the coordinator has
+  // acknowledged (it echoes a heartbeat's number after applying the health it carries), and the
+  // number of the first one that carried the unhealthy report. Once that one is acknowledged the
+  // coordinator knows, and a wedged session may close.
+  std::atomic<int64_t> heartbeats_sent_{0};
+  std::atomic<int64_t> heartbeats_acked_{0};
+  std::atomic<int64_t> unhealthy_heartbeat_{0};
   std::atomic<bool> watch_stop_{false};
   std::mutex watch_mutex_;
   std::condition_variable watch_changed_;

@@ -28,8 +28,12 @@ bool WorkerSession::ReadyToClose() {
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (!shutting_down_.load()) return false;
     if (Clock::now() >= shutdown_deadline_) return true;
-    // A wedged job never ends: close once the coordinator has been told.
-    if (wedged_.load()) return unhealthy_sent_.load();
+    // A wedged job never ends: close once the coordinator has acknowledged the unhealthy
+    // report (a report only written could be lost with the stream's close).
+    if (wedged_.load()) {
+      const int64_t unhealthy = unhealthy_heartbeat_.load();
+      return unhealthy > 0 && heartbeats_acked_.load() >= unhealthy;
+    }
     if (job_ && !job_->Finished()) return false;
   }
   return outbox_.Empty();
@@ -54,11 +58,16 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
   auto heartbeat = [&] {
     v1::WorkerMessage message;
     message.mutable_heartbeat()->set_unix_millis(NowUnixMillis());
+    const int64_t number = heartbeats_sent_.load() + 1;
+    message.mutable_heartbeat()->set_sequence(number);
     const v1::WorkerHealth health = Health();
     if (health.ByteSizeLong() > 0) *message.mutable_heartbeat()->mutable_health() = health;
     if (!write(std::move(message))) return false;
+    heartbeats_sent_.store(number);
     sent_health = health.SerializeAsString();
-    if (!health.unhealthy().empty()) unhealthy_sent_.store(true);
+    if (!health.unhealthy().empty() && unhealthy_heartbeat_.load() == 0) {
+      unhealthy_heartbeat_.store(number);
+    }
     return true;
   };
   auto health_if_changed = [&] {
