@@ -32,6 +32,8 @@ build() {
     cmake --build "$build_dir" --target "$target" -j"${JOBS:-2}" >/dev/null
     local status=$?
     mv "$source.orig" "$source"
+    # The restored copy is older than the mutant's objects: make the next build recompile it.
+    touch "$source"
     [ $status -eq 0 ] || { echo "$name: $target did not build" >&2; return 1; }
     strip --strip-unneeded -o ".device/mut/$name" "$build_dir/tests/$target"
     xz -f -T0 -6 ".device/mut/$name"
