@@ -206,6 +206,9 @@ class Cluster:
         self._closed = False
         atexit.register(self.close)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        # Ends the test (cleaning up) before ctest's TIMEOUT (600 s) would SIGKILL it.
+        signal.signal(signal.SIGALRM, lambda *_: sys.exit("the test ran past its 540 s"))
+        signal.alarm(540)
         self.network = Network(hosts)
         make_certificates(self.dir)
         self.tokens_file = os.path.join(self.dir, "tokens")
@@ -255,12 +258,13 @@ class Cluster:
         self.logs.append(log_path)
         return process
 
-    def start_coordinator(self):
+    def start_coordinator(self, *extra):
         self.coordinator = self.start(self.network.coordinator, [
             self.binary("server/fsdpd"), "--listen", f"{COORDINATOR_IP}:{PORT}", "--state-dir",
             os.path.join(self.dir, "state"), "--heartbeat-timeout",
             f"{self.heartbeat_timeout_s}s", "--tls-cert", os.path.join(self.dir, "server.pem"),
-            "--tls-key", os.path.join(self.dir, "server.key"), "--tokens-file", self.tokens_file
+            "--tls-key", os.path.join(self.dir, "server.key"), "--tokens-file", self.tokens_file,
+            *extra
         ], "coordinator.log")
         wait_until(lambda: self.ctl("--json", "list", timeout=10).returncode == 0, 30,
                    "the coordinator to serve")
