@@ -184,6 +184,13 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
     if (lowest < 0) {
       if (round > 0) {
         log("warning", "no checkpoint verifies on every rank; starting from scratch");
+      } else if (identity.attempt > 1) {
+        // A retry starts over only when no attempt committed a checkpoint, or when it runs on
+        // a checkpoint root other than the one they went to: either way, say so.
+        log("warning",
+            absl::StrCat("attempt ", identity.attempt, " finds no checkpoint in ", job_dir,
+                         "; starting from step 0 (if an earlier attempt "
+                         "committed one, it is on another checkpoint root)"));
       }
       return 0;
     }

@@ -5,8 +5,10 @@
   checkpoint root, and how to give them one.
 - A root whose identity was copied (a cloned disk image: one identity, two roots) passes
   placement; the job then fails at its first checkpoint, at once and without a retry although
-  max_restarts allows three, with a message naming the missing shard and the remedy. It never
-  started again from step 0.
+  max_restarts allows three, with a message naming the missing shard and the remedy.
+- A job is not pinned to the root its checkpoints are on: a retry placed on workers of another
+  root finds no checkpoint and starts again from step 0, but never without saying so (rank 0's
+  log: "attempt 2 finds no checkpoint in ...; starting from step 0").
 
 usage: hosts_checkpoint_roots_test.py SOURCE_DIR BUILD_DIR
 """
@@ -21,10 +23,44 @@ from netns_hosts import Cluster, check, wait_until  # noqa: E402
 ROOT_ID = ".fsdpd-root-id"
 
 
+def retry_on_another_root(build_dir):
+    """Two hosts, two workers each, each host's pair sharing a root of its own. The job's first
+    attempt runs on one host and commits a checkpoint; one of its workers dies, and the retry can
+    only go to the other host's pair, whose root has no checkpoint: the job starts again from step
+    0, and says so."""
+    with Cluster(build_dir, hosts=2) as cluster:
+        roots = [os.path.join(cluster.dir, f"root-host-{i}") for i in range(2)]
+        cluster.start_coordinator()
+        for host in range(2):
+            for slot in range(2):
+                cluster.start_worker(host, f"h{host}-{slot}", roots[host])
+        cluster.wait_for_idle(4)
+        job_id = cluster.submit(
+            cluster.write_spec("moved", 2, 3000, checkpoint_every=100, max_restarts=1))
+        wait_until(lambda: cluster.job(job_id)["step"] >= 150, 60, f"{job_id} to pass step 150")
+        first = cluster.job(job_id)
+        busy = {w["id"]: w for w in cluster.ctl_json("workers")["workers"] if w["state"] == "BUSY"}
+        host = busy[first["worker_ids"][1]]["hostname"]
+        victim = next(name for name, (namespace, _) in cluster.workers.items()
+                      if namespace == cluster.host(int(host.split("-")[1])) and
+                      f"{busy[first['worker_ids'][1]]['id']}" in cluster.log_text(f"{name}.log"))
+        cluster.workers[victim][1].kill()
+        done = cluster.wait_for_state(job_id, ("SUCCEEDED", "FAILED"), 180)
+        check(done["state"] == "SUCCEEDED" and done["attempt"] == 2, f"{job_id}: {done}")
+        logs = cluster.logs_of(job_id)
+        said = "attempt 2 finds no checkpoint in "
+        check(said in logs and "starting from step 0" in logs,
+              f"{job_id} started again from step 0 without saying so:\n{logs[-3000:]}")
+        check("resumed from the checkpoint" not in logs, "the retry found a checkpoint")
+        line = next(line for line in logs.splitlines() if said in line)
+        print(f"retry on another root: {job_id} says: {line.strip()}")
+
+
 def main():
     build_dir = sys.argv[2]
+    started = time.monotonic()
+    retry_on_another_root(build_dir)
     with Cluster(build_dir, hosts=2) as cluster:
-        started = time.monotonic()
         roots = [os.path.join(cluster.dir, f"root-host-{i}") for i in range(2)]
         cluster.start_coordinator()
         cluster.start_worker(0, "h0", roots[0])

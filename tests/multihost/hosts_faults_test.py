@@ -24,7 +24,7 @@ on two of the hosts; the third is idle. Scenarios (argv[3]):
   its last complete checkpoint and SUCCEEDS with the uninterrupted run's losses. (The job is
   long enough to be still training when the workers reconnect; what fsdpd does not yet get
   right otherwise is in docs/operations.md.)
-- host_dies: rank 1's host is killed (SIGKILL of its processes, cable pulled) for good. The job
+- host_dies: rank 1's host dies for good (cable pulled, then SIGKILL of its processes). The job
   resumes on the two hosts left within COMM_S + SLACK_S (rank 0 is free when its collective
   times out, as above) and SUCCEEDS with the uninterrupted run's final loss. A world-3 job submitted then waits in PENDING, and once the dead host's worker
   is forgotten (--lost-worker-retention) `fsdpctl status` says that it needs 3 workers and the
@@ -239,9 +239,8 @@ def host_dies(scenario):
     bound_ms = (COMM_S + SLACK_S) * 1000
     check(resumed_ms <= bound_ms, f"attempt 2 started {resumed_ms} ms after the host died")
     dead = f"host-{host}"
-    for worker in scenario.workers():
-        if worker["hostname"] == dead:
-            check(worker["state"] == "LOST", f"the dead host's worker is {worker['state']}")
+    states = [w["state"] for w in scenario.workers() if w["hostname"] == dead]
+    check(states in (["LOST"], []), f"the dead host's worker is {states}")
     scenario.check_final_loss(done)
     resumed = scenario.resumed_step(job_id)
     # Not enough workers left for a world-3 job once the dead host is forgotten

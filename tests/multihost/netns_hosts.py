@@ -282,14 +282,15 @@ class Cluster:
         return process
 
     def kill_host(self, host_index):
-        """SIGKILL of every process on the host, then its cable pulled for good."""
+        """The host dies as a machine losing power does: its cable pulled for good first, so
+        that no connection's close gets out, then SIGKILL of every process on it."""
         namespace = self.host(host_index)
+        self.network.cut(namespace)
         for pid in ip("netns", "pids", namespace, check_rc=False).stdout.split():
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
-        self.network.cut(namespace)
 
     def ctl(self, *args, timeout=60):
         return subprocess.run(["ip", "netns", "exec", self.network.coordinator,
