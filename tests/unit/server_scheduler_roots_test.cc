@@ -31,13 +31,13 @@ SchedulableJob Job(const std::string& id, int world_size) {
 }
 
 TEST(SchedulerRootsTest, RanksGoOnlyToWorkersThatShareARoot) {
-  // host-a has two workers on root A; host-b and host-c share root B. Packing alone would put
-  // both ranks on host-a and the third on another host; the root rule keeps the gang on B.
-  const Schedule schedule =
-      ScheduleGangs({Job("job-1", 2)}, {Worker("a1", "host-a", "A"), Worker("b1", "host-b", "B"),
-                                        Worker("c1", "host-c", "B"), Worker("b2", "host-b", "B")});
+  // host-a has two idle workers, on roots A and B; host-b one, on root B. Packing alone would put
+  // both ranks on host-a; the root rule puts them on the two workers of root B.
+  const Schedule schedule = ScheduleGangs(
+      {Job("job-1", 2)},
+      {Worker("a1", "host-a", "A"), Worker("a2", "host-a", "B"), Worker("b1", "host-b", "B")});
   ASSERT_EQ(schedule.placements.size(), 1u);
-  EXPECT_THAT(schedule.placements[0].worker_ids, UnorderedElementsAre("b1", "b2"));
+  EXPECT_THAT(schedule.placements[0].worker_ids, UnorderedElementsAre("a2", "b1"));
   EXPECT_THAT(schedule.holds, IsEmpty());
 }
 
@@ -62,10 +62,11 @@ TEST(SchedulerRootsTest, WorkersThatShareARootAcrossHostsTakeOneGang) {
 }
 
 TEST(SchedulerRootsTest, TwoJobsRunOnTwoRootsSideBySide) {
+  // Each host has a worker on root A and one on root B: each job takes one root across hosts.
   const Schedule schedule =
       ScheduleGangs({Job("job-1", 2), Job("job-2", 2)},
-                    {Worker("a1", "host-a", "A"), Worker("a2", "host-a", "A"),
-                     Worker("b1", "host-b", "B"), Worker("b2", "host-b", "B")});
+                    {Worker("a1", "host-a", "A"), Worker("b1", "host-a", "B"),
+                     Worker("a2", "host-b", "A"), Worker("b2", "host-b", "B")});
   ASSERT_EQ(schedule.placements.size(), 2u);
   EXPECT_THAT(schedule.placements[0].worker_ids, UnorderedElementsAre("a1", "a2"));
   EXPECT_THAT(schedule.placements[1].worker_ids, UnorderedElementsAre("b1", "b2"));
