@@ -50,6 +50,25 @@ std::string HoldReason(const SchedulableJob& job, const std::vector<FleetWorker>
                       " with that much");
 }
 
+// The largest group of `workers` that report one checkpoint root identity: only such workers
+// see each other's checkpoint files. Ties go to the identity that sorts first.
+std::vector<const FleetWorker*> SharingOneRoot(const std::vector<const FleetWorker*>& workers) {
+  std::map<std::string, std::vector<const FleetWorker*>> by_root;
+  for (const FleetWorker* worker : workers) by_root[worker->root_id].push_back(worker);
+  std::vector<const FleetWorker*> largest;
+  for (auto& [root_id, group] : by_root) {
+    if (group.size() > largest.size()) largest = std::move(group);
+  }
+  return largest;
+}
+
+std::string RootHoldReason(const SchedulableJob& job, int fitting, int roots, int sharing) {
+  return absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
+                      " that share one checkpoint root; the fleet's ", fitting,
+                      " such workers see ", roots, " different roots, at most ", sharing,
+                      " share one (give them one --checkpoint-root on a shared file system)");
+}
+
 // Picks world_size of `idle` (usable workers of one kind), packed onto as few hosts as possible.
 std::vector<std::string> PackOntoHosts(const std::vector<const FleetWorker*>& idle,
                                        int world_size) {
@@ -130,10 +149,20 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
   std::map<std::string, std::string> head_of;  // device kind → the head job's id
   for (const SchedulableJob& job : waiting) {
     if (job.world_size < 1) continue;
-    const int usable = static_cast<int>(std::count_if(
-        fleet.begin(), fleet.end(), [&](const FleetWorker& worker) { return Fits(worker, job); }));
-    if (usable < job.world_size) {
+    std::vector<const FleetWorker*> fitting;
+    for (const FleetWorker& worker : fleet) {
+      if (Fits(worker, job)) fitting.push_back(&worker);
+    }
+    if (static_cast<int>(fitting.size()) < job.world_size) {
       schedule.holds.push_back({job.id, HoldReason(job, fleet)});
+      continue;
+    }
+    const int sharing = static_cast<int>(SharingOneRoot(fitting).size());
+    if (sharing < job.world_size) {
+      std::set<std::string> roots;
+      for (const FleetWorker* worker : fitting) roots.insert(worker->root_id);
+      schedule.holds.push_back({job.id, RootHoldReason(job, static_cast<int>(fitting.size()),
+                                                       static_cast<int>(roots.size()), sharing)});
       continue;
     }
     std::vector<const FleetWorker*> idle;
@@ -145,6 +174,7 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
       }
       draining += worker.state == FleetWorker::State::kDraining;
     }
+    idle = SharingOneRoot(idle);
     const auto head = head_of.find(job.device_kind);
     if (static_cast<int>(idle.size()) >= job.world_size) {
       Placement placement;

@@ -26,6 +26,9 @@
 //   back to PENDING and resumes from its last checkpoint without spending a restart.
 // - A head that could not start even so waits for jobs that are not backfilled to end; until
 //   then it reserves nothing, and idle workers are lent out.
+// - A job's ranks must see each other's checkpoint files: its workers all report one
+//   checkpoint root identity. A job that no group of workers sharing a root could run is held
+//   with that reason; otherwise it is placed within the largest such group of idle workers.
 // - Ranks are packed onto as few hosts as possible: hosts with the most usable idle workers
 //   first; ranks follow that host order, then gpu_index within a host.
 #pragma once
@@ -61,6 +64,9 @@ struct FleetWorker {
   int64_t memory_bytes = 0;  // what the coordinator admits (0: unknown, fits any job)
   State state = State::kIdle;
   std::string job_id;  // kRunning
+  // The identity of the checkpoint root the worker sees (WorkerHealth.checkpoint_root_id).
+  // A job's ranks go only to workers of one identity; empty counts as one identity of its own.
+  std::string root_id;
 };
 
 // A job with a running attempt.

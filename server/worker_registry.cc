@@ -213,6 +213,7 @@ std::vector<FleetWorker> WorkerRegistry::Fleet() const {
     worker.device_kind = info.device_kind();
     worker.gpu_index = info.gpu_index();
     worker.memory_bytes = info.memory_bytes();
+    worker.root_id = info.health().checkpoint_root_id();
     if (info.state() == v1::LOST) {
       worker.state = FleetWorker::State::kLost;
     } else if (entry.assignment.active()) {

@@ -1,6 +1,7 @@
 // The worker's health: its checkpoint root (probed at start, after a failed attempt and every
-// 30 s while unwritable) and the watchdog that gives up on an attempt that does not end after its
-// cancellation. Both reach the coordinator as WorkerHealth, at registration and in heartbeats.
+// 30 s while unwritable, with its identity read or made each time) and the watchdog that gives up
+// on an attempt that does not end after its cancellation. Both reach the coordinator as
+// WorkerHealth, at registration and in heartbeats.
 #include <algorithm>
 #include <string>
 
@@ -25,12 +26,30 @@ v1::WorkerHealth WorkerSession::Health() {
 }
 
 void WorkerSession::CheckCheckpointRoot() {
-  const absl::Status writable = ProbeCheckpointRoot(config_.checkpoint_root);
+  absl::Status writable = ProbeCheckpointRoot(config_.checkpoint_root);
+  // A root without an identity cannot be matched with the other ranks' roots: unfit as well.
+  absl::StatusOr<std::string> identity = writable.ok()
+                                             ? ReadOrCreateRootIdentity(config_.checkpoint_root)
+                                             : absl::StatusOr<std::string>(std::string());
+  if (!identity.ok()) writable = identity.status();
   const std::string error = writable.ok() ? "" : std::string(writable.message());
+  const std::string root_id = identity.ok() ? *identity : "";
+  bool error_changed = false;
   {
     std::lock_guard<std::mutex> lock(health_mutex_);
-    if (health_.checkpoint_root_error() == error) return;
+    if (health_.checkpoint_root_error() == error && health_.checkpoint_root_id() == root_id) {
+      return;
+    }
+    error_changed = health_.checkpoint_root_error() != error;
     health_.set_checkpoint_root_error(error);
+    health_.set_checkpoint_root_id(root_id);
+  }
+  if (!root_id.empty()) {
+    spdlog::info("the checkpoint root {} has identity {}", config_.checkpoint_root, root_id);
+  }
+  if (!error_changed) {
+    outbox_.Wake();
+    return;
   }
   if (error.empty()) {
     spdlog::info("the checkpoint root {} is writable again", config_.checkpoint_root);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/root_probe.h"
 #include "worker/trainer_support.h"
 
 namespace fsdpd {
@@ -172,16 +173,26 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
     FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &agreement, ReduceOp::kMin));
     const int64_t lowest = agreement[1];
     const int64_t highest = -static_cast<int64_t>(agreement[2]);
+    if (lowest != highest) {
+      // Every rank lists the same directory when the root is shared, so their lists agree; a
+      // rank that lists no checkpoint where another lists one (lowest −1) sees another root.
+      return CheckpointRootNotShared(absl::StrCat(
+          "ranks see different checkpoints in ", job_dir, ": the checkpoint of step ", highest,
+          " is committed where some ranks look, ",
+          lowest < 0 ? "while other ranks find none" : absl::StrCat("others find step ", lowest)));
+    }
     if (lowest < 0) {
-      if (round > 0 || highest >= 0) {
+      if (round > 0) {
         log("warning", "no checkpoint verifies on every rank; starting from scratch");
+      } else if (identity.attempt > 1) {
+        // A retry starts over only when no attempt committed a checkpoint, or when it runs on
+        // a checkpoint root other than the one they went to: either way, say so.
+        log("warning",
+            absl::StrCat("attempt ", identity.attempt, " finds no checkpoint in ", job_dir,
+                         "; starting from step 0 (if an earlier attempt "
+                         "committed one, it is on another checkpoint root)"));
       }
       return 0;
-    }
-    if (lowest != highest) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ranks see different checkpoints in ", job_dir, " (steps ", lowest, " to ",
-                       highest, "): is the checkpoint directory shared by every rank?"));
     }
     if (agreement[0] == 1) {
       FSDPD_RETURN_IF_ERROR(ApplyCheckpoint(*loaded, state, backend));
@@ -236,11 +247,24 @@ absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity
                                             " failed on another rank; not committed"));
   }
   absl::Status committed;
+  // Rank 0 also says which rank's file it could not find (else the largest int, which the
+  // minimum ignores), so that every rank fails with the same message, naming that file.
+  int32_t missing = std::numeric_limits<int32_t>::max();
   if (communicator.rank() == 0) {
     committed = CommitCheckpoint(job_dir, step, communicator.world_size(), keep, identity);
+    const int first_missing =
+        committed.ok() ? -1 : FirstMissingRankFile(job_dir, step, communicator.world_size());
+    if (first_missing >= 0) missing = first_missing;
   }
-  std::vector<int32_t> all_committed = {committed.ok() ? 1 : 0};
+  std::vector<int32_t> all_committed = {committed.ok() ? 1 : 0, missing};
   FSDPD_RETURN_IF_ERROR(AllReduceHostInts(communicator, backend, &all_committed, ReduceOp::kMin));
+  if (all_committed[1] != std::numeric_limits<int32_t>::max()) {
+    // Every rank wrote its file before the barrier, yet rank 0 does not find one: they write
+    // to different roots. A retry would place them the same way and fail the same way.
+    return CheckpointRootNotShared(absl::StrCat(
+        "committing the checkpoint of step ", step, " failed: rank 0 does not find rank ",
+        all_committed[1], "'s file ", RankCheckpointPath(job_dir, step, all_committed[1])));
+  }
   if (all_committed[0] == 0) {
     return absl::InternalError(
         absl::StrCat("committing the checkpoint of step ", step, " failed",

@@ -2,6 +2,8 @@
 # plus one test that serves the gRPC services on a loopback port inside the test process.
 fsdpd_test(server_scheduler_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_scheduler_test.cc LIBS fsdpd_server_lib)
+fsdpd_test(server_scheduler_roots_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_scheduler_roots_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_store_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_store_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_rendezvous_test LABEL unit

@@ -17,6 +17,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/crc32c.h"
 #include "worker/checkpoint/rank_file.h"
+#include "worker/checkpoint/root_probe.h"
 #include "worker/data/path_policy.h"
 
 namespace fsdpd {
@@ -156,6 +157,18 @@ absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoin
   return absl::OkStatus();
 }
 
+std::string RankCheckpointPath(const std::string& job_dir, int64_t step, int rank) {
+  return StepDirectory(job_dir, step) + "/" + RankFileName(rank);
+}
+
+int FirstMissingRankFile(const std::string& job_dir, int64_t step, int world_size) {
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::error_code error;
+    if (!fs::exists(RankCheckpointPath(job_dir, step, rank), error) && !error) return rank;
+  }
+  return -1;
+}
+
 absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep,
                               const CheckpointIdentity& identity) {
   const std::string prefix = absl::StrCat("checkpoint step ", step, ": ");
@@ -170,6 +183,9 @@ absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int worl
   nlohmann::json ranks = nlohmann::json::array();
   for (int rank = 0; rank < world_size; ++rank) {
     auto summary = SummarizeRankFile(step_dir + "/" + RankFileName(rank));
+    if (absl::IsNotFound(summary.status())) {
+      return CheckpointRootNotShared(absl::StrCat(Prefix(step, rank), summary.status().message()));
+    }
     if (!summary.ok()) return WithPrefix(Prefix(step, rank), summary.status());
     if (summary->step != step || summary->rank != rank || summary->world_size != world_size) {
       return absl::DataLossError(absl::StrCat(

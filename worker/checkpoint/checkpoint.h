@@ -49,9 +49,17 @@ struct CheckpointIdentity {
 absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state,
                                  const std::atomic<bool>* cancelled = nullptr);
 
+// The path of `rank`'s file of `step` under job_dir.
+std::string RankCheckpointPath(const std::string& job_dir, int64_t step, int rank);
+
+// The lowest rank whose file of `step` is absent under job_dir; -1 when every rank's is there.
+int FirstMissingRankFile(const std::string& job_dir, int64_t step, int world_size);
+
 // Rank 0, after all ranks returned from WriteRankCheckpoint (a barrier): writes the manifest
 // for `step`, then deletes the oldest complete checkpoints beyond `keep` and any incomplete
-// step directories older than `step`.
+// step directories older than `step`. A rank's file that is absent although its rank wrote it
+// means that the ranks do not share the checkpoint root: FAILED_PRECONDITION naming the file
+// and the remedy (CheckpointRootNotShared).
 absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep,
                               const CheckpointIdentity& identity = {});
 
