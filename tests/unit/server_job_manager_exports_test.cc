@@ -148,10 +148,15 @@ TEST_F(CheckpointsTest, AStepIsResolvedAndAnUnknownOneNamesTheStepsThereAre) {
 TEST_F(CheckpointsTest, AnIdleWorkerOnAHostThatHoldsItExportsAndTakesNoRankMeanwhile) {
   StartJob();
   Commit(rank0_, 5, {5});
-  CancelJob();
   const std::string elsewhere = AddWorker("host-c", 0);  // idle, but holds no checkpoint
-
   absl::StatusOr<v1::ExportStatus> status = jobs_->PrepareExport(job_, 5);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::ExportStatus::PREPARING);
+  EXPECT_EQ(status->message(), "waiting for an idle worker on host-a or host-b");
+  EXPECT_TRUE(status->worker_id().empty());
+  CancelJob();
+
+  status = jobs_->PrepareExport(job_, 5);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->state(), v1::ExportStatus::PREPARING);
   const std::string exporter = status->worker_id();
