@@ -12,9 +12,10 @@
 // stored jobs, shutdown), _submission.cc (the spec check, Submit, Cancel), _scheduling.cc
 // (placing gangs, starting attempts), _transitions.cc (state changes, ending attempts),
 // _deadlines.cc (Tick), _workers.cc (registration, sessions, message dispatch), _reports.cc
-// (steps, results, logs, artifacts, profiles), _queries.cc (the published view, watches, logs),
-// _sending.cc (to workers and subscribers) and _store_health.cc (grouped writes, rollback, held
-// messages). The private declarations below are grouped the same way.
+// (steps, results, logs, artifacts, profiles), _exports.cc (checkpoints and their exports),
+// _queries.cc (the published view, watches, logs), _sending.cc (to workers and subscribers) and
+// _store_health.cc (grouped writes, rollback, held messages). The private declarations below
+// are grouped the same way.
 #pragma once
 
 #include <atomic>

@@ -176,6 +176,8 @@ bool JobManager::DispatchExportLocked(const JobRecord& record, const CheckpointR
 
 absl::StatusOr<v1::ExportStatus> JobManager::PrepareExport(const std::string& job_id,
                                                            int64_t step) {
+  // Read before taking the lock: the store's connection may be busy with a batch.
+  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_.LoadCheckpoints(job_id);
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return absl::UnavailableError("coordinator shutting down");
   const JobRecord* record = FindLocked(job_id);
@@ -189,7 +191,6 @@ absl::StatusOr<v1::ExportStatus> JobManager::PrepareExport(const std::string& jo
       return Ready(0, *path);
     }
   }
-  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = store_.LoadCheckpoints(job_id);
   if (!checkpoints.ok()) return checkpoints.status();
   if (step == 0) {
     if (checkpoints->empty()) {

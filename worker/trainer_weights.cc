@@ -85,9 +85,8 @@ absl::Status InitializeWeightsFromTensors(const std::vector<NamedTensor>& tensor
         absl::StrCat(unknown.size(), " tensor(s) the model does not have: ", NameList(unknown)));
   }
   if (!missing.empty()) {
-    problems.push_back(absl::StrCat(missing.size(), " parameter(s) missing from ",
-                                    field == "checkpoint.init_from" ? "the file" : "it", ": ",
-                                    NameList(missing)));
+    problems.push_back(
+        absl::StrCat(missing.size(), " parameter(s) missing from it: ", NameList(missing)));
   }
   if (!wrong_shape.empty()) {
     problems.push_back(absl::StrCat("wrong shapes: ", NameList(wrong_shape)));
