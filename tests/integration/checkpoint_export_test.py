@@ -12,6 +12,7 @@ checkpoint, through the real fsdpd, fsdpd-worker and fsdpctl on loopback.
   init_from_step, submitted directly while the coordinator does not set them yet) at world size
   1 instead of 2: its first step's loss is the loss of a job started from the exported file of
   that step (checkpoint.init_from), to the last digit, and not a fresh job's.
+- A checkpoint with a corrupt rank file does not export: the error names the file.
 - After a coordinator restart the checkpoints are still listed (SQLite).
 
 usage: checkpoint_export_test.py SOURCE_DIR BUILD_DIR
@@ -199,6 +200,23 @@ def main(source_dir, build_dir):
               f"{losses['file']!r}")
         check(losses["job"] != losses["fresh"], f"the same first loss as a fresh job: {losses}")
         print(f"init_from_job_uid: first loss {losses['job']:.6f} at world 1 equals the export's")
+
+        # A corrupt rank file: the export fails, naming it, and exits non-zero.
+        short = submit(sandbox, write_spec(sandbox, "short", 4, every=2))
+        finish(sandbox, short)
+        rank_file = os.path.join(root, sandbox.ctl_json("status", short)["uid"], "step-00000002",
+                                 "rank-00001.bin")
+        with open(rank_file, "r+b") as file:
+            file.seek(os.path.getsize(rank_file) // 2)
+            byte = file.read(1)
+            file.seek(-1, os.SEEK_CUR)
+            file.write(bytes([byte[0] ^ 0x40]))
+        result = sandbox.ctl("export", short, "--step", "2", "-o",
+                             os.path.join(sandbox.dir, "corrupt.safetensors"), timeout=120)
+        check(result.returncode != 0, "the export of a corrupt checkpoint succeeded")
+        check("checksum mismatch (CRC32C of rank-00001.bin" in result.stderr,
+              f"the error does not name the file: {result.stderr!r}")
+        print(f"export: a corrupt rank file: {result.stderr.strip().splitlines()[-1]}")
 
         # A restarted coordinator still lists them.
         coordinator.send_signal(signal.SIGTERM)
