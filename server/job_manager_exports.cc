@@ -200,9 +200,16 @@ absl::StatusOr<v1::ExportStatus> JobManager::PrepareExport(const std::string& jo
     }
     step = checkpoints->front().step;
   }
-  const CheckpointRecord* checkpoint = FindStep(*checkpoints, step);
-  if (checkpoint == nullptr) return NoSuchCheckpoint(job_id, step, *checkpoints);
   const std::pair<std::string, int64_t> key(job_id, step);
+  const CheckpointRecord* checkpoint = FindStep(*checkpoints, step);
+  if (checkpoint == nullptr) {
+    // Pruned since an export of it was asked for: a waiting export of it waits no more.
+    if (auto waiting = exports_.find(key);
+        waiting != exports_.end() && waiting->second.worker_id.empty()) {
+      exports_.erase(waiting);
+    }
+    return NoSuchCheckpoint(job_id, step, *checkpoints);
+  }
   if (absl::StatusOr<std::string> path =
           artifacts_.Find(job_id, ArtifactStore::CheckpointArtifactName(step));
       path.ok()) {
