@@ -12,7 +12,9 @@ checkpoint, through the real fsdpd, fsdpd-worker and fsdpctl on loopback.
   init_from_step, submitted directly while the coordinator does not set them yet) at world size
   1 instead of 2: its first step's loss is the loss of a job started from the exported file of
   that step (checkpoint.init_from), to the last digit, and not a fresh job's.
-- A checkpoint with a corrupt rank file does not export: the error names the file.
+- A checkpoint with a corrupt rank file does not export: the error names the file. While an
+  export is prepared, fsdpctl redraws one progress line on a terminal, and prints a line per
+  change elsewhere.
 - After a coordinator restart the checkpoints are still listed (SQLite).
 
 usage: checkpoint_export_test.py SOURCE_DIR BUILD_DIR
@@ -112,6 +114,9 @@ def main(source_dir, build_dir):
                    f"{job} to commit its fourth checkpoint")
         check(sandbox.ctl("cancel", job).returncode == 0, "cancel")
         wait_until(lambda: state(sandbox, job) == "CANCELLED", 60, f"{job} to be cancelled")
+        # The ranks' results come after whatever rank 0 reported before them (a commit that
+        # was under way when the cancellation came): once the workers are idle, all of it is in.
+        wait_until(lambda: sandbox.idle_workers() >= 2, 60, "the workers to report back")
         listed = checkpoints(sandbox, job)
         steps = [c["step"] for c in listed]
         check(len(listed) == 2 and steps[0] - steps[1] == EVERY and steps[0] % EVERY == 0,
@@ -217,6 +222,19 @@ def main(source_dir, build_dir):
         check("checksum mismatch (CRC32C of rank-00001.bin" in result.stderr,
               f"the error does not name the file: {result.stderr!r}")
         print(f"export: a corrupt rank file: {result.stderr.strip().splitlines()[-1]}")
+        # Not on a terminal, each change of the progress is one plain line, never redrawn.
+        progress = [line for line in result.stderr.splitlines() if line.startswith("preparing")]
+        check(progress and len(set(progress)) == len(progress) and "\x1b[" not in result.stderr,
+              f"progress off a terminal: {result.stderr!r}")
+        # On one (script's pty), one line redrawn in place and cleared at the end.
+        line = f"fsdpctl export {short} --step 4 -o {os.path.join(sandbox.dir, 's4.safetensors')}"
+        result = sandbox.run(["script", "-qec", line, "/dev/null"], timeout=120)
+        check(result.returncode == 0, f"export on a terminal: {result.stdout!r}")
+        # (text mode reads each "\r" as a line end)
+        check(f"\n\x1b[Kpreparing step 4 of {short}: " in result.stdout and
+              "\npreparing" not in result.stdout and "\x1b[Kwrote the model" in result.stdout,
+              f"progress on a terminal: {result.stdout!r}")
+        print("export: progress redrawn in place on a terminal, a line per change elsewhere")
 
         # A restarted coordinator still lists them.
         coordinator.send_signal(signal.SIGTERM)

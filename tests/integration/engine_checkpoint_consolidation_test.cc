@@ -5,6 +5,7 @@
 // (TrainerHooks::on_checkpoint); and a job started from another job's checkpoint
 // (checkpoint.init_from_job_uid) at another world size trains exactly as a job started from
 // that checkpoint's export (checkpoint.init_from). Ranks run on threads, Gloo over loopback.
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -158,6 +159,29 @@ TEST_P(ConsolidationTest, EqualsTheTrainersExportBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ConsolidationTest, ::testing::Values(1, 2, 3));
+
+// A checkpoint cancelled while its files are written is not committed, and not reported.
+TEST(CheckpointReportTest, AnInterruptedCheckpointIsNotReported) {
+  testing::TempDir root;
+  std::atomic<bool> cancelled{false};
+  std::vector<int64_t> reported;
+  TrainerHooks hooks;
+  hooks.cancelled = &cancelled;
+  hooks.on_log = [&](const std::string&, const std::string& text) {
+    if (text == "writing the checkpoint of step 4") cancelled = true;
+  };
+  hooks.on_checkpoint = [&](const v1::CheckpointCommitted& committed) {
+    reported.push_back(committed.step());
+  };
+  RankContext context;
+  context.job_id = "a";
+  context.job_uid = "uid-a";
+  context.checkpoint_dir = root.path() + "/uid-a";
+  auto result = RunTrainer(TinyJob(1, 6, 2), context, hooks);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal) << result.status();
+  EXPECT_THAT(result.status().message(), HasSubstr("cancelled while writing"));
+  EXPECT_EQ(reported, (std::vector<int64_t>{2}));
+}
 
 class BrokenRankFileTest : public ::testing::Test {
  protected:
