@@ -313,30 +313,36 @@ bool LoggedStep(int64_t step, int64_t total_steps) {
   return step <= 3 || step % 10 == 0 || step == total_steps;
 }
 
+// Rank 0 tells hooks.on_checkpoint of a step it committed, even when the collective after the
+// commit then failed (a cancellation aborts it): the checkpoint is on disk. One it cannot
+// describe is only logged (it is listed with the next one's committed steps).
+void ReportCommitted(const LoadedRun& run, int64_t step, const EngineLog& log,
+                     const TrainerHooks& hooks) {
+  const Communicator& communicator = *run.engine.communicator;
+  if (communicator.rank() != 0 || !hooks.on_checkpoint) return;
+  if (!ReadCheckpointIdentity(run.paths.job_dir, step).ok()) return;  // no manifest: not committed
+  absl::StatusOr<v1::CheckpointCommitted> committed =
+      DescribeCommittedCheckpoint(run.paths.job_dir, step, communicator.world_size());
+  if (committed.ok()) {
+    hooks.on_checkpoint(*committed);
+  } else {
+    log("warning", absl::StrCat("cannot describe the checkpoint of step ", step, ": ",
+                                committed.status().message()));
+  }
+}
+
 // Every checkpoint.every_steps steps (0: never), keeping the newest checkpoint.keep.
-// Rank 0 then tells hooks.on_checkpoint; a checkpoint it cannot describe is only logged (it is
-// committed, and listed with the next one's committed steps).
 absl::Status CheckpointIfDue(const v1::JobSpec& spec, int64_t step, LoadedRun& run,
                              const EngineLog& log, const TrainerHooks& hooks) {
-  const std::atomic<bool>* cancelled = hooks.cancelled;
   const int64_t every = spec.checkpoint().every_steps();
   if (every <= 0 || step % every != 0) return absl::OkStatus();
   log("info", absl::StrCat("writing the checkpoint of step ", step));
-  FSDPD_RETURN_IF_ERROR(SaveCheckpoint(run.paths.job_dir, run.checkpoint_identity, step,
-                                       std::max(spec.checkpoint().keep(), 1), *run.engine.state,
-                                       *run.engine.communicator, *run.engine.backend, cancelled));
+  const absl::Status saved = SaveCheckpoint(
+      run.paths.job_dir, run.checkpoint_identity, step, std::max(spec.checkpoint().keep(), 1),
+      *run.engine.state, *run.engine.communicator, *run.engine.backend, hooks.cancelled);
+  ReportCommitted(run, step, log, hooks);
+  FSDPD_RETURN_IF_ERROR(saved);
   log("info", absl::StrCat("checkpoint of step ", step, " committed"));
-  Communicator& communicator = *run.engine.communicator;
-  if (communicator.rank() == 0 && hooks.on_checkpoint) {
-    absl::StatusOr<v1::CheckpointCommitted> committed =
-        DescribeCommittedCheckpoint(run.paths.job_dir, step, communicator.world_size());
-    if (committed.ok()) {
-      hooks.on_checkpoint(*committed);
-    } else {
-      log("warning", absl::StrCat("cannot describe the checkpoint of step ", step, ": ",
-                                  committed.status().message()));
-    }
-  }
   return absl::OkStatus();
 }
 
