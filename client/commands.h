@@ -31,9 +31,13 @@ int RunLogs(const ClientOptions& options, const std::string& job_id, bool follow
 // worker_commands.cc
 int RunWorkers(const ClientOptions& options);
 
-// export_command.cc
+// export_command.cc: step 0 exports a SUCCEEDED job's final model, else the job's newest
+// complete checkpoint; step N that checkpoint, whatever the job's state.
 int RunExport(const ClientOptions& options, const std::string& job_id,
-              const std::string& output_path);
+              const std::string& output_path, int64_t step = 0);
+
+// checkpoint_commands.cc
+int RunCheckpoints(const ClientOptions& options, const std::string& job_id);
 
 // profile_commands.cc: with steps > 0 asks for a profiling window (with hardware counters when
 // `counters`, whose kernel replay costs time and device memory: docs/profiling.md), otherwise

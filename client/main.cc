@@ -63,10 +63,19 @@ int main(int argc, char** argv) {
 
   CLI::App* workers = app.add_subcommand("workers", "list the workers");
 
-  CLI::App* export_verb =
-      app.add_subcommand("export", "download a finished job's weights (safetensors)");
+  CLI::App* export_verb = app.add_subcommand(
+      "export", "download a job's weights (safetensors): its final model or a checkpoint");
   export_verb->add_option("JOB", job_id, "job id")->required();
   export_verb->add_option("-o,--output", output_path, "output file")->required();
+  int64_t export_step = 0;
+  export_verb
+      ->add_option("--step", export_step,
+                   "a complete checkpoint's step (default: the final model of a SUCCEEDED job, "
+                   "else the newest checkpoint)")
+      ->check(CLI::PositiveNumber);
+
+  CLI::App* checkpoints = app.add_subcommand("checkpoints", "list a job's complete checkpoints");
+  checkpoints->add_option("JOB", job_id, "job id")->required();
 
   int rank = 0;
   int64_t start_step = 0, profile_steps = 0;
@@ -129,7 +138,8 @@ int main(int argc, char** argv) {
     return RunLogs(options, job_id, follow, tail, std::chrono::seconds(reconnect_seconds));
   }
   if (workers->parsed()) return RunWorkers(options);
-  if (export_verb->parsed()) return RunExport(options, job_id, output_path);
+  if (export_verb->parsed()) return RunExport(options, job_id, output_path, export_step);
+  if (checkpoints->parsed()) return RunCheckpoints(options, job_id);
   if (profile->parsed()) {
     return RunProfile(options, job_id, rank, start_step, profile_steps, profile_counters,
                       roofline_path);

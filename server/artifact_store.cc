@@ -1,22 +1,48 @@
 #include "server/artifact_store.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/path_component.h"
 
 namespace fsdpd::server {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+constexpr char kStepPrefix[] = "model-step-";
+constexpr char kStepSuffix[] = ".safetensors";
+
+// model-step-<8 or more digits>.safetensors
+bool IsCheckpointArtifactName(const std::string& name) {
+  const std::string prefix = kStepPrefix, suffix = kStepSuffix;
+  if (name.size() < prefix.size() + 8 + suffix.size() || name.compare(0, prefix.size(), prefix) ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix)) {
+    return false;
+  }
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return digits.size() <= 18 &&
+         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+std::string ArtifactStore::CheckpointArtifactName(int64_t step) {
+  return absl::StrFormat("%s%08d%s", kStepPrefix, step, kStepSuffix);
+}
+
 absl::Status ArtifactStore::CheckName(const std::string& name) {
-  // Names come from workers. A job has one artifact, its exported model; any other name would
-  // let a rank 0 write files of its choosing, each up to the model's bound.
-  if (name != kModelArtifact) {
-    return absl::InvalidArgumentError(absl::StrCat("artifact name \"", name.substr(0, 64),
-                                                   "\" is not ", kModelArtifact,
-                                                   ", the only artifact a job uploads"));
+  // Names come from workers. A job has its exported model and its checkpoints' exports; any
+  // other name would let a worker write files of its choosing, each up to the model's bound.
+  if (name != kModelArtifact && !IsCheckpointArtifactName(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("artifact name \"", name.substr(0, 64), "\" is neither ", kModelArtifact,
+                     " nor a checkpoint's export (", kStepPrefix, "<8 digits>", kStepSuffix, ")"));
   }
   return absl::OkStatus();
 }
@@ -90,7 +116,9 @@ absl::StatusOr<std::string> ArtifactStore::Find(const std::string& job_id,
   std::error_code error;
   if (!fs::is_regular_file(path, error)) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " has no exported ", name,
-                                            " (rank 0 uploads it when the job succeeds)"));
+                                            name == kModelArtifact
+                                                ? " (rank 0 uploads it when the job succeeds)"
+                                                : " (PrepareExport makes it)"));
   }
   return path.string();
 }

@@ -12,9 +12,10 @@
 // stored jobs, shutdown), _submission.cc (the spec check, Submit, Cancel), _scheduling.cc
 // (placing gangs, starting attempts), _transitions.cc (state changes, ending attempts),
 // _deadlines.cc (Tick), _workers.cc (registration, sessions, message dispatch), _reports.cc
-// (steps, results, logs, artifacts, profiles), _queries.cc (the published view, watches, logs),
-// _sending.cc (to workers and subscribers) and _store_health.cc (grouped writes, rollback, held
-// messages). The private declarations below are grouped the same way.
+// (steps, results, logs, artifacts, profiles), _exports.cc (checkpoints and their exports),
+// _queries.cc (the published view, watches, logs), _sending.cc (to workers and subscribers) and
+// _store_health.cc (grouped writes, rollback, held messages). The private declarations below
+// are grouped the same way.
 #pragma once
 
 #include <atomic>
@@ -96,6 +97,18 @@ class JobManager {
   std::map<v1::JobState, int> CountByState() const;
   // Asks every rank of the job's running attempt to profile a window.
   absl::Status StartProfile(const v1::ProfileRequest& request);
+
+  // Checkpoints and their exports (job_manager_exports.cc).
+  // The job's complete checkpoints, newest first; NOT_FOUND for an unknown job.
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(const std::string& job_id) const;
+  // Resolves `step` (0: a SUCCEEDED job's final model, else its newest checkpoint) and says
+  // whether its export is READY, being PREPARED (on which worker, or what it waits for), or
+  // FAILED (said once; the next call tries again). A step the job has no checkpoint of is
+  // NOT_FOUND naming the steps it has.
+  absl::StatusOr<v1::ExportStatus> PrepareExport(const std::string& job_id, int64_t step);
+  // The file ExportJob streams for a checkpoint's step (> 0): FAILED_PRECONDITION while it is
+  // not prepared, NOT_FOUND when the job has no checkpoint of that step.
+  absl::StatusOr<std::string> CheckpointExportPath(const std::string& job_id, int64_t step);
 
   // Returns the stored history; subscribes for what follows unless the job already ended
   // (then `ended` is true and the subscriber is not kept).
@@ -313,6 +326,30 @@ class JobManager {
   // Adds to `ack` the worker's reports that are stored now, one entry per (job, attempt).
   void ConfirmStoredLocked(const std::string& worker_id, v1::CoordinatorMessage* ack);
 
+  // job_manager_exports.cc
+  // One checkpoint export asked for by PrepareExport: waiting for a worker (worker_id empty),
+  // consolidating on worker_id, or failed (failure set) until PrepareExport reports it.
+  struct ExportTask {
+    std::string job_id;
+    int64_t step = 0;
+    std::string worker_id;
+    std::string failure;
+  };
+  // Rank 0 of the attempt that wrote it (active, or stored) reported a committed checkpoint.
+  void OnCheckpointLocked(const std::string& worker_id, const v1::CheckpointCommitted& checkpoint);
+  void OnExportResultLocked(const std::string& worker_id, const v1::ExportResult& result);
+  // A chunk of attempt 0: a checkpoint's export from the worker consolidating it.
+  void OnExportChunkLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
+  // Whether the worker consolidates a checkpoint now: the fleet shows it as taking no rank.
+  bool ExportingLocked(const std::string& worker_id) const;
+  // Sends the task to an idle worker on one of `hosts`; false when none is idle.
+  bool DispatchExportLocked(const JobRecord& record, const CheckpointRecord& checkpoint,
+                            ExportTask& task);
+  // The hostnames of the workers that ran `attempt` of the record's job, sorted, each once.
+  std::vector<std::string> AttemptHostsLocked(const JobRecord& record, int attempt);
+  // A worker that registers again has lost any export it ran.
+  void ForgetExportsOfLocked(const std::string& worker_id);
+
   // job_manager_queries.cc
   // Publishes the record's job for Get, List and CountByState, which read these snapshots
   // without taking mutex_ and so never wait behind the report stream.
@@ -387,6 +424,8 @@ class JobManager {
   std::vector<std::pair<std::string, v1::CoordinatorMessage>> held_sends_;
   std::map<const JobRecord*, RecordSnapshot> snapshots_;
   std::deque<std::pair<std::string, v1::WorkerMessage>> held_messages_;
+  // Checkpoint exports in flight, one per (job, step).
+  std::map<std::pair<std::string, int64_t>, ExportTask> exports_;
   std::atomic<bool> store_writable_{true};
   std::atomic<int64_t> store_errors_{0};
   std::atomic<int64_t> held_count_{0};

@@ -17,6 +17,10 @@ int64_t JobManager::RankMemoryBytes(const v1::JobSpec& spec) {
 std::vector<FleetWorker> JobManager::FleetLocked() const {
   std::vector<FleetWorker> fleet = workers_.Fleet();
   for (FleetWorker& worker : fleet) {
+    // Consolidating a checkpoint (job_manager_exports.cc): counts for the fleet, takes no rank.
+    if (worker.state == FleetWorker::State::kIdle && ExportingLocked(worker.id)) {
+      worker.state = FleetWorker::State::kAway;
+    }
     if (worker.state != FleetWorker::State::kRunning) continue;
     // Busy with a rank its job no longer runs (the attempt ended): free once it reports.
     const JobRecord* record = FindLocked(worker.job_id);

@@ -19,6 +19,7 @@ absl::StatusOr<v1::RegisterResponse> JobManager::RegisterWorker(const v1::Regist
   if (!registered.ok()) return registered.status();
   const auto& [worker_id, previous] = *registered;
   unconfirmed_reports_.erase(worker_id);
+  ForgetExportsOfLocked(worker_id);
   NoteOomKillLocked(worker_id, previous, request);
   spdlog::info("worker {} registered: {} {}:{} ({} MiB){}", worker_id, request.hostname(),
                request.device_kind(), request.gpu_index(), request.memory_bytes() >> 20,
@@ -179,13 +180,24 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
       OnResultLocked(worker_id, message.result());
       break;
     case v1::WorkerMessage::kArtifact:
-      OnArtifactLocked(worker_id, message.artifact());
+      // Attempts count from 1: attempt 0 is a checkpoint's export.
+      if (message.artifact().attempt() == 0) {
+        OnExportChunkLocked(worker_id, message.artifact());
+      } else {
+        OnArtifactLocked(worker_id, message.artifact());
+      }
       break;
     case v1::WorkerMessage::kProfile:
       OnProfileLocked(worker_id, message.profile());
       break;
     case v1::WorkerMessage::kAccepted:
       OnAcceptedLocked(worker_id, message.accepted());
+      break;
+    case v1::WorkerMessage::kCheckpoint:
+      OnCheckpointLocked(worker_id, message.checkpoint());
+      break;
+    case v1::WorkerMessage::kExportResult:
+      OnExportResultLocked(worker_id, message.export_result());
       break;
     case v1::WorkerMessage::PAYLOAD_NOT_SET:
       break;

@@ -366,6 +366,20 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
+  if (request->step() < 0) {
+    return FailedStream<v1::FileChunk>(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("step must not be negative (got ", request->step(), ")")),
+        Counter("ExportJob"));
+  }
+  if (request->step() > 0) {
+    // A checkpoint's export, whatever the job's state, once PrepareExport made it.
+    absl::StatusOr<std::string> path = jobs_.CheckpointExportPath(request->id(), request->step());
+    if (!path.ok()) {
+      return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("ExportJob"));
+    }
+    return new FileStream(*path, Counter("ExportJob"));
+  }
   // The weights are exported when the job ends; until then there is nothing to export yet.
   if (!IsTerminal(job->state())) {
     return FailedStream<v1::FileChunk>(
@@ -380,6 +394,50 @@ grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
     return FailedStream<v1::FileChunk>(ToGrpcStatus(path.status()), Counter("ExportJob"));
   }
   return new FileStream(*path, Counter("ExportJob"));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
+                                                          const v1::ListCheckpointsRequest* request,
+                                                          v1::ListCheckpointsResponse* response) {
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "ListCheckpoints"); !allowed.ok()) {
+    return Reply(context, "ListCheckpoints", allowed);
+  }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return Reply(context, "ListCheckpoints", id);
+  }
+  absl::StatusOr<std::vector<CheckpointRecord>> checkpoints = jobs_.ListCheckpoints(request->id());
+  if (checkpoints.ok()) {
+    for (const CheckpointRecord& record : *checkpoints) {
+      v1::Checkpoint* checkpoint = response->add_checkpoints();
+      checkpoint->set_step(record.step);
+      if (record.commit_unix_millis > 0) {
+        checkpoint->mutable_commit_time()->set_seconds(record.commit_unix_millis / 1000);
+        checkpoint->mutable_commit_time()->set_nanos(
+            static_cast<int32_t>(record.commit_unix_millis % 1000) * 1000000);
+      }
+      checkpoint->set_size_bytes(record.size_bytes);
+      for (const std::string& host : record.hosts) checkpoint->add_hosts(host);
+      checkpoint->set_attempt(record.attempt);
+      checkpoint->set_world_size(record.world_size);
+    }
+  }
+  return Reply(context, "ListCheckpoints", ToGrpcStatus(checkpoints.status()));
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::PrepareExport(grpc::CallbackServerContext* context,
+                                                        const v1::PrepareExportRequest* request,
+                                                        v1::ExportStatus* response) {
+  // As ExportJob: reading a job's weights is a viewer's right; the worker it may occupy is
+  // bounded to one export per job and step.
+  if (grpc::Status allowed = Authorize(context, Role::kViewer, "PrepareExport"); !allowed.ok()) {
+    return Reply(context, "PrepareExport", allowed);
+  }
+  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
+    return Reply(context, "PrepareExport", id);
+  }
+  absl::StatusOr<v1::ExportStatus> status = jobs_.PrepareExport(request->id(), request->step());
+  if (status.ok()) *response = std::move(*status);
+  return Reply(context, "PrepareExport", ToGrpcStatus(status.status()));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::StartProfile(grpc::CallbackServerContext* context,

@@ -44,6 +44,12 @@ class JobServiceImpl : public v1::JobService::CallbackService {
                                        v1::ProfileReport* response) override;
   grpc::ServerWriteReactor<v1::FileChunk>* GetTrace(grpc::CallbackServerContext* context,
                                                     const v1::GetTraceRequest* request) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* PrepareExport(grpc::CallbackServerContext* context,
+                                          const v1::PrepareExportRequest* request,
+                                          v1::ExportStatus* response) override;
 
  private:
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,

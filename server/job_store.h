@@ -20,6 +20,18 @@ struct AssignmentRecord {
   std::string worker_id;
 };
 
+// One complete checkpoint of a job, as rank 0 reported it (CheckpointCommitted) with the hosts
+// of the attempt that wrote it.
+struct CheckpointRecord {
+  std::string job_id;
+  int64_t step = 0;
+  int64_t commit_unix_millis = 0;
+  int64_t size_bytes = 0;
+  int attempt = 0;
+  int world_size = 0;
+  std::vector<std::string> hosts;  // sorted, each once
+};
+
 // One entry of a job's history in the order it happened: a state change or an aggregated step.
 struct StoredEvent {
   int64_t sequence = 0;
@@ -75,6 +87,15 @@ class JobStore {
                                                             int64_t tail) = 0;
   // The bytes of text the job's stored log lines hold.
   virtual absl::StatusOr<int64_t> LogBytes(const std::string& job_id) = 0;
+
+  // Stores `record` (replacing the row of the same job and step) and forgets the job's other
+  // checkpoints whose step is not in `committed_steps`: rank 0 pruned them. Durable at once, or
+  // with the caller's group.
+  virtual absl::Status RecordCheckpoint(const CheckpointRecord& record,
+                                        const std::vector<int64_t>& committed_steps) = 0;
+  // The job's checkpoints, newest step first.
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(
+      const std::string& job_id) = 0;
 
   // Writes everything buffered.
   virtual absl::Status Flush() = 0;

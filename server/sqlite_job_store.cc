@@ -87,6 +87,20 @@ const std::vector<std::string>& Migrations() {
       R"sql(
         ALTER TABLE transitions ADD COLUMN actor TEXT NOT NULL DEFAULT '';
       )sql",
+      // Complete checkpoints as rank 0 reports them (fsdpctl checkpoints); `hosts` holds the
+      // attempt's hostnames, one per line. A state folder from before starts with none.
+      R"sql(
+        CREATE TABLE checkpoints (
+          job_id TEXT NOT NULL,
+          step INTEGER NOT NULL,
+          commit_unix_millis INTEGER NOT NULL,
+          size_bytes INTEGER NOT NULL,
+          attempt INTEGER NOT NULL,
+          world_size INTEGER NOT NULL,
+          hosts TEXT NOT NULL,
+          PRIMARY KEY (job_id, step)
+        );
+      )sql",
   };
   return migrations;
 }

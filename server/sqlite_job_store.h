@@ -56,6 +56,10 @@ class SqliteJobStore : public JobStore {
                                                     int64_t tail) override;
   absl::StatusOr<int64_t> LogBytes(const std::string& job_id) override;
 
+  absl::Status RecordCheckpoint(const CheckpointRecord& record,
+                                const std::vector<int64_t>& committed_steps) override;
+  absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id) override;
+
   absl::Status Flush() override;
   void BeginGroup() override;
   absl::Status EndGroup() override;

@@ -29,7 +29,8 @@ add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/step_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer_support.cc
-  ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint/consolidate.cc)
 target_include_directories(fsdpd_engine PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(fsdpd_engine PUBLIC
   fsdpd_checked_communicator fsdpd_model fsdpd_io fsdpd_profiler fsdpd_spec fsdpd_proto gloo

@@ -14,6 +14,7 @@
 
 #include "fsdpd/v1/common.pb.h"
 #include "fsdpd/v1/profile.pb.h"
+#include "fsdpd/v1/worker.pb.h"
 #include "worker/comm/key_value_store.h"
 
 namespace fsdpd {
@@ -64,6 +65,10 @@ struct TrainerHooks {
   std::function<void(const v1::ProfileReport&)> on_profile;
   // Polled once between steps for a profiling request from the coordinator. Null: none.
   std::function<std::optional<v1::ProfileRequest>()> poll_profile_request;
+  // Rank 0, after each checkpoint it committed: the step, its size, the world size, when, and
+  // the steps still committed after pruning (the job and attempt are left to the caller). Null:
+  // not told.
+  std::function<void(const v1::CheckpointCommitted&)> on_checkpoint;
 };
 
 }  // namespace fsdpd

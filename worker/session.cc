@@ -108,6 +108,7 @@ WorkerSession::~WorkerSession() {
   Shutdown();
   std::lock_guard<std::mutex> lock(state_mutex_);
   job_.reset();
+  export_.reset();
 }
 
 absl::Status WorkerSession::Register() {
@@ -309,6 +310,9 @@ void WorkerSession::HandleMessage(const v1::CoordinatorMessage& message) {
     case v1::CoordinatorMessage::kProfileRequest:
       HandleProfileRequest(message.profile_request());
       break;
+    case v1::CoordinatorMessage::kExportRequest:
+      HandleExportRequest(message.export_request());
+      break;
     case v1::CoordinatorMessage::kHeartbeatAck:
       for (int64_t acked = heartbeats_acked_.load();
            message.heartbeat_ack().sequence() > acked &&
@@ -429,6 +433,27 @@ void WorkerSession::HandleProfileRequest(const v1::ProfileRequest& request) {
     return;
   }
   job_->RequestProfile(request);
+}
+
+void WorkerSession::HandleExportRequest(const v1::ExportRequest& request) {
+  std::unique_ptr<ExportRun> previous;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (export_ && !export_->Finished()) {
+      const v1::ExportRequest& running = export_->request();
+      if (running.job_uid() == request.job_uid() && running.step() == request.step()) return;
+      outbox_.PushExport(
+          RefusedExport(request, absl::StrCat("the worker is busy exporting step ", running.step(),
+                                              " of job ", running.job_id())));
+      return;
+    }
+    previous = std::move(export_);
+    export_ = std::make_unique<ExportRun>(request, config_.checkpoint_root, config_.allowed_roots,
+                                          &outbox_);
+    export_->Start();
+  }
+  // The previous export has already finished; joining it is immediate.
+  previous.reset();
 }
 
 }  // namespace fsdpd

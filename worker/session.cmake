@@ -4,6 +4,7 @@ add_library(fsdpd_worker_session STATIC
   ${CMAKE_CURRENT_LIST_DIR}/session_device.cc
   ${CMAKE_CURRENT_LIST_DIR}/session_outbox.cc
   ${CMAKE_CURRENT_LIST_DIR}/session_job.cc
+  ${CMAKE_CURRENT_LIST_DIR}/session_export.cc
   ${CMAKE_CURRENT_LIST_DIR}/session.cc
   ${CMAKE_CURRENT_LIST_DIR}/session_health.cc
   ${CMAKE_CURRENT_LIST_DIR}/session_stream.cc

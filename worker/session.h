@@ -31,6 +31,7 @@
 #include "grpcpp/client_context.h"
 #include "worker/device/oom_evidence.h"
 #include "worker/session_device.h"
+#include "worker/session_export.h"
 #include "worker/session_job.h"
 #include "worker/session_outbox.h"
 
@@ -94,10 +95,19 @@ class WorkerSession {
                  std::atomic<bool>* broken);
   bool WriteFinished(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
                      const FinishedAttempt& finished);
+  bool WriteExport(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                   const FinishedExport& finished);
+  // Uploads the file at `path` as ArtifactChunks of (job_id, attempt) named `name`, from offset
+  // 0. False when the stream broke; a file that cannot be read sets `error` instead.
+  bool UploadArtifact(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                      const std::string& path, const std::string& job_id, int attempt,
+                      const std::string& name, std::string* error);
   void HandleMessage(const v1::CoordinatorMessage& message);
   void HandleAssignment(const v1::Assignment& assignment);
   void HandleCancellation(const v1::Cancellation& cancellation);
   void HandleProfileRequest(const v1::ProfileRequest& request);
+  // Starts consolidating a checkpoint on a thread (session_export.h), one at a time.
+  void HandleExportRequest(const v1::ExportRequest& request);
   bool ReadyToClose();
   void SleepBeforeReconnect(std::chrono::milliseconds backoff);
   // Health (session_health.cc).
@@ -147,6 +157,7 @@ class WorkerSession {
   std::chrono::milliseconds heartbeat_interval_;
   grpc::ClientContext* register_context_ = nullptr;  // a Register in flight, for Shutdown
   std::unique_ptr<JobRun> job_;
+  std::unique_ptr<ExportRun> export_;
   // The last attempt this worker started, by the job's unique id (display ids restart in a new
   // state folder), so an assignment re-sent after a reconnect is not run twice.
   std::string started_job_uid_;

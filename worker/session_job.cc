@@ -148,7 +148,8 @@ absl::StatusOr<RankContext> JobRun::MakeRankContext() const {
   return context;
 }
 
-// Steps, profiles and log lines go to the outbox, stamped with this run's identity.
+// Steps, profiles, committed checkpoints and log lines go to the outbox, stamped with this
+// run's identity.
 TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<double>& last_loss) {
   TrainerHooks hooks;
   hooks.cancelled = &cancelled_;
@@ -184,6 +185,15 @@ TrainerHooks JobRun::MakeHooks(std::atomic<int64_t>& last_step, std::atomic<doub
     std::optional<v1::ProfileRequest> request = std::move(profile_request_);
     profile_request_.reset();
     return request;
+  };
+  hooks.on_checkpoint = [this](const v1::CheckpointCommitted& committed) {
+    v1::WorkerMessage message;
+    v1::CheckpointCommitted* checkpoint = message.mutable_checkpoint();
+    *checkpoint = committed;
+    checkpoint->set_job_id(job_id());
+    checkpoint->set_job_uid(job_uid());
+    checkpoint->set_attempt(attempt());
+    outbox_->PushTelemetry(std::move(message));
   };
   hooks.on_log = [this](const std::string& level, const std::string& text) {
     spdlog::debug("job {} rank {}: {}", job_id(), rank(), text);

@@ -12,15 +12,23 @@ void Outbox::PushTelemetry(v1::WorkerMessage message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (telemetry_.size() >= telemetry_capacity_) {
-      // A profile's trace is only useful whole, so steps and log lines go first.
+      // A profile's trace is only useful whole, so steps and log lines go first; a committed
+      // checkpoint is kept (the coordinator lists it).
       auto victim =
-          std::find_if(telemetry_.begin(), telemetry_.end(),
-                       [](const v1::WorkerMessage& queued) { return !queued.has_profile(); });
+          std::find_if(telemetry_.begin(), telemetry_.end(), [](const v1::WorkerMessage& queued) {
+            return !queued.has_profile() && !queued.has_checkpoint();
+          });
+      if (victim == telemetry_.end()) {
+        victim =
+            std::find_if(telemetry_.begin(), telemetry_.end(),
+                         [](const v1::WorkerMessage& queued) { return !queued.has_checkpoint(); });
+      }
       if (victim == telemetry_.end()) victim = telemetry_.begin();
       dropped_.count++;
-      dropped_.job_id = victim->has_step()      ? victim->step().job_id()
-                        : victim->has_profile() ? victim->profile().job_id()
-                                                : victim->log().job_id();
+      dropped_.job_id = victim->has_step()         ? victim->step().job_id()
+                        : victim->has_profile()    ? victim->profile().job_id()
+                        : victim->has_checkpoint() ? victim->checkpoint().job_id()
+                                                   : victim->log().job_id();
       telemetry_.erase(victim);
     }
     telemetry_.push_back(std::move(message));
@@ -36,10 +44,30 @@ void Outbox::PushFinished(FinishedAttempt attempt) {
   changed_.notify_all();
 }
 
+void Outbox::PushExport(FinishedExport finished) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exports_.push_back(std::move(finished));
+  }
+  changed_.notify_all();
+}
+
+std::optional<FinishedExport> Outbox::FrontExport() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (exports_.empty()) return std::nullopt;
+  return exports_.front();
+}
+
+void Outbox::PopExport() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!exports_.empty()) exports_.pop_front();
+}
+
 void Outbox::WaitForWork(std::chrono::steady_clock::time_point until) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait_until(lock, until,
-                      [&] { return woken_ || !telemetry_.empty() || !finished_.empty(); });
+  changed_.wait_until(lock, until, [&] {
+    return woken_ || !telemetry_.empty() || !finished_.empty() || !exports_.empty();
+  });
   woken_ = false;
 }
 
@@ -61,7 +89,8 @@ void Outbox::PopTelemetry() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (telemetry_.empty()) return;
   const v1::WorkerMessage& front = telemetry_.front();
-  if (front.has_step() || (front.has_log() && front.log().sequence() > 0)) {
+  if (front.has_step() || front.has_checkpoint() ||
+      (front.has_log() && front.log().sequence() > 0)) {
     // Beyond the bound the oldest is forgotten unconfirmed, as the queue drops its oldest.
     if (unconfirmed_.size() >= telemetry_capacity_) unconfirmed_.pop_front();
     unconfirmed_.push_back(std::move(telemetry_.front()));
@@ -76,6 +105,11 @@ void Outbox::ConfirmStored(const v1::ReportsStored& stored) {
       const v1::StepReport& report = message.step();
       return report.job_id() == stored.job_id() && report.attempt() == stored.attempt() &&
              report.step() <= stored.through_step();
+    }
+    if (message.has_checkpoint()) {
+      const v1::CheckpointCommitted& checkpoint = message.checkpoint();
+      return checkpoint.job_id() == stored.job_id() && checkpoint.attempt() == stored.attempt() &&
+             checkpoint.step() <= stored.through_checkpoint_step();
     }
     const v1::LogLine& line = message.log();
     return line.job_id() == stored.job_id() && line.attempt() == stored.attempt() &&
@@ -115,7 +149,7 @@ void Outbox::PopFinished() {
 
 bool Outbox::Empty() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return telemetry_.empty() && finished_.empty();
+  return telemetry_.empty() && finished_.empty() && exports_.empty();
 }
 
 std::optional<v1::AttemptResult> Outbox::OldestUnsentResult() {

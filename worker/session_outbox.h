@@ -7,9 +7,13 @@
 // reported once the session is back. Attempt results (with rank 0's exported
 // model) are never dropped; they are sent after the telemetry queued before them.
 //
-// A step report or numbered log line that was sent stays in the outbox until the coordinator
-// confirms it stored it (ReportsStored). A new session sends the unconfirmed ones again first, so
-// a coordinator killed before writing them loses none.
+// A step report, numbered log line or committed checkpoint that was sent stays in the outbox
+// until the coordinator confirms it stored it (ReportsStored). A new session sends the
+// unconfirmed ones again first, so a coordinator killed before writing them loses none. A
+// committed checkpoint (CheckpointCommitted) is never dropped for room.
+//
+// Exports (a checkpoint consolidated into a safetensors file for the coordinator) queue apart
+// and are never dropped: their file is uploaded, then their ExportResult sent.
 #pragma once
 
 #include <chrono>
@@ -31,13 +35,23 @@ struct FinishedAttempt {
   std::string artifact_path;
 };
 
+struct FinishedExport {
+  v1::ExportResult result;
+  // The consolidated safetensors file, uploaded before the result when result.ok().
+  std::string artifact_path;
+};
+
 class Outbox {
  public:
   explicit Outbox(size_t telemetry_capacity);
 
-  // Queues a step report or log line; drops the oldest one when full.
+  // Queues a step report, log line or checkpoint; drops the oldest step report or log line
+  // when full.
   void PushTelemetry(v1::WorkerMessage message);
   void PushFinished(FinishedAttempt attempt);
+  void PushExport(FinishedExport finished);
+  std::optional<FinishedExport> FrontExport();
+  void PopExport();
 
   // Blocks until something is queued, `until` passes, or Wake() is called.
   void WaitForWork(std::chrono::steady_clock::time_point until);
@@ -75,6 +89,7 @@ class Outbox {
   // Sent step reports and numbered log lines, oldest first; at most telemetry_capacity_.
   std::deque<v1::WorkerMessage> unconfirmed_;
   std::deque<FinishedAttempt> finished_;
+  std::deque<FinishedExport> exports_;
   Dropped dropped_;
 };
 

@@ -114,6 +114,13 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
         next_heartbeat = Clock::now() + interval;
       }
     }
+    if (std::optional<FinishedExport> exported = outbox_.FrontExport()) {
+      if (!WriteExport(stream, *exported)) {
+        broken->store(true);
+        return;
+      }
+      outbox_.PopExport();
+    }
     if (std::optional<FinishedAttempt> finished = outbox_.FrontFinished()) {
       // A health the attempt's failure revealed (a root gone read-only) goes first, so the
       // coordinator does not place the retry here.
@@ -127,6 +134,47 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
   }
 }
 
+bool WorkerSession::UploadArtifact(Stream* stream, const std::string& path,
+                                   const std::string& job_id, int attempt, const std::string& name,
+                                   std::string* error) {
+  std::string worker_id;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    worker_id = worker_id_;
+  }
+  // Uploaded from offset 0 on every try: a session that broke mid-upload starts over.
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) {
+    *error = absl::StrCat("cannot read the exported model ", path);
+    return true;
+  }
+  const int64_t total = file.tellg();
+  file.seekg(0);
+  std::string buffer(kArtifactChunkBytes, '\0');
+  int64_t offset = 0;
+  do {
+    const int64_t size = std::min<int64_t>(kArtifactChunkBytes, total - offset);
+    if (!file.read(buffer.data(), size)) {
+      *error = absl::StrCat("reading the exported model ", path, " failed");
+      return true;
+    }
+    v1::WorkerMessage message;
+    message.set_worker_id(worker_id);
+    v1::ArtifactChunk* chunk = message.mutable_artifact();
+    chunk->set_job_id(job_id);
+    chunk->set_attempt(attempt);
+    chunk->set_name(name);
+    chunk->mutable_chunk()->set_data(buffer.data(), size);
+    chunk->mutable_chunk()->set_offset(offset);
+    chunk->mutable_chunk()->set_total_bytes(total);
+    offset += size;
+    chunk->set_last(offset >= total);
+    if (!stream->Write(message)) return false;
+  } while (offset < total);
+  spdlog::info("job {}: uploaded {} ({} bytes)", job_id, name, total);
+  return true;
+}
+
 bool WorkerSession::WriteFinished(Stream* stream, const FinishedAttempt& finished) {
   std::string worker_id;
   {
@@ -135,45 +183,44 @@ bool WorkerSession::WriteFinished(Stream* stream, const FinishedAttempt& finishe
   }
   v1::AttemptResult result = finished.result;
   if (!finished.artifact_path.empty()) {
-    // Uploaded from offset 0 on every try: a session that broke mid-upload starts over.
-    std::ifstream file(finished.artifact_path, std::ios::binary | std::ios::ate);
-    if (!file) {
+    std::string error;
+    if (!UploadArtifact(stream, finished.artifact_path, result.job_id(), result.attempt(),
+                        "model.safetensors", &error)) {
+      return false;
+    }
+    if (!error.empty()) {
       result.set_ok(false);
-      result.set_error(absl::StrCat("cannot read the exported model ", finished.artifact_path));
-    } else {
-      const int64_t total = file.tellg();
-      file.seekg(0);
-      std::string buffer(kArtifactChunkBytes, '\0');
-      int64_t offset = 0;
-      do {
-        const int64_t size = std::min<int64_t>(kArtifactChunkBytes, total - offset);
-        if (!file.read(buffer.data(), size)) {
-          result.set_ok(false);
-          result.set_error(
-              absl::StrCat("reading the exported model ", finished.artifact_path, " failed"));
-          break;
-        }
-        v1::WorkerMessage message;
-        message.set_worker_id(worker_id);
-        v1::ArtifactChunk* chunk = message.mutable_artifact();
-        chunk->set_job_id(result.job_id());
-        chunk->set_attempt(result.attempt());
-        chunk->set_name("model.safetensors");
-        chunk->mutable_chunk()->set_data(buffer.data(), size);
-        chunk->mutable_chunk()->set_offset(offset);
-        chunk->mutable_chunk()->set_total_bytes(total);
-        offset += size;
-        chunk->set_last(offset >= total);
-        if (!stream->Write(message)) return false;
-      } while (offset < total);
-      if (result.ok()) {
-        spdlog::info("job {}: uploaded the exported model ({} bytes)", result.job_id(), total);
-      }
+      result.set_error(error);
     }
   }
   v1::WorkerMessage message;
   message.set_worker_id(worker_id);
   *message.mutable_result() = result;
+  return stream->Write(message);
+}
+
+// A checkpoint's export: the file as chunks of attempt 0 (no attempt runs it), then the result.
+bool WorkerSession::WriteExport(Stream* stream, const FinishedExport& finished) {
+  std::string worker_id;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    worker_id = worker_id_;
+  }
+  v1::ExportResult result = finished.result;
+  if (result.ok() && !finished.artifact_path.empty()) {
+    std::string error;
+    if (!UploadArtifact(stream, finished.artifact_path, result.job_id(), 0, result.artifact_name(),
+                        &error)) {
+      return false;
+    }
+    if (!error.empty()) {
+      result.set_ok(false);
+      result.set_error(error);
+    }
+  }
+  v1::WorkerMessage message;
+  message.set_worker_id(worker_id);
+  *message.mutable_export_result() = result;
   return stream->Write(message);
 }
 

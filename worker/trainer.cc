@@ -11,9 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/path_component.h"
 #include "base/status_macros.h"
 #include "proto/spec/job_spec.h"
 #include "spdlog/spdlog.h"
+#include "worker/checkpoint/consolidate.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/path_policy.h"
@@ -61,8 +63,32 @@ absl::Status CheckRunnable(const v1::JobSpec& spec, const RankContext& context) 
 struct JobPaths {
   std::string job_dir;
   std::string init_path;  // empty: PyTorch's initialisation from train.seed
-  v1::DataSpec data;      // with its path resolved
+  // checkpoint.init_from_job_uid: that job's checkpoint folder, a sibling of this job's under
+  // the checkpoint root (empty: none), and the step to start from.
+  std::string init_job_dir;
+  int64_t init_step = 0;
+  v1::DataSpec data;  // with its path resolved
 };
+
+// The folder of the job whose checkpoint this one starts from: <checkpoint root>/<uid>, where
+// the root is the folder that holds this job's own (RankContext::checkpoint_dir), confined like
+// every other path.
+absl::Status ResolveInitJob(const v1::CheckpointSpec& checkpoint, const RankContext& context,
+                            JobPaths& paths) {
+  const std::string& uid = checkpoint.init_from_job_uid();
+  if (uid.empty()) return absl::OkStatus();
+  FSDPD_RETURN_IF_ERROR(CheckPathComponent("checkpoint.init_from_job_uid", uid));
+  if (checkpoint.init_from_step() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.init_from_job_uid ", uid,
+                     " needs checkpoint.init_from_step, a committed step"));
+  }
+  const std::filesystem::path root = std::filesystem::path(paths.job_dir).parent_path();
+  FSDPD_ASSIGN_OR_RETURN(paths.init_job_dir,
+                         ResolveConfinedPath((root / uid).string(), context.allowed_roots));
+  paths.init_step = checkpoint.init_from_step();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankContext& context) {
   JobPaths paths;
@@ -70,6 +96,7 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
                          CreateConfinedDirectory(context.checkpoint_dir, context.allowed_roots));
   FSDPD_ASSIGN_OR_RETURN(const v1::JobSpec resolved, ResolveSpecPaths(spec, context.allowed_roots));
   paths.init_path = resolved.checkpoint().init_from();
+  FSDPD_RETURN_IF_ERROR(ResolveInitJob(spec.checkpoint(), context, paths));
   paths.data = resolved.data();
   return paths;
 }
@@ -184,11 +211,41 @@ struct LoadedRun {
   CheckpointIdentity checkpoint_identity;  // written into, and checked against, manifests
 };
 
+// Another job's committed checkpoint as this job's initial weights: every rank reads all of the
+// origin's rank files and keeps its own slices (the world sizes may differ). Master weights
+// only: the optimizer starts fresh. A checkpoint that is missing, corrupt or of another model
+// fails the job for good (FAILED_PRECONDITION): retrying cannot bring it back.
+absl::Status LoadWeightsFromJob(const JobPaths& paths, const v1::CheckpointSpec& checkpoint,
+                                const ModelConfig& config, FsdpState& state, const EngineLog& log) {
+  const std::string& uid = checkpoint.init_from_job_uid();
+  log("info", absl::StrCat("loading the checkpoint of step ", paths.init_step, " of job ", uid,
+                           " from ", paths.init_job_dir));
+  absl::StatusOr<ConsolidatedCheckpoint> origin =
+      ConsolidateCheckpoint(paths.init_job_dir, paths.init_step, config);
+  if (!origin.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.init_from_job_uid: ", origin.status().message()));
+  }
+  if (!origin->job_uid.empty() && origin->job_uid != uid) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.init_from_job_uid: the checkpoint of step ", paths.init_step, " in ",
+        paths.init_job_dir, " belongs to job ", origin->job_uid, ", not ", uid));
+  }
+  FSDPD_RETURN_IF_ERROR(InitializeWeightsFromTensors(
+      origin->tensors, "checkpoint.init_from_job_uid",
+      absl::StrCat("the checkpoint of step ", paths.init_step, " in ", paths.init_job_dir), state));
+  log("info", absl::StrCat("initial weights from step ", paths.init_step, " of job ", uid,
+                           " (written at world size ", origin->world_size, ")"));
+  return absl::OkStatus();
+}
+
 // Initial weights first, so a resume overwrites them; a bad init file fails even on resume.
 absl::Status LoadWeights(const v1::JobSpec& spec, const ModelConfig& config, LoadedRun& run,
                          const EngineLog& log) {
   FsdpState& state = *run.engine.state;
-  if (!run.paths.init_path.empty()) {
+  if (!run.paths.init_job_dir.empty()) {
+    FSDPD_RETURN_IF_ERROR(LoadWeightsFromJob(run.paths, spec.checkpoint(), config, state, log));
+  } else if (!run.paths.init_path.empty()) {
     log("info", absl::StrCat("loading checkpoint.init_from '", run.paths.init_path, "'"));
     FSDPD_RETURN_IF_ERROR(InitializeWeightsFromFile(run.paths.init_path, state));
     log("info", absl::StrCat("initial weights from ", run.paths.init_path));
@@ -256,15 +313,35 @@ bool LoggedStep(int64_t step, int64_t total_steps) {
   return step <= 3 || step % 10 == 0 || step == total_steps;
 }
 
+// Rank 0 tells hooks.on_checkpoint of a step it committed, even when the collective after the
+// commit then failed (a cancellation aborts it): the checkpoint is on disk. One it cannot
+// describe is only logged (it is listed with the next one's committed steps).
+void ReportCommitted(const LoadedRun& run, int64_t step, const EngineLog& log,
+                     const TrainerHooks& hooks) {
+  const Communicator& communicator = *run.engine.communicator;
+  if (communicator.rank() != 0 || !hooks.on_checkpoint) return;
+  if (!ReadCheckpointIdentity(run.paths.job_dir, step).ok()) return;  // no manifest: not committed
+  absl::StatusOr<v1::CheckpointCommitted> committed =
+      DescribeCommittedCheckpoint(run.paths.job_dir, step, communicator.world_size());
+  if (committed.ok()) {
+    hooks.on_checkpoint(*committed);
+  } else {
+    log("warning", absl::StrCat("cannot describe the checkpoint of step ", step, ": ",
+                                committed.status().message()));
+  }
+}
+
 // Every checkpoint.every_steps steps (0: never), keeping the newest checkpoint.keep.
 absl::Status CheckpointIfDue(const v1::JobSpec& spec, int64_t step, LoadedRun& run,
-                             const EngineLog& log, const std::atomic<bool>* cancelled) {
+                             const EngineLog& log, const TrainerHooks& hooks) {
   const int64_t every = spec.checkpoint().every_steps();
   if (every <= 0 || step % every != 0) return absl::OkStatus();
   log("info", absl::StrCat("writing the checkpoint of step ", step));
-  FSDPD_RETURN_IF_ERROR(SaveCheckpoint(run.paths.job_dir, run.checkpoint_identity, step,
-                                       std::max(spec.checkpoint().keep(), 1), *run.engine.state,
-                                       *run.engine.communicator, *run.engine.backend, cancelled));
+  const absl::Status saved = SaveCheckpoint(
+      run.paths.job_dir, run.checkpoint_identity, step, std::max(spec.checkpoint().keep(), 1),
+      *run.engine.state, *run.engine.communicator, *run.engine.backend, hooks.cancelled);
+  ReportCommitted(run, step, log, hooks);
+  FSDPD_RETURN_IF_ERROR(saved);
   log("info", absl::StrCat("checkpoint of step ", step, " committed"));
   return absl::OkStatus();
 }
@@ -328,7 +405,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
     }
     result.final_step = step;
     result.final_loss = outcome.loss;
-    FSDPD_RETURN_IF_ERROR(CheckpointIfDue(spec, step, run, log, hooks.cancelled));
+    FSDPD_RETURN_IF_ERROR(CheckpointIfDue(spec, step, run, log, hooks));
   }
   profiling.Finish();
   FSDPD_RETURN_IF_ERROR(ExportModel(run, log, &result));

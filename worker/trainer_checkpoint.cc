@@ -1,6 +1,7 @@
 #include "worker/trainer_checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -24,14 +25,12 @@ struct ShardPart {
   std::unique_ptr<Buffer> UnitShard::*buffer;  // null: the master
 };
 constexpr ShardPart kShardParts[] = {
-    {"param", nullptr},
-    {"adam_m", &UnitShard::exp_avg},
-    {"adam_v", &UnitShard::exp_avg_sq},
+    {kMasterPart, nullptr},
+    {kExpAvgPart, &UnitShard::exp_avg},
+    {kExpAvgSqPart, &UnitShard::exp_avg_sq},
 };
 
-std::string BufferName(int unit, const char* suffix) {
-  return absl::StrCat("unit.", unit, ".", suffix);
-}
+std::string BufferName(int unit, const char* suffix) { return UnitBufferName(unit, suffix); }
 
 // A file that verified can still belong to another model: check it holds exactly our shards.
 absl::Status CheckMatchesState(const RankCheckpoint& checkpoint, FsdpState& state) {
@@ -271,6 +270,21 @@ absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity
                      committed.ok() ? "" : absl::StrCat(": ", committed.message())));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CheckpointCommitted> DescribeCommittedCheckpoint(const std::string& job_dir,
+                                                                    int64_t step, int world_size) {
+  v1::CheckpointCommitted committed;
+  committed.set_step(step);
+  committed.set_world_size(world_size);
+  committed.set_unix_millis(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  FSDPD_ASSIGN_OR_RETURN(const int64_t size, CheckpointSizeBytes(job_dir, step));
+  committed.set_size_bytes(size);
+  FSDPD_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListCommittedSteps(job_dir));
+  for (int64_t kept : steps) committed.add_committed_steps(kept);
+  return committed;
 }
 
 }  // namespace fsdpd

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "fsdpd/v1/spec.pb.h"
+#include "fsdpd/v1/worker.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/comm/communicator.h"
@@ -44,5 +45,11 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const std::string& job_dir,
 absl::Status SaveCheckpoint(const std::string& job_dir, const CheckpointIdentity& identity,
                             int64_t step, int keep, FsdpState& state, Communicator& communicator,
                             Backend& backend, const std::atomic<bool>* cancelled = nullptr);
+
+// Rank 0, after SaveCheckpoint: what the coordinator records of committed `step` (its size on
+// disk, the world size, now, and every step still committed after pruning, newest first). The
+// job and attempt fields are left empty.
+absl::StatusOr<v1::CheckpointCommitted> DescribeCommittedCheckpoint(const std::string& job_dir,
+                                                                    int64_t step, int world_size);
 
 }  // namespace fsdpd

@@ -43,8 +43,14 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint.init_from: cannot read ", path, ": ", tensors.status().message()));
   }
+  return InitializeWeightsFromTensors(*tensors, "checkpoint.init_from", path, state);
+}
+
+absl::Status InitializeWeightsFromTensors(const std::vector<NamedTensor>& tensors,
+                                          const std::string& field, const std::string& source,
+                                          FsdpState& state) {
   std::map<std::string, const NamedTensor*> by_name;
-  for (const NamedTensor& tensor : *tensors) by_name[tensor.name] = &tensor;
+  for (const NamedTensor& tensor : tensors) by_name[tensor.name] = &tensor;
 
   std::vector<std::string> missing, wrong_shape;
   std::set<std::string> known;
@@ -80,15 +86,14 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
   }
   if (!missing.empty()) {
     problems.push_back(
-        absl::StrCat(missing.size(), " parameter(s) missing from the file: ", NameList(missing)));
+        absl::StrCat(missing.size(), " parameter(s) missing from it: ", NameList(missing)));
   }
   if (!wrong_shape.empty()) {
     problems.push_back(absl::StrCat("wrong shapes: ", NameList(wrong_shape)));
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint.init_from: ", path,
-                     " does not match the model: ", absl::StrJoin(problems, "; ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", source, " does not match the model: ", absl::StrJoin(problems, "; ")));
   }
   for (int unit = 0; unit < state.num_units(); ++unit) {
     FSDPD_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, unit_values[unit]));
@@ -96,15 +101,12 @@ absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
-                                                    const ModelConfig& config, FsdpState& state,
-                                                    Communicator& communicator) {
+std::vector<NamedTensor> TensorsOfUnits(const std::vector<UnitLayout>& units,
+                                        const std::vector<std::vector<float>>& unit_values) {
   std::vector<NamedTensor> tensors;
-  for (int unit = 0; unit < state.num_units(); ++unit) {
-    std::vector<float> values;
-    FSDPD_RETURN_IF_ERROR(state.GatherMasterToHost(unit, &values));
-    if (communicator.rank() != 0) continue;
-    for (const ParameterInfo& parameter : state.unit(unit).parameters) {
+  for (size_t unit = 0; unit < units.size(); ++unit) {
+    const std::vector<float>& values = unit_values[unit];
+    for (const ParameterInfo& parameter : units[unit].parameters) {
       NamedTensor tensor;
       tensor.name = parameter.name;
       tensor.shape = parameter.shape;
@@ -113,7 +115,11 @@ absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int
       tensors.push_back(std::move(tensor));
     }
   }
-  if (communicator.rank() != 0) return std::string();
+  return tensors;
+}
+
+absl::Status WriteExportedModel(const std::string& path, int64_t step, const ModelConfig& config,
+                                const std::vector<NamedTensor>& tensors) {
   // The model section of the spec travels with the weights, so that a reader without the
   // spec (fsdpd-edge, PyTorch) can rebuild the architecture; "format": "pt" is what
   // safetensors' PyTorch loader expects.
@@ -132,6 +138,20 @@ absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int
     return absl::InternalError(
         absl::StrCat("cannot write the exported model to ", path, ": ", written.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ExportConsolidatedModel(const std::string& path, int64_t step,
+                                                    const ModelConfig& config, FsdpState& state,
+                                                    Communicator& communicator) {
+  std::vector<UnitLayout> units;
+  std::vector<std::vector<float>> unit_values(state.num_units());
+  for (int unit = 0; unit < state.num_units(); ++unit) {
+    FSDPD_RETURN_IF_ERROR(state.GatherMasterToHost(unit, &unit_values[unit]));
+    units.push_back(state.unit(unit));
+  }
+  if (communicator.rank() != 0) return std::string();
+  FSDPD_RETURN_IF_ERROR(WriteExportedModel(path, step, config, TensorsOfUnits(units, unit_values)));
   return path;
 }
 

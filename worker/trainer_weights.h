@@ -4,8 +4,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "formats/safetensors.h"
 #include "worker/comm/communicator.h"
 #include "worker/fsdp/fsdp_state.h"
 #include "worker/model/model_config.h"
@@ -20,6 +22,24 @@ absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
 // confined). Names the model does not have, parameters the file lacks, and wrong shapes are
 // INVALID_ARGUMENT listing them. Not collective.
 absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state);
+
+// Loads every parameter from whole tensors with PyTorch's names into this rank's master
+// shards, with the checks of InitializeWeightsFromFile; errors start with "<field>: <source>"
+// (e.g. "checkpoint.init_from: /data/w.safetensors"). Not collective.
+absl::Status InitializeWeightsFromTensors(const std::vector<NamedTensor>& tensors,
+                                          const std::string& field, const std::string& source,
+                                          FsdpState& state);
+
+// The whole tensors with PyTorch's names of the units' unpadded flat fp32 values
+// (unit_values[i] holds units[i].numel values), in unit and then state_dict order.
+std::vector<NamedTensor> TensorsOfUnits(const std::vector<UnitLayout>& units,
+                                        const std::vector<std::vector<float>>& unit_values);
+
+// Writes the exported model: `tensors` as one safetensors file at `path` (atomically) with the
+// step and the model config in its __metadata__ (formats/model_metadata.h). The one writer of
+// an exported model, at the end of a run and from a checkpoint (worker/checkpoint/consolidate.h).
+absl::Status WriteExportedModel(const std::string& path, int64_t step, const ModelConfig& config,
+                                const std::vector<NamedTensor>& tensors);
 
 // Collective: gathers every unit's fp32 master; rank 0 then writes one safetensors file of
 // the whole model with PyTorch's names to `path` (atomically), with the model config in its

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast, overload
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
         StartProfile: _Unary[profile_pb2.ProfileRequest, jobs_pb2.StartProfileResponse]
         GetProfile: _Unary[jobs_pb2.GetProfileRequest, profile_pb2.ProfileReport]
         GetTrace: _Stream[jobs_pb2.GetTraceRequest, jobs_pb2.FileChunk]
+        ListCheckpoints: _Unary[jobs_pb2.ListCheckpointsRequest, jobs_pb2.ListCheckpointsResponse]
+        PrepareExport: _Unary[jobs_pb2.PrepareExportRequest, jobs_pb2.ExportStatus]
 
 # Kept importable from here, where they lived before.
 __all__ = ["Client", "FsdpdError", "load_spec", "state_name", "DEFAULT_COORDINATOR"]
@@ -270,26 +273,60 @@ class Client:
             f.write(data)
         return path
 
-    @overload
-    def export(self, job_id: str, path: None = None) -> bytes: ...
+    def list_checkpoints(self, job_id: str) -> builtins.list[jobs_pb2.Checkpoint]:
+        """The job's complete checkpoints, newest first.
+
+        Returns:
+            fsdpd.v1.Checkpoint messages: step, commit_time, size_bytes, hosts, attempt and
+            world_size.
+
+        Raises:
+            FsdpdError: NOT_FOUND for an unknown job.
+        """
+        answer = self._unary(self._stub.ListCheckpoints,
+                             jobs_pb2.ListCheckpointsRequest(id=job_id))
+        return list(answer.checkpoints)
 
     @overload
-    def export(self, job_id: str, path: _Path) -> _Path: ...
+    def export(self, job_id: str, path: None = None, step: int | None = None) -> bytes: ...
 
-    def export(self, job_id: str, path: _Path | None = None) -> bytes | _Path:
-        """The finished job's weights as a safetensors file, with PyTorch's parameter names.
+    @overload
+    def export(self, job_id: str, path: _Path, step: int | None = None) -> _Path: ...
+
+    def export(self, job_id: str, path: _Path | None = None,
+               step: int | None = None) -> bytes | _Path:
+        """The job's weights as a safetensors file, with PyTorch's parameter names.
+
+        As `fsdpctl export`: the coordinator prepares the export (an idle worker consolidates a
+        checkpoint's rank files), polled every half second until it is ready, then it streams.
 
         Args:
             job_id: the job's id.
             path: where to write the file; None: return its bytes.
+            step: a complete checkpoint's step, whatever the job's state; None: the final model
+                of a SUCCEEDED job, else the job's newest complete checkpoint.
 
         Returns:
             path, or the file's bytes.
 
         Raises:
-            FsdpdError: FAILED_PRECONDITION while the job has not succeeded.
+            FsdpdError: NOT_FOUND for a step the job has no checkpoint of (the message names
+                those it has) or a job with nothing to export; FAILED_PRECONDITION when the
+                export failed (a missing or corrupt rank file, named in the message).
         """
-        return self._download(self._stub.ExportJob, jobs_pb2.ExportJobRequest(id=job_id), path)
+        if step is not None and step <= 0:
+            raise ValueError(f"step must be positive (got {step})")
+        request = jobs_pb2.PrepareExportRequest(id=job_id, step=step or 0)
+        while True:
+            status = self._unary(self._stub.PrepareExport, request)
+            if status.state == jobs_pb2.ExportStatus.READY:
+                break
+            if status.state == jobs_pb2.ExportStatus.FAILED:
+                raise FsdpdError(grpc.StatusCode.FAILED_PRECONDITION,
+                                 f"cannot export job {job_id}: {status.message}")
+            time.sleep(0.5)
+        return self._download(self._stub.ExportJob,
+                              jobs_pb2.ExportJobRequest(id=job_id, step=status.step), path)
 
     def export_state_dict(self, job_id: str) -> dict[str, Any]:
         """The finished job's weights as a state dict.

@@ -99,6 +99,45 @@ TEST(WorkerOutboxTest, SentReportsWaitForTheCoordinatorToStoreThem) {
   EXPECT_TRUE(outbox.Empty());
 }
 
+v1::WorkerMessage Checkpoint(const std::string& job_id, int attempt, int64_t step) {
+  v1::WorkerMessage message;
+  message.mutable_checkpoint()->set_job_id(job_id);
+  message.mutable_checkpoint()->set_attempt(attempt);
+  message.mutable_checkpoint()->set_step(step);
+  return message;
+}
+
+// Rank 0's committed checkpoints are listed by the coordinator: each is kept until it is
+// confirmed as stored, sent again on a new session, and never dropped for room.
+TEST(WorkerOutboxTest, CommittedCheckpointsWaitForTheCoordinatorAndAreNeverDropped) {
+  Outbox outbox(3);
+  outbox.PushTelemetry(Checkpoint("job-1", 1, 10));
+  for (int64_t step = 11; step <= 15; ++step) outbox.PushTelemetry(Step("job-1", step));
+  EXPECT_EQ(outbox.TakeDropped().count, 3);
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{-1, 14, 15})) << "the checkpoint is kept";
+  EXPECT_EQ(outbox.UnconfirmedCount(), 3u);
+
+  // A step confirmation, another attempt's or a lower checkpoint's: it waits on.
+  outbox.ConfirmStored(Stored("job-1", 0, 15));
+  v1::ReportsStored stored = Stored("job-1", 1, 15);
+  outbox.ConfirmStored(stored);
+  stored.set_through_checkpoint_step(10);
+  stored.set_attempt(2);
+  outbox.ConfirmStored(stored);
+  stored.set_attempt(1);
+  stored.set_through_checkpoint_step(9);
+  outbox.ConfirmStored(stored);
+  EXPECT_EQ(outbox.UnconfirmedCount(), 1u);
+  outbox.RequeueUnconfirmed();
+  std::optional<v1::WorkerMessage> resent = outbox.FrontTelemetry();
+  ASSERT_TRUE(resent.has_value() && resent->has_checkpoint());
+  EXPECT_EQ(resent->checkpoint().step(), 10);
+  SendAll(outbox);
+  stored.set_through_checkpoint_step(10);
+  outbox.ConfirmStored(stored);
+  EXPECT_EQ(outbox.UnconfirmedCount(), 0u);
+}
+
 TEST(WorkerOutboxTest, UnconfirmedReportsAreBoundedByTheCapacity) {
   Outbox outbox(3);
   for (int64_t step = 1; step <= 5; ++step) {

@@ -243,6 +243,24 @@ def check_logs(client, job_id):
     check(all(line.proto.text == line.text for line in lines), "LogLine.proto")
 
 
+def check_checkpoints(client, job_id):
+    """list_checkpoints and export(step=): the newest two of every STEPS // 3 steps, and the
+    earlier one's weights, which differ from the final model's."""
+    every = STEPS // 3
+    listed = client.list_checkpoints(job_id)
+    check([c.step for c in listed] == [STEPS, STEPS - every],
+          f"checkpoints {[c.step for c in listed]}")
+    check(all(c.size_bytes > 0 and c.hosts and c.world_size == 2 for c in listed),
+          f"checkpoints {listed}")
+    earlier = fsdpd.read_safetensors(client.export(job_id, step=STEPS - every))
+    final = fsdpd.read_safetensors(client.export(job_id))
+    check(sorted(earlier) == sorted(final), f"tensors {sorted(earlier)} vs {sorted(final)}")
+    check(any((earlier[name] != final[name]).any() for name in final),
+          "the checkpoint of an earlier step holds the final weights")
+    expect_error(grpc.StatusCode.NOT_FOUND, client.list_checkpoints, "job-999999")
+    print(f"python client: {len(listed)} checkpoints listed; step {STEPS - every} exported")
+
+
 def run(address, source_dir):
     client = fsdpd.Client(address)
     workers = wait_for_workers(client, 2, time.time() + 60)
@@ -254,10 +272,12 @@ def run(address, source_dir):
     with open(os.path.join(source_dir, "examples", "demo.yaml")) as f:
         spec = yaml.safe_load(f)
     spec["train"]["steps"] = STEPS
+    spec["checkpoint"] = {"every_steps": STEPS // 3, "keep": 2}
     spec["data"]["path"] = os.path.join(source_dir, "examples", spec["data"]["path"])
     check_bad_specs(client, spec)
     job_id = check_submit(client, spec)
-    expect_error(grpc.StatusCode.FAILED_PRECONDITION, client.export, job_id)
+    error = expect_error(grpc.StatusCode.NOT_FOUND, client.export, job_id, step=7)
+    check("no complete checkpoint of step 7" in error.message, f"export step 7: {error}")
     expect_error(grpc.StatusCode.NOT_FOUND, client.profile, job_id)
 
     check_events(client, job_id)
@@ -280,6 +300,7 @@ def run(address, source_dir):
           "exported weights are empty or NaN")
     print(f"python client: job {job_id} SUCCEEDED after {STEPS} steps; exported "
           f"{len(weights)} tensors, {sum(a.size for a in weights.values())} parameters")
+    check_checkpoints(client, job_id)
     check_example(address, source_dir)
 
 

@@ -302,7 +302,7 @@ TEST_F(JobManagerTest, AModelUploadLargerThanTheSpecAllowsFailsTheAttempt) {
   expect_refused(2, absl::StrCat("past the ", limit, " bytes"));
   // Another file beside the model.
   upload(3, 0, 100, true, "notes.txt");
-  expect_refused(3, "is not model.safetensors");
+  expect_refused(3, "is neither model.safetensors");
   EXPECT_FALSE(std::filesystem::exists(artifact_dir + "/notes.txt"));
 
   // The next attempt uploads a model exactly at the limit, which is stored.

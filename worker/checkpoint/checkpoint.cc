@@ -127,6 +127,10 @@ void RemoveStaleTempFiles(const std::string& directory) {
 
 }  // namespace
 
+std::string UnitBufferName(int unit, const std::string& part) {
+  return absl::StrCat("unit.", unit, ".", part);
+}
+
 absl::Status WriteRankCheckpoint(const std::string& job_dir, const RankCheckpoint& state,
                                  const std::atomic<bool>* cancelled) {
   const std::string prefix = Prefix(state.step, state.rank);
@@ -271,7 +275,30 @@ absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(const std::string& job
   if (manifest.contains("fingerprint") && manifest["fingerprint"].is_string()) {
     identity.fingerprint = manifest["fingerprint"].get<std::string>();
   }
+  if (manifest.contains("world_size") && manifest["world_size"].is_number_integer()) {
+    identity.world_size = manifest["world_size"].get<int>();
+  }
   return identity;
+}
+
+absl::StatusOr<int64_t> CheckpointSizeBytes(const std::string& job_dir, int64_t step) {
+  const std::string step_dir = StepDirectory(job_dir, step);
+  std::error_code error;
+  fs::directory_iterator iterator(step_dir, error);
+  if (error) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot list checkpoint directory '", step_dir, "': ", error.message()));
+  }
+  int64_t total = 0;
+  for (const fs::directory_entry& entry : iterator) {
+    // Temp files of a writer that crashed are not part of the checkpoint.
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos) continue;
+    std::error_code size_error;
+    if (!entry.is_regular_file(size_error)) continue;
+    const uintmax_t size = entry.file_size(size_error);
+    if (!size_error) total += static_cast<int64_t>(size);
+  }
+  return total;
 }
 
 absl::StatusOr<RankCheckpoint> LoadRankCheckpoint(const std::string& job_dir, int64_t step,

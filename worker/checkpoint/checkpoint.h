@@ -20,9 +20,17 @@
 namespace fsdpd {
 
 struct ShardBuffer {
-  std::string name;  // e.g. "unit.3.param", "unit.3.adam_m"
+  std::string name;  // e.g. "unit.3.param", "unit.3.adam_m" (UnitBufferName)
   std::vector<float> values;
 };
+
+// The parts of a unit a rank file holds: the fp32 master slice and AdamW's two moments.
+inline constexpr char kMasterPart[] = "param";
+inline constexpr char kExpAvgPart[] = "adam_m";
+inline constexpr char kExpAvgSqPart[] = "adam_v";
+
+// The name of one unit's part in a rank file: "unit.<unit>.<part>".
+std::string UnitBufferName(int unit, const std::string& part);
 
 struct RankCheckpoint {
   int64_t step = 0;  // steps completed
@@ -42,6 +50,9 @@ struct CheckpointIdentity {
   // What makes a checkpoint loadable: model config, world size, dtypes, optimizer
   // (worker/trainer_checkpoint.h builds it), as "key=value" words.
   std::string fingerprint;
+  // The world size of the run that wrote it (ReadCheckpointIdentity fills it from the manifest;
+  // 0: not read).
+  int world_size = 0;
 };
 
 // Writes this rank's file for `step` (durable on return). Does not commit. When `cancelled` is
@@ -63,8 +74,12 @@ int FirstMissingRankFile(const std::string& job_dir, int64_t step, int world_siz
 absl::Status CommitCheckpoint(const std::string& job_dir, int64_t step, int world_size, int keep,
                               const CheckpointIdentity& identity = {});
 
-// The identity recorded in the manifest of committed `step` (empty fields where it has none).
+// The identity recorded in the manifest of committed `step` (empty fields where it has none),
+// with the manifest's world size.
 absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(const std::string& job_dir, int64_t step);
+
+// The bytes of committed `step` on disk: every rank file and the manifest.
+absl::StatusOr<int64_t> CheckpointSizeBytes(const std::string& job_dir, int64_t step);
 
 // Steps with a manifest, newest first.
 absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& job_dir);
