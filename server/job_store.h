@@ -26,6 +26,17 @@ struct StoredEvent {
   v1::JobEvent event;
 };
 
+// The complete checkpoints the coordinator has recorded, as SubmitJobRequest.origin.weights_from
+// needs them (fsdpctl resubmit --from). The job store's checkpoints table answers it; the job
+// manager is given one with SetCheckpointCatalog, and without one refuses weights_from.
+class CheckpointCatalog {
+ public:
+  virtual ~CheckpointCatalog() = default;
+  // The steps of the job's complete checkpoints, newest first (empty: none recorded).
+  virtual absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps(
+      const std::string& job_id) const = 0;
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
