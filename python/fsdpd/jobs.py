@@ -35,6 +35,7 @@ class Origin:
 
     @classmethod
     def from_proto(cls, origin: jobs_pb2.JobOrigin) -> Origin:
+        """The Origin for a fsdpd.v1.JobOrigin."""
         return cls(resubmitted_from=origin.resubmitted_from, overrides=list(origin.overrides),
                    weights_from_job=origin.weights_from.job_id,
                    weights_from_step=origin.weights_from.step)
@@ -62,6 +63,7 @@ class Attempt:
 
     @classmethod
     def from_proto(cls, attempt: jobs_pb2.Attempt) -> Attempt:
+        """The Attempt for a fsdpd.v1.Attempt."""
         return cls(number=attempt.number,
                    ranks=[(rank.rank, rank.worker_id, rank.hostname) for rank in attempt.ranks],
                    start_time=from_timestamp(attempt, "start_time"),
