@@ -5,18 +5,34 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "client/client_context.h"
 
 namespace fsdpd::client {
 
-// submit_command.cc
-int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch, bool dry_run);
+// submit_command.cc: `labels` are key=value arguments of --label.
+int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch, bool dry_run,
+              const std::vector<std::string>& labels = {});
+
+// resubmit_command.cc: a new job with JOB's spec and `overrides` (--set path=value,
+// client/spec_overrides.h), JOB's labels plus `labels`, and its origin recorded; with `from`
+// ("JOB[@STEP]") it starts from that job's checkpoint weights, otherwise from the weights JOB
+// started from, if any.
+int RunResubmit(const ClientOptions& options, const std::string& job_id,
+                const std::vector<std::string>& overrides, const std::string& from,
+                const std::vector<std::string>& labels, bool watch);
+
+// describe_command.cc: one page of 80 columns about a job for a person.
+int RunDescribe(const ClientOptions& options, const std::string& job_id);
 
 // job_commands.cc
-int RunList(const ClientOptions& options, const std::string& state_filter);
+int RunList(const ClientOptions& options, const std::string& state_filter,
+            const std::vector<std::string>& labels = {});
 int RunStatus(const ClientOptions& options, const std::string& job_id);
-int RunCancel(const ClientOptions& options, const std::string& job_id);
+// `reason` ("" : "cancelled with fsdpctl") is recorded on the CANCELLED transition.
+int RunCancel(const ClientOptions& options, const std::string& job_id,
+              const std::string& reason = "");
 
 // watch_command.cc: exits 0 only if the job SUCCEEDED. When the coordinator becomes
 // unavailable it reconnects for up to reconnect_for (0: fails at once), and prints each event of

@@ -1,13 +1,19 @@
 #include <iostream>
 
 #include "client/commands.h"
+#include "client/job_text.h"
 #include "client/output.h"
+#include "client/spec_overrides.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 
 namespace fsdpd::client {
 
-int RunList(const ClientOptions& options, const std::string& state_filter) {
+int RunList(const ClientOptions& options, const std::string& state_filter,
+            const std::vector<std::string>& labels) {
   v1::ListJobsRequest request;
+  absl::StatusOr<std::map<std::string, std::string>> selector = ParseKeyValues(labels, "--label");
+  if (!selector.ok()) return Fail(std::string(selector.status().message()));
+  request.mutable_labels()->insert(selector->begin(), selector->end());
   if (!state_filter.empty()) {
     std::optional<v1::JobState> state = ParseJobState(state_filter);
     if (!state) {
@@ -30,7 +36,7 @@ int RunList(const ClientOptions& options, const std::string& state_filter) {
     return 0;
   }
   if (response.jobs_size() == 0) {
-    std::cout << "no jobs" << std::endl;
+    std::cout << (labels.empty() ? "no jobs" : "no jobs with those labels") << std::endl;
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
@@ -76,6 +82,10 @@ int RunStatus(const ClientOptions& options, const std::string& job_id) {
             << "created    " << FormatTime(job.created_unix_millis()) << "\n"
             << "started    " << FormatTime(job.started_unix_millis()) << "\n"
             << "finished   " << FormatTime(job.finished_unix_millis()) << "\n";
+  if (job.labels_size() > 0) std::cout << "labels     " << LabelsText(job) << "\n";
+  if (const std::string origin = OriginText(job.origin()); !origin.empty()) {
+    std::cout << "origin     " << origin << "\n";
+  }
   if (job.worker_ids_size() > 0) {
     std::cout << "workers   ";
     for (int rank = 0; rank < job.worker_ids_size(); ++rank) {
@@ -95,11 +105,11 @@ int RunStatus(const ClientOptions& options, const std::string& job_id) {
   return 0;
 }
 
-int RunCancel(const ClientOptions& options, const std::string& job_id) {
+int RunCancel(const ClientOptions& options, const std::string& job_id, const std::string& reason) {
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::CancelJobRequest request;
   request.set_id(job_id);
-  request.set_reason("cancelled with fsdpctl");
+  request.set_reason(reason.empty() ? "cancelled with fsdpctl" : reason);
   v1::Job job;
   grpc::ClientContext context;
   SetUnaryDeadline(&context);

@@ -27,14 +27,39 @@ int main(int argc, char** argv) {
   std::string spec_path, job_id, state_filter, output_path;
   bool watch = false, dry_run = false, follow = false;
   int64_t tail = 0;
+  std::vector<std::string> labels;
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
   submit->add_option("FILE", spec_path, "job spec")->required();
   submit->add_flag("--watch", watch, "follow the job until it ends");
   submit->add_flag("--dry-run", dry_run, "check the spec; store nothing");
+  // One key=value per --label or --set, so a positional after it stays positional.
+  submit->add_option("--label", labels, "key=value label for grouping runs (repeatable)")
+      ->allow_extra_args(false);
+
+  std::vector<std::string> overrides;
+  std::string from;
+  CLI::App* resubmit = app.add_subcommand(
+      "resubmit", "run a job again as a new job, with --set overrides of its spec");
+  resubmit->add_option("JOB", job_id, "the job whose spec to run again")->required();
+  resubmit
+      ->add_option("--set", overrides,
+                   "path=value override of the spec, e.g. train.lr=1e-4 (repeatable)")
+      ->allow_extra_args(false);
+  resubmit->add_option("--from", from,
+                       "JOB[@STEP]: start from that job's checkpoint weights (default: newest)");
+  resubmit->add_option("--label", labels, "key=value label, added to the job's (repeatable)")
+      ->allow_extra_args(false);
+  resubmit->add_flag("--watch", watch, "follow the new job until it ends");
 
   CLI::App* list = app.add_subcommand("list", "list jobs");
   list->add_option("--state", state_filter, "only jobs in this state");
+  list->add_option("--label", labels, "only jobs with this key=value label (repeatable: all)")
+      ->allow_extra_args(false);
+
+  CLI::App* describe =
+      app.add_subcommand("describe", "one page about a job: spec, origin, history, attempts");
+  describe->add_option("JOB", job_id, "job id")->required();
 
   CLI::App* status = app.add_subcommand("status", "show one job");
   status->add_option("JOB", job_id, "job id")->required();
@@ -50,6 +75,8 @@ int main(int argc, char** argv) {
 
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("JOB", job_id, "job id")->required();
+  std::string cancel_reason;
+  cancel->add_option("--reason", cancel_reason, "why, recorded in the job's history");
 
   CLI::App* logs = app.add_subcommand("logs", "print a job's log lines");
   logs->add_option("JOB", job_id, "job id")->required();
@@ -127,13 +154,17 @@ int main(int argc, char** argv) {
       !error.empty()) {
     return Fail(error);
   }
-  if (submit->parsed()) return RunSubmit(options, spec_path, watch, dry_run);
-  if (list->parsed()) return RunList(options, state_filter);
+  if (submit->parsed()) return RunSubmit(options, spec_path, watch, dry_run, labels);
+  if (resubmit->parsed()) {
+    return RunResubmit(options, job_id, overrides, from, labels, watch);
+  }
+  if (list->parsed()) return RunList(options, state_filter, labels);
+  if (describe->parsed()) return RunDescribe(options, job_id);
   if (status->parsed()) return RunStatus(options, job_id);
   if (watch_verb->parsed()) {
     return RunWatch(options, job_id, std::chrono::seconds(reconnect_seconds));
   }
-  if (cancel->parsed()) return RunCancel(options, job_id);
+  if (cancel->parsed()) return RunCancel(options, job_id, cancel_reason);
   if (logs->parsed()) {
     return RunLogs(options, job_id, follow, tail, std::chrono::seconds(reconnect_seconds));
   }

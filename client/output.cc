@@ -54,13 +54,24 @@ nlohmann::json JobToJson(const v1::Job& job) {
   for (const v1::StateChange& change : job.transitions()) {
     out["transitions"].push_back(StateEventToJson(change));
   }
-  std::string spec_json;
+  out["labels"] = nlohmann::json::object();
+  for (const auto& [key, value] : job.labels()) out["labels"][key] = value;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
-  if (google::protobuf::util::MessageToJsonString(job.spec(), &spec_json, options).ok()) {
-    out["spec"] = nlohmann::json::parse(spec_json, nullptr, false);
-  }
+  // The spec, origin and attempts as the API's JSON mapping names them.
+  const auto message_json = [&options](const google::protobuf::Message& message) {
+    std::string text;
+    if (!google::protobuf::util::MessageToJsonString(message, &text, options).ok()) {
+      return nlohmann::json();
+    }
+    return nlohmann::json::parse(text, nullptr, false);
+  };
+  out["spec"] = message_json(job.spec());
+  out["origin"] = message_json(job.origin());
+  out["attempts"] = nlohmann::json::array();
+  for (const v1::Attempt& attempt : job.attempts())
+    out["attempts"].push_back(message_json(attempt));
   return out;
 }
 

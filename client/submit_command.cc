@@ -4,6 +4,7 @@
 
 #include "client/commands.h"
 #include "client/output.h"
+#include "client/spec_overrides.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "proto/spec/job_spec.h"
 #include "proto/spec/spec_path_fields.h"
@@ -31,8 +32,11 @@ void ResolveRelativePaths(const std::string& spec_path, v1::JobSpec* spec) {
 
 }  // namespace
 
-int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch,
-              bool dry_run) {
+int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool watch, bool dry_run,
+              const std::vector<std::string>& labels) {
+  absl::StatusOr<std::map<std::string, std::string>> label_pairs =
+      ParseKeyValues(labels, "--label");
+  if (!label_pairs.ok()) return Fail(std::string(label_pairs.status().message()));
   // Only what the YAML says is sent: the coordinator fills in the defaults.
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path, SpecDefaults::kLeaveUnset);
   if (!spec.ok()) {
@@ -56,6 +60,7 @@ int RunSubmit(const ClientOptions& options, const std::string& spec_path, bool w
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *spec;
   request.set_dry_run(dry_run);
+  request.mutable_labels()->insert(label_pairs->begin(), label_pairs->end());
   v1::SubmitJobResponse response;
   grpc::ClientContext context;
   SetUnaryDeadline(&context);

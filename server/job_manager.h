@@ -45,6 +45,9 @@ namespace fsdpd::server {
 
 // The actor of the state changes the coordinator decides itself (StateChange.actor).
 inline constexpr char kCoordinatorActor[] = "fsdpd";
+// The reasons of a new job's first state change, and of a held job's once the fleet could run it.
+inline constexpr char kSubmittedReason[] = "submitted";
+inline constexpr char kFleetCanRunReason[] = "the fleet can run it now; waiting for workers";
 
 // A WatchJob or GetJobLogs stream. Called under the job manager's lock: must not block.
 class JobSubscriber {
@@ -64,6 +67,13 @@ class JobObserver {
   virtual void OnAggregateStep(const v1::StepReport& aggregate) = 0;
   virtual void OnJobFinished(const std::string& job_id) = 0;
   virtual void OnProfile(const v1::ProfileReport& report) = 0;
+};
+
+// What a submission carries besides its spec (SubmitJobRequest.labels and .origin).
+struct SubmitDetails {
+  std::map<std::string, std::string> labels;
+  // weights_from.step 0 is resolved to the newest complete checkpoint by Submit.
+  v1::JobOrigin origin;
 };
 
 class JobManager {
@@ -86,9 +96,14 @@ class JobManager {
   // then also put in `field_errors` when it is given (the job service answers them as
   // google.rpc.BadRequest violations). `owner` is the submitter's principal (auth.h; "" without
   // authentication): stored as Job.owner and as the actor of the first transition.
+  // `details`: labels (job_labels.h rules) and origin. origin.weights_from must name a job
+  // that exists, with the same model section, and one of its complete checkpoints (step 0: the
+  // newest), and the spec may not set checkpoint.init_from with it; Submit stores the resolved
+  // step and sets the stored spec's checkpoint.init_from_job_uid / init_from_step. Each error is
+  // INVALID_ARGUMENT naming its field.
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec, const std::string& owner = "",
                                      std::vector<FieldError>* field_errors = nullptr,
-                                     Role role = Role::kAdmin);
+                                     Role role = Role::kAdmin, const SubmitDetails& details = {});
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
   // `actor` is recorded on the CANCELLED transition (StateChange.actor).
@@ -252,11 +267,23 @@ class JobManager {
   // `ahead_of`: the waiting head job this one starts ahead of (backfill), or "".
   void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids,
                           const std::string& ahead_of = "");
+  // The reason of the job's latest transition ("" without one).
+  static std::string LastTransitionReason(const v1::Job& job);
+  // What a waiting job's reason shows: `why` it waits (the scheduler's WaitReason), after what
+  // its last state change said when that says more than that it was submitted or held (why it
+  // is retrying, that it was preempted, ...).
+  static std::string WaitingReason(const v1::Job& job, const std::string& why);
+  // Publishes why a waiting job waits (not stored: recomputed on every pass).
+  void SetWaitReasonLocked(JobRecord& record, const std::string& reason);
+  // Appends the attempt now starting to Job.attempts (its ranks' workers and hosts).
+  void RecordAttemptStartLocked(v1::Job& job, const std::vector<std::string>& worker_ids);
 
   // job_manager_transitions.cc
   void TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
                         const std::string& actor = kCoordinatorActor);
-  // Cancels the ranks that have not reported, frees the rendezvous scope and stores the end.
+  // Cancels the ranks that have not reported, frees the rendezvous scope and stores the end
+  // (also in Job.attempts: its end, outcome and final step; the job's row is written by the
+  // transition that follows).
   void EndAttemptLocked(JobRecord& record, bool ok, const std::string& reason);
   // Retries while the failed attempts (preemptions do not count) are at most max_restarts.
   void FailAttemptLocked(JobRecord& record, const std::string& reason);
@@ -286,9 +313,13 @@ class JobManager {
   // job_manager_health.cc
   // Records the health a worker reported in a heartbeat, logging a change.
   void OnWorkerHealthLocked(const std::string& worker_id, const v1::WorkerHealth& health);
-  // Gives each waiting job that idle workers of its kind could run but for their checkpoint
-  // roots that reason (not stored: it is recomputed every tick).
-  void ExplainWaitingLocked();
+
+  // job_manager_submission.cc
+  // Checks details.origin against the stored jobs and their recorded checkpoints; on success
+  // `origin` is what to store (weights_from's step resolved) and the spec's
+  // checkpoint.init_from_job_uid / init_from_step are set.
+  std::vector<FieldError> ResolveOriginLocked(const SubmitDetails& details, v1::JobSpec* spec,
+                                              v1::JobOrigin* origin) const;
 
   // job_manager_workers.cc
   // Weighs what a registering worker says it runs against what the coordinator assigned to it:

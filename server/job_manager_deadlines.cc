@@ -51,7 +51,6 @@ void JobManager::TickLocked() {
   }
   ExpireUnstartedAttemptsLocked();
   ScheduleLocked();
-  ExplainWaitingLocked();
 }
 
 // A worker found lost while a failed write was undone still holds its rank: fail it now.

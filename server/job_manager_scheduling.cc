@@ -1,6 +1,7 @@
-// Scheduling: waiting jobs are placed as gangs on idle workers (server/scheduler.h), held jobs
-// say why, backfilled jobs are preempted for the head job, and each placement starts an attempt
-// whose assignments are stored, then sent to its workers.
+// Scheduling: waiting jobs are placed as gangs on idle workers (server/scheduler.h), every job
+// that waits says why (the scheduler's WaitReason), backfilled jobs are preempted for the head
+// job, and each placement starts an attempt whose assignments are stored, then sent to its
+// workers; each attempt is recorded in Job.attempts with its workers and their hosts.
 #include <set>
 
 #include "absl/strings/match.h"
@@ -20,6 +21,22 @@ std::vector<FleetWorker> JobManager::FleetLocked() const {
     // Consolidating a checkpoint (job_manager_exports.cc): counts for the fleet, takes no rank.
     if (worker.state == FleetWorker::State::kIdle && ExportingLocked(worker.id)) {
       worker.state = FleetWorker::State::kAway;
+      worker.away_reason = "is consolidating a checkpoint for an export";
+    } else if (worker.state == FleetWorker::State::kAway) {
+      const std::optional<WorkerSnapshot> found = workers_.Find(worker.id);
+      if (!found.has_value()) continue;
+      const v1::WorkerHealth& health = found->info.health();
+      if (!health.unhealthy().empty()) {
+        worker.away_reason = absl::StrCat("reports itself unhealthy: ", health.unhealthy());
+      } else if (!health.checkpoint_root_error().empty()) {
+        worker.away_reason =
+            absl::StrCat("cannot write its checkpoint root, where every job writes (",
+                         health.checkpoint_root_error(), ")");
+      } else if (!found->connected) {
+        worker.away_reason = "has no session (reconnecting)";
+      } else {
+        worker.away_reason = "still runs work it was not assigned";
+      }
     }
     if (worker.state != FleetWorker::State::kRunning) continue;
     // Busy with a rank its job no longer runs (the attempt ended): free once it reports.
@@ -56,31 +73,34 @@ void JobManager::ScheduleLocked() {
   for (const Preemption& preemption : schedule.preemptions) {
     PreemptLocked(jobs_.at(preemption.job_id), preemption.for_job_id);
   }
-  std::set<std::string> decided;
-  for (const Placement& placement : schedule.placements) decided.insert(placement.job_id);
-  // Held jobs say why, once the workers of a restarted coordinator had their heartbeat timeout
-  // to register again (until then a small fleet is only the fleet coming back). A reason that
-  // only follows a growing fleet is stored at most once a heartbeat timeout, so a fleet that
-  // registers worker by worker does not write a state change per worker per held job.
+  // Held jobs (the fleet could not run them) store that as a transition once the workers of a
+  // restarted coordinator had their heartbeat timeout to register again (until then a small
+  // fleet is only the fleet coming back), and a reason that only follows a growing fleet at most
+  // once a heartbeat timeout, so a fleet that registers worker by worker does not write a state
+  // change per worker per held job. Until then, and for every other job that waits, the reason
+  // is only published: it is recomputed on every pass.
   const Clock::time_point now = now_();
   const auto interval = workers_.config().heartbeat_timeout;
   const bool settled = now - started_at_ >= interval;
   for (const Hold& hold : schedule.holds) {
-    decided.insert(hold.job_id);
     JobRecord& record = jobs_.at(hold.job_id);
-    if (!settled || record.job.reason() == hold.reason) continue;
-    const bool was_held = absl::StartsWith(record.job.reason(), kHeldPrefix);
-    if (was_held && record.held_noted_at.has_value() && now - *record.held_noted_at < interval) {
+    const std::string last = LastTransitionReason(record.job);
+    const bool was_held = absl::StartsWith(last, kHeldPrefix);
+    const bool throttled =
+        was_held && record.held_noted_at.has_value() && now - *record.held_noted_at < interval;
+    if (last == hold.reason || !settled || throttled) {
+      SetWaitReasonLocked(record, WaitingReason(record.job, hold.reason));
       continue;
     }
     record.held_noted_at = now;
     TransitionLocked(record, record.job.state(), hold.reason);
   }
-  for (const SchedulableJob& job : waiting) {
-    JobRecord& record = jobs_.at(job.id);
-    if (decided.count(job.id) == 0 && absl::StartsWith(record.job.reason(), kHeldPrefix)) {
-      TransitionLocked(record, record.job.state(), "the fleet can run it now; waiting for workers");
+  for (const Hold& wait : schedule.waits) {
+    JobRecord& record = jobs_.at(wait.job_id);
+    if (absl::StartsWith(LastTransitionReason(record.job), kHeldPrefix)) {
+      TransitionLocked(record, record.job.state(), kFleetCanRunReason);
     }
+    SetWaitReasonLocked(record, WaitingReason(record.job, wait.reason));
   }
   for (const Placement& placement : schedule.placements) {
     StartAttemptLocked(jobs_.at(placement.job_id), placement.worker_ids,
@@ -109,6 +129,7 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
   record.start_order = next_start_order_++;
   job.clear_worker_ids();
   for (const std::string& worker_id : worker_ids) job.add_worker_ids(worker_id);
+  RecordAttemptStartLocked(job, worker_ids);
   ActiveAttempt active;
   active.attempt = attempt;
   active.worker_ids = worker_ids;
@@ -141,6 +162,25 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
     // the SCHEDULED deadline unless it accepts after reconnecting.
     SendLocked(worker_ids[rank], message);
   }
+}
+
+std::string JobManager::LastTransitionReason(const v1::Job& job) {
+  return job.transitions_size() > 0 ? job.transitions(job.transitions_size() - 1).reason() : "";
+}
+
+std::string JobManager::WaitingReason(const v1::Job& job, const std::string& why) {
+  const std::string last = LastTransitionReason(job);
+  if (last.empty() || last == kSubmittedReason || last == kFleetCanRunReason ||
+      absl::StartsWith(last, kHeldPrefix)) {
+    return why;
+  }
+  return absl::StrCat(last, "; ", why);
+}
+
+void JobManager::SetWaitReasonLocked(JobRecord& record, const std::string& reason) {
+  if (record.job.reason() == reason) return;
+  record.job.set_reason(reason);
+  PublishLocked(record);
 }
 
 }  // namespace fsdpd::server

@@ -1,11 +1,22 @@
-// A job's state transitions and the end of an attempt: each transition stored with its time,
-// reason and actor, a failed attempt retried while attempts remain, a backfilled attempt
-// preempted (no restart spent), and an attempt the OOM killer ended failed saying so.
+// A job's state transitions and the record of its attempts: each transition stored with its
+// time, reason and actor, each attempt's workers, hosts, end and outcome kept in Job.attempts, a
+// failed attempt retried while attempts remain, a backfilled attempt preempted (no restart
+// spent), and an attempt the OOM killer ended failed saying so.
 #include "absl/strings/str_cat.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
+namespace {
+
+google::protobuf::Timestamp TimestampOf(int64_t unix_millis) {
+  google::protobuf::Timestamp time;
+  time.set_seconds(unix_millis / 1000);
+  time.set_nanos(static_cast<int32_t>(unix_millis % 1000) * 1000000);
+  return time;
+}
+
+}  // namespace
 
 void JobManager::TransitionLocked(JobRecord& record, v1::JobState state, const std::string& reason,
                                   const std::string& actor) {
@@ -38,11 +49,32 @@ void JobManager::TransitionLocked(JobRecord& record, v1::JobState state, const s
   }
 }
 
+void JobManager::RecordAttemptStartLocked(v1::Job& job,
+                                          const std::vector<std::string>& worker_ids) {
+  v1::Attempt* attempt = job.add_attempts();
+  attempt->set_number(job.attempt());
+  for (size_t rank = 0; rank < worker_ids.size(); ++rank) {
+    v1::Attempt::Rank* entry = attempt->add_ranks();
+    entry->set_rank(static_cast<int>(rank));
+    entry->set_worker_id(worker_ids[rank]);
+    if (std::optional<WorkerSnapshot> worker = workers_.Find(worker_ids[rank])) {
+      entry->set_hostname(worker->info.hostname());
+    }
+  }
+  *attempt->mutable_start_time() = TimestampOf(UnixMillisNow());
+}
+
 void JobManager::EndAttemptLocked(JobRecord& record, bool ok, const std::string& reason) {
   if (!record.active.has_value()) return;
   SnapshotLocked(record);
   const ActiveAttempt& active = *record.active;
   const std::string& job_id = record.job.id();
+  for (v1::Attempt& attempt : *record.job.mutable_attempts()) {
+    if (attempt.number() != active.attempt || attempt.has_end_time()) continue;
+    *attempt.mutable_end_time() = TimestampOf(UnixMillisNow());
+    attempt.set_outcome(ok && reason.empty() ? "succeeded" : reason);
+    attempt.set_final_step(record.job.step());
+  }
   for (size_t rank = 0; rank < active.worker_ids.size(); ++rank) {
     // Ranks that already reported are idle again; the others stay busy until they report
     // their cancellation or are lost.

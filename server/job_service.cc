@@ -1,5 +1,6 @@
 #include "server/job_service.h"
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "server/api_replies.h"
 #include "server/grpc_util.h"
 #include "server/input_limits.h"
+#include "server/job_labels.h"
 
 namespace fsdpd::server {
 namespace {
@@ -220,7 +222,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   ApplyJobSpecDefaults(&spec);
   if (request->dry_run()) {
     // A dry run answers OK and lists the violations, so a client can show all of them.
-    for (const FieldError& error : jobs_.CheckSpec(spec, caller.role)) {
+    std::vector<FieldError> checked = jobs_.CheckSpec(spec, caller.role);
+    for (FieldError& error : ValidateLabels(LabelsOf(request->labels()))) {
+      checked.push_back(std::move(error));
+    }
+    for (const FieldError& error : checked) {
       v1::FieldViolation* violation = response->add_violations();
       violation->set_field(error.field);
       violation->set_description(error.message);
@@ -230,7 +236,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   }
   // Submit checks the spec (once); a bad one comes back as its field errors.
   std::vector<FieldError> errors;
-  absl::StatusOr<std::string> id = jobs_.Submit(spec, caller.principal, &errors, caller.role);
+  SubmitDetails details;
+  details.labels = LabelsOf(request->labels());
+  details.origin = request->origin();
+  absl::StatusOr<std::string> id =
+      jobs_.Submit(spec, caller.principal, &errors, caller.role, details);
   if (!errors.empty()) return Reply(context, "SubmitJob", InvalidArgument(errors));
   if (!id.ok()) return Reply(context, "SubmitJob", ToGrpcStatus(id.status()));
   response->set_id(*id);
@@ -266,13 +276,21 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   std::vector<FieldError> errors;
   if (request->limit() < 0) errors.push_back({"limit", "must not be negative"});
   if (request->page_size() < 0) errors.push_back({"page_size", "must not be negative"});
+  const Labels selector = LabelsOf(request->labels());
+  for (FieldError& error : ValidateLabels(selector)) errors.push_back(std::move(error));
   if (!errors.empty()) return Reply(context, "ListJobs", InvalidArgument(errors));
   std::vector<v1::JobState> states;
   for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
   // page_size (or the older limit) cuts the newest-first order, so every job is listed first.
   const int page_size = request->page_size() > 0 ? request->page_size() : request->limit();
+  std::vector<v1::Job> listed = jobs_.List(states, 0);
+  if (!selector.empty()) {
+    listed.erase(std::remove_if(listed.begin(), listed.end(),
+                                [&](const v1::Job& job) { return !MatchesLabels(job, selector); }),
+                 listed.end());
+  }
   absl::StatusOr<JobPage> page =
-      PageJobsNewestFirst(jobs_.List(states, 0), page_size, request->page_token());
+      PageJobsNewestFirst(std::move(listed), page_size, request->page_token());
   if (!page.ok()) {
     return Reply(context, "ListJobs",
                  InvalidArgument("page_token", std::string(page.status().message())));

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace fsdpd::server {
 namespace {
@@ -26,28 +27,6 @@ bool Fits(const FleetWorker& worker, const SchedulableJob& job) {
 
 std::string Workers(int count, const std::string& kind) {
   return absl::StrCat(count, " ", kind, count == 1 ? " worker" : " workers");
-}
-
-std::string HoldReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet) {
-  int of_kind = 0;
-  int lost = 0;
-  int fitting = 0;
-  for (const FleetWorker& worker : fleet) {
-    if (worker.device_kind != job.device_kind) continue;
-    ++of_kind;
-    lost += worker.state == FleetWorker::State::kLost;
-    if (Fits(worker, job)) ++fitting;
-  }
-  const std::string registered =
-      absl::StrCat(of_kind, " registered", lost > 0 ? absl::StrCat(" (", lost, " lost)") : "");
-  if (of_kind < job.world_size) {
-    return absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
-                        "; the fleet has ", registered);
-  }
-  return absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
-                      " with at least ", job.rank_memory_bytes >> 20,
-                      " MiB each (one rank's estimate); the fleet has ", registered, ", ", fitting,
-                      " with that much");
 }
 
 // The largest group of `workers` that report one checkpoint root identity: only such workers
@@ -138,6 +117,88 @@ std::vector<std::string> ChooseVictims(const SchedulableJob& head, int need,
 
 }  // namespace
 
+std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet,
+                       const std::set<std::string>& taken, const SchedulableJob* behind) {
+  int of_kind = 0, lost = 0, fitting = 0, idle = 0, reserved = 0, draining = 0;
+  std::map<std::string, int> busy;              // job id → its workers
+  std::vector<std::string> away;                // "worker-3: why"
+  std::map<std::string, int> idle_other_kinds;  // kind → idle workers
+  for (const FleetWorker& worker : fleet) {
+    if (worker.device_kind != job.device_kind) {
+      idle_other_kinds[worker.device_kind] += worker.state == FleetWorker::State::kIdle;
+      continue;
+    }
+    ++of_kind;
+    lost += worker.state == FleetWorker::State::kLost;
+    if (!Fits(worker, job)) continue;
+    ++fitting;
+    switch (worker.state) {
+      case FleetWorker::State::kIdle:
+        (taken.count(worker.id) > 0 ? reserved : idle)++;
+        break;
+      case FleetWorker::State::kRunning:
+        ++busy[worker.job_id];
+        break;
+      case FleetWorker::State::kDraining:
+        ++draining;
+        break;
+      case FleetWorker::State::kAway:
+        away.push_back(worker.away_reason.empty()
+                           ? worker.id
+                           : absl::StrCat(worker.id, " ", worker.away_reason));
+        break;
+      case FleetWorker::State::kLost:
+        break;
+    }
+  }
+  std::vector<std::string> parts;
+  std::string reason;
+  if (fitting < job.world_size) {
+    const std::string registered =
+        absl::StrCat(of_kind, " registered", lost > 0 ? absl::StrCat(" (", lost, " lost)") : "");
+    if (of_kind < job.world_size) {
+      reason = absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
+                            "; the fleet has ", registered);
+    } else {
+      reason = absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
+                            " with at least ", job.rank_memory_bytes >> 20,
+                            " MiB each (one rank's estimate); the fleet has ", registered, ", ",
+                            fitting, " with that much");
+    }
+  } else {
+    reason = absl::StrCat(kWaitingPrefix, job.world_size, " idle ", job.device_kind,
+                          job.world_size == 1 ? " worker" : " workers");
+    if (of_kind > fitting) {
+      absl::StrAppend(&reason, " with at least ", job.rank_memory_bytes >> 20, " MiB");
+    }
+    parts.push_back(absl::StrCat(idle, " idle"));
+    if (reserved > 0) parts.push_back(absl::StrCat(reserved, " taken by jobs ahead in the queue"));
+    for (const auto& [id, count] : busy) parts.push_back(absl::StrCat(count, " busy with ", id));
+    if (draining > 0) parts.push_back(absl::StrCat(draining, " finishing an ended attempt"));
+    if (lost > 0) parts.push_back(absl::StrCat(lost, " lost"));
+    if (of_kind > fitting) parts.push_back(absl::StrCat(of_kind - fitting, " too small"));
+  }
+  if (!away.empty()) {
+    parts.push_back(absl::StrCat(away.size(), " away (", absl::StrJoin(away, "; "), ")"));
+  }
+  if (!parts.empty()) absl::StrAppend(&reason, "; ", absl::StrJoin(parts, ", "));
+  if (behind != nullptr) {
+    absl::StrAppend(&reason, "; behind ", behind->id, " (priority ", behind->priority,
+                    "), which is ahead in the queue for ", behind->device_kind, " workers");
+  }
+  if (idle == 0 && reserved == 0) {
+    std::vector<std::string> others;
+    for (const auto& [kind, count] : idle_other_kinds) {
+      if (count > 0) others.push_back(Workers(count, kind));
+    }
+    if (!others.empty()) {
+      absl::StrAppend(&reason, "; idle now: ", absl::StrJoin(others, ", "), ", 0 ",
+                      job.device_kind);
+    }
+  }
+  return reason;
+}
+
 Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWorker> fleet,
                        const std::vector<RunningJob>& running) {
   std::stable_sort(waiting.begin(), waiting.end(),
@@ -145,8 +206,8 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
                      return Ahead(a.priority, a.submit_order, b.priority, b.submit_order);
                    });
   Schedule schedule;
-  std::set<std::string> taken;                 // idle workers placed or reserved in this pass
-  std::map<std::string, std::string> head_of;  // device kind → the head job's id
+  std::set<std::string> taken;  // idle workers placed or reserved in this pass
+  std::map<std::string, const SchedulableJob*> head_of;  // device kind → the head job
   for (const SchedulableJob& job : waiting) {
     if (job.world_size < 1) continue;
     std::vector<const FleetWorker*> fitting;
@@ -154,7 +215,7 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
       if (Fits(worker, job)) fitting.push_back(&worker);
     }
     if (static_cast<int>(fitting.size()) < job.world_size) {
-      schedule.holds.push_back({job.id, HoldReason(job, fleet)});
+      schedule.holds.push_back({job.id, WaitReason(job, fleet, taken, nullptr)});
       continue;
     }
     const int sharing = static_cast<int>(SharingOneRoot(fitting).size());
@@ -182,14 +243,18 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
       placement.worker_ids = PackOntoHosts(idle, job.world_size);
       if (head != head_of.end()) {
         placement.backfilled = true;
-        placement.ahead_of = head->second;
+        placement.ahead_of = head->second->id;
       }
       taken.insert(placement.worker_ids.begin(), placement.worker_ids.end());
       schedule.placements.push_back(std::move(placement));
       continue;
     }
-    if (head != head_of.end()) continue;  // waits behind the head; may still backfill later
-    head_of[job.device_kind] = job.id;
+    if (head != head_of.end()) {  // waits behind the head; may still backfill later
+      schedule.waits.push_back({job.id, WaitReason(job, fleet, taken, head->second)});
+      continue;
+    }
+    head_of[job.device_kind] = &job;
+    schedule.waits.push_back({job.id, WaitReason(job, fleet, taken, nullptr)});
     const int need = job.world_size - static_cast<int>(idle.size()) - draining;
     std::vector<std::string> victims;
     if (need > 0) {

@@ -14,13 +14,13 @@ The calls return the objects below (each prints as one line and keeps its messag
 from fsdpd.client import Client
 from fsdpd.errors import FsdpdError, SpecError, Violation
 from fsdpd.events import Event, LogLine, StateEvent, StepEvent
-from fsdpd.jobs import Job, SubmitResult, Worker
+from fsdpd.jobs import Attempt, Job, Origin, SubmitResult, Worker
 from fsdpd.safetensors import read_safetensors
 from fsdpd.spec import SpecLike, load_spec
 from fsdpd.states import JobState, WorkerState
 
 __all__ = [
-    "Client", "Event", "FsdpdError", "Job", "JobState", "LogLine", "SpecError", "SpecLike",
-    "StateEvent", "StepEvent", "SubmitResult", "Violation", "Worker", "WorkerState", "load_spec",
-    "read_safetensors",
+    "Attempt", "Client", "Event", "FsdpdError", "Job", "JobState", "LogLine", "Origin",
+    "SpecError", "SpecLike", "StateEvent", "StepEvent", "SubmitResult", "Violation", "Worker",
+    "WorkerState", "load_spec", "read_safetensors",
 ]

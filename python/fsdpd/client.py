@@ -5,7 +5,8 @@ import builtins
 import os
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, cast, overload
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar, cast,
+                    overload)
 
 import grpc
 
@@ -13,7 +14,7 @@ from fsdpd.errors import FsdpdError, rpc_error
 from fsdpd.events import Event, LogLine, StateEvent, StepEvent
 from fsdpd.jobs import Job, SubmitResult, Worker
 from fsdpd.safetensors import read_safetensors
-from fsdpd.spec import SpecLike, load_spec, path_fields
+from fsdpd.spec import SpecLike, apply_overrides, load_spec, path_fields
 from fsdpd.states import JobState
 from fsdpd.v1 import jobs_pb2, jobs_pb2_grpc, profile_pb2
 
@@ -133,13 +134,17 @@ class Client:
         except grpc.RpcError as error:
             raise rpc_error(error) from None
 
-    def submit(self, spec: SpecLike, dry_run: bool = False) -> SubmitResult:
+    def submit(self, spec: SpecLike, dry_run: bool = False,
+               labels: Mapping[str, str] | None = None) -> SubmitResult:
         """Submits a job, or checks its spec without storing anything.
 
         Args:
             spec: a dict of the spec's fields, YAML text, a YAML file's path or a JobSpec
                 (load_spec reads it).
             dry_run: check the spec only: the result lists every violation instead of raising.
+            labels: key=value pairs for grouping runs (``list(labels=...)`` selects by them); at
+                most 32, keys and values of at most 63 letters, digits and ``._-`` (``/`` too in
+                keys).
 
         Returns:
             A SubmitResult: ``.id`` (empty for a dry run), ``.job`` (the stored Job, its spec
@@ -150,8 +155,45 @@ class Client:
             FsdpdError: the coordinator refused it (INVALID_ARGUMENT names each invalid field in
                 ``.violations``).
         """
-        request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec), dry_run=dry_run)
+        request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec), dry_run=dry_run,
+                                            labels=dict(labels or {}))
         return SubmitResult.from_proto(self._unary(self._stub.SubmitJob, request), dry_run)
+
+    def resubmit(self, job_id: str, set: Mapping[str, Any] | None = None,  # noqa: A002
+                 from_job: str = "", from_step: int = 0,
+                 labels: Mapping[str, str] | None = None) -> SubmitResult:
+        """Runs a job again as a new job (its own id and uid), as ``fsdpctl resubmit`` does.
+
+        Args:
+            job_id: the job whose stored spec to run again.
+            set: overrides by dotted path, ``{"train.lr": 1e-4, "parallel.world_size": 2}``.
+            from_job: start from this job's checkpoint weights (the model must be the same; the
+                world size may differ). Without it, from the weights `job_id` started from, if any.
+            from_step: with from_job, that checkpoint's step (0: the newest).
+            labels: added to the job's labels.
+
+        Returns:
+            The SubmitResult; its ``job.origin`` records where the job came from.
+
+        Raises:
+            SpecError: an override names no field of the spec, or has the wrong type.
+            FsdpdError: the coordinator refused it (INVALID_ARGUMENT names the field).
+        """
+        original = self.status(job_id).proto
+        spec = jobs_pb2.Job().spec
+        spec.CopyFrom(original.spec)
+        spec.checkpoint.ClearField("init_from_job_uid")
+        spec.checkpoint.ClearField("init_from_step")
+        overrides = apply_overrides(spec, set or {})
+        origin = jobs_pb2.JobOrigin(resubmitted_from=original.id, overrides=overrides)
+        if from_job:
+            origin.weights_from.CopyFrom(jobs_pb2.CheckpointRef(job_id=from_job, step=from_step))
+        elif original.origin.HasField("weights_from") and not spec.checkpoint.init_from:
+            origin.weights_from.CopyFrom(original.origin.weights_from)
+        merged = dict(original.labels)
+        merged.update(labels or {})
+        request = jobs_pb2.SubmitJobRequest(spec=spec, labels=merged, origin=origin)
+        return SubmitResult.from_proto(self._unary(self._stub.SubmitJob, request), False)
 
     def status(self, job_id: str) -> Job:
         """The job as it stands now.
@@ -167,12 +209,14 @@ class Client:
         """
         return Job.from_proto(self._unary(self._stub.GetJob, jobs_pb2.GetJobRequest(id=job_id)))
 
-    def list(self, states: Iterable[JobState | int] = (), page_size: int = 0) -> Iterator[Job]:
+    def list(self, states: Iterable[JobState | int] = (), page_size: int = 0,
+             labels: Mapping[str, str] | None = None) -> Iterator[Job]:
         """Every job, newest first, fetched page by page as the iteration goes.
 
         Args:
             states: only jobs in these states; empty: all.
             page_size: jobs per call (0: all in one; the coordinator serves at most 1000).
+            labels: only jobs that carry every one of these labels with the same value.
 
         Yields:
             Each Job.
@@ -182,7 +226,8 @@ class Client:
         wanted = cast("list[common_pb2.JobState]", [int(state) for state in states])
         while True:
             page = self._unary(self._stub.ListJobs, jobs_pb2.ListJobsRequest(
-                states=wanted, page_size=page_size, page_token=token))
+                states=wanted, page_size=page_size, page_token=token,
+                labels=dict(labels or {})))
             for job in page.jobs:
                 yield Job.from_proto(job)
             token = page.next_page_token

@@ -1,4 +1,5 @@
-"""What Client's calls return about jobs and workers: Job, SubmitResult and Worker.
+"""What Client's calls return about jobs and workers: Job (with its Origin and Attempts),
+SubmitResult and Worker.
 
 Each lifts the fields a program reads into typed attributes (states as JobState and
 WorkerState, times as UTC datetimes), prints as one line, and keeps the message it was read from
@@ -14,6 +15,60 @@ from fsdpd.errors import Violation
 from fsdpd.events import StateEvent, format_loss
 from fsdpd.states import JobState, WorkerState
 from fsdpd.v1 import jobs_pb2, spec_pb2
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """How a job came to be, when not from a spec alone (Client.resubmit, fsdpctl resubmit).
+
+    Attributes:
+        resubmitted_from: the job whose spec was copied; empty if none.
+        overrides: the ``path=value`` overrides applied to it, in order.
+        weights_from_job: the job whose checkpoint the initial weights come from; empty if none.
+        weights_from_step: that checkpoint's step (resolved by the coordinator).
+    """
+
+    resubmitted_from: str
+    overrides: list[str]
+    weights_from_job: str
+    weights_from_step: int
+
+    @classmethod
+    def from_proto(cls, origin: jobs_pb2.JobOrigin) -> Origin:
+        """The Origin for a fsdpd.v1.JobOrigin."""
+        return cls(resubmitted_from=origin.resubmitted_from, overrides=list(origin.overrides),
+                   weights_from_job=origin.weights_from.job_id,
+                   weights_from_step=origin.weights_from.step)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One attempt at running a job.
+
+    Attributes:
+        number: 1, 2, ...
+        ranks: (rank, worker id, hostname) for each rank.
+        start_time: when it started (UTC).
+        end_time: when it ended; None while it runs.
+        outcome: why it ended, as the job's state change said.
+        final_step: the job's step when it ended.
+    """
+
+    number: int
+    ranks: list[tuple[int, str, str]]
+    start_time: datetime.datetime | None
+    end_time: datetime.datetime | None
+    outcome: str
+    final_step: int
+
+    @classmethod
+    def from_proto(cls, attempt: jobs_pb2.Attempt) -> Attempt:
+        """The Attempt for a fsdpd.v1.Attempt."""
+        return cls(number=attempt.number,
+                   ranks=[(rank.rank, rank.worker_id, rank.hostname) for rank in attempt.ranks],
+                   start_time=from_timestamp(attempt, "start_time"),
+                   end_time=from_timestamp(attempt, "end_time"), outcome=attempt.outcome,
+                   final_step=attempt.final_step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +93,9 @@ class Job:
         worker_ids: the current attempt's workers, by rank.
         uid: unique across clusters and coordinator restarts; its checkpoints live under it.
         owner: who submitted it ("token:alice"); empty without authentication.
+        labels: its key=value labels.
+        origin: where its spec and initial weights came from (an empty Origin if from a spec).
+        attempts: every attempt, oldest first, with its workers and hosts.
         proto: the fsdpd.v1.Job it was read from.
     """
 
@@ -58,6 +116,9 @@ class Job:
     worker_ids: list[str]
     uid: str
     owner: str
+    labels: dict[str, str]
+    origin: Origin = dataclasses.field(repr=False)
+    attempts: list[Attempt] = dataclasses.field(repr=False)
     proto: jobs_pb2.Job = dataclasses.field(repr=False, compare=False)
 
     @classmethod
@@ -74,7 +135,9 @@ class Job:
                    finish_time=from_timestamp(job, "finish_time")
                    or from_unix_millis(job.finished_unix_millis),
                    transitions=[StateEvent.from_proto(change) for change in job.transitions],
-                   worker_ids=list(job.worker_ids), uid=job.uid, owner=job.owner, proto=job)
+                   worker_ids=list(job.worker_ids), uid=job.uid, owner=job.owner,
+                   labels=dict(job.labels), origin=Origin.from_proto(job.origin),
+                   attempts=[Attempt.from_proto(attempt) for attempt in job.attempts], proto=job)
 
     def __str__(self) -> str:
         parts = [self.id or "(dry run)", self.name, str(self.state)]

@@ -180,3 +180,41 @@ def _resolve_paths(message: spec_pb2.JobSpec, folder: pathlib.Path) -> None:
             value = getattr(part, name)
             if part.HasField(name) and value and not os.path.isabs(value):
                 setattr(part, name, os.path.normpath(folder / value))
+
+
+def apply_overrides(spec: spec_pb2.JobSpec, overrides: Mapping[str, Any]) -> list[str]:
+    """Sets each dotted path of `overrides` (``{"train.lr": 1e-4}``) in `spec`, as
+    ``fsdpctl resubmit --set`` does (client/spec_overrides.h): every segment but the last names a
+    section, the last a single value. A string value for a field that is not a string is read as
+    YAML (``"1e-4"``, ``"true"``). Returns the overrides as ``path=value`` strings, in order.
+
+    Raises:
+        SpecError: a path the spec does not have, or a value of the wrong type, naming it.
+    """
+    applied: list[str] = []
+    for path, value in overrides.items():
+        *sections, name = path.split(".")
+        part: Message = spec
+        walked: list[str] = []
+        for section in sections:
+            field = part.DESCRIPTOR.fields_by_name.get(section)
+            walked.append(section)
+            if field is None or field.message_type is None or _is_repeated(field):
+                known = ", ".join(f.name for f in part.DESCRIPTOR.fields)
+                raise SpecError(f"{path}: {'.'.join(walked)} is not a section of the spec "
+                                f"(fields here: {known})")
+            part = getattr(part, section)
+        field = part.DESCRIPTOR.fields_by_name.get(name)
+        if field is None or field.message_type is not None or _is_repeated(field):
+            known = ", ".join(f.name for f in part.DESCRIPTOR.fields)
+            raise SpecError(f"{path}: not a single value of the spec (fields here: {known})")
+        typed = value
+        if isinstance(value, str) and field.cpp_type != FieldDescriptor.CPPTYPE_STRING:
+            typed = _parse_yaml(value, path)
+        try:
+            part.MergeFrom(json_format.ParseDict({name: typed}, type(part)()))
+        except json_format.ParseError as error:
+            raise SpecError(f"{path}: {_parse_problem(field, typed, error)}") from None
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        applied.append(f"{path}={shown}")
+    return applied

@@ -8,10 +8,10 @@ checkpoint, through the real fsdpd, fsdpd-worker and fsdpctl on loopback.
   final model of the same job trained for N steps (training is deterministic, so that is step
   N's weights); without --step it exports the newest checkpoint; a step it has no checkpoint of
   is an error naming the steps there are, with a non-zero exit.
-- A job whose spec names the cancelled job's checkpoint (checkpoint.init_from_job_uid and
-  init_from_step, submitted directly while the coordinator does not set them yet) at world size
-  1 instead of 2: its first step's loss is the loss of a job started from the exported file of
-  that step (checkpoint.init_from), to the last digit, and not a fresh job's.
+- `fsdpctl resubmit JOB --from CANCELLED@STEP` at world size 1 instead of 2: the stored spec
+  names the origin's uid and step, and the first step's loss is the loss of a job started from
+  the exported file of that step (checkpoint.init_from), to the last digit, and not a fresh
+  job's.
 - A checkpoint with a corrupt rank file does not export: the error names the file. While an
   export is prepared, fsdpctl redraws one progress line on a terminal, and prints a line per
   change elsewhere.
@@ -175,25 +175,19 @@ def main(source_dir, build_dir):
         print(f"export: step {older} of the cancelled job equals its weights bit for bit; "
               f"the default is step {newest}; step {newest + 1} is refused")
 
-        # Started from the cancelled job's checkpoint at world size 1, against the export.
-        uid = sandbox.ctl_json("status", job)["uid"]
-        from fsdpd.v1 import spec_pb2
-        spec = spec_pb2.JobSpec(name="from-job", max_restarts=0)
-        spec.model.vocab, spec.model.dim, spec.model.layers = 64, 32, 1
-        spec.model.heads, spec.model.ffn_mult = 2, 2
-        spec.data.source, spec.data.seq_len = "synthetic", 16
-        spec.train.batch_size, spec.train.steps, spec.train.lr, spec.train.seed = 2, 3, 1e-2, 3
-        spec.parallel.world_size, spec.parallel.device = 1, "cpu"
-        spec.parallel.param_dtype, spec.parallel.reduce_dtype = "fp32", "fp32"
-        spec.checkpoint.every_steps, spec.checkpoint.keep = 0, 2
-        spec.checkpoint.init_from_job_uid = uid
-        spec.checkpoint.init_from_step = older
-        with grpc.insecure_channel(sandbox.address) as channel:
-            stub = jobs_pb2_grpc.JobServiceStub(channel)
-            from_job = stub.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), timeout=30).id
+        # Started from the cancelled job's checkpoint at world size 1 (fsdpctl resubmit --from),
+        # against a job started from the export of that step and a fresh one.
+        fresh = submit(sandbox, write_spec(sandbox, "fresh", 3, world=1, every=0))
         from_file = submit(sandbox, write_spec(sandbox, "from-file", 3, world=1, every=0,
                                                init=f", init_from: {older_path}"))
-        fresh = submit(sandbox, write_spec(sandbox, "fresh", 3, world=1, every=0))
+        result = sandbox.ctl("resubmit", fresh, "--from", f"{job}@{older}")
+        check(result.returncode == 0, f"resubmit --from: {result.stderr}")
+        from_job = re.search(r"\bjob-\d+\b", result.stdout).group(0)
+        stored = sandbox.ctl_json("status", from_job)
+        check(stored["spec"]["checkpoint"].get("init_from_job_uid") ==
+              sandbox.ctl_json("status", job)["uid"] and
+              int(stored["spec"]["checkpoint"].get("init_from_step", 0)) == older,
+              f"the stored spec does not name the origin: {stored['spec']['checkpoint']}")
         for started in (from_job, from_file, fresh):
             finish(sandbox, started)
         with grpc.insecure_channel(sandbox.address) as channel:
@@ -204,7 +198,7 @@ def main(source_dir, build_dir):
               f"first loss from the checkpoint {losses['job']!r} vs from its export "
               f"{losses['file']!r}")
         check(losses["job"] != losses["fresh"], f"the same first loss as a fresh job: {losses}")
-        print(f"init_from_job_uid: first loss {losses['job']:.6f} at world 1 equals the export's")
+        print(f"resubmit --from: first loss {losses['job']:.6f} at world 1 equals the export's")
 
         # A corrupt rank file: the export fails, naming it, and exits non-zero.
         short = submit(sandbox, write_spec(sandbox, "short", 4, every=2))

@@ -11,5 +11,9 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
   add_test(NAME cli_messages
            COMMAND ${FSDPD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cli_messages_test.py
                    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
-  set_tests_properties(readme_tour cli_messages PROPERTIES LABELS integration TIMEOUT 600)
+  add_test(NAME manage_jobs
+           COMMAND ${FSDPD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/manage_jobs_test.py
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  set_tests_properties(readme_tour cli_messages manage_jobs PROPERTIES LABELS integration
+                       TIMEOUT 600)
 endif()

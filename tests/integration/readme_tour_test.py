@@ -147,7 +147,7 @@ def run_tour(sandbox, source_dir, lines):
                 continue
             verb = next((t for t in argv[1:] if not t.startswith("-")), "")
             ids = re.findall(r"\bjob-\d+\b", " ".join(argv))
-            if verb == "submit":
+            if verb in ("submit", "resubmit"):
                 printed = re.search(r"\bjob-\d+\b", result.stdout)
                 check(printed is not None, f"{label}: submit printed no job id")
                 submitted.append(printed.group(0))
@@ -155,6 +155,11 @@ def run_tour(sandbox, source_dir, lines):
                     watched.add(printed.group(0))
                     check("SUCCEEDED" in result.stdout,
                           f"{label}: the watched job did not end SUCCEEDED")
+            elif verb == "list" and "--label" in argv:
+                check(re.search(r"\bjob-\d+\b", result.stdout), f"{label}: no job listed")
+            elif verb == "describe":
+                check(ids[0] in result.stdout and "origin" in result.stdout,
+                      f"{label}: describe does not show {ids[0]} and its origin")
             elif verb == "list":
                 for job_id in submitted:
                     check(job_id in result.stdout, f"{label}: {job_id} is not listed")

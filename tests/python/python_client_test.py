@@ -301,7 +301,46 @@ def run(address, source_dir):
     print(f"python client: job {job_id} SUCCEEDED after {STEPS} steps; exported "
           f"{len(weights)} tensors, {sum(a.size for a in weights.values())} parameters")
     check_checkpoints(client, job_id)
+    check_manage(client, job_id)
     check_example(address, source_dir)
+
+
+def check_manage(client, job_id):
+    """resubmit with overrides and labels, its origin, list by label, the attempts record, and
+    cancel with a reason."""
+    first = client.status(job_id)
+    check(len(first.attempts) == 1 and first.attempts[0].number == 1, f"{first.attempts}")
+    attempt = first.attempts[0]
+    check(len(attempt.ranks) == 2 and all(worker and host for _, worker, host in attempt.ranks),
+          f"attempt ranks {attempt.ranks}")
+    check(attempt.end_time is not None and attempt.final_step == STEPS, f"attempt {attempt}")
+    # On cuda, which this cluster lacks: it waits, and leaves the CPU workers to the example.
+    again = client.resubmit(job_id, set={"train.lr": "1e-4", "parallel.device": "cuda",
+                                         "parallel.param_dtype": "bf16"}, labels={"try": "2"})
+    job = again.job
+    check(job.id != job_id and job.uid != first.uid, "resubmit made no new job")
+    check(job.origin.resubmitted_from == job_id and
+          job.origin.overrides == ["train.lr=1e-4", "parallel.device=cuda",
+                                   "parallel.param_dtype=bf16"], f"{job.origin}")
+    check(job.spec.train.lr == 1e-4 and job.spec.parallel.device == "cuda" and
+          job.spec.model == first.spec.model, f"resubmitted spec {job.spec}")
+    check(job.state == fsdpd.JobState.PENDING and "cuda" in job.reason, f"{job}")
+    check(job.labels == {"try": "2"}, f"labels {job.labels}")
+    check([j.id for j in client.list(labels={"try": "2"})] == [job.id], "list by label")
+    check(list(client.list(labels={"try": "3"})) == [], "list by another label")
+    try:
+        client.resubmit(job_id, set={"train.lrr": 1})
+        raise AssertionError("an override of no field was accepted")
+    except fsdpd.SpecError as error:
+        check("train.lrr" in str(error), f"override error {error}")
+    error = expect_error(grpc.StatusCode.INVALID_ARGUMENT, client.submit, first.spec,
+                         labels={"bad key": "x"})
+    check(any(v.field == 'labels["bad key"]' for v in error.violations), f"{error.violations}")
+    cancelled = client.cancel(job.id, reason="python says stop")
+    check(cancelled.transitions[-1].reason == "python says stop",
+          f"cancel reason {cancelled.transitions[-1]}")
+    print(f"python client: resubmitted {job_id} as {job.id} with its origin; labels, attempts "
+          "and cancel reasons read back")
 
 
 def check_example(address, source_dir):

@@ -83,10 +83,11 @@ TEST_F(JobManagerTest, AMemoryClaimIsAdmittedOnlyUpToTheCeiling) {
 
 TEST_F(JobManagerTest, AJobNoFleetCouldRunIsHeldWithItsReasonUntilWorkersRegister) {
   const std::string w0 = AddWorker("host-a", 0);
-  // Within a heartbeat timeout of the start the fleet may still be coming back: no reason yet,
-  // but the job already blocks nobody.
+  // Within a heartbeat timeout of the start the fleet may still be coming back: the reason is
+  // shown but not stored, and the job already blocks nobody.
   const std::string early = *jobs_->Submit(SmallSpec(3, 0));
-  EXPECT_EQ(GetJob(early).reason(), "submitted");
+  EXPECT_EQ(GetJob(early).reason(), "held: needs 3 cpu workers; the fleet has 1 registered");
+  EXPECT_EQ(GetJob(early).transitions_size(), 1);
   ASSERT_TRUE(jobs_->Cancel(early, "").ok());
   now_ += std::chrono::seconds(11);
   Heartbeat(w0);
@@ -105,7 +106,9 @@ TEST_F(JobManagerTest, AJobNoFleetCouldRunIsHeldWithItsReasonUntilWorkersRegiste
   const std::string w1 = AddWorker("host-b", 0);
   job = GetJob(hog);
   EXPECT_EQ(job.state(), v1::PENDING);
-  EXPECT_EQ(job.reason(), "the fleet can run it now; waiting for workers");
+  EXPECT_EQ(job.transitions(job.transitions_size() - 1).reason(),
+            "the fleet can run it now; waiting for workers");
+  EXPECT_EQ(job.reason(), "waiting for 2 idle cpu workers; 1 idle, 1 busy with " + small);
   EXPECT_EQ(StateOf(w1), v1::IDLE);
   Result(w0, small, 1, 0, true);
   EXPECT_EQ(GetJob(small).state(), v1::SUCCEEDED);
@@ -119,7 +122,9 @@ TEST_F(JobManagerTest, AHeldReasonFollowsTheFleetAtMostOnceAHeartbeatTimeout) {
   const std::string hog = *jobs_->Submit(SmallSpec(3, 0));
   EXPECT_EQ(GetJob(hog).reason(), "held: needs 3 cpu workers; the fleet has 1 registered");
   const std::string w1 = AddWorker("host-b", 0);
-  EXPECT_EQ(GetJob(hog).reason(), "held: needs 3 cpu workers; the fleet has 1 registered");
+  // Shown at once, stored no sooner than a heartbeat timeout after the last stored one.
+  EXPECT_EQ(GetJob(hog).reason(), "held: needs 3 cpu workers; the fleet has 2 registered");
+  EXPECT_EQ(GetJob(hog).transitions_size(), 2);
   now_ += std::chrono::seconds(11);
   Heartbeat(w0);
   Heartbeat(w1);

@@ -106,7 +106,41 @@ TEST(SchedulerTest, OnlyWorkersOfTheJobsDeviceKind) {
                                     {Worker("c0", "h1", 0, "cpu"), Worker("c1", "h1", 1, "cpu")});
   EXPECT_THAT(schedule.placements, IsEmpty());
   ASSERT_EQ(schedule.holds.size(), 1u);
-  EXPECT_EQ(schedule.holds[0].reason, "held: needs 2 cuda workers; the fleet has 0 registered");
+  EXPECT_EQ(schedule.holds[0].reason,
+            "held: needs 2 cuda workers; the fleet has 0 registered; idle now: 2 cpu workers, 0 "
+            "cuda");
+}
+
+TEST(SchedulerTest, EveryWaitingJobSaysWhyNamingTheBusyJobAndTheJobAhead) {
+  // Both GPUs run "old"; "high" waits for them, "low" waits behind "high".
+  Schedule schedule = ScheduleGangs({Job("low", 1, 0, 2), Job("high", 1, 5, 3)},
+                                    {Busy("g0", "h1", "old"), Busy("g1", "h1", "old")},
+                                    {Running("old", 0, 0, 1, /*backfilled=*/false)});
+  EXPECT_THAT(schedule.placements, IsEmpty());
+  EXPECT_THAT(schedule.holds, IsEmpty());
+  ASSERT_EQ(schedule.waits.size(), 2u);
+  EXPECT_EQ(schedule.waits[0].job_id, "high");
+  EXPECT_EQ(schedule.waits[0].reason, "waiting for 1 idle cuda worker; 0 idle, 2 busy with old");
+  EXPECT_EQ(schedule.waits[1].job_id, "low");
+  EXPECT_EQ(schedule.waits[1].reason,
+            "waiting for 1 idle cuda worker; 0 idle, 2 busy with old; behind high (priority 5), "
+            "which is ahead in the queue for cuda workers");
+}
+
+TEST(SchedulerTest, AWaitingJobNamesWorkersThatAreAwayFinishingLostOrTooSmall) {
+  FleetWorker away = InState(Worker("g1", "h1", 1), State::kAway);
+  away.away_reason = "cannot write its checkpoint root (read-only)";
+  Schedule schedule =
+      ScheduleGangs({Job("job", 4, 0, 1, "cuda", 10ll << 30)},
+                    {Worker("g0", "h1", 0, "cuda", 16ll << 30), away,
+                     InState(Worker("g2", "h1", 2, "cuda", 16ll << 30), State::kDraining),
+                     InState(Worker("g3", "h2", 0, "cuda", 16ll << 30), State::kLost),
+                     Worker("small", "h2", 1, "cuda", 1ll << 30)});
+  ASSERT_EQ(schedule.waits.size(), 1u);
+  EXPECT_EQ(schedule.waits[0].reason,
+            "waiting for 4 idle cuda workers with at least 10240 MiB; 1 idle, 1 finishing an "
+            "ended attempt, 1 lost, 1 too small, 1 away (g1 cannot write its checkpoint root "
+            "(read-only))");
 }
 
 TEST(SchedulerTest, PacksOntoFewestHostsAndOrdersRanksByHostThenGpu) {

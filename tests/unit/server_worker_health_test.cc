@@ -128,12 +128,13 @@ TEST_F(WorkerHealthTest, TheWaitingReasonGoesWhenTheWorkerDoes) {
   const std::string id = *jobs_->Submit(SmallSpec(2, 0));
   jobs_->Tick();
   EXPECT_THAT(GetJob(id).reason(), HasSubstr("cannot write its checkpoint root"));
-  // Gone for good (restarted as a fit worker on another host would be a new id): the job now
-  // waits for workers like any other, and says what its last transition said.
+  // Unhealthy now (restarted as a fit worker on another host would be a new id): the job's
+  // reason follows, in the same words every waiting job's reason uses.
   HealthBeat(read_only, Unhealthy("stuck"));
   jobs_->Tick();
   EXPECT_EQ(GetJob(id).state(), v1::PENDING);
-  EXPECT_EQ(GetJob(id).reason(), "submitted");
+  EXPECT_EQ(GetJob(id).reason(), "held: needs 2 cpu workers; the fleet has 1 registered; 1 away (" +
+                                     read_only + " reports itself unhealthy: stuck)");
 }
 
 TEST_F(WorkerHealthTest, AnAttemptThatHangsAfterAcceptingFailsNamingItsLastStep) {
