@@ -20,17 +20,20 @@ namespace fsdpd::server {
 // instead of once per message by every thread. Each worker's messages are handled in arrival
 // order. A session keeps reading while fewer than kMaxQueuedPerSession of its messages wait and
 // pauses beyond that, so the queue stays bounded and gRPC flow control slows a worker the
-// coordinator cannot keep up with.
+// coordinator cannot keep up with. The age of the oldest waiting message is the coordinator's
+// processing lag (processing_lag.h), and a paused session's worker is not counted silent
+// (WorkerRegistry::SetReadPaused): neither the lag nor the pause is the worker's doing.
 class SessionDispatcher {
  public:
   struct Item {
     std::string worker_id;
     v1::WorkerMessage message;
+    ProcessingLag::Clock::time_point received;
     // Runs once the message is handled, on the thread that handled it.
     std::function<void()> done;
   };
 
-  explicit SessionDispatcher(JobManager& jobs) : jobs_(jobs) {}
+  explicit SessionDispatcher(JobManager& jobs) : jobs_(jobs), lag_(jobs.processing_lag()) {}
 
   // Handles what is still queued (each item's done() may own the end of its session's reactor).
   ~SessionDispatcher() { Drain(); }
@@ -40,6 +43,8 @@ class SessionDispatcher {
   // while it drains everyone's messages.
   bool Post(Item item) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // While a run is handled, the oldest waiting message is that run's first, noted already.
+    if (!draining_) lag_.NoteOldestWaiting(item.received);
     queue_.push_back(std::move(item));
     if (draining_) return false;  // the thread that drains will take it
     draining_ = true;
@@ -53,6 +58,8 @@ class SessionDispatcher {
     std::vector<JobManager::WorkerMessageRef> refs;
     std::unique_lock<std::mutex> lock(mutex_);
     while (!queue_.empty()) {
+      // The processing lag: how long the oldest message has waited (it waits until handled).
+      lag_.NoteOldestWaiting(queue_.front().received);
       while (!queue_.empty() && run.size() < kRun) {
         run.push_back(std::move(queue_.front()));
         queue_.pop_front();
@@ -68,10 +75,12 @@ class SessionDispatcher {
       lock.lock();
     }
     draining_ = false;
+    lag_.NoteNothingWaiting();
   }
 
  private:
   JobManager& jobs_;
+  ProcessingLag& lag_;
   std::mutex mutex_;
   std::deque<Item> queue_;
   bool draining_ = false;
@@ -160,10 +169,15 @@ class SessionReactor : public SessionBase {
       ++held_by_dispatcher_;
       // Counted before the post: the dispatcher may hand the message back before Post returns.
       read_next = held_by_dispatcher_ < kMaxQueuedPerSession;
-      if (!read_next) paused_ = true;
+      if (!read_next) {
+        paused_ = true;
+        // Not reading is the coordinator's doing: the worker is not silent meanwhile. Noted
+        // under state_mutex_, so the resume in OnDispatched cannot come first.
+        jobs_.NoteReadPaused(worker_id_, true);
+      }
     }
-    const bool drain =
-        dispatcher_.Post({worker_id_, std::move(incoming_), [this] { OnDispatched(); }});
+    const bool drain = dispatcher_.Post({worker_id_, std::move(incoming_),
+                                         ProcessingLag::Clock::now(), [this] { OnDispatched(); }});
     if (read_next) StartRead(&incoming_);
     if (drain) dispatcher_.Drain();
   }
@@ -200,6 +214,7 @@ class SessionReactor : public SessionBase {
       // gRPC may run OnReadDone inline. A close racing with the read is fine: the read then
       // fails and the stream ends as the coordinator asked.
       paused_ = false;
+      jobs_.NoteReadPaused(worker_id_, false);  // its silence counts from now
       lock.unlock();
       StartRead(&incoming_);
       lock.lock();
