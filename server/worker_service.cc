@@ -190,11 +190,19 @@ class SessionReactor : public SessionBase {
           worker_id_, kMaxLogLineBytes, kMaxReasonBytes);
     }
     jobs_.NoteAlive(worker_id_);
+    {
+      // Counted before the post: the dispatcher may hand the message back before Post returns.
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      ++held_by_dispatcher_;
+    }
+    // Posted before the session may pause: once paused_ is set, OnDispatched may start the next
+    // read into incoming_ on the dispatcher's thread, so the message must be out of incoming_
+    // and in the queue (ahead of the next one) by then.
+    dispatcher_.Post({worker_id_, std::move(incoming_), ProcessingLag::Clock::now(),
+                      [this] { OnDispatched(); }});
     bool read_next = false;
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
-      ++held_by_dispatcher_;
-      // Counted before the post: the dispatcher may hand the message back before Post returns.
       read_next = held_by_dispatcher_ < kMaxQueuedPerSession;
       if (!read_next) {
         paused_ = true;
@@ -203,8 +211,6 @@ class SessionReactor : public SessionBase {
         jobs_.NoteReadPaused(worker_id_, true);
       }
     }
-    dispatcher_.Post({worker_id_, std::move(incoming_), ProcessingLag::Clock::now(),
-                      [this] { OnDispatched(); }});
     if (read_next) StartRead(&incoming_);
   }
 
