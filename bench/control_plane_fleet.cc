@@ -103,6 +103,11 @@ void SimulatedWorker::OnReadDone(bool ok) {
       cancelled_ = true;
     } else if (incoming_.has_heartbeat_ack()) {
       ++acks_received_;
+      for (const v1::ReportsStored& stored : incoming_.reports_stored()) {
+        if (stored.job_id() == job_id_ && stored.attempt() == attempt_) {
+          confirmed_step_ = std::max(confirmed_step_, stored.through_step());
+        }
+      }
     }
   }
   StartRead(&incoming_);
@@ -113,13 +118,13 @@ void SimulatedWorker::OnDone(const grpc::Status& status) {
   done_ = true;
 }
 
-void SimulatedWorker::Tick(int64_t tick, bool stepping) {
+void SimulatedWorker::Tick(int64_t tick, bool stepping, int ticks_per_step) {
   if (tick % kTicksPerHeartbeat == index_ % kTicksPerHeartbeat) {
     v1::WorkerMessage message;
     message.mutable_heartbeat()->set_unix_millis(UnixMillisNow());
     Enqueue(std::move(message));
   }
-  if (!stepping) return;
+  if (!stepping || tick % ticks_per_step != index_ % ticks_per_step) return;
   v1::WorkerMessage message;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -165,6 +170,9 @@ WorkerTally SimulatedWorker::Tally() const {
   tally.steps_written = steps_written_;
   tally.heartbeats_written = heartbeats_written_;
   tally.acks_received = acks_received_;
+  tally.confirmed_step = confirmed_step_;
+  tally.queued_steps = std::count_if(queue_.begin(), queue_.end(),
+                                     [](const v1::WorkerMessage& m) { return m.has_step(); });
   tally.max_queue = max_queue_;
   tally.stream_ended = done_;
   tally.assignments = assignments_;
@@ -208,6 +216,7 @@ absl::Status Fleet::Start() {
 void Fleet::TickLoop(int thread_index) {
   const auto start = std::chrono::steady_clock::now();
   const auto slot = kTickPeriod / kSlotsPerTick;
+  const int ticks_per_step = std::max(1, 10 / config_.reports_per_second);
   for (int64_t tick = 0; !stop_; ++tick) {
     for (int slot_index = 0; slot_index < kSlotsPerTick && !stop_; ++slot_index) {
       const auto due = start + tick * kTickPeriod + slot_index * slot;
@@ -220,7 +229,7 @@ void Fleet::TickLoop(int thread_index) {
         if (static_cast<int>((index / config_.tick_threads) % kSlotsPerTick) != slot_index) {
           continue;
         }
-        workers_[index]->Tick(tick, stepping);
+        workers_[index]->Tick(tick, stepping, ticks_per_step);
       }
     }
   }
@@ -248,6 +257,20 @@ bool Fleet::WaitForDrain(std::chrono::seconds timeout) const {
       return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+bool Fleet::WaitForConfirmations(std::chrono::seconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto confirmed = [](const auto& worker) {
+    const WorkerTally tally = worker->Tally();
+    return tally.job_id.empty() ||
+           (tally.queued_steps == 0 && tally.confirmed_step >= tally.steps_written);
+  };
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::all_of(workers_.begin(), workers_.end(), confirmed)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
 }

@@ -1,7 +1,7 @@
 // Simulated fsdpd workers for the control-plane load benchmark: each one Registers and keeps one
 // Session stream open, beats every second and, once it holds an assignment and stepping is on,
-// streams StepReports with increasing step numbers. They never send a result, so their jobs
-// stay RUNNING for the whole measurement.
+// streams StepReports with increasing step numbers (10 a second, or fewer). They never send a
+// result, so their jobs stay RUNNING for the whole measurement.
 #pragma once
 
 #include <atomic>
@@ -27,7 +27,9 @@ struct WorkerTally {
   std::string job_id;  // empty: never assigned
   int attempt = 0;
   int rank = 0;
-  int64_t steps_written = 0;  // step reports the transport accepted (= the last step number)
+  int64_t steps_written = 0;   // step reports the transport accepted (= the last step number)
+  int64_t confirmed_step = 0;  // the coordinator stored every step through this one
+  int64_t queued_steps = 0;    // step reports not yet written
   int64_t heartbeats_written = 0;
   int64_t acks_received = 0;
   size_t max_queue = 0;
@@ -45,7 +47,8 @@ class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   // Synchronous Register, then opens the Session (the first message carries the id).
   absl::Status RegisterAndOpen();
   // Called by the fleet's tick threads every 100 ms; `tick` counts from the fleet's start.
-  void Tick(int64_t tick, bool stepping);
+  // A step report goes out every `ticks_per_step` ticks (1: 10 a second).
+  void Tick(int64_t tick, bool stepping, int ticks_per_step = 1);
   bool Assigned() const;
   bool Idle() const;  // nothing queued or in flight
   WorkerTally Tally() const;
@@ -78,6 +81,7 @@ class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   int64_t steps_written_ = 0;
   int64_t heartbeats_written_ = 0;
   int64_t acks_received_ = 0;
+  int64_t confirmed_step_ = 0;
   size_t max_queue_ = 0;
 };
 
@@ -87,6 +91,7 @@ struct FleetConfig {
   int workers_per_connection = 1;
   int workers_per_host = 8;  // the scheduler packs ranks onto hosts by name
   int tick_threads = 2;
+  int reports_per_second = 10;  // per worker, while stepping: 10, 5, 2 or 1
 };
 
 class Fleet {
@@ -101,6 +106,9 @@ class Fleet {
   void SetStepping(bool stepping) { stepping_ = stepping; }
   // Waits until every worker's queue is empty; false on timeout.
   bool WaitForDrain(std::chrono::seconds timeout) const;
+  // Waits until the coordinator confirmed (heartbeat acks' ReportsStored) every step report
+  // each worker sent; false on timeout. Needs the fleet ticking (heartbeats).
+  bool WaitForConfirmations(std::chrono::seconds timeout) const;
   void StopTicking();
   std::vector<WorkerTally> Tallies() const;
   int64_t late_slots() const { return late_slots_; }

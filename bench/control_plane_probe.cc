@@ -47,12 +47,19 @@ CoordinatorProcess::~CoordinatorProcess() {
 }
 
 absl::Status CoordinatorProcess::Start(const std::string& binary, const std::string& state_dir,
-                                       int grpc_port, int metrics_port) {
+                                       int grpc_port, int metrics_port,
+                                       const std::vector<std::string>& extra_args) {
   int out[2];
   if (pipe(out) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   const std::string log_path = state_dir + "/fsdpd.log";
   const std::string listen = absl::StrCat("127.0.0.1:", grpc_port);
   const std::string metrics = absl::StrCat("127.0.0.1:", metrics_port);
+  std::vector<std::string> args = {binary,  "--listen",    listen,   "--metrics-listen",
+                                   metrics, "--state-dir", state_dir};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid_ == 0) {
@@ -60,8 +67,7 @@ absl::Status CoordinatorProcess::Start(const std::string& binary, const std::str
     close(out[0]);
     close(out[1]);
     if (FILE* log = std::fopen(log_path.c_str(), "w")) dup2(fileno(log), STDERR_FILENO);
-    execl(binary.c_str(), binary.c_str(), "--listen", listen.c_str(), "--metrics-listen",
-          metrics.c_str(), "--state-dir", state_dir.c_str(), static_cast<char*>(nullptr));
+    execv(binary.c_str(), argv.data());
     _exit(127);
   }
   close(out[1]);

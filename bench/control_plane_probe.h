@@ -23,8 +23,9 @@ absl::StatusOr<int> PickFreePort();
 class CoordinatorProcess {
  public:
   ~CoordinatorProcess();
+  // `extra_args` follow fsdpd's own flags (--listen, --metrics-listen, --state-dir).
   absl::Status Start(const std::string& binary, const std::string& state_dir, int grpc_port,
-                     int metrics_port);
+                     int metrics_port, const std::vector<std::string>& extra_args = {});
   // SIGTERM, then waits for the exit (the job store flushes its batches on the way out).
   absl::Status Stop(std::chrono::seconds timeout);
   pid_t pid() const { return pid_; }

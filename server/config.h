@@ -36,6 +36,12 @@ struct WorkerRegistryConfig {
   // twice that), so a flood of fake workers cannot grow the registry.
   int max_workers = 4096;
   double register_rate_per_peer = 20;
+  // Liveness under overload (docs/operations.md "Overload"): lost-worker decisions are
+  // suspended while the coordinator lags behind reading its workers by more than a quarter of
+  // the heartbeat timeout, and while more than this fraction of the fleet went silent at once
+  // (WorkerRegistry::ExpiryRules).
+  double mass_silence_fraction = 0.5;
+  std::chrono::milliseconds MaxProcessingLag() const { return heartbeat_timeout / 4; }
   // The most memory admitted for one worker of each kind, whatever it claims
   // (--max-worker-memory; worker_registry.h). 0: no ceiling, the default.
   int64_t max_memory_cpu = 0;

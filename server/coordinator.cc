@@ -23,6 +23,10 @@ constexpr char kJobServiceName[] = "fsdpd.v1.JobService";
 // job service follows the store (ReportStoreHealth), these are SERVING while the server is.
 constexpr const char* kOtherServiceNames[] = {"fsdpd.v1.WorkerService",
                                               "fsdpd.v1.RendezvousService"};
+// Not a gRPC service: a health name that is NOT_SERVING while the coordinator has suspended its
+// lost-worker decisions under overload (ReportLiveness). The probes ask for the whole server
+// (""), which stays SERVING: an overloaded coordinator must not be restarted for it.
+constexpr char kLostWorkerDecisionsName[] = "fsdpd.LostWorkerDecisions";
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const TlsConfig& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
@@ -160,7 +164,9 @@ absl::Status Coordinator::Start() {
   SetServing("", true);
   SetServing(kJobServiceName, true);
   for (const char* name : kOtherServiceNames) SetServing(name, true);
+  SetServing(kLostWorkerDecisionsName, true);
   job_service_serving_ = true;
+  deciding_lost_workers_ = true;
   ticker_ = std::thread([this] { RunTicker(); });
   return absl::OkStatus();
 }
@@ -241,11 +247,17 @@ void Coordinator::RunTicker() {
   Clock::time_point next_flush = Clock::now() + config_.store.flush_interval;
   std::unique_lock<std::mutex> lock(ticker_mutex_);
   while (!stopping_) {
+    const Clock::time_point due = Clock::now() + tick;
     ticker_wakeup_.wait_for(lock, tick);
     if (stopping_) break;
     lock.unlock();
+    // A late wake-up is a stall of the whole process (no CPU for it): the job manager counts it
+    // in its processing lag (processing_lag.h).
+    jobs_->processing_lag().NoteStall(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - due));
     jobs_->Tick();
     ReportStoreHealth();
+    ReportLiveness();
     if (Clock::now() >= next_flush) {
       if (absl::Status status = store_->Flush(); !status.ok()) {
         spdlog::error("job store: flush failed: {}", status.ToString());
@@ -268,6 +280,13 @@ void Coordinator::ReportStoreHealth() {
     spdlog::error("health: {} NOT_SERVING: the job store cannot write ({})", kJobServiceName,
                   jobs_->GetStoreHealth().last_error);
   }
+}
+
+void Coordinator::ReportLiveness() {
+  const JobManager::LivenessHealth liveness = jobs_->GetLivenessHealth();
+  if (liveness.suspended != deciding_lost_workers_) return;
+  deciding_lost_workers_ = !liveness.suspended;
+  SetServing(kLostWorkerDecisionsName, deciding_lost_workers_);
 }
 
 void Coordinator::Shutdown() {

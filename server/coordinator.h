@@ -47,6 +47,9 @@ class Coordinator {
   void RunTicker();
   // Mirrors the store's health on the job service's health status (ticker thread).
   void ReportStoreHealth();
+  // Health "fsdpd.LostWorkerDecisions" is NOT_SERVING while the job manager has suspended its
+  // lost-worker decisions (JobManager::GetLivenessHealth; ticker thread).
+  void ReportLiveness();
   // Sets a service's status ("" for the whole server) on the main port and the health port.
   void SetServing(const std::string& service, bool serving);
   absl::Status StartHealthPort();
@@ -73,8 +76,9 @@ class Coordinator {
   bool stopping_ = false;
   bool stopped_ = false;
   std::thread ticker_;
-  bool job_service_serving_ = false;  // ticker thread only, after Start
-  std::string cluster_id_;            // the state folder's (server/cluster_identity.h)
+  bool job_service_serving_ = false;    // ticker thread only, after Start
+  bool deciding_lost_workers_ = false;  // ticker thread only, after Start
+  std::string cluster_id_;              // the state folder's (server/cluster_identity.h)
 };
 
 }  // namespace fsdpd::server

@@ -11,11 +11,11 @@
 // The definitions live in files named by concern: job_manager.cc (construction, loading the
 // stored jobs, shutdown), _submission.cc (the spec check, Submit, Cancel), _scheduling.cc
 // (placing gangs, starting attempts), _transitions.cc (state changes, ending attempts),
-// _deadlines.cc (Tick), _workers.cc (registration, sessions, message dispatch), _reports.cc
-// (steps, results, logs, artifacts, profiles), _exports.cc (checkpoints and their exports),
-// _queries.cc (the published view, watches, logs), _sending.cc (to workers and subscribers) and
-// _store_health.cc (grouped writes, rollback, held messages). The private declarations below
-// are grouped the same way.
+// _deadlines.cc (Tick), _liveness.cc (lost workers, suspended under overload), _workers.cc
+// (registration, sessions, message dispatch), _reports.cc (steps, results, logs, artifacts,
+// profiles), _exports.cc (checkpoints and their exports), _queries.cc (the published view,
+// watches, logs), _sending.cc (to workers and subscribers) and _store_health.cc (grouped writes,
+// rollback, held messages). The private declarations below are grouped the same way.
 #pragma once
 
 #include <atomic>
@@ -37,6 +37,7 @@
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/job_store.h"
+#include "server/processing_lag.h"
 #include "server/profile_store.h"
 #include "server/rendezvous_store.h"
 #include "server/worker_registry.h"
@@ -176,6 +177,21 @@ class JobManager {
     int64_t held_messages = 0;
   };
   StoreHealth GetStoreHealth() const;
+  // Whether the coordinator decides lost workers now (job_manager_liveness.cc,
+  // docs/operations.md "Overload").
+  struct LivenessHealth {
+    bool suspended = false;   // lost-worker decisions are suspended
+    std::string reason;       // why, while suspended
+    int64_t lag_millis = 0;   // the processing lag at the latest tick
+    int held_workers = 0;     // silent workers kept by the mass-silence rule
+    int64_t suspensions = 0;  // times decisions were suspended since start
+  };
+  LivenessHealth GetLivenessHealth() const;
+  // Fed by the session dispatcher and the ticker, read on every tick (processing_lag.h).
+  ProcessingLag& processing_lag() { return lag_; }
+  // The session's reads stopped (or resumed) because its messages wait for the job manager:
+  // the worker is not silent by its own doing. Without the job manager's lock.
+  void NoteReadPaused(const std::string& worker_id, bool paused);
   // Ends every subscriber stream and closes worker sessions; jobs keep their state.
   void Shutdown();
 
@@ -296,6 +312,13 @@ class JobManager {
   // attempt, if still active, fails saying so. Called before the registration is reconciled.
   void NoteOomKillLocked(const std::string& worker_id, const RankAssignment& previous,
                          const v1::RegisterRequest& request);
+
+  // job_manager_liveness.cc
+  // Marks silent workers LOST and fails their attempts, unless the coordinator's own lag or a
+  // mass silence says their silence is no evidence; says so on a change.
+  void ExpireSilentWorkersLocked();
+  void SetLivenessLocked(bool suspended, const std::string& reason, int64_t lag_millis,
+                         int held_workers);
 
   // job_manager_deadlines.cc
   void TickLocked();
@@ -462,6 +485,11 @@ class JobManager {
   std::atomic<int64_t> held_count_{0};
   bool run_failed_ = false;  // a write of the current group failed
   std::string store_error_;  // under view_mutex_
+  ProcessingLag lag_;
+  // Silence counts from no earlier than this: when the processing lag last exceeded its bound.
+  Clock::time_point heard_floor_{};
+  mutable std::mutex liveness_mutex_;  // guards liveness_, read by GetLivenessHealth
+  LivenessHealth liveness_;
   mutable std::mutex view_mutex_;
   std::map<std::string, std::shared_ptr<const v1::Job>> view_;
 };

@@ -11,7 +11,11 @@
 namespace fsdpd::server {
 
 void JobManager::Tick() {
+  // A tick that waits long for the lock is a stall: the job manager handled no message then.
+  const auto asked = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
+  lag_.NoteStall(std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - asked));
   if (shutting_down_) return;
   // Nothing is expired or scheduled while the store cannot write: it could not be stored.
   if (!RecoverStoreLocked()) return;
@@ -19,19 +23,7 @@ void JobManager::Tick() {
 }
 
 void JobManager::TickLocked() {
-  for (const WorkerSnapshot& lost : workers_.ExpireSilentWorkers(now_())) {
-    spdlog::warn("worker {} on {} lost: no heartbeat for {} ms", lost.info.id(),
-                 lost.info.hostname(), workers_.config().heartbeat_timeout.count());
-    // Its unconfirmed reports are resent if it comes back (and registers again); until then
-    // nothing would confirm them.
-    unconfirmed_reports_.erase(lost.info.id());
-    const RankAssignment& assignment = lost.assignment;
-    if (!assignment.active()) continue;
-    JobRecord* record = ActiveRecordForLocked(lost.info.id(), assignment.job_id, assignment.attempt,
-                                              assignment.rank);
-    if (record != nullptr)
-      FailAttemptLocked(*record, absl::StrCat("worker ", lost.info.id(), " lost"));
-  }
+  ExpireSilentWorkersLocked();
   FailAttemptsOnLostWorkersLocked();
   const Clock::time_point now = now_();
   for (auto& [id, record] : jobs_) {

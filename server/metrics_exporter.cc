@@ -85,10 +85,46 @@ class StateCounts : public prometheus::Collectable {
     prometheus::ClientMetric held_count;
     held_count.gauge.value = static_cast<double>(store.held_messages);
     held.metric.push_back(held_count);
-    return {job_family, worker_family, worker_state, store_errors, store_writable, held};
+    const JobManager::LivenessHealth liveness = jobs_.GetLivenessHealth();
+    prometheus::MetricFamily lag{
+        "fsdpd_processing_lag_seconds",
+        "How far behind the coordinator is in handling its workers' messages (the oldest "
+        "waiting message's age, or the latest stall), at the latest tick.",
+        prometheus::MetricType::Gauge,
+        {}};
+    lag.metric.push_back(Value(static_cast<double>(liveness.lag_millis) / 1000));
+    prometheus::MetricFamily suspended{
+        "fsdpd_lost_worker_decisions_suspended",
+        "1 while the coordinator declares no worker lost on silence alone: it lags behind its "
+        "workers, or too much of the fleet went silent at once (docs/operations.md Overload).",
+        prometheus::MetricType::Gauge,
+        {}};
+    suspended.metric.push_back(Value(liveness.suspended ? 1 : 0));
+    prometheus::MetricFamily suspensions{
+        "fsdpd_lost_worker_decisions_suspensions_total",
+        "Times the coordinator suspended its lost-worker decisions.",
+        prometheus::MetricType::Counter,
+        {}};
+    prometheus::ClientMetric suspension_count;
+    suspension_count.counter.value = static_cast<double>(liveness.suspensions);
+    suspensions.metric.push_back(suspension_count);
+    prometheus::MetricFamily held_silent{
+        "fsdpd_silent_workers_held",
+        "Workers silent past the heartbeat timeout that the mass-silence rule keeps from being "
+        "declared lost.",
+        prometheus::MetricType::Gauge,
+        {}};
+    held_silent.metric.push_back(Value(liveness.held_workers));
+    return {job_family, worker_family, worker_state, store_errors, store_writable,
+            held,       lag,           suspended,    suspensions,  held_silent};
   }
 
  private:
+  static prometheus::ClientMetric Value(double value) {
+    prometheus::ClientMetric metric;
+    metric.gauge.value = value;
+    return metric;
+  }
   static prometheus::ClientMetric Gauge(const std::string& label, const std::string& value,
                                         double count) {
     prometheus::ClientMetric metric;

@@ -1,5 +1,6 @@
 #include "server/worker_registry.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,8 @@ std::string WorkerRegistry::NewIdLocked() {
 }
 
 bool WorkerRegistry::LiveLocked(const Entry& entry, Clock::time_point now) const {
-  return entry.session != nullptr && now - entry.last_heartbeat <= config_.heartbeat_timeout;
+  return entry.session != nullptr &&
+         (entry.read_paused || now - entry.last_heartbeat <= config_.heartbeat_timeout);
 }
 
 void WorkerRegistry::ShowWorkLocked(Entry& entry) {
@@ -335,6 +337,7 @@ absl::Status WorkerRegistry::AttachSession(const std::string& worker_id,
     }
     replaced = std::exchange(entry.session, std::move(session));
     entry.session_ended = false;
+    entry.read_paused = false;
   }
   if (replaced != nullptr) {
     replaced->Close(absl::AbortedError("a newer session of this worker replaced this silent one"));
@@ -348,7 +351,19 @@ void WorkerRegistry::DetachSession(const std::string& worker_id, const WorkerSes
   if (found != workers_.end() && found->second.session.get() == session) {
     found->second.session.reset();
     found->second.session_ended = true;
+    found->second.read_paused = false;
   }
+}
+
+void WorkerRegistry::SetReadPaused(const std::string& worker_id, bool paused,
+                                   Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = workers_.find(worker_id);
+  if (found == workers_.end() || found->second.session == nullptr) return;
+  Entry& entry = found->second;
+  // Reading resumes: the worker's silence counts from now, when it could be heard again.
+  if (entry.read_paused && !paused) entry.last_heartbeat = std::max(entry.last_heartbeat, now);
+  entry.read_paused = paused;
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& worker_id, Clock::time_point now) {
@@ -388,26 +403,44 @@ void WorkerRegistry::CloseAllSessions(const absl::Status& status) {
   for (const auto& session : sessions) session->Close(status);
 }
 
-std::vector<WorkerSnapshot> WorkerRegistry::ExpireSilentWorkers(Clock::time_point now) {
+WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
+                                                    const ExpiryRules& rules) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<WorkerSnapshot> expired;
+  Expiry expiry;
   for (auto it = workers_.begin(); it != workers_.end();) {
     const Entry& entry = it->second;
     const bool forgotten = entry.info.state() == v1::LOST && entry.session == nullptr &&
                            now - entry.last_heartbeat > config_.lost_retention;
     it = forgotten ? workers_.erase(it) : std::next(it);
   }
+  // Silence, from the later of the last message and the floor; none while reading is paused.
+  auto silence = [&](const Entry& entry) {
+    if (entry.session != nullptr && entry.read_paused) return Clock::duration::zero();
+    return now - std::max(entry.last_heartbeat, rules.heard_floor);
+  };
+  const auto near_timeout = config_.heartbeat_timeout - config_.heartbeat_interval;
+  for (const auto& [id, entry] : workers_) {
+    if (entry.info.state() == v1::LOST) continue;
+    ++expiry.fleet;
+    if (entry.session != nullptr && silence(entry) > near_timeout) ++expiry.silent;
+  }
+  const bool mass = expiry.silent >= 2 && rules.mass_silence_fraction < 1.0 &&
+                    expiry.silent > rules.mass_silence_fraction * expiry.fleet;
   for (auto& [id, entry] : workers_) {
     if (entry.info.state() == v1::LOST) continue;
-    if (now - entry.last_heartbeat <= config_.heartbeat_timeout) continue;
+    if (silence(entry) <= config_.heartbeat_timeout) continue;
+    if (mass && entry.session != nullptr) {
+      ++expiry.held;
+      continue;
+    }
     entry.info.set_state(v1::LOST);
-    expired.push_back(SnapshotLocked(entry));
+    expiry.lost.push_back(SnapshotLocked(entry));
     // Whatever it ran is failed by the job manager; if it comes back it starts idle.
     entry.assignment = {};
     entry.claim = {};
     ShowWorkLocked(entry);
   }
-  return expired;
+  return expiry;
 }
 
 }  // namespace fsdpd::server

@@ -138,10 +138,37 @@ class WorkerRegistry {
   bool Send(const std::string& worker_id, const v1::CoordinatorMessage& message);
   void CloseAllSessions(const absl::Status& status);
 
-  // Marks LOST every worker whose last heartbeat is older than the timeout and returns them
-  // (with the assignment they had, which the job manager must fail). Forgets workers LOST for
-  // longer than the retention.
-  std::vector<WorkerSnapshot> ExpireSilentWorkers(Clock::time_point now);
+  // While the coordinator has stopped reading a worker's session (its messages wait for the
+  // job manager, worker_service.cc), the worker's silence is the coordinator's doing: it is not
+  // expired, its session counts as live, and when reading resumes its silence counts from then.
+  void SetReadPaused(const std::string& worker_id, bool paused, Clock::time_point now);
+
+  // What decides that a silent worker is lost (docs/operations.md "Overload").
+  struct ExpiryRules {
+    // Silence counts from no earlier than this: when the coordinator last stopped lagging, so
+    // a worker is lost only after a full timeout in which the coordinator could have read it.
+    Clock::time_point heard_floor{};
+    // Mass silence: when at least two workers with an open session, and more than this
+    // fraction of the workers not LOST, are silent for more than the timeout less one
+    // heartbeat interval (they went quiet within one heartbeat period), the cause is more
+    // likely the coordinator, its host or its network than that many deaths at once: none with
+    // an open session is expired while it lasts. A worker whose stream ended is expired as
+    // always. 1 or more: never.
+    double mass_silence_fraction = 1.0;
+  };
+  struct Expiry {
+    std::vector<WorkerSnapshot> lost;  // marked LOST now, with the assignment they had
+    int held = 0;                      // silent past the timeout, kept by the mass-silence rule
+    int silent = 0;  // with an open session, silent past the timeout less one interval
+    int fleet = 0;   // workers not LOST before this call
+  };
+  // Marks LOST every worker silent past the timeout under `rules` and returns them (with the
+  // assignment they had, which the job manager must fail). Forgets workers LOST for longer
+  // than the retention.
+  Expiry ExpireSilent(Clock::time_point now, const ExpiryRules& rules);
+  std::vector<WorkerSnapshot> ExpireSilentWorkers(Clock::time_point now) {
+    return ExpireSilent(now, {}).lost;
+  }
 
  private:
   struct Entry {
@@ -152,6 +179,7 @@ class WorkerRegistry {
     Clock::time_point last_heartbeat;
     std::string principal;       // the credential the id is bound to
     bool session_ended = false;  // its session stream ended and no other has been opened
+    bool read_paused = false;    // the coordinator stopped reading its session (SetReadPaused)
     int64_t evidence_bytes = 0;  // LowerMemory's bound (0: none)
     std::string evidence;
   };

@@ -1,9 +1,11 @@
 #include "server/worker_service.h"
 
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "server/grpc_util.h"
@@ -13,37 +15,63 @@
 namespace fsdpd::server {
 
 // Runs the job manager on session messages without making gRPC's threads wait for its lock.
-// A thread that receives a message queues it; if no thread is handling the queue, it becomes the
-// one that does, taking runs of messages until the queue is empty. The other receiving threads
-// return at once, so gRPC keeps threads free to answer JobService calls (SubmitJob, GetJob)
-// while thousands of workers stream reports, and the job manager's lock is taken once per run
-// instead of once per message by every thread. Each worker's messages are handled in arrival
-// order. A session keeps reading while fewer than kMaxQueuedPerSession of its messages wait and
-// pauses beyond that, so the queue stays bounded and gRPC flow control slows a worker the
-// coordinator cannot keep up with.
+// A thread that receives a message queues it and returns at once; one thread of the dispatcher's
+// own takes runs of messages until the queue is empty. gRPC's threads so stay free to answer
+// JobService calls (SubmitJob, GetJob) while thousands of workers stream reports: when the
+// receiving thread drained the queue itself, under overload one of gRPC's threads never came
+// back and reads waited behind the report stream (bench/RESULTS.md, "Control plane under
+// overload"). The job manager's lock is taken once per run instead of once per message. Each
+// worker's messages are handled in arrival order. A session keeps reading while fewer than
+// kMaxQueuedPerSession of its messages wait and pauses beyond that, so the queue stays bounded and
+// gRPC flow control slows a worker the coordinator cannot keep up with. The age of the oldest
+// waiting message is the coordinator's processing lag (processing_lag.h), and a paused session's
+// worker is not counted silent (WorkerRegistry::SetReadPaused): neither the lag nor the pause is
+// the worker's doing.
 class SessionDispatcher {
  public:
   struct Item {
     std::string worker_id;
     v1::WorkerMessage message;
+    ProcessingLag::Clock::time_point received;
     // Runs once the message is handled, on the thread that handled it.
     std::function<void()> done;
   };
 
-  explicit SessionDispatcher(JobManager& jobs) : jobs_(jobs) {}
+  explicit SessionDispatcher(JobManager& jobs)
+      : jobs_(jobs), lag_(jobs.processing_lag()), thread_([this] { Run(); }) {}
 
   // Handles what is still queued (each item's done() may own the end of its session's reactor).
-  ~SessionDispatcher() { Drain(); }
+  ~SessionDispatcher() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wakeup_.notify_one();
+    thread_.join();
+    Drain();
+  }
 
-  // Queues the message. True when the caller must now call Drain: no thread is handling the
-  // queue. The caller starts its session's next read first, so its own worker is not stalled
-  // while it drains everyone's messages.
-  bool Post(Item item) {
+  // Queues the message for the dispatching thread.
+  void Post(Item item) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // While a run is handled, the oldest waiting message is that run's first, noted already.
+    // The dispatching thread waits only on an empty queue while not draining: one wake-up per
+    // burst, not one per message.
+    const bool wake = !draining_ && queue_.empty();
+    if (wake) lag_.NoteOldestWaiting(item.received);
     queue_.push_back(std::move(item));
-    if (draining_) return false;  // the thread that drains will take it
-    draining_ = true;
-    return true;
+    if (wake) wakeup_.notify_one();
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wakeup_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      lock.unlock();
+      Drain();
+      lock.lock();
+    }
   }
 
   void Drain() {
@@ -52,7 +80,10 @@ class SessionDispatcher {
     std::vector<Item> run;
     std::vector<JobManager::WorkerMessageRef> refs;
     std::unique_lock<std::mutex> lock(mutex_);
+    draining_ = true;
     while (!queue_.empty()) {
+      // The processing lag: how long the oldest message has waited (it waits until handled).
+      lag_.NoteOldestWaiting(queue_.front().received);
       while (!queue_.empty() && run.size() < kRun) {
         run.push_back(std::move(queue_.front()));
         queue_.pop_front();
@@ -68,13 +99,18 @@ class SessionDispatcher {
       lock.lock();
     }
     draining_ = false;
+    lag_.NoteNothingWaiting();
   }
 
  private:
   JobManager& jobs_;
+  ProcessingLag& lag_;
   std::mutex mutex_;
   std::deque<Item> queue_;
   bool draining_ = false;
+  bool stopping_ = false;
+  std::condition_variable wakeup_;
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 namespace {
@@ -154,18 +190,28 @@ class SessionReactor : public SessionBase {
           worker_id_, kMaxLogLineBytes, kMaxReasonBytes);
     }
     jobs_.NoteAlive(worker_id_);
+    {
+      // Counted before the post: the dispatcher may hand the message back before Post returns.
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      ++held_by_dispatcher_;
+    }
+    // Posted before the session may pause: once paused_ is set, OnDispatched may start the next
+    // read into incoming_ on the dispatcher's thread, so the message must be out of incoming_
+    // and in the queue (ahead of the next one) by then.
+    dispatcher_.Post({worker_id_, std::move(incoming_), ProcessingLag::Clock::now(),
+                      [this] { OnDispatched(); }});
     bool read_next = false;
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
-      ++held_by_dispatcher_;
-      // Counted before the post: the dispatcher may hand the message back before Post returns.
       read_next = held_by_dispatcher_ < kMaxQueuedPerSession;
-      if (!read_next) paused_ = true;
+      if (!read_next) {
+        paused_ = true;
+        // Not reading is the coordinator's doing: the worker is not silent meanwhile. Noted
+        // under state_mutex_, so the resume in OnDispatched cannot come first.
+        jobs_.NoteReadPaused(worker_id_, true);
+      }
     }
-    const bool drain =
-        dispatcher_.Post({worker_id_, std::move(incoming_), [this] { OnDispatched(); }});
     if (read_next) StartRead(&incoming_);
-    if (drain) dispatcher_.Drain();
   }
 
   // The coordinator ends the stream (shutdown, or a newer session of the same worker).
@@ -200,6 +246,7 @@ class SessionReactor : public SessionBase {
       // gRPC may run OnReadDone inline. A close racing with the read is fine: the read then
       // fails and the stream ends as the coordinator asked.
       paused_ = false;
+      jobs_.NoteReadPaused(worker_id_, false);  // its silence counts from now
       lock.unlock();
       StartRead(&incoming_);
       lock.lock();

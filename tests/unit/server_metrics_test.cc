@@ -346,6 +346,26 @@ TEST_F(MetricsExporterTest, WorkerStateIsOneSeriesPerWorkerWithHostAndDevice) {
   EXPECT_THAT(scrape, Not(HasSubstr("state=\"IDLE\",worker=")));
 }
 
+// The overload signals of docs/operations.md: the processing lag, and whether lost-worker
+// decisions are suspended (here by a stall far above the bound).
+TEST_F(MetricsExporterTest, LostWorkerDecisionsSuspendedUnderProcessingLag) {
+  CreateExporter(std::chrono::minutes(5));
+  std::string scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspended"), 0);
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspensions_total"), 0);
+  jobs_->processing_lag().NoteStall(std::chrono::seconds(30));
+  jobs_->Tick();
+  scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspended"), 1);
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspensions_total"), 1);
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_processing_lag_seconds"), 30);
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_silent_workers_held"), 0);
+  jobs_->Tick();  // caught up
+  scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspended"), 0);
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspensions_total"), 1);
+}
+
 // The real services behind a loopback server with the exporter's timing interceptors, as the
 // coordinator builds it.
 TEST_F(MetricsExporterTest, RpcLatencyIsAHistogramPerMethodFromRealCalls) {

@@ -1,0 +1,22 @@
+# The control-plane load bench as written (bench/control_plane_load.cc), at small sizes, so that
+# it cannot silently stop running:
+#  - bench_control_plane_load_small: 60 simulated workers at 10 reports a second for 3 s on a
+#    coordinator with its default flags but the registration bounds the bench sets; every report
+#    must be stored and aggregated and no attempt failed.
+#  - bench_control_plane_overload: cheap simulated workers that send more than the coordinator
+#    can handle on a small host (4,000 workers, 20 a connection, 10 reports a second each, 10 s)
+#    to a coordinator with a 2 s heartbeat timeout (lag bound 500 ms): no attempt may fail
+#    because of the overload, and nothing sent may be lost (every report stored, every job's
+#    GetJob step caught up within 120 s). The read latencies are printed, not asserted: on a
+#    shared 2-core host they follow the other load (bench/RESULTS.md).
+if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
+  add_test(NAME bench_control_plane_load_small
+    COMMAND $<TARGET_FILE:fsdpd_control_plane_load> --workers 60 --world-size 4 --seconds 3
+            --probe-rate 10 --require no-drop)
+  set_tests_properties(bench_control_plane_load_small PROPERTIES LABELS integration TIMEOUT 180)
+  add_test(NAME bench_control_plane_overload
+    COMMAND $<TARGET_FILE:fsdpd_control_plane_load> --workers 4000 --world-size 20
+            --workers-per-connection 20 --seconds 10 --probe-rate 10 --catch-up-seconds 120
+            --fsdpd-arg=--heartbeat-timeout=2s --require no-drop)
+  set_tests_properties(bench_control_plane_overload PROPERTIES LABELS integration TIMEOUT 300)
+endif()
