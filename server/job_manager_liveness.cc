@@ -55,6 +55,16 @@ void JobManager::ExpireSilentWorkersLocked() {
     unconfirmed_reports_.erase(lost.info.id());
     const RankAssignment& assignment = lost.assignment;
     if (!assignment.active()) continue;
+    // If the silence was a partition, the worker still runs the rank: told to stop on its open
+    // stream, it reads this when it is heard again (a new session gets it at registration,
+    // from its claim). Until it reports the rank ended it takes no other work.
+    v1::CoordinatorMessage stop;
+    stop.mutable_cancellation()->set_job_id(assignment.job_id);
+    stop.mutable_cancellation()->set_attempt(assignment.attempt);
+    stop.mutable_cancellation()->set_reason(
+        absl::StrCat("worker ", lost.info.id(), " was lost: no message for ",
+                     workers_.config().heartbeat_timeout.count(), " ms"));
+    workers_.Send(lost.info.id(), stop);
     JobRecord* record = ActiveRecordForLocked(lost.info.id(), assignment.job_id, assignment.attempt,
                                               assignment.rank);
     if (record != nullptr)

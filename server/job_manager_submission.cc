@@ -98,10 +98,10 @@ std::vector<FieldError> JobManager::ResolveOriginLocked(const SubmitDetails& det
   }
   // The checkpoints table that rank 0's reports fill (job_manager_exports.cc).
   absl::StatusOr<std::vector<CheckpointRecord>> records = store_.LoadCheckpoints(from.job_id());
-  absl::StatusOr<std::vector<int64_t>> steps = records.status();
-  if (records.ok()) {
-    steps.emplace();
-    for (const CheckpointRecord& record : *records) steps->push_back(record.step);
+  absl::StatusOr<std::vector<int64_t>> steps = std::vector<int64_t>{};
+  if (!records.ok()) steps = records.status();
+  for (const CheckpointRecord& record : records.ok() ? *records : std::vector<CheckpointRecord>{}) {
+    steps->push_back(record.step);
   }
   if (!steps.ok()) {
     errors.push_back(

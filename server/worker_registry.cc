@@ -435,9 +435,11 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
     }
     entry.info.set_state(v1::LOST);
     expiry.lost.push_back(SnapshotLocked(entry));
-    // Whatever it ran is failed by the job manager; if it comes back it starts idle.
+    // Whatever it ran is failed by the job manager. A silent worker may still run it (a
+    // partition, not a death): kept as its claim, so that if it is heard again it stays BUSY,
+    // off the scheduler, until it reports that rank ended (Release).
+    if (entry.assignment.active()) entry.claim = entry.assignment;
     entry.assignment = {};
-    entry.claim = {};
     ShowWorkLocked(entry);
   }
   return expiry;

@@ -129,5 +129,50 @@ TEST_F(JobManagerTest, ALoneSilentWorkerIsLostWithoutSuspendingAnything) {
   EXPECT_EQ(jobs_->GetLivenessHealth().suspensions, 0);
 }
 
+// A partition longer than the heartbeat timeout, shorter than the ranks' collective timeout:
+// the worker comes back still inside the old attempt. It is told to stop that attempt, and is
+// kept off the scheduler until it reports the rank ended, instead of being handed the retry it
+// would refuse as busy (which spent a restart per refusal).
+TEST_F(JobManagerTest, ALostWorkerHeardAgainStaysBusyUntilItsOldRankEnds) {
+  const std::string w0 = AddWorker("host-a", 0);
+  const std::string w1 = AddWorker("host-b", 0);
+  const std::string w2 = AddWorker("host-c", 0);
+  const std::string id = *jobs_->Submit(SmallSpec(2, 3));
+  const v1::Job first = GetJob(id);
+  ASSERT_EQ(first.worker_ids_size(), 2);
+  const std::string kept = first.worker_ids(0);
+  const std::string cut = first.worker_ids(1);
+  const std::string spare = kept != w2 && cut != w2 ? w2 : (kept != w1 && cut != w1 ? w1 : w0);
+  Step(kept, id, 1, 0, 1, 5.0, 10);
+  Step(cut, id, 1, 1, 1, 5.0, 10);
+
+  now_ += seconds(11);
+  Heartbeat(kept);
+  Heartbeat(spare);
+  jobs_->Tick();
+  ASSERT_EQ(StateOf(cut), v1::LOST);
+  ASSERT_EQ(GetJob(id).state(), v1::RETRYING);
+  bool told = false;
+  for (const v1::CoordinatorMessage& message : sessions_[cut]->messages) {
+    told = told || (message.has_cancellation() && message.cancellation().job_id() == id &&
+                    message.cancellation().attempt() == 1);
+  }
+  EXPECT_TRUE(told) << "the lost worker was not told to stop attempt 1";
+
+  // Heard again on its stream, still in attempt 1: busy, and no rank of the retry goes to it.
+  Heartbeat(cut);
+  EXPECT_EQ(StateOf(cut), v1::BUSY);
+  Result(kept, id, 1, 0, false, "", /*cancelled=*/true);
+  jobs_->Tick();
+  const v1::Job retried = GetJob(id);
+  EXPECT_EQ(retried.attempt(), 2);
+  EXPECT_EQ(retried.worker_ids_size(), 2);
+  for (const std::string& worker : retried.worker_ids()) EXPECT_NE(worker, cut);
+
+  // Once it reports the old rank ended, it is idle again.
+  Result(cut, id, 1, 1, false, "", /*cancelled=*/true);
+  EXPECT_EQ(StateOf(cut), v1::IDLE);
+}
+
 }  // namespace
 }  // namespace fsdpd::server
