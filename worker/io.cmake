@@ -1,5 +1,6 @@
 # Data loaders, safetensors, sharded checkpoints and path confinement.
 add_library(fsdpd_io STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/data/accumulation_loader.cc
   ${CMAKE_CURRENT_LIST_DIR}/data/data_loader.cc
   ${CMAKE_CURRENT_LIST_DIR}/data/path_policy.cc
   ${CMAKE_CURRENT_LIST_DIR}/data/synthetic_tokens.cc

@@ -15,6 +15,7 @@
 #include "proto/spec/job_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/comm/communicator.h"
+#include "worker/data/accumulation_loader.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/path_policy.h"
 #include "worker/device/device_runtime.h"
@@ -72,6 +73,12 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
   paths.init_path = resolved.checkpoint().init_from();
   paths.data = resolved.data();
   return paths;
+}
+
+// One optimizer step's tokens on this rank: every micro-batch's.
+int64_t TokensPerRankStep(const v1::JobSpec& spec) {
+  return spec.train().batch_size() * std::max<int64_t>(spec.train().grad_accum_steps(), 1) *
+         spec.data().seq_len();
 }
 
 // Clipping needs the global norm before any unit is updated, so it keeps the step after backward.
@@ -156,7 +163,9 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   if (!data.path().empty() && data.source() != "synthetic") {
     log("info", absl::StrCat("opening data.path '", data.path(), "'"));
   }
-  FSDPD_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> micro_batches, CreateDataLoader(data_options));
+  engine.data = AccumulationLoader(std::move(micro_batches), spec.train().grad_accum_steps(),
+                                   batch * data.seq_len());
   return engine;
 }
 
@@ -218,11 +227,11 @@ absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& conte
   FSDPD_RETURN_IF_ERROR(LoadWeights(spec, config, run, log));
   FSDPD_ASSIGN_OR_RETURN(run.peak_flops, runtime.PeakFlops(*run.engine.backend));
   log("info",
-      absl::StrFormat("training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step, "
-                      "peak %.3g FLOP/s per rank for MFU",
+      absl::StrFormat("training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step "
+                      "(%d micro-batches), peak %.3g FLOP/s per rank for MFU",
                       spec.name(), ParameterCount(spec.model()), context.world_size,
-                      run.start_step + 1, spec.train().steps(),
-                      spec.train().batch_size() * run.paths.data.seq_len(), run.peak_flops));
+                      run.start_step + 1, spec.train().steps(), TokensPerRankStep(spec),
+                      spec.train().grad_accum_steps(), run.peak_flops));
   return run;
 }
 
@@ -299,7 +308,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
                   : "AdamW runs after backward");
 
   StepRates rates;
-  rates.tokens_per_rank_step = spec.train().batch_size() * run.paths.data.seq_len();
+  rates.tokens_per_rank_step = TokensPerRankStep(spec);
   rates.flops_per_token = FlopsPerToken(spec);
   rates.peak_flops = run.peak_flops;
   StepBatch batch(rates.tokens_per_rank_step);

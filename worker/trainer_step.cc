@@ -36,24 +36,37 @@ AdamWParams AdamWFor(const v1::TrainSpec& train, int64_t step) {
   return adamw;
 }
 
-// Forward, backward and the AdamW update; returns this rank's loss.
+// Forward and backward of every micro-batch of the step (train.grad_accum_steps), their
+// gradients summed in fp32 and reduce-scattered once, during the last one's backward
+// (MicroBatch in worker/fsdp/fsdp_state.h), then the AdamW update. Returns this rank's loss: the
+// mean of the micro-batches' mean losses, each over as many tokens.
 absl::StatusOr<float> ForwardBackwardUpdate(Engine& engine, const v1::TrainSpec& train,
                                             const AdamWParams& adamw, bool optimizer_in_backward,
                                             StepBatch& batch, double* grad_norm) {
   ProfileRecorder* const recorder = engine.recorder.get();
+  const int64_t count = std::max<int64_t>(train.grad_accum_steps(), 1);
+  const int64_t tokens = static_cast<int64_t>(batch.inputs.size()) / count;
+  double loss_sum = 0.0;
+  for (MicroBatch micro{0, count}; micro.index < count; ++micro.index) {
+    GradientShardConsumer* consumer = nullptr;
+    if (optimizer_in_backward && micro.last()) {
+      FSDPD_RETURN_IF_ERROR(engine.optimizer->BeginBackwardStep(adamw));
+      consumer = engine.optimizer.get();
+    }
+    FSDPD_ASSIGN_OR_RETURN(const float micro_loss,
+                           engine.state->ForwardBackward(
+                               *engine.model, batch.inputs.data() + micro.index * tokens,
+                               batch.targets.data() + micro.index * tokens, consumer, micro));
+    loss_sum += micro_loss;
+  }
+  // One micro-batch: its loss as it is, to the bit.
+  const float local_loss = count == 1 ? static_cast<float>(loss_sum)
+                                      : static_cast<float>(loss_sum / static_cast<double>(count));
   if (optimizer_in_backward) {
-    FSDPD_RETURN_IF_ERROR(engine.optimizer->BeginBackwardStep(adamw));
-    FSDPD_ASSIGN_OR_RETURN(
-        const float local_loss,
-        engine.state->ForwardBackward(*engine.model, batch.inputs.data(), batch.targets.data(),
-                                      engine.optimizer.get()));
     ProfileRange range(recorder, "", kPhaseOptimizer, "grad norm");
     FSDPD_ASSIGN_OR_RETURN(*grad_norm, engine.optimizer->FinishBackwardStep());
     return local_loss;
   }
-  FSDPD_ASSIGN_OR_RETURN(
-      const float local_loss,
-      engine.state->ForwardBackward(*engine.model, batch.inputs.data(), batch.targets.data()));
   ProfileRange range(recorder, "", kPhaseOptimizer);
   FSDPD_ASSIGN_OR_RETURN(*grad_norm, engine.optimizer->Step(adamw, train.grad_clip()));
   return local_loss;

@@ -48,17 +48,19 @@ struct StepOutcome {
   MemoryStats memory;                 // the backend allocator's, after the step
 };
 
-// Loads the batch of `step`, runs forward and backward with the AdamW update (in backward when
+// Loads the batch of `step` (train.grad_accum_steps micro-batches: `batch` holds them all, and
+// engine.data gives them all, worker/data/accumulation_loader.h), runs forward and backward of
+// each with the AdamW update once (in backward of the last micro-batch when
 // `optimizer_in_backward`, after it otherwise, clipping to train.grad_clip), averages the loss
-// over the ranks and waits for the device. While a profiling window records, the step is one
-// range of the trace.
+// over the micro-batches and the ranks and waits for the device. While a profiling window records,
+// the step is one range of the trace.
 absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train, int64_t step,
                                       bool optimizer_in_backward, StepBatch& batch);
 
 // What a rank reports of one step (StepReport): throughput, exposed communication, MFU against
 // `peak_flops`, the allocator's memory and the process's memory per `runtime`.
 struct StepRates {
-  int64_t tokens_per_rank_step = 0;
+  int64_t tokens_per_rank_step = 0;  // every micro-batch's: tokens/s is per optimizer step
   double flops_per_token = 0.0;
   double peak_flops = 0.0;
 };

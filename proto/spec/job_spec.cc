@@ -178,6 +178,9 @@ const std::map<std::string, Setter>& FieldSetters() {
       {"train.min_lr_ratio",
        Number<double>("train.min_lr_ratio",
                       [](S* s, double v) { s->mutable_train()->set_min_lr_ratio(v); })},
+      {"train.grad_accum_steps",
+       Number<int64_t>("train.grad_accum_steps",
+                       [](S* s, int64_t v) { s->mutable_train()->set_grad_accum_steps(v); })},
       {"parallel.world_size",
        Number<int>("parallel.world_size",
                    [](S* s, int v) { s->mutable_parallel()->set_world_size(v); })},
@@ -326,6 +329,7 @@ v1::JobSpec DefaultJobSpec() {
   train->set_lr_schedule("constant");
   train->set_warmup_steps(0);
   train->set_min_lr_ratio(0);
+  train->set_grad_accum_steps(1);
   v1::ParallelSpec* parallel = spec.mutable_parallel();
   parallel->set_world_size(4);
   parallel->set_device("cuda");
@@ -399,7 +403,7 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
       << "weight_decay" << YAML::Value << t.weight_decay() << YAML::Key << "beta1" << YAML::Value
       << t.beta1() << YAML::Key << "beta2" << YAML::Value << t.beta2() << YAML::Key << "seed"
       << YAML::Value << t.seed() << YAML::Key << "lr_schedule" << YAML::Value << t.lr_schedule()
-      << YAML::EndMap;
+      << YAML::Key << "grad_accum_steps" << YAML::Value << t.grad_accum_steps() << YAML::EndMap;
   const v1::ParallelSpec& p = spec.parallel();
   out << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "world_size" << YAML::Value << p.world_size() << YAML::Key << "device"

@@ -15,6 +15,7 @@ std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec) {
   ValidateModel(spec.model(), errors);
   ValidateData(spec, errors);
   ValidateTrain(spec.train(), errors);
+  ValidateGradAccumulation(spec.train(), errors);
   ValidateParallel(spec, errors);
   ValidateCheckpoint(spec, errors);
   ValidatePaths(spec, errors);
