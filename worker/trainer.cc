@@ -159,6 +159,7 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   data_options.rank = context.rank;
   data_options.world_size = context.world_size;
   data_options.seed = spec.train().seed();
+  data_options.allowed_roots = context.allowed_roots;
   data_options.cancelled = cancelled;
   if (!data.path().empty() && data.source() != "synthetic") {
     log("info", absl::StrCat("opening data.path '", data.path(), "'"));

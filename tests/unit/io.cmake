@@ -9,3 +9,5 @@ fsdpd_test(io_path_policy_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/io_path_policy_test.cc LIBS fsdpd_io)
 fsdpd_test(io_blocking_steps_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/io_blocking_steps_test.cc LIBS fsdpd_io)
+fsdpd_test(io_sharded_data_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/io_sharded_data_test.cc LIBS fsdpd_io)
