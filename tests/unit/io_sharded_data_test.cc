@@ -101,6 +101,15 @@ TEST(ShardedData, AFolderIsReadInNameOrderAndEveryWindowOnceAnEpoch) {
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ((*loader)->num_tokens(), 25);
   const std::set<int32_t> windows = {0, 4, 8, 13, 17};  // shard 0 at 0, shard 1 at 13
+  // The dataset's windows are numbered shard by shard in name order; row r reads window
+  // SampleWindow(seed, r, 5).
+  const std::vector<int32_t> numbered(windows.begin(), windows.end());
+  for (int64_t step = 0; step < 3; ++step) {
+    const std::vector<int32_t> starts = RowStarts(**loader, step, 5);
+    for (int64_t row = 0; row < 5; ++row) {
+      EXPECT_EQ(starts[row], numbered[SampleWindow(7, step * 5 + row, 5)]) << step << " " << row;
+    }
+  }
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     const std::vector<int32_t> starts = RowStarts(**loader, epoch, 5);
     EXPECT_EQ(std::set<int32_t>(starts.begin(), starts.end()), windows) << "epoch " << epoch;
@@ -148,8 +157,12 @@ TEST(ShardedData, AManifestListsShardsRelativeToItsFolderWithOptionalCounts) {
       << shards[0] << "\n";
   auto loader = CreateDataLoader(Options(dir.File("train.manifest"), 5));
   ASSERT_TRUE(loader.ok()) << loader.status();
+  // In the manifest's order: part-1 (tokens 9..21) is windows 0-2, part-0 windows 3-4.
+  const std::vector<int32_t> numbered = {9, 13, 17, 0, 4};
   const std::vector<int32_t> starts = RowStarts(**loader, 0, 5);
-  EXPECT_EQ(std::set<int32_t>(starts.begin(), starts.end()), (std::set<int32_t>{9, 13, 17, 0, 4}));
+  for (int64_t row = 0; row < 5; ++row) {
+    EXPECT_EQ(starts[row], numbered[SampleWindow(7, row, 5)]) << row;
+  }
 
   std::ofstream(dir.File("short.manifest")) << "shards/part-1.bin\t14\n";
   auto counted = CreateDataLoader(Options(dir.File("short.manifest"), 1));
