@@ -119,9 +119,10 @@ def main(build_dir, source_dir):
                 [os.path.join(build_dir, "worker", "fsdpd-worker"), "--coordinator", address,
                  "--device", "cpu", "--checkpoint-root", os.path.join(folder, "checkpoints"),
                  "--hostname", f"py-worker-{rank}", "--heartbeat-interval", "500ms",
-                 "--allowed-root", source_dir],
+                 "--allowed-root", source_dir, "--allowed-root", folder],
                 stdout=logs, stderr=subprocess.STDOUT))
         run(address, source_dir)
+        check_sharded_job(fsdpd.Client(address), source_dir, folder)
     except BaseException:
         logs.flush()
         for name in ("fsdpd.log", "workers.log"):
@@ -281,6 +282,31 @@ def run(address, source_dir):
     print(f"python client: job {job_id} SUCCEEDED after {STEPS} steps; exported "
           f"{len(weights)} tensors, {sum(a.size for a in weights.values())} parameters")
     check_example(address, source_dir)
+
+
+def check_sharded_job(client, source_dir, folder):
+    """fsdpd.data.write_shards turns the demo's text into shards and a manifest, and a job with
+    gradient accumulation trains on them through the daemon, each step over every micro-batch."""
+    from fsdpd.data import write_shards
+    with open(os.path.join(source_dir, "examples", "tiny_corpus.txt"), encoding="utf-8") as f:
+        text = f.read()
+    manifest = write_shards(text, os.path.join(folder, "shards"), shard_tokens=1024)
+    with open(manifest) as f:
+        listed = [line.split("\t") for line in f if not line.startswith("#")]
+    check(len(listed) >= 2 and sum(int(count) for _, count in listed) == len(text.encode()),
+          f"the manifest lists {listed}")
+    with open(os.path.join(source_dir, "examples", "demo.yaml")) as f:
+        spec = yaml.safe_load(f)
+    spec["name"] = "sharded-python"
+    spec["data"] = {"source": "tokens", "path": str(manifest), "seq_len": 32, "token_bytes": 2}
+    spec["train"].update(steps=4, batch_size=2, grad_accum_steps=2)
+    job = client.submit(spec)
+    steps = [e for e in client.watch(job.id) if isinstance(e, fsdpd.StepEvent)]
+    final = client.status(job.id)
+    check(final.state == fsdpd.JobState.SUCCEEDED, f"the sharded job ended {final}: {final.reason}")
+    check(final.spec.train.grad_accum_steps == 2, f"stored spec {final.spec.train}")
+    check([e.step for e in steps][-1:] == [4], f"sharded job steps {[str(e) for e in steps]}")
+    print(f"python client: sharded job {job.id} SUCCEEDED on {len(listed)} shards")
 
 
 def check_example(address, source_dir):
