@@ -167,6 +167,12 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> micro_batches, CreateDataLoader(data_options));
   engine.data = AccumulationLoader(std::move(micro_batches), spec.train().grad_accum_steps(),
                                    batch * data.seq_len());
+  if (data.eval_every() > 0 && !data.eval_path().empty()) {
+    DataLoaderOptions eval_options = data_options;
+    eval_options.data.set_path(data.eval_path());
+    log("info", absl::StrCat("opening data.eval_path '", data.eval_path(), "'"));
+    FSDPD_ASSIGN_OR_RETURN(engine.eval_data, CreateDataLoader(eval_options));
+  }
   return engine;
 }
 
@@ -319,8 +325,15 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   for (int64_t step = run.start_step + 1; step <= total_steps; ++step) {
     FSDPD_RETURN_IF_ERROR(StopIfCancelled(hooks, step, *run.engine.communicator, log));
     profiling.BeginStep(step);
-    FSDPD_ASSIGN_OR_RETURN(const StepOutcome outcome,
+    FSDPD_ASSIGN_OR_RETURN(StepOutcome outcome,
                            TrainStep(run.engine, spec.train(), step, optimizer_in_backward, batch));
+    if (ValidationDue(spec, step)) {
+      // After the step's update and outside its timing: the report carries both losses.
+      ProfileRange range(run.engine.recorder.get(), "", "", "validation");
+      FSDPD_ASSIGN_OR_RETURN(outcome.eval_loss,
+                             Validate(run.engine, spec.data().eval_batches(),
+                                      spec.train().batch_size() * run.paths.data.seq_len()));
+    }
     // The host's work between two steps, while the device waits, shows in a profile's trace.
     v1::StepReport report;
     {
@@ -332,7 +345,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
       if (hooks.on_step) hooks.on_step(report);
     }
     profiling.EndStep(step);
-    if (LoggedStep(step, total_steps)) log("info", StepLogLine(outcome, report, *runtime));
+    if (LoggedStep(step, total_steps) || outcome.eval_loss.has_value()) {
+      log("info", StepLogLine(outcome, report, *runtime));
+    }
     if (!std::isfinite(outcome.loss)) {
       return absl::InternalError(absl::StrCat("the loss is not finite at step ", step));
     }

@@ -80,7 +80,8 @@ def check_relative_paths(folder):
     from fsdpd import spec as spec_module
     fields = spec_module.path_fields()
     # The same list as spec_path_fields_test's, read from the same option.
-    check(fields == [("data", "path"), ("checkpoint", "init_from")], f"path fields {fields}")
+    check(fields == [("data", "path"), ("data", "eval_path"), ("checkpoint", "init_from")],
+          f"path fields {fields}")
     specs = os.path.join(folder, "specs")
     os.makedirs(specs)
     spec_path = os.path.join(specs, "relative.yaml")

@@ -50,11 +50,12 @@ const char* FileKind(mode_t mode) {
   return "not a file";
 }
 
-// data.path may name a folder of token shards (worker/data/token_shards.h); the loader confines
-// and checks each shard in it. Every other path field names a file.
+// data.path and data.eval_path may name a folder of token shards (worker/data/token_shards.h);
+// the loader confines and checks each shard in it. Every other path field names a file.
 bool MayBeFolder(const SpecPathField& field, const std::string& path) {
   std::error_code error;
-  return field.name() == "data.path" && std::filesystem::is_directory(path, error);
+  return (field.name() == "data.path" || field.name() == "data.eval_path") &&
+         std::filesystem::is_directory(path, error);
 }
 
 }  // namespace

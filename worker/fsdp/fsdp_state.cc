@@ -348,6 +348,29 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   return model.Loss();
 }
 
+absl::StatusOr<float> FsdpState::EvaluateLoss(MiniLLM& model, const int32_t* tokens,
+                                              const int32_t* targets) {
+  const int root = num_units() - 1;
+  const int layers = root;
+  ProfileRange range(options_.profiler, "", kPhaseForward, "validation");
+  FSDPD_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
+  FSDPD_RETURN_IF_ERROR(AwaitParams(root));
+  if (layers > 0) FSDPD_RETURN_IF_ERROR(IssueGather(0));
+  FSDPD_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
+  for (int layer = 0; layer < layers; ++layer) {
+    if (layer + 1 < layers) FSDPD_RETURN_IF_ERROR(IssueGather(layer + 1));
+    FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
+    FSDPD_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
+    ReleaseParams(layer);
+  }
+  FSDPD_RETURN_IF_ERROR(AllocateGrads(root, GradientFill::kWhole));
+  FSDPD_RETURN_IF_ERROR(model.HeadForwardBackward(Params(root), Grads(root), 1.0));
+  ReleaseParams(root);
+  // Stream-ordered: the memory is reused only after the head queued on it.
+  unsharded_[root].grads.reset();
+  return model.Loss();
+}
+
 absl::Status FsdpState::GatherMasterToHost(int unit, std::vector<float>* values) {
   const UnitShard& shard = shards_[unit];
   const FlatShardLayout& layout = shard.layout;

@@ -129,6 +129,12 @@ class FsdpState {
                                         GradientShardConsumer* consumer = nullptr,
                                         const MicroBatch& micro = {});
 
+  // Forward only, for validation: this rank's mean loss of `model` on the batch, with no
+  // gradient kept and nothing updated. The fused head also writes its gradient, into a scratch
+  // buffer of the root's size that is freed before this returns (between steps, where the root's
+  // gradient buffer does not exist). Reads the loss back, so it waits for the device.
+  absl::StatusOr<float> EvaluateLoss(MiniLLM& model, const int32_t* tokens, const int32_t* targets);
+
   bool transient_grad_shards() const { return options_.transient_grad_shards; }
 
   // Issues the root unit's gather for the next step's forward, ordered after the updates queued
