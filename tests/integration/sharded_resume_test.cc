@@ -27,6 +27,7 @@ using std::chrono::seconds;
 
 constexpr int64_t kSteps = 800;
 constexpr int64_t kCheckpointEvery = 100;
+constexpr int64_t kEvalEvery = 40;
 // batch_size 2 × grad_accum_steps 2 rows a step; the shards hold 62 + 43 + 19 windows.
 constexpr int64_t kRowsPerStep = 4;
 constexpr int64_t kWindows = 124;
@@ -59,12 +60,16 @@ class ShardedResumeTest : public ::testing::Test {
     }
   }
   std::string Manifest() const { return cluster_.dir() + "/train.manifest"; }
+  // The held-out data: the last shard, read as one token file.
+  std::string HeldOut() const { return cluster_.dir() + "/shards/part-2.bin"; }
 
   std::string SpecYaml(const std::string& name) const {
     std::ostringstream yaml;
     yaml << "name: " << name << "\n"
          << "model: {vocab: 64, dim: 32, layers: 1, heads: 2, ffn_mult: 2}\n"
-         << "data: {source: tokens, path: " << Manifest() << ", seq_len: 16, token_bytes: 2}\n"
+         << "data: {source: tokens, path: " << Manifest()
+         << ", seq_len: 16, token_bytes: 2, eval_path: " << HeldOut()
+         << ", eval_every: " << kEvalEvery << ", eval_batches: 2}\n"
          << "train: {batch_size: 2, grad_accum_steps: 2, steps: " << kSteps
          << ", lr: 1.0e-3, seed: 7}\n"
          << "parallel: {world_size: 1, device: cpu, param_dtype: fp32, reduce_dtype: fp32}\n"
@@ -85,14 +90,17 @@ class ShardedResumeTest : public ::testing::Test {
         log);
   }
 
-  // Step → loss of every step event of the job, and the first step of each attempt.
-  std::map<int64_t, double> StepLosses(const std::string& id, std::map<int, int64_t>* first_steps) {
+  // Step → loss of every step event of the job, and the first step of each attempt; step →
+  // validation loss of the steps that carry one.
+  std::map<int64_t, double> StepLosses(const std::string& id, std::map<int, int64_t>* first_steps,
+                                       std::map<int64_t, double>* eval_losses) {
     int exit_code = -1;
     std::map<int64_t, double> losses;
     for (const auto& event : cluster_.WatchEvents(id, &exit_code, seconds(60))) {
       if (event.value("type", "") != "step") continue;
       const int64_t step = event.value("step", int64_t{-1});
       losses[step] = event.value("loss", NAN);
+      if (event.contains("eval_loss")) (*eval_losses)[step] = event.value("eval_loss", NAN);
       if (first_steps != nullptr) first_steps->emplace(event.value("attempt", 0), step);
     }
     EXPECT_EQ(exit_code, 0);
@@ -123,7 +131,9 @@ TEST_F(ShardedResumeTest, KilledMidEpochTheResumedJobReadsTheUninterruptedTokenS
   ASSERT_FALSE(reference.empty());
   nlohmann::json done = cluster_.WaitForState(reference, "SUCCEEDED", seconds(120));
   ASSERT_EQ(done.value("state", ""), "SUCCEEDED") << done.dump();
-  const std::map<int64_t, double> expected = StepLosses(reference, nullptr);
+  std::map<int64_t, double> expected_eval;
+  const std::map<int64_t, double> expected = StepLosses(reference, nullptr, &expected_eval);
+  ASSERT_EQ(expected_eval.size(), static_cast<size_t>(kSteps / kEvalEvery));
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
   ASSERT_TRUE(cluster_.WaitForWorkers(1, "IDLE", seconds(30)));
 
@@ -143,7 +153,8 @@ TEST_F(ShardedResumeTest, KilledMidEpochTheResumedJobReadsTheUninterruptedTokenS
   ASSERT_EQ(done.value("attempt", 0), 2) << "the job was not interrupted: " << done.dump();
 
   std::map<int, int64_t> first_steps;
-  const std::map<int64_t, double> actual = StepLosses(id, &first_steps);
+  std::map<int64_t, double> actual_eval;
+  const std::map<int64_t, double> actual = StepLosses(id, &first_steps, &actual_eval);
   ASSERT_EQ(first_steps.count(2), 1u);
   const int64_t resumed_after = first_steps[2] - 1;
   EXPECT_GE(resumed_after, kCheckpointEvery);
@@ -156,6 +167,17 @@ TEST_F(ShardedResumeTest, KilledMidEpochTheResumedJobReadsTheUninterruptedTokenS
     EXPECT_NEAR(loss, expected.at(step), 1e-6 * std::abs(expected.at(step)))
         << "step " << step << (step > resumed_after ? " (resumed)" : "");
   }
+  // The validation history is continuous across the restart: every kEvalEvery steps, each the
+  // uninterrupted run's value (the held-out rows are the same every time).
+  std::vector<int64_t> eval_steps;
+  for (const auto& [step, loss] : actual_eval) {
+    eval_steps.push_back(step);
+    EXPECT_NEAR(loss, expected_eval.at(step), 1e-6 * std::abs(expected_eval.at(step)))
+        << "validation at step " << step;
+  }
+  std::vector<int64_t> every;
+  for (int64_t step = kEvalEvery; step <= kSteps; step += kEvalEvery) every.push_back(step);
+  EXPECT_EQ(eval_steps, every);
 }
 
 TEST_F(ShardedResumeTest, AVanishedShardFailsTheJobNamingIt) {

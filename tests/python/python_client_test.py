@@ -299,7 +299,8 @@ def check_sharded_job(client, source_dir, folder):
     with open(os.path.join(source_dir, "examples", "demo.yaml")) as f:
         spec = yaml.safe_load(f)
     spec["name"] = "sharded-python"
-    spec["data"] = {"source": "tokens", "path": str(manifest), "seq_len": 32, "token_bytes": 2}
+    spec["data"] = {"source": "tokens", "path": str(manifest), "seq_len": 32, "token_bytes": 2,
+                    "eval_path": str(manifest), "eval_every": 2, "eval_batches": 2}
     spec["train"].update(steps=4, batch_size=2, grad_accum_steps=2)
     job = client.submit(spec)
     steps = [e for e in client.watch(job.id) if isinstance(e, fsdpd.StepEvent)]
@@ -307,6 +308,9 @@ def check_sharded_job(client, source_dir, folder):
     check(final.state == fsdpd.JobState.SUCCEEDED, f"the sharded job ended {final}: {final.reason}")
     check(final.spec.train.grad_accum_steps == 2, f"stored spec {final.spec.train}")
     check([e.step for e in steps][-1:] == [4], f"sharded job steps {[str(e) for e in steps]}")
+    validated = [e for e in steps if e.eval_loss is not None]
+    check([e.step for e in validated] == [2, 4] and all(" eval loss " in str(e) for e in validated),
+          f"validation on steps {[str(e) for e in validated]}")
     print(f"python client: sharded job {job.id} SUCCEEDED on {len(listed)} shards")
 
 
