@@ -1,9 +1,12 @@
 // Gradient accumulation on the CUDA engine (train.grad_accum_steps): K = 4 micro-batches of 2
 // sequences against one batch of 8 on the golden tiny job, at one rank, with the optimizer in
-// backward and after it. The CPU engine's version, in fp32, is
-// tests/integration/engine_grad_accum_test.cc. Skips itself without a GPU.
+// backward and after it; and validation (data.eval_every) on the CUDA engine, forward only. The
+// CPU engine's versions, in fp32, are tests/integration/engine_grad_accum_test.cc and
+// engine_validation_test.cc. Skips itself without a GPU.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@ struct Trajectory {
   std::vector<double> losses;
   std::vector<double> grad_norms;
   std::vector<double> tokens_per_step;
+  std::map<int64_t, double> eval_losses;
 };
 
 Trajectory Train(const v1::JobSpec& spec, bool optimizer_in_backward) {
@@ -36,6 +40,7 @@ Trajectory Train(const v1::JobSpec& spec, bool optimizer_in_backward) {
     trajectory.losses.push_back(report.loss());
     trajectory.grad_norms.push_back(report.grad_norm());
     trajectory.tokens_per_step.push_back(report.tokens_per_second() * report.step_seconds());
+    if (report.has_eval_loss()) trajectory.eval_losses[report.step()] = report.eval_loss();
   };
   auto result = RunTrainer(spec, context, hooks);
   EXPECT_TRUE(result.ok()) << result.status();
@@ -85,6 +90,45 @@ TEST_P(CudaGradAccumTest, FourMicroBatchesOfTwoTrainLikeOneBatchOfEight) {
         << "step " << step + 1;
     // tokens/s is per optimizer step: all four micro-batches' tokens.
     EXPECT_NEAR(accumulated.tokens_per_step[step], 8.0 * config_["seq"].get<double>(), 1e-6);
+  }
+}
+
+// Validation on the CUDA engine, on data of exactly one batch (2 windows of the golden seq_len),
+// so the held-out batch is every step's training batch: the eval loss after step s is the same
+// forward on the same bf16 parameters as step s + 1's training loss (the kernels and their
+// inputs are the same; 1e-5 of the loss allows for a kernel that is not bitwise deterministic),
+// and validation changes no step's loss (no gradient, no update) beyond that same allowance.
+TEST_P(CudaGradAccumTest, ValidationIsTheForwardLossAfterTheStepAndChangesNothing) {
+  testing::TempDir dir;
+  const int64_t seq = config_["seq"].get<int64_t>();
+  const std::string tokens = dir.path() + "/one_batch.bin";
+  {
+    std::ofstream out(tokens, std::ios::binary);
+    for (int64_t i = 0; i < 2 * seq + 1; ++i) {
+      const uint16_t id = static_cast<uint16_t>((i * 7 + 3) % config_["vocab"].get<int64_t>());
+      out.write(reinterpret_cast<const char*>(&id), sizeof(id));
+    }
+  }
+  v1::JobSpec spec = Spec(config_, 2, 1);
+  spec.mutable_data()->set_path(tokens);
+  spec.mutable_checkpoint()->set_init_from("");
+  const Trajectory without = Train(spec, GetParam());
+  spec.mutable_data()->set_eval_path(tokens);
+  spec.mutable_data()->set_eval_every(3);
+  spec.mutable_data()->set_eval_batches(1);
+  const Trajectory with = Train(spec, GetParam());
+  ASSERT_EQ(with.losses.size(), 10u);
+  ASSERT_EQ(without.losses.size(), 10u);
+  std::vector<int64_t> steps;
+  for (const auto& [step, loss] : with.eval_losses) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{3, 6, 9, 10}));
+  for (int64_t step : {3, 6, 9}) {
+    EXPECT_NEAR(with.eval_losses.at(step), with.losses[step], 1e-5 * std::abs(with.losses[step]))
+        << "after step " << step;
+  }
+  for (size_t step = 0; step < with.losses.size(); ++step) {
+    EXPECT_NEAR(with.losses[step], without.losses[step], 1e-5 * std::abs(without.losses[step]))
+        << "validation changed the training at step " << step + 1;
   }
 }
 
