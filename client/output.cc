@@ -76,22 +76,25 @@ nlohmann::json JobToJson(const v1::Job& job) {
 }
 
 nlohmann::json StepEventToJson(const v1::StepReport& step) {
-  return {{"type", "step"},
-          {"job_id", step.job_id()},
-          {"attempt", step.attempt()},
-          {"step", step.step()},
-          {"loss", step.loss()},
-          {"tokens_per_second", step.tokens_per_second()},
-          {"step_seconds", step.step_seconds()},
-          {"compute_seconds", step.compute_seconds()},
-          {"exposed_comm_seconds", step.exposed_comm_seconds()},
-          {"mfu_ratio", step.mfu_ratio()},
-          {"memory_peak_bytes", step.memory_peak_bytes()},
-          {"memory_reserved_bytes", step.memory_reserved_bytes()},
-          {"memory_device_used_bytes", step.memory_device_used_bytes()},
-          {"lr", step.lr()},
-          {"grad_norm", step.grad_norm()},
-          {"unix_millis", step.unix_millis()}};
+  nlohmann::json event = {{"type", "step"},
+                          {"job_id", step.job_id()},
+                          {"attempt", step.attempt()},
+                          {"step", step.step()},
+                          {"loss", step.loss()},
+                          {"tokens_per_second", step.tokens_per_second()},
+                          {"step_seconds", step.step_seconds()},
+                          {"compute_seconds", step.compute_seconds()},
+                          {"exposed_comm_seconds", step.exposed_comm_seconds()},
+                          {"mfu_ratio", step.mfu_ratio()},
+                          {"memory_peak_bytes", step.memory_peak_bytes()},
+                          {"memory_reserved_bytes", step.memory_reserved_bytes()},
+                          {"memory_device_used_bytes", step.memory_device_used_bytes()},
+                          {"lr", step.lr()},
+                          {"grad_norm", step.grad_norm()},
+                          {"unix_millis", step.unix_millis()}};
+  // Only on the steps that ran validation (data.eval_every).
+  if (step.has_eval_loss()) event["eval_loss"] = step.eval_loss();
+  return event;
 }
 
 std::string ActorName(const std::string& principal) {

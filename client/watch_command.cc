@@ -118,10 +118,17 @@ class EventPrinter {
       std::cout << StepEventToJson(step).dump() << std::endl;
       return;
     }
+    // A validated step gets a line of its own, kept above the progress line, beside its loss.
+    if (step.has_eval_loss()) {
+      EndProgressLine();
+      std::cout << "step " << step.step() << "/" << total_steps_ << "  loss "
+                << FormatLoss(step.loss()) << "  eval loss " << FormatLoss(step.eval_loss())
+                << std::endl;
+    }
     // Without a terminal, one line a second (and the last step) is enough for a log.
     const auto now = std::chrono::steady_clock::now();
     if (!live_line_ && step.step() != total_steps_ &&
-        now - last_printed_ < std::chrono::seconds(1)) {
+        (step.has_eval_loss() || now - last_printed_ < std::chrono::seconds(1))) {
       return;
     }
     last_printed_ = now;

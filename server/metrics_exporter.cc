@@ -214,6 +214,11 @@ MetricsExporter::MetricsExporter(JobManager& jobs, WorkerRegistry& workers,
                       .Name("fsdpd_train_loss")
                       .Help("Training loss of the latest step (rank 0's global mean).")
                       .Register(*registry_)),
+      eval_loss_(prometheus::BuildGauge()
+                     .Name("fsdpd_job_eval_loss")
+                     .Help("Validation loss of the latest validated step (data.eval_every): the "
+                           "mean over data.eval_batches held-out batches on every rank.")
+                     .Register(*registry_)),
       train_step_(prometheus::BuildGauge()
                       .Name("fsdpd_train_step")
                       .Help("Latest step every rank finished.")
@@ -471,6 +476,12 @@ void MetricsExporter::OnAggregateStep(const v1::StepReport& aggregate) {
   cached.step->Set(static_cast<double>(aggregate.step()));
   cached.tokens_per_second->Set(aggregate.tokens_per_second());
   cached.mfu->Set(aggregate.mfu_ratio());
+  if (aggregate.has_eval_loss()) {
+    if (cached.eval_loss == nullptr) {
+      cached.eval_loss = &JobGauge(eval_loss_, {{"job", aggregate.job_id()}});
+    }
+    cached.eval_loss->Set(aggregate.eval_loss());
+  }
   if (aggregate.step_seconds() > 0) {
     if (cached.step_duration == nullptr) {
       cached.step_duration = &JobHistogram({{"job", aggregate.job_id()}});

@@ -91,6 +91,7 @@ class MetricsExporter : public JobObserver {
     prometheus::Gauge* tokens_per_second = nullptr;
     prometheus::Gauge* mfu = nullptr;
     prometheus::Histogram* step_duration = nullptr;  // created on the first timed step
+    prometheus::Gauge* eval_loss = nullptr;          // created on the first validated step
   };
   // Every series one job added, by family, so they can be removed together.
   struct JobSeries {
@@ -131,6 +132,7 @@ class MetricsExporter : public JobObserver {
   std::shared_ptr<prometheus::Collectable> state_counts_;
   prometheus::Family<prometheus::Gauge>& job_info_;
   prometheus::Family<prometheus::Gauge>& train_loss_;
+  prometheus::Family<prometheus::Gauge>& eval_loss_;
   prometheus::Family<prometheus::Gauge>& train_step_;
   prometheus::Family<prometheus::Gauge>& train_tokens_per_second_;
   prometheus::Family<prometheus::Gauge>& train_mfu_;

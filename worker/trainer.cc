@@ -17,6 +17,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/consolidate.h"
 #include "worker/comm/communicator.h"
+#include "worker/data/accumulation_loader.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/path_policy.h"
 #include "worker/device/device_runtime.h"
@@ -101,6 +102,12 @@ absl::StatusOr<JobPaths> ResolveJobPaths(const v1::JobSpec& spec, const RankCont
   return paths;
 }
 
+// One optimizer step's tokens on this rank: every micro-batch's.
+int64_t TokensPerRankStep(const v1::JobSpec& spec) {
+  return spec.train().batch_size() * std::max<int64_t>(spec.train().grad_accum_steps(), 1) *
+         spec.data().seq_len();
+}
+
 // Clipping needs the global norm before any unit is updated, so it keeps the step after backward.
 bool OptimizerInBackward(const v1::JobSpec& spec, const RankContext& context) {
   return context.optimizer_in_backward && spec.train().grad_clip() <= 0.0;
@@ -179,11 +186,20 @@ absl::StatusOr<Engine> BuildEngine(const v1::JobSpec& spec, const RankContext& c
   data_options.rank = context.rank;
   data_options.world_size = context.world_size;
   data_options.seed = spec.train().seed();
+  data_options.allowed_roots = context.allowed_roots;
   data_options.cancelled = cancelled;
   if (!data.path().empty() && data.source() != "synthetic") {
     log("info", absl::StrCat("opening data.path '", data.path(), "'"));
   }
-  FSDPD_ASSIGN_OR_RETURN(engine.data, CreateDataLoader(data_options));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> micro_batches, CreateDataLoader(data_options));
+  engine.data = AccumulationLoader(std::move(micro_batches), spec.train().grad_accum_steps(),
+                                   batch * data.seq_len());
+  if (data.eval_every() > 0 && !data.eval_path().empty()) {
+    DataLoaderOptions eval_options = data_options;
+    eval_options.data.set_path(data.eval_path());
+    log("info", absl::StrCat("opening data.eval_path '", data.eval_path(), "'"));
+    FSDPD_ASSIGN_OR_RETURN(engine.eval_data, CreateDataLoader(eval_options));
+  }
   return engine;
 }
 
@@ -275,11 +291,11 @@ absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& conte
   FSDPD_RETURN_IF_ERROR(LoadWeights(spec, config, run, log));
   FSDPD_ASSIGN_OR_RETURN(run.peak_flops, runtime.PeakFlops(*run.engine.backend));
   log("info",
-      absl::StrFormat("training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step, "
-                      "peak %.3g FLOP/s per rank for MFU",
+      absl::StrFormat("training %s: %d parameters, world %d, steps %d..%d, %d tokens/rank/step "
+                      "(%d micro-batches), peak %.3g FLOP/s per rank for MFU",
                       spec.name(), ParameterCount(spec.model()), context.world_size,
-                      run.start_step + 1, spec.train().steps(),
-                      spec.train().batch_size() * run.paths.data.seq_len(), run.peak_flops));
+                      run.start_step + 1, spec.train().steps(), TokensPerRankStep(spec),
+                      spec.train().grad_accum_steps(), run.peak_flops));
   return run;
 }
 
@@ -376,7 +392,7 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
                   : "AdamW runs after backward");
 
   StepRates rates;
-  rates.tokens_per_rank_step = spec.train().batch_size() * run.paths.data.seq_len();
+  rates.tokens_per_rank_step = TokensPerRankStep(spec);
   rates.flops_per_token = FlopsPerToken(spec);
   rates.peak_flops = run.peak_flops;
   StepBatch batch(rates.tokens_per_rank_step);
@@ -386,8 +402,15 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
   for (int64_t step = run.start_step + 1; step <= total_steps; ++step) {
     FSDPD_RETURN_IF_ERROR(StopIfCancelled(hooks, step, *run.engine.communicator, log));
     profiling.BeginStep(step);
-    FSDPD_ASSIGN_OR_RETURN(const StepOutcome outcome,
+    FSDPD_ASSIGN_OR_RETURN(StepOutcome outcome,
                            TrainStep(run.engine, spec.train(), step, optimizer_in_backward, batch));
+    if (ValidationDue(spec, step)) {
+      // After the step's update and outside its timing: the report carries both losses.
+      ProfileRange range(run.engine.recorder.get(), "", "", "validation");
+      FSDPD_ASSIGN_OR_RETURN(outcome.eval_loss,
+                             Validate(run.engine, spec.data().eval_batches(),
+                                      spec.train().batch_size() * run.paths.data.seq_len()));
+    }
     // The host's work between two steps, while the device waits, shows in a profile's trace.
     v1::StepReport report;
     {
@@ -399,7 +422,9 @@ absl::StatusOr<TrainResult> RunTrainer(const v1::JobSpec& spec, const RankContex
       if (hooks.on_step) hooks.on_step(report);
     }
     profiling.EndStep(step);
-    if (LoggedStep(step, total_steps)) log("info", StepLogLine(outcome, report, *runtime));
+    if (LoggedStep(step, total_steps) || outcome.eval_loss.has_value()) {
+      log("info", StepLogLine(outcome, report, *runtime));
+    }
     if (!std::isfinite(outcome.loss)) {
       return absl::InternalError(absl::StrCat("the loss is not finite at step ", step));
     }

@@ -36,24 +36,37 @@ AdamWParams AdamWFor(const v1::TrainSpec& train, int64_t step) {
   return adamw;
 }
 
-// Forward, backward and the AdamW update; returns this rank's loss.
+// Forward and backward of every micro-batch of the step (train.grad_accum_steps), their
+// gradients summed in fp32 and reduce-scattered once, during the last one's backward
+// (MicroBatch in worker/fsdp/fsdp_state.h), then the AdamW update. Returns this rank's loss: the
+// mean of the micro-batches' mean losses, each over as many tokens.
 absl::StatusOr<float> ForwardBackwardUpdate(Engine& engine, const v1::TrainSpec& train,
                                             const AdamWParams& adamw, bool optimizer_in_backward,
                                             StepBatch& batch, double* grad_norm) {
   ProfileRecorder* const recorder = engine.recorder.get();
+  const int64_t count = std::max<int64_t>(train.grad_accum_steps(), 1);
+  const int64_t tokens = static_cast<int64_t>(batch.inputs.size()) / count;
+  double loss_sum = 0.0;
+  for (MicroBatch micro{0, count}; micro.index < count; ++micro.index) {
+    GradientShardConsumer* consumer = nullptr;
+    if (optimizer_in_backward && micro.last()) {
+      FSDPD_RETURN_IF_ERROR(engine.optimizer->BeginBackwardStep(adamw));
+      consumer = engine.optimizer.get();
+    }
+    FSDPD_ASSIGN_OR_RETURN(const float micro_loss,
+                           engine.state->ForwardBackward(
+                               *engine.model, batch.inputs.data() + micro.index * tokens,
+                               batch.targets.data() + micro.index * tokens, consumer, micro));
+    loss_sum += micro_loss;
+  }
+  // One micro-batch: its loss as it is, to the bit.
+  const float local_loss = count == 1 ? static_cast<float>(loss_sum)
+                                      : static_cast<float>(loss_sum / static_cast<double>(count));
   if (optimizer_in_backward) {
-    FSDPD_RETURN_IF_ERROR(engine.optimizer->BeginBackwardStep(adamw));
-    FSDPD_ASSIGN_OR_RETURN(
-        const float local_loss,
-        engine.state->ForwardBackward(*engine.model, batch.inputs.data(), batch.targets.data(),
-                                      engine.optimizer.get()));
     ProfileRange range(recorder, "", kPhaseOptimizer, "grad norm");
     FSDPD_ASSIGN_OR_RETURN(*grad_norm, engine.optimizer->FinishBackwardStep());
     return local_loss;
   }
-  FSDPD_ASSIGN_OR_RETURN(
-      const float local_loss,
-      engine.state->ForwardBackward(*engine.model, batch.inputs.data(), batch.targets.data()));
   ProfileRange range(recorder, "", kPhaseOptimizer);
   FSDPD_ASSIGN_OR_RETURN(*grad_norm, engine.optimizer->Step(adamw, train.grad_clip()));
   return local_loss;
@@ -103,6 +116,34 @@ absl::StatusOr<StepOutcome> TrainStep(Engine& engine, const v1::TrainSpec& train
   return outcome;
 }
 
+bool ValidationDue(const v1::JobSpec& spec, int64_t step) {
+  const int64_t every = spec.data().eval_every();
+  if (every <= 0 || spec.data().eval_path().empty()) return false;
+  return step % every == 0 || step == spec.train().steps();
+}
+
+absl::StatusOr<double> Validate(Engine& engine, int64_t batches, int64_t tokens) {
+  if (engine.eval_data == nullptr) {
+    return absl::FailedPreconditionError("validation is due but the engine has no held-out data");
+  }
+  std::vector<int32_t> inputs(static_cast<size_t>(tokens));
+  std::vector<int32_t> targets(static_cast<size_t>(tokens));
+  double sum = 0.0;
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    FSDPD_RETURN_IF_ERROR(engine.eval_data->Batch(batch, inputs.data(), targets.data()));
+    FSDPD_ASSIGN_OR_RETURN(
+        const float loss, engine.state->EvaluateLoss(*engine.model, inputs.data(), targets.data()));
+    sum += loss;
+  }
+  // Every rank's mean is over equally many tokens: their mean is the global one.
+  std::vector<float> mean = {static_cast<float>(sum / static_cast<double>(batches))};
+  if (engine.communicator->world_size() > 1) {
+    FSDPD_RETURN_IF_ERROR(
+        AllReduceHostFloats(*engine.communicator, *engine.backend, &mean, ReduceOp::kAverage));
+  }
+  return mean[0];
+}
+
 v1::StepReport StepReportFor(const StepOutcome& outcome, const RankContext& context,
                              const StepRates& rates, const DeviceRuntime& runtime) {
   v1::StepReport report;
@@ -125,6 +166,7 @@ v1::StepReport StepReportFor(const StepOutcome& outcome, const RankContext& cont
   report.set_lr(outcome.lr);
   report.set_grad_norm(outcome.grad_norm);
   report.set_unix_millis(UnixMillis());
+  if (outcome.eval_loss.has_value()) report.set_eval_loss(*outcome.eval_loss);
   return report;
 }
 
@@ -137,11 +179,13 @@ std::string StepLogLine(const StepOutcome& outcome, const v1::StepReport& report
     driver_note = absl::StrFormat(" (driver: %.1f MiB used of %.1f MiB)",
                                   driver->used_bytes / 1048576.0, driver->total_bytes / 1048576.0);
   }
+  const std::string eval_note =
+      outcome.eval_loss.has_value() ? absl::StrFormat(" | eval loss %.6f", *outcome.eval_loss) : "";
   return absl::StrFormat(
-      "step %d | loss %.6f | lr %.3g | grad norm %.4g | %.0f tok/s | %.1f ms (comm %.1f ms) | "
+      "step %d | loss %.6f%s | lr %.3g | grad norm %.4g | %.0f tok/s | %.1f ms (comm %.1f ms) | "
       "peak %.1f MiB%s",
-      outcome.step, outcome.loss, outcome.lr, outcome.grad_norm, report.tokens_per_second(),
-      outcome.step_seconds * 1e3, outcome.exposed_comm_seconds * 1e3,
+      outcome.step, outcome.loss, eval_note, outcome.lr, outcome.grad_norm,
+      report.tokens_per_second(), outcome.step_seconds * 1e3, outcome.exposed_comm_seconds * 1e3,
       outcome.memory.peak_bytes / 1048576.0, driver_note);
 }
 

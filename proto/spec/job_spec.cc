@@ -147,6 +147,14 @@ const std::map<std::string, Setter>& FieldSetters() {
        Number<int64_t>("data.seq_len", [](S* s, int64_t v) { s->mutable_data()->set_seq_len(v); })},
       {"data.token_bytes",
        Number<int>("data.token_bytes", [](S* s, int v) { s->mutable_data()->set_token_bytes(v); })},
+      {"data.eval_path",
+       Text("data.eval_path", [](S* s, std::string v) { s->mutable_data()->set_eval_path(v); })},
+      {"data.eval_every",
+       Number<int64_t>("data.eval_every",
+                       [](S* s, int64_t v) { s->mutable_data()->set_eval_every(v); })},
+      {"data.eval_batches",
+       Number<int64_t>("data.eval_batches",
+                       [](S* s, int64_t v) { s->mutable_data()->set_eval_batches(v); })},
       {"train.batch_size",
        Number<int64_t>("train.batch_size",
                        [](S* s, int64_t v) { s->mutable_train()->set_batch_size(v); })},
@@ -178,6 +186,9 @@ const std::map<std::string, Setter>& FieldSetters() {
       {"train.min_lr_ratio",
        Number<double>("train.min_lr_ratio",
                       [](S* s, double v) { s->mutable_train()->set_min_lr_ratio(v); })},
+      {"train.grad_accum_steps",
+       Number<int64_t>("train.grad_accum_steps",
+                       [](S* s, int64_t v) { s->mutable_train()->set_grad_accum_steps(v); })},
       {"parallel.world_size",
        Number<int>("parallel.world_size",
                    [](S* s, int v) { s->mutable_parallel()->set_world_size(v); })},
@@ -313,6 +324,9 @@ v1::JobSpec DefaultJobSpec() {
   data->set_seq_len(1024);
   data->set_path("");
   data->set_token_bytes(2);
+  data->set_eval_path("");
+  data->set_eval_every(0);
+  data->set_eval_batches(8);
   v1::TrainSpec* train = spec.mutable_train();
   train->set_batch_size(8);
   train->set_steps(1000);
@@ -326,6 +340,7 @@ v1::JobSpec DefaultJobSpec() {
   train->set_lr_schedule("constant");
   train->set_warmup_steps(0);
   train->set_min_lr_ratio(0);
+  train->set_grad_accum_steps(1);
   v1::ParallelSpec* parallel = spec.mutable_parallel();
   parallel->set_world_size(4);
   parallel->set_device("cuda");
@@ -391,7 +406,10 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   out << YAML::Key << "data" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "source" << YAML::Value << d.source();
   if (!d.path().empty()) out << YAML::Key << "path" << YAML::Value << d.path();
-  out << YAML::Key << "seq_len" << YAML::Value << d.seq_len() << YAML::EndMap;
+  out << YAML::Key << "seq_len" << YAML::Value << d.seq_len();
+  if (!d.eval_path().empty()) out << YAML::Key << "eval_path" << YAML::Value << d.eval_path();
+  out << YAML::Key << "eval_every" << YAML::Value << d.eval_every() << YAML::Key << "eval_batches"
+      << YAML::Value << d.eval_batches() << YAML::EndMap;
   const v1::TrainSpec& t = spec.train();
   out << YAML::Key << "train" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "batch_size" << YAML::Value << t.batch_size() << YAML::Key << "steps"
@@ -399,7 +417,7 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
       << "weight_decay" << YAML::Value << t.weight_decay() << YAML::Key << "beta1" << YAML::Value
       << t.beta1() << YAML::Key << "beta2" << YAML::Value << t.beta2() << YAML::Key << "seed"
       << YAML::Value << t.seed() << YAML::Key << "lr_schedule" << YAML::Value << t.lr_schedule()
-      << YAML::EndMap;
+      << YAML::Key << "grad_accum_steps" << YAML::Value << t.grad_accum_steps() << YAML::EndMap;
   const v1::ParallelSpec& p = spec.parallel();
   out << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "world_size" << YAML::Value << p.world_size() << YAML::Key << "device"

@@ -41,6 +41,8 @@ double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   const double gradient_shards =
       spec.train().grad_clip() > 0 ? 4.0 * params / world : 2 * 4.0 * largest_unit / world;
   const double sharded_state = 12.0 * params / world + gradient_shards;
+  // Gradient accumulation keeps every unit's unsharded fp32 gradient between micro-batches.
+  const double accumulators = spec.train().grad_accum_steps() > 1 ? 4.0 * params : 0.0;
   // Activations per token per block: residuals, norms, qkv, attention out, ffn hidden ×2 (a
   // generous count of what a block keeps and its backward's workspace). Recompute keeps less:
   // ffn drops ffn.0's output; block keeps only each block's input, and one block's worth once.
@@ -52,7 +54,7 @@ double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   if (recompute == "block")
     kept_per_token = model.layers() * d * activation_bytes + per_token_block;
   const double activations = tokens * (kept_per_token + 2 * d * 4);
-  return sharded_state + unsharded + activations;
+  return sharded_state + accumulators + unsharded + activations;
 }
 
 }  // namespace fsdpd

@@ -14,7 +14,9 @@ std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec) {
   ValidateName(spec, errors);
   ValidateModel(spec.model(), errors);
   ValidateData(spec, errors);
+  ValidateEval(spec, errors);
   ValidateTrain(spec.train(), errors);
+  ValidateGradAccumulation(spec.train(), errors);
   ValidateParallel(spec, errors);
   ValidateCheckpoint(spec, errors);
   ValidatePaths(spec, errors);

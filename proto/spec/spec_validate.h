@@ -27,6 +27,8 @@ struct SpecLimits {
   // base/attention_limits.h, which the CUDA kernels include too.
   static constexpr int64_t kMaxSeqLen = 1 << 20;
   static constexpr int64_t kMaxBatch = 1 << 16;
+  static constexpr int64_t kMaxGradAccumSteps = 1 << 12;
+  static constexpr int64_t kMaxEvalBatches = 100000;
   static constexpr int64_t kMaxSteps = 1'000'000'000;
   static constexpr int64_t kMaxWorldSize = 65536;
   static constexpr size_t kMaxNameLength = 128;
@@ -43,7 +45,13 @@ void ValidateStringLengths(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateName(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateModel(const v1::ModelSpec& model, FieldErrors& errors);
 void ValidateData(const v1::JobSpec& spec, FieldErrors& errors);
+// data.eval_every (0: off) and data.eval_batches in range, data.eval_path given when validation
+// runs and read like data.path (validate_eval.cc).
+void ValidateEval(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateTrain(const v1::TrainSpec& train, FieldErrors& errors);
+// train.grad_accum_steps: 1 to kMaxGradAccumSteps micro-batches per step
+// (validate_accumulation.cc).
+void ValidateGradAccumulation(const v1::TrainSpec& train, FieldErrors& errors);
 void ValidateParallel(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateCheckpoint(const v1::JobSpec& spec, FieldErrors& errors);
 void ValidateProfileAndPolicy(const v1::JobSpec& spec, FieldErrors& errors);

@@ -34,6 +34,8 @@ class StepEvent:
         grad_norm: the global gradient norm before clipping.
         time: when the step finished (UTC), None if unknown.
         proto: the fsdpd.v1.StepReport it was read from.
+        eval_loss: the validation loss after the step (data.eval_every), None on steps
+            without validation.
     """
 
     job_id: str
@@ -46,6 +48,7 @@ class StepEvent:
     grad_norm: float
     time: datetime.datetime | None
     proto: common_pb2.StepReport = dataclasses.field(repr=False, compare=False)
+    eval_loss: float | None = None
 
     @classmethod
     def from_proto(cls, report: common_pb2.StepReport, total_steps: int = 0) -> StepEvent:
@@ -53,11 +56,14 @@ class StepEvent:
         return cls(job_id=report.job_id, step=report.step, total_steps=total_steps,
                    loss=report.loss, tokens_per_second=report.tokens_per_second,
                    step_seconds=report.step_seconds, lr=report.lr, grad_norm=report.grad_norm,
-                   time=from_unix_millis(report.unix_millis), proto=report)
+                   time=from_unix_millis(report.unix_millis), proto=report,
+                   eval_loss=report.eval_loss if report.HasField("eval_loss") else None)
 
     def __str__(self) -> str:
         step = f"{self.step}/{self.total_steps}" if self.total_steps > 0 else f"{self.step}"
-        return f"step {step} loss {format_loss(self.loss)} tok/s {self.tokens_per_second:,.0f}"
+        validation = f" eval loss {format_loss(self.eval_loss)}" if self.eval_loss is not None else ""
+        return (f"step {step} loss {format_loss(self.loss)}{validation}"
+                f" tok/s {self.tokens_per_second:,.0f}")
 
 
 @dataclasses.dataclass(frozen=True)

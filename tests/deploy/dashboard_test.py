@@ -30,7 +30,8 @@ COORDINATOR_METRICS = {
 }
 # What the dashboard must show (README.md's metric list).
 REQUIRED_METRICS = {
-    "fsdpd_train_loss", "fsdpd_train_tokens_per_second", "fsdpd_train_mfu_ratio",
+    "fsdpd_train_loss", "fsdpd_job_eval_loss", "fsdpd_train_tokens_per_second",
+    "fsdpd_train_mfu_ratio",
     "fsdpd_train_step_duration_seconds_sum", "fsdpd_train_step_duration_seconds_count",
     "fsdpd_train_step_duration_seconds_bucket", "fsdpd_comm_exposed_seconds_total",
     "fsdpd_gpu_memory_peak_bytes", "fsdpd_gpu_memory_used_bytes", "fsdpd_gpu_memory_reserved_bytes",

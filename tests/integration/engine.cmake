@@ -11,3 +11,7 @@ fsdpd_test(engine_golden_trajectory_test LABEL integration TIMEOUT 120
   LIBS fsdpd_engine fsdpd_test_support)
 fsdpd_test(engine_trainer_test LABEL integration TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_trainer_test.cc LIBS fsdpd_engine)
+fsdpd_test(engine_validation_test LABEL integration TIMEOUT 180
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_validation_test.cc LIBS fsdpd_engine)
+fsdpd_test(engine_grad_accum_test LABEL integration TIMEOUT 180
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_grad_accum_test.cc LIBS fsdpd_engine)

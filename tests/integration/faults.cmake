@@ -21,3 +21,13 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
     TIMEOUT 400)
   add_dependencies(wedged_worker_integration_test fsdpd fsdpd-worker fsdpctl)
 endif()
+
+# A sharded dataset's job killed mid-epoch resumes on the uninterrupted token stream.
+if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
+  fsdpd_test(sharded_resume_integration_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/sharded_resume_test.cc
+            ${CMAKE_CURRENT_LIST_DIR}/process_harness.cc
+    LIBS fsdpd_io nlohmann_json::nlohmann_json Threads::Threads
+    TIMEOUT 240)
+  add_dependencies(sharded_resume_integration_test fsdpd fsdpd-worker fsdpctl)
+endif()

@@ -16,6 +16,12 @@ if(TARGET fsdpd AND TARGET fsdpd-worker)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_python_client_test.sh ${python_args})
   set_tests_properties(python_client PROPERTIES LABELS integration TIMEOUT 300
                                                 FIXTURES_REQUIRED fsdpd_python_package)
+  # fsdpd.data.write_shards on its own (the sharded job through the daemon is in python_client).
+  add_test(NAME python_data_shards
+           COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${CMAKE_BINARY_DIR}/python-client
+                   ${FSDPD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/data_shards_test.py)
+  set_tests_properties(python_data_shards PROPERTIES LABELS integration TIMEOUT 60
+                                                     FIXTURES_REQUIRED fsdpd_python_package)
   # mypy and the stubs it reads (scripts/install_deps.sh installs them).
   set(mypy_packages mypy types-protobuf types-grpcio types-PyYAML)
   list(JOIN mypy_packages "', '" mypy_list)

@@ -80,7 +80,8 @@ def check_relative_paths(folder):
     from fsdpd import spec as spec_module
     fields = spec_module.path_fields()
     # The same list as spec_path_fields_test's, read from the same option.
-    check(fields == [("data", "path"), ("checkpoint", "init_from")], f"path fields {fields}")
+    check(fields == [("data", "path"), ("data", "eval_path"), ("checkpoint", "init_from")],
+          f"path fields {fields}")
     specs = os.path.join(folder, "specs")
     os.makedirs(specs)
     spec_path = os.path.join(specs, "relative.yaml")
@@ -119,9 +120,10 @@ def main(build_dir, source_dir):
                 [os.path.join(build_dir, "worker", "fsdpd-worker"), "--coordinator", address,
                  "--device", "cpu", "--checkpoint-root", os.path.join(folder, "checkpoints"),
                  "--hostname", f"py-worker-{rank}", "--heartbeat-interval", "500ms",
-                 "--allowed-root", source_dir],
+                 "--allowed-root", source_dir, "--allowed-root", folder],
                 stdout=logs, stderr=subprocess.STDOUT))
         run(address, source_dir)
+        check_sharded_job(fsdpd.Client(address), source_dir, folder)
     except BaseException:
         logs.flush()
         for name in ("fsdpd.log", "workers.log"):
@@ -341,6 +343,33 @@ def check_manage(client, job_id):
           f"cancel reason {cancelled.transitions[-1]}")
     print(f"python client: resubmitted {job_id} as {job.id} with its origin; labels, attempts "
           "and cancel reasons read back")
+def check_sharded_job(client, source_dir, folder):
+    """fsdpd.data.write_shards turns the demo's text into shards and a manifest, and a job with
+    gradient accumulation trains on them through the daemon, each step over every micro-batch."""
+    from fsdpd.data import write_shards
+    with open(os.path.join(source_dir, "examples", "tiny_corpus.txt"), encoding="utf-8") as f:
+        text = f.read()
+    manifest = write_shards(text, os.path.join(folder, "shards"), shard_tokens=1024)
+    with open(manifest) as f:
+        listed = [line.split("\t") for line in f if not line.startswith("#")]
+    check(len(listed) >= 2 and sum(int(count) for _, count in listed) == len(text.encode()),
+          f"the manifest lists {listed}")
+    with open(os.path.join(source_dir, "examples", "demo.yaml")) as f:
+        spec = yaml.safe_load(f)
+    spec["name"] = "sharded-python"
+    spec["data"] = {"source": "tokens", "path": str(manifest), "seq_len": 32, "token_bytes": 2,
+                    "eval_path": str(manifest), "eval_every": 2, "eval_batches": 2}
+    spec["train"].update(steps=4, batch_size=2, grad_accum_steps=2)
+    job = client.submit(spec)
+    steps = [e for e in client.watch(job.id) if isinstance(e, fsdpd.StepEvent)]
+    final = client.status(job.id)
+    check(final.state == fsdpd.JobState.SUCCEEDED, f"the sharded job ended {final}: {final.reason}")
+    check(final.spec.train.grad_accum_steps == 2, f"stored spec {final.spec.train}")
+    check([e.step for e in steps][-1:] == [4], f"sharded job steps {[str(e) for e in steps]}")
+    validated = [e for e in steps if e.eval_loss is not None]
+    check([e.step for e in validated] == [2, 4] and all(" eval loss " in str(e) for e in validated),
+          f"validation on steps {[str(e) for e in validated]}")
+    print(f"python client: sharded job {job.id} SUCCEEDED on {len(listed)} shards")
 
 
 def check_example(address, source_dir):

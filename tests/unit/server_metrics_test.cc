@@ -163,6 +163,25 @@ TEST_F(MetricsExporterTest, StepDurationIsAHistogramPerJob) {
   EXPECT_THAT(scrape, Not(HasSubstr("fsdpd_train_step_duration_seconds_count ")));
 }
 
+// fsdpd_job_eval_loss appears with a job's first validated step and keeps the latest value
+// through the steps without validation.
+TEST_F(MetricsExporterTest, EvalLossIsTheLatestValidatedStepsPerJob) {
+  CreateExporter(std::chrono::minutes(5));
+  ReportStep("job-v", 1, 4.5);
+  EXPECT_THAT(exporter_->Render(), Not(HasSubstr("fsdpd_job_eval_loss{job=\"job-v\"}")));
+  v1::StepReport validated;
+  validated.set_job_id("job-v");
+  validated.set_step(2);
+  validated.set_loss(4.25);
+  validated.set_eval_loss(4.375);
+  exporter_->OnAggregateStep(validated);
+  EXPECT_EQ(Sample(exporter_->Render(), "fsdpd_job_eval_loss{job=\"job-v\"}"), 4.375);
+  ReportStep("job-v", 3, 4.0);
+  const std::string scrape = exporter_->Render();
+  EXPECT_EQ(Sample(scrape, "fsdpd_job_eval_loss{job=\"job-v\"}"), 4.375);
+  EXPECT_EQ(Sample(scrape, "fsdpd_train_loss{job=\"job-v\"}"), 4.0);
+}
+
 TEST_F(MetricsExporterTest, DriverMemoryIsAGaugePerRankAndUnknownIsLeftOut) {
   CreateExporter(std::chrono::minutes(5));
   ReportStep("job-a", 1, 4.5);

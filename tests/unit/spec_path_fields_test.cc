@@ -26,7 +26,7 @@ std::vector<std::string> Names() {
 // The list the option gives. A new path field is marked in spec.proto and appears here; the
 // Python client reads the same option (tests/python/python_client_test.py checks its list).
 TEST(SpecPathFields, AreTheFieldsMarkedInSpecProto) {
-  EXPECT_THAT(Names(), ElementsAre("data.path", "checkpoint.init_from"));
+  EXPECT_THAT(Names(), ElementsAre("data.path", "data.eval_path", "checkpoint.init_from"));
 }
 
 TEST(SpecPathFields, GetSetAndPresenceFollowTheProto) {
@@ -36,7 +36,7 @@ TEST(SpecPathFields, GetSetAndPresenceFollowTheProto) {
     EXPECT_EQ(field.Get(spec), "") << field.name();
   }
   const SpecPathField& data = SpecPathFields()[0];
-  const SpecPathField& init = SpecPathFields()[1];
+  const SpecPathField& init = SpecPathFields()[2];  // [1] is data.eval_path
   data.Set(&spec, "/srv/tokens.bin");
   EXPECT_EQ(spec.data().path(), "/srv/tokens.bin");
   EXPECT_TRUE(data.IsSet(spec));

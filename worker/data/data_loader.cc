@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/data/batch_rows.h"
+#include "worker/data/sharded_data_loader.h"
 #include "worker/data/synthetic_tokens.h"
+#include "worker/data/token_shards.h"
 #include "worker/data/window_data_loader.h"
 
 namespace fsdpd {
@@ -75,6 +77,12 @@ absl::StatusOr<std::unique_ptr<DataLoader>> CreateDataLoader(const DataLoaderOpt
           absl::StrCat("data.source '", source, "' needs data.path (the file to read)"));
     }
     if (source == "text") {
+      if (IsShardedTokenPath(options.data.path())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.path '", options.data.path(),
+            "': data.source 'text' reads one file; a folder or manifest of shards needs "
+            "data.source 'tokens' (fsdpd.data.write_shards turns text into such shards)"));
+      }
       if (options.vocab < 256) {
         return absl::InvalidArgumentError(absl::StrCat(
             "data.source 'text' uses a byte-level tokenizer and needs model.vocab >= 256 (got ",
@@ -88,6 +96,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> CreateDataLoader(const DataLoaderOpt
           "data.token_bytes must be 2 (uint16) or 4 (uint32) for data.source 'tokens' (got ",
           token_bytes, ")"));
     }
+    if (IsShardedTokenPath(options.data.path())) return CreateShardedDataLoader(options);
     return CreateWindowDataLoader(options, token_bytes);
   }
   return absl::InvalidArgumentError(

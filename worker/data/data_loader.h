@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fsdpd/v1/spec.pb.h"
@@ -21,6 +22,9 @@ struct DataLoaderOptions {
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;
+  // Where a sharded dataset's shards may lie (worker/data/token_shards.h); empty: anywhere. The
+  // spec's own path fields are confined before (ResolveSpecPaths).
+  std::vector<std::string> allowed_roots;
   // When set and true, opening a file source stops between chunks of its scan with CANCELLED
   // (an attempt cancelled while it checks a large token file ends without reading the rest).
   const std::atomic<bool>* cancelled = nullptr;
@@ -37,7 +41,9 @@ class DataLoader {
 };
 
 // Checks the spec against the data (file exists, token size, vocab bounds, length at least
-// one window of seq_len + 1 tokens) and gives a clear error otherwise.
+// one window of seq_len + 1 tokens) and gives a clear error otherwise. A `tokens` path that is a
+// folder or a `.manifest` file is a sharded dataset (worker/data/sharded_data_loader.h); one
+// token file is read as window_data_loader.h says.
 absl::StatusOr<std::unique_ptr<DataLoader>> CreateDataLoader(const DataLoaderOptions& options);
 
 }  // namespace fsdpd

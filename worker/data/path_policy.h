@@ -30,8 +30,9 @@ absl::Status CheckRegularFile(const std::string& path);
 
 // The spec with each of its path fields (SpecPathFields, proto/spec/spec_path_fields.h) resolved
 // and confined by ResolveConfinedPath, and refused by CheckRegularFile when it is not a regular
-// file; an empty field stays empty. An error names the field ("data.path: path '...' resolves
-// to ...").
+// file (data.path may also be a folder of token shards, whose shards the data loader confines
+// one by one); an empty field stays empty. An error names the field ("data.path: path '...'
+// resolves to ...").
 absl::StatusOr<v1::JobSpec> ResolveSpecPaths(const v1::JobSpec& spec,
                                              const std::vector<std::string>& allowed_roots);
 

@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<FsdpState>> FsdpState::Create(const std::vector<U
   }
   std::unique_ptr<FsdpState> state(new FsdpState(units, backend, communicator, options));
   state->unsharded_.resize(units.size());
+  state->accumulated_grads_.resize(units.size());
   Stream& stream = backend->compute_stream();
   for (const UnitLayout& unit : units) {
     UnitShard shard;
@@ -146,6 +147,28 @@ absl::Status FsdpState::AllocateGrads(int unit, GradientFill fill) {
       0.0f, backend_->compute_stream());
 }
 
+absl::Status FsdpState::AccumulateBlockGrads(int unit, const MicroBatch& micro) {
+  if (micro.count == 1) return absl::OkStatus();
+  std::unique_ptr<Buffer>& sum = accumulated_grads_[unit];
+  Unsharded& target = unsharded_[unit];
+  if (micro.first()) {
+    sum = std::move(target.grads);
+  } else {
+    if (sum == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("FsdpState: micro-batch ", micro.index, " of unit ", units_[unit].name,
+                       " has no accumulated gradient (micro-batch 0 of the step did not run)"));
+    }
+    const Tensor total = sum->View(DType::kF32, {shards_[unit].layout.padded_numel});
+    const Tensor addend = target.grads->View(DType::kF32, {shards_[unit].layout.padded_numel});
+    FSDPD_RETURN_IF_ERROR(backend_->ops().Add(total, addend, total, backend_->compute_stream()));
+    // Stream-ordered: the memory is reused only after the add queued on it.
+    target.grads.reset();
+  }
+  if (micro.last()) target.grads = std::move(sum);
+  return absl::OkStatus();
+}
+
 absl::Status FsdpState::ReduceScatterGrads(int unit) {
   const FlatShardLayout& layout = shards_[unit].layout;
   UnitShard& shard = shards_[unit];
@@ -221,8 +244,15 @@ absl::Status FsdpState::ConsumeGrads(int unit, GradientShardConsumer& consumer) 
 
 absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* tokens,
                                                  const int32_t* targets,
-                                                 GradientShardConsumer* consumer) {
-  if (options_.transient_grad_shards && consumer == nullptr) {
+                                                 GradientShardConsumer* consumer,
+                                                 const MicroBatch& micro) {
+  if (micro.count < 1 || micro.index < 0 || micro.index >= micro.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpState::ForwardBackward: micro-batch ", micro.index, " of ", micro.count));
+  }
+  // Micro-batches before the last only accumulate: nothing is reduced or consumed.
+  if (!micro.last()) consumer = nullptr;
+  if (micro.last() && options_.transient_grad_shards && consumer == nullptr) {
     return absl::FailedPreconditionError(
         "FsdpState::ForwardBackward: transient gradient shards need a consumer in backward (the "
         "optimizer in backward); without one the gradients would be lost");
@@ -252,12 +282,22 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
     if (options_.reshard_after_forward && layer + 1 < layers) ReleaseParams(layer);
   }
 
-  // The head's forward and backward are fused; reduce-scatter averages, so no loss scaling.
-  // The profile counts the fused op in forward, where the loss is computed.
+  // The head's forward and backward are fused; reduce-scatter averages over the ranks, and the
+  // loss scale averages over the micro-batches. The root's buffer is accumulated into by the
+  // model (head, final norm, embedding), so it is zeroed once a step and kept through all of its
+  // micro-batches. The profile counts the fused op in forward, where the loss is computed.
   {
     ProfileRange range(profiler, root_name, kPhaseForward, "head and loss");
-    FSDPD_RETURN_IF_ERROR(AllocateGrads(root, GradientFill::kWhole));
-    FSDPD_RETURN_IF_ERROR(model.HeadForwardBackward(Params(root), Grads(root), 1.0));
+    if (micro.first() || unsharded_[root].grads == nullptr) {
+      if (!micro.first()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "FsdpState: micro-batch ", micro.index,
+            " has no accumulated root gradient (micro-batch 0 of the step did not run)"));
+      }
+      FSDPD_RETURN_IF_ERROR(AllocateGrads(root, GradientFill::kWhole));
+    }
+    FSDPD_RETURN_IF_ERROR(model.HeadForwardBackward(Params(root), Grads(root),
+                                                    1.0 / static_cast<double>(micro.count)));
     ReleaseParams(root);
   }
 
@@ -275,7 +315,9 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
       FSDPD_RETURN_IF_ERROR(AllocateGrads(layer, GradientFill::kPaddingOnly));
       FSDPD_RETURN_IF_ERROR(model.BlockBackward(layer, Params(layer), Grads(layer)));
       ReleaseParams(layer);
+      FSDPD_RETURN_IF_ERROR(AccumulateBlockGrads(layer, micro));
     }
+    if (!micro.last()) continue;
     FSDPD_RETURN_IF_ERROR(ReduceScatterGrads(layer));
     if (consumer != nullptr && unconsumed >= 0) {
       FSDPD_RETURN_IF_ERROR(ConsumeGrads(unconsumed, *consumer));
@@ -286,6 +328,9 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
     ProfileRange range(profiler, root_name, kPhaseBackward);
     FSDPD_RETURN_IF_ERROR(model.EmbedBackward(Grads(root)));
   }
+  // Between micro-batches the host reads the loss back (the next micro-batch's tokens are on the
+  // host already); the root's gradient stays in its buffer for the next one.
+  if (!micro.last()) return model.Loss();
   // The first block's shard goes before the root's (the largest) is allocated.
   if (consumer != nullptr && unconsumed >= 0) {
     FSDPD_RETURN_IF_ERROR(ConsumeGrads(unconsumed, *consumer));
@@ -300,6 +345,29 @@ absl::StatusOr<float> FsdpState::ForwardBackward(MiniLLM& model, const int32_t* 
   FSDPD_RETURN_IF_ERROR(reduced->WaitOn(backend_->compute_stream()));
   retired_grads_.clear();
   // Read back only now that the whole step is queued: the host never waits mid-step.
+  return model.Loss();
+}
+
+absl::StatusOr<float> FsdpState::EvaluateLoss(MiniLLM& model, const int32_t* tokens,
+                                              const int32_t* targets) {
+  const int root = num_units() - 1;
+  const int layers = root;
+  ProfileRange range(options_.profiler, "", kPhaseForward, "validation");
+  FSDPD_RETURN_IF_ERROR(model.BeginStep(tokens, targets));
+  FSDPD_RETURN_IF_ERROR(AwaitParams(root));
+  if (layers > 0) FSDPD_RETURN_IF_ERROR(IssueGather(0));
+  FSDPD_RETURN_IF_ERROR(model.EmbedForward(Params(root)));
+  for (int layer = 0; layer < layers; ++layer) {
+    if (layer + 1 < layers) FSDPD_RETURN_IF_ERROR(IssueGather(layer + 1));
+    FSDPD_RETURN_IF_ERROR(AwaitParams(layer));
+    FSDPD_RETURN_IF_ERROR(model.BlockForward(layer, Params(layer)));
+    ReleaseParams(layer);
+  }
+  FSDPD_RETURN_IF_ERROR(AllocateGrads(root, GradientFill::kWhole));
+  FSDPD_RETURN_IF_ERROR(model.HeadForwardBackward(Params(root), Grads(root), 1.0));
+  ReleaseParams(root);
+  // Stream-ordered: the memory is reused only after the head queued on it.
+  unsharded_[root].grads.reset();
   return model.Loss();
 }
 

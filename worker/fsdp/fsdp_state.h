@@ -90,6 +90,19 @@ class GradientShardConsumer {
   virtual absl::Status ConsumeGradientShard(int unit, UnitShard& shard, Stream& stream) = 0;
 };
 
+// Which of a step's micro-batches a ForwardBackward runs (train.grad_accum_steps). Every
+// micro-batch's gradient is summed in fp32 into unsharded gradient buffers that FsdpState keeps
+// from the first micro-batch to the last; only the last one reduce-scatters them, one unit at a
+// time as its backward ends, so that a unit's reduce-scatter overlaps the backward of the units
+// below it exactly as with one micro-batch. Each micro-batch's loss gradient is scaled by
+// 1 / count, so the sum is the gradient of the mean loss over all of them.
+struct MicroBatch {
+  int64_t index = 0;  // 0-based, below count
+  int64_t count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index + 1 == count; }
+};
+
 class FsdpState {
  public:
   // Allocates every unit's shard buffers (zeroed) on the backend.
@@ -108,9 +121,19 @@ class FsdpState {
   // averaged gradient shard is handed to it during backward instead, one unit behind the
   // reduce-scatters so that a reduce-scatter still overlaps the next unit's backward (at most
   // two gradient shards in flight). Required with transient_grad_shards.
+  // With micro.count > 1 the gradients of micro-batches before the last are only accumulated
+  // (no collective, no consumer: `consumer` is used on the last one alone), and the shards hold
+  // the averaged gradient of all of them once the last returns.
   absl::StatusOr<float> ForwardBackward(MiniLLM& model, const int32_t* tokens,
                                         const int32_t* targets,
-                                        GradientShardConsumer* consumer = nullptr);
+                                        GradientShardConsumer* consumer = nullptr,
+                                        const MicroBatch& micro = {});
+
+  // Forward only, for validation: this rank's mean loss of `model` on the batch, with no
+  // gradient kept and nothing updated. The fused head also writes its gradient, into a scratch
+  // buffer of the root's size that is freed before this returns (between steps, where the root's
+  // gradient buffer does not exist). Reads the loss back, so it waits for the device.
+  absl::StatusOr<float> EvaluateLoss(MiniLLM& model, const int32_t* tokens, const int32_t* targets);
 
   bool transient_grad_shards() const { return options_.transient_grad_shards; }
 
@@ -173,6 +196,11 @@ class FsdpState {
   // accumulates into, only FSDP's padding for one whose gradients the model writes whole.
   enum class GradientFill { kWhole, kPaddingOnly };
   absl::Status AllocateGrads(int unit, GradientFill fill);
+  // After a block's backward wrote its micro-batch's gradient into the unit's unsharded
+  // buffer: the first micro-batch's buffer becomes the accumulator, a later one is added to it
+  // (fp32, on the compute stream) and freed; on the last, the accumulator is the unit's
+  // gradient again, for its reduce-scatter.
+  absl::Status AccumulateBlockGrads(int unit, const MicroBatch& micro);
   // Reduce-scatters the unit's unsharded gradient into its grad shard on the comm stream.
   absl::Status ReduceScatterGrads(int unit);
   // Orders the compute stream after the unit's reduce-scatter and hands the shard over.
@@ -192,6 +220,9 @@ class FsdpState {
   int64_t gather_sequence_ = 0;
   int64_t reduce_sequence_ = 0;
   std::vector<RetiredGrads> retired_grads_;
+  // Per unit, the sum of its blocks' gradients over the micro-batches run so far this step
+  // (null outside accumulation, and for the root, which accumulates in its own buffer).
+  std::vector<std::unique_ptr<Buffer>> accumulated_grads_;
 };
 
 }  // namespace fsdpd
