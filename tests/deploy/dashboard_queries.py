@@ -21,6 +21,7 @@ import sys
 KNOWN_VARIABLES = ("$job", "$__rate_interval", "$__interval", "$__range")
 COUNTER_METRICS = ("fsdpd_kernel_sm_throughput_ratio", "fsdpd_kernel_dram_throughput_ratio")
 PROFILE_METRICS = ("fsdpd_kernel_",)
+VALIDATION_METRICS = ("fsdpd_job_eval_loss",)
 
 
 class DashboardError(Exception):
@@ -39,6 +40,8 @@ def requirement(expr):
         return "counters"
     if any(name in expr for name in PROFILE_METRICS):
         return "profile"
+    if any(name in expr for name in VALIDATION_METRICS):
+        return "validation"
     return None
 
 

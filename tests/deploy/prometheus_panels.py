@@ -6,7 +6,8 @@
       at now, the others as range queries over the last --window seconds. Exits 0 when every
       query has data; prints one line per query. Kernel queries (requires "profile" or
       "counters") are skipped, with the reason, only when the job's spec (JOB_YAML) runs no
-      profiling window: what is expected comes from the spec, never from the metrics
+      profiling window, and validation queries (requires "validation") only when it sets no
+      data.eval_every: what is expected comes from the spec, never from the metrics
       themselves, so a renamed or lost metric is a failure, not a skip.
   prometheus_panels.py absent URL EXPR
       Exits 0 when the instant query EXPR has no series at now (for example once Prometheus
@@ -56,11 +57,18 @@ def profiled(spec):
     return int(profile.get("steps", 3)) > 0
 
 
+def validated(spec):
+    """Whether the job reports a validation loss: `data.eval_every` above 0 (off by default)."""
+    data = spec.get("data") or {}
+    return int(data.get("eval_every", 0)) > 0
+
+
 def panels(args):
     with open(args.queries, encoding="utf-8") as file:
         queries = json.load(file)
     with open(args.spec, encoding="utf-8") as file:
-        kernels_expected = profiled(yaml.safe_load(file) or {})
+        spec = yaml.safe_load(file) or {}
+    kernels_expected, validation_expected = profiled(spec), validated(spec)
     missing = []
     for entry in queries:
         name = f'{entry["panel"]} [{entry["ref"]}]'
@@ -75,6 +83,8 @@ def panels(args):
             print(f"ok    {name} ({kind}): {count} series")
         elif entry["requires"] in ("profile", "counters") and not kernels_expected:
             print(f"SKIP  {name}: the job's spec runs no profiling window (profile.steps: 0)")
+        elif entry["requires"] == "validation" and not validation_expected:
+            print(f"SKIP  {name}: the job's spec runs no validation (no data.eval_every)")
         else:
             print(f"EMPTY {name} ({kind}): {entry['expr']}")
             missing.append(name)

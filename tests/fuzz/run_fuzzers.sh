@@ -31,11 +31,13 @@ LIBS="$(pkg-config --libs $PACKAGES) -pthread"
 LIBRARY_SOURCES=(
   proto/spec/job_spec.cc proto/spec/job_spec_validate.cc proto/spec/job_spec_estimates.cc
   proto/spec/validate_sections.cc proto/spec/validate_parallel.cc proto/spec/spec_paths.cc
-  proto/spec/spec_path_fields.cc
+  proto/spec/spec_path_fields.cc proto/spec/validate_eval.cc proto/spec/validate_accumulation.cc
   formats/durable_file.cc formats/mapped_file.cc formats/safetensors.cc
   worker/data/data_loader.cc worker/data/path_policy.cc
   worker/data/synthetic_tokens.cc worker/data/window_data_loader.cc
-  worker/checkpoint/checkpoint.cc worker/checkpoint/crc32c.cc worker/checkpoint/rank_file.cc)
+  worker/data/sharded_data_loader.cc worker/data/token_shards.cc worker/data/sample_order.cc
+  worker/checkpoint/checkpoint.cc worker/checkpoint/crc32c.cc worker/checkpoint/rank_file.cc
+  worker/checkpoint/root_probe.cc)
 
 # Every source is compiled each run: a header (the generated spec.pb.h above all) can change
 # under an unchanged source, and an object built against the old layout reads past the new

@@ -18,12 +18,12 @@ on two of the hosts; the third is idle. Scenarios (argv[3]):
   SUCCEEDED, every step reported once and in order, the uninterrupted run's losses, and the
   stall is visible (a gap of at least SHORT_S - 1 s between two steps).
 - coordinator_partition: the coordinator is cut off from every worker for COORDINATOR_CUT_S
-  (> HEARTBEAT_S). fsdpd aborts and resumes: the ranks go on training among themselves, but the
-  coordinator, hearing nothing for its heartbeat timeout, ends the attempt within HEARTBEAT_S +
-  SLACK_S of the cut; once the workers are back they are told to stop, and the job resumes from
-  its last complete checkpoint and SUCCEEDS with the uninterrupted run's losses. (The job is
-  long enough to be still training when the workers reconnect; what fsdpd does not yet get
-  right otherwise is in docs/operations.md.)
+  (> HEARTBEAT_S). fsdpd rides it out: every worker going silent at once is a mass silence
+  (docs/operations.md "Overload"), which the coordinator does not take for deaths, so no attempt
+  ends. The ranks go on training among themselves, their workers buffer the step reports and
+  log lines, and resend them once the link returns. Bounds: one attempt, SUCCEEDED, every step
+  reported once and in order with the uninterrupted run's losses, the suspension logged; the
+  reports buffered during the cut are all stored within CATCH_UP_S of the link's return.
 - host_dies: rank 1's host dies for good (cable pulled, then SIGKILL of its processes). The job
   resumes on the two hosts left within COMM_S + SLACK_S (rank 0 is free when its collective
   times out, as above) and SUCCEEDS with the uninterrupted run's final loss. A world-3 job submitted then waits in PENDING, and once the dead host's worker
@@ -47,6 +47,7 @@ LONG_S = 15
 SHORT_S = 3
 COORDINATOR_CUT_S = 10  # > HEARTBEAT_S
 COORDINATOR_STEPS = 8000  # trains past the cut and the workers' reconnection
+CATCH_UP_S = 20  # the coordinator hears the workers again after a cut (TCP and gRPC backoff)
 LOST_RETENTION_S = 10  # host_dies: the dead host's worker is forgotten after this
 STEPS = 1500
 EVERY = 100
@@ -197,31 +198,30 @@ def short_partition(scenario):
 def coordinator_partition(scenario):
     cluster = scenario.cluster
     job_id = scenario.start_victim("victim", EVERY + 50)
-    cut_at = now_ms()
     cluster.network.cut(cluster.network.coordinator)
     time.sleep(COORDINATOR_CUT_S)  # the partition's length
+    step_at_mend = cluster.job(job_id)["step"]
     cluster.network.mend(cluster.network.coordinator)
     mended_at = now_ms()
+    # The workers are heard again and the reports they buffered reach the store.
+    wait_until(lambda: cluster.job(job_id)["step"] > step_at_mend, CATCH_UP_S,
+               f"{job_id}'s reports to flow again after the link returned", period=0.1)
+    heard_ms = now_ms() - mended_at
     done = cluster.wait_for_state(job_id, ("SUCCEEDED", "FAILED"), 240)
-    check(done["state"] == "SUCCEEDED", f"{job_id}: {done['state']}: {done['reason']}")
-    retrying = scenario.state_change(done, "RETRYING", 1)
-    check(retrying is not None, f"{job_id} was not retried: {done['transitions']}")
-    ended_ms = retrying["unix_millis"] - cut_at
-    bound_ms = (HEARTBEAT_S + SLACK_S) * 1000
-    check(ended_ms <= bound_ms, f"the attempt ended {ended_ms} ms after the cut (bound {bound_ms})")
-    second = scenario.state_change(done, "SCHEDULED", 2)
-    check(second is not None, f"{job_id} did not start a second attempt")
-    resumed = scenario.resumed_step(job_id)
-    check(EVERY <= resumed < scenario.steps,
-          f"resumed from step {resumed}: expected a checkpoint before the last step")
+    states = [change["state"] for change in done["transitions"]]
+    check(done["state"] == "SUCCEEDED" and done["attempt"] == 1 and "RETRYING" not in states,
+          f"{job_id}: {done['state']} attempt {done['attempt']}, states {states}")
+    check("lost-worker decisions suspended: 3 of 3 workers went silent" in
+          cluster.log_text("coordinator.log"), "the coordinator did not log the mass silence")
+    numbers = [e["step"] for e in cluster.events(job_id) if e.get("type") == "step"]
+    check(numbers == list(range(1, scenario.steps + 1)),
+          f"steps reported out of order, lost or repeated: {len(numbers)} reports")
     scenario.check_final_loss(done)
-    losses = cluster.losses(job_id)
-    scenario.check_steps_equal(losses, range(resumed + 1, scenario.steps + 1),
-                               "the resumed attempt")
-    print(f"coordinator cut off ({COORDINATOR_CUT_S} s): attempt 1 ended {ended_ms} ms after the "
-          f"cut (bound {bound_ms} ms); attempt 2 started "
-          f"{(second['unix_millis'] - mended_at) / 1000:.1f} s after the link returned, resumed "
-          f"from step {resumed}; SUCCEEDED with the uninterrupted run's losses")
+    scenario.check_steps_equal(cluster.losses(job_id), range(1, scenario.steps + 1),
+                               "the job across the cut")
+    print(f"coordinator cut off ({COORDINATOR_CUT_S} s): no retry; reports flowed again "
+          f"{heard_ms} ms after the link returned (bound {CATCH_UP_S * 1000} ms); all "
+          f"{len(numbers)} steps reported once and in order, with the uninterrupted run's losses")
 
 
 def host_dies(scenario):
