@@ -221,10 +221,12 @@ absl::Status Run(const Options& options, bool& targets_met) {
     if (!status.ok()) return absl::InternalError("SubmitJob: " + status.error_message());
     job_ids.push_back(response.id());
   }
-  if (!fleet.WaitForAssignments(options.workers, std::chrono::seconds(60))) {
+  // Setup is not what the bench measures: a host short of CPU may take a while to place every
+  // gang.
+  if (!fleet.WaitForAssignments(options.workers, std::chrono::seconds(120))) {
     return absl::DeadlineExceededError(absl::StrCat("only ", fleet.AssignedCount(), " of ",
                                                     options.workers,
-                                                    " workers got an assignment within 60 s"));
+                                                    " workers got an assignment within 120 s"));
   }
   std::printf("setup: %d workers registered and streaming in %.1f s, %zu jobs placed in %.1f s\n",
               options.workers, register_seconds, job_ids.size(), MillisSince(setup_start) / 1000);

@@ -91,8 +91,12 @@ def main():
         check(done["state"] == "FAILED", f"{job_id}: {done['state']}: {done['reason']}")
         check(done["attempt"] == 1 and "RETRYING" not in states,
               f"{job_id} was retried: attempt {done['attempt']}, states {states}")
-        missing = os.path.join(roots[0], done["uid"], "step-00000005", "rank-00001.bin")
-        for words in (f"does not find rank 1's file {missing}", "do not share one checkpoint root",
+        # Rank 0 looks in its own root, host 0's or host 1's: whichever host the gang gave it.
+        missing = [os.path.join(root, done["uid"], "step-00000005", "rank-00001.bin")
+                   for root in roots[:2]]
+        check(any(f"does not find rank 1's file {path}" in done["reason"] for path in missing),
+              f"the failure does not name rank 1's file in rank 0's root: {done['reason']}")
+        for words in ("do not share one checkpoint root",
                       "same --checkpoint-root on a file system all their hosts mount",
                       "not retried"):
             check(words in done["reason"], f"the failure does not say {words!r}: "
