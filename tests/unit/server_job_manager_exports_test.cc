@@ -40,9 +40,11 @@ class CheckpointsTest : public JobManagerTest {
   }
   std::vector<int64_t> Listed() {
     std::vector<int64_t> steps;
-    for (const CheckpointRecord& record : *jobs_->ListCheckpoints(job_)) {
-      steps.push_back(record.step);
-    }
+    // Held here: a range-for over *ListCheckpoints(...) would outlive the StatusOr it reads.
+    const absl::StatusOr<std::vector<CheckpointRecord>> records = jobs_->ListCheckpoints(job_);
+    EXPECT_TRUE(records.ok()) << records.status();
+    if (!records.ok()) return steps;
+    for (const CheckpointRecord& record : *records) steps.push_back(record.step);
     return steps;
   }
   // Ends the job (cancelled) and frees its workers.
