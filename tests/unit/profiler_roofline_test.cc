@@ -139,12 +139,18 @@ TEST(ProfilerRooflineTest, TheMemoryRoofBoundsACacheResidentAdd) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best_rate = std::max(best_rate, 3.0 * sizeof(float) * kCount * kPasses / seconds);
   }
-  absl::StatusOr<double> roof = MeasureHostMemoryBandwidth();
-  ASSERT_TRUE(roof.ok()) << roof.status();
-  // Some slack for a busy machine: both are best-of measurements taken a moment apart.
-  EXPECT_GE(*roof, 0.8 * best_rate)
-      << "roof " << *roof / 1e9 << " GB/s, cache-resident add " << best_rate / 1e9 << " GB/s";
-  std::printf("memory roof %.1f GB/s; a cache-resident add %.1f GB/s\n", *roof / 1e9,
+  // Some slack for a busy machine: both are best-of measurements taken a moment apart, and
+  // the roof gets up to three tries, since other processes may take the cores during one (a
+  // roof that is only a DRAM copy rate stays below the add in every try).
+  double roof = 0.0;
+  for (int attempt = 0; attempt < 3 && roof < 0.8 * best_rate; ++attempt) {
+    absl::StatusOr<double> measured = MeasureHostMemoryBandwidth();
+    ASSERT_TRUE(measured.ok()) << measured.status();
+    roof = std::max(roof, *measured);
+  }
+  EXPECT_GE(roof, 0.8 * best_rate)
+      << "roof " << roof / 1e9 << " GB/s, cache-resident add " << best_rate / 1e9 << " GB/s";
+  std::printf("memory roof %.1f GB/s; a cache-resident add %.1f GB/s\n", roof / 1e9,
               best_rate / 1e9);
 }
 
