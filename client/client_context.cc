@@ -70,6 +70,14 @@ void SetUnaryDeadline(grpc::ClientContext* context) {
   context->set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
 }
 
+grpc::Status FetchJob(v1::JobService::Stub& stub, const std::string& job_id, v1::Job* job) {
+  v1::GetJobRequest request;
+  request.set_id(job_id);
+  grpc::ClientContext context;
+  SetUnaryDeadline(&context);
+  return stub.GetJob(&context, request, job);
+}
+
 std::string DescribeInvalidArgument(const grpc::Status& status) {
   google::rpc::Status details;
   std::string lines;

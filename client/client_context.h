@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "fsdpd/v1/jobs.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
@@ -34,6 +35,8 @@ std::shared_ptr<grpc::Channel> Connect(const ClientOptions& options);
 
 // Unary calls give up after this long, so a coordinator that does not answer is reported.
 void SetUnaryDeadline(grpc::ClientContext* context);
+// One GetJob call under the unary deadline.
+grpc::Status FetchJob(v1::JobService::Stub& stub, const std::string& job_id, v1::Job* job);
 
 // An INVALID_ARGUMENT's field violations (google.rpc.BadRequest in the status details), one per
 // line as "\n  field: description"; " " and the status message where the details hold none. It

@@ -106,12 +106,8 @@ std::string CheckpointsText(v1::JobService::Stub& stub, const std::string& job_i
 
 int RunDescribe(const ClientOptions& options, const std::string& job_id) {
   auto stub = v1::JobService::NewStub(Connect(options));
-  v1::GetJobRequest request;
-  request.set_id(job_id);
   v1::Job job;
-  grpc::ClientContext context;
-  SetUnaryDeadline(&context);
-  grpc::Status status = stub->GetJob(&context, request, &job);
+  grpc::Status status = FetchJob(*stub, job_id, &job);
   if (!status.ok()) return Fail(DescribeError(status, options, job_id));
 
   std::string page;

@@ -53,12 +53,8 @@ int RunList(const ClientOptions& options, const std::string& state_filter,
 
 int RunStatus(const ClientOptions& options, const std::string& job_id) {
   auto stub = v1::JobService::NewStub(Connect(options));
-  v1::GetJobRequest request;
-  request.set_id(job_id);
   v1::Job job;
-  grpc::ClientContext context;
-  SetUnaryDeadline(&context);
-  grpc::Status status = stub->GetJob(&context, request, &job);
+  grpc::Status status = FetchJob(*stub, job_id, &job);
   if (!status.ok()) return Fail(DescribeError(status, options, job_id));
 
   if (options.json) {

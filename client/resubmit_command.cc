@@ -52,13 +52,8 @@ int RunResubmit(const ClientOptions& options, const std::string& job_id,
 
   auto stub = v1::JobService::NewStub(Connect(options));
   v1::Job original;
-  {
-    v1::GetJobRequest request;
-    request.set_id(job_id);
-    grpc::ClientContext context;
-    SetUnaryDeadline(&context);
-    grpc::Status status = stub->GetJob(&context, request, &original);
-    if (!status.ok()) return Fail(DescribeError(status, options, job_id));
+  if (grpc::Status status = FetchJob(*stub, job_id, &original); !status.ok()) {
+    return Fail(DescribeError(status, options, job_id));
   }
 
   v1::SubmitJobRequest request;
