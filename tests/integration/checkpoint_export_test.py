@@ -240,9 +240,7 @@ def main(source_dir, build_dir):
         print("coordinator restart: still listed")
         ok = True
     finally:
-        if not ok:
-            sandbox.dump_logs()
-        sandbox.close(keep=not ok and os.environ.get("FSDPD_TEST_KEEP") == "1")
+        sandbox.finish(ok)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,13 @@ class Sandbox:
             print(f"---- {os.path.basename(path)} (last lines)")
             print("\n".join(lines[-30:]))
 
+    def finish(self, ok):
+        """A test's last word: on failure its processes' logs, then close, keeping the folder
+        only for a failed test under FSDPD_TEST_KEEP=1."""
+        if not ok:
+            self.dump_logs()
+        self.close(keep=not ok and os.environ.get("FSDPD_TEST_KEEP") == "1")
+
     def close(self, keep=False):
         # Workers before the coordinator, so that they can still report; then anything left.
         for process in reversed(self.started):

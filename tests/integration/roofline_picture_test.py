@@ -93,9 +93,7 @@ def main(source_dir, build_dir):
         print("roofline: says where it went, readable, every kernel under its roofs")
         ok = True
     finally:
-        if not ok:
-            sandbox.dump_logs()
-        sandbox.close(keep=not ok and os.environ.get("FSDPD_TEST_KEEP") == "1")
+        sandbox.finish(ok)
 
 
 if __name__ == "__main__":

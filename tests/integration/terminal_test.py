@@ -285,9 +285,7 @@ def main(source_dir, build_dir):
         ok = True
     finally:
         tmux.close()
-        if not ok:
-            sandbox.dump_logs()
-        sandbox.close(keep=not ok and os.environ.get("FSDPD_TEST_KEEP") == "1")
+        sandbox.finish(ok)
 
 
 if __name__ == "__main__":
