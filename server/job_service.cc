@@ -234,6 +234,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
     *response->mutable_job()->mutable_spec() = std::move(spec);
     return Reply(context, "SubmitJob", grpc::Status::OK);
   }
+  // Starting from a job's weights reads them, as an export does: its owner's or an admin's
+  // right. An unknown source job is left to Submit, which names the field.
+  if (request->origin().has_weights_from()) {
+    const std::string& source = request->origin().weights_from().job_id();
+    if (absl::StatusOr<v1::Job> job = jobs_.Get(source); job.ok()) {
+      if (grpc::Status owned = CheckOwner(caller, source, "SubmitJob --from"); !owned.ok()) {
+        return Reply(context, "SubmitJob", owned);
+      }
+    }
+  }
   // Submit checks the spec (once); a bad one comes back as its field errors.
   std::vector<FieldError> errors;
   SubmitDetails details;
@@ -375,12 +385,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListWorkers(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<v1::FileChunk>* JobServiceImpl::ExportJob(
     grpc::CallbackServerContext* context, const v1::ExportJobRequest* request) {
-  if (grpc::Status allowed = Authorize(context, Role::kViewer, "ExportJob"); !allowed.ok()) {
-    return FailedStream<v1::FileChunk>(allowed, Counter("ExportJob"));
-  }
-  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
-    return FailedStream<v1::FileChunk>(id, Counter("ExportJob"));
-  }
+  // A job's weights are its owner's (and an admin's) to read, as its output files would be;
+  // the job itself stays visible to every viewer.
+  Caller caller;
+  grpc::Status allowed = Identify(context, Role::kSubmitter, "ExportJob", &caller);
+  if (allowed.ok()) allowed = CheckJobId(request->id());
+  if (allowed.ok()) allowed = CheckOwner(caller, request->id(), "ExportJob");
+  if (!allowed.ok()) return FailedStream<v1::FileChunk>(allowed, Counter("ExportJob"));
   absl::StatusOr<v1::Job> job = jobs_.Get(request->id());
   if (!job.ok())
     return FailedStream<v1::FileChunk>(ToGrpcStatus(job.status()), Counter("ExportJob"));
@@ -445,14 +456,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* JobServiceImpl::PrepareExport(grpc::CallbackServerContext* context,
                                                         const v1::PrepareExportRequest* request,
                                                         v1::ExportStatus* response) {
-  // As ExportJob: reading a job's weights is a viewer's right; the worker it may occupy is
-  // bounded to one export per job and step.
-  if (grpc::Status allowed = Authorize(context, Role::kViewer, "PrepareExport"); !allowed.ok()) {
-    return Reply(context, "PrepareExport", allowed);
-  }
-  if (grpc::Status id = CheckJobId(request->id()); !id.ok()) {
-    return Reply(context, "PrepareExport", id);
-  }
+  // As ExportJob: the job's owner or an admin. The worker it may occupy is bounded to one
+  // export per job and step.
+  Caller caller;
+  grpc::Status allowed = Identify(context, Role::kSubmitter, "PrepareExport", &caller);
+  if (allowed.ok()) allowed = CheckJobId(request->id());
+  if (allowed.ok()) allowed = CheckOwner(caller, request->id(), "PrepareExport");
+  if (!allowed.ok()) return Reply(context, "PrepareExport", allowed);
   absl::StatusOr<v1::ExportStatus> status = jobs_.PrepareExport(request->id(), request->step());
   if (status.ok()) *response = std::move(*status);
   return Reply(context, "PrepareExport", ToGrpcStatus(status.status()));

@@ -132,17 +132,19 @@ TEST_P(CudaMultiRankTest, FollowsTheCpuEngineAtTheSameWorldSize) {
   // Exported from N shards: the same names and shapes, and weights that agree. Measured on an
   // H200 at 2 and 4 ranks: every tensor within 0.0051 relative distance of the CPU engine's, so
   // 0.01; a misplaced shard or a wrong average misses by the size of the weights.
-  // attn.in_proj_bias is checked by its three parts, which AdamW moves differently:
+  // attn.in_proj_bias is checked by its three parts, which AdamW moves differently. Early AdamW
+  // steps move an element by about lr·sign(gradient), so an element whose gradient is rounding
+  // noise in one engine or the other gets updates of up to lr either way in each step (the
+  // noise bound below, 2·lr a step; model_golden_test.cc says the same):
   // - key, elements [dim, 2·dim): its gradient is zero in exact arithmetic (softmax rows sum to
-  //   one, so a shift of every key by the same vector changes no score), both engines hold
-  //   rounding noise there, and AdamW turns that noise into updates of up to lr either way
-  //   (model_golden_test.cc says the same): each element within 2·lr per step;
-  // - query, [0, dim): its gradient is Σ_i Σ_j dS_ij·(k_j − mean k), a difference of nearly equal
-  //   sums in bf16, so elements whose true gradient is small get the key's noisy ±lr updates
-  //   too (measured on an H100 at world 1: the query and value parts together at 0.061, against
-  //   0.005-0.008 at worlds 2 and 4). Each element within 2·lr per step, and the part as a whole
-  //   within 0.25: the bias starts at 0, so an engine that never updated it misses by 1;
-  // - value, [2·dim, 3·dim): every output row gains it once, a plain gradient: 0.01.
+  //   one, so a shift of every key by the same vector changes no score): only the noise bound;
+  // - query [0, dim) and value [2·dim, 3·dim): real gradients, but a few elements of them are
+  //   near zero too. Measured on an H100 (2026-12-06), 10 steps: at world 1 one element of
+  //   layer 0's value part was 2.0·lr from the CPU engine's (the part at 0.092 relative
+  //   distance), every other element of either part within 0.14·lr, at every world. So each
+  //   element within the noise bound; the typical element, the median |difference|, within
+  //   0.25·lr; and the part as a whole within 0.25 (the bias starts at 0, so an engine that
+  //   never updated it misses by 1, its median by several lr).
   const double lr = config_["trajectory_lr"].get<double>();
   const size_t dim = config_["dim"].get<size_t>();
   const double noise_bound = 2.0 * kSteps * lr * 1.01;
@@ -165,20 +167,19 @@ TEST_P(CudaMultiRankTest, FollowsTheCpuEngineAtTheSameWorldSize) {
     for (size_t index = 0; index < 3; ++index) {
       const std::vector<float> gpu_part = part(found->second, index);
       const std::vector<float> cpu_part = part(cpu_values, index);
-      double largest = 0.0;
-      for (size_t i = 0; i < dim; ++i) {
-        largest = std::max(largest, static_cast<double>(std::abs(gpu_part[i] - cpu_part[i])));
-      }
+      std::vector<double> differences(dim);
+      for (size_t i = 0; i < dim; ++i) differences[i] = std::abs(gpu_part[i] - cpu_part[i]);
+      std::sort(differences.begin(), differences.end());
+      const double largest = differences.back();
+      const double median = differences[dim / 2];
       const double part_distance = RelativeDistance(gpu_part, cpu_part);
       std::cout << "world " << world << " " << name << " " << part_names[index]
                 << " part: relative distance " << part_distance << ", largest difference "
-                << largest / lr << "·lr\n";
-      if (index == 2) {
-        EXPECT_LT(part_distance, 0.01) << name << " value part";
-        continue;
-      }
+                << largest / lr << "·lr, median " << median / lr << "·lr\n";
       EXPECT_LE(largest, noise_bound) << name << " " << part_names[index] << " part";
-      if (index == 0) EXPECT_LT(part_distance, 0.25) << name << " query part";
+      if (index == 1) continue;
+      EXPECT_LE(median, 0.25 * lr) << name << " " << part_names[index] << " part";
+      EXPECT_LT(part_distance, 0.25) << name << " " << part_names[index] << " part";
     }
   }
 }

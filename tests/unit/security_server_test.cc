@@ -235,6 +235,70 @@ TEST_F(BearerTokenTest, SubmittersActOnTheirOwnJobsAndAdminsOnAll) {
   EXPECT_EQ(job.transitions(job.transitions_size() - 1).actor(), "token:ada");
 }
 
+// A job's weights are its output: exporting them, or starting a job from them, is its owner's
+// or an admin's right, while the job itself stays visible to every viewer.
+TEST_F(BearerTokenTest, OnlyTheOwnerOrAnAdminReadsAJobsWeights) {
+  std::string sams, adas;
+  ASSERT_TRUE(Submit("submitter-token", &sams).ok());
+  ASSERT_TRUE(Submit("admin-token", &adas).ok());
+  const auto prepare = [this](const std::string& token, const std::string& id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::PrepareExportRequest request;
+    request.set_id(id);
+    v1::ExportStatus response;
+    return jobs_->PrepareExport(&context, request, &response);
+  };
+  const auto export_job = [this](const std::string& token, const std::string& id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::ExportJobRequest request;
+    request.set_id(id);
+    auto reader = jobs_->ExportJob(&context, request);
+    v1::FileChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  };
+  const auto submit_from = [this](const std::string& token, const std::string& source) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = TinyJobSpec();
+    request.mutable_origin()->mutable_weights_from()->set_job_id(source);
+    v1::SubmitJobResponse response;
+    return jobs_->SubmitJob(&context, request, &response);
+  };
+
+  grpc::Status viewer = prepare("viewer-token", sams);
+  EXPECT_EQ(viewer.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(viewer.error_message(), HasSubstr("PrepareExport needs the role submitter"));
+  viewer = export_job("viewer-token", sams);
+  EXPECT_EQ(viewer.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(viewer.error_message(), HasSubstr("ExportJob needs the role submitter"));
+
+  grpc::Status foreign = prepare("submitter-token", adas);
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(foreign.error_message(), HasSubstr("belongs to token:ada"));
+  foreign = export_job("submitter-token", adas);
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(foreign.error_message(), HasSubstr("belongs to token:ada"));
+  foreign = submit_from("submitter-token", adas);
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(foreign.error_message(), HasSubstr("SubmitJob --from: job " + adas));
+
+  // The owner and an admin get past the check, to what the job itself allows: it has not run,
+  // so there is nothing to export and no checkpoint to start from.
+  for (const char* token : {"submitter-token", "admin-token"}) {
+    SCOPED_TRACE(token);
+    grpc::Status own = export_job(token, sams);
+    EXPECT_EQ(own.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << own.error_message();
+    own = submit_from(token, sams);
+    EXPECT_EQ(own.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << own.error_message();
+    EXPECT_THAT(own.error_message(), HasSubstr("has no complete checkpoint"));
+  }
+}
+
 TEST_F(BearerTokenTest, CancelReasonsAreBounded) {
   std::string id;
   ASSERT_TRUE(Submit("submitter-token", &id).ok());
