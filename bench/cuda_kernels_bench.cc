@@ -122,10 +122,11 @@ void RunAttention(Bench& bench) {
   for (bool causal : {false, true}) {
     const double forward = 4.0 * kBatch * kHeads * kSeq * kSeq * head_dim / (causal ? 2.0 : 1.0);
     std::printf("attention B=8 S=1024 H=16 head_dim=128 %s\n", causal ? "causal" : "no mask");
-    bench.Flops("  forward", forward,
-                [&] { return ops.AttentionForward(qkv, kHeads, causal, out, lse, stream); });
+    bench.Flops("  forward", forward, [&] {
+      return ops.AttentionForward(qkv, kHeads, kHeads, causal, out, lse, stream);
+    });
     bench.Flops("  backward", 2.5 * forward, [&] {
-      return ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream);
+      return ops.AttentionBackward(dout, qkv, out, lse, kHeads, kHeads, causal, dqkv, stream);
     });
   }
 }

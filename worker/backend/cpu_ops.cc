@@ -124,24 +124,39 @@ cpu::AttentionShape AttentionShapeOf(const Tensor& qkv, int64_t heads) {
 
 }  // namespace
 
-absl::Status CpuOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                      const Tensor& out, const Tensor& lse, Stream&) {
+absl::Status CpuOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                      bool causal, const Tensor& out, const Tensor& lse, Stream&) {
   OpArguments check("AttentionForward");
   FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&qkv, "qkv"}, {&out, "out"}}));
+  if (kv_heads != heads) return absl::UnimplementedError("AttentionForward: GQA on the CPU");
   cpu::AttentionForward(qkv.as<float>(), AttentionShapeOf(qkv, heads), causal, out.as<float>(),
                         lse.as<float>());
   return absl::OkStatus();
 }
 
 absl::Status CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                       const Tensor& lse, int64_t heads, bool causal,
-                                       const Tensor& dqkv, Stream&) {
+                                       const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                       bool causal, const Tensor& dqkv, Stream&) {
   OpArguments check("AttentionBackward");
   FSDPD_RETURN_IF_ERROR(
       AllFloat(check, {{&qkv, "qkv"}, {&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}}));
+  if (kv_heads != heads) return absl::UnimplementedError("AttentionBackward: GQA on the CPU");
   cpu::AttentionBackward(dout.as<float>(), qkv.as<float>(), out.as<float>(), lse.as<float>(),
                          AttentionShapeOf(qkv, heads), causal, dqkv.as<float>());
   return absl::OkStatus();
+}
+
+absl::Status CpuOps::Rotary(const Tensor&, int64_t, int64_t, double, bool, Stream&) {
+  return absl::UnimplementedError("Rotary on the CPU");
+}
+
+absl::Status CpuOps::SwigluForward(const Tensor&, const Tensor&, Stream&) {
+  return absl::UnimplementedError("SwigluForward on the CPU");
+}
+
+absl::Status CpuOps::SwigluBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                    Stream&) {
+  return absl::UnimplementedError("SwigluBackward on the CPU");
 }
 
 absl::Status CpuOps::SiluForward(const Tensor& x, const Tensor& out, Stream&) {

@@ -206,9 +206,11 @@ absl::StatusOr<cuda::AttentionDims> AttentionDimsOf(const OpArguments& check, co
 
 }  // namespace
 
-absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                       const Tensor& out, const Tensor& lse, Stream& stream) {
+absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                       bool causal, const Tensor& out, const Tensor& lse,
+                                       Stream& stream) {
   OpArguments check("AttentionForward (cuda)");
+  if (kv_heads != heads) return absl::UnimplementedError("AttentionForward (cuda): GQA");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&qkv, "qkv", kBf}, {&out, "out", kBf}}));
   FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionDims dims, AttentionDimsOf(check, qkv, heads));
@@ -224,9 +226,10 @@ absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, bool ca
 }
 
 absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                        const Tensor& lse, int64_t heads, bool causal,
-                                        const Tensor& dqkv, Stream& stream) {
+                                        const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                        bool causal, const Tensor& dqkv, Stream& stream) {
   OpArguments check("AttentionBackward (cuda)");
+  if (kv_heads != heads) return absl::UnimplementedError("AttentionBackward (cuda): GQA");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(
       check, {{&qkv, "qkv", kBf}, {&out, "out", kBf}, {&dout, "dout", kBf}, {&dqkv, "dqkv", kBf}}));
@@ -238,6 +241,19 @@ absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, c
   FSDPD_ASSIGN_OR_RETURN(void* scratch, ScratchFor(cuda_stream, bytes));
   return cuda::AttentionBackward(Bf16(dout), Bf16(qkv), Bf16(out), lse.as<float>(), dims, causal,
                                  MutableBf16(dqkv), scratch, bytes, cuda_stream);
+}
+
+absl::Status CudaOps::Rotary(const Tensor&, int64_t, int64_t, double, bool, Stream&) {
+  return absl::UnimplementedError("Rotary (cuda)");
+}
+
+absl::Status CudaOps::SwigluForward(const Tensor&, const Tensor&, Stream&) {
+  return absl::UnimplementedError("SwigluForward (cuda)");
+}
+
+absl::Status CudaOps::SwigluBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     Stream&) {
+  return absl::UnimplementedError("SwigluBackward (cuda)");
 }
 
 absl::Status CudaOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {

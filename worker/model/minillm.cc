@@ -183,8 +183,8 @@ absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_p
                                             row_scratch_, saved.attention_rstd, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("attn.in_proj_weight"),
                                            weight("attn.in_proj_bias"), saved.qkv, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads, config_.causal,
-                                              saved.attention, saved.lse, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads, config_.heads,
+                                              config_.causal, saved.attention, saved.lse, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight("attn.out_proj.weight"),
                                            weight("attn.out_proj.bias"), row_scratch_, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));

@@ -115,8 +115,8 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                           attention_gradient_, gradient("attn.out_proj.weight"),
                           gradient("attn.out_proj.bias"), Write::kOverwrite, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv, saved.attention,
-                                               saved.lse, config_.heads, config_.causal,
-                                               qkv_gradient_, stream_));
+                                               saved.lse, config_.heads, config_.heads,
+                                               config_.causal, qkv_gradient_, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
