@@ -1,6 +1,8 @@
 // Times every CUDA kernel family on the seed's shapes (B=8, S=1024, D=2048, H=16, F=8192,
 // V=32000, so T=B·S=8192 tokens) and prints TFLOP/s for the products and attention, GB/s for
-// the memory-bound kernels, then the forward of the whole seed model. Usage: cuda_kernels_bench
+// the memory-bound kernels (with their share of the HBM peak, 2 × memory clock × bus width), the
+// Llama model's own kernels at its bench size (16 query heads over 4 kv heads, SwiGLU 5632, the
+// same T), then the forward of the whole seed model. Usage: cuda_kernels_bench
 // [--iterations N] [--device N].
 // FLOP counts: a product is 2·m·n·k; attention forward 4·B·H·S²·head_dim (halved when
 // causal), backward 2.5× forward (the FlashAttention convention); the head fused with
@@ -32,11 +34,23 @@ std::vector<int32_t> TokenIds() {
   return ids;
 }
 
+// The device's HBM bandwidth in bytes a second (double data rate over the bus), 0 if unknown.
+double HbmPeakBytesPerSecond(int device) {
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();  // clear the error: the bench goes on without the share of the peak
+    return 0.0;
+  }
+  return 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
+}
+
 struct Bench {
   CudaBackend* backend;
   cudaStream_t stream;
   int iterations;
   DeviceTensors tensors;
+  double hbm_peak = 0.0;  // bytes a second; 0: unknown
 
   Tensor New(DType dtype, std::vector<int64_t> shape, float fill = 0.01f) {
     return tensors.New(dtype, std::move(shape), fill);
@@ -69,7 +83,13 @@ struct Bench {
   }
   void Bytes(const char* name, double bytes, const std::function<absl::Status()>& body) {
     const double ms = Time(body);
-    std::printf("%-44s %9.3f ms %9.1f GB/s\n", name, ms, bytes / (ms * 1e-3) / 1e9);
+    const double rate = bytes / (ms * 1e-3);
+    if (hbm_peak > 0.0) {
+      std::printf("%-44s %9.3f ms %9.1f GB/s %5.1f%% of HBM peak\n", name, ms, rate / 1e9,
+                  100.0 * rate / hbm_peak);
+    } else {
+      std::printf("%-44s %9.3f ms %9.1f GB/s\n", name, ms, rate / 1e9);
+    }
   }
 };
 
@@ -122,10 +142,61 @@ void RunAttention(Bench& bench) {
   for (bool causal : {false, true}) {
     const double forward = 4.0 * kBatch * kHeads * kSeq * kSeq * head_dim / (causal ? 2.0 : 1.0);
     std::printf("attention B=8 S=1024 H=16 head_dim=128 %s\n", causal ? "causal" : "no mask");
-    bench.Flops("  forward", forward,
-                [&] { return ops.AttentionForward(qkv, kHeads, causal, out, lse, stream); });
+    bench.Flops("  forward", forward, [&] {
+      return ops.AttentionForward(qkv, kHeads, kHeads, causal, out, lse, stream);
+    });
     bench.Flops("  backward", 2.5 * forward, [&] {
-      return ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream);
+      return ops.AttentionBackward(dout, qkv, out, lse, kHeads, kHeads, causal, dqkv, stream);
+    });
+  }
+}
+
+// The Llama model's kernels at bench/anchor's Llama size: D=2048 as 16 query heads over 4 kv
+// heads of 128, SwiGLU 5632, on the seed's T=8192 tokens. Bytes are each kernel's floor: what it
+// must read and write once (rotary touches q and k only; v stays where it is).
+constexpr int64_t kKvHeads = 4, kLlamaFfn = 5632;
+
+void RunLlama(Bench& bench) {
+  Ops& ops = bench.backend->ops();
+  Stream& stream = bench.backend->compute_stream();
+  const int64_t head_dim = kDim / kHeads;
+  const int64_t width = (kHeads + 2 * kKvHeads) * head_dim;
+  Tensor qkv = bench.New(DType::kBF16, {kBatch, kSeq, width}, 0.02f);
+  Tensor out = bench.New(DType::kBF16, {kBatch, kSeq, kDim});
+  Tensor lse = bench.New(DType::kF32, {kBatch, kHeads, kSeq});
+  Tensor dout = bench.New(DType::kBF16, {kBatch, kSeq, kDim});
+  Tensor dqkv = bench.New(DType::kBF16, {kBatch, kSeq, width});
+  std::printf("llama kernels T=8192 D=2048 H=16 kv_heads=4 head_dim=128 F=5632\n");
+  const double rotated_bytes = 2.0 * kTokens * (kHeads + kKvHeads) * head_dim;
+  bench.Bytes("  rotary forward (q and k in place)", 2 * rotated_bytes,
+              [&] { return ops.Rotary(qkv, kHeads, kKvHeads, 10000.0, false, stream); });
+  bench.Bytes("  rotary inverse (the backward, on dqkv)", 2 * rotated_bytes,
+              [&] { return ops.Rotary(dqkv, kHeads, kKvHeads, 10000.0, true, stream); });
+
+  const double tf = static_cast<double>(kTokens) * kLlamaFfn;
+  Tensor gate_up = bench.New(DType::kBF16, {kTokens, 2 * kLlamaFfn});
+  Tensor activated = bench.New(DType::kBF16, {kTokens, kLlamaFfn});
+  Tensor activated_gradient = bench.New(DType::kBF16, {kTokens, kLlamaFfn});
+  Tensor gate_up_gradient = bench.New(DType::kBF16, {kTokens, 2 * kLlamaFfn});
+  bench.Bytes("  swiglu forward", tf * 6,
+              [&] { return ops.SwigluForward(gate_up, activated, stream); });
+  bench.Bytes("  swiglu backward", tf * 10, [&] {
+    return ops.SwigluBackward(activated_gradient, gate_up, gate_up_gradient, Tensor{}, stream);
+  });
+  // In place over gate_up, with out recomputed in the same pass (the model's FFN backward).
+  bench.Bytes("  swiglu backward + forward, in place", tf * 12, [&] {
+    return ops.SwigluBackward(activated_gradient, gate_up, gate_up, activated, stream);
+  });
+
+  for (bool causal : {false, true}) {
+    const double forward = 4.0 * kBatch * kHeads * kSeq * kSeq * head_dim / (causal ? 2.0 : 1.0);
+    std::printf("attention B=8 S=1024 H=16 kv_heads=4 head_dim=128 %s\n",
+                causal ? "causal" : "no mask");
+    bench.Flops("  forward", forward, [&] {
+      return ops.AttentionForward(qkv, kHeads, kKvHeads, causal, out, lse, stream);
+    });
+    bench.Flops("  backward", 2.5 * forward, [&] {
+      return ops.AttentionBackward(dout, qkv, out, lse, kHeads, kKvHeads, causal, dqkv, stream);
     });
   }
 }
@@ -284,14 +355,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto stream = fsdpd::CudaStreamOf((*backend)->compute_stream());
-  fsdpd::Bench bench{backend->get(), *stream, iterations, fsdpd::DeviceTensors(backend->get())};
+  fsdpd::Bench bench{backend->get(), *stream, iterations, fsdpd::DeviceTensors(backend->get()),
+                     fsdpd::HbmPeakBytesPerSecond(device)};
   cudaDeviceProp properties{};
   cudaGetDeviceProperties(&properties, device);
-  std::printf("device %s, %d iterations per figure\n", properties.name, iterations);
+  std::printf("device %s, HBM peak %.0f GB/s, %d iterations per figure\n", properties.name,
+              bench.hbm_peak / 1e9, iterations);
   fsdpd::RunGemms(bench);
   fsdpd::RunAttention(bench);
   fsdpd::RunCrossEntropy(bench);
   fsdpd::RunMemoryBound(bench);
+  fsdpd::RunLlama(bench);
   fsdpd::RunModelForward(bench);
   std::printf("peak device memory: %.1f GiB\n",
               (*backend)->memory_stats().peak_bytes / double(1 << 30));

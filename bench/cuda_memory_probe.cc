@@ -125,8 +125,8 @@ int Main(int device, bool cupti) {
     Tensor dout = t.New(DType::kBF16, {kBatch, kSeq, kDim});
     Tensor dqkv = t.New(DType::kBF16, {kBatch, kSeq, 3 * kDim});
     for (const bool causal : {false, true}) {
-      ExitOnError(ops.AttentionForward(qkv, kHeads, causal, out, lse, stream), "attention");
-      ExitOnError(ops.AttentionBackward(dout, qkv, out, lse, kHeads, causal, dqkv, stream),
+      ExitOnError(ops.AttentionForward(qkv, kHeads, kHeads, causal, out, lse, stream), "attention");
+      ExitOnError(ops.AttentionBackward(dout, qkv, out, lse, kHeads, kHeads, causal, dqkv, stream),
                   "attention backward");
     }
     ExitOnError(stream.Synchronize(), "sync");

@@ -24,7 +24,9 @@ export FSDPD_PEAK_FLOPS=${FSDPD_PEAK_FLOPS:-989e12}
 # Where the tests find their fixtures (tests/golden).
 export FSDPD_SOURCE_DIR=$repo_root
 torchrun_bin=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
-anchor=$repo_root/bench/anchor/seed_train_fsdp.py
+# ANCHOR picks another anchor script with the same flags and RESULT line
+# (bench/anchor/llama_train_fsdp.py for examples/llama.yaml).
+anchor=${ANCHOR:-$repo_root/bench/anchor/seed_train_fsdp.py}
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -18,7 +18,9 @@ out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 source "$repo_root/bench/device_env.sh" || exit 1
 [ -x "$bin/fsdpd-train" ] || { echo "gpu_seed: no binaries in $bin (run bench/bundle_for_device.sh)" >&2; exit 1; }
-spec=$repo_root/examples/seed.yaml
+# SPEC trains another one-GPU spec: examples/llama.yaml, with
+# ANCHOR=bench/anchor/llama_train_fsdp.py (bench/device_env.sh).
+spec=${SPEC:-$repo_root/examples/seed.yaml}
 budget_seconds=${BUDGET_SECONDS:-480}
 started=$(date +%s)
 work=$(mktemp -d /tmp/fsdpd-gpu-seed-XXXXXX)

@@ -48,7 +48,8 @@ int RunLogs(const ClientOptions& options, const std::string& job_id, bool follow
 int RunWorkers(const ClientOptions& options);
 
 // export_command.cc: step 0 exports a SUCCEEDED job's final model, else the job's newest
-// complete checkpoint; step N that checkpoint, whatever the job's state.
+// complete checkpoint; step N that checkpoint, whatever the job's state. A llama job's
+// output_path is a folder: model.safetensors and config.json, for transformers.
 int RunExport(const ClientOptions& options, const std::string& job_id,
               const std::string& output_path, int64_t step = 0);
 

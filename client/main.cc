@@ -93,7 +93,11 @@ int main(int argc, char** argv) {
   CLI::App* export_verb = app.add_subcommand(
       "export", "download a job's weights (safetensors): its final model or a checkpoint");
   export_verb->add_option("JOB", job_id, "job id")->required();
-  export_verb->add_option("-o,--output", output_path, "output file")->required();
+  export_verb
+      ->add_option("-o,--output", output_path,
+                   "output file (- for stdout); for a llama job a folder, which gets config.json "
+                   "and model.safetensors that transformers loads as they are")
+      ->required();
   int64_t export_step = 0;
   export_verb
       ->add_option("--step", export_step,

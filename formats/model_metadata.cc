@@ -50,10 +50,32 @@ void AppendModelMetadata(const ExportedModelConfig& config,
   (*metadata)["norm_eps"] = absl::StrFormat("%.17g", config.norm_eps);
 }
 
+void AppendLlamaMetadata(const ExportedLlamaConfig& config,
+                         std::map<std::string, std::string>* metadata) {
+  (*metadata)["architecture"] = kLlamaArchitecture;
+  (*metadata)["arch"] = "llama";
+  (*metadata)["vocab"] = absl::StrCat(config.vocab);
+  (*metadata)["dim"] = absl::StrCat(config.dim);
+  (*metadata)["layers"] = absl::StrCat(config.layers);
+  (*metadata)["heads"] = absl::StrCat(config.heads);
+  (*metadata)["kv_heads"] = absl::StrCat(config.kv_heads);
+  (*metadata)["ffn_dim"] = absl::StrCat(config.ffn_dim);
+  (*metadata)["rope_theta"] = absl::StrFormat("%.17g", config.rope_theta);
+  (*metadata)["tie_embeddings"] = config.tie_embeddings ? "true" : "false";
+  (*metadata)["norm_eps"] = absl::StrFormat("%.17g", config.norm_eps);
+}
+
 absl::StatusOr<ExportedModelConfig> ParseModelMetadata(
     const std::map<std::string, std::string>& metadata, const std::string& source) {
   static const char* const kKeys[] = {"architecture", "vocab",  "dim",        "layers",  "heads",
                                       "ffn_mult",     "causal", "final_norm", "norm_eps"};
+  // Another architecture (a Llama export) has other keys: name it rather than the keys it lacks.
+  auto architecture = metadata.find("architecture");
+  if (architecture != metadata.end() && architecture->second != kMiniLlmArchitecture) {
+    return MetadataError(source,
+                         absl::StrCat("__metadata__ 'architecture' is '", architecture->second,
+                                      "', expected '", kMiniLlmArchitecture, "'"));
+  }
   std::vector<std::string> missing;
   for (const char* key : kKeys) {
     if (metadata.count(key) == 0) missing.push_back(key);

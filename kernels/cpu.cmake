@@ -9,6 +9,7 @@ add_library(fsdpd_kernels_cpu STATIC
   cpu/gemm.cc
   cpu/linear.cc
   cpu/rmsnorm.cc
+  cpu/rotary.cc
   cpu/silu.cc)
 target_include_directories(fsdpd_kernels_cpu PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(fsdpd_kernels_cpu PUBLIC PkgConfig::OPENBLAS)

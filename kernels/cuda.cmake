@@ -10,7 +10,9 @@ if(FSDPD_CUDA)
     cuda/embedding.cu
     cuda/gemm.cu
     cuda/rmsnorm.cu
-    cuda/silu.cu)
+    cuda/rotary.cu
+    cuda/silu.cu
+    cuda/swiglu.cu)
   target_include_directories(fsdpd_kernels_cuda PUBLIC ${CMAKE_SOURCE_DIR})
   target_link_libraries(fsdpd_kernels_cuda PUBLIC fsdpd_base CUDA::cudart CUDA::cublasLt absl::status
                         absl::statusor absl::strings PRIVATE spdlog::spdlog)

@@ -1,4 +1,5 @@
-# The backend interface's CPU implementation and MiniLLM, written once against that interface.
+# The backend interface's CPU implementation and the models (MiniLLM, Llama), written once
+# against that interface.
 add_library(fsdpd_model STATIC
   backend/tensor.cc
   backend/op_arguments.cc
@@ -6,6 +7,7 @@ add_library(fsdpd_model STATIC
   backend/cpu_ops.cc
   backend/cpu_backend.cc
   model/model_config.cc
+  model/parameter_names.cc
   model/minillm.cc
   model/minillm_backward.cc)
 target_include_directories(fsdpd_model PUBLIC ${CMAKE_SOURCE_DIR})

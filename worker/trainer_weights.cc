@@ -124,15 +124,28 @@ absl::Status WriteExportedModel(const std::string& path, int64_t step, const Mod
   // spec (fsdpd-edge, PyTorch) can rebuild the architecture; "format": "pt" is what
   // safetensors' PyTorch loader expects.
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", absl::StrCat(step)}};
-  AppendModelMetadata({.vocab = config.vocab,
-                       .dim = config.dim,
-                       .layers = config.layers,
-                       .heads = config.heads,
-                       .ffn_mult = config.ffn_hidden / config.dim,
-                       .causal = config.causal,
-                       .final_norm = config.final_norm,
-                       .norm_eps = config.norm_eps},
-                      &metadata);
+  if (config.llama()) {
+    AppendLlamaMetadata({.vocab = config.vocab,
+                         .dim = config.dim,
+                         .layers = config.layers,
+                         .heads = config.heads,
+                         .kv_heads = config.kv_heads,
+                         .ffn_dim = config.ffn_hidden,
+                         .rope_theta = config.rope_theta,
+                         .tie_embeddings = config.tie_embeddings,
+                         .norm_eps = config.norm_eps},
+                        &metadata);
+  } else {
+    AppendModelMetadata({.vocab = config.vocab,
+                         .dim = config.dim,
+                         .layers = config.layers,
+                         .heads = config.heads,
+                         .ffn_mult = config.ffn_hidden / config.dim,
+                         .causal = config.causal,
+                         .final_norm = config.final_norm,
+                         .norm_eps = config.norm_eps},
+                        &metadata);
+  }
   absl::Status written = WriteSafetensors(path, tensors, metadata);
   if (!written.ok()) {
     return absl::InternalError(

@@ -10,20 +10,34 @@
 namespace fsdpd::cpu {
 namespace {
 
-// Pointers to one (batch, head) slice of the packed tensors; rows are strided.
+// Pointers to one (batch, query head) slice of the packed tensors; rows are strided.
 struct HeadSlices {
   int64_t head_dim;
-  int64_t qkv_stride;  // 3·dim
+  int64_t qkv_stride;  // (heads + 2·kv_heads)·head_dim: 3·dim without grouping
   int64_t out_stride;  // dim
-  int64_t qkv_offset;  // of q; k and v follow at +dim and +2·dim
+  int64_t q_offset;
+  int64_t k_offset;  // of the head's kv head; v follows at +kv_heads·head_dim
+  int64_t v_offset;
   int64_t out_offset;
+  bool first_of_group;  // the group's first query head: it overwrites dk and dv, the rest add
 };
 
 HeadSlices Slices(const AttentionShape& shape, int64_t b, int64_t h) {
   const int64_t head_dim = shape.dim / shape.heads;
-  return HeadSlices{head_dim, 3 * shape.dim, shape.dim,
-                    b * shape.seq * 3 * shape.dim + h * head_dim,
-                    b * shape.seq * shape.dim + h * head_dim};
+  const int64_t kv_heads = shape.KvHeads();
+  const int64_t group = shape.heads / kv_heads;
+  const int64_t kv_dim = kv_heads * head_dim;
+  const int64_t stride = shape.dim + 2 * kv_dim;
+  const int64_t row0 = b * shape.seq * stride;
+  const int64_t kv = h / group;
+  return HeadSlices{head_dim,
+                    stride,
+                    shape.dim,
+                    row0 + h * head_dim,
+                    row0 + shape.dim + kv * head_dim,
+                    row0 + shape.dim + kv_dim + kv * head_dim,
+                    b * shape.seq * shape.dim + h * head_dim,
+                    h % group == 0};
 }
 
 // scores[seq, seq] = scale · q·kᵀ.
@@ -90,10 +104,9 @@ void AttentionForward(const float* qkv, const AttentionShape& shape, bool causal
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < shape.heads; ++h) {
       const HeadSlices slices = Slices(shape, b, h);
-      const float* q = qkv + slices.qkv_offset;
-      HeadForward(q, q + shape.dim, q + 2 * shape.dim, slices.qkv_stride, slices.head_dim,
-                  {seq, seq, causal}, scores.data(), lse + (b * shape.heads + h) * seq,
-                  out + slices.out_offset, slices.out_stride);
+      HeadForward(qkv + slices.q_offset, qkv + slices.k_offset, qkv + slices.v_offset,
+                  slices.qkv_stride, slices.head_dim, {seq, seq, causal}, scores.data(),
+                  lse + (b * shape.heads + h) * seq, out + slices.out_offset, slices.out_stride);
     }
   }
 }
@@ -107,10 +120,9 @@ void CausalAttentionRows(const float* qkv, int64_t heads, int64_t dim, int64_t f
   std::vector<float> lse(static_cast<size_t>(rows));
   for (int64_t h = 0; h < heads; ++h) {
     const HeadSlices slices = Slices(shape, 0, h);
-    const float* head = qkv + slices.qkv_offset;  // q at position 0; k and v at +dim, +2·dim
-    HeadForward(head + first * slices.qkv_stride, head + dim, head + 2 * dim, slices.qkv_stride,
-                slices.head_dim, score_rows, scores.data(), lse.data(), out + h * slices.head_dim,
-                dim);
+    HeadForward(qkv + slices.q_offset + first * slices.qkv_stride, qkv + slices.k_offset,
+                qkv + slices.v_offset, slices.qkv_stride, slices.head_dim, score_rows,
+                scores.data(), lse.data(), out + h * slices.head_dim, dim);
   }
 }
 
@@ -126,12 +138,14 @@ void AttentionBackward(const float* dout, const float* qkv, const float* out, co
       const int64_t head_dim = slices.head_dim;
       const int64_t stride = slices.qkv_stride;
       const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-      const float* q = qkv + slices.qkv_offset;
-      const float* k = q + shape.dim;
-      const float* v = q + 2 * shape.dim;
-      float* dq = dqkv + slices.qkv_offset;
-      float* dk = dq + shape.dim;
-      float* dv = dq + 2 * shape.dim;
+      const float* q = qkv + slices.q_offset;
+      const float* k = qkv + slices.k_offset;
+      const float* v = qkv + slices.v_offset;
+      float* dq = dqkv + slices.q_offset;
+      float* dk = dqkv + slices.k_offset;
+      float* dv = dqkv + slices.v_offset;
+      // The group's first query head writes its kv head's dk and dv, the others add to them.
+      const float kv_beta = slices.first_of_group ? 0.0f : 1.0f;
       const float* head_dout = dout + slices.out_offset;
       const float* head_out = out + slices.out_offset;
       // P is recomputed from the saved log-sum-exp rather than stored by forward.
@@ -140,7 +154,7 @@ void AttentionBackward(const float* dout, const float* qkv, const float* out, co
 
       // dv = Pᵀ · dout; dP = dout · vᵀ.
       Gemm(true, false, seq, head_dim, seq, 1.0f, probabilities.data(), seq, head_dout,
-           slices.out_stride, 0.0f, dv, stride);
+           slices.out_stride, kv_beta, dv, stride);
       Gemm(false, true, seq, seq, head_dim, 1.0f, head_dout, slices.out_stride, v, stride, 0.0f,
            score_gradient.data(), seq);
       // Softmax backward: dS = P ∘ (dP − rowsum(dout ∘ out)), since Σ_j P_ij dP_ij = dout_i·out_i.
@@ -162,8 +176,8 @@ void AttentionBackward(const float* dout, const float* qkv, const float* out, co
       // scores = scale · q·kᵀ, so dq = scale · dS · k and dk = scale · dSᵀ · q.
       Gemm(false, false, seq, head_dim, seq, scale, score_gradient.data(), seq, k, stride, 0.0f, dq,
            stride);
-      Gemm(true, false, seq, head_dim, seq, scale, score_gradient.data(), seq, q, stride, 0.0f, dk,
-           stride);
+      Gemm(true, false, seq, head_dim, seq, scale, score_gradient.data(), seq, q, stride, kv_beta,
+           dk, stride);
     }
   }
 }

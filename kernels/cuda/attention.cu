@@ -23,11 +23,26 @@ constexpr int kTile = 32;
 struct Geometry {
   int64_t batch;
   int64_t seq;
-  int64_t heads;
-  int64_t dim;
+  int64_t heads;     // query heads
+  int64_t dim;       // heads·head_dim: q's width, and out's row
+  int64_t kv_heads;  // key and value heads, dividing heads
+  int64_t group;     // heads / kv_heads: the query heads sharing a kv head
+  int64_t kv_dim;    // kv_heads·head_dim: k's and v's width
+  int64_t stride;    // qkv's row: dim + 2·kv_dim
   int head_dim;
   float scale;
 };
+
+// Columns of a head's slice in a packed qkv row: q of query head h, k and v of kv head kv.
+__device__ __forceinline__ int64_t QueryColumn(const Geometry& g, int64_t h) {
+  return h * g.head_dim;
+}
+__device__ __forceinline__ int64_t KeyColumn(const Geometry& g, int64_t kv) {
+  return g.dim + kv * g.head_dim;
+}
+__device__ __forceinline__ int64_t ValueColumn(const Geometry& g, int64_t kv) {
+  return g.dim + g.kv_dim + kv * g.head_dim;
+}
 
 // Rows [first, first + rows) of one head's slice (starting at `column`) into shared memory as
 // fp32 with row stride `stride`; columns past head_dim and rows past seq read as zero.
@@ -54,10 +69,11 @@ __global__ void __launch_bounds__(kRows)
   float* v_tile = k_tile + kTile * HD;
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
+  const int64_t kv = h / g.group;
   const int64_t q_first = int64_t{blockIdx.x} * kRows;
-  const __nv_bfloat16* base = qkv + b * g.seq * 3 * g.dim;
-  const int64_t stride = 3 * g.dim;
-  LoadTile<HD>(base, stride, h * g.head_dim, q_first, kRows, g, q_tile, HD + 1);
+  const __nv_bfloat16* base = qkv + b * g.seq * g.stride;
+  const int64_t stride = g.stride;
+  LoadTile<HD>(base, stride, QueryColumn(g, h), q_first, kRows, g, q_tile, HD + 1);
   const int64_t i = q_first + threadIdx.x;
   const float* q = q_tile + threadIdx.x * (HD + 1);
 
@@ -69,8 +85,8 @@ __global__ void __launch_bounds__(kRows)
   const int64_t key_end = causal ? min(g.seq, q_first + kRows) : g.seq;
   for (int64_t k_first = 0; k_first < key_end; k_first += kTile) {
     __syncthreads();
-    LoadTile<HD>(base, stride, g.dim + h * g.head_dim, k_first, kTile, g, k_tile, HD);
-    LoadTile<HD>(base, stride, 2 * g.dim + h * g.head_dim, k_first, kTile, g, v_tile, HD);
+    LoadTile<HD>(base, stride, KeyColumn(g, kv), k_first, kTile, g, k_tile, HD);
+    LoadTile<HD>(base, stride, ValueColumn(g, kv), k_first, kTile, g, v_tile, HD);
     __syncthreads();
     float s[kTile];
 #pragma unroll
@@ -148,11 +164,12 @@ __global__ void __launch_bounds__(kRows)
   float* v_tile = k_tile + kTile * HD;           // kTile × HD
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
+  const int64_t kv = h / g.group;
   const int64_t q_first = int64_t{blockIdx.x} * kRows;
-  const __nv_bfloat16* base = qkv + b * g.seq * 3 * g.dim;
-  const int64_t stride = 3 * g.dim;
-  LoadTile<HD>(base, stride, h * g.head_dim, q_first, kRows, g, q_tile, HD + 1);
-  LoadTile<HD>(dout + b * g.seq * g.dim, g.dim, h * g.head_dim, q_first, kRows, g, dout_tile,
+  const __nv_bfloat16* base = qkv + b * g.seq * g.stride;
+  const int64_t stride = g.stride;
+  LoadTile<HD>(base, stride, QueryColumn(g, h), q_first, kRows, g, q_tile, HD + 1);
+  LoadTile<HD>(dout + b * g.seq * g.dim, g.dim, QueryColumn(g, h), q_first, kRows, g, dout_tile,
                HD + 1);
   const int64_t i = q_first + threadIdx.x;
   const float* q = q_tile + threadIdx.x * (HD + 1);
@@ -167,8 +184,8 @@ __global__ void __launch_bounds__(kRows)
   const int64_t key_end = causal ? min(g.seq, q_first + kRows) : g.seq;
   for (int64_t k_first = 0; k_first < key_end; k_first += kTile) {
     __syncthreads();
-    LoadTile<HD>(base, stride, g.dim + h * g.head_dim, k_first, kTile, g, k_tile, HD);
-    LoadTile<HD>(base, stride, 2 * g.dim + h * g.head_dim, k_first, kTile, g, v_tile, HD);
+    LoadTile<HD>(base, stride, KeyColumn(g, kv), k_first, kTile, g, k_tile, HD);
+    LoadTile<HD>(base, stride, ValueColumn(g, kv), k_first, kTile, g, v_tile, HD);
     __syncthreads();
     float s[kTile];
     float dp[kTile];
@@ -199,14 +216,15 @@ __global__ void __launch_bounds__(kRows)
     }
   }
   if (i >= g.seq) return;
-  __nv_bfloat16* output = dqkv + (b * g.seq + i) * 3 * g.dim + h * g.head_dim;
+  __nv_bfloat16* output = dqkv + (b * g.seq + i) * g.stride + QueryColumn(g, h);
 #pragma unroll
   for (int d = 0; d < HD; ++d) {
     if (d < g.head_dim) output[d] = __float2bfloat16_rn(dq[d] * g.scale);
   }
 }
 
-// dk and dv for kRows key rows: streams query tiles (q, dout, lse, delta).
+// dk and dv for kRows key rows of one kv head: streams query tiles (q, dout, lse, delta) of each
+// query head of its group in turn, so the group's sum is taken in registers in a fixed order.
 template <int HD>
 __global__ void __launch_bounds__(kRows)
     AttentionKeyValueGradientKernel(const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
@@ -220,14 +238,14 @@ __global__ void __launch_bounds__(kRows)
   float* dout_tile = q_tile + kTile * HD;      // kTile × HD
   float* lse_tile = dout_tile + kTile * HD;    // kTile
   float* delta_tile = lse_tile + kTile;        // kTile
-  const int64_t b = blockIdx.y / g.heads;
-  const int64_t h = blockIdx.y % g.heads;
+  const int64_t b = blockIdx.y / g.kv_heads;
+  const int64_t kv = blockIdx.y % g.kv_heads;
   const int64_t k_first = int64_t{blockIdx.x} * kRows;
-  const __nv_bfloat16* base = qkv + b * g.seq * 3 * g.dim;
+  const __nv_bfloat16* base = qkv + b * g.seq * g.stride;
   const __nv_bfloat16* dout_base = dout + b * g.seq * g.dim;
-  const int64_t stride = 3 * g.dim;
-  LoadTile<HD>(base, stride, g.dim + h * g.head_dim, k_first, kRows, g, k_tile, HD + 1);
-  LoadTile<HD>(base, stride, 2 * g.dim + h * g.head_dim, k_first, kRows, g, v_tile, HD + 1);
+  const int64_t stride = g.stride;
+  LoadTile<HD>(base, stride, KeyColumn(g, kv), k_first, kRows, g, k_tile, HD + 1);
+  LoadTile<HD>(base, stride, ValueColumn(g, kv), k_first, kRows, g, v_tile, HD + 1);
   const int64_t j = k_first + threadIdx.x;
   const float* k = k_tile + threadIdx.x * (HD + 1);
   const float* v = v_tile + threadIdx.x * (HD + 1);
@@ -237,48 +255,50 @@ __global__ void __launch_bounds__(kRows)
   float dk[HD];
 #pragma unroll
   for (int d = 0; d < HD; ++d) dk[d] = 0.0f;
-  const int64_t rows_base = (b * g.heads + h) * g.seq;
   // Under the causal mask no query before the block's first key sees it.
   const int64_t q_start = causal ? k_first : 0;
-  for (int64_t q_first = q_start; q_first < g.seq; q_first += kTile) {
-    __syncthreads();
-    LoadTile<HD>(base, stride, h * g.head_dim, q_first, kTile, g, q_tile, HD);
-    LoadTile<HD>(dout_base, g.dim, h * g.head_dim, q_first, kTile, g, dout_tile, HD);
-    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
-      const int64_t i = q_first + r;
-      lse_tile[r] = i < g.seq ? lse[rows_base + i] : 0.0f;
-      delta_tile[r] = i < g.seq ? delta[rows_base + i] : 0.0f;
-    }
-    __syncthreads();
-    for (int r = 0; r < kTile; ++r) {
-      const int64_t i = q_first + r;
-      const bool valid = i < g.seq && j < g.seq && (!causal || i >= j);
-      if (!valid) continue;  // masked pairs contribute nothing
-      const float* qr = q_tile + r * HD;
-      const float* gr = dout_tile + r * HD;
-      float s = 0.0f;
-      float dp = 0.0f;
-#pragma unroll
-      for (int d = 0; d < HD; ++d) {
-        s = fmaf(qr[d], k[d], s);
-        dp = fmaf(gr[d], v[d], dp);
+  for (int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h) {
+    const int64_t rows_base = (b * g.heads + h) * g.seq;
+    for (int64_t q_first = q_start; q_first < g.seq; q_first += kTile) {
+      __syncthreads();
+      LoadTile<HD>(base, stride, QueryColumn(g, h), q_first, kTile, g, q_tile, HD);
+      LoadTile<HD>(dout_base, g.dim, QueryColumn(g, h), q_first, kTile, g, dout_tile, HD);
+      for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+        const int64_t i = q_first + r;
+        lse_tile[r] = i < g.seq ? lse[rows_base + i] : 0.0f;
+        delta_tile[r] = i < g.seq ? delta[rows_base + i] : 0.0f;
       }
-      const float p = expf(s * g.scale - lse_tile[r]);
-      const float ds = p * (dp - delta_tile[r]);
+      __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const int64_t i = q_first + r;
+        const bool valid = i < g.seq && j < g.seq && (!causal || i >= j);
+        if (!valid) continue;  // masked pairs contribute nothing
+        const float* qr = q_tile + r * HD;
+        const float* gr = dout_tile + r * HD;
+        float s = 0.0f;
+        float dp = 0.0f;
 #pragma unroll
-      for (int d = 0; d < HD; ++d) {
-        dv[d] = fmaf(p, gr[d], dv[d]);
-        dk[d] = fmaf(ds, qr[d], dk[d]);
+        for (int d = 0; d < HD; ++d) {
+          s = fmaf(qr[d], k[d], s);
+          dp = fmaf(gr[d], v[d], dp);
+        }
+        const float p = expf(s * g.scale - lse_tile[r]);
+        const float ds = p * (dp - delta_tile[r]);
+#pragma unroll
+        for (int d = 0; d < HD; ++d) {
+          dv[d] = fmaf(p, gr[d], dv[d]);
+          dk[d] = fmaf(ds, qr[d], dk[d]);
+        }
       }
     }
   }
   if (j >= g.seq) return;
-  __nv_bfloat16* output = dqkv + (b * g.seq + j) * 3 * g.dim + h * g.head_dim;
+  __nv_bfloat16* output = dqkv + (b * g.seq + j) * g.stride;
 #pragma unroll
   for (int d = 0; d < HD; ++d) {
     if (d < g.head_dim) {
-      output[g.dim + d] = __float2bfloat16_rn(dk[d] * g.scale);
-      output[2 * g.dim + d] = __float2bfloat16_rn(dv[d]);
+      output[KeyColumn(g, kv) + d] = __float2bfloat16_rn(dk[d] * g.scale);
+      output[ValueColumn(g, kv) + d] = __float2bfloat16_rn(dv[d]);
     }
   }
 }
@@ -289,6 +309,12 @@ absl::StatusOr<Geometry> CheckDims(const char* op, const AttentionDims& dims) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": batch, seq, heads and dim must be positive and heads must divide dim;",
         " got batch ", dims.batch, ", seq ", dims.seq, ", heads ", dims.heads, ", dim ", dims.dim));
+  }
+  const int64_t kv_heads = dims.KvHeads();
+  if (kv_heads <= 0 || dims.heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": kv_heads (", dims.kv_heads,
+                                                   ") must be positive and divide heads (",
+                                                   dims.heads, ")"));
   }
   const int64_t head_dim = dims.dim / dims.heads;
   if (head_dim > kMaxAttentionHeadDim) {
@@ -304,6 +330,10 @@ absl::StatusOr<Geometry> CheckDims(const char* op, const AttentionDims& dims) {
              dims.seq,
              dims.heads,
              dims.dim,
+             kv_heads,
+             dims.heads / kv_heads,
+             kv_heads * head_dim,
+             dims.dim + 2 * kv_heads * head_dim,
              static_cast<int>(head_dim),
              static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
   return g;
@@ -327,8 +357,10 @@ template <int HD>
 absl::Status LaunchBackward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                             const float* delta, const Geometry& g, bool causal, __nv_bfloat16* dqkv,
                             cudaStream_t stream) {
+  // dq: a block row per (batch, query head); dk and dv: one per (batch, kv head).
   const dim3 grid(static_cast<unsigned>((g.seq + kRows - 1) / kRows),
                   static_cast<unsigned>(g.batch * g.heads));
+  const dim3 kv_grid(grid.x, static_cast<unsigned>(g.batch * g.kv_heads));
   const size_t query_shared = sizeof(float) * (2 * kRows * (HD + 1) + 2 * kTile * HD);
   CUDA_CHECK(cudaFuncSetAttribute(AttentionQueryGradientKernel<HD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -341,7 +373,7 @@ absl::Status LaunchBackward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(key_shared)));
   AttentionKeyValueGradientKernel<HD>
-      <<<grid, kRows, key_shared, stream>>>(dout, qkv, lse, delta, g, causal, dqkv);
+      <<<kv_grid, kRows, key_shared, stream>>>(dout, qkv, lse, delta, g, causal, dqkv);
   CUDA_CHECK_LAUNCH("AttentionKeyValueGradientKernel");
   return absl::OkStatus();
 }
@@ -354,7 +386,8 @@ bool Aligned(std::initializer_list<const void*> pointers) {
 }
 
 tensor_core::FlashGeometry FlashGeometryOf(const Geometry& g) {
-  return tensor_core::FlashGeometry{g.batch, g.seq, g.heads, g.dim, g.scale};
+  return tensor_core::FlashGeometry{g.batch,    g.seq,   g.heads,  g.dim,   g.scale,
+                                    g.kv_heads, g.group, g.kv_dim, g.stride};
 }
 
 absl::Status CheckWorkspace(const char* op, const void* workspace, int64_t bytes, int64_t needed) {

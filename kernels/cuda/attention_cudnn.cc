@@ -30,11 +30,11 @@ namespace fe = cudnn_frontend;
 enum Uid : int64_t { kQ = 1, kK, kV, kOut, kStats, kDout, kDq, kDk, kDv };
 
 struct Key {
-  int64_t batch, seq, heads, dim;
+  int64_t batch, seq, heads, dim, kv_heads;
   bool causal;
   bool operator<(const Key& other) const {
-    return std::tie(batch, seq, heads, dim, causal) <
-           std::tie(other.batch, other.seq, other.heads, other.dim, other.causal);
+    return std::tie(batch, seq, heads, dim, kv_heads, causal) <
+           std::tie(other.batch, other.seq, other.heads, other.dim, other.kv_heads, other.causal);
   }
 };
 
@@ -59,7 +59,7 @@ State& GlobalState() {
 }
 
 Key KeyOf(const AttentionDims& dims, bool causal) {
-  return Key{dims.batch, dims.seq, dims.heads, dims.dim, causal};
+  return Key{dims.batch, dims.seq, dims.heads, dims.dim, dims.KvHeads(), causal};
 }
 
 absl::Status FromFrontend(fe::error_t error, const char* what) {
@@ -94,32 +94,48 @@ std::shared_ptr<fe::graph::Graph> NewGraph() {
   return graph;
 }
 
+int64_t HeadDimOf(const AttentionDims& dims) { return dims.dim / dims.heads; }
+
+// qkv's row: q (dim) then k and v (kv_heads·head_dim each), attention.h's packed layout.
+int64_t QkvRowOf(const AttentionDims& dims) {
+  return dims.dim + 2 * dims.KvHeads() * HeadDimOf(dims);
+}
+
+// Where k and v start in a qkv row.
+int64_t KeyOffsetOf(const AttentionDims& dims) { return dims.dim; }
+int64_t ValueOffsetOf(const AttentionDims& dims) {
+  return dims.dim + dims.KvHeads() * HeadDimOf(dims);
+}
+
 // A [batch, heads, seq, head_dim] view with the given row stride (elements between tokens).
+// `heads` is the query heads for q, o, do and dq, the kv heads for k, v, dk and dv: the SDPA
+// graphs take k and v with fewer heads as grouped-query attention (h_q a multiple of h_k).
 std::shared_ptr<fe::graph::Tensor_attributes> HeadView(fe::graph::Graph& graph, const char* name,
                                                        int64_t uid, const AttentionDims& dims,
-                                                       int64_t row_stride) {
-  const int64_t head_dim = dims.dim / dims.heads;
+                                                       int64_t heads, int64_t row_stride) {
+  const int64_t head_dim = HeadDimOf(dims);
   return graph.tensor(fe::graph::Tensor_attributes()
                           .set_name(name)
                           .set_uid(uid)
-                          .set_dim({dims.batch, dims.heads, dims.seq, head_dim})
+                          .set_dim({dims.batch, heads, dims.seq, head_dim})
                           .set_stride({dims.seq * row_stride, head_dim, row_stride, 1}));
 }
 
-// q, k and v: the three thirds of each token's row of qkv[batch, seq, 3·dim].
+// q, k and v: the three parts of each token's row of qkv.
 std::array<std::shared_ptr<fe::graph::Tensor_attributes>, 3> PackedQkv(fe::graph::Graph& graph,
                                                                        const AttentionDims& dims) {
-  return {HeadView(graph, "q", kQ, dims, 3 * dims.dim),
-          HeadView(graph, "k", kK, dims, 3 * dims.dim),
-          HeadView(graph, "v", kV, dims, 3 * dims.dim)};
+  const int64_t row = QkvRowOf(dims);
+  return {HeadView(graph, "q", kQ, dims, dims.heads, row),
+          HeadView(graph, "k", kK, dims, dims.KvHeads(), row),
+          HeadView(graph, "v", kV, dims, dims.KvHeads(), row)};
 }
 
 void MarkOutput(const std::shared_ptr<fe::graph::Tensor_attributes>& tensor, int64_t uid,
-                const AttentionDims& dims, int64_t row_stride) {
-  const int64_t head_dim = dims.dim / dims.heads;
+                const AttentionDims& dims, int64_t heads, int64_t row_stride) {
+  const int64_t head_dim = HeadDimOf(dims);
   tensor->set_output(true)
       .set_uid(uid)
-      .set_dim({dims.batch, dims.heads, dims.seq, head_dim})
+      .set_dim({dims.batch, heads, dims.seq, head_dim})
       .set_stride({dims.seq * row_stride, head_dim, row_stride, 1});
 }
 
@@ -151,7 +167,7 @@ absl::StatusOr<std::shared_ptr<fe::graph::Graph>> BuildForward(cudnnHandle_t han
           ScaleOf(dims));
   if (causal) options.set_causal_mask(true);
   auto [out, stats] = graph->sdpa(q, k, v, options);
-  MarkOutput(out, kOut, dims, dims.dim);
+  MarkOutput(out, kOut, dims, dims.heads, dims.dim);
   stats->set_output(true)
       .set_uid(kStats)
       .set_data_type(fe::DataType_t::FLOAT)
@@ -166,16 +182,17 @@ absl::StatusOr<std::shared_ptr<fe::graph::Graph>> BuildBackward(cudnnHandle_t ha
                                                                 bool causal) {
   std::shared_ptr<fe::graph::Graph> graph = NewGraph();
   auto [q, k, v] = PackedQkv(*graph, dims);
-  auto out = HeadView(*graph, "o", kOut, dims, dims.dim);
-  auto dout = HeadView(*graph, "do", kDout, dims, dims.dim);
+  auto out = HeadView(*graph, "o", kOut, dims, dims.heads, dims.dim);
+  auto dout = HeadView(*graph, "do", kDout, dims, dims.heads, dims.dim);
   auto stats = StatsView(*graph, dims);
   auto options =
       fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_attn_scale(ScaleOf(dims));
   if (causal) options.set_causal_mask(true);
   auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, out, dout, stats, options);
-  MarkOutput(dq, kDq, dims, 3 * dims.dim);
-  MarkOutput(dk, kDk, dims, 3 * dims.dim);
-  MarkOutput(dv, kDv, dims, 3 * dims.dim);
+  const int64_t row = QkvRowOf(dims);
+  MarkOutput(dq, kDq, dims, dims.heads, row);
+  MarkOutput(dk, kDk, dims, dims.KvHeads(), row);
+  MarkOutput(dv, kDv, dims, dims.KvHeads(), row);
   FSDPD_RETURN_IF_ERROR(Build(*graph, handle, "backward graph"));
   return graph;
 }
@@ -212,9 +229,9 @@ absl::StatusOr<std::shared_ptr<Plans>> PlansFor(const AttentionDims& dims, bool 
     absl::StatusOr<std::shared_ptr<Plans>> built = BuildPlans(state.handle, dims, causal);
     if (built.ok()) {
       spdlog::info(
-          "attention: cuDNN SDPA for batch {} seq {} heads {} dim {}{} (workspace {} / {} "
-          "bytes)",
-          dims.batch, dims.seq, dims.heads, dims.dim, causal ? " causal" : "",
+          "attention: cuDNN SDPA for batch {} seq {} heads {} kv_heads {} dim {}{} (workspace {} "
+          "/ {} bytes)",
+          dims.batch, dims.seq, dims.heads, dims.KvHeads(), dims.dim, causal ? " causal" : "",
           (*built)->workspace.forward_bytes, (*built)->workspace.backward_bytes);
     } else {
       spdlog::warn("attention: {}; the own kernels run this shape",
@@ -254,8 +271,8 @@ absl::Status Forward(const __nv_bfloat16* qkv, const AttentionDims& dims, bool c
   absl::StatusOr<std::shared_ptr<Plans>> plans = PlansFor(dims, causal);
   if (!plans.ok()) return plans.status();
   std::unordered_map<int64_t, void*> pack = {{kQ, Mutable(qkv)},
-                                             {kK, Mutable(qkv + dims.dim)},
-                                             {kV, Mutable(qkv + 2 * dims.dim)},
+                                             {kK, Mutable(qkv + KeyOffsetOf(dims))},
+                                             {kV, Mutable(qkv + ValueOffsetOf(dims))},
                                              {kOut, out},
                                              {kStats, lse}};
   return Execute(*(*plans)->forward, pack, workspace, stream, "forward");
@@ -266,10 +283,15 @@ absl::Status Backward(const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const
                       void* workspace, cudaStream_t stream) {
   absl::StatusOr<std::shared_ptr<Plans>> plans = PlansFor(dims, causal);
   if (!plans.ok()) return plans.status();
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, Mutable(qkv)},   {kK, Mutable(qkv + dims.dim)}, {kV, Mutable(qkv + 2 * dims.dim)},
-      {kOut, Mutable(out)}, {kDout, Mutable(dout)},        {kStats, Mutable(lse)},
-      {kDq, dqkv},          {kDk, dqkv + dims.dim},        {kDv, dqkv + 2 * dims.dim}};
+  std::unordered_map<int64_t, void*> pack = {{kQ, Mutable(qkv)},
+                                             {kK, Mutable(qkv + KeyOffsetOf(dims))},
+                                             {kV, Mutable(qkv + ValueOffsetOf(dims))},
+                                             {kOut, Mutable(out)},
+                                             {kDout, Mutable(dout)},
+                                             {kStats, Mutable(lse)},
+                                             {kDq, dqkv},
+                                             {kDk, dqkv + KeyOffsetOf(dims)},
+                                             {kDv, dqkv + ValueOffsetOf(dims)}};
   return Execute(*(*plans)->backward, pack, workspace, stream, "backward");
 }
 

@@ -1,5 +1,7 @@
 // cuDNN's fused flash attention (the frontend's SDPA graphs) on fsdpd's packed layout: q, k and v
-// are strided views into qkv[batch, seq, 3·dim], and dq, dk, dv are written straight into dqkv.
+// are strided views into qkv[batch, seq, dim + 2·kv_heads·head_dim] (k and v with kv_heads heads
+// under grouped-query attention, which the SDPA graphs take as such), and dq, dk, dv are written
+// straight into dqkv.
 // One graph per (shape, causal, direction) is built on first use, its plan chosen by cuDNN's
 // heuristics, and cached for the life of the process. The softmax statistics cuDNN saves are
 // the rows' natural-log log-sum-exp of the scaled scores, the same quantity the own kernels

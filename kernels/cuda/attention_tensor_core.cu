@@ -51,6 +51,12 @@ __device__ void LoadRows(const bf16* base, int64_t row_stride, int64_t first, in
   }
 }
 
+// k of kv head `kv` in the first row of batch b (v follows kv_dim further on).
+__device__ __forceinline__ const bf16* KeyBase(const bf16* qkv, const FlashGeometry& g, int64_t b,
+                                               int64_t kv, int head_dim) {
+  return qkv + b * g.seq * g.stride + g.dim + kv * head_dim;
+}
+
 // out[16, 64] = a[16, HD] · bᵀ where b holds 64 rows of HD (so bᵀ is HD × 64).
 template <int HD>
 __device__ void MultiplyTransposed(const bf16* a, const bf16* b, float* out) {
@@ -114,9 +120,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
   const int64_t q_first = int64_t{blockIdx.x} * kBlockRows;
-  const int64_t stride = 3 * g.dim;
-  const bf16* base = qkv + b * g.seq * stride + h * HD;
-  LoadRows<HD>(base, stride, q_first, g.seq, q_tile);
+  const int64_t stride = g.stride;
+  const bf16* q_base = qkv + b * g.seq * stride + h * HD;
+  const bf16* k_base = KeyBase(qkv, g, b, h / g.group, HD);
+  const bf16* v_base = k_base + g.kv_dim;
+  LoadRows<HD>(q_base, stride, q_first, g.seq, q_tile);
   const int64_t query = q_first + warp * 16 + row;
 
   float o[HD / 2];
@@ -127,8 +135,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key_end = causal ? min(g.seq, q_first + kBlockRows) : g.seq;
   for (int64_t k_first = 0; k_first < key_end; k_first += kTile) {
     __syncthreads();
-    LoadRows<HD>(base + g.dim, stride, k_first, g.seq, k_tile);
-    LoadRows<HD>(base + 2 * g.dim, stride, k_first, g.seq, v_tile);
+    LoadRows<HD>(k_base, stride, k_first, g.seq, k_tile);
+    LoadRows<HD>(v_base, stride, k_first, g.seq, v_tile);
     __syncthreads();
     MultiplyTransposed<HD>(q_tile + warp * 16 * L::kLdTile, k_tile, scratch);
     __syncwarp();
@@ -195,9 +203,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / g.heads;
   const int64_t h = blockIdx.y % g.heads;
   const int64_t q_first = int64_t{blockIdx.x} * kBlockRows;
-  const int64_t stride = 3 * g.dim;
-  const bf16* base = qkv + b * g.seq * stride + h * HD;
-  LoadRows<HD>(base, stride, q_first, g.seq, q_tile);
+  const int64_t stride = g.stride;
+  const bf16* q_base = qkv + b * g.seq * stride + h * HD;
+  const bf16* k_base = KeyBase(qkv, g, b, h / g.group, HD);
+  const bf16* v_base = k_base + g.kv_dim;
+  LoadRows<HD>(q_base, stride, q_first, g.seq, q_tile);
   LoadRows<HD>(dout + b * g.seq * g.dim + h * HD, g.dim, q_first, g.seq, dout_tile);
   const int64_t query = q_first + warp * 16 + row;
   const int64_t statistics = (b * g.heads + h) * g.seq + query;
@@ -210,8 +220,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t key_end = causal ? min(g.seq, q_first + kBlockRows) : g.seq;
   for (int64_t k_first = 0; k_first < key_end; k_first += kTile) {
     __syncthreads();
-    LoadRows<HD>(base + g.dim, stride, k_first, g.seq, k_tile);
-    LoadRows<HD>(base + 2 * g.dim, stride, k_first, g.seq, v_tile);
+    LoadRows<HD>(k_base, stride, k_first, g.seq, k_tile);
+    LoadRows<HD>(v_base, stride, k_first, g.seq, v_tile);
     __syncthreads();
     MultiplyTransposed<HD>(q_tile + warp * 16 * L::kLdTile, k_tile, scratch);
     __syncwarp();
@@ -239,12 +249,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int d = 0; d < HD / 2; ++d) dq[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
   }
   if (query >= g.seq) return;
-  bf16* output = dqkv + (b * g.seq + query) * 3 * g.dim + h * HD + half * (HD / 2);
+  bf16* output = dqkv + (b * g.seq + query) * stride + h * HD + half * (HD / 2);
 #pragma unroll
   for (int d = 0; d < HD / 2; ++d) output[d] = __float2bfloat16_rn(dq[d] * g.scale);
 }
 
-// dk and dv for 64 key rows, streaming query tiles (q, dout and their statistics).
+// dk and dv for 64 key rows of one kv head, streaming query tiles (q, dout and their statistics)
+// of each query head of its group in turn: the group's sum stays in registers, in a fixed order.
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     FlashKeyValueGradientKernel(const bf16* dout, const bf16* qkv, const float* lse,
@@ -266,74 +277,78 @@ __global__ void __launch_bounds__(kThreads)
   float* scratch = scratch_all + warp * L::kScratchFloats;
   bf16* probability = probability_all + warp * L::kProbabilityElements;
 
-  const int64_t b = blockIdx.y / g.heads;
-  const int64_t h = blockIdx.y % g.heads;
+  const int64_t b = blockIdx.y / g.kv_heads;
+  const int64_t kv = blockIdx.y % g.kv_heads;
   const int64_t k_first = int64_t{blockIdx.x} * kBlockRows;
-  const int64_t stride = 3 * g.dim;
-  const bf16* base = qkv + b * g.seq * stride + h * HD;
-  const bf16* dout_base = dout + b * g.seq * g.dim + h * HD;
-  const int64_t statistics = (b * g.heads + h) * g.seq;
-  LoadRows<HD>(base + g.dim, stride, k_first, g.seq, k_tile);
-  LoadRows<HD>(base + 2 * g.dim, stride, k_first, g.seq, v_tile);
+  const int64_t stride = g.stride;
+  const bf16* k_base = KeyBase(qkv, g, b, kv, HD);
+  const bf16* v_base = k_base + g.kv_dim;
+  LoadRows<HD>(k_base, stride, k_first, g.seq, k_tile);
+  LoadRows<HD>(v_base, stride, k_first, g.seq, v_tile);
   const int64_t key = k_first + warp * 16 + row;
 
   float dk[HD / 2];
   float dv[HD / 2];
 #pragma unroll
   for (int d = 0; d < HD / 2; ++d) dk[d] = dv[d] = 0.0f;
-  // Under the causal mask no query before the block's first key sees it.
-  for (int64_t q_first = causal ? k_first : 0; q_first < g.seq; q_first += kTile) {
-    __syncthreads();
-    LoadRows<HD>(base, stride, q_first, g.seq, q_tile);
-    LoadRows<HD>(dout_base, g.dim, q_first, g.seq, dout_tile);
-    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
-      const int64_t query = q_first + r;
-      lse_tile[r] = query < g.seq ? lse[statistics + query] : 0.0f;
-      delta_tile[r] = query < g.seq ? delta[statistics + query] : 0.0f;
+  for (int64_t h = kv * g.group; h < (kv + 1) * g.group; ++h) {
+    const bf16* q_base = qkv + b * g.seq * stride + h * HD;
+    const bf16* dout_base = dout + b * g.seq * g.dim + h * HD;
+    const int64_t statistics = (b * g.heads + h) * g.seq;
+    // Under the causal mask no query before the block's first key sees it.
+    for (int64_t q_first = causal ? k_first : 0; q_first < g.seq; q_first += kTile) {
+      __syncthreads();
+      LoadRows<HD>(q_base, stride, q_first, g.seq, q_tile);
+      LoadRows<HD>(dout_base, g.dim, q_first, g.seq, dout_tile);
+      for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+        const int64_t query = q_first + r;
+        lse_tile[r] = query < g.seq ? lse[statistics + query] : 0.0f;
+        delta_tile[r] = query < g.seq ? delta[statistics + query] : 0.0f;
+      }
+      __syncthreads();
+      // Sᵀ = K·Qᵀ: this warp's 16 keys against the tile's 64 queries.
+      MultiplyTransposed<HD>(k_tile + warp * 16 * L::kLdTile, q_tile, scratch);
+      __syncwarp();
+      float p[kHalf];
+#pragma unroll
+      for (int c = 0; c < kHalf; ++c) {
+        const int column = half * kHalf + c;
+        const int64_t query = q_first + column;
+        const bool visible = key < g.seq && query < g.seq && (!causal || key <= query);
+        p[c] = visible ? __expf(scratch[row * L::kLdScratch + column] * g.scale - lse_tile[column])
+                       : 0.0f;
+        probability[row * L::kLdProbability + column] = __float2bfloat16_rn(p[c]);
+      }
+      __syncwarp();
+      Multiply<HD>(probability, dout_tile, scratch);  // dV += Pᵀ·dO
+      __syncwarp();
+#pragma unroll
+      for (int d = 0; d < HD / 2; ++d) dv[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
+      __syncwarp();
+      // dPᵀ = V·dOᵀ; then dSᵀ overwrites Pᵀ, which dV no longer needs (one buffer per warp keeps
+      // the block small enough for two per multiprocessor).
+      MultiplyTransposed<HD>(v_tile + warp * 16 * L::kLdTile, dout_tile, scratch);
+      __syncwarp();
+#pragma unroll
+      for (int c = 0; c < kHalf; ++c) {
+        const int column = half * kHalf + c;
+        const float dp = scratch[row * L::kLdScratch + column];
+        probability[row * L::kLdProbability + column] =
+            __float2bfloat16_rn(p[c] * (dp - delta_tile[column]));
+      }
+      __syncwarp();
+      Multiply<HD>(probability, q_tile, scratch);  // dK += dSᵀ·Q
+      __syncwarp();
+#pragma unroll
+      for (int d = 0; d < HD / 2; ++d) dk[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
     }
-    __syncthreads();
-    // Sᵀ = K·Qᵀ: this warp's 16 keys against the tile's 64 queries.
-    MultiplyTransposed<HD>(k_tile + warp * 16 * L::kLdTile, q_tile, scratch);
-    __syncwarp();
-    float p[kHalf];
-#pragma unroll
-    for (int c = 0; c < kHalf; ++c) {
-      const int column = half * kHalf + c;
-      const int64_t query = q_first + column;
-      const bool visible = key < g.seq && query < g.seq && (!causal || key <= query);
-      p[c] = visible ? __expf(scratch[row * L::kLdScratch + column] * g.scale - lse_tile[column])
-                     : 0.0f;
-      probability[row * L::kLdProbability + column] = __float2bfloat16_rn(p[c]);
-    }
-    __syncwarp();
-    Multiply<HD>(probability, dout_tile, scratch);  // dV += Pᵀ·dO
-    __syncwarp();
-#pragma unroll
-    for (int d = 0; d < HD / 2; ++d) dv[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
-    __syncwarp();
-    // dPᵀ = V·dOᵀ; then dSᵀ overwrites Pᵀ, which dV no longer needs (one buffer per warp keeps
-    // the block small enough for two per multiprocessor).
-    MultiplyTransposed<HD>(v_tile + warp * 16 * L::kLdTile, dout_tile, scratch);
-    __syncwarp();
-#pragma unroll
-    for (int c = 0; c < kHalf; ++c) {
-      const int column = half * kHalf + c;
-      const float dp = scratch[row * L::kLdScratch + column];
-      probability[row * L::kLdProbability + column] =
-          __float2bfloat16_rn(p[c] * (dp - delta_tile[column]));
-    }
-    __syncwarp();
-    Multiply<HD>(probability, q_tile, scratch);  // dK += dSᵀ·Q
-    __syncwarp();
-#pragma unroll
-    for (int d = 0; d < HD / 2; ++d) dk[d] += scratch[row * L::kLdScratch + half * (HD / 2) + d];
   }
   if (key >= g.seq) return;
-  bf16* output = dqkv + (b * g.seq + key) * 3 * g.dim + h * HD + half * (HD / 2);
+  bf16* output = dqkv + (b * g.seq + key) * stride + g.dim + kv * HD + half * (HD / 2);
 #pragma unroll
   for (int d = 0; d < HD / 2; ++d) {
-    output[g.dim + d] = __float2bfloat16_rn(dk[d] * g.scale);
-    output[2 * g.dim + d] = __float2bfloat16_rn(dv[d]);
+    output[d] = __float2bfloat16_rn(dk[d] * g.scale);
+    output[g.kv_dim + d] = __float2bfloat16_rn(dv[d]);
   }
 }
 
@@ -354,9 +369,10 @@ constexpr size_t KeyValueGradientShared() {
          2 * kTile * 4;
 }
 
-dim3 GridOf(const FlashGeometry& g) {
+// A block row per (batch, head): query heads for forward and dq, kv heads for dk and dv.
+dim3 GridOf(const FlashGeometry& g, int64_t heads) {
   return dim3(static_cast<unsigned>((g.seq + kBlockRows - 1) / kBlockRows),
-              static_cast<unsigned>(g.batch * g.heads));
+              static_cast<unsigned>(g.batch * heads));
 }
 
 template <int HD>
@@ -365,7 +381,8 @@ absl::Status LaunchForward(const bf16* qkv, const FlashGeometry& g, bool causal,
   constexpr size_t shared = ForwardShared<HD>();
   CUDA_CHECK(cudaFuncSetAttribute(FlashForwardKernel<HD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int{shared}));
-  FlashForwardKernel<HD><<<GridOf(g), kThreads, shared, stream>>>(qkv, g, causal, out, lse);
+  FlashForwardKernel<HD>
+      <<<GridOf(g, g.heads), kThreads, shared, stream>>>(qkv, g, causal, out, lse);
   CUDA_CHECK_LAUNCH("FlashForwardKernel");
   return absl::OkStatus();
 }
@@ -376,14 +393,14 @@ absl::Status LaunchBackward(const bf16* dout, const bf16* qkv, const float* lse,
   constexpr size_t query_shared = QueryGradientShared<HD>();
   CUDA_CHECK(cudaFuncSetAttribute(FlashQueryGradientKernel<HD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int{query_shared}));
-  FlashQueryGradientKernel<HD>
-      <<<GridOf(g), kThreads, query_shared, stream>>>(dout, qkv, lse, delta, g, causal, dqkv);
+  FlashQueryGradientKernel<HD><<<GridOf(g, g.heads), kThreads, query_shared, stream>>>(
+      dout, qkv, lse, delta, g, causal, dqkv);
   CUDA_CHECK_LAUNCH("FlashQueryGradientKernel");
   constexpr size_t key_shared = KeyValueGradientShared<HD>();
   CUDA_CHECK(cudaFuncSetAttribute(FlashKeyValueGradientKernel<HD>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int{key_shared}));
-  FlashKeyValueGradientKernel<HD>
-      <<<GridOf(g), kThreads, key_shared, stream>>>(dout, qkv, lse, delta, g, causal, dqkv);
+  FlashKeyValueGradientKernel<HD><<<GridOf(g, g.kv_heads), kThreads, key_shared, stream>>>(
+      dout, qkv, lse, delta, g, causal, dqkv);
   CUDA_CHECK_LAUNCH("FlashKeyValueGradientKernel");
   return absl::OkStatus();
 }

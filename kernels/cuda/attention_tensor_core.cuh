@@ -12,12 +12,18 @@
 
 namespace fsdpd::cuda::tensor_core {
 
+// The packed layout of attention.h: qkv rows of `stride` = dim + 2·kv_dim values, q (dim = heads
+// query heads) then k and v (kv_dim = kv_heads heads each); query head h reads kv head h / group.
 struct FlashGeometry {
   int64_t batch;
   int64_t seq;
   int64_t heads;
   int64_t dim;
   float scale;
+  int64_t kv_heads;
+  int64_t group;
+  int64_t kv_dim;
+  int64_t stride;
 };
 
 // True when these kernels serve the head_dim.

@@ -1,6 +1,7 @@
 #include "base/cuda_check.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/silu.h"
+#include "kernels/cuda/silu_math.cuh"
 
 namespace fsdpd::cuda {
 namespace {
@@ -26,23 +27,6 @@ __global__ void SiluBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat1
                                 (1.0f + value * (1.0f - sigmoid)));
     if (out != nullptr) out[i] = __float2bfloat16_rn(value / (1.0f + __expf(-value)));
   }
-}
-
-// sigmoid(value) with the SFU's approximate exponential and reciprocal (about 2 ulp of fp32,
-// far below the bf16 rounding of the result). An IEEE division is a long instruction sequence
-// that made these kernels issue-bound rather than memory-bound. rcp.approx of +inf is +0, so
-// very negative inputs still give sigmoid 0.
-__device__ __forceinline__ float FastSigmoid(float value) {
-  float reciprocal;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(reciprocal) : "f"(1.0f + __expf(-value)));
-  return reciprocal;
-}
-
-__device__ __forceinline__ float Silu(float value) { return value * FastSigmoid(value); }
-
-__device__ __forceinline__ float SiluGradient(float gradient, float value) {
-  const float sigmoid = FastSigmoid(value);
-  return gradient * sigmoid * (1.0f + value * (1.0f - sigmoid));
 }
 
 // The same maths eight elements at a time with 16-byte accesses (count a multiple of 8, all

@@ -140,6 +140,20 @@ const std::map<std::string, Setter>& FieldSetters() {
       {"model.norm_eps",
        Number<double>("model.norm_eps",
                       [](S* s, double v) { s->mutable_model()->set_norm_eps(v); })},
+      {"model.arch",
+       Text("model.arch", [](S* s, std::string v) { s->mutable_model()->set_arch(v); })},
+      {"model.kv_heads",
+       Number<int64_t>("model.kv_heads",
+                       [](S* s, int64_t v) { s->mutable_model()->set_kv_heads(v); })},
+      {"model.rope_theta",
+       Number<double>("model.rope_theta",
+                      [](S* s, double v) { s->mutable_model()->set_rope_theta(v); })},
+      {"model.ffn_dim",
+       Number<int64_t>("model.ffn_dim",
+                       [](S* s, int64_t v) { s->mutable_model()->set_ffn_dim(v); })},
+      {"model.tie_embeddings",
+       Flag("model.tie_embeddings",
+            [](S* s, bool v) { s->mutable_model()->set_tie_embeddings(v); })},
       {"data.source",
        Text("data.source", [](S* s, std::string v) { s->mutable_data()->set_source(v); })},
       {"data.path", Text("data.path", [](S* s, std::string v) { s->mutable_data()->set_path(v); })},
@@ -319,6 +333,11 @@ v1::JobSpec DefaultJobSpec() {
   model->set_causal(false);
   model->set_final_norm(false);
   model->set_norm_eps(0);
+  model->set_arch("minillm");
+  model->set_kv_heads(0);
+  model->set_rope_theta(10000);
+  model->set_ffn_dim(0);
+  model->set_tie_embeddings(false);
   v1::DataSpec* data = spec.mutable_data();
   data->set_source("synthetic");
   data->set_seq_len(1024);
@@ -397,11 +416,19 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << spec.name();
   const v1::ModelSpec& m = spec.model();
   out << YAML::Key << "model" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  if (m.arch() == "llama") out << YAML::Key << "arch" << YAML::Value << m.arch();
   out << YAML::Key << "vocab" << YAML::Value << m.vocab() << YAML::Key << "dim" << YAML::Value
       << m.dim() << YAML::Key << "layers" << YAML::Value << m.layers() << YAML::Key << "heads"
       << YAML::Value << m.heads() << YAML::Key << "ffn_mult" << YAML::Value << m.ffn_mult()
       << YAML::Key << "causal" << YAML::Value << m.causal() << YAML::Key << "final_norm"
-      << YAML::Value << m.final_norm() << YAML::EndMap;
+      << YAML::Value << m.final_norm();
+  if (m.arch() == "llama") {
+    out << YAML::Key << "kv_heads" << YAML::Value << m.kv_heads() << YAML::Key << "rope_theta"
+        << YAML::Value << m.rope_theta() << YAML::Key << "ffn_dim" << YAML::Value << m.ffn_dim()
+        << YAML::Key << "tie_embeddings" << YAML::Value << m.tie_embeddings() << YAML::Key
+        << "norm_eps" << YAML::Value << m.norm_eps();
+  }
+  out << YAML::EndMap;
   const v1::DataSpec& d = spec.data();
   out << YAML::Key << "data" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "source" << YAML::Value << d.source();

@@ -47,8 +47,13 @@ std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec);
 // "model.dim: must be divisible by model.heads (got 100 and 3); ..." on one line.
 std::string FormatFieldErrors(const std::vector<FieldError>& errors);
 
-// Parameter count of MiniLLM for this config (the seed's 735,199,232 for the defaults).
+// Parameter count of the model (MiniLLM or llama) for this config (the seed's 735,199,232 for
+// the defaults).
 int64_t ParameterCount(const v1::ModelSpec& model);
+
+// llama's kv_heads and SwiGLU width in effect: kv_heads 0 is heads, ffn_dim 0 is ffn_mult · dim.
+int64_t LlamaKvHeads(const v1::ModelSpec& model);
+int64_t LlamaFfnDim(const v1::ModelSpec& model);
 
 // The most bytes an exported model of this config can take: every parameter in fp32, plus a
 // safetensors header of at most 64 KiB and 256 bytes per tensor (names, shapes, offsets and the

@@ -5,17 +5,60 @@
 #include "proto/spec/job_spec.h"
 
 namespace fsdpd {
+namespace {
+
+// The sizes the estimates read, for either architecture.
+struct ModelSizes {
+  int64_t block = 0;        // parameters of one block
+  int64_t root = 0;         // embedding, head (unless tied) and final norm
+  int64_t ffn_kept = 0;     // a block's FFN activation per token before its nonlinearity
+  int64_t tensors = 0;      // tensors an export holds
+  double largest_unit = 0;  // parameters of the largest FSDP unit, as the estimate counts them
+};
+
+ModelSizes SizesOf(const v1::ModelSpec& model) {
+  const int64_t d = model.dim();
+  const int64_t v = model.vocab();
+  ModelSizes sizes;
+  if (model.arch() == "llama") {
+    const int64_t f = LlamaFfnDim(model);
+    const int64_t heads = std::max<int64_t>(model.heads(), 1);
+    const int64_t kv_dim = LlamaKvHeads(model) * (d / heads);
+    // Two norms, q and o (d² each), k and v (d·kv_dim each), gate, up and down (d·f each).
+    sizes.block = 2 * d + 2 * d * d + 2 * d * kv_dim + 3 * d * f;
+    sizes.root = v * d + d + (model.tie_embeddings() ? 0 : v * d);
+    sizes.ffn_kept = 2 * f;
+    sizes.tensors = 9 * model.layers() + (model.tie_embeddings() ? 2 : 3);
+    sizes.largest_unit = static_cast<double>(std::max(sizes.block, sizes.root));
+    return sizes;
+  }
+  const int64_t f = model.ffn_mult() * d;
+  sizes.block = 2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d * f;
+  sizes.root = 2 * v * d + (model.final_norm() ? d : 0);
+  sizes.ffn_kept = f;
+  sizes.tensors = 8 * model.layers() + 2 + (model.final_norm() ? 1 : 0);
+  // The matrices only: 4·d² + 2·d·f a block, 2·v·d the root.
+  sizes.largest_unit = std::max(4.0 * d * d + 2.0 * d * f, 2.0 * v * d);
+  return sizes;
+}
+
+}  // namespace
+
+int64_t LlamaKvHeads(const v1::ModelSpec& model) {
+  return model.kv_heads() > 0 ? model.kv_heads() : model.heads();
+}
+
+int64_t LlamaFfnDim(const v1::ModelSpec& model) {
+  return model.ffn_dim() > 0 ? model.ffn_dim() : model.ffn_mult() * model.dim();
+}
 
 int64_t ParameterCount(const v1::ModelSpec& model) {
-  const int64_t d = model.dim();
-  const int64_t f = model.ffn_mult() * d;
-  const int64_t per_block = 2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d * f;
-  return 2 * model.vocab() * d + model.layers() * per_block + (model.final_norm() ? d : 0);
+  const ModelSizes sizes = SizesOf(model);
+  return model.layers() * sizes.block + sizes.root;
 }
 
 int64_t ExportedModelBytesLimit(const v1::ModelSpec& model) {
-  const int64_t tensors = 8 * model.layers() + 2 + (model.final_norm() ? 1 : 0);
-  return 8 + (64 << 10) + 256 * tensors + 4 * ParameterCount(model);
+  return 8 + (64 << 10) + 256 * SizesOf(model).tensors + 4 * ParameterCount(model);
 }
 
 double FlopsPerToken(const v1::JobSpec& spec) {
@@ -27,14 +70,14 @@ double FlopsPerToken(const v1::JobSpec& spec) {
 
 double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   const v1::ModelSpec& model = spec.model();
+  const ModelSizes sizes = SizesOf(model);
   const double world = std::max(1, spec.parallel().world_size());
   const double params = static_cast<double>(ParameterCount(model));
-  const double d = model.dim(), f = model.ffn_mult() * d, v = model.vocab();
+  const double d = model.dim(), f = static_cast<double>(sizes.ffn_kept);
   const double param_bytes = spec.parallel().param_dtype() == "bf16" ? 2 : 4;
   const double activation_bytes = spec.parallel().device() == "cuda" ? 2 : 4;
   // Unsharded params and grads of the largest unit, twice for prefetch.
-  const double block = 4 * d * d + 2 * d * f;
-  const double largest_unit = std::max(block, 2 * v * d);
+  const double largest_unit = sizes.largest_unit;
   const double unsharded = 2 * largest_unit * (param_bytes + 4);
   // fp32 master and AdamW m and v, sharded. Without clipping the optimizer runs in backward and
   // only the gradient shards of the units in flight (two) exist; with it, the whole one does.
@@ -43,9 +86,10 @@ double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   const double sharded_state = 12.0 * params / world + gradient_shards;
   // Gradient accumulation keeps every unit's unsharded fp32 gradient between micro-batches.
   const double accumulators = spec.train().grad_accum_steps() > 1 ? 4.0 * params : 0.0;
-  // Activations per token per block: residuals, norms, qkv, attention out, ffn hidden ×2 (a
-  // generous count of what a block keeps and its backward's workspace). Recompute keeps less:
-  // ffn drops ffn.0's output; block keeps only each block's input, and one block's worth once.
+  // Activations per token per block: residuals, norms, qkv, attention out, the FFN's hidden
+  // activation ×2 (a generous count of what a block keeps and its backward's workspace).
+  // Recompute keeps less: ffn drops the FFN's first output; block keeps only each block's
+  // input, and one block's worth once.
   const double tokens = static_cast<double>(spec.train().batch_size()) * spec.data().seq_len();
   const double per_token_block = (4 * d + 3 * d + d + 2 * f) * activation_bytes;
   const std::string& recompute = spec.parallel().activation_recompute();

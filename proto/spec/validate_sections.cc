@@ -23,6 +23,40 @@ void MaxLength(const std::string& field, const std::string& value, size_t limit,
   }
 }
 
+// llama's fields: kv_heads dividing heads, an even head_dim (rotary rotates pairs), a positive
+// rotary base and a SwiGLU width in range. `shape_ok`: dim and heads passed their own rules.
+void ValidateLlama(const v1::ModelSpec& model, bool shape_ok, FieldErrors& errors) {
+  if (errors.InRange("model.kv_heads", model.kv_heads(), 0, SpecLimits::kMaxDim) &&
+      model.kv_heads() > 0 && model.heads() > 0 && model.heads() % model.kv_heads() != 0) {
+    errors.Fail(
+        "model.kv_heads",
+        absl::StrCat("model.heads must be divisible by model.kv_heads (got ", model.heads(),
+                     " and ", model.kv_heads(), "); 0 or heads gives multi-head attention"));
+  }
+  if (shape_ok && (model.dim() / model.heads()) % 2 != 0) {
+    errors.Fail("model.heads",
+                absl::StrCat("head_dim = dim / heads must be even for rotary positions (got ",
+                             model.dim() / model.heads(), ")"));
+  }
+  if (!Finite(model.rope_theta()) || model.rope_theta() <= 1 || model.rope_theta() > 1e12) {
+    errors.Fail("model.rope_theta",
+                absl::StrCat("must be a number in (1, 1e12] (got ", model.rope_theta(), ")"));
+  }
+  errors.InRange("model.ffn_dim", model.ffn_dim(), 0, 64 * SpecLimits::kMaxDim);
+}
+
+// A minillm spec (arch minillm, or empty as in a spec before defaults) that sets one of llama's
+// fields is a mistake worth naming.
+void RefuseLlamaFields(const v1::ModelSpec& model, FieldErrors& errors) {
+  const char* kOnlyLlama = "applies only to model.arch: llama (this spec's arch is minillm)";
+  if (model.kv_heads() != 0) errors.Fail("model.kv_heads", kOnlyLlama);
+  if (model.ffn_dim() != 0) errors.Fail("model.ffn_dim", kOnlyLlama);
+  if (model.has_rope_theta() && model.rope_theta() != 10000) {
+    errors.Fail("model.rope_theta", kOnlyLlama);
+  }
+  if (model.tie_embeddings()) errors.Fail("model.tie_embeddings", kOnlyLlama);
+}
+
 }  // namespace
 
 void ValidateStringLengths(const v1::JobSpec& spec, FieldErrors& errors) {
@@ -30,6 +64,7 @@ void ValidateStringLengths(const v1::JobSpec& spec, FieldErrors& errors) {
   for (const SpecPathField& field : SpecPathFields()) {
     MaxLength(field.name(), field.Get(spec), SpecLimits::kMaxPathLength, errors);
   }
+  MaxLength("model.arch", spec.model().arch(), SpecLimits::kMaxKeywordLength, errors);
   MaxLength("data.source", spec.data().source(), SpecLimits::kMaxKeywordLength, errors);
   MaxLength("train.lr_schedule", spec.train().lr_schedule(), SpecLimits::kMaxKeywordLength, errors);
   MaxLength("parallel.device", spec.parallel().device(), SpecLimits::kMaxKeywordLength, errors);
@@ -73,6 +108,14 @@ void ValidateModel(const v1::ModelSpec& model, FieldErrors& errors) {
   }
   if (!Finite(model.norm_eps()) || model.norm_eps() < 0 || model.norm_eps() > 1) {
     errors.Fail("model.norm_eps", "must be between 0 (the dtype's machine epsilon) and 1");
+  }
+  if (model.arch() == "llama") {
+    ValidateLlama(model, dim_ok && heads_ok && model.dim() % model.heads() == 0, errors);
+  } else if (model.arch() == "minillm" || model.arch().empty()) {
+    RefuseLlamaFields(model, errors);
+  } else {
+    errors.Fail("model.arch", "must be minillm or llama (got '" +
+                                  model.arch().substr(0, SpecLimits::kMaxKeywordLength) + "')");
   }
 }
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import time
 from types import TracebackType
@@ -12,6 +13,7 @@ import grpc
 
 from fsdpd.errors import FsdpdError, rpc_error
 from fsdpd.events import Event, LogLine, StateEvent, StepEvent
+from fsdpd.hf_config import llama_hf_config
 from fsdpd.jobs import Job, SubmitResult, Worker
 from fsdpd.safetensors import read_safetensors
 from fsdpd.spec import SpecLike, apply_overrides, load_spec, path_fields
@@ -372,6 +374,33 @@ class Client:
             time.sleep(0.5)
         return self._download(self._stub.ExportJob,
                               jobs_pb2.ExportJobRequest(id=job_id, step=status.step), path)
+
+    def export_pretrained(self, job_id: str, folder: _Path, step: int | None = None) -> _Path:
+        """A llama job's weights as a folder that transformers loads as it is.
+
+        As `fsdpctl export JOB -o FOLDER` for a llama job: FOLDER/model.safetensors (export's
+        file, whose tensors carry Hugging Face's names) and FOLDER/config.json (LlamaConfig from
+        the job's spec), so ``LlamaForCausalLM.from_pretrained(folder)`` reads it.
+
+        Args:
+            job_id: the id of a job with model.arch llama.
+            folder: where to write; created if missing.
+            step: as export's.
+
+        Returns:
+            folder.
+
+        Raises:
+            ValueError: the job is not a llama job.
+            FsdpdError: as export.
+        """
+        spec = self.status(job_id).spec
+        config = llama_hf_config(spec)
+        os.makedirs(folder, exist_ok=True)
+        self.export(job_id, os.path.join(folder, "model.safetensors"), step)
+        with open(os.path.join(folder, "config.json"), "w") as out:
+            json.dump(config, out, indent=2)
+        return folder
 
     def export_state_dict(self, job_id: str) -> dict[str, Any]:
         """The finished job's weights as a state dict.

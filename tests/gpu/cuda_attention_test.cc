@@ -50,10 +50,11 @@ void CudaAttentionTest::ExpectOpsMatchTheCpu(const AttentionCase& c, double grad
   Tensor device_qkv = Upload(qkv, DType::kBF16, {b, s, 3 * dim});
   Tensor out = Poisoned(DType::kBF16, {b, s, dim});
   Tensor lse = Poisoned(DType::kF32, {b, c.heads, s});
-  ASSERT_TRUE(gpu().AttentionForward(device_qkv, c.heads, c.causal, out, lse, gpu_stream()).ok());
+  ASSERT_TRUE(
+      gpu().AttentionForward(device_qkv, c.heads, c.heads, c.causal, out, lse, gpu_stream()).ok());
   std::vector<float> expected_out(b * s * dim), expected_lse(b * c.heads * s);
   ASSERT_TRUE(cpu_ops()
-                  .AttentionForward(Host(qkv, {b, s, 3 * dim}), c.heads, c.causal,
+                  .AttentionForward(Host(qkv, {b, s, 3 * dim}), c.heads, c.heads, c.causal,
                                     Host(expected_out, {b, s, dim}),
                                     Host(expected_lse, {b, c.heads, s}), cpu_stream())
                   .ok());
@@ -73,16 +74,16 @@ void CudaAttentionTest::ExpectOpsMatchTheCpu(const AttentionCase& c, double grad
   Tensor device_dout = Upload(dout, DType::kBF16, {b, s, dim});
   Tensor dqkv = Poisoned(DType::kBF16, {b, s, 3 * dim});
   ASSERT_TRUE(gpu()
-                  .AttentionBackward(device_dout, device_qkv, out, lse, c.heads, c.causal, dqkv,
-                                     gpu_stream())
+                  .AttentionBackward(device_dout, device_qkv, out, lse, c.heads, c.heads, c.causal,
+                                     dqkv, gpu_stream())
                   .ok());
   std::vector<float> host_out = gpu_out;
   std::vector<float> expected_dqkv(b * s * 3 * dim);
   ASSERT_TRUE(cpu_ops()
                   .AttentionBackward(Host(dout, {b, s, dim}), Host(qkv, {b, s, 3 * dim}),
                                      Host(host_out, {b, s, dim}), Host(gpu_lse, {b, c.heads, s}),
-                                     c.heads, c.causal, Host(expected_dqkv, {b, s, 3 * dim}),
-                                     cpu_stream())
+                                     c.heads, c.heads, c.causal,
+                                     Host(expected_dqkv, {b, s, 3 * dim}), cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(dqkv), expected_dqkv,
                        gradient_tolerance * RootMeanSquare(expected_dqkv), 1.0 / 64))
@@ -174,7 +175,7 @@ TEST_P(CudaAttentionKernelPathTest, SeedHeadDimMatchesTheCpu) {
     ASSERT_TRUE(backward.ok()) << backward;
     std::vector<float> expected_out(b * s * dim), expected_lse(b * heads * s);
     ASSERT_TRUE(cpu_ops()
-                    .AttentionForward(Host(qkv, {b, s, 3 * dim}), heads, causal,
+                    .AttentionForward(Host(qkv, {b, s, 3 * dim}), heads, heads, causal,
                                       Host(expected_out, {b, s, dim}),
                                       Host(expected_lse, {b, heads, s}), cpu_stream())
                     .ok());
@@ -191,7 +192,7 @@ TEST_P(CudaAttentionKernelPathTest, SeedHeadDimMatchesTheCpu) {
     ASSERT_TRUE(cpu_ops()
                     .AttentionBackward(Host(dout, {b, s, dim}), Host(qkv, {b, s, 3 * dim}),
                                        Host(gpu_out, {b, s, dim}), Host(gpu_lse, {b, heads, s}),
-                                       heads, causal, Host(expected_dqkv, {b, s, 3 * dim}),
+                                       heads, heads, causal, Host(expected_dqkv, {b, s, 3 * dim}),
                                        cpu_stream())
                     .ok());
     EXPECT_TRUE(
@@ -227,7 +228,7 @@ TEST(CudaAttentionArguments, HeadDimAboveTheLimitIsRejected) {
   auto lse = (*backend)->Allocate(4 * 4);
   ASSERT_TRUE(qkv.ok() && out.ok() && lse.ok());
   const absl::Status status = (*backend)->ops().AttentionForward(
-      (*qkv)->View(DType::kBF16, {1, 4, 3 * 512}), 1, false,
+      (*qkv)->View(DType::kBF16, {1, 4, 3 * 512}), 1, 1, false,
       (*out)->View(DType::kBF16, {1, 4, 512}), (*lse)->View(DType::kF32, {1, 1, 4}),
       (*backend)->compute_stream());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/spec/job_spec.h"
+#include "tests/gpu/trainer_trajectory.h"
 #include "tests/support/test_specs.h"
 #include "tests/unit/engine_test_support.h"
 #include "worker/backend/cuda_backend.h"
@@ -34,32 +35,8 @@ v1::JobSpec TinySpec(const nlohmann::json& config, const std::string& device, in
   return testing::GoldenTinySpec(config, device, /*world=*/1, steps, lr);
 }
 
-struct Trajectory {
-  std::vector<double> losses;
-  int64_t peak_bytes = 0;
-};
-
-Trajectory Train(const v1::JobSpec& spec, const std::string& worker_device,
-                 bool optimizer_in_backward = true) {
-  testing::TempDir dir;
-  RankContext context;
-  context.job_id = spec.name();
-  context.device = worker_device;
-  context.optimizer_in_backward = optimizer_in_backward;
-  context.checkpoint_dir = dir.path() + "/job";
-  Trajectory trajectory;
-  TrainerHooks hooks;
-  hooks.on_step = [&](const v1::StepReport& report) {
-    EXPECT_EQ(report.step(), static_cast<int64_t>(trajectory.losses.size()) + 1);
-    EXPECT_GT(report.memory_peak_bytes(), 0);
-    EXPECT_LE(report.memory_current_bytes(), report.memory_peak_bytes());
-    trajectory.peak_bytes = std::max<int64_t>(trajectory.peak_bytes, report.memory_peak_bytes());
-    trajectory.losses.push_back(report.loss());
-  };
-  auto result = RunTrainer(spec, context, hooks);
-  EXPECT_TRUE(result.ok()) << worker_device << ": " << result.status();
-  return trajectory;
-}
+using testing::Train;
+using testing::Trajectory;
 
 class CudaTrainerTest : public ::testing::Test {
  protected:

@@ -15,3 +15,7 @@ fsdpd_test(engine_validation_test LABEL integration TIMEOUT 180
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_validation_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_grad_accum_test LABEL integration TIMEOUT 180
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_grad_accum_test.cc LIBS fsdpd_engine)
+# Llama through the engine against transformers (tests/golden/llama_tiny*), at one and two ranks.
+fsdpd_test(engine_llama_golden_test LABEL integration TIMEOUT 180
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_llama_golden_test.cc
+  LIBS fsdpd_engine fsdpd_test_support)

@@ -43,6 +43,39 @@ nlohmann::json GoldenTinyConfig() {
   return config.is_object() ? config : nlohmann::json::object();
 }
 
+std::string GoldenLlamaDir(const std::string& fixture) {
+  const char* source = std::getenv("FSDPD_SOURCE_DIR");
+  return std::string(source != nullptr ? source : FSDPD_DEFAULT_SOURCE_DIR) + "/tests/golden/" +
+         fixture;
+}
+
+nlohmann::json GoldenLlamaConfig(const std::string& fixture) {
+  std::ifstream file(GoldenLlamaDir(fixture) + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  return config.is_object() ? config : nlohmann::json::object();
+}
+
+v1::JobSpec GoldenLlamaSpec(const std::string& fixture, const std::string& device, int world,
+                            int64_t steps, double lr) {
+  const nlohmann::json config = GoldenLlamaConfig(fixture);
+  // MiniLLM's golden job with the fixture's sizes (ffn_mult is MiniLLM's, unused by llama).
+  nlohmann::json tiny = config;
+  tiny["ffn_mult"] = 4;
+  v1::JobSpec spec = GoldenTinySpec(tiny, device, world, steps, lr);
+  spec.set_name("golden-" + fixture + "-" + device);
+  const std::string golden = GoldenLlamaDir(fixture);
+  v1::ModelSpec* model = spec.mutable_model();
+  model->set_arch("llama");
+  model->set_kv_heads(config.at("kv_heads"));
+  model->set_ffn_dim(config.at("ffn_dim"));
+  model->set_rope_theta(config.at("rope_theta"));
+  model->set_norm_eps(config.at("norm_eps"));
+  model->set_tie_embeddings(config.at("tie_embeddings"));
+  spec.mutable_data()->set_path(golden + "/tokens.bin");
+  spec.mutable_checkpoint()->set_init_from(golden + "/init.safetensors");
+  return Validated(std::move(spec));
+}
+
 v1::JobSpec GoldenTinySpec(const nlohmann::json& config, const std::string& device, int world,
                            int64_t steps, double lr) {
   const std::string golden = GoldenTinyDir();

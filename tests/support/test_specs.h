@@ -30,4 +30,14 @@ nlohmann::json GoldenTinyConfig();
 v1::JobSpec GoldenTinySpec(const nlohmann::json& config, const std::string& device, int world,
                            int64_t steps, double lr);
 
+// A Llama fixture folder of tests/golden (tests/golden/make_llama_fixtures.py): llama_tiny or
+// llama_tiny_tied, and its config.json (an empty object where missing).
+std::string GoldenLlamaDir(const std::string& fixture);
+nlohmann::json GoldenLlamaConfig(const std::string& fixture);
+
+// The golden Llama job, as GoldenTinySpec makes MiniLLM's: model.arch llama with the fixture's
+// kv_heads, ffn_dim, rope_theta, norm_eps and tie_embeddings.
+v1::JobSpec GoldenLlamaSpec(const std::string& fixture, const std::string& device, int world,
+                            int64_t steps, double lr);
+
 }  // namespace fsdpd::testing

@@ -159,15 +159,18 @@ TEST_F(ModelCpuOpsTest, OutOfRangeIdsAreRejected) {
 }
 
 TEST_F(ModelCpuOpsTest, AttentionAndNormShapes) {
-  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, false, Floats({2, 3, 4}),
+  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, 3, false, Floats({2, 3, 4}),
                                        Floats({2, 3, 3}), stream()),
-                {"heads (3)", "dim 4"});
-  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 2, false, Floats({2, 3, 4}),
+                {"qkv must be [batch, seq, (heads + 2·kv_heads)·head_dim]", "3 heads"});
+  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, 2, false, Floats({2, 3, 4}),
+                                       Floats({2, 3, 3}), stream()),
+                {"heads (3) and kv_heads (2)", "kv_heads dividing heads"});
+  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 2, 2, false, Floats({2, 3, 4}),
                                        Floats({2, 3, 2}), stream()),
                 {"lse must be f32[2, 2, 3]", "f32[2, 3, 2]"});
-  ExpectInvalid(ops().AttentionForward(Floats({6, 12}), 2, false, Floats({2, 3, 4}),
+  ExpectInvalid(ops().AttentionForward(Floats({6, 12}), 2, 2, false, Floats({2, 3, 4}),
                                        Floats({2, 2, 3}), stream()),
-                {"qkv must be [batch, seq, 3·dim]"});
+                {"qkv must be [batch, seq, (heads + 2·kv_heads)·head_dim]"});
   ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({5}), 1e-6, Floats({3, 4}), Floats({3}),
                                      stream()),
                 {"RmsNormForward", "weight must be f32[4]", "f32[5]"});

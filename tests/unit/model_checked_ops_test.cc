@@ -77,12 +77,13 @@ TEST_F(CheckedOpsTest, ShapesThatDoNotFitAreRejected) {
                                       Floats({3, 4}), Write::kOverwrite, Floats({4}),
                                       Write::kAccumulate, stream()),
                 {"RmsNormBackward", "rstd must have one value per row of x (3)"});
-  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, false, Floats({2, 3, 4}),
+  ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, 3, false, Floats({2, 3, 4}),
                                        Floats({2, 3, 3}), stream()),
-                {"AttentionForward", "heads (3) must be positive and divide dim 4"});
-  ExpectInvalid(ops().AttentionBackward(Floats({2, 3, 5}), Floats({2, 3, 12}), Floats({2, 3, 4}),
-                                        Floats({2, 2, 3}), 2, false, Floats({2, 3, 12}), stream()),
-                {"AttentionBackward", "dout must be f32[2, 3, 4]"});
+                {"AttentionForward", "qkv must be [batch, seq, (heads + 2·kv_heads)·head_dim]"});
+  ExpectInvalid(
+      ops().AttentionBackward(Floats({2, 3, 5}), Floats({2, 3, 12}), Floats({2, 3, 4}),
+                              Floats({2, 2, 3}), 2, 2, false, Floats({2, 3, 12}), stream()),
+      {"AttentionBackward", "dout must be f32[2, 3, 4]"});
   ExpectInvalid(ops().EmbeddingForward(Floats({5, 2}), Ids({0, 1, 2}), Floats({3, 3}), stream()),
                 {"EmbeddingForward", "out must hold 3 rows of 2"});
   ExpectInvalid(ops().Add(Floats({4}), Floats({5}), Floats({4}), stream()),
@@ -156,7 +157,7 @@ TEST_F(CheckedOpsTest, OutputsOverlappingInputsAreRejectedAndNothingIsWritten) {
                                              AdamWParams{}, Floats({1}), stream()),
                 {"AdamW", "exp_avg"});
   Tensor qkv = Floats({1, 2, 6});
-  ExpectInvalid(ops().AttentionForward(qkv, 1, false, ViewInto(qkv, 0, {1, 2, 2}),
+  ExpectInvalid(ops().AttentionForward(qkv, 1, 1, false, ViewInto(qkv, 0, {1, 2, 2}),
                                        Floats({1, 1, 2}), stream()),
                 {"AttentionForward", "out", "overlaps qkv"});
   Tensor values = Floats({4});

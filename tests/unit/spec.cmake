@@ -13,3 +13,6 @@ fsdpd_test(spec_grad_accum_test LABEL unit
 fsdpd_test(spec_eval_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/spec_eval_test.cc
   LIBS fsdpd_spec)
+fsdpd_test(spec_llama_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/spec_llama_test.cc
+  LIBS fsdpd_spec)

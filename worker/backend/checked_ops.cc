@@ -46,21 +46,46 @@ absl::StatusOr<int64_t> CheckLinearInput(const OpArguments& check, const Tensor&
   return rows;
 }
 
-// qkv[B, S, 3·D] with `heads` dividing D, out[B, S, D] and lse[B, heads, S] (f32).
-absl::Status CheckAttention(const OpArguments& check, const Tensor& qkv, int64_t heads,
-                            const Tensor& out, const Tensor& lse) {
+// The head counts of grouped-query attention: both positive, kv_heads dividing heads.
+absl::Status CheckHeads(const OpArguments& check, int64_t heads, int64_t kv_heads) {
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0) {
+    return check.Error(absl::StrCat("heads (", heads, ") and kv_heads (", kv_heads,
+                                    ") must be positive, with kv_heads dividing heads"));
+  }
+  return absl::OkStatus();
+}
+
+// qkv[B, S, (heads + 2·kv_heads)·hd] (ops.h); returns hd.
+absl::StatusOr<int64_t> CheckPackedQkv(const OpArguments& check, const Tensor& qkv, int64_t heads,
+                                       int64_t kv_heads) {
   FSDPD_RETURN_IF_ERROR(check.Present(qkv, "qkv"));
-  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0) {
-    return check.Error(absl::StrCat("qkv must be [batch, seq, 3·dim], got ", qkv.Describe()));
+  FSDPD_RETURN_IF_ERROR(CheckHeads(check, heads, kv_heads));
+  const int64_t columns = heads + 2 * kv_heads;
+  if (qkv.shape.size() != 3 || qkv.shape[2] % columns != 0) {
+    return check.Error(absl::StrCat("qkv must be [batch, seq, (heads + 2·kv_heads)·head_dim] with ",
+                                    heads, " heads and ", kv_heads, " kv_heads, got ",
+                                    qkv.Describe()));
   }
-  const int64_t dim = qkv.shape[2] / 3;
-  if (heads <= 0 || dim % heads != 0) {
-    return check.Error(absl::StrCat("heads (", heads, ") must be positive and divide dim ", dim,
-                                    " of qkv ", qkv.Describe()));
-  }
-  FSDPD_RETURN_IF_ERROR(check.Shaped(out, "out", {qkv.shape[0], qkv.shape[1], dim}));
+  return qkv.shape[2] / columns;
+}
+
+// qkv as CheckPackedQkv, out[B, S, heads·hd] and lse[B, heads, S] (f32).
+absl::Status CheckAttention(const OpArguments& check, const Tensor& qkv, int64_t heads,
+                            int64_t kv_heads, const Tensor& out, const Tensor& lse) {
+  FSDPD_ASSIGN_OR_RETURN(const int64_t head_dim, CheckPackedQkv(check, qkv, heads, kv_heads));
+  FSDPD_RETURN_IF_ERROR(check.Shaped(out, "out", {qkv.shape[0], qkv.shape[1], heads * head_dim}));
   FSDPD_RETURN_IF_ERROR(check.Typed(lse, "lse", DType::kF32));
   return check.Shaped(lse, "lse", {qkv.shape[0], heads, qkv.shape[1]});
+}
+
+// gate_up[T, 2F]; returns F.
+absl::StatusOr<int64_t> CheckGateUp(const OpArguments& check, const Tensor& gate_up) {
+  FSDPD_ASSIGN_OR_RETURN(const int64_t width, check.Width(gate_up, "gate_up"));
+  if (width % 2 != 0) {
+    return check.Error(
+        absl::StrCat("gate_up must be [tokens, 2·ffn] (gate then up), got ", gate_up.Describe()));
+  }
+  return width / 2;
 }
 
 absl::Status CheckAdamWParams(const OpArguments& check, const AdamWParams& params) {
@@ -198,24 +223,62 @@ absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, con
   return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
 }
 
-absl::Status CheckedOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                          const Tensor& out, const Tensor& lse, Stream& stream) {
+absl::Status CheckedOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                          bool causal, const Tensor& out, const Tensor& lse,
+                                          Stream& stream) {
   OpArguments check("AttentionForward");
-  FSDPD_RETURN_IF_ERROR(CheckAttention(check, qkv, heads, out, lse));
+  FSDPD_RETURN_IF_ERROR(CheckAttention(check, qkv, heads, kv_heads, out, lse));
   FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&out, "out"}, {&lse, "lse"}}, {{&qkv, "qkv"}}));
-  return inner_->AttentionForward(qkv, heads, causal, out, lse, stream);
+  return inner_->AttentionForward(qkv, heads, kv_heads, causal, out, lse, stream);
 }
 
 absl::Status CheckedOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                           const Tensor& lse, int64_t heads, bool causal,
-                                           const Tensor& dqkv, Stream& stream) {
+                                           const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                           bool causal, const Tensor& dqkv, Stream& stream) {
   OpArguments check("AttentionBackward");
-  FSDPD_RETURN_IF_ERROR(CheckAttention(check, qkv, heads, out, lse));
+  FSDPD_RETURN_IF_ERROR(CheckAttention(check, qkv, heads, kv_heads, out, lse));
   FSDPD_RETURN_IF_ERROR(check.Shaped(dout, "dout", out.shape));
   FSDPD_RETURN_IF_ERROR(check.Shaped(dqkv, "dqkv", qkv.shape));
   FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dqkv, "dqkv"}},
                                   {{&dout, "dout"}, {&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}}));
-  return inner_->AttentionBackward(dout, qkv, out, lse, heads, causal, dqkv, stream);
+  return inner_->AttentionBackward(dout, qkv, out, lse, heads, kv_heads, causal, dqkv, stream);
+}
+
+absl::Status CheckedOps::Rotary(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                                bool inverse, Stream& stream) {
+  OpArguments check("Rotary");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t head_dim, CheckPackedQkv(check, qkv, heads, kv_heads));
+  if (head_dim % 2 != 0) {
+    return check.Error(
+        absl::StrCat("head_dim (", head_dim, ") must be even for rotary, qkv is ", qkv.Describe()));
+  }
+  if (!(theta > 0.0)) return check.Error(absl::StrCat("theta must be > 0, got ", theta));
+  return inner_->Rotary(qkv, heads, kv_heads, theta, inverse, stream);
+}
+
+absl::Status CheckedOps::SwigluForward(const Tensor& gate_up, const Tensor& out, Stream& stream) {
+  OpArguments check("SwigluForward");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t ffn, CheckGateUp(check, gate_up));
+  FSDPD_RETURN_IF_ERROR(check.Rows(out, "out", RowsOf(gate_up), ffn, "half of gate_up's width"));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&out, "out"}}, {{&gate_up, "gate_up"}}));
+  return inner_->SwigluForward(gate_up, out, stream);
+}
+
+absl::Status CheckedOps::SwigluBackward(const Tensor& dout, const Tensor& gate_up,
+                                        const Tensor& dgate_up, const Tensor& out, Stream& stream) {
+  OpArguments check("SwigluBackward");
+  FSDPD_ASSIGN_OR_RETURN(const int64_t ffn, CheckGateUp(check, gate_up));
+  const int64_t rows = RowsOf(gate_up);
+  FSDPD_RETURN_IF_ERROR(check.Rows(dout, "dout", rows, ffn, "half of gate_up's width"));
+  FSDPD_RETURN_IF_ERROR(check.Rows(dgate_up, "dgate_up", rows, 2 * ffn, "the shape of gate_up"));
+  FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(dgate_up, "dgate_up", gate_up, "gate_up"));
+  FSDPD_RETURN_IF_ERROR(check.Disjoint(dgate_up, "dgate_up", dout, "dout"));
+  if (out.data != nullptr) {
+    FSDPD_RETURN_IF_ERROR(check.Rows(out, "out", rows, ffn, "half of gate_up's width"));
+    FSDPD_RETURN_IF_ERROR(NoOverlap(
+        check, {{&out, "out"}}, {{&dout, "dout"}, {&gate_up, "gate_up"}, {&dgate_up, "dgate_up"}}));
+  }
+  return inner_->SwigluBackward(dout, gate_up, dgate_up, out, stream);
 }
 
 absl::Status CheckedOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rotary.h"
 #include "kernels/cpu/silu.h"
 #include "worker/backend/op_arguments.h"
 
@@ -118,29 +119,59 @@ absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const T
 
 namespace {
 
-cpu::AttentionShape AttentionShapeOf(const Tensor& qkv, int64_t heads) {
-  return cpu::AttentionShape{qkv.shape[0], qkv.shape[1], heads, qkv.shape[2] / 3};
+// qkv[B, S, (heads + 2·kv_heads)·hd], as CheckedOps accepted it.
+cpu::AttentionShape AttentionShapeOf(const Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  const int64_t head_dim = qkv.shape[2] / (heads + 2 * kv_heads);
+  return cpu::AttentionShape{qkv.shape[0], qkv.shape[1], heads, heads * head_dim, kv_heads};
 }
 
 }  // namespace
 
-absl::Status CpuOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                      const Tensor& out, const Tensor& lse, Stream&) {
+absl::Status CpuOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                      bool causal, const Tensor& out, const Tensor& lse, Stream&) {
   OpArguments check("AttentionForward");
   FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&qkv, "qkv"}, {&out, "out"}}));
-  cpu::AttentionForward(qkv.as<float>(), AttentionShapeOf(qkv, heads), causal, out.as<float>(),
-                        lse.as<float>());
+  cpu::AttentionForward(qkv.as<float>(), AttentionShapeOf(qkv, heads, kv_heads), causal,
+                        out.as<float>(), lse.as<float>());
   return absl::OkStatus();
 }
 
 absl::Status CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                       const Tensor& lse, int64_t heads, bool causal,
-                                       const Tensor& dqkv, Stream&) {
+                                       const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                       bool causal, const Tensor& dqkv, Stream&) {
   OpArguments check("AttentionBackward");
   FSDPD_RETURN_IF_ERROR(
       AllFloat(check, {{&qkv, "qkv"}, {&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}}));
   cpu::AttentionBackward(dout.as<float>(), qkv.as<float>(), out.as<float>(), lse.as<float>(),
-                         AttentionShapeOf(qkv, heads), causal, dqkv.as<float>());
+                         AttentionShapeOf(qkv, heads, kv_heads), causal, dqkv.as<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::Rotary(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                            bool inverse, Stream&) {
+  OpArguments check("Rotary");
+  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&qkv, "qkv"}}));
+  const int64_t head_dim = qkv.shape[2] / (heads + 2 * kv_heads);
+  cpu::Rotary(qkv.as<float>(), {qkv.shape[0], qkv.shape[1], heads, kv_heads, head_dim}, theta,
+              inverse);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::SwigluForward(const Tensor& gate_up, const Tensor& out, Stream&) {
+  OpArguments check("SwigluForward");
+  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&gate_up, "gate_up"}, {&out, "out"}}));
+  cpu::SwigluForward(gate_up.as<float>(), RowsOf(gate_up), gate_up.shape.back() / 2,
+                     out.as<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::SwigluBackward(const Tensor& dout, const Tensor& gate_up,
+                                    const Tensor& dgate_up, const Tensor& out, Stream&) {
+  OpArguments check("SwigluBackward");
+  FSDPD_RETURN_IF_ERROR(AllFloat(
+      check, {{&gate_up, "gate_up"}, {&dout, "dout"}, {&dgate_up, "dgate_up"}, {&out, "out"}}));
+  cpu::SwigluBackward(dout.as<float>(), gate_up.as<float>(), RowsOf(gate_up),
+                      gate_up.shape.back() / 2, dgate_up.as<float>(), OrNull(out));
   return absl::OkStatus();
 }
 

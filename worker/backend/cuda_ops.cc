@@ -14,7 +14,9 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rotary.h"
 #include "kernels/cuda/silu.h"
+#include "kernels/cuda/swiglu.h"
 #include "worker/backend/op_arguments.h"
 
 namespace fsdpd {
@@ -193,25 +195,33 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
 
 namespace {
 
+// The head_dim of a packed qkv[B, S, (heads + 2·kv_heads)·hd] CheckedOps accepted.
+int64_t HeadDimOf(const Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  return qkv.shape[2] / (heads + 2 * kv_heads);
+}
+
 // The dims of a qkv CheckedOps accepted, within the kernels' head_dim limit.
 absl::StatusOr<cuda::AttentionDims> AttentionDimsOf(const OpArguments& check, const Tensor& qkv,
-                                                    int64_t heads) {
-  cuda::AttentionDims dims{qkv.shape[0], qkv.shape[1], heads, qkv.shape[2] / 3};
-  if (dims.dim / heads > kMaxAttentionHeadDim) {
-    return check.Error(
-        absl::StrCat("head_dim ", dims.dim / heads, " exceeds ", kMaxAttentionHeadDim));
+                                                    int64_t heads, int64_t kv_heads) {
+  const int64_t head_dim = HeadDimOf(qkv, heads, kv_heads);
+  cuda::AttentionDims dims{qkv.shape[0], qkv.shape[1], heads, heads * head_dim};
+  dims.kv_heads = kv_heads;
+  if (head_dim > kMaxAttentionHeadDim) {
+    return check.Error(absl::StrCat("head_dim ", head_dim, " exceeds ", kMaxAttentionHeadDim));
   }
   return dims;
 }
 
 }  // namespace
 
-absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                       const Tensor& out, const Tensor& lse, Stream& stream) {
+absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                       bool causal, const Tensor& out, const Tensor& lse,
+                                       Stream& stream) {
   OpArguments check("AttentionForward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&qkv, "qkv", kBf}, {&out, "out", kBf}}));
-  FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionDims dims, AttentionDimsOf(check, qkv, heads));
+  FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionDims dims,
+                         AttentionDimsOf(check, qkv, heads, kv_heads));
   if (dims.batch == 0 || dims.seq == 0) return absl::OkStatus();
   FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionWorkspace workspace,
                          cuda::AttentionWorkspaceBytes(dims, causal));
@@ -224,13 +234,14 @@ absl::Status CudaOps::AttentionForward(const Tensor& qkv, int64_t heads, bool ca
 }
 
 absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                        const Tensor& lse, int64_t heads, bool causal,
-                                        const Tensor& dqkv, Stream& stream) {
+                                        const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                        bool causal, const Tensor& dqkv, Stream& stream) {
   OpArguments check("AttentionBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(
       check, {{&qkv, "qkv", kBf}, {&out, "out", kBf}, {&dout, "dout", kBf}, {&dqkv, "dqkv", kBf}}));
-  FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionDims dims, AttentionDimsOf(check, qkv, heads));
+  FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionDims dims,
+                         AttentionDimsOf(check, qkv, heads, kv_heads));
   if (dims.batch == 0 || dims.seq == 0) return absl::OkStatus();
   FSDPD_ASSIGN_OR_RETURN(const cuda::AttentionWorkspace workspace,
                          cuda::AttentionWorkspaceBytes(dims, causal));
@@ -238,6 +249,44 @@ absl::Status CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, c
   FSDPD_ASSIGN_OR_RETURN(void* scratch, ScratchFor(cuda_stream, bytes));
   return cuda::AttentionBackward(Bf16(dout), Bf16(qkv), Bf16(out), lse.as<float>(), dims, causal,
                                  MutableBf16(dqkv), scratch, bytes, cuda_stream);
+}
+
+// CheckedOps checked the packed shape (kv_heads dividing heads), an even head_dim and theta.
+absl::Status CudaOps::Rotary(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                             bool inverse, Stream& stream) {
+  OpArguments check("Rotary (cuda)");
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&qkv, "qkv", kBf}}));
+  const int64_t head_dim = HeadDimOf(qkv, heads, kv_heads);
+  if (head_dim > cuda::kMaxRotaryHeadDim) {
+    return check.Error(absl::StrCat("head_dim ", head_dim, " exceeds ", cuda::kMaxRotaryHeadDim,
+                                    " (attention's limit) in qkv ", qkv.Describe()));
+  }
+  return cuda::Rotary(MutableBf16(qkv), {qkv.shape[0], qkv.shape[1], heads, kv_heads, head_dim},
+                      theta, inverse, cuda_stream);
+}
+
+// CheckedOps checked gate_up[T, 2F], out[T, F] and that they do not overlap.
+absl::Status CudaOps::SwigluForward(const Tensor& gate_up, const Tensor& out, Stream& stream) {
+  OpArguments check("SwigluForward (cuda)");
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&gate_up, "gate_up", kBf}, {&out, "out", kBf}}));
+  return cuda::SwigluForward(Bf16(gate_up), RowsOf(gate_up), gate_up.shape.back() / 2,
+                             MutableBf16(out), cuda_stream);
+}
+
+// CheckedOps checked the shapes and the aliasing (dgate_up exactly gate_up or disjoint from it).
+absl::Status CudaOps::SwigluBackward(const Tensor& dout, const Tensor& gate_up,
+                                     const Tensor& dgate_up, const Tensor& out, Stream& stream) {
+  OpArguments check("SwigluBackward (cuda)");
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&gate_up, "gate_up", kBf},
+                                       {&dout, "dout", kBf},
+                                       {&dgate_up, "dgate_up", kBf},
+                                       {&out, "out", kBf}}));
+  return cuda::SwigluBackward(Bf16(dout), Bf16(gate_up), RowsOf(gate_up), gate_up.shape.back() / 2,
+                              MutableBf16(dgate_up),
+                              out.data != nullptr ? MutableBf16(out) : nullptr, cuda_stream);
 }
 
 absl::Status CudaOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {

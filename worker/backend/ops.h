@@ -63,15 +63,41 @@ class Ops {
                                       const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                       Write grad_write, Stream& stream) = 0;
 
-  // qkv[B, S, 3·D] packed as nn.MultiheadAttention's in_proj output (q | k | v, heads split
-  // along D). out[B, S, D] = softmax(q·kᵀ/√head_dim [+ causal mask]) · v per head;
-  // lse[B, heads, S] (fp32) saved for backward.
-  virtual absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                        const Tensor& out, const Tensor& lse, Stream& stream) = 0;
-  // dqkv[B, S, 3·D] overwritten.
+  // Grouped-query attention. qkv[B, S, (heads + 2·kv_heads)·hd] packs each token's row as
+  // q (heads·hd) | k (kv_heads·hd) | v (kv_heads·hd), each split into heads of hd values;
+  // kv_heads divides heads, and query head h reads kv head h / (heads / kv_heads). With
+  // kv_heads == heads this is nn.MultiheadAttention's in_proj output (q | k | v, D = heads·hd).
+  // out[B, S, heads·hd] = softmax(q·kᵀ/√hd [+ causal mask]) · v per query head, heads
+  // concatenated; lse[B, heads, S] (fp32) saved for backward.
+  virtual absl::Status AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                        bool causal, const Tensor& out, const Tensor& lse,
+                                        Stream& stream) = 0;
+  // dqkv, shaped as qkv, overwritten (a kv head's gradient sums over the query heads reading
+  // it).
   virtual absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                         const Tensor& lse, int64_t heads, bool causal,
-                                         const Tensor& dqkv, Stream& stream) = 0;
+                                         const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                         bool causal, const Tensor& dqkv, Stream& stream) = 0;
+
+  // Rotary position embedding, in place on the q and k parts of qkv rows packed as attention
+  // takes them (qkv[B, S, (heads + 2·kv_heads)·hd], hd even); v is left alone. The position of
+  // a row is its index s within its sequence. Hugging Face's rotate_half convention: within
+  // each head, values i and i + hd/2 (i < hd/2) form a pair rotated by the angle
+  // s·inv_freq_i, inv_freq_i = theta^(−2i/hd), angle, cosine and sine computed in fp32:
+  //   x'_i = x_i·cos − x_{i+hd/2}·sin,  x'_{i+hd/2} = x_{i+hd/2}·cos + x_i·sin.
+  // With inverse, the opposite rotation (sin negated): the backward, applied to dqkv in place.
+  virtual absl::Status Rotary(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                              bool inverse, Stream& stream) = 0;
+
+  // SwiGLU: gate_up[T, 2F] holds each row's gate (first F values) then up (last F), one GEMM's
+  // output over the adjacent gate_proj and up_proj weights; out[T, F] = silu(gate) · up.
+  virtual absl::Status SwigluForward(const Tensor& gate_up, const Tensor& out, Stream& stream) = 0;
+  // dgate_up[T, 2F] overwritten: dgate = dout · up · silu'(gate), dup = dout · silu(gate).
+  // dgate_up may be gate_up itself (in place). With out.data != nullptr also out = silu(gate)·up,
+  // as SwigluForward writes it, from the same pass (the recompute down_proj's weight gradient
+  // reads, as SiluBackward's out).
+  virtual absl::Status SwigluBackward(const Tensor& dout, const Tensor& gate_up,
+                                      const Tensor& dgate_up, const Tensor& out,
+                                      Stream& stream) = 0;
 
   virtual absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) = 0;
   // dx overwritten (dx may be dout itself). With out.data != nullptr also out = silu(x), as
@@ -143,11 +169,16 @@ class Ops {
   absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \
                               const Tensor& dx, const Tensor& dweight, const Tensor& dbias,       \
                               Write grad_write, Stream& stream) override;                         \
-  absl::Status AttentionForward(const Tensor& qkv, int64_t heads, bool causal, const Tensor& out, \
-                                const Tensor& lse, Stream& stream) override;                      \
+  absl::Status AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,  \
+                                const Tensor& out, const Tensor& lse, Stream& stream) override;   \
   absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,        \
-                                 const Tensor& lse, int64_t heads, bool causal,                   \
+                                 const Tensor& lse, int64_t heads, int64_t kv_heads, bool causal, \
                                  const Tensor& dqkv, Stream& stream) override;                    \
+  absl::Status Rotary(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,           \
+                      bool inverse, Stream& stream) override;                                     \
+  absl::Status SwigluForward(const Tensor& gate_up, const Tensor& out, Stream& stream) override;  \
+  absl::Status SwigluBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up,  \
+                              const Tensor& out, Stream& stream) override;                        \
   absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) override;          \
   absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,                \
                             const Tensor& out, Stream& stream) override;                          \

@@ -31,8 +31,10 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   const int64_t hidden = config_.ffn_hidden;
   const std::vector<int64_t> rows_by_dim = {tokens_, dim};
   const std::vector<int64_t> rows_by_hidden = {tokens_, hidden};
+  // The FFN's first product: [T, F], or llama's gate and up [T, 2F].
+  const std::vector<int64_t> rows_by_ffn_in = {tokens_, config_.ffn_in_width()};
   const std::vector<int64_t> sequence_by_dim = {batch_, seq_, dim};
-  const std::vector<int64_t> sequence_by_qkv = {batch_, seq_, 3 * dim};
+  const std::vector<int64_t> sequence_by_qkv = {batch_, seq_, config_.qkv_width()};
   // Assigns a fresh tensor or returns the allocation error.
 #define FSDPD_NEW(target, dtype, shape)                       \
   do {                                                        \
@@ -50,7 +52,7 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   blocks_.resize(recompute == ActivationRecompute::kBlock ? 1
                                                           : static_cast<size_t>(config_.layers));
   Tensor shared_hidden;
-  if (recompute != ActivationRecompute::kNone) FSDPD_NEW(shared_hidden, act, rows_by_hidden);
+  if (recompute != ActivationRecompute::kNone) FSDPD_NEW(shared_hidden, act, rows_by_ffn_in);
   for (BlockActivations& block : blocks_) {
     FSDPD_NEW(block.attention_rstd, DType::kF32, (std::vector<int64_t>{tokens_}));
     FSDPD_NEW(block.qkv, act, sequence_by_qkv);
@@ -59,7 +61,7 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
     FSDPD_NEW(block.middle, act, rows_by_dim);
     FSDPD_NEW(block.ffn_rstd, DType::kF32, (std::vector<int64_t>{tokens_}));
     if (recompute == ActivationRecompute::kNone) {
-      FSDPD_NEW(block.ffn_hidden, act, rows_by_hidden);
+      FSDPD_NEW(block.ffn_hidden, act, rows_by_ffn_in);
     } else {
       block.ffn_hidden = shared_hidden;
     }
@@ -73,10 +75,12 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   FSDPD_NEW(activated_, act, rows_by_hidden);
   // The gradient at silu's output (then, in place, at its input) and the attention branch's
   // gradients are never alive at once (a block's backward is done with the FFN branch before the
-  // attention branch starts): one buffer holds either, [T, F] or [T, D] followed by [T, 3D].
+  // attention branch starts): one buffer holds either, [T, F] or [T, D] followed by [T, 3D]
+  // (llama: [T, qkv_width]; its SwiGLU gradient at gate and up goes over the saved gate and up).
   Tensor branch_gradients;
-  FSDPD_NEW(branch_gradients, act,
-            (std::vector<int64_t>{std::max(tokens_ * hidden, tokens_ * 4 * dim)}));
+  FSDPD_NEW(
+      branch_gradients, act,
+      (std::vector<int64_t>{std::max(tokens_ * hidden, tokens_ * (dim + config_.qkv_width()))}));
   auto view = [&](std::vector<int64_t> shape, int64_t element_offset) {
     return Tensor{static_cast<char*>(branch_gradients.data) + element_offset * DTypeSize(act), act,
                   std::move(shape)};
@@ -111,6 +115,17 @@ Tensor BackendMiniLLM::Parameter(const Tensor& flat, int unit_index,
                 info.shape};
 }
 
+Tensor BackendMiniLLM::Matrix(const Tensor& flat, int unit_index, const std::string& name,
+                              int64_t rows) const {
+  Tensor matrix = Parameter(flat, unit_index, name);
+  matrix.shape = {rows, config_.dim};
+  return matrix;
+}
+
+Tensor BackendMiniLLM::Optional(const Tensor& flat, int unit_index, const std::string& name) const {
+  return name.empty() ? Tensor{} : Parameter(flat, unit_index, name);
+}
+
 absl::Status BackendMiniLLM::BeginStep(const int32_t* tokens, const int32_t* targets) {
   if (tokens == nullptr || targets == nullptr) {
     return absl::InvalidArgumentError("MiniLLM::BeginStep: tokens and targets are required");
@@ -138,8 +153,9 @@ absl::Status BackendMiniLLM::EmbedForward(const Tensor& root_params) {
     return absl::FailedPreconditionError("MiniLLM::EmbedForward: BeginStep was not called");
   }
   FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_params, root_unit(), "parameters"));
-  FSDPD_RETURN_IF_ERROR(ops_.EmbeddingForward(Parameter(root_params, root_unit(), "embed.weight"),
-                                              token_ids_, residuals_[0], stream_));
+  FSDPD_RETURN_IF_ERROR(
+      ops_.EmbeddingForward(Parameter(root_params, root_unit(), root_names_.embedding), token_ids_,
+                            residuals_[0], stream_));
   phase_ = Phase::kForward;
   next_layer_ = 0;
   return absl::OkStatus();
@@ -153,13 +169,16 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
   }
   FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
   FSDPD_RETURN_IF_ERROR(ForwardToFfnHidden(layer, block_params));
-  const std::string prefix = absl::StrCat("layers.", layer, ".");
   const BlockActivations& saved = Saved(layer);
   const Tensor no_bias;
-  FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(activated_,
-                                           Parameter(block_params, layer, prefix + "ffn.2.weight"),
-                                           no_bias, row_scratch_, stream_));
+  if (config_.llama()) {
+    FSDPD_RETURN_IF_ERROR(ops_.SwigluForward(saved.ffn_hidden, activated_, stream_));
+  } else {
+    FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+  }
+  FSDPD_RETURN_IF_ERROR(
+      ops_.LinearForward(activated_, Parameter(block_params, layer, BlockParameters(layer).ffn_out),
+                         no_bias, row_scratch_, stream_));
   FSDPD_RETURN_IF_ERROR(
       ops_.Add(saved.middle, row_scratch_, residuals_[static_cast<size_t>(layer) + 1], stream_));
   ++next_layer_;
@@ -173,27 +192,35 @@ BlockActivations& BackendMiniLLM::Saved(int layer) {
 }
 
 absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_params) {
-  const std::string prefix = absl::StrCat("layers.", layer, ".");
-  auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
+  const BlockParameterNames names = BlockParameters(layer);
+  auto weight = [&](const std::string& name) { return Parameter(block_params, layer, name); };
+  auto bias = [&](const std::string& name) { return Optional(block_params, layer, name); };
   BlockActivations& saved = Saved(layer);
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   forwarded_layer_ = layer;
 
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("attn.in_proj_weight"),
-                                           weight("attn.in_proj_bias"), saved.qkv, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads, config_.causal,
+  FSDPD_RETURN_IF_ERROR(
+      ops_.LinearForward(row_scratch_, Matrix(block_params, layer, names.qkv, config_.qkv_width()),
+                         bias(names.qkv_bias), saved.qkv, stream_));
+  if (config_.llama()) {
+    FSDPD_RETURN_IF_ERROR(ops_.Rotary(saved.qkv, config_.heads, config_.kv_heads,
+                                      config_.rope_theta, /*inverse=*/false, stream_));
+  }
+  FSDPD_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads,
+                                              config_.attention_kv_heads(), config_.causal,
                                               saved.attention, saved.lse, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight("attn.out_proj.weight"),
-                                           weight("attn.out_proj.bias"), row_scratch_, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight(names.out), bias(names.out_bias),
+                                           row_scratch_, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));
 
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"), config_.norm_eps,
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm), config_.norm_eps,
                                             row_scratch_, saved.ffn_rstd, stream_));
   const Tensor no_bias;
-  return ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias, saved.ffn_hidden,
-                            stream_);
+  return ops_.LinearForward(row_scratch_,
+                            Matrix(block_params, layer, names.ffn_in, config_.ffn_in_width()),
+                            no_bias, saved.ffn_hidden, stream_);
 }
 
 absl::Status BackendMiniLLM::FinalNormForward(const Tensor& root_params, Tensor* head_input) {
@@ -203,7 +230,7 @@ absl::Status BackendMiniLLM::FinalNormForward(const Tensor& root_params, Tensor*
     return absl::OkStatus();
   }
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(last,
-                                            Parameter(root_params, root_unit(), "norm.weight"),
+                                            Parameter(root_params, root_unit(), root_names_.norm),
                                             config_.norm_eps, final_normed_, final_rstd_, stream_));
   *head_input = final_normed_;
   return absl::OkStatus();
@@ -236,7 +263,7 @@ absl::Status BackendMiniLLM::Logits(const std::vector<Tensor>& unit_params,
   std::unique_ptr<Buffer> logits_buffer = std::move(buffers_.back());
   buffers_.pop_back();
   FSDPD_RETURN_IF_ERROR(ops_.LinearForward(head_input,
-                                           Parameter(root_params, root_unit(), "head.weight"),
+                                           Parameter(root_params, root_unit(), root_names_.head),
                                            Tensor{}, *device_logits, stream_));
   Tensor host_view = *device_logits;
   std::unique_ptr<Buffer> float_buffer;
@@ -271,6 +298,15 @@ absl::StatusOr<std::unique_ptr<MiniLLM>> MiniLLM::Create(const ModelConfig& conf
         "MiniLLM::Create: invalid config (vocab ", config.vocab, ", dim ", config.dim, ", layers ",
         config.layers, ", heads ", config.heads, ", ffn_hidden ", config.ffn_hidden, ", norm_eps ",
         config.norm_eps, "): sizes must be positive and dim divisible by heads"));
+  }
+  if (config.llama() &&
+      (config.kv_heads <= 0 || config.heads % config.kv_heads != 0 || config.head_dim() % 2 != 0 ||
+       !(config.rope_theta > 0.0) || !config.causal || !config.final_norm)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MiniLLM::Create: invalid llama config (heads ", config.heads, ", kv_heads ",
+        config.kv_heads, ", head_dim ", config.head_dim(), ", rope_theta ", config.rope_theta,
+        "): it needs kv_heads dividing heads, an even head_dim, a positive rope_theta, causal "
+        "attention and a final norm"));
   }
   auto model = std::make_unique<minillm_internal::BackendMiniLLM>(config, batch, seq, backend);
   FSDPD_RETURN_IF_ERROR(model->AllocateWorkspace());

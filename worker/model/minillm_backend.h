@@ -1,6 +1,10 @@
 // The MiniLLM implementation shared by its two source files: minillm.cc (workspace, forward,
 // evaluation) and minillm_backward.cc (the head's and the blocks' backward). Internal to the
-// model; everything else uses MiniLLM.
+// model; everything else uses MiniLLM. It also runs Llama (config.arch): the same pre-norm
+// block, with the parameters of worker/model/parameter_names.h, no biases, rotary positions on
+// q and k after the qkv product (and the inverse on their gradients), grouped-query attention,
+// SwiGLU instead of SiLU, and the head tied to the embedding where asked; for MiniLLM the ops
+// and their order are exactly MiniLLM's.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +13,7 @@
 #include <vector>
 
 #include "worker/model/minillm.h"
+#include "worker/model/parameter_names.h"
 
 namespace fsdpd::minillm_internal {
 
@@ -21,12 +26,13 @@ namespace fsdpd::minillm_internal {
 // re-running the block's forward, and only the block's input stays (1·dim).
 struct BlockActivations {
   Tensor attention_rstd;  // norm1's rstd  [T] fp32
-  Tensor qkv;             // [B, S, 3D]
+  Tensor qkv;             // [B, S, qkv_width] (3D for MiniLLM); llama's q and k rotated
   Tensor attention;       // heads concatenated, before out_proj  [B, S, D]
   Tensor lse;             // [B, H, S] fp32
   Tensor middle;          // x + attention branch  [T, D]
   Tensor ffn_rstd;        // norm2's rstd  [T] fp32
-  Tensor ffn_hidden;      // ffn.0 output before SiLU  [T, F]
+  Tensor ffn_hidden;      // ffn.0 output before SiLU  [T, F]; llama: gate and up  [T, 2F],
+                          // which SwiGLU's backward overwrites with their gradient
 };
 
 class BackendMiniLLM : public MiniLLM {
@@ -61,6 +67,10 @@ class BackendMiniLLM : public MiniLLM {
   // Checks that `flat` can hold unit `unit_index` (padding allowed) in a float dtype.
   absl::Status CheckUnitTensor(const Tensor& flat, int unit_index, const char* what) const;
   Tensor Parameter(const Tensor& flat, int unit_index, const std::string& name) const;
+  // The [rows, dim] matrix that starts at parameter `name` (llama's packed q, k, v and gate, up
+  // span adjacent parameters), or an absent tensor for an empty name (no bias).
+  Tensor Matrix(const Tensor& flat, int unit_index, const std::string& name, int64_t rows) const;
+  Tensor Optional(const Tensor& flat, int unit_index, const std::string& name) const;
   absl::Status RunForwardOnly(const std::vector<Tensor>& unit_params);
   // Where block `layer`'s saved activations live (shared by every block under kBlock).
   BlockActivations& Saved(int layer);
@@ -91,11 +101,14 @@ class BackendMiniLLM : public MiniLLM {
   Tensor residual_gradient_;   // dL/d(residual stream) [T, D]
   Tensor normed_gradient_;     // gradient at a norm's output [T, D]
   Tensor attention_gradient_;  // [B, S, D], in one buffer with qkv_gradient_ after it, which
-  Tensor qkv_gradient_;        // [B, S, 3D]  activated_gradient_ shares (AllocateWorkspace)
-  // silu(ffn_hidden), recomputed [T, F]; once ffn.2's backward has read it, the gradient at
-  // ffn_hidden.
+  Tensor qkv_gradient_;        // [B, S, qkv_width]  activated_gradient_ shares
+                               // (AllocateWorkspace)
+  // silu(ffn_hidden) (llama: silu(gate)·up), recomputed [T, F]; once ffn.2's backward has read
+  // it, the gradient at ffn_hidden.
   Tensor activated_;
   Tensor activated_gradient_;  // [T, F]
+  BlockParameterNames BlockParameters(int layer) const { return BlockNames(config_, layer); }
+  const RootParameterNames root_names_ = RootNames(config_);
   // [T, D], holding in turn: a norm's output (forward, and recomputed in backward), then the
   // out_proj or ffn.2 output before its residual add.
   Tensor row_scratch_;

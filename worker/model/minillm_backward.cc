@@ -20,14 +20,15 @@ absl::Status BackendMiniLLM::HeadForwardBackward(const Tensor& root_params,
   Tensor head_input;
   FSDPD_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
   const Tensor& head_input_gradient = config_.final_norm ? normed_gradient_ : residual_gradient_;
+  // A tied head's gradient joins the embedding's (both accumulate into the root's gradients).
   FSDPD_RETURN_IF_ERROR(ops_.HeadCrossEntropy(
-      head_input, Parameter(root_params, root_unit(), "head.weight"), target_ids_, loss_scale,
-      loss_, head_input_gradient, Parameter(root_grads, root_unit(), "head.weight"), stream_));
+      head_input, Parameter(root_params, root_unit(), root_names_.head), target_ids_, loss_scale,
+      loss_, head_input_gradient, Parameter(root_grads, root_unit(), root_names_.head), stream_));
   if (config_.final_norm) {
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
-        normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), "norm.weight"),
+        normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), root_names_.norm),
         final_rstd_, residual_gradient_, Write::kOverwrite,
-        Parameter(root_grads, root_unit(), "norm.weight"), Write::kAccumulate, stream_));
+        Parameter(root_grads, root_unit(), root_names_.norm), Write::kAccumulate, stream_));
   }
   phase_ = Phase::kBackward;
   next_layer_ = static_cast<int>(config_.layers) - 1;
@@ -55,9 +56,15 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   }
   FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_params, layer, "parameters"));
   FSDPD_RETURN_IF_ERROR(CheckUnitTensor(block_grads, layer, "gradients"));
-  const std::string prefix = absl::StrCat("layers.", layer, ".");
-  auto weight = [&](const char* name) { return Parameter(block_params, layer, prefix + name); };
-  auto gradient = [&](const char* name) { return Parameter(block_grads, layer, prefix + name); };
+  const BlockParameterNames names = BlockParameters(layer);
+  auto weight = [&](const std::string& name) { return Parameter(block_params, layer, name); };
+  auto gradient = [&](const std::string& name) { return Parameter(block_grads, layer, name); };
+  auto bias_gradient = [&](const std::string& name) { return Optional(block_grads, layer, name); };
+  const Tensor qkv_weight = Matrix(block_params, layer, names.qkv, config_.qkv_width());
+  const Tensor qkv_weight_gradient = Matrix(block_grads, layer, names.qkv, config_.qkv_width());
+  const Tensor ffn_in_weight = Matrix(block_params, layer, names.ffn_in, config_.ffn_in_width());
+  const Tensor ffn_in_weight_gradient =
+      Matrix(block_grads, layer, names.ffn_in, config_.ffn_in_width());
   const BlockActivations& saved = Saved(layer);
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   const Tensor no_bias;
@@ -70,12 +77,12 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
     if (recompute == ActivationRecompute::kBlock && forwarded_layer_ != layer) {
       FSDPD_RETURN_IF_ERROR(ForwardToFfnHidden(layer, block_params));
     } else {
-      FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+      FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm),
                                                 config_.norm_eps, row_scratch_, saved.ffn_rstd,
                                                 stream_));
       if (forwarded_layer_ != layer) {
-        FSDPD_RETURN_IF_ERROR(ops_.LinearForward(row_scratch_, weight("ffn.0.weight"), no_bias,
-                                                 saved.ffn_hidden, stream_));
+        FSDPD_RETURN_IF_ERROR(
+            ops_.LinearForward(row_scratch_, ffn_in_weight, no_bias, saved.ffn_hidden, stream_));
       }
     }
     forwarded_layer_ = -1;  // the shared set is this block's now, and is consumed below
@@ -83,48 +90,59 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
 
   // Each of the block's parameters is used once, so its gradient is written, not accumulated:
   // block_grads needs no zeroing (Write::kOverwrite below).
-  // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))). ffn.2's input gradient
-  // first; then one pass over ffn_hidden turns it into the gradient at ffn_hidden (in place) and
-  // recomputes silu's output, which ffn.2's weight gradient reads last.
-  const Tensor& hidden_gradient = activated_gradient_;
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
+  // FFN branch: output = middle + ffn.2(silu(ffn.0(norm2(middle)))) (llama: down_proj of
+  // silu(gate)·up). ffn.2's input gradient first; then one pass over ffn_hidden turns it into
+  // the gradient at ffn_hidden (in place; llama's over the saved gate and up) and recomputes
+  // the activation, which ffn.2's weight gradient reads last.
+  const Tensor& hidden_gradient = config_.llama() ? saved.ffn_hidden : activated_gradient_;
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             activated_gradient_, Tensor{}, no_bias,
                                             Write::kOverwrite, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient,
-                                          activated_, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight("ffn.2.weight"),
-                                            Tensor{}, gradient("ffn.2.weight"), no_bias,
+  if (config_.llama()) {
+    FSDPD_RETURN_IF_ERROR(ops_.SwigluBackward(activated_gradient_, saved.ffn_hidden,
+                                              hidden_gradient, activated_, stream_));
+  } else {
+    FSDPD_RETURN_IF_ERROR(ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient,
+                                            activated_, stream_));
+  }
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
+                                            Tensor{}, gradient(names.ffn_out), no_bias,
                                             Write::kOverwrite, stream_));
   if (recompute == ActivationRecompute::kNone) {
     // norm2's output, recomputed (its rstd is rewritten with the very same values).
-    FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight("norm2.weight"),
+    FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm),
                                               config_.norm_eps, row_scratch_, saved.ffn_rstd,
                                               stream_));
   }
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, weight("ffn.0.weight"),
-                                            normed_gradient_, gradient("ffn.0.weight"), no_bias,
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, ffn_in_weight,
+                                            normed_gradient_, ffn_in_weight_gradient, no_bias,
                                             Write::kOverwrite, stream_));
   // The norm's input gradient joins the residual stream's inside the norm's backward.
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight("norm2.weight"),
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight(names.ffn_norm),
                                              saved.ffn_rstd, residual_gradient_, Write::kAccumulate,
-                                             gradient("norm2.weight"), Write::kOverwrite, stream_));
+                                             gradient(names.ffn_norm), Write::kOverwrite, stream_));
 
-  // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))).
-  FSDPD_RETURN_IF_ERROR(
-      ops_.LinearBackward(residual_gradient_, saved.attention, weight("attn.out_proj.weight"),
-                          attention_gradient_, gradient("attn.out_proj.weight"),
-                          gradient("attn.out_proj.bias"), Write::kOverwrite, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(attention_gradient_, saved.qkv, saved.attention,
-                                               saved.lse, config_.heads, config_.causal,
-                                               qkv_gradient_, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight("norm1.weight"), config_.norm_eps,
+  // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))) (llama: q and
+  // k rotated between the qkv product and attention, so their gradients are rotated back).
+  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
+      residual_gradient_, saved.attention, weight(names.out), attention_gradient_,
+      gradient(names.out), bias_gradient(names.out_bias), Write::kOverwrite, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(
+      attention_gradient_, saved.qkv, saved.attention, saved.lse, config_.heads,
+      config_.attention_kv_heads(), config_.causal, qkv_gradient_, stream_));
+  if (config_.llama()) {
+    FSDPD_RETURN_IF_ERROR(ops_.Rotary(qkv_gradient_, config_.heads, config_.kv_heads,
+                                      config_.rope_theta, /*inverse=*/true, stream_));
+  }
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, stream_));
   FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
-      qkv_gradient_, row_scratch_, weight("attn.in_proj_weight"), normed_gradient_,
-      gradient("attn.in_proj_weight"), gradient("attn.in_proj_bias"), Write::kOverwrite, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
-      normed_gradient_, input, weight("norm1.weight"), saved.attention_rstd, residual_gradient_,
-      Write::kAccumulate, gradient("norm1.weight"), Write::kOverwrite, stream_));
+      qkv_gradient_, row_scratch_, qkv_weight, normed_gradient_, qkv_weight_gradient,
+      bias_gradient(names.qkv_bias), Write::kOverwrite, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight(names.attention_norm),
+                                             saved.attention_rstd, residual_gradient_,
+                                             Write::kAccumulate, gradient(names.attention_norm),
+                                             Write::kOverwrite, stream_));
   --next_layer_;
   return absl::OkStatus();
 }
@@ -135,8 +153,9 @@ absl::Status BackendMiniLLM::EmbedBackward(const Tensor& root_grads) {
         "MiniLLM::EmbedBackward: HeadForwardBackward and every block's backward must run first");
   }
   FSDPD_RETURN_IF_ERROR(CheckUnitTensor(root_grads, root_unit(), "gradients"));
-  FSDPD_RETURN_IF_ERROR(ops_.EmbeddingBackward(
-      residual_gradient_, token_ids_, Parameter(root_grads, root_unit(), "embed.weight"), stream_));
+  FSDPD_RETURN_IF_ERROR(
+      ops_.EmbeddingBackward(residual_gradient_, token_ids_,
+                             Parameter(root_grads, root_unit(), root_names_.embedding), stream_));
   phase_ = Phase::kDone;
   return absl::OkStatus();
 }

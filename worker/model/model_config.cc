@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/splitmix64.h"
 #include "spdlog/spdlog.h"
+#include "worker/model/parameter_names.h"
 
 namespace fsdpd {
 namespace {
@@ -68,10 +69,20 @@ ModelConfig ModelConfigFromSpec(const v1::ModelSpec& spec) {
   config.dim = spec.dim();
   config.layers = spec.layers();
   config.heads = spec.heads();
+  config.kv_heads = spec.heads();
   config.ffn_hidden = spec.ffn_mult() * spec.dim();
   config.causal = spec.causal();
   config.final_norm = spec.final_norm();
   if (spec.norm_eps() > 0.0) config.norm_eps = spec.norm_eps();
+  if (spec.arch() == "llama") {
+    config.arch = ModelArch::kLlama;
+    if (spec.kv_heads() > 0) config.kv_heads = spec.kv_heads();
+    if (spec.ffn_dim() > 0) config.ffn_hidden = spec.ffn_dim();
+    config.causal = true;
+    config.final_norm = true;
+    config.rope_theta = spec.rope_theta();
+    config.tie_embeddings = spec.tie_embeddings();
+  }
   return config;
 }
 
@@ -83,7 +94,59 @@ const ParameterInfo& UnitLayout::Find(const std::string& parameter_name) const {
   std::abort();
 }
 
+namespace {
+
+// Hugging Face's LlamaForCausalLM state_dict, q_proj, k_proj, v_proj adjacent (one packed qkv
+// matrix) and gate_proj, up_proj adjacent (one SwiGLU input matrix).
+std::vector<UnitLayout> BuildLlamaUnitLayouts(const ModelConfig& config) {
+  const int64_t dim = config.dim;
+  const int64_t kv_dim = config.kv_heads * config.head_dim();
+  std::vector<UnitLayout> units;
+  units.reserve(static_cast<size_t>(config.layers) + 1);
+  for (int64_t layer = 0; layer < config.layers; ++layer) {
+    UnitLayout unit;
+    unit.name = BlockUnitName(config, layer);
+    const std::string prefix = unit.name + ".";
+    AddParameter(&unit, prefix + "input_layernorm.weight", {dim});
+    AddParameter(&unit, prefix + "self_attn.q_proj.weight",
+                 {config.heads * config.head_dim(), dim});
+    AddParameter(&unit, prefix + "self_attn.k_proj.weight", {kv_dim, dim});
+    AddParameter(&unit, prefix + "self_attn.v_proj.weight", {kv_dim, dim});
+    AddParameter(&unit, prefix + "self_attn.o_proj.weight",
+                 {dim, config.heads * config.head_dim()});
+    AddParameter(&unit, prefix + "post_attention_layernorm.weight", {dim});
+    AddParameter(&unit, prefix + "mlp.gate_proj.weight", {config.ffn_hidden, dim});
+    AddParameter(&unit, prefix + "mlp.up_proj.weight", {config.ffn_hidden, dim});
+    AddParameter(&unit, prefix + "mlp.down_proj.weight", {dim, config.ffn_hidden});
+    units.push_back(std::move(unit));
+  }
+  UnitLayout root;
+  root.name = "root";
+  const RootParameterNames names = RootNames(config);
+  AddParameter(&root, names.embedding, {config.vocab, dim});
+  AddParameter(&root, names.norm, {dim});
+  if (!config.tie_embeddings) AddParameter(&root, names.head, {config.vocab, dim});
+  units.push_back(std::move(root));
+  return units;
+}
+
+// Hugging Face's _init_weights for LlamaForCausalLM: N(0, initializer_range = 0.02) for every
+// Linear and the embedding, ones for the RMSNorm weights.
+void InitializeLlamaUnit(const UnitLayout& unit, ParameterRandom& random, float* flat) {
+  constexpr float kInitializerRange = 0.02f;
+  for (const ParameterInfo& info : unit.parameters) {
+    float* values = flat + info.offset;
+    const bool norm = EndsWith(info.name, "layernorm.weight") || info.name == "model.norm.weight";
+    for (int64_t i = 0; i < info.numel; ++i) {
+      values[i] = norm ? 1.0f : kInitializerRange * random.Normal();
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<UnitLayout> BuildUnitLayouts(const ModelConfig& config) {
+  if (config.llama()) return BuildLlamaUnitLayouts(config);
   const int64_t dim = config.dim;
   std::vector<UnitLayout> units;
   units.reserve(static_cast<size_t>(config.layers) + 1);
@@ -113,6 +176,10 @@ std::vector<UnitLayout> BuildUnitLayouts(const ModelConfig& config) {
 void InitializeUnit(const ModelConfig& config, const UnitLayout& unit, int unit_index,
                     uint64_t seed, float* flat) {
   ParameterRandom random(seed, unit_index);
+  if (config.llama()) {
+    InitializeLlamaUnit(unit, random, flat);
+    return;
+  }
   for (const ParameterInfo& info : unit.parameters) {
     float* values = flat + info.offset;
     const std::string& name = info.name;

@@ -16,13 +16,13 @@ double Elements(const Tensor& tensor) {
 // The last dimension, the one a row-wise op (RMSNorm, linear) reduces over.
 int64_t LastDim(const Tensor& tensor) { return tensor.shape.empty() ? 1 : tensor.shape.back(); }
 
-// Attention's B·S²·D from qkv[B, S, 3·D], halved when causal.
-double AttentionProductSize(const Tensor& qkv, bool causal) {
-  if (qkv.shape.size() != 3) return 0.0;
-  const double batch = static_cast<double>(qkv.shape[0]);
-  const double seq = static_cast<double>(qkv.shape[1]);
-  const double dim = static_cast<double>(qkv.shape[2]) / 3.0;
-  return batch * seq * seq * dim * (causal ? 0.5 : 1.0);
+// Attention's B·S²·heads·hd from out[B, S, heads·hd], halved when causal.
+double AttentionProductSize(const Tensor& out, bool causal) {
+  if (out.shape.size() != 3) return 0.0;
+  const double batch = static_cast<double>(out.shape[0]);
+  const double seq = static_cast<double>(out.shape[1]);
+  const double width = static_cast<double>(out.shape[2]);
+  return batch * seq * seq * width * (causal ? 0.5 : 1.0);
 }
 
 }  // namespace
@@ -87,13 +87,31 @@ OpCost LinearBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& wei
 }
 
 OpCost AttentionForwardCost(const Tensor& qkv, bool causal, const Tensor& out, const Tensor& lse) {
-  return {4.0 * AttentionProductSize(qkv, causal), Bytes(qkv) + Bytes(out) + Bytes(lse)};
+  return {4.0 * AttentionProductSize(out, causal), Bytes(qkv) + Bytes(out) + Bytes(lse)};
 }
 
 OpCost AttentionBackwardCost(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, bool causal, const Tensor& dqkv) {
-  return {10.0 * AttentionProductSize(qkv, causal),
+  return {10.0 * AttentionProductSize(out, causal),
           Bytes(dout) + Bytes(qkv) + Bytes(out) + Bytes(lse) + Bytes(dqkv)};
+}
+
+OpCost RotaryCost(const Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  const int64_t columns = heads + 2 * kv_heads;
+  if (columns <= 0) return {};
+  // The share of each row that is q or k.
+  const double rotated = static_cast<double>(heads + kv_heads) / static_cast<double>(columns);
+  return {3.0 * rotated * Elements(qkv), 2.0 * rotated * Bytes(qkv)};
+}
+
+OpCost SwigluForwardCost(const Tensor& gate_up, const Tensor& out) {
+  return {5.0 * Elements(out), Bytes(gate_up) + Bytes(out)};
+}
+
+OpCost SwigluBackwardCost(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up,
+                          const Tensor& out) {
+  return {9.0 * Elements(dout) + 5.0 * Elements(out),
+          Bytes(dout) + Bytes(gate_up) + Bytes(dgate_up) + Bytes(out)};
 }
 
 OpCost SiluForwardCost(const Tensor& x, const Tensor& out) {

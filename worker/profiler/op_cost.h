@@ -34,12 +34,22 @@ OpCost LinearForwardCost(const Tensor& x, const Tensor& weight, const Tensor& bi
 OpCost LinearBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& weight,
                           const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                           Write grad_write);
-// qkv[B, S, 3·D]: q·kᵀ and p·v, 2·B·S²·D FLOPs each, halved under a causal mask. The bytes are
-// a flash-style kernel's: qkv in, out and the log-sum-exp out, no S×S matrix.
+// out[B, S, heads·hd]: q·kᵀ and p·v, 2·B·S²·heads·hd FLOPs each (grouped or not), halved under
+// a causal mask. The bytes are a flash-style kernel's: qkv in, out and the log-sum-exp out, no
+// S×S matrix.
 OpCost AttentionForwardCost(const Tensor& qkv, bool causal, const Tensor& out, const Tensor& lse);
 // Flash-style backward recomputes the scores: five S×S products (q·kᵀ, dv, dp, dq, dk).
 OpCost AttentionBackwardCost(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, bool causal, const Tensor& dqkv);
+// The q and k parts of qkv read and written; a rotated pair costs 6 FLOPs (four products, two
+// sums), its angle's cosine and sine not counted.
+OpCost RotaryCost(const Tensor& qkv, int64_t heads, int64_t kv_heads);
+// silu(gate)·up: SiLU's 4 operations and a product per output.
+OpCost SwigluForwardCost(const Tensor& gate_up, const Tensor& out);
+// Both halves' gradients (about 9 operations per output), and the forward's 5 when `out` is
+// written too.
+OpCost SwigluBackwardCost(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up,
+                          const Tensor& out);
 OpCost SiluForwardCost(const Tensor& x, const Tensor& out);
 OpCost SiluBackwardCost(const Tensor& dout, const Tensor& x, const Tensor& dx, const Tensor& out);
 OpCost AddCost(const Tensor& a, const Tensor& b, const Tensor& out);

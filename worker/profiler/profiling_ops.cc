@@ -58,21 +58,50 @@ absl::Status ProfilingOps::LinearBackward(const Tensor& dout, const Tensor& x, c
       [&] { return LinearBackwardCost(dout, x, weight, dx, dweight, dbias, grad_write); });
 }
 
-absl::Status ProfilingOps::AttentionForward(const Tensor& qkv, int64_t heads, bool causal,
-                                            const Tensor& out, const Tensor& lse, Stream& stream) {
+absl::Status ProfilingOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                            bool causal, const Tensor& out, const Tensor& lse,
+                                            Stream& stream) {
   return Run(
       "attention_forward", stream, {&qkv},
-      [&] { return inner_->AttentionForward(qkv, heads, causal, out, lse, stream); },
+      [&] { return inner_->AttentionForward(qkv, heads, kv_heads, causal, out, lse, stream); },
       [&] { return AttentionForwardCost(qkv, causal, out, lse); });
 }
 
 absl::Status ProfilingOps::AttentionBackward(const Tensor& dout, const Tensor& qkv,
                                              const Tensor& out, const Tensor& lse, int64_t heads,
-                                             bool causal, const Tensor& dqkv, Stream& stream) {
+                                             int64_t kv_heads, bool causal, const Tensor& dqkv,
+                                             Stream& stream) {
   return Run(
       "attention_backward", stream, {&dout, &qkv, &out, &lse},
-      [&] { return inner_->AttentionBackward(dout, qkv, out, lse, heads, causal, dqkv, stream); },
+      [&] {
+        return inner_->AttentionBackward(dout, qkv, out, lse, heads, kv_heads, causal, dqkv,
+                                         stream);
+      },
       [&] { return AttentionBackwardCost(dout, qkv, out, lse, causal, dqkv); });
+}
+
+absl::Status ProfilingOps::Rotary(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                                  bool inverse, Stream& stream) {
+  return Run(
+      inverse ? "rotary_backward" : "rotary_forward", stream, {&qkv},
+      [&] { return inner_->Rotary(qkv, heads, kv_heads, theta, inverse, stream); },
+      [&] { return RotaryCost(qkv, heads, kv_heads); });
+}
+
+absl::Status ProfilingOps::SwigluForward(const Tensor& gate_up, const Tensor& out, Stream& stream) {
+  return Run(
+      "swiglu_forward", stream, {&gate_up},
+      [&] { return inner_->SwigluForward(gate_up, out, stream); },
+      [&] { return SwigluForwardCost(gate_up, out); });
+}
+
+absl::Status ProfilingOps::SwigluBackward(const Tensor& dout, const Tensor& gate_up,
+                                          const Tensor& dgate_up, const Tensor& out,
+                                          Stream& stream) {
+  return Run(
+      "swiglu_backward", stream, {&dout, &gate_up},
+      [&] { return inner_->SwigluBackward(dout, gate_up, dgate_up, out, stream); },
+      [&] { return SwigluBackwardCost(dout, gate_up, dgate_up, out); });
 }
 
 absl::Status ProfilingOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {
