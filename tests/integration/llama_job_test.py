@@ -6,8 +6,9 @@ from the command line and from the Python client.
   Python client's watch, fall.
 - `fsdpctl export JOB -o FOLDER` writes FOLDER/model.safetensors with exactly Hugging Face's
   LlamaForCausalLM parameter names and shapes (and the llama config in its metadata) and
-  FOLDER/config.json with LlamaConfig's fields from the spec. `-o -` and `-o` an existing file
-  are refused with the reason.
+  FOLDER/config.json with LlamaConfig's fields from the spec; so does `--step N`, from the
+  checkpoint the job wrote halfway. `-o -` and `-o` an existing file are refused with the
+  reason.
 - The Python client submits the tied variant as a dict, waits for it and writes its folder with
   export_pretrained: no lm_head.weight, tie_word_embeddings true.
 - A llama spec whose heads kv_heads does not divide is refused at submission, naming the field.
@@ -34,12 +35,13 @@ MODEL = dict(arch="llama", vocab=64, dim=32, layers=2, heads=4, kv_heads=2, ffn_
 STEPS = 40
 
 
-def spec_dict(name, tokens, **model):
+def spec_dict(name, tokens, every=0, **model):
     return {"name": name, "model": dict(MODEL, **model),
             "data": {"source": "tokens", "path": tokens, "token_bytes": 2, "seq_len": 16},
             "train": {"batch_size": 2, "steps": STEPS, "lr": 1.0e-2, "seed": 5},
             "parallel": {"world_size": 2, "device": "cpu", "param_dtype": "fp32"},
-            "checkpoint": {"every_steps": 0}, "profile": {"steps": 0}, "max_restarts": 0}
+            "checkpoint": {"every_steps": every, "keep": 2}, "profile": {"steps": 0},
+            "max_restarts": 0}
 
 
 def hugging_face_shapes(model):
@@ -125,7 +127,7 @@ def main(source_dir, build_dir):
         # From the command line.
         spec = os.path.join(sandbox.dir, "llama.yaml")
         with open(spec, "w") as file:
-            json.dump(spec_dict("llama-cli", tokens), file)
+            json.dump(spec_dict("llama-cli", tokens, every=STEPS // 2), file)
         result = sandbox.ctl("submit", spec)
         check(result.returncode == 0, f"submit: {result.stderr}")
         job = re.search(r"\bjob-\d+\b", result.stdout).group(0)
@@ -143,6 +145,15 @@ def main(source_dir, build_dir):
         check_folder(folder, MODEL, 16)
         print(f"fsdpctl export {job} -o FOLDER: config.json and model.safetensors with "
               f"Hugging Face's {len(hugging_face_shapes(MODEL))} names")
+        # A checkpoint's export is consolidated from the ranks' files by an idle worker
+        # (worker/checkpoint/consolidate.cc): the same folder, from the llama layout.
+        halfway = os.path.join(sandbox.dir, "llama-halfway")
+        result = sandbox.ctl("export", job, "--step", str(STEPS // 2), "-o", halfway, timeout=120)
+        check(result.returncode == 0, f"export --step: {result.stderr}")
+        check_folder(halfway, MODEL, 16)
+        check(header(os.path.join(halfway, "model.safetensors"))[1].get("step") == str(STEPS // 2),
+              "the halfway export's step")
+        print(f"fsdpctl export {job} --step {STEPS // 2}: the consolidated checkpoint, same names")
         result = sandbox.ctl("export", job, "-o", "-")
         check(result.returncode != 0 and "a llama job exports a folder" in result.stderr,
               f"-o -: {result.returncode} {result.stderr!r}")
