@@ -17,9 +17,8 @@ bundle_libs=${BUNDLE_LIBS:-$repo_root/../shared/device/bundle-libs.sh}
 binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench cuda_memory_probe gemm_power_bench)
 # The edge runtime and its benchmark, where Vulkan and glslc were found (bench/edge_bench.sh).
 extras=(fsdpd-edge edge_bench)
-gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_grad_accum_test cuda_multirank_test
-  profiler_cupti_test
-  profiler_cuda_trainer_test)
+gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_llama_trainer_test
+  cuda_grad_accum_test cuda_multirank_test profiler_cupti_test profiler_cuda_trainer_test)
 
 if [ ! -x "$bundle_libs" ]; then
   echo "bundle_for_device: $bundle_libs is missing or not executable (set BUNDLE_LIBS)" >&2
