@@ -18,6 +18,7 @@ binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench cuda_memory_
 # The edge runtime and its benchmark, where Vulkan and glslc were found (bench/edge_bench.sh).
 extras=(fsdpd-edge edge_bench)
 gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_grad_accum_test cuda_multirank_test
+  cuda_llama_trainer_test
   profiler_cupti_test
   profiler_cuda_trainer_test)
 

@@ -11,7 +11,7 @@ mkdir -p "$out"
 source "$repo_root/bench/device_env.sh" || exit 1
 status=0
 for test in ${GPU_TESTS:-cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_multirank_test \
-  profiler_cupti_test profiler_cuda_trainer_test}; do
+  cuda_llama_trainer_test profiler_cupti_test profiler_cuda_trainer_test}; do
   binary=.device/bin/$test
   if [ ! -x "$binary" ]; then
     echo "$test: not in the bundle"
