@@ -80,5 +80,28 @@ TEST(ProfilerOpCostTest, DescribesThePresentInputs) {
   EXPECT_EQ(DescribeShapes({&x, &absent, &weight}), x.Describe() + ", " + weight.Describe());
 }
 
+// Grouped-query attention does the products of its query heads: B·S²·heads·hd, whatever the kv
+// heads; rotary touches only q and k, SwiGLU reads gate and up and writes half as much.
+TEST(ProfilerOpCostTest, LlamaOpsCountTheirQueryHeadsAndTheirHalves) {
+  const int64_t b = 2, s = 8, heads = 4, kv_heads = 2, hd = 6;
+  const Tensor qkv = Shaped(DType::kBF16, {b, s, (heads + 2 * kv_heads) * hd});
+  const Tensor out = Shaped(DType::kBF16, {b, s, heads * hd});
+  const Tensor lse = Shaped(DType::kF32, {b, heads, s});
+  EXPECT_DOUBLE_EQ(AttentionForwardCost(qkv, /*causal=*/false, out, lse).flops,
+                   4.0 * b * s * s * heads * hd);
+  const OpCost rotary = RotaryCost(qkv, heads, kv_heads);
+  EXPECT_DOUBLE_EQ(rotary.flops, 3.0 * b * s * (heads + kv_heads) * hd);
+  EXPECT_DOUBLE_EQ(rotary.bytes, 2.0 * 2.0 * b * s * (heads + kv_heads) * hd);
+  const int64_t tokens = 16, ffn = 10;
+  const Tensor gate_up = Shaped(DType::kBF16, {tokens, 2 * ffn});
+  const Tensor activated = Shaped(DType::kBF16, {tokens, ffn});
+  const OpCost forward = SwigluForwardCost(gate_up, activated);
+  EXPECT_DOUBLE_EQ(forward.flops, 5.0 * tokens * ffn);
+  EXPECT_DOUBLE_EQ(forward.bytes, 2.0 * (2 * tokens * ffn + tokens * ffn));
+  const OpCost backward = SwigluBackwardCost(activated, gate_up, gate_up, Tensor{});
+  EXPECT_DOUBLE_EQ(backward.flops, 9.0 * tokens * ffn);
+  EXPECT_DOUBLE_EQ(backward.bytes, 2.0 * (tokens * ffn + 4 * tokens * ffn));
+}
+
 }  // namespace
 }  // namespace fsdpd
