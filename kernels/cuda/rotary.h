@@ -8,10 +8,10 @@
 // rounds them (no fused multiply-add).
 //
 // Each block takes a row: it first writes the row's cosines and sines (head_dim/2 of each) into
-// shared memory, then every q and k head of the row reads them. That costs head_dim/2 sincosf
-// per row (64 for head_dim 128, against 20 heads of 128 values at the Llama size) where a table
-// over (seq, head_dim/2) in global memory would be read back 64 bytes of fp32 cosine and sine
-// for each 32 bytes of bf16 moved.
+// shared memory, then every q and k head of the row reads them. That costs head_dim/2 sincosf a
+// row (64 for head_dim 128, against 20 heads of 128 values at the Llama bench's size), where a
+// table over (seq, head_dim/2) in global memory would have each thread read as many bytes of
+// fp32 cosines and sines (64 for 8 pairs) as the bf16 values it moves (32 read, 32 written).
 #pragma once
 
 #include <cuda_bf16.h>

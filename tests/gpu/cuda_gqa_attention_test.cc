@@ -4,6 +4,7 @@
 // for groups of 1, 2 and 4 and head_dim 32, 64 and 128; then once through the Ops path.
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,11 @@ std::string KernelName(cuda::AttentionKernel kernel) {
     default:
       return "Auto";
   }
+}
+
+// What GoogleTest prints for a case (and CTest's test names carry), instead of its bytes.
+void PrintTo(const GqaCase& c, std::ostream* os) {
+  *os << KernelName(c.kernel) << " group " << c.group << " head_dim " << c.head_dim;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<GqaCase>& info) {

@@ -3,6 +3,7 @@
 // and without the recompute of out, in place). Each runs the 16-byte vector kernels and the
 // one-element kernels they fall back to.
 #include <cmath>
+#include <ostream>
 #include <string>
 
 #include "kernels/cpu/elementwise.h"
@@ -35,6 +36,12 @@ struct RotaryCase {
   int64_t batch, seq, heads, kv_heads, head_dim;
   int64_t offset;  // elements; 1 makes qkv unaligned
 };
+
+// What GoogleTest prints for a case (and CTest's test names carry), instead of its bytes.
+void PrintTo(const RotaryCase& c, std::ostream* os) {
+  *os << "batch " << c.batch << " seq " << c.seq << " heads " << c.heads << " kv_heads "
+      << c.kv_heads << " head_dim " << c.head_dim << " offset " << c.offset;
+}
 
 std::string RotaryName(const ::testing::TestParamInfo<RotaryCase>& info) {
   const RotaryCase& c = info.param;
@@ -132,6 +139,10 @@ struct SwigluCase {
   int64_t rows, ffn;
   int64_t offset;  // elements; 1 makes gate_up unaligned
 };
+
+void PrintTo(const SwigluCase& c, std::ostream* os) {
+  *os << "rows " << c.rows << " ffn " << c.ffn << " offset " << c.offset;
+}
 
 std::string SwigluName(const ::testing::TestParamInfo<SwigluCase>& info) {
   return absl::StrCat("T", info.param.rows, "F", info.param.ffn,
