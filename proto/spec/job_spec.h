@@ -60,7 +60,9 @@ int64_t LlamaFfnDim(const v1::ModelSpec& model);
 // model's config). The coordinator refuses a larger upload from rank 0.
 int64_t ExportedModelBytesLimit(const v1::ModelSpec& model);
 
-// Training FLOPs per token with the anchor's convention: 6·N + 12·layers·seq·dim.
+// Training FLOPs per token, for MFU: 6·N + 12·layers·seq·dim, N the weights of matrix products
+// (PaLM's convention: the embedding lookup and the norms are not counted; the PyTorch anchor's
+// tflops_per_gpu counts every parameter, about 9% more for the seed).
 double FlopsPerToken(const v1::JobSpec& spec);
 
 // A conservative estimate of the bytes one rank needs on its device: the fp32 master shard,

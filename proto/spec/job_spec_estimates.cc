@@ -10,6 +10,7 @@ namespace {
 // The sizes the estimates read, for either architecture.
 struct ModelSizes {
   int64_t block = 0;        // parameters of one block
+  int64_t block_matrices = 0;  // of those, the weights of its matrix products
   int64_t root = 0;         // embedding, head (unless tied) and final norm
   int64_t ffn_kept = 0;     // a block's FFN activation per token before its nonlinearity
   int64_t tensors = 0;      // tensors an export holds
@@ -25,7 +26,8 @@ ModelSizes SizesOf(const v1::ModelSpec& model) {
     const int64_t heads = std::max<int64_t>(model.heads(), 1);
     const int64_t kv_dim = LlamaKvHeads(model) * (d / heads);
     // Two norms, q and o (d² each), k and v (d·kv_dim each), gate, up and down (d·f each).
-    sizes.block = 2 * d + 2 * d * d + 2 * d * kv_dim + 3 * d * f;
+    sizes.block_matrices = 2 * d * d + 2 * d * kv_dim + 3 * d * f;
+    sizes.block = 2 * d + sizes.block_matrices;
     sizes.root = v * d + d + (model.tie_embeddings() ? 0 : v * d);
     sizes.ffn_kept = 2 * f;
     sizes.tensors = 9 * model.layers() + (model.tie_embeddings() ? 2 : 3);
@@ -33,6 +35,7 @@ ModelSizes SizesOf(const v1::ModelSpec& model) {
     return sizes;
   }
   const int64_t f = model.ffn_mult() * d;
+  sizes.block_matrices = 4 * d * d + 2 * d * f;
   sizes.block = 2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d * f;
   sizes.root = 2 * v * d + (model.final_norm() ? d : 0);
   sizes.ffn_kept = f;
@@ -63,7 +66,12 @@ int64_t ExportedModelBytesLimit(const v1::ModelSpec& model) {
 
 double FlopsPerToken(const v1::JobSpec& spec) {
   const v1::ModelSpec& model = spec.model();
-  return 6.0 * static_cast<double>(ParameterCount(model)) +
+  // 6·N over the weights of matrix products (the blocks' and the head's, once whether or not
+  // it is tied), as MFU is counted for PaLM and Megatron: the embedding is a lookup, and norms
+  // and biases add no products. Then 12·L·s·d for attention's two products.
+  const double matrices = static_cast<double>(model.layers()) * SizesOf(model).block_matrices +
+                          static_cast<double>(model.vocab()) * static_cast<double>(model.dim());
+  return 6.0 * matrices +
          12.0 * static_cast<double>(model.layers()) * static_cast<double>(spec.data().seq_len()) *
              static_cast<double>(model.dim());
 }
