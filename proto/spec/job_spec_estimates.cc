@@ -9,12 +9,12 @@ namespace {
 
 // The sizes the estimates read, for either architecture.
 struct ModelSizes {
-  int64_t block = 0;        // parameters of one block
+  int64_t block = 0;           // parameters of one block
   int64_t block_matrices = 0;  // of those, the weights of its matrix products
-  int64_t root = 0;         // embedding, head (unless tied) and final norm
-  int64_t ffn_kept = 0;     // a block's FFN activation per token before its nonlinearity
-  int64_t tensors = 0;      // tensors an export holds
-  double largest_unit = 0;  // parameters of the largest FSDP unit, as the estimate counts them
+  int64_t root = 0;            // embedding, head (unless tied) and final norm
+  int64_t ffn_kept = 0;        // a block's FFN activation per token before its nonlinearity
+  int64_t tensors = 0;         // tensors an export holds
+  double largest_unit = 0;     // parameters of the largest FSDP unit, as the estimate counts them
 };
 
 ModelSizes SizesOf(const v1::ModelSpec& model) {
@@ -71,9 +71,9 @@ double FlopsPerToken(const v1::JobSpec& spec) {
   // and biases add no products. Then 12·L·s·d for attention's two products.
   const double matrices = static_cast<double>(model.layers()) * SizesOf(model).block_matrices +
                           static_cast<double>(model.vocab()) * static_cast<double>(model.dim());
-  return 6.0 * matrices +
-         12.0 * static_cast<double>(model.layers()) * static_cast<double>(spec.data().seq_len()) *
-             static_cast<double>(model.dim());
+  return 6.0 * matrices + 12.0 * static_cast<double>(model.layers()) *
+                              static_cast<double>(spec.data().seq_len()) *
+                              static_cast<double>(model.dim());
 }
 
 double EstimateRankDeviceBytes(const v1::JobSpec& spec) {

@@ -67,8 +67,8 @@ TEST(SpecLlama, ParameterCountIsHuggingFacesLlamaForCausalLm) {
   EXPECT_EQ(ParameterCount(spec.model()), 672188416 - 32000 * 2048);
   EXPECT_GT(ExportedModelBytesLimit(spec.model()), 4 * ParameterCount(spec.model()));
   // MFU counts the products alone: the blocks' matrices and the head, tied or not.
-  const double matrices = 12.0 * (2 * 2048.0 * 2048 + 2 * 2048.0 * 512 + 3 * 2048.0 * 5632) +
-                          32000.0 * 2048;
+  const double matrices =
+      12.0 * (2 * 2048.0 * 2048 + 2 * 2048.0 * 512 + 3 * 2048.0 * 5632) + 32000.0 * 2048;
   const double attention = 12.0 * 12 * spec.data().seq_len() * 2048;
   EXPECT_DOUBLE_EQ(FlopsPerToken(spec), 6 * matrices + attention);
   spec.mutable_model()->set_tie_embeddings(false);

@@ -166,9 +166,9 @@ TEST(JobSpec, SizeEstimatesGrowWithTheModelAndShrinkWithShards) {
   EXPECT_GT(one_rank, 12.0 * 735199232);
   // 669.5M weights of matrix products: 12 blocks of 4·d² + 2·d·4d, and the head (v·d); the
   // embedding (a lookup), norms and biases are not products.
-  EXPECT_DOUBLE_EQ(FlopsPerToken(spec), 6.0 * (12.0 * (4 * 2048.0 * 2048 + 2 * 2048.0 * 8192) +
-                                               32000.0 * 2048) +
-                                            12.0 * 12 * 1024 * 2048);
+  EXPECT_DOUBLE_EQ(FlopsPerToken(spec),
+                   6.0 * (12.0 * (4 * 2048.0 * 2048 + 2 * 2048.0 * 8192) + 32000.0 * 2048) +
+                       12.0 * 12 * 1024 * 2048);
 }
 
 TEST(JobSpec, ActivationRecomputeIsParsedCheckedAndShrinksTheEstimate) {
