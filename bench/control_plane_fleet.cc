@@ -1,6 +1,7 @@
 #include "bench/control_plane_fleet.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -89,6 +90,7 @@ void SimulatedWorker::OnWriteDone(bool ok) {
 
 void SimulatedWorker::OnReadDone(bool ok) {
   if (!ok) return;  // the coordinator ended the stream; OnDone follows
+  std::optional<v1::WorkerMessage> accepted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (incoming_.has_assignment()) {
@@ -98,6 +100,14 @@ void SimulatedWorker::OnReadDone(bool ok) {
       rank_ = assignment.rank();
       next_step_ = 1;
       ++assignments_;
+      // As a real worker does once it starts the rank: the coordinator's SCHEDULED deadline
+      // waits for this (or a first step report), not for the rendezvous.
+      accepted.emplace();
+      v1::AssignmentAccepted& answer = *accepted->mutable_accepted();
+      answer.set_job_id(assignment.job_id());
+      answer.set_job_uid(assignment.job_uid());
+      answer.set_attempt(assignment.attempt());
+      answer.set_rank(assignment.rank());
     } else if (incoming_.has_cancellation() && incoming_.cancellation().job_id() == job_id_) {
       job_id_.clear();
       cancelled_ = true;
@@ -110,6 +120,7 @@ void SimulatedWorker::OnReadDone(bool ok) {
       }
     }
   }
+  if (accepted.has_value()) Enqueue(*std::move(accepted));
   StartRead(&incoming_);
 }
 

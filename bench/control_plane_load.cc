@@ -2,8 +2,8 @@
 // connects N simulated workers (Register + one Session stream each), submits N / world_size
 // tiny CPU jobs so the scheduler gives every worker a rank, and then has every worker stream
 // 10 StepReports/s (--reports-per-second) for the measurement window. Meanwhile a client issues
-// SubmitJob and GetJob at a steady rate and /metrics is scraped once a second. At the end it
-// checks that no attempt was failed (no worker reassigned or cancelled), that the coordinator
+// SubmitJob, GetJob and ListJobs at a steady rate and /metrics is scraped once a second. At the end
+// it checks that no attempt was failed (no worker reassigned or cancelled), that the coordinator
 // aggregated (GetJob step, within --catch-up-seconds of the window's end) and stored (SQLite
 // rows, after a SIGTERM flush) every report that was sent, and prints the coordinator's memory
 // and CPU. It starts fsdpd with the registration bounds its fleet needs (--max-workers,
@@ -43,12 +43,12 @@ struct Options {
   int seconds = 30;
   int workers_per_connection = 1;
   int tick_threads = 2;
-  double probe_rate = 20;  // SubmitJob + GetJob calls per second, alternating
+  double probe_rate = 20;  // SubmitJob, GetJob and ListJobs calls per second, in turn
   int reports_per_second = 10;
   int catch_up_seconds = 30;
   double read_p99_millis = 50;
   // Which targets decide the exit status: "all", or "no-drop" (nothing lost and no attempt
-  // failed), or "no-drop,reads" (and SubmitJob/GetJob p99 under --read-p99-ms).
+  // failed), or "no-drop,reads" (and SubmitJob/GetJob/ListJobs p99 under --read-p99-ms).
   std::string require = "all";
   std::vector<std::string> fsdpd_args;
   std::string keep_state_dir;
@@ -87,11 +87,17 @@ double MillisSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// SubmitJob and GetJob alternately at `rate` calls/s, on a connection of their own.
+// Latencies of the probe's calls, in milliseconds.
+struct ProbeMillis {
+  std::vector<double> submit, get, list;
+};
+
+// SubmitJob, GetJob and ListJobs in turn at `rate` calls/s, on a connection of their own.
+// ListJobs asks for the newest 100 jobs, as a dashboard's first page would; the coordinator
+// still reads every job to order them.
 void ProbeLoop(const std::string& target, double rate, int world_size,
                const std::vector<std::string>& job_ids, const std::atomic<bool>& stop,
-               std::vector<double>& submit_millis, std::vector<double>& get_millis,
-               int64_t& failures) {
+               ProbeMillis& millis, int64_t& failures) {
   grpc::ChannelArguments arguments;
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto stub = v1::JobService::NewStub(
@@ -106,19 +112,25 @@ void ProbeLoop(const std::string& target, double rate, int world_size,
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const auto begin = std::chrono::steady_clock::now();
     grpc::Status status;
-    if (call % 2 == 0) {
+    if (call % 3 == 0) {
       v1::SubmitJobRequest request;
       // Bigger than the idle pool, so it waits PENDING and takes no simulated worker.
       *request.mutable_spec() = TinyJobSpec(world_size, absl::StrCat("probe-", call));
       v1::SubmitJobResponse response;
       status = stub->SubmitJob(&context, request, &response);
-      if (status.ok()) submit_millis.push_back(MillisSince(begin));
-    } else {
+      if (status.ok()) millis.submit.push_back(MillisSince(begin));
+    } else if (call % 3 == 1) {
       v1::GetJobRequest request;
       request.set_id(job_ids[random() % job_ids.size()]);
       v1::Job response;
       status = stub->GetJob(&context, request, &response);
-      if (status.ok()) get_millis.push_back(MillisSince(begin));
+      if (status.ok()) millis.get.push_back(MillisSince(begin));
+    } else {
+      v1::ListJobsRequest request;
+      request.set_page_size(100);
+      v1::ListJobsResponse response;
+      status = stub->ListJobs(&context, request, &response);
+      if (status.ok()) millis.list.push_back(MillisSince(begin));
     }
     if (!status.ok()) {
       ++failures;
@@ -179,12 +191,6 @@ absl::Status Run(const Options& options, bool& targets_met) {
     if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
     state_dir = pattern;
   }
-  absl::StatusOr<int> grpc_port = PickFreePort();
-  if (!grpc_port.ok()) return grpc_port.status();
-  absl::StatusOr<int> metrics_port = PickFreePort();
-  if (!metrics_port.ok()) return metrics_port.status();
-  const std::string target = absl::StrCat("127.0.0.1:", *grpc_port);
-
   CoordinatorProcess coordinator;
   // What this fleet needs of fsdpd's registration bounds: every simulated worker registers from
   // 127.0.0.1 within a few seconds, and the defaults (4096 workers, 20 a second per peer)
@@ -193,13 +199,13 @@ absl::Status Run(const Options& options, bool& targets_met) {
       "--max-workers", absl::StrCat(std::max(4096, options.workers + 16)), "--register-rate",
       absl::StrCat(std::max(20, options.workers))};
   fsdpd_args.insert(fsdpd_args.end(), options.fsdpd_args.begin(), options.fsdpd_args.end());
-  if (absl::Status status =
-          coordinator.Start(options.fsdpd_binary, state_dir, *grpc_port, *metrics_port, fsdpd_args);
+  if (absl::Status status = coordinator.Start(options.fsdpd_binary, state_dir, fsdpd_args);
       !status.ok()) {
     return status;
   }
+  const std::string target = absl::StrCat("127.0.0.1:", coordinator.grpc_port());
   std::printf("fsdpd pid %d on %s, metrics on %d, state in %s\n", coordinator.pid(), target.c_str(),
-              *metrics_port, state_dir.c_str());
+              coordinator.metrics_port(), state_dir.c_str());
   absl::StatusOr<ProcessSample> idle = SampleProcess(coordinator.pid());
   if (!idle.ok()) return idle.status();
 
@@ -235,7 +241,8 @@ absl::Status Run(const Options& options, bool& targets_met) {
 
   // The measurement window.
   std::atomic<bool> stop_probes{false};
-  std::vector<double> submit_millis, get_millis, scrape_millis;
+  ProbeMillis probe_millis;
+  std::vector<double> scrape_millis;
   int64_t probe_failures = 0, scrape_failures = 0;
   size_t metrics_bytes = 0;
   const int64_t own_cpu_start = static_cast<int64_t>(clock());
@@ -243,11 +250,12 @@ absl::Status Run(const Options& options, bool& targets_met) {
   fleet.SetStepping(true);
   const auto window_start = std::chrono::steady_clock::now();
   std::thread probe([&] {
-    ProbeLoop(target, options.probe_rate, options.world_size, job_ids, stop_probes, submit_millis,
-              get_millis, probe_failures);
+    ProbeLoop(target, options.probe_rate, options.world_size, job_ids, stop_probes, probe_millis,
+              probe_failures);
   });
   std::thread scrape([&] {
-    ScrapeLoop(*metrics_port, stop_probes, scrape_millis, metrics_bytes, scrape_failures);
+    ScrapeLoop(coordinator.metrics_port(), stop_probes, scrape_millis, metrics_bytes,
+               scrape_failures);
   });
   std::this_thread::sleep_until(window_start + std::chrono::seconds(options.seconds));
   fleet.SetStepping(false);
@@ -329,8 +337,9 @@ absl::Status Run(const Options& options, bool& targets_met) {
 
   const double target_rate = static_cast<double>(options.reports_per_second) * options.workers;
   const double rate = static_cast<double>(sent) / window_seconds;
-  const LatencySummary submit = Summarize(submit_millis);
-  const LatencySummary get = Summarize(get_millis);
+  const LatencySummary submit = Summarize(probe_millis.submit);
+  const LatencySummary get = Summarize(probe_millis.get);
+  const LatencySummary list = Summarize(probe_millis.list);
   const LatencySummary scrape_summary = Summarize(scrape_millis);
   std::printf(
       "window: %.1f s, %d workers, world_size %d, %zu jobs, %d workers/connection; host load "
@@ -351,6 +360,7 @@ absl::Status Run(const Options& options, bool& targets_met) {
       complete_step.size(), verify_seconds, static_cast<long long>(event_mismatches));
   PrintLatency("SubmitJob", submit);
   PrintLatency("GetJob", get);
+  PrintLatency("ListJobs (100)", list);
   PrintLatency("/metrics scrape", scrape_summary);
   std::printf("/metrics body: %zu bytes; probe failures %lld, scrape failures %lld\n",
               metrics_bytes, static_cast<long long>(probe_failures),
@@ -376,9 +386,9 @@ absl::Status Run(const Options& options, bool& targets_met) {
                        aggregated_jobs == static_cast<int>(complete_step.size()) &&
                        event_mismatches == 0;
   const bool rate_met = rate >= 0.99 * target_rate;
-  const bool latency_met = submit.count > 0 && get.count > 0 &&
+  const bool latency_met = submit.count > 0 && get.count > 0 && list.count > 0 &&
                            submit.p99 < options.read_p99_millis &&
-                           get.p99 < options.read_p99_millis;
+                           get.p99 < options.read_p99_millis && list.p99 < options.read_p99_millis;
   const bool scrape_met = !scrape_millis.empty() && scrape_summary.max < 250;
   std::printf("targets: rate %s, no drop %s, p99<%.0fms %s, scrape<250ms %s\n",
               rate_met ? "MET" : "MISSED", no_drop ? "MET" : "MISSED", options.read_p99_millis,
@@ -418,7 +428,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 20000));
   app.add_option("--tick-threads", options.tick_threads, "threads that pace the sends")
       ->check(CLI::Range(1, 64));
-  app.add_option("--probe-rate", options.probe_rate, "SubmitJob+GetJob calls per second")
+  app.add_option("--probe-rate", options.probe_rate,
+                 "SubmitJob, GetJob and ListJobs calls per second")
       ->check(CLI::Range(0.1, 1000.0));
   app.add_option("--reports-per-second", options.reports_per_second,
                  "step reports per worker per second while stepping")

@@ -22,23 +22,6 @@
 
 namespace fsdpd::bench {
 
-absl::StatusOr<int> PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const std::string error = std::strerror(errno);
-    close(fd);
-    return absl::InternalError(absl::StrCat("picking a free port: ", error));
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
 CoordinatorProcess::~CoordinatorProcess() {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
@@ -46,16 +29,31 @@ CoordinatorProcess::~CoordinatorProcess() {
   }
 }
 
+namespace {
+
+// The port after the last ':' of `text` from `from` on, up to the first character that is no
+// digit; 0 when there is none.
+int PortAfter(const std::string& text, size_t from) {
+  const size_t colon = text.find(':', from);
+  if (colon == std::string::npos) return 0;
+  int port = 0;
+  for (size_t i = colon + 1; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    port = port * 10 + (text[i] - '0');
+  }
+  return port;
+}
+
+}  // namespace
+
 absl::Status CoordinatorProcess::Start(const std::string& binary, const std::string& state_dir,
-                                       int grpc_port, int metrics_port,
                                        const std::vector<std::string>& extra_args) {
   int out[2];
   if (pipe(out) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   const std::string log_path = state_dir + "/fsdpd.log";
-  const std::string listen = absl::StrCat("127.0.0.1:", grpc_port);
-  const std::string metrics = absl::StrCat("127.0.0.1:", metrics_port);
-  std::vector<std::string> args = {binary,  "--listen",    listen,   "--metrics-listen",
-                                   metrics, "--state-dir", state_dir};
+  // Port 0: fsdpd binds a port of the system's choice and says which (below), so no other
+  // process can take it between a pick and the bind.
+  std::vector<std::string> args = {binary,        "--listen",    "127.0.0.1:0", "--metrics-listen",
+                                   "127.0.0.1:0", "--state-dir", state_dir};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
@@ -92,8 +90,18 @@ absl::Status CoordinatorProcess::Start(const std::string& binary, const std::str
     seen.append(buffer, static_cast<size_t>(got));
   }
   close(out[0]);
-  if (seen.find("listening") == std::string::npos) {
+  const size_t listening = seen.find("listening on ");
+  if (listening == std::string::npos || (grpc_port_ = PortAfter(seen, listening)) == 0) {
     return absl::InternalError(absl::StrCat("unexpected first line from fsdpd: ", seen));
+  }
+  // The log names the metrics port before fsdpd prints its listening line.
+  std::ifstream log(log_path);
+  for (std::string line; std::getline(log, line);) {
+    const size_t metrics = line.find("metrics on ");
+    if (metrics != std::string::npos) metrics_port_ = PortAfter(line, metrics);
+  }
+  if (metrics_port_ == 0) {
+    return absl::InternalError(absl::StrCat("fsdpd's log names no metrics port; see ", log_path));
   }
   return absl::OkStatus();
 }

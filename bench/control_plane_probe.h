@@ -16,22 +16,25 @@
 
 namespace fsdpd::bench {
 
-// A free TCP port on 127.0.0.1 (bound, read back and released).
-absl::StatusOr<int> PickFreePort();
-
 // One fsdpd started with a fresh state directory; its stderr goes to <state_dir>/fsdpd.log.
 class CoordinatorProcess {
  public:
   ~CoordinatorProcess();
-  // `extra_args` follow fsdpd's own flags (--listen, --metrics-listen, --state-dir).
-  absl::Status Start(const std::string& binary, const std::string& state_dir, int grpc_port,
-                     int metrics_port, const std::vector<std::string>& extra_args = {});
+  // Serves gRPC and /metrics on 127.0.0.1, on ports of the system's choice (read back from
+  // fsdpd's output). `extra_args` follow fsdpd's own flags (--listen, --metrics-listen,
+  // --state-dir).
+  absl::Status Start(const std::string& binary, const std::string& state_dir,
+                     const std::vector<std::string>& extra_args = {});
   // SIGTERM, then waits for the exit (the job store flushes its batches on the way out).
   absl::Status Stop(std::chrono::seconds timeout);
   pid_t pid() const { return pid_; }
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
 
  private:
   pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
 };
 
 struct ProcessSample {

@@ -87,15 +87,29 @@ AttemptStanding WorkerRegistry::Standing(const std::string& principal, const std
                                          int attempt) const {
   std::lock_guard<std::mutex> lock(mutex_);
   AttemptStanding standing;
-  for (const auto& [id, entry] : workers_) {
-    if (!entry.assignment.active() || entry.assignment.job_id != job_id ||
-        entry.assignment.attempt != attempt) {
-      continue;
-    }
-    ++standing.ranks;
-    if (entry.principal == principal) standing.runs = true;
-  }
+  auto found = attempt_workers_.find({job_id, attempt});
+  if (found == attempt_workers_.end()) return standing;
+  standing.ranks = found->second.ranks;
+  standing.runs = found->second.principals.count(principal) > 0;
   return standing;
+}
+
+void WorkerRegistry::SetAssignmentLocked(Entry& entry, RankAssignment assignment) {
+  if (entry.assignment.active()) {
+    auto found = attempt_workers_.find({entry.assignment.job_id, entry.assignment.attempt});
+    if (found != attempt_workers_.end()) {
+      AttemptWorkers& workers = found->second;
+      --workers.ranks;
+      if (--workers.principals[entry.principal] == 0) workers.principals.erase(entry.principal);
+      if (workers.ranks == 0) attempt_workers_.erase(found);
+    }
+  }
+  entry.assignment = std::move(assignment);
+  if (entry.assignment.active()) {
+    AttemptWorkers& workers = attempt_workers_[{entry.assignment.job_id, entry.assignment.attempt}];
+    ++workers.ranks;
+    ++workers.principals[entry.principal];
+  }
 }
 
 bool WorkerRegistry::ConfirmClaim(const std::string& worker_id) {
@@ -103,7 +117,7 @@ bool WorkerRegistry::ConfirmClaim(const std::string& worker_id) {
   auto found = workers_.find(worker_id);
   if (found == workers_.end() || !found->second.claim.active()) return false;
   Entry& entry = found->second;
-  entry.assignment = std::exchange(entry.claim, {});
+  SetAssignmentLocked(entry, std::exchange(entry.claim, {}));
   ShowWorkLocked(entry);
   return true;
 }
@@ -142,13 +156,16 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
                      config_.lost_retention.count() / 1000, "s"));
   }
   Entry& entry = workers_[id];
+  entry.info.set_id(id);
+  // What the worker says it runs is a claim until the job manager confirms it (ConfirmClaim).
+  // Dropped before the principal changes: attempt_workers_ counts assignments by principal.
+  RankAssignment previous = entry.assignment;
+  SetAssignmentLocked(entry, {});
   entry.principal = principal;
   entry.session_ended = false;
   // A session still attached here is not live (CheckReclaimLocked): it is closed, so the new
   // session this registration leads to is not refused for it.
   stale = std::move(entry.session);
-  RankAssignment previous = entry.assignment;
-  entry.info.set_id(id);
   entry.info.set_hostname(request.hostname());
   entry.info.set_device_kind(request.device_kind());
   entry.info.set_gpu_index(request.gpu_index());
@@ -159,8 +176,6 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   *entry.info.mutable_health() = request.health();
   entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
   entry.last_heartbeat = now;
-  // What the worker says it runs is a claim until the job manager confirms it (ConfirmClaim).
-  entry.assignment = {};
   entry.claim = {};
   if (!request.running_job_id().empty()) {
     entry.claim = {request.running_job_id(), request.running_attempt(), request.running_rank()};
@@ -298,7 +313,7 @@ void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& 
   auto found = workers_.find(worker_id);
   if (found == workers_.end()) return;
   Entry& entry = found->second;
-  entry.assignment = assignment;
+  SetAssignmentLocked(entry, assignment);
   entry.claim = {};
   ShowWorkLocked(entry);
 }
@@ -312,7 +327,7 @@ void WorkerRegistry::Release(const std::string& worker_id, const std::string& jo
     return work.active() && work.job_id == job_id && work.attempt == attempt;
   };
   if (!runs(entry.assignment) && !runs(entry.claim)) return;
-  if (runs(entry.assignment)) entry.assignment = {};
+  if (runs(entry.assignment)) SetAssignmentLocked(entry, {});
   if (runs(entry.claim)) entry.claim = {};
   ShowWorkLocked(entry);
 }
@@ -408,9 +423,10 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
   std::lock_guard<std::mutex> lock(mutex_);
   Expiry expiry;
   for (auto it = workers_.begin(); it != workers_.end();) {
-    const Entry& entry = it->second;
+    Entry& entry = it->second;
     const bool forgotten = entry.info.state() == v1::LOST && entry.session == nullptr &&
                            now - entry.last_heartbeat > config_.lost_retention;
+    if (forgotten) SetAssignmentLocked(entry, {});  // none: a lost worker's work is a claim
     it = forgotten ? workers_.erase(it) : std::next(it);
   }
   // Silence, from the later of the last message and the floor; none while reading is paused.
@@ -439,7 +455,7 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
     // partition, not a death): kept as its claim, so that if it is heard again it stays BUSY,
     // off the scheduler, until it reports that rank ended (Release).
     if (entry.assignment.active()) entry.claim = entry.assignment;
-    entry.assignment = {};
+    SetAssignmentLocked(entry, {});
     ShowWorkLocked(entry);
   }
   return expiry;

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -199,8 +200,19 @@ class WorkerRegistry {
   std::string NewIdLocked();
 
   const WorkerRegistryConfig config_;
+  // Every change of an entry's assignment goes through here, which keeps attempt_workers_ (an
+  // entry's principal changes only while it has no assignment).
+  void SetAssignmentLocked(Entry& entry, RankAssignment assignment);
+  // The workers assigned to one (job, attempt): how many, and how many hold each credential.
+  struct AttemptWorkers {
+    int ranks = 0;
+    std::map<std::string, int> principals;
+  };
+
   mutable std::mutex mutex_;
   std::map<std::string, Entry> workers_;
+  // Standing, asked on every rendezvous call, reads this instead of the whole fleet.
+  std::map<std::pair<std::string, int>, AttemptWorkers> attempt_workers_;
   uint64_t next_number_ = 1;
 };
 

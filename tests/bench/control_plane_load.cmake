@@ -9,6 +9,9 @@
 #    because of the overload, and nothing sent may be lost (every report stored, every job's
 #    GetJob step caught up within 120 s). The read latencies are printed, not asserted: on a
 #    shared 2-core host they follow the other load (bench/RESULTS.md).
+#  - bench_control_plane_gang_small: the gang bench (bench/control_plane_gang.cc) with a
+#    32-rank job, once: placement, the full-mesh rendezvous and the first aggregated step must
+#    complete.
 if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
   add_test(NAME bench_control_plane_load_small
     COMMAND $<TARGET_FILE:fsdpd_control_plane_load> --workers 60 --world-size 4 --seconds 3
@@ -22,4 +25,7 @@ if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
   # the host's cores would starve the coordinator of the CPU it needs to place the gangs.
   set_tests_properties(bench_control_plane_overload PROPERTIES LABELS integration TIMEOUT 420
     RUN_SERIAL TRUE)
+  add_test(NAME bench_control_plane_gang_small
+    COMMAND $<TARGET_FILE:fsdpd_control_plane_gang> --ranks 32 --repeat 1)
+  set_tests_properties(bench_control_plane_gang_small PROPERTIES LABELS integration TIMEOUT 180)
 endif()

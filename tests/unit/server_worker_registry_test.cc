@@ -126,6 +126,44 @@ v1::RegisterRequest Claiming(const std::string& id, const std::string& job, int 
   return request;
 }
 
+// Standing follows every change of assignment: a release, a registration again (which drops the
+// assignment until it is confirmed), a reassignment to a later attempt, and two workers of one
+// credential in one attempt.
+TEST_F(WorkerRegistryTest, StandingFollowsAssignmentsThroughReleaseReregistrationAndRetry) {
+  auto a = registry_.Register(Request("", 0), now_, "token:host-a");
+  auto b = registry_.Register(Request("", 1), now_, "token:host-b");
+  auto a2 = registry_.Register(Request("", 2), now_, "token:host-a");
+  ASSERT_TRUE(a.ok() && b.ok() && a2.ok());
+  registry_.Assign(a->first, {"job-000001", 1, 0});
+  registry_.Assign(b->first, {"job-000001", 1, 1});
+  registry_.Assign(a2->first, {"job-000001", 1, 2});
+  EXPECT_EQ(registry_.Standing("token:host-b", "job-000001", 1).ranks, 3);
+  EXPECT_TRUE(registry_.Standing("token:host-b", "job-000001", 1).runs);
+  EXPECT_FALSE(registry_.Standing("token:host-b", "job-000001", 2).runs);  // another attempt
+
+  // One of host-a's two ranks released: host-a still runs one.
+  registry_.Release(a->first, "job-000001", 1);
+  EXPECT_EQ(registry_.Standing("token:host-a", "job-000001", 1).ranks, 2);
+  EXPECT_TRUE(registry_.Standing("token:host-a", "job-000001", 1).runs);
+  registry_.Release(a2->first, "job-000001", 1);
+  EXPECT_FALSE(registry_.Standing("token:host-a", "job-000001", 1).runs);
+
+  // Registering again drops the assignment (it is a claim until confirmed).
+  ASSERT_TRUE(registry_.Register(Request(b->first, 1), now_, "token:host-b").ok());
+  const AttemptStanding gone = registry_.Standing("token:host-b", "job-000001", 1);
+  EXPECT_FALSE(gone.runs);
+  EXPECT_EQ(gone.ranks, 0);
+
+  // A retry assigns the next attempt; the earlier one's scope stays empty.
+  registry_.Assign(b->first, {"job-000001", 2, 0});
+  EXPECT_TRUE(registry_.Standing("token:host-b", "job-000001", 2).runs);
+  EXPECT_EQ(registry_.Standing("token:host-b", "job-000001", 2).ranks, 1);
+  EXPECT_EQ(registry_.Standing("token:host-b", "job-000001", 1).ranks, 0);
+  registry_.Assign(b->first, {"job-000002", 1, 0});  // moved on without a release
+  EXPECT_FALSE(registry_.Standing("token:host-b", "job-000001", 2).runs);
+  EXPECT_TRUE(registry_.Standing("token:host-b", "job-000002", 1).runs);
+}
+
 TEST_F(WorkerRegistryTest, AClaimKeepsTheWorkerBusyButGivesNoStandingUntilConfirmed) {
   auto real = registry_.Register(Request("", 0), now_, "token:host-a");
   ASSERT_TRUE(real.ok());

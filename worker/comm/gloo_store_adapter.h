@@ -2,9 +2,17 @@
 // KeyValueStore, so ranks meet through the coordinator's store or a shared directory alike.
 // Gloo's Store interface reports failures by throwing; this adapter throws gloo::IoException
 // with our store's message, and the communicator turns it back into a Status.
+//
+// Gloo's full-mesh connect waits for each peer's key and then gets it. A wait here already reads
+// the value (our store's Get waits for the key), so the adapter keeps what a wait read and hands
+// it to the get that follows: one call to the coordinator per peer instead of two, which is most
+// of a large gang's rendezvous (bench/RESULTS.md, "Gang scheduling and rendezvous"). Keys are
+// written once per attempt, so the kept value is the stored one. Used by one thread at a time,
+// as Gloo's rendezvous is.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +38,7 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   KeyValueStore* store_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
+  std::map<std::string, std::string> waited_;  // read by a wait, not yet taken by a get
 };
 
 }  // namespace fsdpd
