@@ -14,8 +14,9 @@
 // _deadlines.cc (Tick), _liveness.cc (lost workers, suspended under overload), _workers.cc
 // (registration, sessions, message dispatch), _reports.cc (steps, results, logs, artifacts,
 // profiles), _exports.cc (checkpoints and their exports), _queries.cc (the published view,
-// watches, logs), _sending.cc (to workers and subscribers) and _store_health.cc (grouped writes,
-// rollback, held messages). The private declarations below are grouped the same way.
+// watches, logs), _sending.cc (grouped writes, rollback, and what is held for workers and
+// subscribers until the commit) and _store_health.cc (a store that cannot write, held messages).
+// The private declarations below are grouped the same way.
 #pragma once
 
 #include <atomic>
@@ -421,10 +422,6 @@ class JobManager {
                     std::function<void(const std::shared_ptr<JobSubscriber>&)> notify);
   // Sends what NotifyLocked held back, in order.
   void SendHeldNotificationsLocked();
-
-  // job_manager_store_health.cc
-  // Logs and counts a failed write, and marks the store failing.
-  void LogStoreError(const absl::Status& status, const char* what);
   // What a record was before a run of messages changed it, to undo a run that did not commit.
   struct RecordSnapshot {
     v1::Job job;
@@ -438,6 +435,10 @@ class JobManager {
   // Runs `body` with its writes in one store group; false (and nothing applied) when any of
   // them failed. Publishes, notifies and sends to workers only after the commit.
   bool RunGroupedLocked(const std::function<void()>& body);
+
+  // job_manager_store_health.cc
+  // Logs and counts a failed write, and marks the store failing.
+  void LogStoreError(const absl::Status& status, const char* what);
   // UNAVAILABLE with the store's last error.
   absl::Status StoreUnavailable() const;
   // While the store is failing: retries what is held; true once it writes again.

@@ -1,11 +1,7 @@
 #include "server/worker_service.h"
 
 #include <pthread.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -33,12 +29,6 @@ namespace fsdpd::server {
 // waiting message is the coordinator's processing lag (processing_lag.h), and a paused session's
 // worker is not counted silent (WorkerRegistry::SetReadPaused): neither the lag nor the pause is
 // the worker's doing.
-//
-// The dispatching thread runs at a lower scheduling priority (nice +kDispatcherNice) than the
-// rest of the process. On a coordinator with CPU to spare this changes nothing. On one that is
-// short of CPU, the threads that answer SubmitJob, GetJob, ListJobs and WatchJob, read the
-// sessions and run the liveness tick get the CPU first, and the reports wait (at the workers,
-// through the pause above) instead of the users' calls.
 class SessionDispatcher {
  public:
   struct Item {
@@ -78,15 +68,10 @@ class SessionDispatcher {
   void Run() {
     // Linux keeps a nice value per thread (setpriority(2) on the thread's id); raising one's
     // own needs no privilege. Failing to lower the priority is harmless: it is logged.
-    // Named so that operators (top -H) and tests can find it.
+    // Named so that operators see it in top -H. It keeps the process's priority: at nice +10
+    // it got so little CPU beside gRPC's threads reading 10,000 sessions that the reports'
+    // backlog grew without bound (bench/RESULTS.md, "At cluster scale").
     pthread_setname_np(pthread_self(), "fsdpd-dispatch");
-    constexpr int kDispatcherNice = 10;
-    const auto self = static_cast<id_t>(gettid());
-    errno = 0;
-    const int nice = getpriority(PRIO_PROCESS, self);  // -1 may be a nice value: errno tells
-    if (errno != 0 || setpriority(PRIO_PROCESS, self, std::min(nice + kDispatcherNice, 19)) != 0) {
-      spdlog::warn("the session dispatcher keeps the process's priority: setpriority failed");
-    }
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
       wakeup_.wait(lock, [this] { return stopping_ || !queue_.empty(); });

@@ -1,12 +1,15 @@
-// The section validators of spec_validate.h for the name, the model, the data, training, the
-// checkpoint and the job's policy. The device rules are in validate_parallel.cc, the path fields'
-// syntax in spec_paths.cc.
+// ValidateJobSpec, and the section validators of spec_validate.h for the name, the model, the
+// data, training, the checkpoint and the job's policy. The device rules are in
+// validate_parallel.cc, the path fields' syntax in spec_paths.cc.
 #include <cmath>
 #include <regex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proto/spec/job_spec.h"
 #include "proto/spec/spec_path_fields.h"
 #include "proto/spec/spec_validate.h"
 
@@ -188,6 +191,29 @@ void ValidateProfileAndPolicy(const v1::JobSpec& spec, FieldErrors& errors) {
   errors.InRange("profile.steps", spec.profile().steps(), 0, 1000);
   errors.InRange("max_restarts", spec.max_restarts(), 0, 100);
   errors.InRange("priority", spec.priority(), -1000, 1000);
+}
+
+// Every section validator, in the order of the spec.
+std::vector<FieldError> ValidateJobSpec(const v1::JobSpec& spec) {
+  FieldErrors errors;
+  ValidateStringLengths(spec, errors);
+  ValidateName(spec, errors);
+  ValidateModel(spec.model(), errors);
+  ValidateData(spec, errors);
+  ValidateEval(spec, errors);
+  ValidateTrain(spec.train(), errors);
+  ValidateGradAccumulation(spec.train(), errors);
+  ValidateParallel(spec, errors);
+  ValidateCheckpoint(spec, errors);
+  ValidatePaths(spec, errors);
+  ValidateProfileAndPolicy(spec, errors);
+  return errors.Take();
+}
+
+std::string FormatFieldErrors(const std::vector<FieldError>& errors) {
+  std::vector<std::string> parts;
+  for (const FieldError& error : errors) parts.push_back(error.field + ": " + error.message);
+  return absl::StrJoin(parts, "; ");
 }
 
 }  // namespace fsdpd

@@ -2,14 +2,10 @@
 // session, fsdpctl-like job calls, the rendezvous store, the health service and metrics.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <future>
-#include <optional>
-#include <sstream>
 #include <thread>
 
 #include "fsdpd/v1/jobs.grpc.pb.h"
@@ -116,39 +112,6 @@ TEST_F(CoordinatorTest, HealthServiceReportsServing) {
     bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
-}
-
-// The nice value of this process's thread named `name` (field 19 of /proc/self/task/T/stat),
-// or nullopt when no thread has that name.
-std::optional<int> NiceOfThread(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string thread_name;
-    std::getline(comm, thread_name);
-    if (thread_name != name) continue;
-    std::ifstream stat_file(task.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(stat_file)), {});
-    // Fields after the name, which is in parentheses: state is field 3, nice field 19.
-    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-    std::string field;
-    for (int index = 3; index < 19; ++index) fields >> field;
-    int nice = 0;
-    fields >> nice;
-    return nice;
-  }
-  return std::nullopt;
-}
-
-// Under overload the users' calls get the CPU before the workers' reports (worker_service.cc):
-// the session dispatcher runs 10 nice levels below the rest of the process.
-TEST_F(CoordinatorTest, SessionDispatcherRunsBelowTheUsersCalls) {
-  std::optional<int> nice;
-  for (int attempt = 0; attempt < 500 && !nice.has_value(); ++attempt) {
-    nice = NiceOfThread("fsdpd-dispatch");  // named once its thread starts
-    if (!nice.has_value()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(nice.has_value()) << "no thread named fsdpd-dispatch";
-  EXPECT_EQ(*nice, std::min(getpriority(PRIO_PROCESS, 0) + 10, 19));
 }
 
 TEST_F(CoordinatorTest, JobRunsThroughAWorkerSession) {
