@@ -1,8 +1,6 @@
 // The job manager when the store cannot write (a full disk, a read-only volume): nothing that
 // failed to commit is applied (the grouped run that rolls back is in job_manager_sending.cc), and
 // worker messages are held in order until Tick finds the store writable again.
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"

@@ -115,48 +115,78 @@ std::vector<std::string> ChooseVictims(const SchedulableJob& head, int need,
   return victims;
 }
 
-}  // namespace
+// What one scan of the fleet finds for one job shape (device kind and rank memory), given the
+// idle workers already taken in this pass. Jobs of one shape share it: a queue of thousands of
+// jobs costs one scan of the fleet per shape, not one per job (bench/RESULTS.md, "At cluster
+// scale").
+struct ShapeTally {
+  int of_kind = 0;
+  int lost = 0;
+  int reserved = 0;                         // fitting, idle, and taken in this pass
+  int draining = 0;                         // fitting and finishing an ended attempt
+  std::vector<const FleetWorker*> fitting;  // could run a rank, whatever their state
+  std::vector<const FleetWorker*> idle;     // fitting, idle, not taken
+  std::map<std::string, int> busy;          // job id → its fitting workers
+  std::vector<std::string> away;            // "worker-3 why"
+  std::map<std::string, int> idle_other_kinds;
+  int roots = 0;            // distinct checkpoint roots among `fitting`
+  int fitting_sharing = 0;  // the largest group of `fitting` that shares one root
+};
 
-std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet,
-                       const std::set<std::string>& taken, const SchedulableJob* behind) {
-  int of_kind = 0, lost = 0, fitting = 0, idle = 0, reserved = 0, draining = 0;
-  std::map<std::string, int> busy;              // job id → its workers
-  std::vector<std::string> away;                // "worker-3: why"
-  std::map<std::string, int> idle_other_kinds;  // kind → idle workers
+ShapeTally TallyShape(const SchedulableJob& job, const std::vector<FleetWorker>& fleet,
+                      const std::set<std::string>& taken) {
+  ShapeTally tally;
   for (const FleetWorker& worker : fleet) {
     if (worker.device_kind != job.device_kind) {
-      idle_other_kinds[worker.device_kind] += worker.state == FleetWorker::State::kIdle;
+      tally.idle_other_kinds[worker.device_kind] += worker.state == FleetWorker::State::kIdle;
       continue;
     }
-    ++of_kind;
-    lost += worker.state == FleetWorker::State::kLost;
+    ++tally.of_kind;
+    tally.lost += worker.state == FleetWorker::State::kLost;
     if (!Fits(worker, job)) continue;
-    ++fitting;
+    tally.fitting.push_back(&worker);
     switch (worker.state) {
       case FleetWorker::State::kIdle:
-        (taken.count(worker.id) > 0 ? reserved : idle)++;
+        if (taken.count(worker.id) > 0) {
+          ++tally.reserved;
+        } else {
+          tally.idle.push_back(&worker);
+        }
         break;
       case FleetWorker::State::kRunning:
-        ++busy[worker.job_id];
+        ++tally.busy[worker.job_id];
         break;
       case FleetWorker::State::kDraining:
-        ++draining;
+        ++tally.draining;
         break;
       case FleetWorker::State::kAway:
-        away.push_back(worker.away_reason.empty()
-                           ? worker.id
-                           : absl::StrCat(worker.id, " ", worker.away_reason));
+        tally.away.push_back(worker.away_reason.empty()
+                                 ? worker.id
+                                 : absl::StrCat(worker.id, " ", worker.away_reason));
         break;
       case FleetWorker::State::kLost:
         break;
     }
   }
+  std::set<std::string> roots;
+  for (const FleetWorker* worker : tally.fitting) roots.insert(worker->root_id);
+  tally.roots = static_cast<int>(roots.size());
+  tally.fitting_sharing = static_cast<int>(SharingOneRoot(tally.fitting).size());
+  return tally;
+}
+
+// WaitReason's words, from the job's shape tally.
+std::string FormatWaitReason(const SchedulableJob& job, const ShapeTally& tally,
+                             const SchedulableJob* behind) {
+  const int fitting = static_cast<int>(tally.fitting.size());
+  const int idle = static_cast<int>(tally.idle.size());
   std::vector<std::string> parts;
   std::string reason;
   if (fitting < job.world_size) {
     const std::string registered =
-        absl::StrCat(of_kind, " registered", lost > 0 ? absl::StrCat(" (", lost, " lost)") : "");
-    if (of_kind < job.world_size) {
+        absl::StrCat(tally.of_kind, " registered",
+                     tally.lost > 0 ? absl::StrCat(" (", tally.lost, " lost)") : "");
+    if (tally.of_kind < job.world_size) {
       reason = absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
                             "; the fleet has ", registered);
     } else {
@@ -168,27 +198,36 @@ std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>
   } else {
     reason = absl::StrCat(kWaitingPrefix, job.world_size, " idle ", job.device_kind,
                           job.world_size == 1 ? " worker" : " workers");
-    if (of_kind > fitting) {
+    if (tally.of_kind > fitting) {
       absl::StrAppend(&reason, " with at least ", job.rank_memory_bytes >> 20, " MiB");
     }
     parts.push_back(absl::StrCat(idle, " idle"));
-    if (reserved > 0) parts.push_back(absl::StrCat(reserved, " taken by jobs ahead in the queue"));
-    for (const auto& [id, count] : busy) parts.push_back(absl::StrCat(count, " busy with ", id));
-    if (draining > 0) parts.push_back(absl::StrCat(draining, " finishing an ended attempt"));
-    if (lost > 0) parts.push_back(absl::StrCat(lost, " lost"));
-    if (of_kind > fitting) parts.push_back(absl::StrCat(of_kind - fitting, " too small"));
+    if (tally.reserved > 0) {
+      parts.push_back(absl::StrCat(tally.reserved, " taken by jobs ahead in the queue"));
+    }
+    for (const auto& [id, count] : tally.busy) {
+      parts.push_back(absl::StrCat(count, " busy with ", id));
+    }
+    if (tally.draining > 0) {
+      parts.push_back(absl::StrCat(tally.draining, " finishing an ended attempt"));
+    }
+    if (tally.lost > 0) parts.push_back(absl::StrCat(tally.lost, " lost"));
+    if (tally.of_kind > fitting) {
+      parts.push_back(absl::StrCat(tally.of_kind - fitting, " too small"));
+    }
   }
-  if (!away.empty()) {
-    parts.push_back(absl::StrCat(away.size(), " away (", absl::StrJoin(away, "; "), ")"));
+  if (!tally.away.empty()) {
+    parts.push_back(
+        absl::StrCat(tally.away.size(), " away (", absl::StrJoin(tally.away, "; "), ")"));
   }
   if (!parts.empty()) absl::StrAppend(&reason, "; ", absl::StrJoin(parts, ", "));
   if (behind != nullptr) {
     absl::StrAppend(&reason, "; behind ", behind->id, " (priority ", behind->priority,
                     "), which is ahead in the queue for ", behind->device_kind, " workers");
   }
-  if (idle == 0 && reserved == 0) {
+  if (idle == 0 && tally.reserved == 0) {
     std::vector<std::string> others;
-    for (const auto& [kind, count] : idle_other_kinds) {
+    for (const auto& [kind, count] : tally.idle_other_kinds) {
       if (count > 0) others.push_back(Workers(count, kind));
     }
     if (!others.empty()) {
@@ -197,6 +236,13 @@ std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>
     }
   }
   return reason;
+}
+
+}  // namespace
+
+std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet,
+                       const std::set<std::string>& taken, const SchedulableJob* behind) {
+  return FormatWaitReason(job, TallyShape(job, fleet, taken), behind);
 }
 
 Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWorker> fleet,
@@ -208,35 +254,36 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
   Schedule schedule;
   std::set<std::string> taken;  // idle workers placed or reserved in this pass
   std::map<std::string, const SchedulableJob*> head_of;  // device kind → the head job
+  // Tallies by shape, valid until `taken` next changes (then cleared).
+  std::map<std::pair<std::string, int64_t>, ShapeTally> tallies;
+  auto tally_of = [&](const SchedulableJob& job) -> const ShapeTally& {
+    const std::pair<std::string, int64_t> shape{job.device_kind, job.rank_memory_bytes};
+    auto found = tallies.find(shape);
+    if (found == tallies.end()) found = tallies.emplace(shape, TallyShape(job, fleet, taken)).first;
+    return found->second;
+  };
+  auto take = [&](const std::vector<std::string>& ids) {
+    taken.insert(ids.begin(), ids.end());
+    tallies.clear();
+  };
   for (const SchedulableJob& job : waiting) {
     if (job.world_size < 1) continue;
-    std::vector<const FleetWorker*> fitting;
-    for (const FleetWorker& worker : fleet) {
-      if (Fits(worker, job)) fitting.push_back(&worker);
-    }
-    if (static_cast<int>(fitting.size()) < job.world_size) {
-      schedule.holds.push_back({job.id, WaitReason(job, fleet, taken, nullptr)});
+    const ShapeTally& tally = tally_of(job);
+    if (static_cast<int>(tally.fitting.size()) < job.world_size) {
+      schedule.holds.push_back({job.id, FormatWaitReason(job, tally, nullptr)});
       continue;
     }
-    const int sharing = static_cast<int>(SharingOneRoot(fitting).size());
-    if (sharing < job.world_size) {
-      std::set<std::string> roots;
-      for (const FleetWorker* worker : fitting) roots.insert(worker->root_id);
-      schedule.holds.push_back({job.id, RootHoldReason(job, static_cast<int>(fitting.size()),
-                                                       static_cast<int>(roots.size()), sharing)});
+    if (tally.fitting_sharing < job.world_size) {
+      schedule.holds.push_back({job.id, RootHoldReason(job, static_cast<int>(tally.fitting.size()),
+                                                       tally.roots, tally.fitting_sharing)});
       continue;
     }
-    std::vector<const FleetWorker*> idle;
-    int draining = 0;
-    for (const FleetWorker& worker : fleet) {
-      if (!Fits(worker, job)) continue;
-      if (worker.state == FleetWorker::State::kIdle && taken.count(worker.id) == 0) {
-        idle.push_back(&worker);
-      }
-      draining += worker.state == FleetWorker::State::kDraining;
-    }
-    idle = SharingOneRoot(idle);
     const auto head = head_of.find(job.device_kind);
+    // Fewer idle workers than ranks: no group of them sharing a root can be large enough.
+    std::vector<const FleetWorker*> idle;
+    if (static_cast<int>(tally.idle.size()) >= job.world_size || head == head_of.end()) {
+      idle = SharingOneRoot(tally.idle);
+    }
     if (static_cast<int>(idle.size()) >= job.world_size) {
       Placement placement;
       placement.job_id = job.id;
@@ -245,23 +292,25 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
         placement.backfilled = true;
         placement.ahead_of = head->second->id;
       }
-      taken.insert(placement.worker_ids.begin(), placement.worker_ids.end());
+      take(placement.worker_ids);
       schedule.placements.push_back(std::move(placement));
       continue;
     }
     if (head != head_of.end()) {  // waits behind the head; may still backfill later
-      schedule.waits.push_back({job.id, WaitReason(job, fleet, taken, head->second)});
+      schedule.waits.push_back({job.id, FormatWaitReason(job, tally, head->second)});
       continue;
     }
     head_of[job.device_kind] = &job;
-    schedule.waits.push_back({job.id, WaitReason(job, fleet, taken, nullptr)});
-    const int need = job.world_size - static_cast<int>(idle.size()) - draining;
+    schedule.waits.push_back({job.id, FormatWaitReason(job, tally, nullptr)});
+    const int need = job.world_size - static_cast<int>(idle.size()) - tally.draining;
     std::vector<std::string> victims;
     if (need > 0) {
       victims = ChooseVictims(job, need, fleet, running);
       if (victims.empty()) continue;  // waits for jobs that were not lent workers; reserves none
     }
-    for (const FleetWorker* worker : idle) taken.insert(worker->id);
+    std::vector<std::string> reserved;
+    for (const FleetWorker* worker : idle) reserved.push_back(worker->id);
+    take(reserved);
     for (const std::string& victim : victims) schedule.preemptions.push_back({victim, job.id});
   }
   return schedule;
