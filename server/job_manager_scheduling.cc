@@ -147,7 +147,19 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
   active.start_deadline = now_() + StartTimeout();
   record.active = std::move(active);
   rendezvous_.OpenScope(job.id(), attempt);
-  std::string reason = absl::StrCat("attempt ", attempt, " on ", absl::StrJoin(worker_ids, ", "));
+  // A large gang's workers are listed in Job.attempts (fsdpctl describe); the reason names the
+  // first few. Listing 1,000 made each state change 22 KB, copied with the record on every run
+  // of reports (bench/RESULTS.md, "At cluster scale").
+  constexpr size_t kNamedWorkers = 4;
+  std::string reason;
+  if (worker_ids.size() <= kNamedWorkers) {
+    reason = absl::StrCat("attempt ", attempt, " on ", absl::StrJoin(worker_ids, ", "));
+  } else {
+    reason = absl::StrCat(
+        "attempt ", attempt, " on ", worker_ids.size(), " workers: ",
+        absl::StrJoin(worker_ids.begin(), worker_ids.begin() + kNamedWorkers, ", "), " and ",
+        worker_ids.size() - kNamedWorkers, " more (fsdpctl describe lists them)");
+  }
   if (!ahead_of.empty()) {
     absl::StrAppend(&reason, " (backfilled: idle workers lent while ", ahead_of,
                     " waits; they go back to it if it needs them)");

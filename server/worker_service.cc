@@ -83,8 +83,12 @@ class SessionDispatcher {
   }
 
   void Drain() {
-    // Runs of this many: one hold of the job manager's lock and one store commit per run.
-    constexpr size_t kRun = 32;
+    // Runs of this many: one hold of the job manager's lock and one store commit per run, and
+    // one copy of each job record the run touches (kept to undo the run if the commit fails).
+    // A record holds its attempts' rank lists, so with 1,000-rank jobs runs of 32 spent most
+    // of the dispatcher's time copying them; a run of 256 holds the lock for a few
+    // milliseconds (bench/RESULTS.md, "At cluster scale").
+    constexpr size_t kRun = 256;
     std::vector<Item> run;
     std::vector<JobManager::WorkerMessageRef> refs;
     std::unique_lock<std::mutex> lock(mutex_);

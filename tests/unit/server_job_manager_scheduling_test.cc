@@ -115,6 +115,28 @@ TEST_F(JobManagerTest, AJobNoFleetCouldRunIsHeldWithItsReasonUntilWorkersRegiste
   EXPECT_EQ(GetJob(hog).state(), v1::SCHEDULED);
 }
 
+// A large gang's SCHEDULED reason names its first 4 workers and counts the rest (the attempt
+// lists them all); a small gang's names every worker.
+TEST_F(JobManagerTest, AScheduledReasonNamesAtMostFourWorkers) {
+  std::vector<std::string> workers;
+  for (int index = 0; index < 6; ++index) workers.push_back(AddWorker("host-a", index));
+  const std::string large = *jobs_->Submit(SmallSpec(6, 0));
+  v1::Job job = GetJob(large);
+  ASSERT_EQ(job.state(), v1::SCHEDULED);
+  const std::string reason = job.transitions(job.transitions_size() - 1).reason();
+  EXPECT_THAT(reason, ::testing::StartsWith("attempt 1 on 6 workers: "));
+  EXPECT_THAT(reason, ::testing::EndsWith(" and 2 more (fsdpctl describe lists them)"));
+  EXPECT_EQ(job.attempts(0).ranks_size(), 6);
+  ASSERT_TRUE(jobs_->Cancel(large, "").ok());
+  for (const std::string& worker : workers) Result(worker, large, 1, 0, false);
+
+  const std::string small = *jobs_->Submit(SmallSpec(2, 0));
+  job = GetJob(small);
+  ASSERT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.transitions(job.transitions_size() - 1).reason(),
+            absl::StrCat("attempt 1 on ", job.worker_ids(0), ", ", job.worker_ids(1)));
+}
+
 TEST_F(JobManagerTest, AHeldReasonFollowsTheFleetAtMostOnceAHeartbeatTimeout) {
   const std::string w0 = AddWorker("host-a", 0);
   now_ += std::chrono::seconds(11);
