@@ -430,7 +430,24 @@ class JobManager {
   };
   // Saves the record as it is, once per run (only while a run's writes are grouped).
   void SnapshotLocked(const JobRecord& record);
-  // Puts every snapshotted record back, with its workers' assignments and rendezvous scope.
+  // What a step report that only counts toward its step changed, to undo it. Most reports of a
+  // large gang are such: a full snapshot copies the job with its attempts' rank lists, which on
+  // 1,000-rank jobs cost the dispatcher most of its time (bench/RESULTS.md, "At cluster scale").
+  struct StepUndo {
+    JobRecord* record = nullptr;
+    int attempt = 0;
+    int rank = 0;
+    bool reattached = false;
+    bool accepted = false;
+    int64_t last_reported_step = 0;
+    int64_t step = 0;
+    std::optional<StepAccumulator> accumulator;  // none: the step had no accumulator yet
+  };
+  // Notes what the report is about to change, unless the record is snapshotted already (only
+  // while a run's writes are grouped).
+  void NoteStepUndoLocked(JobRecord& record, const v1::StepReport& report);
+  // Puts every snapshotted record back, with its workers' assignments and rendezvous scope, then
+  // undoes the step undo entries, newest first.
   void RollBackRunLocked();
   // Runs `body` with its writes in one store group; false (and nothing applied) when any of
   // them failed. Publishes, notifies and sends to workers only after the commit.
@@ -478,6 +495,7 @@ class JobManager {
   std::vector<std::function<void()>> held_notifications_;
   std::vector<std::pair<std::string, v1::CoordinatorMessage>> held_sends_;
   std::map<const JobRecord*, RecordSnapshot> snapshots_;
+  std::vector<StepUndo> step_undos_;
   std::deque<std::pair<std::string, v1::WorkerMessage>> held_messages_;
   // Checkpoint exports in flight, one per (job, step).
   std::map<std::pair<std::string, int64_t>, ExportTask> exports_;

@@ -21,7 +21,19 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
     NoteUnconfirmedLocked(worker_id, {false, 0, report.job_id(), report.attempt(), report.step()});
     return;
   }
-  SnapshotLocked(*record);
+  {
+    // A report that can only count toward its step is undone entry by entry if the run's
+    // commit fails; one that may complete the step or start the job snapshots the record.
+    const ActiveAttempt& active = *record->active;
+    const auto counted = active.steps.find(report.step());
+    const int reported = counted == active.steps.end() ? 0 : counted->second.reported;
+    if (record->job.state() == v1::SCHEDULED ||
+        reported + 1 >= static_cast<int>(active.worker_ids.size())) {
+      SnapshotLocked(*record);
+    } else {
+      NoteStepUndoLocked(*record, report);
+    }
+  }
   // A report proves the rank is alive and started, whatever the worker said when it registered.
   record->active->reattached[report.rank()] = true;
   record->active->accepted[report.rank()] = true;

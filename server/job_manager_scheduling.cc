@@ -156,9 +156,9 @@ void JobManager::StartAttemptLocked(JobRecord& record, const std::vector<std::st
     reason = absl::StrCat("attempt ", attempt, " on ", absl::StrJoin(worker_ids, ", "));
   } else {
     reason = absl::StrCat(
-        "attempt ", attempt, " on ", worker_ids.size(), " workers: ",
-        absl::StrJoin(worker_ids.begin(), worker_ids.begin() + kNamedWorkers, ", "), " and ",
-        worker_ids.size() - kNamedWorkers, " more (fsdpctl describe lists them)");
+        "attempt ", attempt, " on ", worker_ids.size(),
+        " workers: ", absl::StrJoin(worker_ids.begin(), worker_ids.begin() + kNamedWorkers, ", "),
+        " and ", worker_ids.size() - kNamedWorkers, " more (fsdpctl describe lists them)");
   }
   if (!ahead_of.empty()) {
     absl::StrAppend(&reason, " (backfilled: idle workers lent while ", ahead_of,

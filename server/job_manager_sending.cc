@@ -14,6 +14,24 @@ void JobManager::SnapshotLocked(const JobRecord& record) {
   snapshots_[&record] = {record.job, record.next_sequence, record.active};
 }
 
+void JobManager::NoteStepUndoLocked(JobRecord& record, const v1::StepReport& report) {
+  if (!deferring_publish_ || snapshots_.count(&record) != 0 || !record.active.has_value()) return;
+  const ActiveAttempt& active = *record.active;
+  const int rank = report.rank();
+  StepUndo undo;
+  undo.record = &record;
+  undo.attempt = active.attempt;
+  undo.rank = rank;
+  undo.reattached = active.reattached[rank];
+  undo.accepted = active.accepted[rank];
+  undo.last_reported_step = active.last_reported_step[rank];
+  undo.step = report.step();
+  if (auto found = active.steps.find(report.step()); found != active.steps.end()) {
+    undo.accumulator = found->second;
+  }
+  step_undos_.push_back(std::move(undo));
+}
+
 void JobManager::RollBackRunLocked() {
   for (auto& [pointer, snapshot] : snapshots_) {
     JobRecord& record = *const_cast<JobRecord*>(pointer);
@@ -42,6 +60,20 @@ void JobManager::RollBackRunLocked() {
     record.active = std::move(snapshot.active);
   }
   snapshots_.clear();
+  // Entries noted before a snapshot of the same record was taken undo what the snapshot kept.
+  for (auto undo = step_undos_.rbegin(); undo != step_undos_.rend(); ++undo) {
+    std::optional<ActiveAttempt>& active = undo->record->active;
+    if (!active.has_value() || active->attempt != undo->attempt) continue;
+    active->reattached[undo->rank] = undo->reattached;
+    active->accepted[undo->rank] = undo->accepted;
+    active->last_reported_step[undo->rank] = undo->last_reported_step;
+    if (undo->accumulator.has_value()) {
+      active->steps[undo->step] = *undo->accumulator;
+    } else {
+      active->steps.erase(undo->step);
+    }
+  }
+  step_undos_.clear();
 }
 
 bool JobManager::RunGroupedLocked(const std::function<void()>& body) {
@@ -63,6 +95,7 @@ bool JobManager::RunGroupedLocked(const std::function<void()>& body) {
     return false;
   }
   snapshots_.clear();
+  step_undos_.clear();
   std::sort(unpublished_.begin(), unpublished_.end());
   unpublished_.erase(std::unique(unpublished_.begin(), unpublished_.end()), unpublished_.end());
   for (const JobRecord* record : unpublished_) PublishLocked(*record);

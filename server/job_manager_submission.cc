@@ -235,6 +235,7 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& submitted,
   unpublished_.clear();
   held_notifications_.clear();  // a new job has no subscribers yet
   snapshots_.clear();
+  step_undos_.clear();
   held_sends_.clear();
   if (!status.ok()) {
     if (stored != nullptr) jobs_.erase(*id);  // not stored: the job was never accepted

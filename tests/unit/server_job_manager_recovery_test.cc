@@ -242,5 +242,66 @@ TEST_F(JobManagerTest, FullStoreHoldsChangesUntilItWritesAgainAndLosesNothing) {
   EXPECT_TRUE(jobs_->Submit(SmallSpec(1, 0)).ok());
 }
 
+// A run whose commit fails is undone whole: reports that only counted toward their step (undone
+// entry by entry) as well as the one that completed it (undone by a snapshot of the record).
+// Replayed once the store writes again, the step is aggregated exactly once.
+TEST_F(JobManagerTest, AFailedRunOfPartialStepReportsIsUndoneAndReplayedOnce) {
+  const std::vector<std::string> workers = {AddWorker("host-a", 0), AddWorker("host-a", 1),
+                                            AddWorker("host-a", 2)};
+  const std::string id = *jobs_->Submit(SmallSpec(3, 0));
+  v1::Job job = GetJob(id);
+  ASSERT_EQ(job.state(), v1::SCHEDULED);
+  std::vector<std::string> by_rank(job.worker_ids().begin(), job.worker_ids().end());
+  for (int rank = 0; rank < 3; ++rank) Step(by_rank[rank], id, 1, rank, 1, 5.0, 10);
+  ASSERT_EQ(GetJob(id).step(), 1);
+
+  // Runs of one step each: ranks 2 and 1 count toward it, rank 0 completes it; with the store
+  // full, one run's write fails.
+  absl::StatusOr<int64_t> pages = store_->LimitPages(0);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  ASSERT_TRUE(store_->LimitPages(*pages).ok());
+  int step = 1;
+  while (jobs_->GetStoreHealth().writable && step < 2000) {
+    ++step;
+    std::vector<v1::WorkerMessage> messages(3);
+    std::vector<JobManager::WorkerMessageRef> refs;
+    for (int index = 0; index < 3; ++index) {
+      v1::StepReport* report = messages[index].mutable_step();
+      report->set_job_id(id);
+      report->set_attempt(1);
+      report->set_rank(2 - index);
+      report->set_step(step);
+      report->set_loss(4.0);
+      report->set_tokens_per_second(10);
+      refs.push_back({&by_rank[2 - index], &messages[index]});
+    }
+    jobs_->OnWorkerMessages(refs);
+  }
+  ASSERT_FALSE(jobs_->GetStoreHealth().writable) << "the page limit never made a write fail";
+  EXPECT_EQ(GetJob(id).step(), step - 1) << "the failed run's step is not shown";
+  EXPECT_EQ(jobs_->GetStoreHealth().held_messages, 3);
+
+  ASSERT_TRUE(store_->LimitPages(int64_t{1} << 30).ok());
+  jobs_->Tick();
+  ASSERT_TRUE(jobs_->GetStoreHealth().writable);
+  job = GetJob(id);
+  EXPECT_EQ(job.step(), step);
+  EXPECT_DOUBLE_EQ(job.tokens_per_second(), 30) << "each rank counted once";
+  absl::StatusOr<std::vector<StoredEvent>> events = store_->LoadEvents(id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<int64_t> steps;
+  for (const StoredEvent& event : *events) {
+    if (event.event.has_step()) steps.push_back(event.event.step().step());
+  }
+  ASSERT_EQ(steps.size(), static_cast<size_t>(step));
+  for (int i = 0; i < step; ++i) EXPECT_EQ(steps[i], i + 1);
+  // The next step needs every rank again: nothing of step 2 was left counted toward it.
+  Step(by_rank[1], id, 1, 1, step + 1, 3.0, 10);
+  Step(by_rank[2], id, 1, 2, step + 1, 3.0, 10);
+  EXPECT_EQ(GetJob(id).step(), step);
+  Step(by_rank[0], id, 1, 0, step + 1, 3.0, 10);
+  EXPECT_EQ(GetJob(id).step(), step + 1);
+}
+
 }  // namespace
 }  // namespace fsdpd::server
