@@ -2,7 +2,7 @@
 
 A coordinator answers a rejected request with INVALID_ARGUMENT and a google.rpc.BadRequest in
 the status details (grpc-status-details-bin), one field violation per invalid field; the status
-message joins the same violations with "; " (proto/spec/job_spec_validate.cc). ``str()`` of the
+message joins the same violations with "; " (proto/spec/validate_sections.cc). ``str()`` of the
 error shows each violation once: the code, what the message says beyond the violations, then
 one violation a line.
 """

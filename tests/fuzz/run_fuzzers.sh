@@ -29,7 +29,7 @@ LIBS="$(pkg-config --libs $PACKAGES) -pthread"
 
 # Project sources are instrumented for coverage; the generated protobuf code only for ASan.
 LIBRARY_SOURCES=(
-  proto/spec/job_spec.cc proto/spec/job_spec_validate.cc proto/spec/job_spec_estimates.cc
+  proto/spec/job_spec.cc proto/spec/job_spec_estimates.cc
   proto/spec/validate_sections.cc proto/spec/validate_parallel.cc proto/spec/spec_paths.cc
   proto/spec/spec_path_fields.cc proto/spec/validate_eval.cc proto/spec/validate_accumulation.cc
   formats/durable_file.cc formats/mapped_file.cc formats/safetensors.cc

@@ -71,7 +71,7 @@ def check_spec_errors(folder):
 
 def check_error_printing():
     """str(FsdpdError) names each violation once, though the coordinator's message repeats
-    them ("model.dim: ...; train.lr: ...", proto/spec/job_spec_validate.cc)."""
+    them ("model.dim: ...; train.lr: ...", proto/spec/validate_sections.cc)."""
     violations = [("model.dim", "must be a multiple of heads"), ("train.lr", "must be > 0")]
     message = "; ".join(f"{field}: {description}" for field, description in violations)
     text = str(fsdpd.FsdpdError(grpc.StatusCode.INVALID_ARGUMENT, message, violations))
