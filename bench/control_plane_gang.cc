@@ -20,7 +20,6 @@
 //
 // Exit status: 0 when every run completed, 1 on an error.
 #include <stdlib.h>
-
 #include <time.h>
 
 #include <algorithm>
