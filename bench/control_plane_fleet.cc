@@ -4,8 +4,31 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "proto/spec/job_spec.h"
 
 namespace fsdpd::bench {
+
+v1::JobSpec TinyJobSpec(int world_size, const std::string& name) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.set_name(name);
+  spec.mutable_model()->set_vocab(256);
+  spec.mutable_model()->set_dim(32);
+  spec.mutable_model()->set_layers(1);
+  spec.mutable_model()->set_heads(2);
+  spec.mutable_model()->set_ffn_mult(2);
+  spec.mutable_data()->set_source("synthetic");
+  spec.mutable_data()->set_seq_len(16);
+  spec.mutable_train()->set_batch_size(1);
+  spec.mutable_train()->set_steps(1000000);  // never reached: the workers send no result
+  spec.mutable_parallel()->set_world_size(world_size);
+  spec.mutable_parallel()->set_device("cpu");
+  spec.mutable_parallel()->set_param_dtype("fp32");
+  spec.mutable_parallel()->set_reduce_dtype("fp32");
+  spec.mutable_checkpoint()->set_every_steps(0);
+  spec.mutable_profile()->set_steps(0);
+  return spec;
+}
+
 namespace {
 
 constexpr auto kTickPeriod = std::chrono::milliseconds(100);  // 10 step reports/s per worker

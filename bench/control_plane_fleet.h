@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "fsdpd/v1/jobs.pb.h"
 #include "fsdpd/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -84,6 +85,10 @@ class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   int64_t confirmed_step_ = 0;
   size_t max_queue_ = 0;
 };
+
+// A job the simulated workers can hold a rank of: the smallest CPU model, with so many steps
+// that it never ends (the workers send no result), no checkpoints and no profiling.
+v1::JobSpec TinyJobSpec(int world_size, const std::string& name);
 
 struct FleetConfig {
   std::string target;  // host:port of the coordinator

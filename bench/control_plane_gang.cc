@@ -37,7 +37,6 @@
 #include "bench/control_plane_fleet.h"
 #include "bench/control_plane_probe.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
-#include "proto/spec/job_spec.h"
 #include "worker/comm/coordinator_key_value_store.h"
 #include "worker/comm/gloo_store_adapter.h"
 
@@ -67,27 +66,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-v1::JobSpec GangSpec(int ranks) {
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name("gang");
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(32);
-  spec.mutable_model()->set_layers(1);
-  spec.mutable_model()->set_heads(2);
-  spec.mutable_model()->set_ffn_mult(2);
-  spec.mutable_data()->set_source("synthetic");
-  spec.mutable_data()->set_seq_len(16);
-  spec.mutable_train()->set_batch_size(1);
-  spec.mutable_train()->set_steps(1000000);  // never reached: the workers send no result
-  spec.mutable_parallel()->set_world_size(ranks);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
-  spec.mutable_parallel()->set_reduce_dtype("fp32");
-  spec.mutable_checkpoint()->set_every_steps(0);
-  spec.mutable_profile()->set_steps(0);
-  return spec;
 }
 
 std::vector<char> Bytes(size_t size, int rank) {
@@ -120,9 +98,7 @@ absl::StatusOr<GangTimes> RunOnce(const Options& options) {
   const std::string state_dir = pattern;
   CoordinatorProcess coordinator;
   if (absl::Status status =
-          coordinator.Start(options.fsdpd_binary, state_dir,
-                            {"--max-workers", absl::StrCat(std::max(4096, workers + 16)),
-                             "--register-rate", absl::StrCat(std::max(20, workers))});
+          coordinator.Start(options.fsdpd_binary, state_dir, RegistrationBoundsFor(workers));
       !status.ok()) {
     return status;
   }
@@ -138,7 +114,7 @@ absl::StatusOr<GangTimes> RunOnce(const Options& options) {
   const double own_before = OwnCpuSeconds();
   const Clock::time_point submitted = Clock::now();
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = GangSpec(options.ranks);
+  *request.mutable_spec() = TinyJobSpec(options.ranks, "gang");
   v1::SubmitJobResponse response;
   grpc::ClientContext submit_context;
   if (grpc::Status status = jobs->SubmitJob(&submit_context, request, &response); !status.ok()) {

@@ -54,27 +54,6 @@ struct Options {
   std::string keep_state_dir;
 };
 
-v1::JobSpec TinyJobSpec(int world_size, const std::string& name) {
-  v1::JobSpec spec = DefaultJobSpec();
-  spec.set_name(name);
-  spec.mutable_model()->set_vocab(256);
-  spec.mutable_model()->set_dim(32);
-  spec.mutable_model()->set_layers(1);
-  spec.mutable_model()->set_heads(2);
-  spec.mutable_model()->set_ffn_mult(2);
-  spec.mutable_data()->set_source("synthetic");
-  spec.mutable_data()->set_seq_len(16);
-  spec.mutable_train()->set_batch_size(1);
-  spec.mutable_train()->set_steps(1000000);  // never reached: the workers send no result
-  spec.mutable_parallel()->set_world_size(world_size);
-  spec.mutable_parallel()->set_device("cpu");
-  spec.mutable_parallel()->set_param_dtype("fp32");
-  spec.mutable_parallel()->set_reduce_dtype("fp32");
-  spec.mutable_checkpoint()->set_every_steps(0);
-  spec.mutable_profile()->set_steps(0);
-  return spec;
-}
-
 std::string LoadAverage() {
   std::ifstream file("/proc/loadavg");
   std::string one, five;
@@ -192,12 +171,8 @@ absl::Status Run(const Options& options, bool& targets_met) {
     state_dir = pattern;
   }
   CoordinatorProcess coordinator;
-  // What this fleet needs of fsdpd's registration bounds: every simulated worker registers from
-  // 127.0.0.1 within a few seconds, and the defaults (4096 workers, 20 a second per peer)
-  // refuse fleets above them. Flags given with --fsdpd-arg come later and win.
-  std::vector<std::string> fsdpd_args = {
-      "--max-workers", absl::StrCat(std::max(4096, options.workers + 16)), "--register-rate",
-      absl::StrCat(std::max(20, options.workers))};
+  // Flags given with --fsdpd-arg come after the fleet's registration bounds and win.
+  std::vector<std::string> fsdpd_args = RegistrationBoundsFor(options.workers);
   fsdpd_args.insert(fsdpd_args.end(), options.fsdpd_args.begin(), options.fsdpd_args.end());
   if (absl::Status status = coordinator.Start(options.fsdpd_binary, state_dir, fsdpd_args);
       !status.ok()) {

@@ -22,6 +22,11 @@
 
 namespace fsdpd::bench {
 
+std::vector<std::string> RegistrationBoundsFor(int workers) {
+  return {"--max-workers", absl::StrCat(std::max(4096, workers + 16)), "--register-rate",
+          absl::StrCat(std::max(20, workers))};
+}
+
 CoordinatorProcess::~CoordinatorProcess() {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);

@@ -16,6 +16,11 @@
 
 namespace fsdpd::bench {
 
+// The fsdpd flags a fleet of `workers` simulated workers needs: every one registers from
+// 127.0.0.1 within a few seconds, and the defaults (4096 workers, 20 a second per peer) refuse
+// fleets above them.
+std::vector<std::string> RegistrationBoundsFor(int workers);
+
 // One fsdpd started with a fresh state directory; its stderr goes to <state_dir>/fsdpd.log.
 class CoordinatorProcess {
  public:

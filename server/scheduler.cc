@@ -175,9 +175,13 @@ ShapeTally TallyShape(const SchedulableJob& job, const std::vector<FleetWorker>&
   return tally;
 }
 
-// WaitReason's words, from the job's shape tally.
-std::string FormatWaitReason(const SchedulableJob& job, const ShapeTally& tally,
-                             const SchedulableJob* behind) {
+// Why `job` does not start now, for a person: what it needs, what the fleet has of it (idle,
+// busy with which jobs, finishing, away and why, lost, too small), the job it waits behind
+// (`behind`: the head of its kind, or null), and what is idle of other kinds when none of its
+// kind is. `tally` is its shape's, with the idle workers placed or reserved in this pass taken.
+// Held (the fleet could not run it) starts with kHeldPrefix, anything else with kWaitingPrefix.
+std::string WaitReason(const SchedulableJob& job, const ShapeTally& tally,
+                       const SchedulableJob* behind) {
   const int fitting = static_cast<int>(tally.fitting.size());
   const int idle = static_cast<int>(tally.idle.size());
   std::vector<std::string> parts;
@@ -240,11 +244,6 @@ std::string FormatWaitReason(const SchedulableJob& job, const ShapeTally& tally,
 
 }  // namespace
 
-std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet,
-                       const std::set<std::string>& taken, const SchedulableJob* behind) {
-  return FormatWaitReason(job, TallyShape(job, fleet, taken), behind);
-}
-
 Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWorker> fleet,
                        const std::vector<RunningJob>& running) {
   std::stable_sort(waiting.begin(), waiting.end(),
@@ -270,7 +269,7 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
     if (job.world_size < 1) continue;
     const ShapeTally& tally = tally_of(job);
     if (static_cast<int>(tally.fitting.size()) < job.world_size) {
-      schedule.holds.push_back({job.id, FormatWaitReason(job, tally, nullptr)});
+      schedule.holds.push_back({job.id, WaitReason(job, tally, nullptr)});
       continue;
     }
     if (tally.fitting_sharing < job.world_size) {
@@ -297,11 +296,11 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWor
       continue;
     }
     if (head != head_of.end()) {  // waits behind the head; may still backfill later
-      schedule.waits.push_back({job.id, FormatWaitReason(job, tally, head->second)});
+      schedule.waits.push_back({job.id, WaitReason(job, tally, head->second)});
       continue;
     }
     head_of[job.device_kind] = &job;
-    schedule.waits.push_back({job.id, FormatWaitReason(job, tally, nullptr)});
+    schedule.waits.push_back({job.id, WaitReason(job, tally, nullptr)});
     const int need = job.world_size - static_cast<int>(idle.size()) - tally.draining;
     std::vector<std::string> victims;
     if (need > 0) {

@@ -29,15 +29,15 @@
 // - A job's ranks must see each other's checkpoint files: its workers all report one
 //   checkpoint root identity. A job that no group of workers sharing a root could run is held
 //   with that reason; otherwise it is placed within the largest such group of idle workers.
-// - Every waiting job that does not start says why (WaitReason, the one place that words it):
-//   the fleet has too few workers of its kind or with enough memory (held), the workers are busy
-//   with named jobs, finishing, away or lost, or it waits behind the head of its kind.
+// - Every waiting job that does not start says why (WaitReason in scheduler.cc, the one place
+//   that words it): the fleet has too few workers of its kind or with enough memory (held), the
+//   workers are busy with named jobs, finishing, away or lost, or it waits behind the head of its
+//   kind.
 // - Ranks are packed onto as few hosts as possible: hosts with the most usable idle workers
 //   first; ranks follow that host order, then gpu_index within a host.
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -115,14 +115,6 @@ struct Schedule {
 inline constexpr char kHeldPrefix[] = "held: ";
 // Every other waiting job's reason starts with this.
 inline constexpr char kWaitingPrefix[] = "waiting for ";
-
-// Why `job` does not start now, for a person: what it needs, what the fleet has of it (idle,
-// busy with which jobs, finishing, away and why, lost, too small), the job it waits behind
-// (`behind`: the head of its kind, or null), and what is idle of other kinds when none of its
-// kind is. `taken`: the idle workers placed or reserved in this pass. Held (the fleet could not
-// run it) starts with kHeldPrefix, anything else with kWaitingPrefix.
-std::string WaitReason(const SchedulableJob& job, const std::vector<FleetWorker>& fleet,
-                       const std::set<std::string>& taken, const SchedulableJob* behind);
 
 // The rules above. `waiting` are the PENDING and RETRYING jobs; `fleet` every worker the
 // coordinator knows; `running` the jobs with an attempt in progress.

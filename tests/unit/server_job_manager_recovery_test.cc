@@ -182,6 +182,15 @@ TEST_F(JobManagerTest, ShutdownFlushesAndClosesWithoutTouchingJobs) {
 // Issue 11 §2: a store that cannot write (SQLITE_FULL, injected with PRAGMA max_page_count)
 // never splits memory from disk. What failed is held, submits get UNAVAILABLE, and once space
 // is back the held reports are stored in order and the history is whole, with no restart.
+// The steps of a job's stored step events, in order.
+std::vector<int64_t> StepsOf(const std::vector<StoredEvent>& events) {
+  std::vector<int64_t> steps;
+  for (const StoredEvent& event : events) {
+    if (event.event.has_step()) steps.push_back(event.event.step().step());
+  }
+  return steps;
+}
+
 TEST_F(JobManagerTest, FullStoreHoldsChangesUntilItWritesAgainAndLosesNothing) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string id = *jobs_->Submit(SmallSpec(1, 0));
@@ -229,10 +238,7 @@ TEST_F(JobManagerTest, FullStoreHoldsChangesUntilItWritesAgainAndLosesNothing) {
   // The history is whole: every step once, in order, then SUCCEEDED.
   events = store_->LoadEvents(id);
   ASSERT_TRUE(events.ok()) << events.status();
-  std::vector<int64_t> steps;
-  for (const StoredEvent& event : *events) {
-    if (event.event.has_step()) steps.push_back(event.event.step().step());
-  }
+  const std::vector<int64_t> steps = StepsOf(*events);
   ASSERT_EQ(steps.size(), static_cast<size_t>(step));
   for (int i = 0; i < step; ++i) EXPECT_EQ(steps[i], i + 1);
   EXPECT_EQ(events->back().event.state().state(), v1::SUCCEEDED);
@@ -289,10 +295,7 @@ TEST_F(JobManagerTest, AFailedRunOfPartialStepReportsIsUndoneAndReplayedOnce) {
   EXPECT_DOUBLE_EQ(job.tokens_per_second(), 30) << "each rank counted once";
   absl::StatusOr<std::vector<StoredEvent>> events = store_->LoadEvents(id);
   ASSERT_TRUE(events.ok()) << events.status();
-  std::vector<int64_t> steps;
-  for (const StoredEvent& event : *events) {
-    if (event.event.has_step()) steps.push_back(event.event.step().step());
-  }
+  const std::vector<int64_t> steps = StepsOf(*events);
   ASSERT_EQ(steps.size(), static_cast<size_t>(step));
   for (int i = 0; i < step; ++i) EXPECT_EQ(steps[i], i + 1);
   // The next step needs every rank again: nothing of step 2 was left counted toward it.
