@@ -100,6 +100,7 @@ void SimulatedWorker::OnWriteDone(bool ok) {
     ++steps_written_;
   } else if (queue_.front().has_heartbeat()) {
     ++heartbeats_written_;
+    steps_written_ += queue_.front().heartbeat().steps_size();
   }
   queue_.pop_front();
   if (queue_.empty()) {
@@ -136,6 +137,8 @@ void SimulatedWorker::OnReadDone(bool ok) {
       cancelled_ = true;
     } else if (incoming_.has_heartbeat_ack()) {
       ++acks_received_;
+      paced_millis_ = incoming_.paced_interval_millis();
+      max_paced_millis_ = std::max(max_paced_millis_, paced_millis_);
       for (const v1::ReportsStored& stored : incoming_.reports_stored()) {
         if (stored.job_id() == job_id_ && stored.attempt() == attempt_) {
           confirmed_step_ = std::max(confirmed_step_, stored.through_step());
@@ -153,11 +156,24 @@ void SimulatedWorker::OnDone(const grpc::Status& status) {
 }
 
 void SimulatedWorker::Tick(int64_t tick, bool stepping, int ticks_per_step) {
-  if (tick % kTicksPerHeartbeat == index_ % kTicksPerHeartbeat) {
-    v1::WorkerMessage message;
-    message.mutable_heartbeat()->set_unix_millis(UnixMillisNow());
-    Enqueue(std::move(message));
+  // As a real worker does (worker/session_stream.cc): while the coordinator paces the fleet,
+  // beat at its interval and send the step reports inside the heartbeats.
+  std::optional<v1::WorkerMessage> beat;
+  bool paced = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    paced = paced_millis_ > 0;
+    const int64_t beat_ticks = std::max<int64_t>(kTicksPerHeartbeat, paced_millis_ / 100);
+    if (tick % beat_ticks == index_ % beat_ticks) {
+      beat.emplace();
+      beat->mutable_heartbeat()->set_unix_millis(UnixMillisNow());
+      for (v1::StepReport& step : held_steps_) {
+        *beat->mutable_heartbeat()->add_steps() = std::move(step);
+      }
+      held_steps_.clear();
+    }
   }
+  if (beat.has_value()) Enqueue(*std::move(beat));
   if (!stepping || tick % ticks_per_step != index_ % ticks_per_step) return;
   v1::WorkerMessage message;
   {
@@ -180,6 +196,10 @@ void SimulatedWorker::Tick(int64_t tick, bool stepping, int ticks_per_step) {
     step->set_lr(3e-3);
     step->set_grad_norm(1.0);
     step->set_unix_millis(UnixMillisNow());
+    if (paced) {
+      held_steps_.push_back(std::move(*step));
+      return;
+    }
   }
   Enqueue(std::move(message));
 }
@@ -205,8 +225,11 @@ WorkerTally SimulatedWorker::Tally() const {
   tally.heartbeats_written = heartbeats_written_;
   tally.acks_received = acks_received_;
   tally.confirmed_step = confirmed_step_;
-  tally.queued_steps = std::count_if(queue_.begin(), queue_.end(),
-                                     [](const v1::WorkerMessage& m) { return m.has_step(); });
+  tally.queued_steps = static_cast<int64_t>(held_steps_.size());
+  for (const v1::WorkerMessage& queued : queue_) {
+    tally.queued_steps += queued.has_step() ? 1 : queued.heartbeat().steps_size();
+  }
+  tally.max_paced_millis = max_paced_millis_;
   tally.max_queue = max_queue_;
   tally.stream_ended = done_;
   tally.assignments = assignments_;

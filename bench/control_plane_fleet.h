@@ -1,6 +1,8 @@
 // Simulated fsdpd workers for the control-plane load benchmark: each one Registers and keeps one
 // Session stream open, beats every second and, once it holds an assignment and stepping is on,
-// streams StepReports with increasing step numbers (10 a second, or fewer). They never send a
+// streams StepReports with increasing step numbers (10 a second, or fewer). While the
+// coordinator paces them, they beat at its interval and send the reports inside heartbeats, as
+// real workers do. They never send a
 // result, so their jobs stay RUNNING for the whole measurement.
 #pragma once
 
@@ -34,6 +36,7 @@ struct WorkerTally {
   int64_t heartbeats_written = 0;
   int64_t acks_received = 0;
   size_t max_queue = 0;
+  int64_t max_paced_millis = 0;  // the slowest pacing the coordinator asked for
   bool stream_ended = false;
   // More than one, or a cancellation: the coordinator failed an attempt (e.g. it declared the
   // worker lost because it read heartbeats too late).
@@ -84,6 +87,11 @@ class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   int64_t acks_received_ = 0;
   int64_t confirmed_step_ = 0;
   size_t max_queue_ = 0;
+  // The coordinator's pacing (CoordinatorMessage.paced_interval_millis) and the step reports
+  // waiting for the next heartbeat meanwhile.
+  int64_t paced_millis_ = 0;
+  int64_t max_paced_millis_ = 0;
+  std::vector<v1::StepReport> held_steps_;
 };
 
 // A job the simulated workers can hold a rank of: the smallest CPU model, with so many steps

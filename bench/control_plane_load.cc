@@ -253,11 +253,15 @@ absl::Status Run(const Options& options, bool& targets_met) {
   std::vector<WorkerTally> tallies = fleet.Tallies();
   int64_t sent = 0;
   size_t max_queue = 0;
+  int64_t max_paced_millis = 0;
+  int64_t paced_workers = 0;
   std::map<std::string, int64_t> complete_step;  // job -> min over ranks
   int64_t disturbed_workers = 0;
   for (const WorkerTally& tally : tallies) {
     sent += tally.steps_written;
     max_queue = std::max(max_queue, tally.max_queue);
+    max_paced_millis = std::max(max_paced_millis, tally.max_paced_millis);
+    if (tally.max_paced_millis > 0) ++paced_workers;
     if (tally.assignments != 1 || tally.cancelled) ++disturbed_workers;
     if (tally.job_id.empty()) continue;
     auto [entry, inserted] = complete_step.emplace(tally.job_id, tally.steps_written);
@@ -327,6 +331,8 @@ absl::Status Run(const Options& options, bool& targets_met) {
       "late tick slots %lld, drained %s\n",
       static_cast<long long>(sent), rate, target_rate, 100 * rate / target_rate, max_queue,
       static_cast<long long>(fleet.late_slots()), drained ? "yes" : "NO");
+  std::printf("paced by the coordinator: %lld workers, at most every %lld ms\n",
+              static_cast<long long>(paced_workers), static_cast<long long>(max_paced_millis));
   std::printf(
       "stored step_reports rows: %lld (ranks with a wrong count: %lld); jobs whose "
       "GetJob step matched: %d/%zu (%.1f s after the window); step_events mismatches: "

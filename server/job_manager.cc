@@ -29,7 +29,9 @@ JobManager::JobManager(JobManagerConfig config, JobStore& store, WorkerRegistry&
       rendezvous_(rendezvous),
       artifacts_(config_.artifact_dir),
       profiles_(config_.artifact_dir),
-      now_(std::move(now)) {}
+      now_(std::move(now)),
+      pacer_(ReportPacer::RulesFor(workers.config().heartbeat_interval,
+                                   workers.config().heartbeat_timeout)) {}
 
 void JobManager::SetObserver(JobObserver* observer) {
   std::lock_guard<std::mutex> lock(mutex_);

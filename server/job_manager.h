@@ -41,6 +41,7 @@
 #include "server/processing_lag.h"
 #include "server/profile_store.h"
 #include "server/rendezvous_store.h"
+#include "server/report_pacer.h"
 #include "server/worker_registry.h"
 
 namespace fsdpd::server {
@@ -186,6 +187,10 @@ class JobManager {
     int64_t lag_millis = 0;   // the processing lag at the latest tick
     int held_workers = 0;     // silent workers kept by the mass-silence rule
     int64_t suspensions = 0;  // times decisions were suspended since start
+    // Backpressure (report_pacer.h): the interval workers are told to beat and report at
+    // (0: unpaced), and the times pacing started since start.
+    int64_t paced_interval_millis = 0;
+    int64_t pacings = 0;
   };
   LivenessHealth GetLivenessHealth() const;
   // Fed by the session dispatcher and the ticker, read on every tick (processing_lag.h).
@@ -317,7 +322,9 @@ class JobManager {
   // job_manager_liveness.cc
   // Marks silent workers LOST and fails their attempts, unless the coordinator's own lag or a
   // mass silence says their silence is no evidence; says so on a change.
-  void ExpireSilentWorkersLocked();
+  void ExpireSilentWorkersLocked(std::chrono::milliseconds lag);
+  // Paces the workers' step reports by this tick's lag (report_pacer.h); logs a change.
+  void PaceReportsLocked(std::chrono::milliseconds lag);
   void SetLivenessLocked(bool suspended, const std::string& reason, int64_t lag_millis,
                          int held_workers);
 
@@ -362,6 +369,9 @@ class JobManager {
   ClaimStanding ClaimStandingLocked(const std::string& worker_id, const RankAssignment& claim,
                                     bool assigned_here);
   void OnWorkerMessageLocked(const std::string& worker_id, const v1::WorkerMessage& message);
+  // Acknowledges a heartbeat (with the stored reports and the pacing) and applies its health;
+  // the step reports it carries are the caller's.
+  void AnswerHeartbeatLocked(const std::string& worker_id, const v1::Heartbeat& heartbeat);
   // The active attempt this worker runs as the given job/attempt/rank, or null. A non-empty
   // `job_uid` must be the job's: a worker that outlived another coordinator may still send
   // reports of an older job with the same display id.
@@ -505,6 +515,7 @@ class JobManager {
   bool run_failed_ = false;  // a write of the current group failed
   std::string store_error_;  // under view_mutex_
   ProcessingLag lag_;
+  ReportPacer pacer_;
   // Silence counts from no earlier than this: when the processing lag last exceeded its bound.
   Clock::time_point heard_floor_{};
   mutable std::mutex liveness_mutex_;  // guards liveness_, read by GetLivenessHealth

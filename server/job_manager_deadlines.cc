@@ -23,7 +23,9 @@ void JobManager::Tick() {
 }
 
 void JobManager::TickLocked() {
-  ExpireSilentWorkersLocked();
+  const std::chrono::milliseconds lag = lag_.Take();
+  PaceReportsLocked(lag);
+  ExpireSilentWorkersLocked(lag);
   FailAttemptsOnLostWorkersLocked();
   const Clock::time_point now = now_();
   for (auto& [id, record] : jobs_) {

@@ -12,15 +12,29 @@
 //    their streams end (evidence), or the ranks that still run fail by their collective
 //    timeout and report it.
 // Each change of the decision is logged, and shown by GetLivenessHealth (the metrics exporter
-// and the coordinator's health read it).
+// and the coordinator's health read it). So is the pacing of step reports (report_pacer.h),
+// which the same lag drives: the backpressure that keeps a lag from growing.
 #include "absl/strings/str_cat.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd::server {
 
-void JobManager::ExpireSilentWorkersLocked() {
-  const std::chrono::milliseconds lag = lag_.Take();
+void JobManager::PaceReportsLocked(std::chrono::milliseconds lag) {
+  const std::string change = pacer_.Update(lag, now_());
+  if (!change.empty()) {
+    if (pacer_.interval().count() > 0) {
+      spdlog::warn("{}", change);
+    } else {
+      spdlog::info("{}", change);
+    }
+  }
+  std::lock_guard<std::mutex> lock(liveness_mutex_);
+  liveness_.paced_interval_millis = pacer_.interval().count();
+  liveness_.pacings = pacer_.engagements();
+}
+
+void JobManager::ExpireSilentWorkersLocked(std::chrono::milliseconds lag) {
   const std::chrono::milliseconds bound = workers_.config().MaxProcessingLag();
   const Clock::time_point now = now_();
   if (lag > bound) {

@@ -46,7 +46,16 @@ absl::Status JobManager::StoreUnavailable() const {
 void JobManager::HoldLocked(const std::vector<WorkerMessageRef>& messages) {
   for (const WorkerMessageRef& ref : messages) {
     const v1::WorkerMessage& message = *ref.message;
-    if (message.has_heartbeat()) continue;  // liveness was stamped on arrival
+    if (message.has_heartbeat()) {
+      // Liveness was stamped on arrival; the reports it carries are held one by one.
+      for (const v1::StepReport& report : message.heartbeat().steps()) {
+        if (held_messages_.size() >= kMaxHeldMessages) break;
+        v1::WorkerMessage step;
+        *step.mutable_step() = report;
+        held_messages_.emplace_back(*ref.worker_id, std::move(step));
+      }
+      continue;
+    }
     if (held_messages_.size() >= kMaxHeldMessages && (message.has_step() || message.has_log())) {
       continue;
     }

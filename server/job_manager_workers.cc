@@ -142,9 +142,11 @@ void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages)
   std::lock_guard<std::mutex> lock(mutex_);
   if (shutting_down_) return;
   if (!store_writable_.load() || !held_messages_.empty()) {
-    // Held behind what could not be stored, in order; heartbeats are still answered.
+    // Held behind what could not be stored, in order; heartbeats are still answered (the
+    // reports they carry are held).
     for (const WorkerMessageRef& ref : messages) {
-      if (ref.message->has_heartbeat()) OnWorkerMessageLocked(*ref.worker_id, *ref.message);
+      if (ref.message->has_heartbeat())
+        AnswerHeartbeatLocked(*ref.worker_id, ref.message->heartbeat());
     }
     HoldLocked(messages);
     return;
@@ -160,15 +162,13 @@ void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages)
 void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
                                        const v1::WorkerMessage& message) {
   switch (message.payload_case()) {
-    case v1::WorkerMessage::kHeartbeat: {
-      v1::CoordinatorMessage ack;
-      ack.mutable_heartbeat_ack()->set_unix_millis(absl::ToUnixMillis(absl::Now()));
-      ack.mutable_heartbeat_ack()->set_sequence(message.heartbeat().sequence());
-      ConfirmStoredLocked(worker_id, &ack);
-      workers_.Send(worker_id, ack);
-      OnWorkerHealthLocked(worker_id, message.heartbeat().health());
+    case v1::WorkerMessage::kHeartbeat:
+      // Reports paced into the heartbeat (report_pacer.h) count as if sent one by one, before it.
+      for (const v1::StepReport& report : message.heartbeat().steps()) {
+        OnStepLocked(worker_id, report);
+      }
+      AnswerHeartbeatLocked(worker_id, message.heartbeat());
       break;
-    }
     case v1::WorkerMessage::kStep:
       OnStepLocked(worker_id, message.step());
       break;
@@ -202,6 +202,17 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
     case v1::WorkerMessage::PAYLOAD_NOT_SET:
       break;
   }
+}
+
+void JobManager::AnswerHeartbeatLocked(const std::string& worker_id,
+                                       const v1::Heartbeat& heartbeat) {
+  v1::CoordinatorMessage ack;
+  ack.mutable_heartbeat_ack()->set_unix_millis(absl::ToUnixMillis(absl::Now()));
+  ack.mutable_heartbeat_ack()->set_sequence(heartbeat.sequence());
+  ack.set_paced_interval_millis(pacer_.interval().count());
+  ConfirmStoredLocked(worker_id, &ack);
+  workers_.Send(worker_id, ack);
+  OnWorkerHealthLocked(worker_id, heartbeat.health());
 }
 
 JobManager::JobRecord* JobManager::ActiveRecordForLocked(const std::string& worker_id,

@@ -115,8 +115,22 @@ class StateCounts : public prometheus::Collectable {
         prometheus::MetricType::Gauge,
         {}};
     held_silent.metric.push_back(Value(liveness.held_workers));
-    return {job_family, worker_family, worker_state, store_errors, store_writable,
-            held,       lag,           suspended,    suspensions,  held_silent};
+    prometheus::MetricFamily paced{
+        "fsdpd_report_pacing_interval_seconds",
+        "The interval workers are told to beat at and send their step reports with (0: not "
+        "paced): the coordinator's backpressure while it lags (docs/operations.md Overload).",
+        prometheus::MetricType::Gauge,
+        {}};
+    paced.metric.push_back(Value(static_cast<double>(liveness.paced_interval_millis) / 1000));
+    prometheus::MetricFamily pacings{"fsdpd_report_pacings_total",
+                                     "Times the coordinator started pacing its workers' reports.",
+                                     prometheus::MetricType::Counter,
+                                     {}};
+    prometheus::ClientMetric pacing_count;
+    pacing_count.counter.value = static_cast<double>(liveness.pacings);
+    pacings.metric.push_back(pacing_count);
+    return {job_family, worker_family, worker_state, store_errors, store_writable, held,
+            lag,        suspended,     suspensions,  held_silent,  paced,          pacings};
   }
 
  private:

@@ -277,6 +277,8 @@ void WorkerSession::RunStream() {
   heartbeats_sent_.store(0);
   heartbeats_acked_.store(0);
   unhealthy_heartbeat_.store(0);
+  // A coordinator (perhaps a new one) says on its first ack whether it paces.
+  paced_interval_millis_.store(0);
   grpc::ClientContext context;
   std::unique_ptr<Stream> stream = stub_->Session(&context);
   std::atomic<bool> broken{false};
@@ -314,6 +316,16 @@ void WorkerSession::HandleMessage(const v1::CoordinatorMessage& message) {
       HandleExportRequest(message.export_request());
       break;
     case v1::CoordinatorMessage::kHeartbeatAck:
+      if (const int64_t paced = message.paced_interval_millis();
+          paced_interval_millis_.exchange(paced) != paced) {
+        if (paced > 0) {
+          spdlog::info(
+              "the coordinator paces step reports: they go inside heartbeats, one every {} ms",
+              paced);
+        } else {
+          spdlog::info("the coordinator no longer paces step reports");
+        }
+      }
       for (int64_t acked = heartbeats_acked_.load();
            message.heartbeat_ack().sequence() > acked &&
            !heartbeats_acked_.compare_exchange_weak(acked, message.heartbeat_ack().sequence());) {

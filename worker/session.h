@@ -143,6 +143,8 @@ class WorkerSession {
   std::atomic<int64_t> heartbeats_sent_{0};
   std::atomic<int64_t> heartbeats_acked_{0};
   std::atomic<int64_t> unhealthy_heartbeat_{0};
+  // The coordinator's pacing from its latest heartbeat ack (0: send step reports as they come).
+  std::atomic<int64_t> paced_interval_millis_{0};
   std::atomic<bool> watch_stop_{false};
   std::mutex watch_mutex_;
   std::condition_variable watch_changed_;

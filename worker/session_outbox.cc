@@ -63,10 +63,11 @@ void Outbox::PopExport() {
   if (!exports_.empty()) exports_.pop_front();
 }
 
-void Outbox::WaitForWork(std::chrono::steady_clock::time_point until) {
+void Outbox::WaitForWork(std::chrono::steady_clock::time_point until, bool hold_steps) {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait_until(lock, until, [&] {
-    return woken_ || !telemetry_.empty() || !finished_.empty() || !exports_.empty();
+    const bool telemetry = !telemetry_.empty() && !(hold_steps && telemetry_.front().has_step());
+    return woken_ || telemetry || !finished_.empty() || !exports_.empty();
   });
   woken_ = false;
 }
@@ -96,6 +97,23 @@ void Outbox::PopTelemetry() {
     unconfirmed_.push_back(std::move(telemetry_.front()));
   }
   telemetry_.pop_front();
+}
+
+std::vector<v1::StepReport> Outbox::TakeLeadingSteps(size_t max) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<v1::StepReport> steps;
+  while (steps.size() < max && !telemetry_.empty() && telemetry_.front().has_step()) {
+    steps.push_back(telemetry_.front().step());
+    if (unconfirmed_.size() >= telemetry_capacity_) unconfirmed_.pop_front();
+    unconfirmed_.push_back(std::move(telemetry_.front()));
+    telemetry_.pop_front();
+  }
+  return steps;
+}
+
+bool Outbox::HasFinished() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !finished_.empty();
 }
 
 void Outbox::ConfirmStored(const v1::ReportsStored& stored) {

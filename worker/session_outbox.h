@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fsdpd/v1/worker.pb.h"
 
@@ -53,14 +54,21 @@ class Outbox {
   std::optional<FinishedExport> FrontExport();
   void PopExport();
 
-  // Blocks until something is queued, `until` passes, or Wake() is called.
-  void WaitForWork(std::chrono::steady_clock::time_point until);
+  // Blocks until something is queued, `until` passes, or Wake() is called. With `hold_steps`
+  // (the coordinator paces the worker), step reports at the front of the queue do not count:
+  // they wait for the next heartbeat.
+  void WaitForWork(std::chrono::steady_clock::time_point until, bool hold_steps = false);
   void Wake();
 
   // The writer peeks, sends, and pops only once the send worked, so nothing is lost to a
   // write that fails. A popped step report or numbered log line waits for its confirmation.
   std::optional<v1::WorkerMessage> FrontTelemetry();
   void PopTelemetry();
+  // Takes up to `max` step reports from the front of the queue, oldest first, for one paced
+  // heartbeat (Heartbeat.steps); each then waits for its confirmation as a popped one does.
+  std::vector<v1::StepReport> TakeLeadingSteps(size_t max);
+  // Whether an attempt's result waits to be sent.
+  bool HasFinished();
   // Forgets the sent messages the coordinator stored.
   void ConfirmStored(const v1::ReportsStored& stored);
   // Puts the sent but unconfirmed messages back in front of the queue, in order: called when a

@@ -14,6 +14,9 @@ using Clock = std::chrono::steady_clock;
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
 constexpr size_t kArtifactChunkBytes = 1 << 20;
+// Step reports one paced heartbeat carries at most: about 200 KB, far below the coordinator's
+// message limit (--max-request-bytes, 4 MiB by default).
+constexpr size_t kStepsPerHeartbeat = 1000;
 
 int64_t NowUnixMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -53,11 +56,22 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
     broken->store(true);
     return false;
   };
+  // While the coordinator paces this worker (CoordinatorMessage.paced_interval_millis), it beats
+  // at that interval, and its step reports wait in the outbox and go inside the heartbeats.
+  auto paced = [&] { return std::chrono::milliseconds(paced_interval_millis_.load()); };
+  auto beat_interval = [&] { return std::max(interval, paced()); };
   // Every heartbeat states the worker's health; one goes out at once when the health changes.
   std::string sent_health;
   auto heartbeat = [&] {
     v1::WorkerMessage message;
     message.mutable_heartbeat()->set_unix_millis(NowUnixMillis());
+    if (paced().count() > 0) {
+      // Taken reports wait for their confirmation: a failed write resends them on the next
+      // session.
+      for (v1::StepReport& step : outbox_.TakeLeadingSteps(kStepsPerHeartbeat)) {
+        *message.mutable_heartbeat()->add_steps() = std::move(step);
+      }
+    }
     const int64_t number = heartbeats_sent_.load() + 1;
     message.mutable_heartbeat()->set_sequence(number);
     const v1::WorkerHealth health = Health();
@@ -77,18 +91,18 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
 
   // The first message names the worker; a heartbeat does that at once.
   if (!heartbeat()) return;
-  Clock::time_point next_heartbeat = Clock::now() + interval;
+  Clock::time_point next_heartbeat = Clock::now() + beat_interval();
   while (!broken->load()) {
     if (ReadyToClose()) {
       stream->WritesDone();
       return;
     }
-    outbox_.WaitForWork(next_heartbeat);
+    outbox_.WaitForWork(next_heartbeat, paced().count() > 0);
     if (broken->load()) return;
     if (!health_if_changed()) return;
     if (Clock::now() >= next_heartbeat) {
       if (!heartbeat()) return;
-      next_heartbeat = Clock::now() + interval;
+      next_heartbeat = Clock::now() + beat_interval();
     }
     const Outbox::Dropped dropped = outbox_.TakeDropped();
     if (dropped.count > 0) {
@@ -107,11 +121,19 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
       if (!write(std::move(message))) return;
     }
     while (std::optional<v1::WorkerMessage> message = outbox_.FrontTelemetry()) {
+      if (message->has_step() && paced().count() > 0) {
+        // Held for the next heartbeat, unless a result (which must follow its steps) or the
+        // end of the session waits behind them: then they go at once, in a heartbeat.
+        if (!outbox_.HasFinished() && !shutting_down_.load()) break;
+        if (!heartbeat()) return;
+        next_heartbeat = Clock::now() + beat_interval();
+        continue;
+      }
       if (!write(std::move(*message))) return;
       outbox_.PopTelemetry();
       if (Clock::now() >= next_heartbeat) {
         if (!heartbeat()) return;
-        next_heartbeat = Clock::now() + interval;
+        next_heartbeat = Clock::now() + beat_interval();
       }
     }
     if (std::optional<FinishedExport> exported = outbox_.FrontExport()) {

@@ -5,7 +5,7 @@ if(TARGET fsdpd AND TARGET fsdpd-worker AND TARGET fsdpctl)
   target_link_libraries(fsdpd_process_harness PUBLIC
     nlohmann_json::nlohmann_json GTest::gtest Threads::Threads)
 
-  foreach(test_name job_lifecycle coordinator_restart spec_rejection worker_flags)
+  foreach(test_name job_lifecycle coordinator_restart spec_rejection worker_flags paced_reports)
     fsdpd_test(${test_name}_integration_test LABEL integration
       SOURCES ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc
       LIBS fsdpd_process_harness

@@ -226,6 +226,13 @@ void Cluster::KillCoordinator(int signal_number) {
   coordinator_->WaitForExit(std::chrono::seconds(30));
 }
 
+void Cluster::FreezeCoordinator(std::chrono::milliseconds how_long) {
+  if (!coordinator_) return;
+  coordinator_->Signal(SIGSTOP);
+  std::this_thread::sleep_for(how_long);
+  coordinator_->Signal(SIGCONT);
+}
+
 bool Cluster::StartWorkers() {
   for (int i = 0; i < worker_count_; ++i) {
     const std::string log = dir() + "/worker" + std::to_string(i) + ".log";

@@ -101,6 +101,8 @@ class Cluster {
   // that running workers find it (/metrics takes a port of its own each start).
   bool StartCoordinator();
   void KillCoordinator(int signal_number);
+  // Stops the coordinator (SIGSTOP) for `how_long`, then lets it go on: a process starved of CPU.
+  void FreezeCoordinator(std::chrono::milliseconds how_long);
   // The state folder the next StartCoordinator uses (default <dir>/state): a new one is a new
   // cluster, as after a lost volume or a fresh install beside workers that outlive it.
   void UseStateDir(const std::string& state_dir) { state_dir_ = state_dir; }

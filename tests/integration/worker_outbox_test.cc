@@ -204,20 +204,20 @@ TEST(WorkerOutboxTest, AnEmptyWaitLastsUntilItsDeadline) {
   EXPECT_GE(std::chrono::steady_clock::now(), until) << "nothing queued and nobody woke it";
 }
 
-// Runs WaitForWork(far) on a thread of its own, and `act` once that thread is blocked in it.
-// Returns what the waiter saw when its wait returned: whether telemetry was queued, and whether
-// it returned before the deadline.
+// Runs WaitForWork(far, hold_steps) on a thread of its own, and `act` once that thread is blocked
+// in it. Returns what the waiter saw when its wait returned: whether telemetry was queued, and
+// whether it returned before the deadline.
 struct WaitOutcome {
   bool work_queued = false;
   bool before_deadline = false;
 };
-WaitOutcome WaitThenAct(Outbox& outbox, const std::function<void()>& act) {
+WaitOutcome WaitThenAct(Outbox& outbox, const std::function<void()>& act, bool hold_steps = false) {
   const auto far = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::atomic<pid_t> waiter_tid{0};
   WaitOutcome outcome;
   std::thread waiter([&] {
     waiter_tid = testing::CurrentThreadId();
-    outbox.WaitForWork(far);
+    outbox.WaitForWork(far, hold_steps);
     outcome.before_deadline = std::chrono::steady_clock::now() < far;
     outcome.work_queued = outbox.FrontTelemetry().has_value();
   });
@@ -254,6 +254,48 @@ TEST(WorkerOutboxTest, WakeEndsAWaitWithNothingQueued) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   outbox.WaitForWork(until);
   EXPECT_GE(std::chrono::steady_clock::now(), until);
+}
+
+// While the coordinator paces the worker, step reports wait for the next heartbeat: a wait does
+// not end for them (it would spin), but other work still ends it.
+TEST(WorkerOutboxTest, PacedStepReportsDoNotEndAWaitButOtherWorkDoes) {
+  Outbox outbox(10);
+  outbox.PushTelemetry(Step("job-1", 1));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  outbox.WaitForWork(until, /*hold_steps=*/true);
+  EXPECT_GE(std::chrono::steady_clock::now(), until) << "a held step report ended the wait";
+  const WaitOutcome outcome = WaitThenAct(
+      outbox, [&] { outbox.PushFinished(Result("job-1", 1)); }, /*hold_steps=*/true);
+  EXPECT_TRUE(outcome.before_deadline) << "a result behind held steps did not end the wait";
+  EXPECT_TRUE(outbox.HasFinished());
+}
+
+// A paced heartbeat takes the step reports at the front of the queue, oldest first and at most
+// as many as asked, and stops at anything else; taken reports wait for their confirmation and
+// go again on a new session, like sent ones.
+TEST(WorkerOutboxTest, AHeartbeatTakesTheLeadingStepReportsWhichWaitForConfirmation) {
+  Outbox outbox(100);
+  for (int64_t step = 1; step <= 3; ++step) outbox.PushTelemetry(Step("job-1", step));
+  v1::WorkerMessage line;
+  line.mutable_log()->set_job_id("job-1");
+  outbox.PushTelemetry(line);
+  outbox.PushTelemetry(Step("job-1", 4));
+
+  std::vector<v1::StepReport> taken = outbox.TakeLeadingSteps(2);
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].step(), 1);
+  EXPECT_EQ(taken[1].step(), 2);
+  taken = outbox.TakeLeadingSteps(10);
+  ASSERT_EQ(taken.size(), 1u) << "the log line behind step 3 keeps its place";
+  EXPECT_EQ(taken[0].step(), 3);
+  EXPECT_TRUE(outbox.TakeLeadingSteps(10).empty());
+  EXPECT_TRUE(outbox.FrontTelemetry()->has_log());
+  EXPECT_EQ(outbox.UnconfirmedCount(), 3u);
+
+  // The session broke before the coordinator stored them: they go first on the next one.
+  outbox.ConfirmStored(Stored("job-1", 0, 1));
+  outbox.RequeueUnconfirmed();
+  EXPECT_EQ(SendAll(outbox), (std::vector<int64_t>{2, 3, -1, 4}));
 }
 
 }  // namespace

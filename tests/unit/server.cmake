@@ -17,10 +17,13 @@ fsdpd_test(server_job_manager_test LABEL unit
           ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_exports_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_origin_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_liveness_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/server_job_manager_pacing_test.cc
   LIBS fsdpd_server_lib fsdpd_test_support SQLite::SQLite3)
 fsdpd_test(server_coordinator_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_coordinator_test.cc
   LIBS fsdpd_server_lib fsdpd_test_support)
+fsdpd_test(server_report_pacer_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_report_pacer_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_config_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/server_config_test.cc LIBS fsdpd_server_lib)
 fsdpd_test(server_cluster_identity_test LABEL unit

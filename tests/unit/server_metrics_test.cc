@@ -379,10 +379,15 @@ TEST_F(MetricsExporterTest, LostWorkerDecisionsSuspendedUnderProcessingLag) {
   EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspensions_total"), 1);
   EXPECT_EQ(Sample(scrape, "\nfsdpd_processing_lag_seconds"), 30);
   EXPECT_EQ(Sample(scrape, "\nfsdpd_silent_workers_held"), 0);
+  // The same lag paces the workers' reports, at the heartbeat interval first.
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_report_pacing_interval_seconds"), 1);
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_report_pacings_total"), 1);
   jobs_->Tick();  // caught up
   scrape = exporter_->Render();
   EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspended"), 0);
   EXPECT_EQ(Sample(scrape, "\nfsdpd_lost_worker_decisions_suspensions_total"), 1);
+  // Pacing eases only after a calm spell (report_pacer.h).
+  EXPECT_EQ(Sample(scrape, "\nfsdpd_report_pacing_interval_seconds"), 1);
 }
 
 // The real services behind a loopback server with the exporter's timing interceptors, as the
