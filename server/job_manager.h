@@ -380,7 +380,9 @@ class JobManager {
   void OnAcceptedLocked(const std::string& worker_id, const v1::AssignmentAccepted& accepted);
 
   // job_manager_reports.cc
-  void OnStepLocked(const std::string& worker_id, const v1::StepReport& report);
+  // `live`: the report also feeds the per-rank gauges (JobObserver::OnRankStep). A paced
+  // heartbeat's reports feed them with their newest only: the gauges show the latest.
+  void OnStepLocked(const std::string& worker_id, const v1::StepReport& report, bool live = true);
   void OnResultLocked(const std::string& worker_id, const v1::AttemptResult& result);
   void OnLogLocked(const std::string& worker_id, const v1::LogLine& line);
   void OnArtifactLocked(const std::string& worker_id, const v1::ArtifactChunk& chunk);
@@ -417,8 +419,10 @@ class JobManager {
 
   // job_manager_queries.cc
   // Publishes the record's job for Get, List and CountByState, which read these snapshots
-  // without taking mutex_ and so never wait behind the report stream.
-  void PublishLocked(const JobRecord& record);
+  // without taking mutex_ and so never wait behind the report stream. `progress_only`: only the
+  // job's step, loss and throughput changed since it was last published (a completed step), so
+  // the published copy is kept and only those are updated.
+  void PublishLocked(const JobRecord& record, bool progress_only = false);
 
   // job_manager_sending.cc
   // Sends `message` to the worker now, or once the run's writes are committed.
@@ -501,7 +505,8 @@ class JobManager {
   // While a run of messages is handled, what it changed is published only once its writes are
   // committed.
   bool deferring_publish_ = false;
-  std::vector<const JobRecord*> unpublished_;
+  // Each record changed by the run, and whether more than its progress changed.
+  std::map<const JobRecord*, bool> unpublished_;
   std::vector<std::function<void()>> held_notifications_;
   std::vector<std::pair<std::string, v1::CoordinatorMessage>> held_sends_;
   std::map<const JobRecord*, RecordSnapshot> snapshots_;
@@ -521,7 +526,19 @@ class JobManager {
   mutable std::mutex liveness_mutex_;  // guards liveness_, read by GetLivenessHealth
   LivenessHealth liveness_;
   mutable std::mutex view_mutex_;
-  std::map<std::string, std::shared_ptr<const v1::Job>> view_;
+  // What readers see of one job: a copy of it as last published whole, and its progress since.
+  // A completed step changes only the step, loss and throughput; publishing those alone spares
+  // copying the job with its attempts' rank lists (a thousand ranks each on a large gang) on
+  // every step, which took 40% of the session dispatcher's time at 10,000 workers
+  // (bench/RESULTS.md, "Backpressure").
+  struct PublishedJob {
+    std::shared_ptr<const v1::Job> job;
+    int64_t step = 0;
+    double loss = 0;
+    double tokens_per_second = 0;
+    v1::Job Materialize() const;  // the copy with its progress
+  };
+  std::map<std::string, PublishedJob> view_;
 };
 
 bool IsTerminal(v1::JobState state);

@@ -20,53 +20,74 @@ absl::Status NameDamage(const absl::Status& status, const char* what, const std:
 
 }  // namespace
 
-void JobManager::PublishLocked(const JobRecord& record) {
+void JobManager::PublishLocked(const JobRecord& record, bool progress_only) {
   if (deferring_publish_) {
-    unpublished_.push_back(&record);
+    auto [entry, added] = unpublished_.emplace(&record, !progress_only);
+    if (!added) entry->second = entry->second || !progress_only;
     return;
   }
-  auto snapshot = std::make_shared<const v1::Job>(record.job);
+  const v1::Job& job = record.job;
+  if (progress_only) {
+    std::lock_guard<std::mutex> lock(view_mutex_);
+    auto found = view_.find(job.id());
+    if (found != view_.end()) {
+      found->second.step = job.step();
+      found->second.loss = job.loss();
+      found->second.tokens_per_second = job.tokens_per_second();
+      return;
+    }
+  }
+  PublishedJob published{std::make_shared<const v1::Job>(job), job.step(), job.loss(),
+                         job.tokens_per_second()};
   std::lock_guard<std::mutex> lock(view_mutex_);
-  view_[record.job.id()] = std::move(snapshot);
+  view_[job.id()] = std::move(published);
+}
+
+v1::Job JobManager::PublishedJob::Materialize() const {
+  v1::Job copy = *job;
+  copy.set_step(step);
+  copy.set_loss(loss);
+  copy.set_tokens_per_second(tokens_per_second);
+  return copy;
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
-  std::shared_ptr<const v1::Job> snapshot;
+  PublishedJob published;
   {
     std::lock_guard<std::mutex> lock(view_mutex_);
     auto found = view_.find(job_id);
-    if (found != view_.end()) snapshot = found->second;
+    if (found != view_.end()) published = found->second;
   }
-  if (snapshot == nullptr)
+  if (published.job == nullptr)
     return absl::NotFoundError(absl::StrCat("no job with id \"", job_id, "\""));
-  return *snapshot;
+  return published.Materialize();
 }
 
 std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states, int limit) const {
-  std::vector<std::shared_ptr<const v1::Job>> snapshots;
+  std::vector<PublishedJob> snapshots;
   {
     std::lock_guard<std::mutex> lock(view_mutex_);
     snapshots.reserve(view_.size());
-    for (const auto& [id, snapshot] : view_) {
+    for (const auto& [id, published] : view_) {
       if (!states.empty() &&
-          std::find(states.begin(), states.end(), snapshot->state()) == states.end()) {
+          std::find(states.begin(), states.end(), published.job->state()) == states.end()) {
         continue;
       }
-      snapshots.push_back(snapshot);
+      snapshots.push_back(published);
       if (limit > 0 && static_cast<int>(snapshots.size()) >= limit) break;
     }
   }
   // The copies are made outside the lock: publishing a step never waits for a long listing.
   std::vector<v1::Job> jobs;
   jobs.reserve(snapshots.size());
-  for (const auto& snapshot : snapshots) jobs.push_back(*snapshot);
+  for (const PublishedJob& published : snapshots) jobs.push_back(published.Materialize());
   return jobs;
 }
 
 std::map<v1::JobState, int> JobManager::CountByState() const {
   std::lock_guard<std::mutex> lock(view_mutex_);
   std::map<v1::JobState, int> counts;
-  for (const auto& [id, snapshot] : view_) ++counts[snapshot->state()];
+  for (const auto& [id, published] : view_) ++counts[published.job->state()];
   return counts;
 }
 

@@ -11,7 +11,8 @@
 
 namespace fsdpd::server {
 
-void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport& report) {
+void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport& report,
+                              bool live) {
   JobRecord* record = ActiveRecordForLocked(worker_id, report.job_id(), report.attempt(),
                                             report.rank(), report.job_uid());
   if (record == nullptr) {
@@ -46,7 +47,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   int64_t& last_reported = record->active->last_reported_step[report.rank()];
   const bool resent = report.step() <= last_reported;
   last_reported = std::max(last_reported, report.step());
-  if (observer_ != nullptr && !resent) {
+  if (observer_ != nullptr && !resent && live) {
     if (std::optional<WorkerSnapshot> worker = workers_.Find(worker_id)) {
       observer_->OnRankStep(report, worker->info);
     }
@@ -88,7 +89,7 @@ void JobManager::OnStepLocked(const std::string& worker_id, const v1::StepReport
   job.set_loss(aggregate.loss());
   job.set_tokens_per_second(aggregate.tokens_per_second());
   LogStoreError(store_.RecordStep(job, record->next_sequence++, aggregate), "step");
-  PublishLocked(*record);
+  PublishLocked(*record, /*progress_only=*/true);
   v1::JobEvent event;
   *event.mutable_step() = aggregate;
   NotifyLocked(*record, [event](const auto& subscriber) { subscriber->OnEvent(event); });

@@ -96,10 +96,9 @@ bool JobManager::RunGroupedLocked(const std::function<void()>& body) {
   }
   snapshots_.clear();
   step_undos_.clear();
-  std::sort(unpublished_.begin(), unpublished_.end());
-  unpublished_.erase(std::unique(unpublished_.begin(), unpublished_.end()), unpublished_.end());
-  for (const JobRecord* record : unpublished_) PublishLocked(*record);
+  std::map<const JobRecord*, bool> unpublished = std::move(unpublished_);
   unpublished_.clear();
+  for (const auto& [record, whole] : unpublished) PublishLocked(*record, !whole);
   std::vector<std::pair<std::string, v1::CoordinatorMessage>> sends = std::move(held_sends_);
   held_sends_.clear();
   for (const auto& [worker_id, message] : sends) workers_.Send(worker_id, message);

@@ -164,8 +164,9 @@ void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
   switch (message.payload_case()) {
     case v1::WorkerMessage::kHeartbeat:
       // Reports paced into the heartbeat (report_pacer.h) count as if sent one by one, before it.
-      for (const v1::StepReport& report : message.heartbeat().steps()) {
-        OnStepLocked(worker_id, report);
+      for (int i = 0; i < message.heartbeat().steps_size(); ++i) {
+        OnStepLocked(worker_id, message.heartbeat().steps(i),
+                     /*live=*/i + 1 == message.heartbeat().steps_size());
       }
       AnswerHeartbeatLocked(worker_id, message.heartbeat());
       break;

@@ -83,11 +83,13 @@ class SessionDispatcher {
   }
 
   void Drain() {
-    // Runs of this many: one hold of the job manager's lock and one store commit per run, and
-    // one copy of each job record the run touches (kept to undo the run if the commit fails).
-    // A record holds its attempts' rank lists, so with 1,000-rank jobs runs of 32 spent most
-    // of the dispatcher's time copying them; a run of 256 holds the lock for a few
-    // milliseconds (bench/RESULTS.md, "At cluster scale").
+    // Runs of about this many reports: one hold of the job manager's lock and one store commit
+    // per run, and one copy of each job record the run touches (kept to undo the run if the
+    // commit fails). A record holds its attempts' rank lists, so with 1,000-rank jobs runs of 32
+    // spent most of the dispatcher's time copying them; a run of 256 holds the lock for a few
+    // milliseconds (bench/RESULTS.md, "At cluster scale"). A paced heartbeat counts for the
+    // step reports it carries: 256 heartbeats of 25 reports each held the lock for tens of
+    // milliseconds, and SubmitJob waited behind them (bench/RESULTS.md, "Backpressure").
     constexpr size_t kRun = 256;
     std::vector<Item> run;
     std::vector<JobManager::WorkerMessageRef> refs;
@@ -96,7 +98,10 @@ class SessionDispatcher {
     while (!queue_.empty()) {
       // The processing lag: how long the oldest message has waited (it waits until handled).
       lag_.NoteOldestWaiting(queue_.front().received);
-      while (!queue_.empty() && run.size() < kRun) {
+      size_t reports = 0;
+      while (!queue_.empty() && reports < kRun) {
+        const v1::WorkerMessage& message = queue_.front().message;
+        reports += 1 + (message.has_heartbeat() ? message.heartbeat().steps_size() : 0);
         run.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -150,9 +155,12 @@ class SessionHandle : public WorkerSession {
   SessionReactor* reactor_;
 };
 
-// Messages of one session the dispatcher may hold before the session stops reading: reads go on
-// while the dispatcher keeps up, and gRPC flow control slows a worker once it falls this far
-// behind, so memory stays bounded by workers times this.
+// Reports of one session the dispatcher may hold before the session stops reading (a message
+// counts once, a paced heartbeat once per step report it carries, plus one): reads go on while
+// the dispatcher keeps up, and gRPC flow control slows a worker once it falls this far behind,
+// so memory stays bounded by workers times this. Counted in messages, 16 paced heartbeats of a
+// thousand-rank job's workers held 400 reports each session, and RSS grew to 830 MiB at
+// 10,000 workers (bench/RESULTS.md, "Backpressure").
 constexpr int kMaxQueuedPerSession = 16;
 
 class SessionReactor : public SessionBase {
@@ -202,20 +210,22 @@ class SessionReactor : public SessionBase {
           worker_id_, kMaxLogLineBytes, kMaxReasonBytes);
     }
     jobs_.NoteAlive(worker_id_);
+    const int reports = 1 + (incoming_.has_heartbeat() ? incoming_.heartbeat().steps_size() : 0);
     {
       // Counted before the post: the dispatcher may hand the message back before Post returns.
       std::lock_guard<std::mutex> lock(state_mutex_);
       ++held_by_dispatcher_;
+      held_reports_ += reports;
     }
     // Posted before the session may pause: once paused_ is set, OnDispatched may start the next
     // read into incoming_ on the dispatcher's thread, so the message must be out of incoming_
     // and in the queue (ahead of the next one) by then.
     dispatcher_.Post({worker_id_, std::move(incoming_), ProcessingLag::Clock::now(),
-                      [this] { OnDispatched(); }});
+                      [this, reports] { OnDispatched(reports); }});
     bool read_next = false;
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
-      read_next = held_by_dispatcher_ < kMaxQueuedPerSession;
+      read_next = held_reports_ < kMaxQueuedPerSession;
       if (!read_next) {
         paused_ = true;
         // Not reading is the coordinator's doing: the worker is not silent meanwhile. Noted
@@ -250,9 +260,10 @@ class SessionReactor : public SessionBase {
   }
 
  private:
-  void OnDispatched() {
+  void OnDispatched(int reports) {
     std::unique_lock<std::mutex> lock(state_mutex_);
-    if (paused_ && !closing_ && !done_) {
+    held_reports_ -= reports;
+    if (paused_ && !closing_ && !done_ && held_reports_ < kMaxQueuedPerSession) {
       // The dispatcher caught up with this worker: read again. Still counted as held while
       // StartRead runs, so OnDone cannot delete the reactor under it; outside the lock, since
       // gRPC may run OnReadDone inline. A close racing with the read is fine: the read then
@@ -279,7 +290,8 @@ class SessionReactor : public SessionBase {
   // done with the reactor. Whichever of OnDone and OnDispatched comes last deletes it.
   std::mutex state_mutex_;
   int held_by_dispatcher_ = 0;
-  bool paused_ = false;  // reading stopped at kMaxQueuedPerSession until the dispatcher catches up
+  int held_reports_ = 0;  // what those messages carry (kMaxQueuedPerSession)
+  bool paused_ = false;   // reading stopped at kMaxQueuedPerSession until the dispatcher catches up
   bool closing_ = false;
   bool done_ = false;
 };
