@@ -2,7 +2,6 @@
 // that waits says why (the scheduler's WaitReason), backfilled jobs are preempted for the head
 // job, and each placement starts an attempt whose assignments are stored, then sent to its
 // workers; each attempt is recorded in Job.attempts with its workers and their hosts.
-#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -18,17 +17,26 @@ int64_t JobManager::RankMemoryBytes(const v1::JobSpec& spec) {
 
 std::vector<FleetWorker> JobManager::FleetLocked() const {
   std::vector<FleetWorker> fleet = workers_.Fleet();
-  // The workers that run an unfinished rank of their job's current attempt, found once per pass
-  // (one look per worker below, not a scan of its job's ranks: a 1,000-rank job on a fleet of
-  // 10,000 would cost 10 million comparisons a pass).
-  std::set<std::pair<std::string, std::string>> running_ranks;  // (job id, worker id)
-  for (const auto& [id, record] : jobs_) {
-    if (!record.active.has_value()) continue;
-    const ActiveAttempt& active = *record.active;
-    for (size_t rank = 0; rank < active.worker_ids.size(); ++rank) {
-      if (!active.finished[rank]) running_ranks.emplace(id, active.worker_ids[rank]);
+  // Whether the worker runs an unfinished rank of its job's current attempt: one look at the
+  // rank it was assigned, which is the one it runs; a scan of the job's ranks only when that
+  // look fails (a worker still busy with an ended attempt). A set of every running (job,
+  // worker) pair, built each pass, was a third of the pass on 10,000 workers.
+  const auto runs_unfinished_rank = [this](const FleetWorker& worker) {
+    const JobRecord* record = FindLocked(worker.job_id);
+    if (record == nullptr || !record->active.has_value()) return false;
+    const ActiveAttempt& active = *record->active;
+    const auto unfinished = [&](size_t rank) {
+      return active.worker_ids[rank] == worker.id && !active.finished[rank];
+    };
+    if (worker.rank >= 0 && static_cast<size_t>(worker.rank) < active.worker_ids.size() &&
+        unfinished(static_cast<size_t>(worker.rank))) {
+      return true;
     }
-  }
+    for (size_t rank = 0; rank < active.worker_ids.size(); ++rank) {
+      if (unfinished(rank)) return true;
+    }
+    return false;
+  };
   for (FleetWorker& worker : fleet) {
     // Consolidating a checkpoint (job_manager_exports.cc): counts for the fleet, takes no rank.
     if (worker.state == FleetWorker::State::kIdle && ExportingLocked(worker.id)) {
@@ -52,9 +60,7 @@ std::vector<FleetWorker> JobManager::FleetLocked() const {
     }
     if (worker.state != FleetWorker::State::kRunning) continue;
     // Busy with a rank its job no longer runs (the attempt ended): free once it reports.
-    if (running_ranks.count({worker.job_id, worker.id}) == 0) {
-      worker.state = FleetWorker::State::kDraining;
-    }
+    if (!runs_unfinished_rank(worker)) worker.state = FleetWorker::State::kDraining;
   }
   return fleet;
 }

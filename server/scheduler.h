@@ -68,6 +68,7 @@ struct FleetWorker {
   int64_t memory_bytes = 0;  // what the coordinator admits (0: unknown, fits any job)
   State state = State::kIdle;
   std::string job_id;  // kRunning
+  int rank = -1;       // kRunning: the rank of job_id it was assigned
   // The identity of the checkpoint root the worker sees (WorkerHealth.checkpoint_root_id).
   // A job's ranks go only to workers of one identity; empty counts as one identity of its own.
   std::string root_id;

@@ -222,6 +222,7 @@ std::vector<IdleWorker> WorkerRegistry::IdleWorkers() const {
 std::vector<FleetWorker> WorkerRegistry::Fleet() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<FleetWorker> fleet;
+  fleet.reserve(workers_.size());
   for (const auto& [id, entry] : workers_) {
     const v1::Worker& info = entry.info;
     FleetWorker worker;
@@ -236,6 +237,7 @@ std::vector<FleetWorker> WorkerRegistry::Fleet() const {
     } else if (entry.assignment.active()) {
       worker.state = FleetWorker::State::kRunning;
       worker.job_id = entry.assignment.job_id;
+      worker.rank = entry.assignment.rank;
     } else if (info.state() != v1::IDLE || entry.session == nullptr ||
                !info.health().unhealthy().empty() ||
                !info.health().checkpoint_root_error().empty()) {
