@@ -162,6 +162,12 @@ class JobManager {
     const v1::WorkerMessage* message;
   };
   void OnWorkerMessages(const std::vector<WorkerMessageRef>& messages);
+  // Backpressure from the store: waits, without the job manager's lock, while the store's writer
+  // is more than kMaxQueuedStoreRows rows behind (at most 5 s, and not while the store fails).
+  // The session dispatcher calls it before each run, so that reports wait at the workers, and
+  // count as processing lag, instead of piling up in memory ahead of the store.
+  void WaitForStoreToCatchUp();
+  static constexpr int64_t kMaxQueuedStoreRows = 50000;
 
   // Expires silent workers and unrecovered attempts, then schedules. While the store cannot
   // write, only retries what is held (see StoreHealth).

@@ -1,6 +1,8 @@
 // The job manager when the store cannot write (a full disk, a read-only volume): nothing that
 // failed to commit is applied (the grouped run that rolls back is in job_manager_sending.cc), and
 // worker messages are held in order until Tick finds the store writable again.
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "server/job_manager.h"
 #include "spdlog/spdlog.h"
@@ -96,6 +98,14 @@ bool JobManager::RecoverStoreLocked() {
   store_writable_.store(true);
   spdlog::info("job store: writes succeed again");
   return true;
+}
+
+void JobManager::WaitForStoreToCatchUp() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (store_writable_.load() && store_.QueuedRows() > kMaxQueuedStoreRows &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 }  // namespace fsdpd::server

@@ -73,6 +73,8 @@ class JobStore {
   virtual int64_t StoredStepReports() const = 0;
   virtual absl::StatusOr<int64_t> AppendLog(const v1::LogLine& line) = 0;
   virtual int64_t StoredLogs() const = 0;
+  // Rows appended and not yet written, of both kinds: how far the store's writer is behind.
+  virtual int64_t QueuedRows() const = 0;
 
   // The per-rank reports still kept (JobStoreConfig::rank_report_steps: the newest steps of
   // each attempt), by attempt, step and rank. Stored*() counts every report ever stored.

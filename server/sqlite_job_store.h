@@ -46,6 +46,7 @@ class SqliteJobStore : public JobStore {
                           const v1::StepReport& aggregate) override;
   absl::StatusOr<int64_t> AppendStepReport(const v1::StepReport& report) override;
   int64_t StoredStepReports() const override;
+  int64_t QueuedRows() const override;
   absl::StatusOr<int64_t> AppendLog(const v1::LogLine& line) override;
   int64_t StoredLogs() const override;
 
@@ -134,7 +135,7 @@ class SqliteJobStore : public JobStore {
 
   // Lock order: mutex_ before pending_mutex_. Appenders take pending_mutex_ only; rows leave
   // the queue only under both, so whoever holds mutex_ sees each row either written or queued.
-  std::mutex pending_mutex_;
+  mutable std::mutex pending_mutex_;
   std::condition_variable batch_ready_;
   std::deque<v1::StepReport> pending_reports_;
   std::deque<v1::LogLine> pending_logs_;

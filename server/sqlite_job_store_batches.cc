@@ -40,6 +40,11 @@ absl::StatusOr<int64_t> SqliteJobStore::AppendStepReport(const v1::StepReport& r
 
 int64_t SqliteJobStore::StoredStepReports() const { return stored_reports_.load(); }
 
+int64_t SqliteJobStore::QueuedRows() const {
+  std::lock_guard<std::mutex> lock(pending_mutex_);
+  return static_cast<int64_t>(PendingRowsLocked());
+}
+
 absl::StatusOr<int64_t> SqliteJobStore::AppendLog(const v1::LogLine& line) {
   return Enqueue(pending_logs_, appended_logs_, line);
 }

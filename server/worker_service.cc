@@ -108,6 +108,9 @@ class SessionDispatcher {
       lock.unlock();
       refs.clear();
       for (const Item& item : run) refs.push_back({&item.worker_id, &item.message});
+      // Reports the store cannot take yet wait here, then at the workers (flow control), and
+      // count as processing lag: the coordinator paces its workers (report_pacer.h).
+      jobs_.WaitForStoreToCatchUp();
       jobs_.OnWorkerMessages(refs);
       // A done() may start a read that completes inline and posts again: it is queued, and this
       // loop takes it.

@@ -97,7 +97,7 @@ void WorkerSession::WriteLoop(Stream* stream, std::atomic<bool>* broken) {
       stream->WritesDone();
       return;
     }
-    outbox_.WaitForWork(next_heartbeat, paced().count() > 0);
+    outbox_.WaitForWork(next_heartbeat, paced().count() > 0 && !shutting_down_.load());
     if (broken->load()) return;
     if (!health_if_changed()) return;
     if (Clock::now() >= next_heartbeat) {

@@ -3,6 +3,9 @@
 // if sent one by one: aggregated, stored, confirmed, and held with everything else while the
 // store cannot write. Fixture: server_job_manager_fixture.h (heartbeat timeout 10 s, interval
 // 1 s).
+#include <atomic>
+#include <thread>
+
 #include "tests/unit/server_job_manager_fixture.h"
 
 namespace fsdpd::server {
@@ -127,6 +130,35 @@ TEST_F(JobManagerTest, StepsInAPacedHeartbeatAreHeldWhileTheStoreCannotWriteAndL
   const std::vector<int64_t> steps = StepsOf(*events);
   ASSERT_EQ(steps.size(), static_cast<size_t>(step));
   for (int i = 0; i < step; ++i) EXPECT_EQ(steps[i], i + 1) << "every step once, in order";
+}
+
+// Backpressure from the store: while its writer is more than kMaxQueuedStoreRows rows behind,
+// the session dispatcher waits (WaitForStoreToCatchUp) instead of piling reports up in memory.
+// The writer is held back here by another connection's write transaction on the same file.
+TEST_F(JobManagerTest, TheDispatcherWaitsWhileTheStoreWriterIsFarBehind) {
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((directory_ + "/fsdpd.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const int64_t rows = JobManager::kMaxQueuedStoreRows + 1000;
+  for (int64_t step = 1; step <= rows; ++step) {
+    v1::StepReport report;
+    report.set_job_id("job-000001");
+    report.set_step(step);
+    ASSERT_TRUE(store_->AppendStepReport(report).ok());
+  }
+  ASSERT_GT(store_->QueuedRows(), JobManager::kMaxQueuedStoreRows);
+
+  std::atomic<bool> returned{false};
+  std::thread dispatcher([&] {
+    jobs_->WaitForStoreToCatchUp();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(returned.load()) << "it went on with the store's writer 51,000 rows behind";
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  dispatcher.join();  // within 5 s: the writer drains, or the wait gives up
+  EXPECT_LE(store_->QueuedRows(), JobManager::kMaxQueuedStoreRows);
 }
 
 }  // namespace

@@ -230,7 +230,9 @@ TEST_F(StoreTest, TheWriterThreadWritesFullBatchesWithoutAFlush) {
   }
   EXPECT_EQ(rows, 8);
   EXPECT_EQ(store->StoredStepReports(), 8);
+  EXPECT_EQ(store->QueuedRows(), 1) << "how far the writer is behind: the job manager waits on it";
   ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->QueuedRows(), 0);
   EXPECT_EQ(StoredReportRows(config_.database_path), 9);
   EXPECT_EQ(store->StoredStepReports(), 9);
   EXPECT_EQ(store->LoadStepReports("job-000001")->size(), 9u);
