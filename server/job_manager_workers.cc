@@ -145,8 +145,9 @@ void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages)
     // Held behind what could not be stored, in order; heartbeats are still answered (the
     // reports they carry are held).
     for (const WorkerMessageRef& ref : messages) {
-      if (ref.message->has_heartbeat())
+      if (ref.message->has_heartbeat()) {
         AnswerHeartbeatLocked(*ref.worker_id, ref.message->heartbeat());
+      }
     }
     HoldLocked(messages);
     return;
