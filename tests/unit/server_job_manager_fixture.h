@@ -190,6 +190,15 @@ class JobManagerTest : public ::testing::Test {
   std::map<std::string, std::shared_ptr<FakeSession>> sessions_;
 };
 
+// The steps of a job's stored step events, in order.
+inline std::vector<int64_t> StepsOf(const std::vector<StoredEvent>& events) {
+  std::vector<int64_t> steps;
+  for (const StoredEvent& event : events) {
+    if (event.event.has_step()) steps.push_back(event.event.step().step());
+  }
+  return steps;
+}
+
 // The ReportsStored entries of the heartbeat acks a worker received since `from`.
 inline std::vector<v1::ReportsStored> Confirmations(const FakeSession& session, size_t from) {
   std::vector<v1::ReportsStored> found;

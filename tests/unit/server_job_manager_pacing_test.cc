@@ -37,14 +37,6 @@ int64_t PacingOfLastAck(const FakeSession& session) {
   return -1;
 }
 
-std::vector<int64_t> StepsOf(const std::vector<StoredEvent>& events) {
-  std::vector<int64_t> steps;
-  for (const StoredEvent& event : events) {
-    if (event.event.has_step()) steps.push_back(event.event.step().step());
-  }
-  return steps;
-}
-
 TEST_F(JobManagerTest, ALaggingCoordinatorPacesReportsAndPacedHeartbeatsCountEveryStep) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string w1 = AddWorker("host-a", 1);

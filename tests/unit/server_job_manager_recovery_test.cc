@@ -182,15 +182,6 @@ TEST_F(JobManagerTest, ShutdownFlushesAndClosesWithoutTouchingJobs) {
 // Issue 11 §2: a store that cannot write (SQLITE_FULL, injected with PRAGMA max_page_count)
 // never splits memory from disk. What failed is held, submits get UNAVAILABLE, and once space
 // is back the held reports are stored in order and the history is whole, with no restart.
-// The steps of a job's stored step events, in order.
-std::vector<int64_t> StepsOf(const std::vector<StoredEvent>& events) {
-  std::vector<int64_t> steps;
-  for (const StoredEvent& event : events) {
-    if (event.event.has_step()) steps.push_back(event.event.step().step());
-  }
-  return steps;
-}
-
 TEST_F(JobManagerTest, FullStoreHoldsChangesUntilItWritesAgainAndLosesNothing) {
   const std::string w0 = AddWorker("host-a", 0);
   const std::string id = *jobs_->Submit(SmallSpec(1, 0));
