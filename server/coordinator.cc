@@ -81,6 +81,14 @@ absl::Status Coordinator::Start() {
     jobs.start_timeout = config_.workers.heartbeat_timeout + config_.rendezvous.default_get_timeout;
   }
   jobs_ = std::make_unique<JobManager>(jobs, *store_, *workers_, *rendezvous_);
+  // A submission's scheduling pass runs on the ticker's thread, at once (RunTicker).
+  jobs_->SetSchedulingWaker([this] {
+    {
+      std::lock_guard<std::mutex> lock(ticker_mutex_);
+      schedule_now_ = true;
+    }
+    ticker_wakeup_.notify_all();
+  });
   if (absl::Status status = jobs_->Load(); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("loading ", config_.store.database_path, ": ",
                                                     status.message()));
@@ -246,10 +254,19 @@ void Coordinator::RunTicker() {
                                                         config_.workers.heartbeat_timeout / 4);
   Clock::time_point next_flush = Clock::now() + config_.store.flush_interval;
   std::unique_lock<std::mutex> lock(ticker_mutex_);
+  Clock::time_point due = Clock::now() + tick;
   while (!stopping_) {
-    const Clock::time_point due = Clock::now() + tick;
-    ticker_wakeup_.wait_for(lock, tick);
+    ticker_wakeup_.wait_until(lock, due, [this] { return stopping_ || schedule_now_; });
     if (stopping_) break;
+    if (schedule_now_ && Clock::now() < due) {
+      // A submission's pass, between ticks; the tick stays due when it was.
+      schedule_now_ = false;
+      lock.unlock();
+      jobs_->SchedulePass();
+      lock.lock();
+      continue;
+    }
+    schedule_now_ = false;
     lock.unlock();
     // A late wake-up is a stall of the whole process (no CPU for it): the job manager counts it
     // in its processing lag (processing_lag.h).
@@ -264,6 +281,7 @@ void Coordinator::RunTicker() {
       }
       next_flush = Clock::now() + config_.store.flush_interval;
     }
+    due = Clock::now() + tick;
     lock.lock();
   }
 }

@@ -73,6 +73,7 @@ class Coordinator {
 
   std::mutex ticker_mutex_;
   std::condition_variable ticker_wakeup_;
+  bool schedule_now_ = false;  // a submission asked for a scheduling pass (ticker_mutex_)
   bool stopping_ = false;
   bool stopped_ = false;
   std::thread ticker_;

@@ -172,6 +172,14 @@ class JobManager {
   // Expires silent workers and unrecovered attempts, then schedules. While the store cannot
   // write, only retries what is held (see StoreHealth).
   void Tick();
+  // A scheduling pass alone (what Tick ends with).
+  void SchedulePass();
+  // From then on Submit asks for its scheduling pass through `wake` (the coordinator's ticker
+  // runs SchedulePass at once, one pass for the submissions that came meanwhile) instead of running
+  // it under the lock before it answers: the pass scans the fleet, which on 10,000 workers was
+  // most of a submission's time (bench/RESULTS.md, "Backpressure"). Without it (the unit tests)
+  // Submit schedules in place, and its reply shows the placement.
+  void SetSchedulingWaker(std::function<void()> wake);
 
   // Whether the store takes writes. After a failed write the coordinator applies nothing it
   // could not store: the run of worker messages whose commit failed is undone in memory and
@@ -503,6 +511,7 @@ class JobManager {
   // new session resends whatever it still holds.
   std::map<std::string, std::deque<UnconfirmedReport>> unconfirmed_reports_;
   JobObserver* observer_ = nullptr;
+  std::function<void()> wake_scheduler_;  // SetSchedulingWaker
   bool shutting_down_ = false;
   int64_t next_start_order_ = 1;
 

@@ -22,6 +22,17 @@ void JobManager::Tick() {
   RunGroupedLocked([this] { TickLocked(); });
 }
 
+void JobManager::SchedulePass() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_ || !store_writable_.load()) return;
+  RunGroupedLocked([this] { ScheduleLocked(); });
+}
+
+void JobManager::SetSchedulingWaker(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  wake_scheduler_ = std::move(wake);
+}
+
 void JobManager::TickLocked() {
   const std::chrono::milliseconds lag = lag_.Take();
   PaceReportsLocked(lag);

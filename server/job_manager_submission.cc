@@ -246,7 +246,11 @@ absl::StatusOr<std::string> JobManager::Submit(const v1::JobSpec& submitted,
   spdlog::info("{} submitted by {}: {} on {} {} worker(s), uid {}", *id,
                owner.empty() ? "anonymous" : owner, spec.name(), spec.parallel().world_size(),
                spec.parallel().device(), stored->job.uid());
-  RunGroupedLocked([this] { ScheduleLocked(); });
+  if (wake_scheduler_) {
+    wake_scheduler_();  // SetSchedulingWaker: the pass runs on the ticker's thread
+  } else {
+    RunGroupedLocked([this] { ScheduleLocked(); });
+  }
   return *id;
 }
 

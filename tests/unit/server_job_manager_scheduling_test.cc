@@ -294,5 +294,20 @@ TEST_F(JobManagerTest, AnAttemptTheOomKillerEndedFailsSayingSoAndLowersTheWorker
   EXPECT_LT(registry_->Find(w0)->info.memory_bytes(), needed);
 }
 
+// With a scheduling waker (the coordinator's ticker), Submit answers without running the pass
+// over the fleet itself: it asks for one, and the pass places the job.
+TEST_F(JobManagerTest, WithAWakerSubmitAsksForTheSchedulingPassInsteadOfRunningIt) {
+  AddWorker("host-a", 0);
+  AddWorker("host-a", 1);
+  int wakes = 0;
+  jobs_->SetSchedulingWaker([&wakes] { ++wakes; });
+  const std::string id = *jobs_->Submit(SmallSpec(2, 0));
+  EXPECT_EQ(wakes, 1);
+  EXPECT_EQ(GetJob(id).state(), v1::PENDING) << "the pass ran inside Submit";
+  jobs_->SchedulePass();
+  EXPECT_EQ(GetJob(id).state(), v1::SCHEDULED);
+  EXPECT_EQ(GetJob(id).worker_ids_size(), 2);
+}
+
 }  // namespace
 }  // namespace fsdpd::server
