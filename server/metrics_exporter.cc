@@ -67,9 +67,7 @@ class StateCounts : public prometheus::Collectable {
         "coordinator holds changes and refuses submits.",
         prometheus::MetricType::Counter,
         {}};
-    prometheus::ClientMetric errors;
-    errors.counter.value = static_cast<double>(store.errors);
-    store_errors.metric.push_back(errors);
+    store_errors.metric.push_back(Count(store.errors));
     prometheus::MetricFamily store_writable{
         "fsdpd_store_writable",
         "1 while the job store takes writes, 0 while it cannot.",
@@ -105,9 +103,7 @@ class StateCounts : public prometheus::Collectable {
         "Times the coordinator suspended its lost-worker decisions.",
         prometheus::MetricType::Counter,
         {}};
-    prometheus::ClientMetric suspension_count;
-    suspension_count.counter.value = static_cast<double>(liveness.suspensions);
-    suspensions.metric.push_back(suspension_count);
+    suspensions.metric.push_back(Count(liveness.suspensions));
     prometheus::MetricFamily held_silent{
         "fsdpd_silent_workers_held",
         "Workers silent past the heartbeat timeout that the mass-silence rule keeps from being "
@@ -126,9 +122,7 @@ class StateCounts : public prometheus::Collectable {
                                      "Times the coordinator started pacing its workers' reports.",
                                      prometheus::MetricType::Counter,
                                      {}};
-    prometheus::ClientMetric pacing_count;
-    pacing_count.counter.value = static_cast<double>(liveness.pacings);
-    pacings.metric.push_back(pacing_count);
+    pacings.metric.push_back(Count(liveness.pacings));
     return {job_family, worker_family, worker_state, store_errors, store_writable, held,
             lag,        suspended,     suspensions,  held_silent,  paced,          pacings};
   }
@@ -137,6 +131,11 @@ class StateCounts : public prometheus::Collectable {
   static prometheus::ClientMetric Value(double value) {
     prometheus::ClientMetric metric;
     metric.gauge.value = value;
+    return metric;
+  }
+  static prometheus::ClientMetric Count(int64_t count) {
+    prometheus::ClientMetric metric;
+    metric.counter.value = static_cast<double>(count);
     return metric;
   }
   static prometheus::ClientMetric Gauge(const std::string& label, const std::string& value,

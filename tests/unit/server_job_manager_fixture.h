@@ -172,6 +172,14 @@ class JobManagerTest : public ::testing::Test {
     jobs_->OnWorkerMessage(worker, message);
   }
 
+  // Limits the store to the pages it has now, so the next write that needs a page fails as on
+  // a full disk (SQLITE_FULL); LimitPages(1 << 30) gives the room back.
+  void FreezeStoreSize() {
+    absl::StatusOr<int64_t> pages = store_->LimitPages(0);  // 0 reads the page count
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    ASSERT_TRUE(store_->LimitPages(*pages).ok());
+  }
+
   v1::Job GetJob(const std::string& id) { return *jobs_->Get(id); }
   v1::WorkerState StateOf(const std::string& worker) {
     return registry_->Find(worker)->info.state();

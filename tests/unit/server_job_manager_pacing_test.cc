@@ -92,9 +92,7 @@ TEST_F(JobManagerTest, StepsInAPacedHeartbeatAreHeldWhileTheStoreCannotWriteAndL
   jobs_->OnWorkerMessage(w0, PacedHeartbeat(id, 0, 1, 1));
   ASSERT_EQ(GetJob(id).step(), 1);
 
-  absl::StatusOr<int64_t> pages = store_->LimitPages(0);
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  ASSERT_TRUE(store_->LimitPages(*pages).ok());
+  FreezeStoreSize();
   int step = 1;
   while (jobs_->GetStoreHealth().writable && step < 4000) {
     jobs_->OnWorkerMessage(w0, PacedHeartbeat(id, 0, step + 1, step + 2));

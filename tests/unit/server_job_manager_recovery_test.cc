@@ -188,9 +188,7 @@ TEST_F(JobManagerTest, FullStoreHoldsChangesUntilItWritesAgainAndLosesNothing) {
   Step(w0, id, 1, 0, 1, 5.0, 10);
   ASSERT_TRUE(jobs_->GetStoreHealth().writable);
 
-  absl::StatusOr<int64_t> pages = store_->LimitPages(0);
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  ASSERT_TRUE(store_->LimitPages(*pages).ok());
+  FreezeStoreSize();
   int step = 1;
   while (jobs_->GetStoreHealth().writable && step < 2000) {
     ++step;
@@ -254,9 +252,7 @@ TEST_F(JobManagerTest, AFailedRunOfPartialStepReportsIsUndoneAndReplayedOnce) {
 
   // Runs of one step each: ranks 2 and 1 count toward it, rank 0 completes it; with the store
   // full, one run's write fails.
-  absl::StatusOr<int64_t> pages = store_->LimitPages(0);
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  ASSERT_TRUE(store_->LimitPages(*pages).ok());
+  FreezeStoreSize();
   int step = 1;
   while (jobs_->GetStoreHealth().writable && step < 2000) {
     ++step;
