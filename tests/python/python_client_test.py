@@ -62,6 +62,16 @@ def wait_for_address(process, log_path, prefix, deadline):
     raise AssertionError(f"fsdpd did not log '{prefix}'")
 
 
+def wait_for_reason(client, job_id, word, deadline):
+    """The job once its reason names `word`; fails at the deadline with the last one seen."""
+    job = client.status(job_id)
+    while word not in job.reason and time.time() < deadline:
+        time.sleep(0.05)
+        job = client.status(job_id)
+    check(word in job.reason, f"{job_id}'s reason never named {word}: {job.reason!r}")
+    return job
+
+
 def wait_for_workers(client, count, deadline):
     while time.time() < deadline:
         try:
@@ -326,7 +336,11 @@ def check_manage(client, job_id):
                                    "parallel.param_dtype=bf16"], f"{job.origin}")
     check(job.spec.train.lr == 1e-4 and job.spec.parallel.device == "cuda" and
           job.spec.model == first.spec.model, f"resubmitted spec {job.spec}")
-    check(job.state == fsdpd.JobState.PENDING and "cuda" in job.reason, f"{job}")
+    check(job.state == fsdpd.JobState.PENDING, f"{job}")
+    # The reply shows the job as submitted; the scheduling pass, which runs right after it
+    # answers, gives the reason it waits.
+    waiting = wait_for_reason(client, job.id, "cuda", time.time() + 30)
+    check(waiting.state == fsdpd.JobState.PENDING, f"{waiting}")
     check(job.labels == {"try": "2"}, f"labels {job.labels}")
     check([j.id for j in client.list(labels={"try": "2"})] == [job.id], "list by label")
     check(list(client.list(labels={"try": "3"})) == [], "list by another label")
