@@ -71,6 +71,7 @@ absl::Status SimulatedWorker::RegisterAndOpen() {
   v1::WorkerMessage hello;
   hello.set_worker_id(worker_id_);
   hello.mutable_heartbeat()->set_unix_millis(UnixMillisNow());
+  hello.mutable_heartbeat()->set_sequence(++beats_);
   Enqueue(std::move(hello));
   StartCall();
   return absl::OkStatus();
@@ -167,6 +168,7 @@ void SimulatedWorker::Tick(int64_t tick, bool stepping, int ticks_per_step) {
     if (tick % beat_ticks == index_ % beat_ticks) {
       beat.emplace();
       beat->mutable_heartbeat()->set_unix_millis(UnixMillisNow());
+      beat->mutable_heartbeat()->set_sequence(++beats_);
       for (v1::StepReport& step : held_steps_) {
         *beat->mutable_heartbeat()->add_steps() = std::move(step);
       }

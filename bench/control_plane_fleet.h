@@ -84,6 +84,7 @@ class SimulatedWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   bool cancelled_ = false;
   int64_t steps_written_ = 0;
   int64_t heartbeats_written_ = 0;
+  int64_t beats_ = 0;  // numbered 1, 2, ... as a real worker numbers them (Heartbeat.sequence)
   int64_t acks_received_ = 0;
   int64_t confirmed_step_ = 0;
   size_t max_queue_ = 0;

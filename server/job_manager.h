@@ -28,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -298,7 +299,7 @@ class JobManager {
   // What one rank of the spec needs (EstimateRankDeviceBytes): admission and placement use it.
   static int64_t RankMemoryBytes(const v1::JobSpec& spec);
   // Every worker the registry knows, as the scheduler sees them.
-  std::vector<FleetWorker> FleetLocked() const;
+  const std::vector<FleetWorker>& FleetLocked();
   void ScheduleLocked();
   // `ahead_of`: the waiting head job this one starts ahead of (backfill), or "".
   void StartAttemptLocked(JobRecord& record, const std::vector<std::string>& worker_ids,
@@ -383,8 +384,8 @@ class JobManager {
   ClaimStanding ClaimStandingLocked(const std::string& worker_id, const RankAssignment& claim,
                                     bool assigned_here);
   void OnWorkerMessageLocked(const std::string& worker_id, const v1::WorkerMessage& message);
-  // Acknowledges a heartbeat (with the stored reports and the pacing) and applies its health;
-  // the step reports it carries are the caller's.
+  // Applies a heartbeat's health and acknowledges it (with the stored reports and the pacing)
+  // when the ack has something to say (NeedsAck); the step reports it carries are the caller's.
   void AnswerHeartbeatLocked(const std::string& worker_id, const v1::Heartbeat& heartbeat);
   // The active attempt this worker runs as the given job/attempt/rank, or null. A non-empty
   // `job_uid` must be the job's: a worker that outlived another coordinator may still send
@@ -510,6 +511,11 @@ class JobManager {
   // Per worker, in the order handled. Cleared when the worker is lost or registers again: its
   // new session resends whatever it still holds.
   std::map<std::string, std::deque<UnconfirmedReport>> unconfirmed_reports_;
+  // Per worker, the pacing its last heartbeat ack carried, where not 0 (AnswerHeartbeatLocked).
+  std::unordered_map<std::string, int64_t> told_pacing_;
+  // FleetLocked's answer, and the registry's fleet it was copied from.
+  std::vector<FleetWorker> fleet_view_;
+  std::shared_ptr<const std::vector<FleetWorker>> fleet_base_;
   JobObserver* observer_ = nullptr;
   std::function<void()> wake_scheduler_;  // SetSchedulingWaker
   bool shutting_down_ = false;

@@ -67,6 +67,7 @@ void JobManager::ExpireSilentWorkersLocked(std::chrono::milliseconds lag) {
     // Its unconfirmed reports are resent if it comes back (and registers again); until then
     // nothing would confirm them.
     unconfirmed_reports_.erase(lost.info.id());
+    told_pacing_.erase(lost.info.id());
     const RankAssignment& assignment = lost.assignment;
     if (!assignment.active()) continue;
     // If the silence was a partition, the worker still runs the rank: told to stop on its open

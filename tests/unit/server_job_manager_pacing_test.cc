@@ -151,5 +151,56 @@ TEST_F(JobManagerTest, TheDispatcherWaitsWhileTheStoreWriterIsFarBehind) {
   EXPECT_LE(store_->QueuedRows(), JobManager::kMaxQueuedStoreRows);
 }
 
+// Heartbeat acks (job_manager_workers.cc, NeedsAck): an idle worker's numbered beats are
+// answered only now and then; a beat whose answer says something is always answered.
+TEST_F(JobManagerTest, NumberedHeartbeatsAreAnsweredWhenTheAnswerSaysSomething) {
+  const std::string w0 = AddWorker("host-a", 0);
+  std::vector<int64_t> answered;
+  auto beat = [&](int64_t sequence, const std::string& unhealthy = "") {
+    const size_t seen = sessions_[w0]->messages.size();
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_unix_millis(1);
+    message.mutable_heartbeat()->set_sequence(sequence);
+    if (!unhealthy.empty()) message.mutable_heartbeat()->mutable_health()->set_unhealthy(unhealthy);
+    jobs_->OnWorkerMessage(w0, message);
+    for (size_t i = seen; i < sessions_[w0]->messages.size(); ++i) {
+      const v1::CoordinatorMessage& sent = sessions_[w0]->messages[i];
+      if (sent.has_heartbeat_ack()) answered.push_back(sent.heartbeat_ack().sequence());
+    }
+  };
+  for (int64_t sequence = 1; sequence <= 25; ++sequence) beat(sequence);
+  EXPECT_EQ(answered, (std::vector<int64_t>{1, 10, 20})) << "the first, then every tenth";
+
+  answered.clear();
+  jobs_->processing_lag().NoteStall(seconds(1));
+  jobs_->Tick();
+  ASSERT_EQ(jobs_->GetLivenessHealth().paced_interval_millis, 1000);
+  beat(26);
+  beat(27);
+  EXPECT_EQ(answered, (std::vector<int64_t>{26})) << "a new pacing is told once";
+  EXPECT_EQ(PacingOfLastAck(*sessions_[w0]), 1000);
+  beat(1);  // a new stream: the worker starts unpaced, and is told again
+  EXPECT_EQ(answered, (std::vector<int64_t>{26, 1}));
+  EXPECT_EQ(PacingOfLastAck(*sessions_[w0]), 1000);
+
+  answered.clear();
+  beat(2, "the attempt did not end within its cancel grace");
+  EXPECT_EQ(answered, (std::vector<int64_t>{2})) << "a wedged worker waits for this ack to close";
+
+  // Stored reports to confirm are answered at once.
+  const std::string w1 = AddWorker("host-a", 1);
+  const std::string id = *jobs_->Submit(SmallSpec(1, 0));
+  ASSERT_EQ(GetJob(id).worker_ids(0), w1);
+  Step(w1, id, 1, 0, 1, 5.0, 100);
+  ASSERT_TRUE(store_->Flush().ok());
+  const size_t seen = sessions_[w1]->messages.size();
+  v1::WorkerMessage third;
+  third.mutable_heartbeat()->set_sequence(3);
+  jobs_->OnWorkerMessage(w1, third);
+  const std::vector<v1::ReportsStored> stored = Confirmations(*sessions_[w1], seen);
+  ASSERT_EQ(stored.size(), 1u) << "the stored step was not confirmed on a numbered beat";
+  EXPECT_EQ(stored[0].through_step(), 1);
+}
+
 }  // namespace
 }  // namespace fsdpd::server
