@@ -15,8 +15,16 @@ int64_t JobManager::RankMemoryBytes(const v1::JobSpec& spec) {
   return static_cast<int64_t>(EstimateRankDeviceBytes(spec));
 }
 
-std::vector<FleetWorker> JobManager::FleetLocked() const {
-  std::vector<FleetWorker> fleet = workers_.Fleet();
+const std::vector<FleetWorker>& JobManager::FleetLocked() {
+  // The registry's fleet is shared until a worker changes. Only then is this copy of it made
+  // again, and the reasons of workers away asked for; otherwise each pass puts back the states
+  // the last one changed.
+  std::shared_ptr<const std::vector<FleetWorker>> base = workers_.Fleet();
+  const bool fresh = base != fleet_base_;
+  if (fresh) {
+    fleet_view_ = *base;
+    fleet_base_ = std::move(base);
+  }
   // Whether the worker runs an unfinished rank of its job's current attempt: one look at the
   // rank it was assigned, which is the one it runs; a scan of the job's ranks only when that
   // look fails (a worker still busy with an ended attempt). A set of every running (job,
@@ -37,12 +45,17 @@ std::vector<FleetWorker> JobManager::FleetLocked() const {
     }
     return false;
   };
-  for (FleetWorker& worker : fleet) {
+  for (size_t i = 0; i < fleet_view_.size(); ++i) {
+    FleetWorker& worker = fleet_view_[i];
+    if (!fresh) {
+      worker.state = (*fleet_base_)[i].state;
+      if (worker.state != FleetWorker::State::kAway) worker.away_reason.clear();
+    }
     // Consolidating a checkpoint (job_manager_exports.cc): counts for the fleet, takes no rank.
     if (worker.state == FleetWorker::State::kIdle && ExportingLocked(worker.id)) {
       worker.state = FleetWorker::State::kAway;
       worker.away_reason = "is consolidating a checkpoint for an export";
-    } else if (worker.state == FleetWorker::State::kAway) {
+    } else if (worker.state == FleetWorker::State::kAway && fresh) {
       const std::optional<WorkerSnapshot> found = workers_.Find(worker.id);
       if (!found.has_value()) continue;
       const v1::WorkerHealth& health = found->info.health();
@@ -62,7 +75,7 @@ std::vector<FleetWorker> JobManager::FleetLocked() const {
     // Busy with a rank its job no longer runs (the attempt ended): free once it reports.
     if (!runs_unfinished_rank(worker)) worker.state = FleetWorker::State::kDraining;
   }
-  return fleet;
+  return fleet_view_;
 }
 
 void JobManager::ScheduleLocked() {

@@ -244,7 +244,7 @@ std::string WaitReason(const SchedulableJob& job, const ShapeTally& tally,
 
 }  // namespace
 
-Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWorker> fleet,
+Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, const std::vector<FleetWorker>& fleet,
                        const std::vector<RunningJob>& running) {
   std::stable_sort(waiting.begin(), waiting.end(),
                    [](const SchedulableJob& a, const SchedulableJob& b) {

@@ -119,7 +119,7 @@ inline constexpr char kWaitingPrefix[] = "waiting for ";
 
 // The rules above. `waiting` are the PENDING and RETRYING jobs; `fleet` every worker the
 // coordinator knows; `running` the jobs with an attempt in progress.
-Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, std::vector<FleetWorker> fleet,
+Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, const std::vector<FleetWorker>& fleet,
                        const std::vector<RunningJob>& running = {});
 
 }  // namespace fsdpd::server

@@ -95,6 +95,7 @@ AttemptStanding WorkerRegistry::Standing(const std::string& principal, const std
 }
 
 void WorkerRegistry::SetAssignmentLocked(Entry& entry, RankAssignment assignment) {
+  fleet_.reset();
   if (entry.assignment.active()) {
     auto found = attempt_workers_.find({entry.assignment.job_id, entry.assignment.attempt});
     if (found != attempt_workers_.end()) {
@@ -116,6 +117,7 @@ bool WorkerRegistry::ConfirmClaim(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = workers_.find(worker_id);
   if (found == workers_.end() || !found->second.claim.active()) return false;
+  fleet_.reset();
   Entry& entry = found->second;
   SetAssignmentLocked(entry, std::exchange(entry.claim, {}));
   ShowWorkLocked(entry);
@@ -155,6 +157,7 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
                      " workers, its --max-workers; lost workers are forgotten after ",
                      config_.lost_retention.count() / 1000, "s"));
   }
+  fleet_.reset();
   Entry& entry = workers_[id];
   entry.info.set_id(id);
   // What the worker says it runs is a claim until the job manager confirms it (ConfirmClaim).
@@ -219,10 +222,11 @@ std::vector<IdleWorker> WorkerRegistry::IdleWorkers() const {
   return idle;
 }
 
-std::vector<FleetWorker> WorkerRegistry::Fleet() const {
+std::shared_ptr<const std::vector<FleetWorker>> WorkerRegistry::Fleet() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<FleetWorker> fleet;
-  fleet.reserve(workers_.size());
+  if (fleet_ != nullptr) return fleet_;
+  auto fleet = std::make_shared<std::vector<FleetWorker>>();
+  fleet->reserve(workers_.size());
   for (const auto& [id, entry] : workers_) {
     const v1::Worker& info = entry.info;
     FleetWorker worker;
@@ -247,9 +251,10 @@ std::vector<FleetWorker> WorkerRegistry::Fleet() const {
       // why a job waits on such workers).
       worker.state = FleetWorker::State::kAway;
     }
-    fleet.push_back(std::move(worker));
+    fleet->push_back(std::move(worker));
   }
-  return fleet;
+  fleet_ = std::move(fleet);
+  return fleet_;
 }
 
 void WorkerRegistry::AdmitMemoryLocked(Entry& entry, int64_t claimed) const {
@@ -277,6 +282,7 @@ void WorkerRegistry::LowerMemory(const std::string& worker_id, int64_t bytes,
   if (found == workers_.end() || bytes <= 0) return;
   Entry& entry = found->second;
   if (entry.evidence_bytes > 0 && entry.evidence_bytes <= bytes) return;
+  fleet_.reset();
   entry.evidence_bytes = bytes;
   entry.evidence = why;
   AdmitMemoryLocked(entry, entry.info.claimed_memory_bytes());
@@ -306,6 +312,7 @@ bool WorkerRegistry::SetHealth(const std::string& worker_id, const v1::WorkerHea
   if (found == workers_.end()) return false;
   v1::Worker& info = found->second.info;
   if (info.health().SerializeAsString() == health.SerializeAsString()) return false;
+  fleet_.reset();
   *info.mutable_health() = health;
   return true;
 }
@@ -314,6 +321,7 @@ void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& 
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = workers_.find(worker_id);
   if (found == workers_.end()) return;
+  fleet_.reset();
   Entry& entry = found->second;
   SetAssignmentLocked(entry, assignment);
   entry.claim = {};
@@ -329,6 +337,7 @@ void WorkerRegistry::Release(const std::string& worker_id, const std::string& jo
     return work.active() && work.job_id == job_id && work.attempt == attempt;
   };
   if (!runs(entry.assignment) && !runs(entry.claim)) return;
+  fleet_.reset();
   if (runs(entry.assignment)) SetAssignmentLocked(entry, {});
   if (runs(entry.claim)) entry.claim = {};
   ShowWorkLocked(entry);
@@ -352,6 +361,7 @@ absl::Status WorkerRegistry::AttachSession(const std::string& worker_id,
           "\" has a live session; a new one is accepted once that one closes or is silent for ",
           config_.heartbeat_timeout.count(), " ms"));
     }
+    fleet_.reset();
     replaced = std::exchange(entry.session, std::move(session));
     entry.session_ended = false;
     entry.read_paused = false;
@@ -366,6 +376,7 @@ void WorkerRegistry::DetachSession(const std::string& worker_id, const WorkerSes
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = workers_.find(worker_id);
   if (found != workers_.end() && found->second.session.get() == session) {
+    fleet_.reset();
     found->second.session.reset();
     found->second.session_ended = true;
     found->second.read_paused = false;
@@ -391,6 +402,7 @@ bool WorkerRegistry::Heartbeat(const std::string& worker_id, Clock::time_point n
   entry.last_heartbeat = now;
   entry.info.set_last_heartbeat_unix_millis(absl::ToUnixMillis(absl::Now()));
   if (entry.info.state() == v1::LOST) {
+    fleet_.reset();
     entry.info.set_state(v1::IDLE);
     ShowWorkLocked(entry);
   }
@@ -413,6 +425,7 @@ void WorkerRegistry::CloseAllSessions(const absl::Status& status) {
   std::vector<std::shared_ptr<WorkerSession>> sessions;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    fleet_.reset();
     for (auto& [id, entry] : workers_) {
       if (entry.session != nullptr) sessions.push_back(std::move(entry.session));
     }
@@ -428,7 +441,10 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
     Entry& entry = it->second;
     const bool forgotten = entry.info.state() == v1::LOST && entry.session == nullptr &&
                            now - entry.last_heartbeat > config_.lost_retention;
-    if (forgotten) SetAssignmentLocked(entry, {});  // none: a lost worker's work is a claim
+    if (forgotten) {
+      SetAssignmentLocked(entry, {});  // none: a lost worker's work is a claim
+      fleet_.reset();
+    }
     it = forgotten ? workers_.erase(it) : std::next(it);
   }
   // Silence, from the later of the last message and the floor; none while reading is paused.
@@ -451,6 +467,7 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
       ++expiry.held;
       continue;
     }
+    fleet_.reset();
     entry.info.set_state(v1::LOST);
     expiry.lost.push_back(SnapshotLocked(entry));
     // Whatever it ran is failed by the job manager. A silent worker may still run it (a

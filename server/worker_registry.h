@@ -111,8 +111,10 @@ class WorkerRegistry {
   // changed. Register records the health a (re)starting worker reports.
   bool SetHealth(const std::string& worker_id, const v1::WorkerHealth& health);
   // Every known worker: idle with a session (kIdle), idle without one (kAway), LOST (kLost), or
-  // busy (kRunning, with its job; the job manager tells which of those are draining).
-  std::vector<FleetWorker> Fleet() const;
+  // busy (kRunning, with its job; the job manager tells which of those are draining). Built
+  // once and shared until a worker changes in a way it shows: heartbeats change nothing in it,
+  // and on 10,000 workers building it was most of a scheduling pass.
+  std::shared_ptr<const std::vector<FleetWorker>> Fleet() const;
   // The largest admitted memory among registered workers of this kind (0: none known).
   int64_t LargestMemory(const std::string& device_kind) const;
   // Memory admission. A worker's memory_bytes is a claim: the coordinator admits at most
@@ -211,6 +213,9 @@ class WorkerRegistry {
 
   mutable std::mutex mutex_;
   std::map<std::string, Entry> workers_;
+  // Fleet's answer, until the next change of what it reads: every method that changes an
+  // entry's info, assignment, claim or session, or adds or removes an entry, clears it.
+  mutable std::shared_ptr<const std::vector<FleetWorker>> fleet_;
   // Standing, asked on every rendezvous call, reads this instead of the whole fleet.
   std::map<std::pair<std::string, int>, AttemptWorkers> attempt_workers_;
   uint64_t next_number_ = 1;

@@ -68,11 +68,11 @@ TEST_F(WorkerHealthTest, WorkersThatCannotCheckpointOrAreUnhealthyTakeNoRank) {
   const std::string sick = AddWorkerWithHealth("host-b", Unhealthy("an attempt did not end"));
   const std::string fit = AddWorkerWithHealth("host-c", v1::WorkerHealth());
   std::map<std::string, FleetWorker::State> states;
-  for (const FleetWorker& worker : registry_->Fleet()) states[worker.id] = worker.state;
+  for (const FleetWorker& worker : *registry_->Fleet()) states[worker.id] = worker.state;
   EXPECT_EQ(states[read_only], FleetWorker::State::kAway);
   EXPECT_EQ(states[sick], FleetWorker::State::kAway);
   EXPECT_EQ(states[fit], FleetWorker::State::kIdle);
-  const Schedule schedule = ScheduleGangs({{"j1", 0, 1, "cpu", 1}}, registry_->Fleet());
+  const Schedule schedule = ScheduleGangs({{"j1", 0, 1, "cpu", 1}}, *registry_->Fleet());
   ASSERT_EQ(schedule.placements.size(), 1u);
   EXPECT_THAT(schedule.placements[0].worker_ids, ElementsAre(fit));
 }

@@ -226,5 +226,46 @@ TEST(PeerRateLimiterTest, EachHostHasItsOwnBucketWhateverItsPort) {
   EXPECT_EQ(PeerRateLimiter::PeerHost("ipv6:[::1]:41234"), "ipv6:[::1]");
 }
 
+// Fleet is built once and shared until a worker changes in a way it shows; a heartbeat changes
+// nothing in it, and each change below is seen by the next Fleet.
+TEST_F(WorkerRegistryTest, FleetIsSharedUntilAWorkerChangesInAWayItShows) {
+  auto registered = registry_.Register(Request(), now_, "token:host-a");
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  const std::string id = registered->first;
+  auto session = std::make_shared<NullSession>();
+  ASSERT_TRUE(registry_.AttachSession(id, session, now_).ok());
+  auto state = [&] {
+    const auto fleet = registry_.Fleet();
+    EXPECT_EQ(fleet->size(), 1u);
+    return fleet->empty() ? FleetWorker::State::kLost : fleet->front().state;
+  };
+  const auto first = registry_.Fleet();
+  EXPECT_EQ(first->front().state, FleetWorker::State::kIdle);
+  ASSERT_TRUE(registry_.Heartbeat(id, now_ + milliseconds(100)));
+  EXPECT_EQ(registry_.Fleet(), first) << "a heartbeat rebuilt the fleet";
+
+  registry_.Assign(id, {"job-000001", 1, 0});
+  EXPECT_EQ(state(), FleetWorker::State::kRunning);
+  EXPECT_EQ(registry_.Fleet()->front().job_id, "job-000001");
+  registry_.Release(id, "job-000001", 1);
+  EXPECT_EQ(state(), FleetWorker::State::kIdle);
+  v1::WorkerHealth sick;
+  sick.set_unhealthy("an attempt did not end");
+  ASSERT_TRUE(registry_.SetHealth(id, sick));
+  EXPECT_EQ(state(), FleetWorker::State::kAway);
+  ASSERT_TRUE(registry_.SetHealth(id, v1::WorkerHealth()));
+  EXPECT_EQ(state(), FleetWorker::State::kIdle);
+  registry_.LowerMemory(id, 1 << 20, "an out-of-memory at 1 MiB");
+  EXPECT_EQ(registry_.Fleet()->front().memory_bytes, 1 << 20);
+  registry_.DetachSession(id, session.get());
+  EXPECT_EQ(state(), FleetWorker::State::kAway) << "no session: takes nothing";
+  ASSERT_TRUE(registry_.AttachSession(id, session, now_ + milliseconds(200)).ok());
+  EXPECT_EQ(state(), FleetWorker::State::kIdle);
+  registry_.ExpireSilent(now_ + milliseconds(5000), {});
+  EXPECT_EQ(state(), FleetWorker::State::kLost);
+  ASSERT_TRUE(registry_.Heartbeat(id, now_ + milliseconds(5100)));
+  EXPECT_EQ(state(), FleetWorker::State::kIdle) << "heard again";
+}
+
 }  // namespace
 }  // namespace fsdpd::server
