@@ -110,6 +110,11 @@ class JobManager {
                                      Role role = Role::kAdmin, const SubmitDetails& details = {});
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states, int limit) const;
+  // The jobs in `states` (all if empty), each with only its id, state, creation time and
+  // labels: what ListJobs filters and pages on before it copies the jobs of its page (Get).
+  // Copying every job whole, with its attempts' rank lists, was most of a listing of 2,000
+  // jobs (bench/RESULTS.md, "Heartbeat acks").
+  std::vector<v1::Job> ListHeaders(const std::vector<v1::JobState>& states) const;
   // `actor` is recorded on the CANCELLED transition (StateChange.actor).
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason,
                                  const std::string& actor = kCoordinatorActor);

@@ -84,6 +84,28 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states, i
   return jobs;
 }
 
+std::vector<v1::Job> JobManager::ListHeaders(const std::vector<v1::JobState>& states) const {
+  std::vector<std::shared_ptr<const v1::Job>> published;
+  {
+    std::lock_guard<std::mutex> lock(view_mutex_);
+    published.reserve(view_.size());
+    for (const auto& [id, view] : view_) {
+      if (states.empty() ||
+          std::find(states.begin(), states.end(), view.job->state()) != states.end()) {
+        published.push_back(view.job);
+      }
+    }
+  }
+  std::vector<v1::Job> headers(published.size());
+  for (size_t i = 0; i < published.size(); ++i) {
+    headers[i].set_id(published[i]->id());
+    headers[i].set_state(published[i]->state());
+    headers[i].set_created_unix_millis(published[i]->created_unix_millis());
+    *headers[i].mutable_labels() = published[i]->labels();
+  }
+  return headers;
+}
+
 std::map<v1::JobState, int> JobManager::CountByState() const {
   std::lock_guard<std::mutex> lock(view_mutex_);
   std::map<v1::JobState, int> counts;

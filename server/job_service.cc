@@ -293,7 +293,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
   // page_size (or the older limit) cuts the newest-first order, so every job is listed first.
   const int page_size = request->page_size() > 0 ? request->page_size() : request->limit();
-  std::vector<v1::Job> listed = jobs_.List(states, 0);
+  std::vector<v1::Job> listed = jobs_.ListHeaders(states);
   if (!selector.empty()) {
     listed.erase(std::remove_if(listed.begin(), listed.end(),
                                 [&](const v1::Job& job) { return !MatchesLabels(job, selector); }),
@@ -305,9 +305,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     return Reply(context, "ListJobs",
                  InvalidArgument("page_token", std::string(page.status().message())));
   }
-  for (v1::Job& job : page->jobs) {
-    SetJobTimestamps(&job);
-    *response->add_jobs() = std::move(job);
+  for (const v1::Job& header : page->jobs) {
+    absl::StatusOr<v1::Job> job = jobs_.Get(header.id());
+    if (!job.ok()) continue;  // not expected: a published job is never removed
+    SetJobTimestamps(&*job);
+    *response->add_jobs() = std::move(*job);
   }
   response->set_next_page_token(page->next_page_token);
   return Reply(context, "ListJobs", grpc::Status::OK);
