@@ -521,6 +521,13 @@ class JobManager {
   // FleetLocked's answer, and the registry's fleet it was copied from.
   std::vector<FleetWorker> fleet_view_;
   std::shared_ptr<const std::vector<FleetWorker>> fleet_base_;
+  // Where AnswerHeartbeatLocked puts its acks while OnWorkerMessages holds the lock (null: it
+  // sends them at once).
+  std::vector<std::pair<std::string, v1::CoordinatorMessage>>* unsent_acks_ = nullptr;
+  // FailAttemptsOnLostWorkersLocked's last full look: the fleet it saw, and whether any worker
+  // in it was lost.
+  std::shared_ptr<const std::vector<FleetWorker>> lost_checked_fleet_;
+  bool fleet_has_lost_ = false;
   JobObserver* observer_ = nullptr;
   std::function<void()> wake_scheduler_;  // SetSchedulingWaker
   bool shutting_down_ = false;

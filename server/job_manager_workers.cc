@@ -156,25 +156,34 @@ void JobManager::OnWorkerMessage(const std::string& worker_id, const v1::WorkerM
 }
 
 void JobManager::OnWorkerMessages(const std::vector<WorkerMessageRef>& messages) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (shutting_down_) return;
-  if (!store_writable_.load() || !held_messages_.empty()) {
-    // Held behind what could not be stored, in order; heartbeats are still answered (the
-    // reports they carry are held).
-    for (const WorkerMessageRef& ref : messages) {
-      if (ref.message->has_heartbeat()) {
-        AnswerHeartbeatLocked(*ref.worker_id, ref.message->heartbeat());
+  // Heartbeat acks go out once the lock is released: writing them to their sessions was most of
+  // the time a run held it, which SubmitJob and the ticker waited for (bench/RESULTS.md,
+  // "Heartbeat acks"). Only this caller sends acks, so theirs keep their order.
+  std::vector<std::pair<std::string, v1::CoordinatorMessage>> acks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutting_down_) return;
+    unsent_acks_ = &acks;
+    if (!store_writable_.load() || !held_messages_.empty()) {
+      // Held behind what could not be stored, in order; heartbeats are still answered (the
+      // reports they carry are held).
+      for (const WorkerMessageRef& ref : messages) {
+        if (ref.message->has_heartbeat()) {
+          AnswerHeartbeatLocked(*ref.worker_id, ref.message->heartbeat());
+        }
       }
+      HoldLocked(messages);
+    } else {
+      const bool stored = RunGroupedLocked([&] {
+        for (const WorkerMessageRef& ref : messages) {
+          OnWorkerMessageLocked(*ref.worker_id, *ref.message);
+        }
+      });
+      if (!stored) HoldLocked(messages);
     }
-    HoldLocked(messages);
-    return;
+    unsent_acks_ = nullptr;
   }
-  const bool stored = RunGroupedLocked([&] {
-    for (const WorkerMessageRef& ref : messages) {
-      OnWorkerMessageLocked(*ref.worker_id, *ref.message);
-    }
-  });
-  if (!stored) HoldLocked(messages);
+  for (const auto& [worker_id, ack] : acks) workers_.Send(worker_id, ack);
 }
 
 void JobManager::OnWorkerMessageLocked(const std::string& worker_id,
@@ -240,7 +249,11 @@ void JobManager::AnswerHeartbeatLocked(const std::string& worker_id,
   } else {
     told_pacing_[worker_id] = paced;
   }
-  workers_.Send(worker_id, ack);
+  if (unsent_acks_ != nullptr) {
+    unsent_acks_->emplace_back(worker_id, std::move(ack));
+  } else {
+    workers_.Send(worker_id, ack);
+  }
 }
 
 JobManager::JobRecord* JobManager::ActiveRecordForLocked(const std::string& worker_id,
