@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -52,6 +53,13 @@ int PortAfter(const std::string& text, size_t from) {
 
 absl::Status CoordinatorProcess::Start(const std::string& binary, const std::string& state_dir,
                                        const std::vector<std::string>& extra_args) {
+  // fsdpd makes its state folder, but the log goes there before it starts (--state-dir may
+  // name a folder that does not exist yet).
+  std::error_code made;
+  std::filesystem::create_directories(state_dir, made);
+  if (made) {
+    return absl::InternalError(absl::StrCat("state folder ", state_dir, ": ", made.message()));
+  }
   int out[2];
   if (pipe(out) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   const std::string log_path = state_dir + "/fsdpd.log";

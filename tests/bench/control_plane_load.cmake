@@ -2,7 +2,8 @@
 # it cannot silently stop running:
 #  - bench_control_plane_load_small: 60 simulated workers at 10 reports a second for 3 s on a
 #    coordinator with its default flags but the registration bounds the bench sets; every report
-#    must be stored and aggregated and no attempt failed.
+#    must be stored and aggregated and no attempt failed. Its --state-dir names a folder that
+#    does not exist yet (made afresh each run, kept after it for a look).
 #  - bench_control_plane_overload: cheap simulated workers that send more than the coordinator
 #    can handle on a small host (4,000 workers, 20 a connection, 10 reports a second each, 10 s)
 #    to a coordinator with a 2 s heartbeat timeout (lag bound 500 ms): no attempt may fail
@@ -17,8 +18,10 @@
 #    complete.
 if(TARGET fsdpd_proto AND TARGET fsdpd_spec AND TARGET fsdpd)
   add_test(NAME bench_control_plane_load_small
-    COMMAND $<TARGET_FILE:fsdpd_control_plane_load> --workers 60 --world-size 4 --seconds 3
-            --probe-rate 10 --require no-drop)
+    COMMAND sh -c "rm -rf \"$1\" && exec \"$0\" --workers 60 --world-size 4 --seconds 3 \
+--probe-rate 10 --require no-drop --state-dir \"$1/state\""
+            $<TARGET_FILE:fsdpd_control_plane_load>
+            ${CMAKE_CURRENT_BINARY_DIR}/bench_control_plane_load_small)
   set_tests_properties(bench_control_plane_load_small PROPERTIES LABELS integration TIMEOUT 180)
   add_test(NAME bench_control_plane_overload
     COMMAND $<TARGET_FILE:fsdpd_control_plane_load> --workers 4000 --world-size 20
