@@ -572,6 +572,9 @@ class JobManager {
     v1::Job Materialize() const;  // the copy with its progress
   };
   std::map<std::string, PublishedJob> view_;
+  // The published jobs in `states` (all if empty), in id order, at most `limit` (0: all); taken
+  // under view_mutex_, which it locks.
+  std::vector<PublishedJob> PublishedIn(const std::vector<v1::JobState>& states, int limit) const;
 };
 
 bool IsTerminal(v1::JobState state);

@@ -63,45 +63,40 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   return published.Materialize();
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states, int limit) const {
-  std::vector<PublishedJob> snapshots;
-  {
-    std::lock_guard<std::mutex> lock(view_mutex_);
-    snapshots.reserve(view_.size());
-    for (const auto& [id, published] : view_) {
-      if (!states.empty() &&
-          std::find(states.begin(), states.end(), published.job->state()) == states.end()) {
-        continue;
-      }
-      snapshots.push_back(published);
-      if (limit > 0 && static_cast<int>(snapshots.size()) >= limit) break;
+std::vector<JobManager::PublishedJob> JobManager::PublishedIn(
+    const std::vector<v1::JobState>& states, int limit) const {
+  std::lock_guard<std::mutex> lock(view_mutex_);
+  std::vector<PublishedJob> published;
+  published.reserve(view_.size());
+  for (const auto& [id, view] : view_) {
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), view.job->state()) == states.end()) {
+      continue;
     }
+    published.push_back(view);
+    if (limit > 0 && static_cast<int>(published.size()) >= limit) break;
   }
+  return published;
+}
+
+std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states, int limit) const {
   // The copies are made outside the lock: publishing a step never waits for a long listing.
+  const std::vector<PublishedJob> published = PublishedIn(states, limit);
   std::vector<v1::Job> jobs;
-  jobs.reserve(snapshots.size());
-  for (const PublishedJob& published : snapshots) jobs.push_back(published.Materialize());
+  jobs.reserve(published.size());
+  for (const PublishedJob& view : published) jobs.push_back(view.Materialize());
   return jobs;
 }
 
 std::vector<v1::Job> JobManager::ListHeaders(const std::vector<v1::JobState>& states) const {
-  std::vector<std::shared_ptr<const v1::Job>> published;
-  {
-    std::lock_guard<std::mutex> lock(view_mutex_);
-    published.reserve(view_.size());
-    for (const auto& [id, view] : view_) {
-      if (states.empty() ||
-          std::find(states.begin(), states.end(), view.job->state()) != states.end()) {
-        published.push_back(view.job);
-      }
-    }
-  }
+  const std::vector<PublishedJob> published = PublishedIn(states, 0);
   std::vector<v1::Job> headers(published.size());
   for (size_t i = 0; i < published.size(); ++i) {
-    headers[i].set_id(published[i]->id());
-    headers[i].set_state(published[i]->state());
-    headers[i].set_created_unix_millis(published[i]->created_unix_millis());
-    *headers[i].mutable_labels() = published[i]->labels();
+    const v1::Job& job = *published[i].job;
+    headers[i].set_id(job.id());
+    headers[i].set_state(job.state());
+    headers[i].set_created_unix_millis(job.created_unix_millis());
+    *headers[i].mutable_labels() = job.labels();
   }
   return headers;
 }

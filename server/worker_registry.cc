@@ -95,7 +95,7 @@ AttemptStanding WorkerRegistry::Standing(const std::string& principal, const std
 }
 
 void WorkerRegistry::SetAssignmentLocked(Entry& entry, RankAssignment assignment) {
-  fleet_.reset();
+  fleet_.reset();  // so every method that goes through here clears the shared fleet
   if (entry.assignment.active()) {
     auto found = attempt_workers_.find({entry.assignment.job_id, entry.assignment.attempt});
     if (found != attempt_workers_.end()) {
@@ -117,7 +117,6 @@ bool WorkerRegistry::ConfirmClaim(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = workers_.find(worker_id);
   if (found == workers_.end() || !found->second.claim.active()) return false;
-  fleet_.reset();
   Entry& entry = found->second;
   SetAssignmentLocked(entry, std::exchange(entry.claim, {}));
   ShowWorkLocked(entry);
@@ -157,7 +156,6 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
                      " workers, its --max-workers; lost workers are forgotten after ",
                      config_.lost_retention.count() / 1000, "s"));
   }
-  fleet_.reset();
   Entry& entry = workers_[id];
   entry.info.set_id(id);
   // What the worker says it runs is a claim until the job manager confirms it (ConfirmClaim).
@@ -321,7 +319,6 @@ void WorkerRegistry::Assign(const std::string& worker_id, const RankAssignment& 
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = workers_.find(worker_id);
   if (found == workers_.end()) return;
-  fleet_.reset();
   Entry& entry = found->second;
   SetAssignmentLocked(entry, assignment);
   entry.claim = {};
@@ -441,10 +438,7 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
     Entry& entry = it->second;
     const bool forgotten = entry.info.state() == v1::LOST && entry.session == nullptr &&
                            now - entry.last_heartbeat > config_.lost_retention;
-    if (forgotten) {
-      SetAssignmentLocked(entry, {});  // none: a lost worker's work is a claim
-      fleet_.reset();
-    }
+    if (forgotten) SetAssignmentLocked(entry, {});  // none: a lost worker's work is a claim
     it = forgotten ? workers_.erase(it) : std::next(it);
   }
   // Silence, from the later of the last message and the floor; none while reading is paused.
@@ -467,7 +461,6 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
       ++expiry.held;
       continue;
     }
-    fleet_.reset();
     entry.info.set_state(v1::LOST);
     expiry.lost.push_back(SnapshotLocked(entry));
     // Whatever it ran is failed by the job manager. A silent worker may still run it (a

@@ -214,7 +214,8 @@ class WorkerRegistry {
   mutable std::mutex mutex_;
   std::map<std::string, Entry> workers_;
   // Fleet's answer, until the next change of what it reads: every method that changes an
-  // entry's info, assignment, claim or session, or adds or removes an entry, clears it.
+  // entry's info, assignment, claim or session, or adds or removes an entry, clears it (those
+  // that change an assignment through SetAssignmentLocked, there).
   mutable std::shared_ptr<const std::vector<FleetWorker>> fleet_;
   // Standing, asked on every rendezvous call, reads this instead of the whole fleet.
   std::map<std::pair<std::string, int>, AttemptWorkers> attempt_workers_;
