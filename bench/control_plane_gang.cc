@@ -4,12 +4,9 @@
 //  - placed: every rank's worker holds its assignment (gang scheduling);
 //  - rendezvous: every rank has exchanged addresses with every other through the coordinator's
 //    RendezvousService, each rank on its own thread, through the worker's own rendezvous client
-//    and Gloo store adapter (worker/comm/coordinator_key_value_store.h, gloo_store_adapter.h).
-//    Each rank makes the calls of Gloo's full-mesh connect as fsdpd's workers make them: two
-//    sets (its host name, its addresses), then for each other rank a wait and a get of its
-//    addresses, and for each lower rank a get of its host name. The count matches what the
-//    coordinator's metrics counted for real Gloo jobs of 3 and 4 ranks (2n Sets and
-//    2.5·n·(n−1) reads, the adapter then reading twice per wait-and-get);
+//    and mesh exchange (worker/comm/coordinator_key_value_store.h, mesh_exchange.h), as fsdpd's
+//    Gloo ranks make it: two sets (its host name, its list of addresses, one per peer, of the
+//    size of Gloo's TCP address) and one GetMany of its own record in every peer's list;
 //  - first step: the job's first step aggregated over every rank (GetJob step 1, RUNNING). The
 //    simulated workers report a step every 100 ms once stepping starts, so this adds up to
 //    100 ms.
@@ -38,7 +35,7 @@
 #include "bench/control_plane_probe.h"
 #include "fsdpd/v1/jobs.grpc.pb.h"
 #include "worker/comm/coordinator_key_value_store.h"
-#include "worker/comm/gloo_store_adapter.h"
+#include "worker/comm/mesh_exchange.h"
 
 namespace fsdpd::bench {
 namespace {
@@ -68,25 +65,29 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::vector<char> Bytes(size_t size, int rank) {
-  return std::vector<char>(size, static_cast<char>('a' + rank % 26));
-}
+// The size of a Gloo TCP pair's address: a sockaddr_storage and a sequence number.
+constexpr size_t kGlooAddressBytes = 136;
 
-// One rank's share of a full-mesh rendezvous, through the adapter Gloo's connect uses.
+// One rank's share of a full-mesh rendezvous, through the exchange fsdpd's Gloo ranks use.
 absl::Status ConnectFullMesh(KeyValueStore& store, int rank, int ranks) {
-  GlooStoreAdapter adapter(&store, "gloo/", std::chrono::seconds(60));
-  try {
-    adapter.set(absl::StrCat("rank_", rank), Bytes(16, rank));  // the host name
-    // About what a Gloo TCP address list holds: one address per other rank.
-    adapter.set(absl::StrCat(rank), Bytes(32 * static_cast<size_t>(ranks - 1), rank));
-    for (int peer = 0; peer < ranks; ++peer) {
-      if (peer == rank) continue;
-      if (peer < rank) adapter.get(absl::StrCat("rank_", peer));
-      adapter.wait({absl::StrCat(peer)});
-      adapter.get(absl::StrCat(peer));
+  MeshExchange exchange;
+  exchange.prefix = "gloo/";
+  exchange.rank = rank;
+  exchange.size = ranks;
+  exchange.host = absl::StrCat("host-", rank / 8);
+  exchange.timeout = std::chrono::seconds(60);
+  for (int peer = 0; peer < ranks; ++peer) {
+    exchange.addresses.push_back(std::string(kGlooAddressBytes, static_cast<char>(peer)));
+  }
+  absl::StatusOr<MeshPeers> peers = ExchangeMeshAddresses(store, exchange);
+  if (!peers.ok()) return peers.status();
+  // Each peer's record for this rank is the one that peer filled with this rank's number.
+  for (int peer = 0; peer < ranks; ++peer) {
+    if (peer == rank) continue;
+    if (peers->peer_addresses[peer] != std::string(kGlooAddressBytes, static_cast<char>(rank))) {
+      return absl::InternalError(
+          absl::StrCat("rank ", rank, " read the wrong record of rank ", peer, "'s list"));
     }
-  } catch (const std::exception& error) {
-    return absl::UnavailableError(error.what());
   }
   return absl::OkStatus();
 }

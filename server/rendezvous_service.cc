@@ -82,6 +82,36 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
   return reactor;
 }
 
+grpc::ServerUnaryReactor* RendezvousServiceImpl::GetMany(grpc::CallbackServerContext* context,
+                                                         const v1::GetManyRequest* request,
+                                                         v1::GetManyResponse* response) {
+  int ranks = 0;
+  if (grpc::Status allowed = CheckCaller(context, request->scope(), &ranks); !allowed.ok()) {
+    return Refuse(context, "GetMany", allowed);
+  }
+  std::vector<RendezvousStore::KeyPart> keys;
+  keys.reserve(request->keys_size());
+  for (const v1::KeyPart& asked : request->keys()) {
+    keys.push_back({asked.key(), asked.part(), asked.parts()});
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  MetricsExporter* metrics = metrics_;
+  store_.GetMany(
+      request->scope().job_id(), request->scope().attempt(), std::move(keys),
+      std::chrono::milliseconds(request->timeout_millis()),
+      [reactor, response, metrics](absl::StatusOr<std::vector<std::string>> values) {
+        if (values.ok()) {
+          for (std::string& value : *values) response->add_values(std::move(value));
+        }
+        if (metrics != nullptr) {
+          metrics->CountRpc("GetMany", static_cast<int>(values.status().code()));
+        }
+        reactor->Finish(ToGrpcStatus(values.status()));
+      },
+      ranks);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* context,
                                                      const v1::AddRequest* request,
                                                      v1::AddResponse* response) {

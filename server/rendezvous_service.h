@@ -26,6 +26,9 @@ class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
                                 v1::SetResponse* response) override;
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context, const v1::GetRequest* request,
                                 v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* GetMany(grpc::CallbackServerContext* context,
+                                    const v1::GetManyRequest* request,
+                                    v1::GetManyResponse* response) override;
   grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* context, const v1::AddRequest* request,
                                 v1::AddResponse* response) override;
 

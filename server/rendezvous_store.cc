@@ -18,7 +18,7 @@ RendezvousStore::~RendezvousStore() {
 }
 
 void RendezvousStore::Shutdown() {
-  std::vector<GetCallback> aborted;
+  std::vector<ManyCallback> aborted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -28,7 +28,11 @@ void RendezvousStore::Shutdown() {
     }
   }
   timer_wakeup_.notify_all();
-  for (GetCallback& done : aborted) done(absl::UnavailableError("coordinator shutting down"));
+  for (ManyCallback& done : aborted) done(absl::UnavailableError("coordinator shutting down"));
+}
+
+void RendezvousStore::Run(std::vector<Completion>& completions) {
+  for (auto& [done, reply] : completions) done(std::move(reply));
 }
 
 std::string RendezvousStore::ScopeName(const std::string& job_id, int attempt) {
@@ -41,7 +45,7 @@ void RendezvousStore::OpenScope(const std::string& job_id, int attempt) {
 }
 
 void RendezvousStore::DropScope(const std::string& job_id, int attempt) {
-  std::vector<GetCallback> aborted;
+  std::vector<ManyCallback> aborted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = scopes_.find(ScopeName(job_id, attempt));
@@ -49,7 +53,7 @@ void RendezvousStore::DropScope(const std::string& job_id, int attempt) {
     for (Waiter& waiter : found->second.waiters) aborted.push_back(std::move(waiter.done));
     scopes_.erase(found);
   }
-  for (GetCallback& done : aborted) {
+  for (ManyCallback& done : aborted) {
     done(absl::AbortedError(
         absl::StrCat("attempt ", ScopeName(job_id, attempt), " ended while waiting for a key")));
   }
@@ -111,25 +115,56 @@ absl::Status RendezvousStore::CheckSetLocked(const std::string& name, const Scop
   return absl::OkStatus();
 }
 
-std::vector<RendezvousStore::GetCallback> RendezvousStore::StoreLocked(Scope& scope,
-                                                                       const std::string& key,
-                                                                       std::string value) {
+std::vector<RendezvousStore::Completion> RendezvousStore::StoreLocked(Scope& scope,
+                                                                      const std::string& key,
+                                                                      std::string value) {
   auto [entry, added] = scope.values.try_emplace(key);
   scope.bytes +=
       static_cast<int64_t>(value.size()) -
       (added ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(entry->second.size()));
   entry->second = std::move(value);
-  std::vector<GetCallback> ready;
-  auto waiting = std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
-                                       [&](const Waiter& waiter) { return waiter.key != key; });
-  for (auto it = waiting; it != scope.waiters.end(); ++it) ready.push_back(std::move(it->done));
+  std::vector<Completion> ready;
+  for (Waiter& waiter : scope.waiters) waiter.missing.erase(key);
+  auto waiting =
+      std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
+                            [](const Waiter& waiter) { return !waiter.missing.empty(); });
+  for (auto it = waiting; it != scope.waiters.end(); ++it) {
+    ready.emplace_back(std::move(it->done), CollectLocked(scope, it->keys));
+  }
   scope.waiters.erase(waiting, scope.waiters.end());
   return ready;
 }
 
+absl::StatusOr<std::vector<std::string>> RendezvousStore::CollectLocked(
+    const Scope& scope, const std::vector<KeyPart>& keys) {
+  std::vector<std::string> reply;
+  reply.reserve(keys.size());
+  size_t bytes = 0;
+  for (const KeyPart& asked : keys) {
+    const std::string& value = scope.values.at(asked.key);
+    if (asked.parts == 0) {
+      reply.push_back(value);
+    } else if (value.size() % asked.parts != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rendezvous key \"", asked.key, "\" holds ", value.size(),
+                       " bytes, which do not split into ", asked.parts, " equal parts"));
+    } else {
+      const size_t size = value.size() / asked.parts;
+      reply.push_back(value.substr(size * asked.part, size));
+    }
+    bytes += reply.back().size() + asked.key.size();
+    if (bytes > kMaxReplyBytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rendezvous reply for ", keys.size(), " keys would exceed ", kMaxReplyBytes,
+                       " bytes; ask for fewer keys, or for parts of their values"));
+    }
+  }
+  return reply;
+}
+
 absl::Status RendezvousStore::Set(const std::string& job_id, int attempt, const std::string& key,
                                   const std::string& value, int ranks) {
-  std::vector<GetCallback> ready;
+  std::vector<Completion> ready;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string name = ScopeName(job_id, attempt);
@@ -143,15 +178,27 @@ absl::Status RendezvousStore::Set(const std::string& job_id, int attempt, const 
     }
     ready = StoreLocked(scope, key, value);
   }
-  for (GetCallback& done : ready) done(value);
+  Run(ready);
   return absl::OkStatus();
 }
 
 void RendezvousStore::Get(const std::string& job_id, int attempt, const std::string& key,
                           std::chrono::milliseconds timeout, GetCallback done) {
+  GetMany(
+      job_id, attempt, {KeyPart{key}}, timeout,
+      [done = std::move(done)](absl::StatusOr<std::vector<std::string>> values) {
+        if (!values.ok()) return done(values.status());
+        done(std::move(values->front()));
+      },
+      1);
+}
+
+void RendezvousStore::GetMany(const std::string& job_id, int attempt, std::vector<KeyPart> keys,
+                              std::chrono::milliseconds timeout, ManyCallback done, int ranks) {
   if (timeout.count() <= 0) timeout = config_.default_get_timeout;
   timeout = std::min(timeout, config_.max_get_timeout);
-  absl::StatusOr<std::string> immediate;
+  const int64_t max_keys = static_cast<int64_t>(config_.max_keys_per_rank) * std::max(ranks, 1);
+  absl::StatusOr<std::vector<std::string>> immediate;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = scopes_.find(ScopeName(job_id, attempt));
@@ -160,23 +207,48 @@ void RendezvousStore::Get(const std::string& job_id, int attempt, const std::str
     } else if (found == scopes_.end()) {
       immediate = absl::FailedPreconditionError(
           absl::StrCat("no active attempt ", ScopeName(job_id, attempt)));
-    } else if (key.empty() || key.size() > kMaxKeyBytes) {
+    } else if (static_cast<int64_t>(keys.size()) > max_keys) {
       immediate = absl::InvalidArgumentError(
-          absl::StrCat("rendezvous key must be 1..", kMaxKeyBytes, " bytes"));
-    } else if (auto value = found->second.values.find(key); value != found->second.values.end()) {
-      immediate = value->second;
+          absl::StrCat("rendezvous read of ", keys.size(), " keys; scope ",
+                       ScopeName(job_id, attempt), " holds at most ", max_keys));
+    } else if (absl::Status malformed = CheckKeyParts(keys); !malformed.ok()) {
+      immediate = malformed;
     } else {
-      found->second.waiters.push_back({key, Clock::now() + timeout, std::move(done)});
-      timer_wakeup_.notify_all();
-      return;
+      Waiter waiter{std::move(keys), {}, Clock::now() + timeout, std::move(done)};
+      for (const KeyPart& asked : waiter.keys) {
+        if (found->second.values.count(asked.key) == 0) waiter.missing.insert(asked.key);
+      }
+      if (waiter.missing.empty()) {
+        immediate = CollectLocked(found->second, waiter.keys);
+        done = std::move(waiter.done);
+      } else {
+        found->second.waiters.push_back(std::move(waiter));
+        timer_wakeup_.notify_all();
+        return;
+      }
     }
   }
   done(std::move(immediate));
 }
 
+absl::Status RendezvousStore::CheckKeyParts(const std::vector<KeyPart>& keys) {
+  for (const KeyPart& asked : keys) {
+    if (asked.key.empty() || asked.key.size() > kMaxKeyBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous key must be 1..", kMaxKeyBytes, " bytes"));
+    }
+    if (asked.parts < 0 || (asked.parts > 0 && (asked.part < 0 || asked.part >= asked.parts))) {
+      return absl::InvalidArgumentError(absl::StrCat("rendezvous key \"", asked.key, "\": part ",
+                                                     asked.part, " of ", asked.parts,
+                                                     " does not exist"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int attempt,
                                              const std::string& key, int64_t delta, int ranks) {
-  std::vector<GetCallback> ready;
+  std::vector<Completion> ready;
   std::string text;
   int64_t value = 0;
   {
@@ -206,7 +278,7 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int atte
     value += delta;
     ready = StoreLocked(scope, key, text);
   }
-  for (GetCallback& done : ready) done(text);
+  Run(ready);
   return value;
 }
 
@@ -224,13 +296,17 @@ void RendezvousStore::RunTimer() {
     }
     if (stopping_) break;
     const Clock::time_point now = Clock::now();
-    std::vector<std::pair<std::string, GetCallback>> expired;
+    std::vector<std::pair<std::string, ManyCallback>> expired;
     for (auto& [name, scope] : scopes_) {
       auto live =
           std::stable_partition(scope.waiters.begin(), scope.waiters.end(),
                                 [&](const Waiter& waiter) { return waiter.deadline > now; });
       for (auto it = live; it != scope.waiters.end(); ++it) {
-        expired.emplace_back(absl::StrCat("key \"", it->key, "\" of ", name), std::move(it->done));
+        const size_t others = it->missing.size() - 1;
+        expired.emplace_back(
+            absl::StrCat("key \"", *it->missing.begin(), "\" of ", name,
+                         others == 0 ? "" : absl::StrCat(" (and ", others, " more)")),
+            std::move(it->done));
       }
       scope.waiters.erase(live, scope.waiters.end());
     }

@@ -5,6 +5,11 @@
 // A scope holds what its ranks need and no more: Set and Add take the attempt's number of ranks,
 // which bounds the scope's keys, each value, and all of it together (RendezvousConfig); a refusal
 // names the bound and the flag that sets it.
+//
+// GetMany reads many keys in one call, and may read one of a value's equal parts: a rank's value
+// can list one fixed-size record per peer (its address for each), and each peer reads only its
+// own record. A full-mesh rendezvous of n ranks then takes a few calls per rank instead of one
+// per peer (worker/comm/mesh_exchange.h), and n² records instead of n³.
 #pragma once
 
 #include <chrono>
@@ -13,8 +18,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,7 +34,17 @@ class RendezvousStore {
   // Keys of at most this many bytes (the longest fsdpd or Gloo sets, "fsdpd/device/<rank>", is
   // under 24).
   static constexpr size_t kMaxKeyBytes = 256;
+  // A GetMany reply holds at most this many bytes, gRPC's default receive limit less room for
+  // the framing.
+  static constexpr size_t kMaxReplyBytes = (4u << 20) - (64u << 10);
   using GetCallback = std::function<void(absl::StatusOr<std::string>)>;
+  using ManyCallback = std::function<void(absl::StatusOr<std::vector<std::string>>)>;
+  // A key to read, whole (parts 0) or as part `part` of `parts` equal parts of its value.
+  struct KeyPart {
+    std::string key;
+    int part = 0;
+    int parts = 0;
+  };
   using Clock = std::chrono::steady_clock;
 
   explicit RendezvousStore(RendezvousConfig config);
@@ -50,6 +67,12 @@ class RendezvousStore {
   // caller's thread, on a Set's thread or on the timer thread, never under the store's lock.
   void Get(const std::string& job_id, int attempt, const std::string& key,
            std::chrono::milliseconds timeout, GetCallback done);
+  // Reads every key in `keys`, in their order, waiting as Get does until the last is set;
+  // `done` is called exactly once, as Get's. INVALID_ARGUMENT for a malformed key or part, or
+  // more keys than the scope of `ranks` ranks can hold; FAILED_PRECONDITION for a value that
+  // does not split into the parts asked; RESOURCE_EXHAUSTED for a reply over kMaxReplyBytes.
+  void GetMany(const std::string& job_id, int attempt, std::vector<KeyPart> keys,
+               std::chrono::milliseconds timeout, ManyCallback done, int ranks = 1);
   // OUT_OF_RANGE, leaving the counter as it was, when the sum would overflow int64.
   absl::StatusOr<int64_t> Add(const std::string& job_id, int attempt, const std::string& key,
                               int64_t delta, int ranks = 1);
@@ -61,11 +84,14 @@ class RendezvousStore {
   void Shutdown();
 
  private:
+  // A Get or GetMany that waits for keys not set yet.
   struct Waiter {
-    std::string key;
+    std::vector<KeyPart> keys;
+    std::set<std::string> missing;
     Clock::time_point deadline;
-    GetCallback done;
+    ManyCallback done;
   };
+  using Completion = std::pair<ManyCallback, absl::StatusOr<std::vector<std::string>>>;
   struct Scope {
     std::map<std::string, std::string> values;
     int64_t bytes = 0;  // of every key and value held
@@ -79,7 +105,13 @@ class RendezvousStore {
   absl::Status CheckSetLocked(const std::string& name, const Scope& scope, const std::string& key,
                               const std::string& value, int ranks) const;
   // Stores the value and completes the Gets waiting for the key, returned to run unlocked.
-  std::vector<GetCallback> StoreLocked(Scope& scope, const std::string& key, std::string value);
+  std::vector<Completion> StoreLocked(Scope& scope, const std::string& key, std::string value);
+  // The reply to a read of `keys`, every one of which is set in `scope`.
+  static absl::StatusOr<std::vector<std::string>> CollectLocked(const Scope& scope,
+                                                                const std::vector<KeyPart>& keys);
+  static void Run(std::vector<Completion>& completions);
+  // INVALID_ARGUMENT for a key of no bytes or too many, or a part that does not exist.
+  static absl::Status CheckKeyParts(const std::vector<KeyPart>& keys);
 
   const RendezvousConfig config_;
   mutable std::mutex mutex_;

@@ -12,7 +12,8 @@ target_link_libraries(fsdpd_checked_communicator PUBLIC
 add_library(fsdpd_engine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/comm/file_key_value_store.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm/gloo_communicator.cc
-  ${CMAKE_CURRENT_LIST_DIR}/comm/gloo_store_adapter.cc
+  ${CMAKE_CURRENT_LIST_DIR}/comm/key_value_store.cc
+  ${CMAKE_CURRENT_LIST_DIR}/comm/mesh_exchange.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm/host_staged_communicator.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm/local_communicator.cc
   ${CMAKE_CURRENT_LIST_DIR}/fsdp/flat_shard_layout.cc

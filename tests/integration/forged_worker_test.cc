@@ -228,6 +228,25 @@ class ForgedWorkerTest : public ::testing::Test {
     if (value != nullptr) *value = response.value();
     return status;
   }
+  // Reads `key`'s part `part` of `parts` and `key` again whole, in one call.
+  grpc::Status RendezvousGetMany(const std::string& token, const std::string& job_id,
+                                 const std::string& key, int part, int parts,
+                                 std::vector<std::string>* values = nullptr) {
+    auto stub = v1::RendezvousService::NewStub(channel_);
+    v1::GetManyRequest request;
+    request.mutable_scope()->set_job_id(job_id);
+    request.mutable_scope()->set_attempt(1);
+    v1::KeyPart* sliced = request.add_keys();
+    sliced->set_key(key);
+    sliced->set_part(part);
+    sliced->set_parts(parts);
+    request.add_keys()->set_key(key);
+    request.set_timeout_millis(100);
+    v1::GetManyResponse response;
+    grpc::Status status = stub->GetMany(Context(token).get(), request, &response);
+    if (values != nullptr) values->assign(response.values().begin(), response.values().end());
+    return status;
+  }
   grpc::Status RendezvousSet(const std::string& token, const std::string& job_id,
                              const std::string& key, const std::string& value) {
     auto stub = v1::RendezvousService::NewStub(channel_);
@@ -293,16 +312,23 @@ TEST_F(ForgedWorkerTest, AForgedClaimGetsNoRendezvousStandingAndIsCancelled) {
   const std::string job = Submit("long", TinySpec("long", 1'000'000));
   ASSERT_FALSE(job.empty());
   nlohmann::json running = WaitFor(job, "RUNNING");
-  // The ranks connected over Gloo through the scope: rank 0's address is there to steal.
+  // The ranks connected over Gloo through the scope: rank 0's address is there to steal, read
+  // whole or as rank 1's record of the list (one record: a world of two).
   std::string address;
-  ASSERT_TRUE(RendezvousGet(kHostA, job, "gloo/0", &address).ok());
+  ASSERT_TRUE(RendezvousGet(kHostA, job, "gloo/mesh/0", &address).ok());
   ASSERT_FALSE(address.empty());
+  std::vector<std::string> records;
+  ASSERT_TRUE(RendezvousGetMany(kHostA, job, "gloo/mesh/0", 0, 1, &records).ok());
+  EXPECT_EQ(records, (std::vector<std::string>{address, address}));
 
   const std::string forged = RegisterClaiming(job, 1, 0);
   ASSERT_FALSE(forged.empty());
-  grpc::Status read = RendezvousGet(kRogue, job, "gloo/0");
+  grpc::Status read = RendezvousGet(kRogue, job, "gloo/mesh/0");
   EXPECT_EQ(read.error_code(), grpc::StatusCode::PERMISSION_DENIED) << read.error_message();
-  grpc::Status overwrite = RendezvousSet(kRogue, job, "gloo/1", "forged address");
+  grpc::Status read_many = RendezvousGetMany(kRogue, job, "gloo/mesh/0", 0, 1);
+  EXPECT_EQ(read_many.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << read_many.error_message();
+  grpc::Status overwrite = RendezvousSet(kRogue, job, "gloo/mesh/1", "forged address");
   EXPECT_EQ(overwrite.error_code(), grpc::StatusCode::PERMISSION_DENIED)
       << overwrite.error_message();
 
@@ -327,7 +353,7 @@ TEST_F(ForgedWorkerTest, AForgedClaimGetsNoRendezvousStandingAndIsCancelled) {
   EXPECT_EQ(status.value("state", ""), "RUNNING") << status.dump();
   EXPECT_LT(status.value("step", 0), 1'000'000);
   std::string after;
-  ASSERT_TRUE(RendezvousGet(kHostA, job, "gloo/1", &after).ok());
+  ASSERT_TRUE(RendezvousGet(kHostA, job, "gloo/mesh/1", &after).ok());
   EXPECT_NE(after, "forged address");
   ASSERT_EQ(Ctl(kAdmin, {"cancel", job}).exit_code, 0);
   WaitFor(job, "CANCELLED");

@@ -141,6 +141,16 @@ class RogueClientTest : public ::testing::Test {
     v1::GetResponse response;
     return stub->Get(Context(token).get(), request, &response);
   }
+  grpc::Status RendezvousGetMany(const std::string& token, const std::string& job_id, int attempt) {
+    auto stub = v1::RendezvousService::NewStub(channel_);
+    v1::GetManyRequest request;
+    request.mutable_scope()->set_job_id(job_id);
+    request.mutable_scope()->set_attempt(attempt);
+    request.add_keys()->set_key("gloo/mesh/0");
+    request.set_timeout_millis(100);
+    v1::GetManyResponse response;
+    return stub->GetMany(Context(token).get(), request, &response);
+  }
   grpc::Status RendezvousSet(const std::string& token, const std::string& job_id, int attempt) {
     auto stub = v1::RendezvousService::NewStub(channel_);
     v1::SetRequest request;
@@ -181,6 +191,7 @@ TEST_F(RogueClientTest, WorkerServicesAnswerNobodyWithoutAWorkerCredential) {
   EXPECT_EQ(Register(kAlice, ""), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(OpenSession("", "worker-000001").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(RendezvousGet("", "job-000001", 1).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(RendezvousGetMany("", "job-000001", 1).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(RendezvousSet("", "job-000001", 1).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(RendezvousSet(kAdmin, "job-000001", 1).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
@@ -209,6 +220,8 @@ TEST_F(RogueClientTest, AValidWorkerCredentialCannotTakeOverIdsJobsOrRendezvous)
   ASSERT_EQ(Register(kRogueWorker, "", &own_id), grpc::StatusCode::OK);
   EXPECT_NE(own_id, victim);
   EXPECT_EQ(RendezvousGet(kRogueWorker, job, 1).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(RendezvousGetMany(kRogueWorker, job, 1).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(RendezvousSet(kRogueWorker, job, 1).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
   // Another user cannot cancel alice's job, and an oversized reason is refused whole.

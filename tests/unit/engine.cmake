@@ -10,8 +10,8 @@ fsdpd_test(engine_host_staged_test LABEL unit TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_host_staged_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_communicator_test LABEL unit TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_communicator_test.cc LIBS fsdpd_engine)
-fsdpd_test(engine_gloo_store_adapter_test LABEL unit
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_gloo_store_adapter_test.cc LIBS fsdpd_engine)
+fsdpd_test(engine_mesh_exchange_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_mesh_exchange_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_checked_communicator_test LABEL unit TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_checked_communicator_test.cc LIBS fsdpd_engine)
 fsdpd_test(engine_sharded_adamw_test LABEL unit TIMEOUT 120

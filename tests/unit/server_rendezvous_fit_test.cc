@@ -34,6 +34,18 @@ class ScopeStore : public KeyValueStore {
                [promise](absl::StatusOr<std::string> got) { promise->set_value(std::move(got)); });
     return value.get();
   }
+  absl::StatusOr<std::vector<std::string>> GetMany(const std::vector<KeyPart>& keys,
+                                                   std::chrono::milliseconds timeout) override {
+    std::vector<server::RendezvousStore::KeyPart> asked;
+    for (const KeyPart& key : keys) asked.push_back({key.key, key.part, key.parts});
+    using Reply = absl::StatusOr<std::vector<std::string>>;
+    auto promise = std::make_shared<std::promise<Reply>>();
+    std::future<Reply> values = promise->get_future();
+    store_.GetMany(
+        "job-000001", 1, std::move(asked), timeout,
+        [promise](Reply got) { promise->set_value(std::move(got)); }, ranks_);
+    return values.get();
+  }
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
     return store_.Add("job-000001", 1, key, delta, ranks_);
   }

@@ -20,6 +20,15 @@ struct Result {
   }
 };
 
+struct ManyResult {
+  using Reply = absl::StatusOr<std::vector<std::string>>;
+  std::promise<Reply> promise;
+  std::future<Reply> future = promise.get_future();
+  RendezvousStore::ManyCallback callback() {
+    return [this](Reply values) { promise.set_value(std::move(values)); };
+  }
+};
+
 TEST(RendezvousTest, GetReturnsAValueThatIsAlreadySet) {
   RendezvousStore store({});
   store.OpenScope("job-000001", 1);
@@ -145,6 +154,104 @@ TEST(RendezvousTest, AScopeHoldsWhatItsRanksNeedAndARefusalNamesTheBound) {
   // Keys themselves are short.
   EXPECT_EQ(store.Set("job-000001", 2, std::string(257, 'k'), "v", 3).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousTest, GetManyReadsWholeValuesAndPartsInTheOrderAsked) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  ASSERT_TRUE(store.Set("job-000001", 1, "mesh/0", "aaabbbccc").ok());
+  ASSERT_TRUE(store.Set("job-000001", 1, "host/0", "node-a").ok());
+  ManyResult result;
+  store.GetMany("job-000001", 1, {{"mesh/0", 1, 3}, {"host/0"}, {"mesh/0", 2, 3}},
+                milliseconds(1000), result.callback());
+  ASSERT_EQ(result.future.wait_for(milliseconds(0)), std::future_status::ready);
+  absl::StatusOr<std::vector<std::string>> values = result.future.get();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"bbb", "node-a", "ccc"}));
+}
+
+TEST(RendezvousTest, GetManyParksOnceAndAnswersWhenItsLastKeyIsSet) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  ASSERT_TRUE(store.Set("job-000001", 1, "k0", "zero").ok());
+  ManyResult result;
+  store.GetMany("job-000001", 1, {{"k0"}, {"k1"}, {"k2"}, {"k1"}}, milliseconds(5000),
+                result.callback());
+  EXPECT_EQ(store.WaiterCount("job-000001", 1), 1u);
+  ASSERT_TRUE(store.Set("job-000001", 1, "k2", "two").ok());
+  EXPECT_EQ(result.future.wait_for(milliseconds(50)), std::future_status::timeout);
+  ASSERT_TRUE(store.Set("job-000001", 1, "k1", "one").ok());
+  ASSERT_EQ(result.future.wait_for(milliseconds(2000)), std::future_status::ready);
+  absl::StatusOr<std::vector<std::string>> values = result.future.get();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"zero", "one", "two", "one"}));
+  EXPECT_EQ(store.WaiterCount("job-000001", 1), 0u);
+}
+
+TEST(RendezvousTest, GetManyTimesOutNamingAKeyStillMissingAndHowManyMore) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  ASSERT_TRUE(store.Set("job-000001", 1, "k0", "zero").ok());
+  ManyResult result;
+  store.GetMany("job-000001", 1, {{"k0"}, {"k1"}, {"k2"}}, milliseconds(100), result.callback());
+  ASSERT_EQ(result.future.wait_for(milliseconds(3000)), std::future_status::ready);
+  absl::StatusOr<std::vector<std::string>> values = result.future.get();
+  EXPECT_EQ(values.status().code(), absl::StatusCode::kDeadlineExceeded) << values.status();
+  EXPECT_NE(values.status().message().find("key \"k1\" of job-000001/1 (and 1 more)"),
+            std::string::npos)
+      << values.status();
+}
+
+TEST(RendezvousTest, GetManyRefusesWhatNoRankNeeds) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  ASSERT_TRUE(store.Set("job-000001", 1, "list", "aaabbbccc").ok());
+  auto code = [&](std::vector<RendezvousStore::KeyPart> keys, int ranks) {
+    ManyResult result;
+    store.GetMany("job-000001", 1, std::move(keys), milliseconds(100), result.callback(), ranks);
+    EXPECT_EQ(result.future.wait_for(milliseconds(0)), std::future_status::ready);
+    return result.future.get().status();
+  };
+  // More keys than the scope of its ranks can hold (8 a rank by default).
+  std::vector<RendezvousStore::KeyPart> many(17, {"list"});
+  absl::Status too_many = code(many, 2);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("holds at most 16"), std::string::npos) << too_many;
+  EXPECT_TRUE(code(many, 3).ok());
+  // A part that does not exist, a key of no bytes.
+  EXPECT_EQ(code({{"list", 3, 3}}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"list", -1, 3}}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{"list", 0, -2}}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{""}}, 1).code(), absl::StatusCode::kInvalidArgument);
+  // A value that does not split into the parts asked.
+  absl::Status uneven = code({{"list", 0, 4}}, 1);
+  EXPECT_EQ(uneven.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(uneven.message().find("holds 9 bytes"), std::string::npos) << uneven;
+  // A reply larger than a client takes by default.
+  RendezvousConfig roomy;
+  roomy.max_value_bytes = 1 << 20;
+  RendezvousStore large(roomy);
+  large.OpenScope("job-000001", 1);
+  ASSERT_TRUE(large.Set("job-000001", 1, "big", std::string(1 << 20, 'b'), 8).ok());
+  ManyResult result;
+  large.GetMany("job-000001", 1, std::vector<RendezvousStore::KeyPart>(4, {"big"}),
+                milliseconds(100), result.callback(), 8);
+  absl::Status too_large = result.future.get().status();
+  EXPECT_EQ(too_large.code(), absl::StatusCode::kResourceExhausted) << too_large;
+  ManyResult part;
+  large.GetMany("job-000001", 1, std::vector<RendezvousStore::KeyPart>(4, {"big", 0, 2}),
+                milliseconds(100), part.callback(), 8);
+  EXPECT_TRUE(part.future.get().ok());
+}
+
+TEST(RendezvousTest, DroppingTheScopeAbortsAParkedGetMany) {
+  RendezvousStore store({});
+  store.OpenScope("job-000001", 1);
+  ManyResult result;
+  store.GetMany("job-000001", 1, {{"k0"}, {"k1"}}, milliseconds(60000), result.callback());
+  store.DropScope("job-000001", 1);
+  ASSERT_EQ(result.future.wait_for(milliseconds(1000)), std::future_status::ready);
+  EXPECT_EQ(result.future.get().status().code(), absl::StatusCode::kAborted);
 }
 
 TEST(RendezvousTest, ShutdownCompletesParkedGets) {

@@ -92,6 +92,38 @@ absl::StatusOr<std::string> CoordinatorKeyValueStore::Get(const std::string& key
   return response.value();
 }
 
+absl::StatusOr<std::vector<std::string>> CoordinatorKeyValueStore::GetMany(
+    const std::vector<KeyPart>& keys, std::chrono::milliseconds timeout) {
+  const Clock::time_point wait_until = Clock::now() + timeout;
+  v1::GetManyResponse response;
+  grpc::Status status = CallWithRetry(
+      [&] {
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - Clock::now());
+        left = std::max(left, std::chrono::milliseconds(1));
+        v1::GetManyRequest request;
+        *request.mutable_scope() = MakeScope();
+        for (const KeyPart& asked : keys) {
+          v1::KeyPart* key = request.add_keys();
+          key->set_key(asked.key);
+          key->set_part(asked.part);
+          key->set_parts(asked.parts);
+        }
+        request.set_timeout_millis(left.count());
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + left + kDeadlineMargin);
+        return stub_->GetMany(&context, request, &response);
+      },
+      std::min(wait_until, Clock::now() + unavailable_grace_));
+  if (!status.ok()) return ToAbslStatus(status, absl::StrCat("read of ", keys.size(), " keys"));
+  if (response.values_size() != static_cast<int>(keys.size())) {
+    return absl::InternalError(absl::StrCat("rendezvous read of ", keys.size(),
+                                            " keys: the coordinator answered ",
+                                            response.values_size(), " values"));
+  }
+  return std::vector<std::string>(response.values().begin(), response.values().end());
+}
+
 absl::StatusOr<int64_t> CoordinatorKeyValueStore::Add(const std::string& key, int64_t delta) {
   v1::AddRequest request;
   *request.mutable_scope() = MakeScope();

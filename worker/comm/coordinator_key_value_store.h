@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fsdpd/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/channel.h"
@@ -24,6 +25,9 @@ class CoordinatorKeyValueStore : public KeyValueStore {
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
                                   std::chrono::milliseconds timeout) override;
+  // One GetMany call to the coordinator.
+  absl::StatusOr<std::vector<std::string>> GetMany(const std::vector<KeyPart>& keys,
+                                                   std::chrono::milliseconds timeout) override;
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override;
 
  private:

@@ -1,5 +1,7 @@
 #include "worker/comm/gloo_communicator.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -8,19 +10,64 @@
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
+#include "gloo/common/error.h"
 #include "gloo/math.h"
-#include "gloo/rendezvous/context.h"
+#include "gloo/transport/context.h"
+#include "gloo/transport/device.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
 #include "spdlog/spdlog.h"
 #include "worker/comm/checked_communicator.h"
-#include "worker/comm/gloo_store_adapter.h"
+#include "worker/comm/mesh_exchange.h"
 
 namespace fsdpd {
 namespace {
 
 // Outside Gloo's own slot prefixes (0x01..0x08), so our ring never matches their messages.
 constexpr uint8_t kRingReduceScatterSlotPrefix = 0x40;
+
+// A Gloo context whose full mesh is connected through ExchangeMeshAddresses: three calls to the
+// store per rank, where Gloo's connectFullMesh makes 1.5 per peer and reads every peer's whole
+// address list (worker/comm/mesh_exchange.h). Pairs, addresses and connections are Gloo's own.
+class MeshContext : public gloo::Context {
+ public:
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
+
+  void Connect(KeyValueStore& store, std::shared_ptr<gloo::transport::Device> device) {
+    std::shared_ptr<gloo::transport::Context> transport = device->createContext(rank, size);
+    transport->setTimeout(getTimeout());
+    MeshExchange exchange;
+    exchange.prefix = "gloo/";
+    exchange.rank = rank;
+    exchange.size = size;
+    exchange.host = HostName();
+    exchange.timeout = getTimeout();
+    exchange.addresses.resize(size);
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      std::vector<char> bytes = transport->createPair(peer)->address().bytes();
+      exchange.addresses[peer].assign(bytes.begin(), bytes.end());
+    }
+    absl::StatusOr<MeshPeers> peers = ExchangeMeshAddresses(store, exchange);
+    if (!peers.ok()) throw gloo::IoException(peers.status().ToString());
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      std::unique_ptr<gloo::transport::Pair>& pair = transport->getPair(peer);
+      pair->setLocalRank(peers->local_rank);
+      const std::string& address = peers->peer_addresses[peer];
+      pair->connect(std::vector<char>(address.begin(), address.end()));
+    }
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+
+ private:
+  static std::string HostName() {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) return "";
+    return name;
+  }
+};
 
 using ReduceFunctionPointer = void (*)(void*, const void*, const void*, size_t);
 
@@ -59,10 +106,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::ConnectUnche
     gloo::transport::tcp::attr attr;
     attr.hostname = options.bind_address;
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    auto context = std::make_shared<MeshContext>(options.rank, options.world_size);
     context->setTimeout(options.timeout);
-    GlooStoreAdapter adapter(store, "gloo/", options.timeout);
-    context->connectFullMesh(adapter, device);
+    context->Connect(*store, device);
     // A rank's side of the mesh can be complete while a peer is still handshaking; without
     // this barrier a rank that fails right after connecting could break its peers' connect.
     gloo::BarrierOptions barrier(context);

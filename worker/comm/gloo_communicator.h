@@ -1,5 +1,5 @@
 // Collectives over Gloo's TCP transport for the CPU backend. Ranks rendezvous through a
-// KeyValueStore (gloo::rendezvous::Context::connectFullMesh); all-gather and all-reduce use
+// KeyValueStore (worker/comm/mesh_exchange.h); all-gather and all-reduce use
 // Gloo's algorithms, reduce-scatter is a ring over Gloo's unbound buffers, since Gloo's only
 // reduce-scatter (halving-doubling) needs per-call pair setup. Every operation is bounded by the
 // timeout, so a dead peer is an error, never a hang. Trusts the collective contract, which

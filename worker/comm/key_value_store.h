@@ -7,11 +7,20 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace fsdpd {
+
+// A key to read whole (parts 0), or as part `part` of `parts` equal parts of its value: a rank's
+// value can list one fixed-size record per peer, and each peer reads only its own record.
+struct KeyPart {
+  std::string key;
+  int part = 0;
+  int parts = 0;
+};
 
 class KeyValueStore {
  public:
@@ -20,6 +29,12 @@ class KeyValueStore {
   // Waits until the key exists; DEADLINE_EXCEEDED after `timeout`.
   virtual absl::StatusOr<std::string> Get(const std::string& key,
                                           std::chrono::milliseconds timeout) = 0;
+  // Reads every key, waiting until all exist, and returns their values (or parts) in order;
+  // DEADLINE_EXCEEDED after `timeout`, FAILED_PRECONDITION for a value that does not split into
+  // the parts asked. This default reads one key at a time; the coordinator's store reads them
+  // all in one call.
+  virtual absl::StatusOr<std::vector<std::string>> GetMany(const std::vector<KeyPart>& keys,
+                                                           std::chrono::milliseconds timeout);
   // Atomically adds `delta` to a counter that starts at 0; returns the new value.
   virtual absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) = 0;
 };
