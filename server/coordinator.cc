@@ -1,5 +1,7 @@
 #include "server/coordinator.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -19,6 +21,11 @@ namespace fsdpd::server {
 namespace {
 
 constexpr char kJobServiceName[] = "fsdpd.v1.JobService";
+// Bounds of what a worker's stream may hold unread in the coordinator (Start).
+constexpr int kStreamWindowBytes = 16 << 10;
+constexpr int kReadChunkBytes = 64 << 10;
+// How often the ticker gives freed memory back to the system.
+constexpr std::chrono::seconds kTrimInterval(10);
 // Health answers by service name too (Kubernetes gRPC probes and load balancers ask so); the
 // job service follows the store (ReportStoreHealth), these are SERVING while the server is.
 constexpr const char* kOtherServiceNames[] = {"fsdpd.v1.WorkerService",
@@ -146,6 +153,16 @@ absl::Status Coordinator::Start() {
   // Artifacts arrive in 1 MiB chunks; specs and reports are small. A larger request is refused
   // with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(config_.max_receive_message_bytes);
+  // What a worker may send before the coordinator reads it is bounded, so an overloaded
+  // coordinator slows its workers instead of growing (docs/operations.md, "Overload"): each
+  // stream's HTTP/2 window stays at kStreamWindowBytes (gRPC's bandwidth-delay probing would
+  // grow it to megabytes on a fast link), and socket reads come in slices of at most
+  // kReadChunkBytes, since one unread message keeps its whole slice alive. A message larger
+  // than the window (a 1 MiB artifact chunk) still arrives: gRPC opens the window for the
+  // message being read.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kReadChunkBytes);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();
@@ -253,6 +270,7 @@ void Coordinator::RunTicker() {
   const auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200),
                                                         config_.workers.heartbeat_timeout / 4);
   Clock::time_point next_flush = Clock::now() + config_.store.flush_interval;
+  Clock::time_point next_trim = Clock::now() + kTrimInterval;
   std::unique_lock<std::mutex> lock(ticker_mutex_);
   Clock::time_point due = Clock::now() + tick;
   while (!stopping_) {
@@ -275,6 +293,12 @@ void Coordinator::RunTicker() {
     jobs_->Tick();
     ReportStoreHealth();
     ReportLiveness();
+    if (Clock::now() >= next_trim) {
+      // Buffers of a backlog are freed into the allocator's arenas, which keep them: give the
+      // free pages back, so the resident size follows the load down.
+      malloc_trim(0);
+      next_trim = Clock::now() + kTrimInterval;
+    }
     if (Clock::now() >= next_flush) {
       if (absl::Status status = store_->Flush(); !status.ok()) {
         spdlog::error("job store: flush failed: {}", status.ToString());
