@@ -556,6 +556,7 @@ class JobManager {
   ReportPacer pacer_;
   // Silence counts from no earlier than this: when the processing lag last exceeded its bound.
   Clock::time_point heard_floor_{};
+  bool mass_silence_holding_ = false;  // the last expiry held workers by the mass-silence rule
   mutable std::mutex liveness_mutex_;  // guards liveness_, read by GetLivenessHealth
   LivenessHealth liveness_;
   mutable std::mutex view_mutex_;

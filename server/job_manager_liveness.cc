@@ -10,7 +10,8 @@
 //    node lifecycle controller stops evicting when a whole zone goes NotReady at once, the
 //    coordinator then fails nothing on silence alone, and waits: the workers speak again, or
 //    their streams end (evidence), or the ranks that still run fail by their collective
-//    timeout and report it.
+//    timeout and report it. When the hold ends, every worker's silence counts from then, as
+//    after a lag: workers come back one by one after a partition.
 // Each change of the decision is logged, and shown by GetLivenessHealth (the metrics exporter
 // and the coordinator's health read it). So is the pacing of step reports (report_pacer.h),
 // which the same lag drives: the backpressure that keeps a lag from growing.
@@ -49,7 +50,11 @@ void JobManager::ExpireSilentWorkersLocked(std::chrono::milliseconds lag) {
   WorkerRegistry::ExpiryRules rules;
   rules.heard_floor = heard_floor_;
   rules.mass_silence_fraction = workers_.config().mass_silence_fraction;
+  rules.holding = mass_silence_holding_;
   WorkerRegistry::Expiry expiry = workers_.ExpireSilent(now, rules);
+  mass_silence_holding_ = expiry.held > 0;
+  // Those still silent when a mass silence ends get a full timeout from now.
+  if (expiry.hold_ended) heard_floor_ = now;
   if (expiry.held > 0) {
     SetLivenessLocked(
         true,

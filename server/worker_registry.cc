@@ -454,11 +454,12 @@ WorkerRegistry::Expiry WorkerRegistry::ExpireSilent(Clock::time_point now,
   }
   const bool mass = expiry.silent >= 2 && rules.mass_silence_fraction < 1.0 &&
                     expiry.silent > rules.mass_silence_fraction * expiry.fleet;
+  expiry.hold_ended = rules.holding && !mass;
   for (auto& [id, entry] : workers_) {
     if (entry.info.state() == v1::LOST) continue;
     if (silence(entry) <= config_.heartbeat_timeout) continue;
-    if (mass && entry.session != nullptr) {
-      ++expiry.held;
+    if ((mass || expiry.hold_ended) && entry.session != nullptr) {
+      if (mass) ++expiry.held;
       continue;
     }
     entry.info.set_state(v1::LOST);

@@ -158,12 +158,19 @@ class WorkerRegistry {
     // an open session is expired while it lasts. A worker whose stream ended is expired as
     // always. 1 or more: never.
     double mass_silence_fraction = 1.0;
+    // The previous call held workers by the mass-silence rule. When that hold ends, no worker
+    // with an open session is expired in the same call (Expiry::hold_ended): the caller moves
+    // heard_floor to now, so those still silent get a full timeout from the end of the hold,
+    // as Kubernetes' node lifecycle controller resets its nodes' probe times when a zone leaves
+    // full disruption. Workers reconnect one by one after a partition (gRPC's backoff).
+    bool holding = false;
   };
   struct Expiry {
     std::vector<WorkerSnapshot> lost;  // marked LOST now, with the assignment they had
     int held = 0;                      // silent past the timeout, kept by the mass-silence rule
     int silent = 0;  // with an open session, silent past the timeout less one interval
     int fleet = 0;   // workers not LOST before this call
+    bool hold_ended = false;  // rules.holding, and no mass silence now
   };
   // Marks LOST every worker silent past the timeout under `rules` and returns them (with the
   // assignment they had, which the job manager must fail). Forgets workers LOST for longer

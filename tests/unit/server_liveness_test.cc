@@ -1,8 +1,8 @@
 // Overload must not look like death (server/job_manager_liveness.cc): a worker is lost only on
 // evidence. The coordinator's own processing lag, a session it stopped reading, and a mass
 // silence of the fleet each keep silent workers from being declared lost; a worker whose stream
-// ended, or one that stays silent alone once the coordinator hears the others, is lost as
-// before. Fixture: server_job_manager_fixture.h (heartbeat timeout 10 s, interval 1 s).
+// ended, or one that stays silent alone for a timeout once the coordinator hears the others
+// again, is lost as before. Fixture: server_job_manager_fixture.h (heartbeat timeout 10 s, interval 1 s).
 #include "tests/unit/server_job_manager_fixture.h"
 
 namespace fsdpd::server {
@@ -30,7 +30,19 @@ TEST_F(JobManagerTest, MassSilenceDeclaresNoWorkerWithAnOpenSessionLost) {
   EXPECT_THAT(health.reason, HasSubstr("2 of 2 workers went silent"));
   EXPECT_EQ(health.suspensions, 1);
 
-  // w0 is heard again; w1 alone stays silent: that is evidence, and it is lost.
+  // w0 is heard again: the hold ends, and w1's silence counts from then (after a partition,
+  // workers reconnect one by one), so it is not lost yet...
+  Heartbeat(w0);
+  jobs_->Tick();
+  EXPECT_FALSE(jobs_->GetLivenessHealth().suspended);
+  EXPECT_EQ(StateOf(w1), v1::BUSY);
+  now_ += seconds(9);
+  Heartbeat(w0);
+  jobs_->Tick();
+  EXPECT_EQ(StateOf(w1), v1::BUSY);
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+  // ...until a full timeout passes with w1 alone silent: that is evidence, and it is lost.
+  now_ += seconds(2);
   Heartbeat(w0);
   jobs_->Tick();
   EXPECT_EQ(StateOf(w1), v1::LOST);
