@@ -168,8 +168,8 @@ class WorkerRegistry {
   struct Expiry {
     std::vector<WorkerSnapshot> lost;  // marked LOST now, with the assignment they had
     int held = 0;                      // silent past the timeout, kept by the mass-silence rule
-    int silent = 0;  // with an open session, silent past the timeout less one interval
-    int fleet = 0;   // workers not LOST before this call
+    int silent = 0;           // with an open session, silent past the timeout less one interval
+    int fleet = 0;            // workers not LOST before this call
     bool hold_ended = false;  // rules.holding, and no mass silence now
   };
   // Marks LOST every worker silent past the timeout under `rules` and returns them (with the

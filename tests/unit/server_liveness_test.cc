@@ -2,7 +2,8 @@
 // evidence. The coordinator's own processing lag, a session it stopped reading, and a mass
 // silence of the fleet each keep silent workers from being declared lost; a worker whose stream
 // ended, or one that stays silent alone for a timeout once the coordinator hears the others
-// again, is lost as before. Fixture: server_job_manager_fixture.h (heartbeat timeout 10 s, interval 1 s).
+// again, is lost as before. Fixture: server_job_manager_fixture.h (heartbeat timeout 10 s,
+// interval 1 s).
 #include "tests/unit/server_job_manager_fixture.h"
 
 namespace fsdpd::server {
