@@ -141,17 +141,9 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::CollectLocked(
   reply.reserve(keys.size());
   size_t bytes = 0;
   for (const KeyPart& asked : keys) {
-    const std::string& value = scope.values.at(asked.key);
-    if (asked.parts == 0) {
-      reply.push_back(value);
-    } else if (value.size() % asked.parts != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("rendezvous key \"", asked.key, "\" holds ", value.size(),
-                       " bytes, which do not split into ", asked.parts, " equal parts"));
-    } else {
-      const size_t size = value.size() / asked.parts;
-      reply.push_back(value.substr(size * asked.part, size));
-    }
+    absl::StatusOr<std::string> part = ValuePart(asked, scope.values.at(asked.key));
+    if (!part.ok()) return part.status();
+    reply.push_back(*std::move(part));
     bytes += reply.back().size() + asked.key.size();
     if (bytes > kMaxReplyBytes) {
       return absl::ResourceExhaustedError(
@@ -237,11 +229,7 @@ absl::Status RendezvousStore::CheckKeyParts(const std::vector<KeyPart>& keys) {
       return absl::InvalidArgumentError(
           absl::StrCat("rendezvous key must be 1..", kMaxKeyBytes, " bytes"));
     }
-    if (asked.parts < 0 || (asked.parts > 0 && (asked.part < 0 || asked.part >= asked.parts))) {
-      return absl::InvalidArgumentError(absl::StrCat("rendezvous key \"", asked.key, "\": part ",
-                                                     asked.part, " of ", asked.parts,
-                                                     " does not exist"));
-    }
+    if (absl::Status malformed = CheckKeyPart(asked); !malformed.ok()) return malformed;
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/key_part.h"
 #include "server/config.h"
 
 namespace fsdpd::server {
@@ -39,12 +40,8 @@ class RendezvousStore {
   static constexpr size_t kMaxReplyBytes = (4u << 20) - (64u << 10);
   using GetCallback = std::function<void(absl::StatusOr<std::string>)>;
   using ManyCallback = std::function<void(absl::StatusOr<std::vector<std::string>>)>;
-  // A key to read, whole (parts 0) or as part `part` of `parts` equal parts of its value.
-  struct KeyPart {
-    std::string key;
-    int part = 0;
-    int parts = 0;
-  };
+  // A key to read, whole or as one of its value's equal parts (base/key_part.h).
+  using KeyPart = ::fsdpd::KeyPart;
   using Clock = std::chrono::steady_clock;
 
   explicit RendezvousStore(RendezvousConfig config);

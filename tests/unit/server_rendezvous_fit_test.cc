@@ -36,13 +36,11 @@ class ScopeStore : public KeyValueStore {
   }
   absl::StatusOr<std::vector<std::string>> GetMany(const std::vector<KeyPart>& keys,
                                                    std::chrono::milliseconds timeout) override {
-    std::vector<server::RendezvousStore::KeyPart> asked;
-    for (const KeyPart& key : keys) asked.push_back({key.key, key.part, key.parts});
     using Reply = absl::StatusOr<std::vector<std::string>>;
     auto promise = std::make_shared<std::promise<Reply>>();
     std::future<Reply> values = promise->get_future();
     store_.GetMany(
-        "job-000001", 1, std::move(asked), timeout,
+        "job-000001", 1, keys, timeout,
         [promise](Reply got) { promise->set_value(std::move(got)); }, ranks_);
     return values.get();
   }

@@ -11,16 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/key_part.h"
 
 namespace fsdpd {
-
-// A key to read whole (parts 0), or as part `part` of `parts` equal parts of its value: a rank's
-// value can list one fixed-size record per peer, and each peer reads only its own record.
-struct KeyPart {
-  std::string key;
-  int part = 0;
-  int parts = 0;
-};
 
 class KeyValueStore {
  public:
