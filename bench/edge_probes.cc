@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "bench/edge_shaders/variants.h"
 #include "edge/half.h"
 #include "edge/shaders.h"
+#include "edge/vulkan_op_checks.h"
 
 namespace fsdpd::edge {
 namespace {
@@ -92,7 +96,6 @@ absl::StatusOr<double> MatrixUnitPeakTflops(VulkanContext& context) {
 absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContext& context,
                                                                     int64_t m, int64_t n,
                                                                     int64_t k) {
-  if (!context.cm2() || !context.fp16()) return absl::UnavailableError(kNoCm2);
   struct Probe {
     const ShaderVariant& shader;
     const char* what;
@@ -106,8 +109,9 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
       {VariantOf(ProbeShader::kMatmulNoFeed128x256), "128x256k32cm2h-s, its products alone"},
   };
   // Whole blocks only: the probes exist for the staged fast path, which no ragged block takes.
+  // The shape is checked first, on any device: a variant's block is in its row, built or not.
+  std::vector<std::pair<uint32_t, uint32_t>> grids;
   for (const Probe& probe : probes) {
-    if (!probe.shader.built()) return absl::UnavailableError(kNoCm2);
     const OutputBlock block = probe.shader.block;
     if (m <= 0 || n <= 0 || k <= 0 || m % block.rows != 0 || n % block.cols != 0 ||
         k % probe.shader.slice != 0) {
@@ -116,6 +120,12 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
                        block.rows, ", N of ", block.cols, " and K of ", probe.shader.slice,
                        "; got ", m, " x ", n, " x ", k));
     }
+    FSDPD_ASSIGN_OR_RETURN(grids.emplace_back(),
+                           BlockGrid(context.limits(), probe.what, m, n, block));
+  }
+  if (!context.cm2() || !context.fp16()) return absl::UnavailableError(kNoCm2);
+  for (const Probe& probe : probes) {
+    if (!probe.shader.built()) return absl::UnavailableError(kNoCm2);
   }
   // fp16 x, w and bias (unused: has_bias 0), fp32 out; what they hold does not change the time.
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> x,
@@ -129,15 +139,14 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
   const uint32_t push[4] = {static_cast<uint32_t>(m), static_cast<uint32_t>(n),
                             static_cast<uint32_t>(k), 0};
   std::vector<StagedMatmulRate> rates;
-  for (const Probe& probe : probes) {
+  for (size_t p = 0; p < std::size(probes); ++p) {
+    const Probe& probe = probes[p];
     ScopedPipeline pipeline(context);
     FSDPD_RETURN_IF_ERROR(pipeline.Make(probe.shader));
-    const OutputBlock block = probe.shader.block;
     FSDPD_ASSIGN_OR_RETURN(const double seconds, BestSeconds(context, [&] {
                              return context.Dispatch(pipeline.get(),
                                                      {x.get(), w.get(), bias.get(), out.get()},
-                                                     push, static_cast<uint32_t>(n / block.cols),
-                                                     static_cast<uint32_t>(m / block.rows));
+                                                     push, grids[p].first, grids[p].second);
                            }));
     absl::StatusOr<std::string> statistics = context.Statistics(pipeline.get());
     rates.push_back(

@@ -35,7 +35,8 @@ struct StagedMatmulRate {
 // whole blocks, each three ways: the matmul; its feed alone (global loads, shared stores and
 // barriers, no products); its products alone (fragment loads from shared memory, barriers and
 // products, no global loads). Best of three after a quarter second of warm-up. Where the matmul
-// runs at the rate of one part alone, that part bounds it. A shape of partial blocks is refused.
+// runs at the rate of one part alone, that part bounds it. A shape of partial blocks, or of more
+// blocks than the device's maxComputeWorkGroupCount allows, is refused on any device.
 absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContext& context,
                                                                     int64_t m, int64_t n,
                                                                     int64_t k);

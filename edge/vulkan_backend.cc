@@ -248,16 +248,8 @@ class VulkanBackendImpl : public VulkanBackend {
                       static_cast<uint32_t>(height));
     }
     auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
-      const int64_t x_groups = (out_features + matmul.block.cols - 1) / matmul.block.cols;
-      const int64_t y_groups = (rows + matmul.block.rows - 1) / matmul.block.rows;
-      if (x_groups > context_->limits().maxComputeWorkGroupCount[0] ||
-          y_groups > context_->limits().maxComputeWorkGroupCount[1]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("linear of ", rows, " rows × ", out_features,
-                         " outputs needs more workgroups than the device allows (",
-                         context_->limits().maxComputeWorkGroupCount[0], " × ",
-                         context_->limits().maxComputeWorkGroupCount[1], ")"));
-      }
+      FSDPD_ASSIGN_OR_RETURN(const auto grid, BlockGrid(context_->limits(), "linear", rows,
+                                                        out_features, matmul.block));
       if (half_x && !matmul.half_input) {
         return absl::InternalError(
             absl::StrCat("Linear: the matmul '", matmul.name, "' reads fp32 x, not fp16"));
@@ -266,8 +258,8 @@ class VulkanBackendImpl : public VulkanBackend {
       if (matmul.half_input && !half_x) {
         FSDPD_ASSIGN_OR_RETURN(input, ToHalf(x, rows * in_features));
       }
-      return Dispatch(matmul.pipeline, {input, &weight, &bias_buffer, &out}, push,
-                      static_cast<uint32_t>(x_groups), static_cast<uint32_t>(y_groups));
+      return Dispatch(matmul.pipeline, {input, &weight, &bias_buffer, &out}, push, grid.first,
+                      grid.second);
     };
     // A new shape times each candidate alone on these buffers (what is recorded so far is
     // submitted first); `out` is written again by the dispatch recorded below. A pipeline that

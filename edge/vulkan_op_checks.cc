@@ -49,6 +49,20 @@ uint32_t GridStride(const VkPhysicalDeviceLimits& limits, int64_t count) {
       std::min<int64_t>(groups, std::min<uint32_t>(limits.maxComputeWorkGroupCount[0], 65535)));
 }
 
+absl::StatusOr<std::pair<uint32_t, uint32_t>> BlockGrid(const VkPhysicalDeviceLimits& limits,
+                                                        const std::string& what, int64_t rows,
+                                                        int64_t columns, OutputBlock block) {
+  const int64_t x = (columns + block.cols - 1) / block.cols;
+  const int64_t y = (rows + block.rows - 1) / block.rows;
+  if (x > limits.maxComputeWorkGroupCount[0] || y > limits.maxComputeWorkGroupCount[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of ", rows, " rows × ", columns, " outputs in ", block.rows, "×", block.cols,
+        " blocks needs ", x, " × ", y, " workgroups, more than the device allows (",
+        limits.maxComputeWorkGroupCount[0], " × ", limits.maxComputeWorkGroupCount[1], ")"));
+  }
+  return std::pair<uint32_t, uint32_t>(static_cast<uint32_t>(x), static_cast<uint32_t>(y));
+}
+
 std::pair<uint32_t, uint32_t> RowGrid(int64_t rows) {
   const int64_t x = std::min<int64_t>(std::max<int64_t>(rows, 1), 65535);
   return {static_cast<uint32_t>(x), static_cast<uint32_t>((rows + x - 1) / x)};

@@ -1,16 +1,18 @@
 // The checks the Vulkan backend's ops make before they record a dispatch (edge/vulkan_backend.cc),
 // each an InvalidArgument naming the op and what is wrong, and the dispatch grids that stay within
-// the device's limits. Internal to edge/.
+// the device's limits. Internal to edge/ and its probes (bench/edge_probes.cc).
 #pragma once
 
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "edge/backend.h"
+#include "edge/shader_variant.h"
 
 namespace fsdpd::edge {
 
@@ -34,6 +36,13 @@ absl::StatusOr<int64_t> CheckAttention(const char* op, Buffer& qkv, Buffer& out,
 // Workgroups of 256 for `count` elements, at most as many as the device (and 65535) allows: the
 // shaders stride over what is left.
 uint32_t GridStride(const VkPhysicalDeviceLimits& limits, int64_t count);
+
+// A workgroup per output block of a rows × columns matmul, as {x, y} = {column blocks, row
+// blocks} (ragged edges count as blocks); an InvalidArgument naming `what` where either exceeds
+// the device's maxComputeWorkGroupCount.
+absl::StatusOr<std::pair<uint32_t, uint32_t>> BlockGrid(const VkPhysicalDeviceLimits& limits,
+                                                        const std::string& what, int64_t rows,
+                                                        int64_t columns, OutputBlock block);
 
 // A workgroup per row, as {x, y} workgroups with x ≤ 65535.
 std::pair<uint32_t, uint32_t> RowGrid(int64_t rows);

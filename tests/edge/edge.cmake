@@ -36,6 +36,8 @@ if(TARGET fsdpd_edge)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_op_times_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_descriptor_sets_test LABEL integration
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_descriptor_sets_test.cc LIBS fsdpd_edge)
+  fsdpd_test(edge_lifecycle_test LABEL integration TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_lifecycle_test.cc LIBS fsdpd_edge)
 endif()
 if(TARGET fsdpd_edge AND TARGET fsdpd_engine)
   fsdpd_test(edge_model_test LABEL integration TIMEOUT 300

@@ -1,16 +1,19 @@
 // The edge bench's probes (bench/edge_probes.h) on lavapipe with the validation layer: both need
 // workgroup-scope cooperative matrices, which lavapipe lacks, so both are refused with the
 // reason; where a device has them (the H200, edge_bench --mma-peak and --staged-breakdown) they
-// are positive rates, and the breakdown refuses a shape of partial blocks by name.
+// are positive rates. On any device the breakdown refuses a shape of partial blocks, or one whose
+// grid exceeds the device's workgroup counts, by name.
 #include "bench/edge_probes.h"
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "bench/edge_shaders/variants.h"
 #include "edge/vulkan_context.h"
+#include "edge/vulkan_op_checks.h"
 #include "gtest/gtest.h"
 
 namespace fsdpd::edge {
@@ -57,16 +60,56 @@ TEST(EdgeStagedMatmulBreakdownTest, IsRatesOnlyWhereWorkgroupScopeMatricesExist)
     ASSERT_TRUE(rates.ok()) << rates.status();
     ASSERT_EQ(rates->size(), 6u);
     for (const StagedMatmulRate& rate : *rates) EXPECT_GT(rate.tflops, 0.0) << rate.what;
-    absl::StatusOr<std::vector<StagedMatmulRate>> ragged =
-        StagedMatmulBreakdown(*context, 200, 256, 256);
-    ASSERT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(ragged.status().message(), "needs whole blocks"))
-        << ragged.status();
   } else {
     ASSERT_EQ(rates.status().code(), absl::StatusCode::kUnavailable) << rates.status();
     EXPECT_EQ(rates.status().message(), kNoCm2);
   }
   EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
+}
+
+TEST(EdgeStagedMatmulBreakdownTest, RefusesPartialBlocksAndGridsPastTheDeviceLimit) {
+  std::unique_ptr<VulkanContext> context = ValidatedContext();
+  ASSERT_NE(context, nullptr);
+  absl::StatusOr<std::vector<StagedMatmulRate>> ragged =
+      StagedMatmulBreakdown(*context, 200, 256, 256);
+  ASSERT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument) << ragged.status();
+  EXPECT_TRUE(absl::StrContains(ragged.status().message(), "needs whole blocks"))
+      << ragged.status();
+  // One row of 128-row blocks past the device's limit on y; refused before any buffer is made
+  // (M × K fp16 would be gigabytes).
+  const int64_t rows = 128 * (int64_t{context->limits().maxComputeWorkGroupCount[1]} + 1);
+  absl::StatusOr<std::vector<StagedMatmulRate>> tall =
+      StagedMatmulBreakdown(*context, rows, 256, 256);
+  ASSERT_EQ(tall.status().code(), absl::StatusCode::kInvalidArgument) << tall.status();
+  EXPECT_TRUE(absl::StrContains(tall.status().message(), "more than the device allows"))
+      << tall.status();
+  const int64_t columns = 256 * (int64_t{context->limits().maxComputeWorkGroupCount[0]} + 1);
+  absl::StatusOr<std::vector<StagedMatmulRate>> wide =
+      StagedMatmulBreakdown(*context, 128, columns, 256);
+  ASSERT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument) << wide.status();
+  EXPECT_TRUE(absl::StrContains(wide.status().message(), "more than the device allows"))
+      << wide.status();
+  EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
+}
+
+TEST(EdgeBlockGridTest, CountsRaggedBlocksAndRefusesPastEitherLimit) {
+  VkPhysicalDeviceLimits limits{};
+  limits.maxComputeWorkGroupCount[0] = 10;
+  limits.maxComputeWorkGroupCount[1] = 4;
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> grid =
+      BlockGrid(limits, "linear", 4 * 64, 10 * 32, OutputBlock{64, 32});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  EXPECT_EQ(*grid, std::make_pair(10u, 4u));
+  grid = BlockGrid(limits, "linear", 3 * 64 + 1, 9 * 32 + 1, OutputBlock{64, 32});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  EXPECT_EQ(*grid, std::make_pair(10u, 4u));
+  grid = BlockGrid(limits, "linear", 4 * 64 + 1, 32, OutputBlock{64, 32});
+  ASSERT_EQ(grid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(grid.status().message(),
+            "linear of 257 rows × 32 outputs in 64×32 blocks needs 1 × 5 workgroups, more than "
+            "the device allows (10 × 4)");
+  grid = BlockGrid(limits, "linear", 64, 10 * 32 + 1, OutputBlock{64, 32});
+  ASSERT_EQ(grid.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
