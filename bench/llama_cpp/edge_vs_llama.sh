@@ -25,7 +25,8 @@
 #
 # DIRs: --vulkan holds llama-bench and llama-quantize built with GGML_VULKAN (strip and the
 # libraries it needs beside it; LD_LIBRARY_PATH gets DIR and DIR/lib), --cuda the same built
-# with GGML_CUDA, --edge fsdpd-edge and edge_bench (a build tree or a folder of both). --shape
+# with GGML_CUDA, --edge fsdpd-edge and edge_bench (a build tree, or a folder of both with their
+# libraries in DIR/lib as bench/edge_bench.sh bundles them). --shape
 # replaces the default shapes (repeat it for several). --wheels: a folder of wheels (gguf,
 # pyyaml) unpacked into WORK/pylib when python3 lacks gguf. --vk-device sets
 # GGML_VK_VISIBLE_DEVICES for llama.cpp (needed for a CPU device such as lavapipe, which
@@ -39,6 +40,7 @@
 #   VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json bench/llama_cpp/edge_vs_llama.sh \
 #     --vulkan VK_BIN --edge build --vk-device 0 --shape tiny:256:4:4:256 --pp 64 --tg 16 --reps 2
 set -euo pipefail
+die() { echo "edge_vs_llama.sh: $*" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 vulkan="" cuda="" edge="" work=/tmp/edge_vs_llama wheels="" vk_device="" edge_device=0
 reps=5 pp=512 tg=128 skip_q8=0
@@ -57,22 +59,23 @@ while [ $# -gt 0 ]; do
     --vk-device) vk_device=$2; shift 2 ;;
     --edge-device) edge_device=$2; shift 2 ;;
     --skip-q8) skip_q8=1; shift ;;
-    *) echo "edge_vs_llama.sh: unknown argument $1 (see the header for usage)" >&2; exit 2 ;;
+    *) echo "edge_vs_llama.sh: unknown argument $1 (the header says the usage)" >&2; exit 2 ;;
   esac
 done
-[ -n "$vulkan" ] || [ -n "$cuda" ] || { echo "edge_vs_llama.sh: need --vulkan or --cuda" >&2; exit 2; }
-[ -n "$edge" ] || { echo "edge_vs_llama.sh: need --edge DIR (fsdpd-edge, edge_bench)" >&2; exit 2; }
+[ -n "$vulkan" ] || [ -n "$cuda" ] || die "need --vulkan or --cuda"
+[ -n "$edge" ] || die "need --edge DIR (fsdpd-edge, edge_bench)"
 [ ${#shapes[@]} -gt 0 ] || shapes=(seed:2048:12:16:32000 small:1024:8:8:32000)
 
 find_bin() {  # DIR NAME: DIR/NAME, DIR/bin/NAME, DIR/edge/NAME or DIR/bench/NAME
   for candidate in "$1/$2" "$1/bin/$2" "$1/edge/$2" "$1/bench/$2"; do
     if [ -x "$candidate" ]; then echo "$candidate"; return; fi
   done
-  echo "edge_vs_llama.sh: no $2 in $1" >&2
-  exit 2
+  die "no $2 in $1"
 }
 edge_bin=$(find_bin "$edge" fsdpd-edge)
 edge_bench=$(find_bin "$edge" edge_bench)
+# fsdpd-edge's libraries where bundled beside it (bench/edge_bench.sh: DIR/lib).
+edge_env=(env LD_LIBRARY_PATH="$(dirname "$edge_bin")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 quantize=$(find_bin "${vulkan:-$cuda}" llama-quantize)
 mkdir -p "$work/logs"
 logs=$work/logs
@@ -82,14 +85,14 @@ results=$work/results.tsv
 # gguf for the converter: python3's own, else the wheels unpacked (wheels are zip files; no pip
 # or network needed).
 if ! python3 -c 'import gguf' 2>/dev/null; then
-  [ -n "$wheels" ] || { echo "edge_vs_llama.sh: python3 has no gguf; pass --wheels DIR" >&2; exit 2; }
+  [ -n "$wheels" ] || die "python3 has no gguf; pass --wheels DIR"
   python3 - "$work/pylib" "$wheels"/*.whl <<'PY'
 import sys, zipfile
 for wheel in sys.argv[2:]:
     zipfile.ZipFile(wheel).extractall(sys.argv[1])
 PY
   export PYTHONPATH=$work/pylib${PYTHONPATH:+:$PYTHONPATH}
-  python3 -c 'import gguf' || { echo "edge_vs_llama.sh: gguf from $wheels does not import" >&2; exit 2; }
+  python3 -c 'import gguf' || die "gguf from $wheels does not import"
 fi
 
 # run_llama ENGINE DIR SHAPE MODEL...: llama-bench on the models, fa off and on; one result line
@@ -124,20 +127,23 @@ for (weights, fa), tests in sorted(rows.items()):
     print(f"{shape}\tllama.cpp {engine} (gpt2)\t{weights}, fa {'on' if fa else 'off'}\t"
           f"{tests.get('pp', '-')}\t{tests.get('tg', '-')}\t{gpu or '-'}")
 PY
-  tail -n +1 "$logs/$shape-$engine.log" | grep -E "ggml_vulkan: [0-9]+ =|Device [0-9]+:" | head -2 || true
+  grep -E "ggml_vulkan: [0-9]+ =|Device [0-9]+:" "$logs/$shape-$engine.log" | head -2 || true
 }
 
 for spec in "${shapes[@]}"; do
   IFS=: read -r name dim layers heads vocab <<<"$spec"
   model=$work/$name.safetensors
   echo "== $name: dim $dim, layers $layers, heads $heads, vocab $vocab, ffn ×4, causal"
-  "$edge_bench" --export-only --causal --dim "$dim" --layers "$layers" --heads "$heads" \
-    --vocab "$vocab" --model "$model" | tee "$logs/$name-export.log"
-  python3 "$here/export_to_gguf.py" "$model" "$work/$name-f16.gguf" --context $((pp + tg + 64 > 2048 ? pp + tg + 64 : 2048))
+  "${edge_env[@]}" "$edge_bench" --export-only --causal --dim "$dim" --layers "$layers" \
+    --heads "$heads" --vocab "$vocab" --model "$model" | tee "$logs/$name-export.log"
+  # The zero position table must cover every position llama-bench runs.
+  context=$((pp + tg > 2048 ? pp + tg : 2048))
+  python3 "$here/export_to_gguf.py" "$model" "$work/$name-f16.gguf" --context "$context"
   ggufs=("$work/$name-f16.gguf")
   if [ "$skip_q8" = 0 ]; then
-    env LD_LIBRARY_PATH="$(dirname "$quantize"):$(dirname "$quantize")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      "$quantize" "$work/$name-f16.gguf" "$work/$name-q8_0.gguf" Q8_0 >"$logs/$name-quantize.log" 2>&1 ||
+    qdir=$(dirname "$quantize")
+    env LD_LIBRARY_PATH="$qdir:$qdir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$quantize" \
+      "$work/$name-f16.gguf" "$work/$name-q8_0.gguf" Q8_0 >"$logs/$name-quantize.log" 2>&1 ||
       { echo "llama-quantize failed:"; tail -5 "$logs/$name-quantize.log"; exit 1; }
     ggufs+=("$work/$name-q8_0.gguf")
   fi
@@ -154,8 +160,9 @@ path, vocab, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 np.random.default_rng(1).integers(0, vocab, count, dtype=np.uint32).tofile(path)
 PY
   pp_rate=failed
-  if "$edge_bin" eval "$model" --tokens "$work/$name-tokens.u32" --token-bytes 4 --batch 1 \
-      --seq "$pp" --device "$edge_device" >"$logs/$name-edge-eval.log" 2>&1; then
+  if "${edge_env[@]}" "$edge_bin" eval "$model" --tokens "$work/$name-tokens.u32" \
+      --token-bytes 4 --batch 1 --seq "$pp" --device "$edge_device" \
+      >"$logs/$name-edge-eval.log" 2>&1; then
     pp_rate=$(sed -n 's/^forward \([0-9.]*\) tokens\/s.*/\1/p' "$logs/$name-edge-eval.log")
   fi
   grep -E "^backend:|^forward" "$logs/$name-edge-eval.log" || tail -5 "$logs/$name-edge-eval.log"
@@ -163,9 +170,9 @@ PY
   echo "== $name: fsdpd-edge generate --new-tokens $tg --seq $pp"
   # (The generated text goes to stdout, bytes for a byte-level model; the rate to stderr.)
   tg_rate=failed
-  if "$edge_bin" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" --new-tokens "$tg" \
-      --seq "$pp" --device "$edge_device" >"$logs/$name-edge-generate.out" \
-      2>"$logs/$name-edge-generate.log"; then
+  if "${edge_env[@]}" "$edge_bin" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
+      --new-tokens "$tg" --seq "$pp" --device "$edge_device" \
+      >"$logs/$name-edge-generate.out" 2>"$logs/$name-edge-generate.log"; then
     tg_rate=$(sed -n 's/^fsdpd-edge: [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tokens\/s.*/\1/p' \
       "$logs/$name-edge-generate.log")
   fi
