@@ -27,7 +27,7 @@ nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 if [ -f "$src" ]; then  # a source tarball: unpack it beside the build folder
   dest=$(dirname "$build")
   mkdir -p "$dest"
-  top=$(tar -tJf "$src" | head -1 | cut -d/ -f1)
+  top=$(tar -tJf "$src" | awk -F/ 'NR == 1 {print $1}')  # (awk reads on: no SIGPIPE)
   [ -f "$dest/$top/CMakeLists.txt" ] || tar -xJf "$src" -C "$dest"
   src=$dest/$top
 fi
