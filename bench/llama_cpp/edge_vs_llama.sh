@@ -130,6 +130,11 @@ PY
   grep -E "ggml_vulkan: [0-9]+ =|Device [0-9]+:" "$logs/$shape-$engine.log" | head -2 || true
 }
 
+# The devices, for the record: fsdpd-edge's view (cooperative matrices, heaps) and the GPU's.
+"${edge_env[@]}" "$edge_bin" devices >"$logs/devices.log" 2>&1 || true
+nvidia-smi -L >>"$logs/devices.log" 2>&1 || true
+grep -E "^device|^GPU" "$logs/devices.log" || true
+
 for spec in "${shapes[@]}"; do
   IFS=: read -r name dim layers heads vocab <<<"$spec"
   model=$work/$name.safetensors
