@@ -4,14 +4,15 @@
 // TFLOP/s, each with cooperative matrices and with the tiled shader, and the time to place the
 // weights zero-copy and through staging; with --causal also decoding's tokens/s through the
 // qkv cache (the `generate` work); --decode-only times decoding alone, in both of matvec.comp's
-// layouts, with cooperative matrices and zero-copy weights. Random weights time the same as
-// trained ones.
+// layouts, with cooperative matrices and zero-copy weights; --export-only writes the export and
+// stops (bench/llama_cpp/edge_vs_llama.sh converts it for llama.cpp). Random weights time the
+// same as trained ones.
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
 //              [--fp32] [--mma-peak] [--staged-breakdown] [--causal [--decode-only]]
-//              [--op-times]
+//              [--op-times] [--export-only]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -526,6 +527,10 @@ int main(int argc, char** argv) {
                "(pipeline, buffers) pair");
   app.add_flag("--decode-only", decode_only,
                "with --causal: only decoding, in matvec.comp's narrow and wide layouts");
+  bool export_only = false;
+  app.add_flag("--export-only", export_only,
+               "only write the random export to --model (for fsdpd-edge and other runtimes) and "
+               "exit; no device is opened");
   CLI11_PARSE(app, argc, argv);
   if (decode_only && !config.causal) {
     std::fprintf(stderr,
@@ -539,6 +544,15 @@ int main(int argc, char** argv) {
           WriteExportedModel(model_path, config, RandomModelTensors(config, 1, /*noise=*/0.0f));
       !written.ok()) {
     return Fail(written);
+  }
+  if (export_only) {
+    std::printf(
+        "export of dim %lld layers %lld heads %lld vocab %lld ffn_mult %lld%s written to "
+        "%s in %.1f s\n",
+        (long long)config.dim, (long long)config.layers, (long long)config.heads,
+        (long long)config.vocab, (long long)config.ffn_mult, config.causal ? " (causal)" : "",
+        model_path.c_str(), Seconds(start));
+    return 0;
   }
   absl::StatusOr<HostModel> model = LoadHostModel(model_path);
   if (!model.ok()) return Fail(model.status());

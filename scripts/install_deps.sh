@@ -54,6 +54,14 @@ if ! python3 -c 'import numpy, safetensors.numpy' 2> /dev/null; then
     python3 -m pip install --quiet --break-system-packages numpy safetensors
 fi
 
+# The gguf package (llama.cpp's GGUF reader and writer) for bench/llama_cpp/export_to_gguf.py
+# and its test (tests/bench/export_to_gguf_test.py).
+if ! python3 -c 'import gguf' 2> /dev/null; then
+  echo "installing gguf for $(command -v python3)"
+  python3 -m pip install --quiet gguf ||
+    python3 -m pip install --quiet --break-system-packages gguf
+fi
+
 # The edge runtime's workgroup-scope cooperative-matrix shader (edge/shaders/matmul_cm2.comp)
 # is compiled by the glslang inside slang's libslang-glslang, which the slangpy wheel ships
 # (Debian 12's glslc predates the extension). Only that library is used, so no dependencies.

@@ -2,3 +2,9 @@
 add_test(NAME bench_trace_gaps COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/trace_gaps_test.py)
 set_tests_properties(bench_trace_gaps PROPERTIES LABELS unit TIMEOUT 60
   ENVIRONMENT "FSDPD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+# bench/llama_cpp/export_to_gguf.py (fsdpd export -> GGUF for llama.cpp) on tiny exports, read
+# back with the gguf package (scripts/install_deps.sh); llama.cpp itself is not needed.
+add_test(NAME bench_export_to_gguf COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/export_to_gguf_test.py)
+set_tests_properties(bench_export_to_gguf PROPERTIES LABELS unit TIMEOUT 120
+  ENVIRONMENT "FSDPD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
