@@ -77,7 +77,28 @@ std::string ResultName(VkResult result) {
   }
 }
 
+// The loader opens the drivers for each instance (dlopen) and closes them with it (dlclose).
+// glibc never gives back the static TLS a closed library held, and NVIDIA's driver takes some
+// each time it is opened: after about thirty instances had come and gone in one process, its
+// next open failed and vkCreateInstance answered VK_ERROR_INCOMPATIBLE_DRIVER
+// (tests/edge/edge_lifecycle_test.cc; bench/RESULTS.md). One instance, made before the first
+// and never destroyed, keeps the drivers open for the process's life, so they are opened once.
+// Where it cannot be made, the instance asked for fails with the reason.
+void KeepDriversLoaded() {
+  static VkInstance kept = [] {
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "fsdpd-edge (drivers kept loaded)";
+    app.apiVersion = VK_API_VERSION_1_1;
+    VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    info.pApplicationInfo = &app;
+    VkInstance instance = VK_NULL_HANDLE;
+    return vkCreateInstance(&info, nullptr, &instance) == VK_SUCCESS ? instance : VK_NULL_HANDLE;
+  }();
+  (void)kept;
+}
+
 absl::StatusOr<std::unique_ptr<Instance>> CreateInstance(bool validation) {
+  KeepDriversLoaded();
   auto result = std::make_unique<Instance>();
   uint32_t loader_version = VK_API_VERSION_1_0;
   auto enumerate_version = reinterpret_cast<PFN_vkEnumerateInstanceVersion>(

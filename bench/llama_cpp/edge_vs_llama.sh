@@ -14,8 +14,9 @@
 #
 # What the figures measure differs in ways the table's notes repeat: llama-bench's pp512 runs the
 # head on the last position only, fsdpd-edge's eval on all 512 (it computes every position's NLL);
-# fsdpd-edge's generate rate is wall time over the 128 tokens with the prompt's prefill and each
-# shape's first use inside, llama-bench's tg128 the mean of REPS runs after a warm-up. The gpt2
+# fsdpd-edge's tg is generate's decoding rate, tokens 2 to 128 after the prompt's prefill and the
+# first token (positions 9 to 135), llama-bench's tg128 the mean of REPS runs after a warm-up
+# (positions 0 to 127). The gpt2
 # model differs from fsdpd's in norm (LayerNorm), activation (GELU), a zero position table and
 # zero FFN biases (export_to_gguf.py's header); the shapes and FLOPs are the same.
 #
@@ -178,7 +179,7 @@ PY
   if "${edge_env[@]}" "$edge_bin" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
       --new-tokens "$tg" --seq "$pp" --device "$edge_device" \
       >"$logs/$name-edge-generate.out" 2>"$logs/$name-edge-generate.log"; then
-    tg_rate=$(sed -n 's/^fsdpd-edge: [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tokens\/s.*/\1/p' \
+    tg_rate=$(sed -n 's/^fsdpd-edge: decoding \([0-9.]*\) tokens\/s.*/\1/p' \
       "$logs/$name-edge-generate.log")
   fi
   grep -E "tokens/s" "$logs/$name-edge-generate.log" || tail -5 "$logs/$name-edge-generate.log"
@@ -197,5 +198,5 @@ echo
 echo "Shapes: $(printf '%s ' "${shapes[@]}")(NAME:DIM:LAYERS:HEADS:VOCAB, ffn ×4, causal)."
 echo "llama.cpp: llama-bench mean ± sd of $reps runs after a warm-up; pp$pp computes the head on"
 echo "the last position only. fsdpd-edge: pp = eval's forward (head and NLL on all $pp positions),"
-echo "$reps windows after an untimed one; tg = generate's wall rate over $tg tokens, the 8-token"
-echo "prompt's prefill and first uses included. Logs: $logs"
+echo "$reps windows after an untimed one; tg = generate's decoding rate, tokens 2 to $tg after"
+echo "an 8-token prompt's prefill and the first token. Logs: $logs"

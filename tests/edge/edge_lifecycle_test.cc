@@ -5,14 +5,17 @@
 // warm-up (the loader, the driver's compiler and its caches are set up once per process), the
 // descriptors open and the resident memory must stay flat over the rest.
 //
-// FSDPD_EDGE_LIFECYCLE_BACKENDS overrides the count (the GPU run of bench/gpu_edge_lifecycle.sh
-// uses the same binary on NVIDIA's driver).
+// FSDPD_EDGE_LIFECYCLE_BACKENDS overrides the count, and FSDPD_EDGE_LIFECYCLE_VALIDATION=0
+// turns the validation layer off: the same binary runs on NVIDIA's driver, where Debian 12's
+// layer (1.3.239) predates VK_NV_cooperative_matrix2 and reports the backend's use of it as an
+// error (bench/RESULTS.md).
 #include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "edge/vulkan_backend.h"
@@ -46,13 +49,18 @@ int Backends() {
   return value != nullptr ? std::atoi(value) : 200;
 }
 
-// One backend's life: created with validation, a weight and activations placed, a Linear run and
+bool Validation() {
+  const char* value = std::getenv("FSDPD_EDGE_LIFECYCLE_VALIDATION");
+  return value == nullptr || std::string(value) != "0";
+}
+
+// One backend's life: created with validation (unless turned off), a weight and activations placed, a Linear run and
 // read back (so pipelines, memory, descriptor sets and a submit all happened), then destroyed.
 // `footprint`: the resident memory it added while it lived.
 void OneBackend(int index, int64_t* footprint = nullptr) {
   const int64_t before = ResidentBytes();
   VulkanOptions options;
-  options.validation = true;
+  options.validation = Validation();
   absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
   ASSERT_TRUE(backend.ok()) << "backend " << index << ": " << backend.status();
   constexpr int64_t kRows = 4, kIn = 64, kOut = 32;
@@ -94,10 +102,12 @@ TEST(EdgeLifecycleTest, ManyBackendsLeaveNoDescriptorsOrMemoryBehind) {
       "%d backends: %d descriptors throughout, resident memory %+.1f MiB after the first %d\n",
       backends, descriptors, growth / 1048576.0, kWarmUp);
   // The bound: 64 KiB a backend. A warm backend's instance, device, pipelines and buffers took
-  // 25 MiB on lavapipe, so a leak of any of them passes it many times over; malloc's own slack
-  // after the warm-up stays below (0.1 MiB over 190 backends there).
+  // 13 MiB on lavapipe with validation (1 MiB without), 84 MiB on NVIDIA's driver, and a leaked
+  // instance grew lavapipe's process by 2.5 MiB a backend: a leak of any of them passes the
+  // bound many times over, while malloc's own slack after the warm-up stays below (0.3 MiB over
+  // 190 backends on lavapipe).
   constexpr int64_t kBound = 64 * 1024;
-  ASSERT_GT(footprint, 16 * kBound) << "a live backend is too small here for the bound to tell";
+  ASSERT_GT(footprint, 8 * kBound) << "a live backend is too small here for the bound to tell";
   EXPECT_LT(growth, kBound * (backends - kWarmUp));
 }
 
