@@ -12,7 +12,11 @@
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
 //              [--fp32] [--mma-peak] [--staged-breakdown] [--causal [--decode-only]]
-//              [--op-times] [--export-only]
+//              [--op-times] [--export-only] [--weights int8]
+//
+// --weights int8: the linear layers and the head quantized to int8 on load (edge/quantize.h),
+// in the check against the CPU (whose weights are the same dequantized values), the forward, the
+// matmul timings and decoding.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +33,7 @@
 #include "bench/edge_probes.h"
 #include "edge/cpu_backend.h"
 #include "edge/model.h"
+#include "edge/quantize.h"
 #include "edge/random_model.h"
 #include "edge/shaders.h"
 #include "edge/vulkan_backend.h"
@@ -53,8 +58,10 @@ int Fail(const absl::Status& status) {
 // (≤ 1 passes). The shapes cover the shaders' edge handling on the device, which CI (lavapipe,
 // no cooperative matrices) cannot: M, N and K ragged against the output blocks and K slices,
 // K not a multiple of 8 (scalar loads), tiny ones, whole blocks with and without bias (the
-// cooperative-matrix shader stores those directly), and a long K.
-absl::StatusOr<double> CheckMatmul(Backend& gpu) {
+// cooperative-matrix shader stores those directly), and a long K. With `int8`, the weights are
+// quantized (Backend::Int8Weight), both sides multiplying by q·scale: the int8
+// cooperative-matrix blocks round it to fp16 as fp16 weights are rounded, so the bound holds.
+absl::StatusOr<double> CheckMatmul(Backend& gpu, bool int8) {
   struct Shape {
     int64_t m, n, k;
     bool bias;
@@ -67,11 +74,14 @@ absl::StatusOr<double> CheckMatmul(Backend& gpu) {
         Shape{256, 256, 512, false}, Shape{256, 256, 512, true}, Shape{128, 190, 36, false},
         Shape{256, 192, 2048, false}}) {
     const auto [m, n, k, has_bias] = s;
-    const std::vector<float> x = RandomValues(m * k, 1.0f, 11), w = RandomValues(n * k, 1.0f, 12);
+    const std::vector<float> x = RandomValues(m * k, 1.0f, 11);
+    std::vector<float> w = RandomValues(n * k, 1.0f, 12);
     const std::vector<float> b = RandomValues(n, 1.0f, 13);
+    FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized, QuantizeInt8("w", w.data(), n, k));
+    if (int8) w = quantized.Dequantize();
     std::vector<float> gpu_out(static_cast<size_t>(m * n)), cpu_out(gpu_out.size());
     for (Backend* backend : {&gpu, cpu.get()}) {
-      auto weight = backend->Weight(w.data(), n * k);
+      auto weight = int8 ? backend->Int8Weight(quantized) : backend->Weight(w.data(), n * k);
       auto bias = backend->Weight(b.data(), n);
       auto input = backend->Floats(m * k);
       auto output = backend->Floats(m * n);
@@ -130,11 +140,13 @@ absl::StatusOr<double> SecondsPerCall(Backend& backend, int repeats,
 // (a block that reads fp16 x casts it first, and the cast is timed), and with x as the forward
 // holds it (Backend::MatmulInput: fp16 where the matmul reads fp16 x, written once by an Add), the
 // figure to hold against cuBLASLt, whose x is bf16.
-absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int64_t ffn_mult) {
+absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int64_t ffn_mult,
+                         bool int8) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{rows, ffn_mult * dim, dim},
                          {rows, dim, ffn_mult * dim}}) {
     std::vector<float> w = RandomValues(n * k, 0.02f, 7);
-    auto weight = backend.Weight(w.data(), n * k);
+    FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized, QuantizeInt8("w", w.data(), n, k));
+    auto weight = int8 ? backend.Int8Weight(quantized) : backend.Weight(w.data(), n * k);
     auto x = backend.Floats(m * k);
     auto zeros = backend.Floats(m * k);
     auto x_input = backend.MatmulInput(m * k);
@@ -188,10 +200,14 @@ absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
 // token, so on a GPU it is bound by memory, not by the matrix units.
 // With op times on, the timed round's decoding is broken down by shader.
 absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_t seq,
-                          double matmul_weights, bool fp16_weights) {
+                          double matmul_weights, WeightFormat weights) {
   const ExportedModelConfig& config = model.config;
   FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
-                         ModelRunner::Create(model, &backend, 1, seq));
+                         ModelRunner::Create(model, &backend, 1, seq, weights));
+  // int8: a byte a weight and 2 of scale per 32.
+  const double weight_bytes = weights == WeightFormat::kInt8 ? 1.0 + 2.0 / kInt8Group
+                              : backend.uses_fp16()          ? 2.0
+                                                             : 4.0;
   std::vector<int32_t> window(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) window[i] = static_cast<int32_t>((i * 7919) % config.vocab);
   const std::vector<int32_t> prompt(window.begin(), window.begin() + seq / 2);
@@ -239,7 +255,7 @@ absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_
       "  decoding (batch 1): prompt of %lld in %.1f ms, then %.0f tokens/s (%.3f ms a token, "
       "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
       (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
-      matmul_weights * (fp16_weights ? 2 : 4) / per_token * 1e-9, 1.0 / whole, whole * 1e3);
+      matmul_weights * weight_bytes / per_token * 1e-9, 1.0 / whole, whole * 1e3);
   std::printf("  descriptor sets written while decoding: %lld (%.2f a token)\n",
               (long long)sets_written, static_cast<double>(sets_written) / steps);
   if (!op_times.empty()) {
@@ -250,16 +266,16 @@ absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_
 }
 
 // Checked against the CPU and printed; false when it fails.
-bool ReportMatmulCheck(Backend& backend) {
-  absl::StatusOr<double> check = CheckMatmul(backend);
+bool ReportMatmulCheck(Backend& backend, bool int8 = false) {
+  absl::StatusOr<double> check = CheckMatmul(backend, int8);
   if (!check.ok()) {
     Fail(check.status());
     return false;
   }
   std::printf(
-      "  matmul vs the CPU reference on ragged and whole-block shapes: worst error %.3f of the "
+      "  matmul%s vs the CPU reference on ragged and whole-block shapes: worst error %.3f of the "
       "fp16 bound (%s)\n",
-      *check, *check <= 1.0 ? "pass" : "FAIL");
+      int8 ? " (int8 weights)" : "", *check, *check <= 1.0 ? "pass" : "FAIL");
   return *check <= 1.0;
 }
 
@@ -286,7 +302,7 @@ int SweepCoopBlocks(int device, int64_t rows, int64_t dim, int64_t ffn_mult) {
       ++failures;
       continue;
     }
-    if (absl::Status timed = TimeMatmuls(**backend, rows, dim, ffn_mult); !timed.ok()) {
+    if (absl::Status timed = TimeMatmuls(**backend, rows, dim, ffn_mult, false); !timed.ok()) {
       failures += Fail(timed);
     }
   }
@@ -531,7 +547,13 @@ int main(int argc, char** argv) {
   app.add_flag("--export-only", export_only,
                "only write the random export to --model (for fsdpd-edge and other runtimes) and "
                "exit; no device is opened");
+  std::string weights_name = "auto";
+  app.add_option("--weights", weights_name,
+                 "auto, or int8: the linear layers and the head quantized on load")
+      ->check(CLI::IsMember({"auto", "int8"}));
   CLI11_PARSE(app, argc, argv);
+  const bool int8 = weights_name == "int8";
+  const WeightFormat weights = int8 ? WeightFormat::kInt8 : WeightFormat::kAuto;
   if (decode_only && !config.causal) {
     std::fprintf(stderr,
                  "edge_bench: --decode-only needs --causal (decoding is for causal models)\n");
@@ -599,15 +621,14 @@ int main(int argc, char** argv) {
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());
     if (decode_only) {  // on the matrix units where the device has them, else tiled
-      absl::Status timed =
-          TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), (*backend)->uses_fp16());
+      absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), weights);
       return timed.ok() ? 0 : Fail(timed);
     }
     if (variant.coop && !variant.staging && !(*backend)->uses_cooperative_matrix()) {
       std::printf("  no cooperative matrices on this device: skipped\n");
       return 0;
     }
-    if (!ReportMatmulCheck(**backend)) return 1;
+    if (!ReportMatmulCheck(**backend, int8)) return 1;
     absl::StatusOr<double> attention_check = CheckAttention(**backend);
     if (!attention_check.ok()) return Fail(attention_check.status());
     std::printf(
@@ -617,9 +638,10 @@ int main(int argc, char** argv) {
     if (*attention_check > 1.0) return 1;
     start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-        ModelRunner::Create(*model, backend->get(), batch, seq);
+        ModelRunner::Create(*model, backend->get(), batch, seq, weights);
     if (!runner.ok()) return Fail(runner.status());
-    std::printf("  weights placed in %.2f s\n", Seconds(start));
+    std::printf("  weights placed in %.2f s (%.1f MiB%s)\n", Seconds(start),
+                static_cast<double>((*runner)->weight_bytes()) / (1 << 20), int8 ? ", int8" : "");
     absl::StatusOr<double> nll = (*runner)->SumNll(tokens, targets);  // warm-up
     if (!nll.ok()) return Fail(nll.status());
     start = std::chrono::steady_clock::now();
@@ -633,7 +655,7 @@ int main(int argc, char** argv) {
         "%.4f\n",
         rows / seconds, seconds * 1e3, (gemm_flops + attention_flops) / seconds * 1e-12,
         *nll / rows);
-    if (absl::Status timed = TimeMatmuls(**backend, rows, config.dim, config.ffn_mult);
+    if (absl::Status timed = TimeMatmuls(**backend, rows, config.dim, config.ffn_mult, int8);
         !timed.ok()) {
       return Fail(timed);
     }
@@ -642,8 +664,8 @@ int main(int argc, char** argv) {
     }
     if (config.causal) {
       // Every product's FLOPs a position are twice its weights.
-      if (absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows),
-                                            (*backend)->uses_fp16());
+      if (absl::Status timed =
+              TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), weights);
           !timed.ok()) {
         return Fail(timed);
       }

@@ -3,7 +3,7 @@
 // a Metal backend would be a third implementation of this interface and nothing else
 // (docs/edge.md). Operations are enqueued in order; Finish waits for them and returns the
 // first error. Activations are fp32 (MatmulInput's may be fp16); a backend may keep weights in a
-// narrower type.
+// narrower type, and a linear layer's weight may come quantized to int8 (Int8Weight).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "edge/quantize.h"
 
 namespace fsdpd::edge {
 
@@ -44,6 +45,13 @@ class Backend {
 
   // A weight tensor from fp32 host values (count floats).
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) = 0;
+  // A linear layer's weight quantized to int8 (edge/quantize.h), [tensor.rows, tensor.cols]: the
+  // int8 values and their fp16 scales, for Linear and LinearAdd alone (as `weight`, with
+  // out_features = rows and in_features = cols), which multiply by q · scale dequantized in fp32
+  // as they read it. Every other use is refused, as is a group size the backend does not read.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Int8Weight(const Int8Tensor& tensor) = 0;
+  // The bytes `buffer` takes on the device (or the host, for the CPU backend).
+  virtual int64_t Bytes(Buffer& buffer) = 0;
   // Uninitialised fp32 activations, or int32 token ids.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) = 0;
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Ints(int64_t count) = 0;

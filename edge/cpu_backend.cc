@@ -87,6 +87,18 @@ class CpuBackend : public Backend {
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
     return NewHostBuffer(ledger_, memory_, count, &HostBuffer::floats, values);
   }
+  // The reference multiplies by the int8 weights' values as fp32 (q · scale, exact): what the
+  // shaders multiply by. They are held dequantized, so they take the host 4 bytes each, as fp32
+  // weights do.
+  absl::StatusOr<std::unique_ptr<Buffer>> Int8Weight(const Int8Tensor& tensor) override {
+    const std::vector<float> values = tensor.Dequantize();
+    return NewHostBuffer(ledger_, memory_, static_cast<int64_t>(values.size()), &HostBuffer::floats,
+                         values.data());
+  }
+  int64_t Bytes(Buffer& buffer) override {
+    return static_cast<int64_t>(Host(buffer).floats.size() * sizeof(float) +
+                                Host(buffer).ints.size() * sizeof(int32_t));
+  }
   absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
     return NewHostBuffer(ledger_, memory_, count, &HostBuffer::floats);
   }

@@ -55,6 +55,7 @@ struct RunOptions {
   std::string backend = "vulkan";
   int device = 0;
   std::string precision = "auto";
+  std::string weights = "auto";
   bool no_coop = false;
   bool staging = false;
   bool validate = false;
@@ -73,6 +74,11 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
       ->add_option("--precision", options->precision,
                    "auto (fp16 where the device supports it), fp16 or fp32")
       ->check(CLI::IsMember({"auto", "fp16", "fp32"}));
+  command
+      ->add_option("--weights", options->weights,
+                   "auto (as --precision stores them) or int8 (the linear layers and the head "
+                   "quantized on load: groups of 32, fp16 scales)")
+      ->check(CLI::IsMember({"auto", "int8"}));
   command->add_flag("--no-coop-matrix", options->no_coop,
                     "use the tiled matmul even where cooperative matrices exist");
   command->add_flag("--staging", options->staging,
@@ -133,13 +139,21 @@ absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
               static_cast<long long>(c.layers), static_cast<long long>(c.heads),
               static_cast<long long>(c.vocab), static_cast<long long>(c.ffn_mult),
               c.causal ? "causal" : "no mask", c.final_norm ? ", final norm" : "");
-  std::printf("backend: %s\n", loaded.backend->Describe().c_str());
   const auto start = std::chrono::steady_clock::now();
+  const bool int8 = options.weights == "int8";
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-      ModelRunner::Create(*model, loaded.backend.get(), batch, options.seq);
+      ModelRunner::Create(*model, loaded.backend.get(), batch, options.seq,
+                          int8 ? WeightFormat::kInt8 : WeightFormat::kAuto);
   if (!runner.ok()) return runner.status();
-  std::printf("weights placed in %.3f s\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // After the weights: the backend builds its int8 pipelines with the first int8 one.
+  std::printf("backend: %s\n", loaded.backend->Describe().c_str());
+  std::printf("weights placed in %.3f s: %lld bytes (%.1f MiB) on the %s, %s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              static_cast<long long>((*runner)->weight_bytes()),
+              static_cast<double>((*runner)->weight_bytes()) / (1024.0 * 1024.0),
+              loaded.vulkan != nullptr ? "device" : "host",
+              int8 ? "int8 linear layers and head (groups of 32, fp16 scales)"
+                   : "as the backend stores weights");
   loaded.runner = std::move(*runner);
   return loaded;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "edge/quantize.h"
 #include "formats/safetensors.h"
 
 namespace fsdpd::edge {
@@ -67,19 +68,34 @@ absl::StatusOr<HostModel> LoadHostModel(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel& model,
                                                                  Backend* backend, int64_t batch,
-                                                                 int64_t seq) {
+                                                                 int64_t seq,
+                                                                 WeightFormat weights) {
   if (batch <= 0 || seq <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch and seq must be positive (got ", batch, " and ", seq, ")"));
   }
   std::unique_ptr<ModelRunner> runner(new ModelRunner(model.config, backend, batch, seq));
+  const ExportedModelConfig& c = model.config;
+  auto placed = [&](absl::StatusOr<std::unique_ptr<Buffer>> buffer)
+      -> absl::StatusOr<std::unique_ptr<Buffer>> {
+    if (buffer.ok()) runner->weight_bytes_ += backend->Bytes(**buffer);
+    return buffer;
+  };
   auto weight = [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Buffer>> {
     const std::vector<float>& values = model.Tensor(name);
-    return backend->Weight(values.data(), static_cast<int64_t>(values.size()));
+    return placed(backend->Weight(values.data(), static_cast<int64_t>(values.size())));
   };
-  const ExportedModelConfig& c = model.config;
+  // A linear layer's weight [rows, cols]: int8 where asked for, quantized here.
+  auto linear = [&](const std::string& name, int64_t rows,
+                    int64_t cols) -> absl::StatusOr<std::unique_ptr<Buffer>> {
+    if (weights != WeightFormat::kInt8) return weight(name);
+    FSDPD_ASSIGN_OR_RETURN(const Int8Tensor tensor,
+                           QuantizeInt8(name, model.Tensor(name).data(), rows, cols));
+    return placed(backend->Int8Weight(tensor));
+  };
+  const int64_t ffn_features = c.ffn_mult * c.dim;
   FSDPD_ASSIGN_OR_RETURN(runner->embed_, weight("embed.weight"));
-  FSDPD_ASSIGN_OR_RETURN(runner->head_, weight("head.weight"));
+  FSDPD_ASSIGN_OR_RETURN(runner->head_, linear("head.weight", c.vocab, c.dim));
   if (c.final_norm) {
     FSDPD_ASSIGN_OR_RETURN(runner->final_norm_, weight("norm.weight"));
   }
@@ -87,17 +103,19 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const HostModel
     const std::string prefix = absl::StrCat("layers.", index, ".");
     Layer layer;
     FSDPD_ASSIGN_OR_RETURN(layer.norm1, weight(prefix + "norm1.weight"));
-    FSDPD_ASSIGN_OR_RETURN(layer.in_proj_weight, weight(prefix + "attn.in_proj_weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.in_proj_weight,
+                           linear(prefix + "attn.in_proj_weight", 3 * c.dim, c.dim));
     FSDPD_ASSIGN_OR_RETURN(layer.in_proj_bias, weight(prefix + "attn.in_proj_bias"));
-    FSDPD_ASSIGN_OR_RETURN(layer.out_proj_weight, weight(prefix + "attn.out_proj.weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.out_proj_weight,
+                           linear(prefix + "attn.out_proj.weight", c.dim, c.dim));
     FSDPD_ASSIGN_OR_RETURN(layer.out_proj_bias, weight(prefix + "attn.out_proj.bias"));
     FSDPD_ASSIGN_OR_RETURN(layer.norm2, weight(prefix + "norm2.weight"));
-    FSDPD_ASSIGN_OR_RETURN(layer.ffn0, weight(prefix + "ffn.0.weight"));
-    FSDPD_ASSIGN_OR_RETURN(layer.ffn2, weight(prefix + "ffn.2.weight"));
+    FSDPD_ASSIGN_OR_RETURN(layer.ffn0, linear(prefix + "ffn.0.weight", ffn_features, c.dim));
+    FSDPD_ASSIGN_OR_RETURN(layer.ffn2, linear(prefix + "ffn.2.weight", c.dim, ffn_features));
     runner->layers_.push_back(std::move(layer));
   }
   const int64_t rows = batch * seq;
-  const int64_t ffn = c.ffn_mult * c.dim;
+  const int64_t ffn = ffn_features;
   // The window's activations below, at 4 bytes an element (fp16 ones take less), asked for at
   // once: a window far too large is refused before any of it is allocated.
   const double elements =

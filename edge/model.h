@@ -33,16 +33,24 @@ struct HostModel {
 // INVALID_ARGUMENT naming the file and tensor.
 absl::StatusOr<HostModel> LoadHostModel(const std::string& path);
 
+// How the weights are placed. kAuto: as the backend stores weights (fp16 or fp32). kInt8: the
+// linear layers' weights (every layer's in_proj, out_proj, ffn.0 and ffn.2) and the head are
+// quantized to int8 on the host (edge/quantize.h) and placed so (Backend::Int8Weight); the
+// embedding table, norms and biases stay as kAuto places them (docs/edge.md, "int8 weights").
+enum class WeightFormat { kAuto, kInt8 };
+
 // The model's weights on a backend, with the activations for batch × seq tokens.
 class ModelRunner {
  public:
-  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const HostModel& model,
-                                                             Backend* backend, int64_t batch,
-                                                             int64_t seq);
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(
+      const HostModel& model, Backend* backend, int64_t batch, int64_t seq,
+      WeightFormat weights = WeightFormat::kAuto);
 
   const ExportedModelConfig& config() const { return config_; }
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
+  // The bytes the weights take on the backend (Backend::Bytes of each).
+  int64_t weight_bytes() const { return weight_bytes_; }
 
   // tokens[batch·seq] (checked against vocab) → logits[batch·seq, vocab] on the host.
   absl::Status Logits(const std::vector<int32_t>& tokens, std::vector<float>* logits);
@@ -93,6 +101,7 @@ class ModelRunner {
   std::vector<std::unique_ptr<Buffer>> cache_;  // per layer: qkv rows of positions [0, seq)
   std::unique_ptr<Buffer> newest_;              // the newest position's hidden row
   int64_t cached_ = 0;
+  int64_t weight_bytes_ = 0;
 };
 
 }  // namespace fsdpd::edge

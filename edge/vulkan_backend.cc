@@ -33,6 +33,10 @@ constexpr VkDeviceSize kKeptStagingBytes = 16 << 20;
 // (edge/shaders/variants.cmake).
 constexpr int64_t kMatvecColumns = 8;
 constexpr int64_t kMatvecWideColumns = 4;
+// The flags word of the matmul and matvec push constants: a bias, an add into out (matvec.comp's
+// and matvec_int8.comp's), and, for the int8 shaders, which read the bias through uint words, an
+// fp16 bias (FLAG_BIAS_HALF in edge/shaders/int8.glsl).
+constexpr uint32_t kFlagBias = 1, kFlagAdd = 2, kFlagBiasHalf = 4;
 
 // attention.comp's push constants; the matrix-unit attention shaders read the first six.
 struct AttentionPush {
@@ -69,6 +73,7 @@ class VulkanBackendImpl : public VulkanBackend {
     // An unknown block is refused before a device is opened.
     FSDPD_RETURN_IF_ERROR(CoopShader(options.coop_block).status());
     FSDPD_ASSIGN_OR_RETURN(context_, VulkanContext::Create(options));
+    pipeline_threads_ = options.pipeline_threads;
     // Weights: zero-copy where one memory type is device-local and host-visible.
     zero_copy_ = !options.force_staging && context_->zero_copy_memory_type() != UINT32_MAX;
     FSDPD_ASSIGN_OR_RETURN(pipelines_, VulkanPipelines::Build(*context_, options));
@@ -91,7 +96,8 @@ class VulkanBackendImpl : public VulkanBackend {
         pipelines_->MatmulPath(), ", attention ", pipelines_->AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
         pipelines_->half_inputs ? ", matmul inputs fp16" : "", ", decoding's matvec ",
-        pipelines_->matvec_wide ? "wide" : "narrow");
+        pipelines_->matvec_wide ? "wide" : "narrow",
+        pipelines_->int8 ? absl::StrCat("; ", pipelines_->Int8Path()) : "");
   }
   int validation_errors() const override { return context_->validation_errors(); }
   std::string last_validation_error() const override { return context_->last_validation_error(); }
@@ -105,11 +111,13 @@ class VulkanBackendImpl : public VulkanBackend {
 
   absl::Status CheckRoom(double bytes) override { return context_->CheckRoom(bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) override {
-    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * (context_->fp16() ? 2 : 4);
+    // fp16 weights are padded to whole 4-byte words: the int8 shaders read a bias as uints.
+    const VkDeviceSize bytes =
+        context_->fp16() ? static_cast<VkDeviceSize>((count + 1) / 2) * 4 : count * 4;
     std::vector<uint16_t> halves;
     const void* source = values;
     if (context_->fp16()) {
-      halves.resize(static_cast<size_t>(count));
+      halves.resize(static_cast<size_t>(bytes / 2), 0);
       for (int64_t i = 0; i < count; ++i) halves[static_cast<size_t>(i)] = FloatToHalf(values[i]);
       source = halves.data();
     }
@@ -117,6 +125,47 @@ class VulkanBackendImpl : public VulkanBackend {
                            context_->CreateFilledBuffer(source, bytes, zero_copy_));
     return std::unique_ptr<Buffer>(std::move(buffer));
   }
+  // One buffer: the int8 values, 4 to a word, padded to 16 bytes, then the fp16 scales
+  // (edge/shaders/int8.glsl). The int8 pipelines are built with the first one.
+  absl::StatusOr<std::unique_ptr<Buffer>> Int8Weight(const Int8Tensor& tensor) override {
+    if (tensor.group != kInt8Group) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("int8 weights of ", tensor.name, " in groups of ", tensor.group,
+                       ": the Vulkan shaders read groups of ", kInt8Group));
+    }
+    const int64_t count = tensor.rows * tensor.cols;
+    const int64_t scale_count = tensor.rows * tensor.groups_per_row();
+    if (tensor.rows <= 0 || tensor.cols <= 0 ||
+        static_cast<int64_t>(tensor.values.size()) != count ||
+        static_cast<int64_t>(tensor.scales.size()) != scale_count) {
+      return absl::InvalidArgumentError(absl::StrCat("int8 weights of ", tensor.name, ": ",
+                                                     tensor.values.size(), " values and ",
+                                                     tensor.scales.size(), " scales do not make a ",
+                                                     tensor.rows, " × ", tensor.cols, " tensor"));
+    }
+    const int64_t value_bytes = (count + 15) / 16 * 16;
+    const int64_t bytes = value_bytes + (2 * scale_count + 3) / 4 * 4;
+    if (bytes >= (int64_t{1} << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat("int8 weights of ", tensor.name, ": ", bytes,
+                                                     " bytes exceed the shaders' 32-bit indices"));
+    }
+    FSDPD_RETURN_IF_ERROR(pipelines_->BuildInt8(pipeline_threads_));
+    if (int8_tuner_ == nullptr) {
+      int8_tuner_ =
+          std::make_unique<MatmulTuner>(static_cast<int>(pipelines_->int8_matmuls.size()));
+    }
+    std::vector<uint8_t> packed(static_cast<size_t>(bytes), 0);
+    std::memcpy(packed.data(), tensor.values.data(), static_cast<size_t>(count));
+    std::memcpy(packed.data() + value_bytes, tensor.scales.data(),
+                static_cast<size_t>(scale_count) * sizeof(uint16_t));
+    FSDPD_ASSIGN_OR_RETURN(
+        std::unique_ptr<VulkanBuffer> buffer,
+        context_->CreateFilledBuffer(packed.data(), static_cast<VkDeviceSize>(bytes), zero_copy_));
+    buffer->int8_rows = tensor.rows;
+    buffer->int8_cols = tensor.cols;
+    return std::unique_ptr<Buffer>(std::move(buffer));
+  }
+  int64_t Bytes(Buffer& buffer) override { return static_cast<int64_t>(Vk(buffer).bytes); }
   absl::StatusOr<std::unique_ptr<Buffer>> Floats(int64_t count) override {
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
                            CreateBuffer(static_cast<VkDeviceSize>(count) * 4, false));
@@ -124,8 +173,9 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::StatusOr<std::unique_ptr<Buffer>> MatmulInput(int64_t count) override {
     if (!pipelines_->half_inputs) return Floats(count);
+    // Whole 4-byte words, as fp16 weights: matvec_int8.comp reads an fp16 x as uints.
     FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> buffer,
-                           CreateBuffer(static_cast<VkDeviceSize>(count) * 2, false));
+                           CreateBuffer(static_cast<VkDeviceSize>((count + 1) / 2) * 4, false));
     buffer->half = true;
     return std::unique_ptr<Buffer>(std::move(buffer));
   }
@@ -184,6 +234,7 @@ class VulkanBackendImpl : public VulkanBackend {
                        Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("RmsNorm", "x", x));
     FSDPD_RETURN_IF_ERROR(RequireFp32("RmsNorm", "the weight", weight));
+    FSDPD_RETURN_IF_ERROR(RequireNotInt8("RmsNorm", "out", out));
     FSDPD_RETURN_IF_ERROR(CheckIndex("rmsnorm", rows * dim));
     struct {
       uint32_t rows, dim;
@@ -212,13 +263,24 @@ class VulkanBackendImpl : public VulkanBackend {
   // Linear, or with `add` (matvec.comp only) LinearAdd.
   absl::Status LinearOrAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
                            int64_t in_features, int64_t out_features, Buffer& out, bool add) {
-    FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the weight", weight));
+    // int8 weights (Int8Weight) run their own pipelines, which read them in the shape placed.
+    const bool int8 = Vk(weight).int8_cols > 0;
+    if (int8 && (Vk(weight).int8_rows != out_features || Vk(weight).int8_cols != in_features)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Linear: the int8 weight is ", Vk(weight).int8_rows, " × ", Vk(weight).int8_cols,
+          ", not out_features × in_features = ", out_features, " × ", in_features));
+    }
+    if (!int8) FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the weight", weight));
     if (bias != nullptr) FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "the bias", *bias));
+    FSDPD_RETURN_IF_ERROR(RequireNotInt8("Linear", "x", x));
     FSDPD_RETURN_IF_ERROR(RequireFp32("Linear", "out", out));
+    const std::vector<MatmulPipeline>& candidates =
+        int8 ? pipelines_->int8_matmuls : pipelines_->matmuls;
     // An fp16 x (MatmulInput) is bound as it is, so only the pipelines that read fp16 x can
-    // take it; an fp32 x reaches those through ToHalf.
+    // take it; an fp32 x reaches those through ToHalf (the fp16 weights' ones; an int8 one
+    // reads the x it is given).
     const bool half_x = Vk(x).half;
-    if (half_x && std::none_of(pipelines_->matmuls.begin(), pipelines_->matmuls.end(),
+    if (half_x && std::none_of(candidates.begin(), candidates.end(),
                                [](const MatmulPipeline& matmul) { return matmul.half_input; })) {
       return absl::InvalidArgumentError(
           "Linear: x is fp16 but no matmul pipeline here reads fp16 x");
@@ -226,10 +288,12 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
-    // The flags: bit 0, a bias; bit 1, add into out (matvec.comp's only).
-    const uint32_t push[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
-                              static_cast<uint32_t>(in_features),
-                              (bias != nullptr ? 1u : 0u) | (add ? 2u : 0u)};
+    // The flags (kFlagBias, kFlagAdd for matvec.comp's add, kFlagBiasHalf for the int8 shaders).
+    const uint32_t push[4] = {
+        static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
+        static_cast<uint32_t>(in_features),
+        (bias != nullptr ? kFlagBias : 0u) | (add ? kFlagAdd : 0u) |
+            (int8 && bias != nullptr && context_->fp16() ? kFlagBiasHalf : 0u)};
     Buffer& bias_buffer = bias != nullptr ? *bias : *dummy_;
     if (rows <= kMatvecRows) {
       // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
@@ -243,16 +307,19 @@ class VulkanBackendImpl : public VulkanBackend {
         return absl::InvalidArgumentError(absl::StrCat(
             "linear of ", out_features, " outputs needs more workgroups than the device allows"));
       }
-      return Dispatch(half_x ? pipelines_->matvec_half : pipelines_->matvec,
-                      {&x, &weight, &bias_buffer, &out}, push, static_cast<uint32_t>(width),
+      const Pipeline& matvec =
+          int8 ? (half_x ? pipelines_->matvec_int8_half : pipelines_->matvec_int8)
+               : (half_x ? pipelines_->matvec_half : pipelines_->matvec);
+      return Dispatch(matvec, {&x, &weight, &bias_buffer, &out}, push, static_cast<uint32_t>(width),
                       static_cast<uint32_t>(height));
     }
     auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
       FSDPD_ASSIGN_OR_RETURN(const auto grid, BlockGrid(context_->limits(), "linear", rows,
                                                         out_features, matmul.block));
-      if (half_x && !matmul.half_input) {
-        return absl::InternalError(
-            absl::StrCat("Linear: the matmul '", matmul.name, "' reads fp32 x, not fp16"));
+      if ((half_x && !matmul.half_input) || (int8 && matmul.half_input != half_x)) {
+        return absl::InternalError(absl::StrCat("Linear: the matmul '", matmul.name, "' reads ",
+                                                matmul.half_input ? "fp16" : "fp32", " x, not ",
+                                                half_x ? "fp16" : "fp32"));
       }
       Buffer* input = &x;
       if (matmul.half_input && !half_x) {
@@ -265,14 +332,17 @@ class VulkanBackendImpl : public VulkanBackend {
     // submitted first); `out` is written again by the dispatch recorded below. A pipeline that
     // reads fp32 x never wins for an fp16 x.
     auto time = [&](int candidate) -> absl::StatusOr<double> {
-      const MatmulPipeline& matmul = pipelines_->matmuls[static_cast<size_t>(candidate)];
-      if (half_x && !matmul.half_input) return std::numeric_limits<double>::infinity();
+      const MatmulPipeline& matmul = candidates[static_cast<size_t>(candidate)];
+      if ((half_x && !matmul.half_input) || (int8 && matmul.half_input != half_x)) {
+        return std::numeric_limits<double>::infinity();
+      }
       return SecondsAlone([&] { return dispatch(matmul); });
     };
+    MatmulTuner& tuner = int8 ? *int8_tuner_ : *tuner_;
     FSDPD_ASSIGN_OR_RETURN(
         const int chosen,
-        tuner_->Choose({rows, in_features, out_features, bias != nullptr, half_x}, time));
-    return dispatch(pipelines_->matmuls[static_cast<size_t>(chosen)]);
+        tuner.Choose({rows, in_features, out_features, bias != nullptr, half_x}, time));
+    return dispatch(candidates[static_cast<size_t>(chosen)]);
   }
   // Seconds `record` takes on the device alone: what is recorded so far is submitted first.
   // For the tuners, which time each candidate on the call's own buffers.
@@ -304,6 +374,13 @@ class VulkanBackendImpl : public VulkanBackend {
     std::vector<std::string> names;
     for (const MatmulPipeline& matmul : pipelines_->matmuls) names.push_back(matmul.name);
     std::vector<std::string> lines = tuner_->Describe(names);
+    if (int8_tuner_ != nullptr) {
+      std::vector<std::string> int8_names;
+      for (const MatmulPipeline& matmul : pipelines_->int8_matmuls) {
+        int8_names.push_back(matmul.name);
+      }
+      for (const std::string& line : int8_tuner_->Describe(int8_names)) lines.push_back(line);
+    }
     if (attention_tuner_ != nullptr) {
       for (const auto& [key, index] : attention_tuner_->chosen()) {
         lines.push_back(absl::StrCat("attention, batch·heads ", key.rows, ", seq ", key.in_features,
@@ -389,6 +466,7 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::Status Silu(Buffer& x, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Silu", "x", x));
+    FSDPD_RETURN_IF_ERROR(RequireNotInt8("Silu", "out", out));
     FSDPD_RETURN_IF_ERROR(CheckIndex("silu", count));
     const uint32_t push[2] = {static_cast<uint32_t>(count), 1u};
     return Dispatch(Vk(out).half ? pipelines_->elementwise_half : pipelines_->elementwise,
@@ -397,6 +475,7 @@ class VulkanBackendImpl : public VulkanBackend {
   absl::Status Add(Buffer& a, Buffer& b, int64_t count, Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Add", "a", a));
     FSDPD_RETURN_IF_ERROR(RequireFp32("Add", "b", b));
+    FSDPD_RETURN_IF_ERROR(RequireNotInt8("Add", "out", out));
     FSDPD_RETURN_IF_ERROR(CheckIndex("add", count));
     const uint32_t push[2] = {static_cast<uint32_t>(count), 0u};
     return Dispatch(Vk(out).half ? pipelines_->elementwise_half : pipelines_->elementwise,
@@ -464,6 +543,8 @@ class VulkanBackendImpl : public VulkanBackend {
   // seq, head_dim, causal), where there are several (VulkanPipelines::matmuls, attentions).
   std::unique_ptr<MatmulTuner> tuner_;
   std::unique_ptr<MatmulTuner> attention_tuner_;
+  std::unique_ptr<MatmulTuner> int8_tuner_;  // the int8 weights' candidates, once built
+  int pipeline_threads_ = 0;                 // VulkanOptions::pipeline_threads, for BuildInt8
   std::unique_ptr<VulkanBuffer> dummy_;
   std::unique_ptr<VulkanBuffer> half_scratch_;  // the fp16 x ToHalf writes
   bool add_into_linear_ = true;                 // VulkanOptions::add_into_linear

@@ -45,6 +45,9 @@ struct VulkanBuffer : Buffer {
   void* mapped = nullptr;     // host-visible memory stays mapped
   bool half = false;          // fp16 elements: a matmul's x from MatmulInput
   ByteLedger::Charge charge;  // its memory's bytes, on the context's ledger
+  // int8 weights (Backend::Int8Weight) of [int8_rows, int8_cols]; 0 for every other buffer.
+  int64_t int8_rows = 0;
+  int64_t int8_cols = 0;
   ~VulkanBuffer() override {
     if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
     if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);

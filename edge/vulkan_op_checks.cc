@@ -8,7 +8,15 @@
 
 namespace fsdpd::edge {
 
+absl::Status RequireNotInt8(const char* op, const char* role, Buffer& buffer) {
+  if (Vk(buffer).int8_cols == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", role,
+      " is int8 weights (Backend::Int8Weight), which only Linear reads, as its weight"));
+}
+
 absl::Status RequireFp32(const char* op, const char* role, Buffer& buffer) {
+  FSDPD_RETURN_IF_ERROR(RequireNotInt8(op, role, buffer));
   if (!Vk(buffer).half) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       op, ": ", role,

@@ -22,7 +22,9 @@ constexpr int64_t kMaxAttentionHeadDim = 128;
 // An fp16 buffer (MatmulInput's) is written only by RmsNorm, Silu and Add and read only as
 // Linear's x; every other use of one reads or writes fp32 and would misread it: refused, naming
 // the op and the buffer's role in it.
+// Int8 weights (Backend::Int8Weight) are only Linear's weight: refused as well, by both.
 absl::Status RequireFp32(const char* op, const char* role, Buffer& buffer);
+absl::Status RequireNotInt8(const char* op, const char* role, Buffer& buffer);
 
 // `elements` within the shaders' 32-bit indices.
 absl::Status CheckIndex(const char* what, int64_t elements);

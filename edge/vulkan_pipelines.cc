@@ -33,10 +33,11 @@ absl::StatusOr<std::unique_ptr<VulkanPipelines>> VulkanPipelines::Build(
 VulkanPipelines::~VulkanPipelines() {
   for (Pipeline* p : {&embedding, &elementwise, &rmsnorm, &token_nll, &attention, &attention_decode,
                       &attention_decode_combine, &to_half, &rmsnorm_half, &elementwise_half,
-                      &matvec, &matvec_half}) {
+                      &matvec, &matvec_half, &matvec_int8, &matvec_int8_half}) {
     context.DestroyPipeline(p);
   }
   for (MatmulPipeline& matmul : matmuls) context.DestroyPipeline(&matmul.pipeline);
+  for (MatmulPipeline& matmul : int8_matmuls) context.DestroyPipeline(&matmul.pipeline);
   for (AttentionPipeline& candidate : attentions) context.DestroyPipeline(&candidate.pipeline);
 }
 
@@ -147,6 +148,65 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     attentions.insert(attentions.end(), built.begin(), built.end());
   }
   return PinAttention(options.attention);
+}
+
+absl::Status VulkanPipelines::BuildInt8(int threads) {
+  if (int8) return absl::OkStatus();
+  FSDPD_RETURN_IF_ERROR(
+      Make(matvec_wide ? Shader::kMatvecInt8Wide : Shader::kMatvecInt8, &matvec_int8));
+  if (half_inputs) {
+    FSDPD_RETURN_IF_ERROR(Make(
+        matvec_wide ? Shader::kMatvecInt8HalfXWide : Shader::kMatvecInt8HalfX, &matvec_int8_half));
+  }
+  if (coop) {
+    std::vector<MatmulPipeline> candidates;
+    std::vector<Shader> shaders;
+    for (const Shader shader :
+         {Shader::kMatmulCoopInt8, Shader::kMatmulCoopInt8256x128, Shader::kMatmulCoopInt8HalfX,
+          Shader::kMatmulCoopInt8256x128HalfX}) {
+      const ShaderVariant& variant = VariantOf(shader);
+      if (variant.half_input && !half_inputs) continue;
+      candidates.push_back({{},
+                            variant.block,
+                            absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols, "k",
+                                         variant.slice, variant.half_input ? "h" : ""),
+                            variant.half_input});
+      shaders.push_back(shader);
+    }
+    int8_matmuls = BuildEach(std::move(candidates), shaders, threads, &int8_coop_refused);
+  }
+  // The tiled shader for each x the blocks above leave without a candidate (all of them where
+  // there are no cooperative matrices).
+  for (const bool half : {false, true}) {
+    if (half && !half_inputs) continue;
+    if (std::any_of(int8_matmuls.begin(), int8_matmuls.end(),
+                    [half](const MatmulPipeline& matmul) { return matmul.half_input == half; })) {
+      continue;
+    }
+    const Shader tiled = half ? Shader::kMatmulInt8HalfX : Shader::kMatmulInt8;
+    MatmulPipeline matmul{{}, VariantOf(tiled).block, half ? "int8 tiled-h" : "int8 tiled", half};
+    absl::Status made = Make(tiled, &matmul.pipeline);
+    if (!made.ok()) {
+      context.DestroyPipeline(&matmul.pipeline);
+      return made;
+    }
+    int8_matmuls.push_back(matmul);
+  }
+  int8 = true;
+  return absl::OkStatus();
+}
+
+std::string VulkanPipelines::Int8Path() const {
+  if (!int8) return "";
+  std::vector<std::string> names;
+  for (const MatmulPipeline& matmul : int8_matmuls) names.push_back(matmul.name);
+  return absl::StrCat(
+      "int8 weights: matvec ", matvec_wide ? "wide" : "narrow", ", matmul ",
+      absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
+      int8_coop_refused.empty()
+          ? ""
+          : absl::StrCat(" (the cooperative-matrix int8 pipeline was refused: ", int8_coop_refused,
+                         ")"));
 }
 
 template <typename Candidate>

@@ -7,9 +7,12 @@
 // slice is multiplied, so their latency hides behind the arithmetic. Rows, columns and K beyond
 // the matrix are staged as zeros and only in-range outputs are written (ragged shapes).
 // With -DWEIGHTS_F16 the weights are fp16 in memory and both operands are rounded to fp16 in
-// shared memory (fp16 inputs, fp32 products and sums: the tensor-core contract). -DX_F16 (only
-// with WEIGHTS_F16) reads x as fp16 in memory too (Backend::MatmulInput, edge/backend.h): the
+// shared memory (fp16 inputs, fp32 products and sums: the tensor-core contract). -DX_F16 (with
+// WEIGHTS_F16 or WEIGHTS_INT8) reads x as fp16 in memory too (Backend::MatmulInput, edge/backend.h): the
 // same values the fp32 x would have been rounded to in shared memory, at half the traffic.
+// With -DWEIGHTS_INT8 the weights are int8 with fp16 scales (edge/shaders/int8.glsl), each
+// staged as q · scale in fp32, exact, and x is not rounded (an fp32 x stays fp32; -DX_F16 reads
+// an fp16 one): the fp32 matmul on the dequantized weights.
 // The block is set by -DBM/-DBN (edge/CMakeLists.txt); the host reads it from edge/shaders.h.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -29,7 +32,10 @@
     W_VECS * 4 * THREADS != BN * BK
 #error "block shape: BM and BN must be multiples of 16 of at least 64"
 #endif
-#ifdef WEIGHTS_F16
+#ifdef WEIGHTS_INT8
+#include "int8.glsl"
+#define STYPE float
+#elif defined(WEIGHTS_F16)
 #define STYPE float16_t
 #define WVEC uvec2  // 4 fp16 weights
 #else
@@ -37,8 +43,8 @@
 #define WVEC vec4
 #endif
 #ifdef X_F16
-#ifndef WEIGHTS_F16
-#error "X_F16 needs WEIGHTS_F16: an fp32 matmul must not round x to fp16"
+#if !defined(WEIGHTS_F16) && !defined(WEIGHTS_INT8)
+#error "X_F16 needs WEIGHTS_F16 or WEIGHTS_INT8: an fp32 matmul must not round x to fp16"
 #endif
 #define XTYPE float16_t
 #define XVEC uvec2  // 4 fp16 inputs
@@ -49,10 +55,13 @@
 layout(local_size_x = THREADS) in;
 layout(std430, binding = 0) readonly buffer X { XTYPE x[]; };
 layout(std430, binding = 0) readonly buffer X4 { XVEC x4[]; };
+#ifndef WEIGHTS_INT8
 layout(std430, binding = 1) readonly buffer W { WTYPE w[]; };
 layout(std430, binding = 1) readonly buffer W4 { WVEC w4[]; };
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
+#endif
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
+// has_bias: non-zero for a bias; with -DWEIGHTS_INT8 int8.glsl's flags (bit 0 a bias, bit 2 fp16).
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
 shared STYPE x_tile[BK][BM + 4];  // k-major: a k step's rows are consecutive words
 shared STYPE w_tile[BK][BN + 4];
@@ -60,6 +69,9 @@ vec4 x_next[X_VECS];
 vec4 w_next[W_VECS];
 uint row0, col0, lane;
 bool vectors;
+#ifdef WEIGHTS_INT8
+uint scale_base, groups;  // int8.glsl's ScaleBase, and a row's scales
+#endif
 
 // Four consecutive k of row `row` (x) or column `col` (w) from k0 + kk, zeros outside.
 vec4 LoadX(uint row, uint gk) {
@@ -79,7 +91,20 @@ vec4 LoadX(uint row, uint gk) {
 }
 vec4 LoadW(uint col, uint gk) {
   if (col >= p.n) return vec4(0.0);
-#ifdef WEIGHTS_F16
+#ifdef WEIGHTS_INT8
+  // Four consecutive k from a multiple of 4 lie within one group.
+  if (vectors) {
+    if (gk >= p.k) return vec4(0.0);
+    return Bytes4(wq[(col * p.k + gk) / 4]) * ScaleAt(scale_base, col * groups + gk / GROUP);
+  }
+  vec4 q;
+  [[unroll]] for (uint j = 0; j < 4; ++j) {
+    q[j] = gk + j < p.k
+               ? ByteAt(col * p.k + gk + j) * ScaleAt(scale_base, col * groups + (gk + j) / GROUP)
+               : 0.0;
+  }
+  return q;
+#elif defined(WEIGHTS_F16)
   if (vectors) {
     if (gk >= p.k) return vec4(0.0);
     const uvec2 pairs = w4[(col * p.k + gk) / 4];
@@ -88,9 +113,11 @@ vec4 LoadW(uint col, uint gk) {
 #else
   if (vectors) return gk < p.k ? w4[(col * p.k + gk) / 4] : vec4(0.0);
 #endif
+#ifndef WEIGHTS_INT8
   vec4 v;
   [[unroll]] for (uint j = 0; j < 4; ++j) v[j] = gk + j < p.k ? float(w[col * p.k + gk + j]) : 0.0;
   return v;
+#endif
 }
 
 void Fetch(uint k0) {
@@ -128,6 +155,10 @@ void main() {
   // Every row of x and w then starts 16-byte (fp32) or 8-byte (fp16) aligned: the buffers are
   // bound at offset 0.
   vectors = p.k % 4 == 0;
+#ifdef WEIGHTS_INT8
+  scale_base = ScaleBase(p.n, p.k);
+  groups = (p.k + GROUP - 1) / GROUP;
+#endif
   const uint ty = lane / 16;
   const uint tx = lane % 16;
   float acc[TM][TN];
@@ -151,7 +182,11 @@ void main() {
   [[unroll]] for (uint c = 0; c < TN; ++c) {
     const uint gc = col0 + tx + 16 * c;
     if (gc >= p.n) continue;
+#ifdef WEIGHTS_INT8
+    const float b = BiasAt(gc, p.has_bias);
+#else
     const float b = p.has_bias != 0 ? float(bias[gc]) : 0.0;
+#endif
     [[unroll]] for (uint a = 0; a < TM; ++a) {
       const uint gr = row0 + ty + 16 * a;
       if (gr < p.m) result[gr * p.n + gc] = acc[a][c] + b;

@@ -12,10 +12,16 @@
 // halves costs one 2-byte shared access an element on both sides, which starved the matrix units.
 // Ragged edges: rows, columns and K beyond the matrix are staged as zeros (they add nothing) and
 // the epilogue writes only in-range outputs; with K not a multiple of 8 the loads are scalar.
+// -DWEIGHTS_INT8: int8 weights with fp16 scales (edge/shaders/int8.glsl) instead of fp16 ones;
+// each invocation loads its 8 bytes and their group's scale, and dequantizes them to fp16 as it
+// stages them (fp16(q · scale): the one rounding fp16 weights had), so the units multiply as
+// before and no fp16 copy of the weights exists. -DX_F16: x is fp16 in memory
+// (Backend::MatmulInput), staged as it is.
 // The block shape is set by -DBM/-DBN/-DWARPS_M/-DWARPS_N (and -DBK, -DGROUP_M for the launch
 // order) in edge/CMakeLists.txt;
 // the host reads the block from edge/shaders.h.
 #extension GL_NV_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -53,18 +59,37 @@
 #error "block shape: 16-row fragments per subgroup and whole vectors per invocation"
 #endif
 layout(local_size_x = THREADS) in;
+#ifdef X_F16
+layout(std430, binding = 0) readonly buffer X { float16_t x[]; };
+layout(std430, binding = 0) readonly buffer X8 { uvec4 x8[]; };
+#else
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };
+#endif
+#ifdef WEIGHTS_INT8
+#include "int8.glsl"
+#else
 layout(std430, binding = 1) readonly buffer W { float16_t w[]; };
 layout(std430, binding = 1) readonly buffer W8 { uvec4 w8[]; };
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
+#endif
 layout(std430, binding = 3) writeonly buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint has_bias; } p;
 shared uvec4 x_tile[BM * LDV];  // row-major [BM][BK] halves
 shared uvec4 w_tile[BN * LDV];  // row-major [BN][BK]: w's rows, i.e. column-major wᵀ
 shared float stage[WARPS_M * WARPS_N * 256];  // one 16×16 fp32 fragment per subgroup
+#ifdef X_F16
+uvec4 x_next[X_VECS];  // 8 halves each
+#else
 vec4 x_next[2 * X_VECS];
+#endif
+#ifdef WEIGHTS_INT8
+uvec2 w_next[W_VECS];  // 8 int8 each, the lowest byte first
+float w_scale[W_VECS];  // their group's scale
+uint scale_base, groups;  // int8.glsl's ScaleBase, and a row's scales
+#else
 uvec4 w_next[W_VECS];
+#endif
 uint row0, col0, lane;
 bool vectors;
 
@@ -76,6 +101,18 @@ void Fetch(uint k0) {
     const uint kk = (e - r * (BK / 8)) * 8;
     const uint gr = row0 + r;
     const uint gk = k0 + kk;
+#ifdef X_F16
+    if (vectors) {
+      x_next[i] = gr < p.m && gk < p.k ? x8[(gr * p.k + gk) / 8] : uvec4(0);
+    } else {
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        const uint a = gk + 2 * j;
+        const float16_t lo = gr < p.m && a < p.k ? x[gr * p.k + a] : float16_t(0.0);
+        const float16_t hi = gr < p.m && a + 1 < p.k ? x[gr * p.k + a + 1] : float16_t(0.0);
+        x_next[i][j] = packFloat2x16(f16vec2(lo, hi));
+      }
+    }
+#else
     if (vectors) {
       const bool inside = gr < p.m && gk < p.k;
       x_next[2 * i] = inside ? x4[(gr * p.k + gk) / 4] : vec4(0.0);
@@ -85,6 +122,7 @@ void Fetch(uint k0) {
         x_next[2 * i + j / 4][j % 4] = gr < p.m && gk + j < p.k ? x[gr * p.k + gk + j] : 0.0;
       }
     }
+#endif
   }
   [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
@@ -92,6 +130,24 @@ void Fetch(uint k0) {
     const uint kk = (e - r * (BK / 8)) * 8;
     const uint gc = col0 + r;
     const uint gk = k0 + kk;
+#ifdef WEIGHTS_INT8
+    // 8 consecutive k from a multiple of 8 lie within one group; zeros (scale 0) outside.
+    uvec2 q = uvec2(0);
+    float scale = 0.0;
+    if (gc < p.n && gk < p.k) {
+      scale = ScaleAt(scale_base, gc * groups + gk / GROUP);
+      if (vectors) {
+        q = wq2[(gc * p.k + gk) / 8];
+      } else {
+        [[unroll]] for (uint j = 0; j < 8; ++j) {
+          const uint at = gc * p.k + gk + j;
+          if (gk + j < p.k) q[j / 4] |= ((wq[at / 4] >> (8 * (at % 4))) & 0xFFu) << (8 * (j % 4));
+        }
+      }
+    }
+    w_next[i] = q;
+    w_scale[i] = scale;
+#else
     if (vectors) {
       w_next[i] = gc < p.n && gk < p.k ? w8[(gc * p.k + gk) / 8] : uvec4(0);
     } else {
@@ -102,6 +158,7 @@ void Fetch(uint k0) {
         w_next[i][j] = packFloat2x16(f16vec2(lo, hi));
       }
     }
+#endif
   }
 }
 
@@ -111,15 +168,27 @@ void Stash() {
   [[unroll]] for (uint i = 0; i < X_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
+#ifdef X_F16
+    x_tile[r * LDV + (e - r * (BK / 8))] = x_next[i];  // fp16 already
+#else
     const vec4 lo = x_next[2 * i];
     const vec4 hi = x_next[2 * i + 1];
     x_tile[r * LDV + (e - r * (BK / 8))] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw),
                                                  packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+#endif
   }
   [[unroll]] for (uint i = 0; i < W_VECS; ++i) {
     const uint e = lane + i * THREADS;
     const uint r = e / (BK / 8);
+#ifdef WEIGHTS_INT8
+    // q · scale, exact in fp32, rounded to fp16 (to nearest even, as packHalf2x16 rounds).
+    const vec4 lo = Bytes4(w_next[i].x) * w_scale[i];
+    const vec4 hi = Bytes4(w_next[i].y) * w_scale[i];
+    w_tile[r * LDV + (e - r * (BK / 8))] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw),
+                                                 packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+#else
     w_tile[r * LDV + (e - r * (BK / 8))] = w_next[i];  // the weights' fp16 bits as they are
+#endif
   }
 }
 
@@ -141,6 +210,13 @@ void main() {
   row0 = block.y * BM;
   col0 = block.x * BN;
   vectors = p.k % 8 == 0;  // every row of x and w then starts 16-byte aligned (offset-0 buffers)
+#ifdef WEIGHTS_INT8
+  scale_base = ScaleBase(p.n, p.k);
+  groups = (p.k + GROUP - 1) / GROUP;
+  const bool has_bias = (p.has_bias & FLAG_BIAS) != 0u;
+#else
+  const bool has_bias = p.has_bias != 0;
+#endif
   const uint group = gl_SubgroupID;
   const uint sub_r = (group / WARPS_N) * SUB_M;
   const uint sub_c = (group % WARPS_N) * SUB_N;
@@ -171,7 +247,7 @@ void main() {
   const uint sub_lane = gl_SubgroupInvocationID;
   const uint base = group * 256;
   // Direct stores need 16-byte aligned rows (N a multiple of 4 floats).
-  const bool direct = p.has_bias == 0 && p.n % 4 == 0 && row0 + BM <= p.m && col0 + BN <= p.n;
+  const bool direct = !has_bias && p.n % 4 == 0 && row0 + BM <= p.m && col0 + BN <= p.n;
   [[unroll]] for (uint a = 0; a < FM; ++a) {
     [[unroll]] for (uint c = 0; c < FN; ++c) {
       const uint r0 = row0 + sub_r + a * 16;
@@ -189,7 +265,11 @@ void main() {
         const uint gr = r0 + e / 16;
         const uint gc = c0 + e % 16;
         if (gr < p.m && gc < p.n) {
-          result[gr * p.n + gc] = stage[base + e] + (p.has_bias != 0 ? float(bias[gc]) : 0.0);
+#ifdef WEIGHTS_INT8
+          result[gr * p.n + gc] = stage[base + e] + BiasAt(gc, p.has_bias);
+#else
+          result[gr * p.n + gc] = stage[base + e] + (has_bias ? float(bias[gc]) : 0.0);
+#endif
         }
       }
       subgroupBarrier();  // the fragment is read before the next one overwrites it

@@ -162,3 +162,33 @@ edge_shader(kMatmulCm2128x128K64HS matmul_cm2.comp
             "matmul (workgroup-scope cooperative matrix, 128x128 block, K slice 64, fp16 x, staged by the shader)"
             LAYOUT 4 16 MATRICES workgroup MATMUL 128x128k64cm2h-s
             DEFINES -DBM=128 -DBN=128 -DBK=64 -DX_F16 -DSTAGED)
+
+# int8 weights (Backend::Int8Weight; the layout in edge/shaders/int8.glsl): decoding's matvec in
+# both layouts, the tiled matmul, and the cooperative-matrix matmul that dequantizes to fp16 as it
+# stages (two blocks), each reading fp32 x or (-DX_F16) an fp16 MatmulInput. The cooperative
+# ones carry no MATMUL name: they are VulkanPipelines::int8_matmuls, not fp16 blocks.
+edge_shader(kMatvecInt8 matvec_int8.comp "matvec (int8)" LAYOUT 4 16)
+edge_shader(kMatvecInt8HalfX matvec_int8.comp "matvec (int8, fp16 x)" LAYOUT 4 16
+            DEFINES -DX_F16)
+edge_shader(kMatvecInt8Wide matvec_int8.comp "matvec (int8), wide" LAYOUT 4 16
+            DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
+edge_shader(kMatvecInt8HalfXWide matvec_int8.comp "matvec (int8, fp16 x), wide" LAYOUT 4 16
+            DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
+edge_shader(kMatmulInt8 matmul.comp "matmul (int8)" LAYOUT 4 16
+            DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128)
+edge_shader(kMatmulInt8HalfX matmul.comp "matmul (int8, fp16 x)" LAYOUT 4 16
+            DEFINES -DWEIGHTS_INT8 -DX_F16 -DBM=128 -DBN=128)
+edge_shader(kMatmulCoopInt8 matmul_coop.comp "matmul (cooperative matrix, int8)"
+            LAYOUT 4 16 MATRICES subgroup
+            DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128 -DWARPS_M=2 -DWARPS_N=4 -DBK=32)
+edge_shader(kMatmulCoopInt8HalfX matmul_coop.comp "matmul (cooperative matrix, int8, fp16 x)"
+            LAYOUT 4 16 MATRICES subgroup
+            DEFINES -DWEIGHTS_INT8 -DX_F16 -DBM=128 -DBN=128 -DWARPS_M=2 -DWARPS_N=4 -DBK=32)
+edge_shader(kMatmulCoopInt8256x128 matmul_coop.comp
+            "matmul (cooperative matrix, int8, 256x128 block)"
+            LAYOUT 4 16 MATRICES subgroup
+            DEFINES -DWEIGHTS_INT8 -DBM=256 -DBN=128 -DWARPS_M=4 -DWARPS_N=2 -DBK=32)
+edge_shader(kMatmulCoopInt8256x128HalfX matmul_coop.comp
+            "matmul (cooperative matrix, int8, 256x128 block, fp16 x)"
+            LAYOUT 4 16 MATRICES subgroup
+            DEFINES -DWEIGHTS_INT8 -DX_F16 -DBM=256 -DBN=128 -DWARPS_M=4 -DWARPS_N=2 -DBK=32)

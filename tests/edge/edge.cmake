@@ -15,6 +15,10 @@ endif()
 if(TARGET fsdpd_edge)
   fsdpd_test(edge_matmul_tuner_test LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matmul_tuner_test.cc LIBS fsdpd_edge_tuner)
+  fsdpd_test(edge_quantize_test LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_quantize_test.cc LIBS fsdpd_edge_quantize)
+  fsdpd_test(edge_int8_test LABEL integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_int8_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_decoding_test LABEL integration TIMEOUT 300

@@ -146,6 +146,42 @@ TEST_F(EdgeCliTest, PipelineThreadsChangeNothingButTheStartTime) {
   EXPECT_NE(refused.output.find("--pipeline-threads"), std::string::npos) << refused.output;
 }
 
+// --weights int8 quantizes the linear layers and the head on load: the placement line says so
+// with fewer bytes, eval and generate run on Vulkan and the CPU; another value is refused, naming
+// the flag and the choices.
+TEST_F(EdgeCliTest, WeightsInt8QuantizesOnLoadAndABadValueIsRefused) {
+  // The bytes the placement line gives: "weights placed in S s: N bytes …".
+  auto weight_bytes = [](const std::string& output) -> long long {
+    const size_t start = output.find(" s: ", output.find("weights placed in "));
+    return start == std::string::npos ? -1 : std::stoll(output.substr(start + 4));
+  };
+  const std::string eval = "eval " + model_ + " --text " + text_ + " --seq 32 --validate";
+  const Outcome fp16 = RunEdge(eval);
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.output;
+  EXPECT_NE(fp16.output.find("as the backend stores weights"), std::string::npos) << fp16.output;
+  const Outcome int8 = RunEdge(eval + " --weights int8");
+  ASSERT_EQ(int8.exit_code, 0) << int8.output;
+  EXPECT_NE(int8.output.find("int8 linear layers and head"), std::string::npos) << int8.output;
+  EXPECT_NE(int8.output.find("int8 weights: matvec"), std::string::npos) << int8.output;
+  EXPECT_NE(int8.output.find("perplexity "), std::string::npos) << int8.output;
+  ASSERT_GT(weight_bytes(fp16.output), 0) << fp16.output;
+  EXPECT_LT(weight_bytes(int8.output), weight_bytes(fp16.output) * 2 / 3) << int8.output;
+  const Outcome generated = RunEdge("generate " + model_ +
+                                    " --prompt 'the quick' --new-tokens 8 --seq 16 --validate "
+                                    "--weights int8");
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  EXPECT_NE(generated.output.find("tokens/s, qkv cache"), std::string::npos) << generated.output;
+  const Outcome cpu =
+      RunEdge("eval " + model_ + " --text " + text_ + " --seq 32 --backend cpu --weights int8");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("on the host, int8 linear layers"), std::string::npos) << cpu.output;
+  const Outcome refused = RunEdge(eval + " --weights int4");
+  EXPECT_NE(refused.exit_code, 0);
+  for (const char* part : {"--weights", "int4", "int8"}) {
+    EXPECT_NE(refused.output.find(part), std::string::npos) << part << " in:\n" << refused.output;
+  }
+}
+
 TEST_F(EdgeCliTest, OpTimesPrintEachShadersGpuTimeAfterTheRun) {
   const Outcome generated =
       RunEdge("generate " + model_ + " --prompt 'the quick' --new-tokens 8 --seq 16 --op-times");

@@ -14,6 +14,11 @@
 //    rounding, done once by the producer instead of in the GEMM.)
 // Perplexity: exp of the mean NLL; its relative error is the NLL's absolute error, bounded by
 // the largest logit error twice (logsumexp and the target logit): 2·tolerance above.
+// int8 weights (WeightFormat::kInt8): the CPU backend multiplies by the same dequantized weights
+// the shaders read, so Vulkan against the CPU, both int8, takes the tolerances above (fp32:
+// every op but the sums' order is the same; fp16: the fp16 path's roundings of the other weights
+// and the matmul inputs). int8 against fp32 is the quantization's own error: perplexity within
+// 1% (docs/edge.md, "int8 weights").
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -121,9 +126,9 @@ class EdgeModelTest : public ::testing::Test {
     return logits;
   }
 
-  std::vector<float> EdgeLogits(Backend* backend) {
+  std::vector<float> EdgeLogits(Backend* backend, WeightFormat weights = WeightFormat::kAuto) {
     absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-        ModelRunner::Create(model_, backend, kBatch, kSeq);
+        ModelRunner::Create(model_, backend, kBatch, kSeq, weights);
     EXPECT_TRUE(runner.ok()) << runner.status();
     if (!runner.ok()) return {};
     std::vector<float> logits;
@@ -323,6 +328,117 @@ TEST_F(EdgeModelTest, TheQkvCacheGeneratesWhatAWholeForwardDoes) {
       EXPECT_EQ(texts[0], texts[1]);
     }
   }
+  EXPECT_EQ(fp32->validation_errors(), 0) << fp32->last_validation_error();
+  EXPECT_EQ(fp16->validation_errors(), 0) << fp16->last_validation_error();
+}
+
+TEST_F(EdgeModelTest, Int8WeightsOnVulkanMatchTheCpuWithInt8Weights) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  const std::vector<float> reference = EdgeLogits(cpu.get(), WeightFormat::kInt8);
+  const double largest = MaxAbs(reference);
+  ASSERT_GT(largest, 0.0);
+  // The quantization ran (the logits moved) and cost little.
+  const double quantized = MaxError(reference, EdgeLogits(cpu.get()));
+  EXPECT_GT(quantized, 0.0);
+  EXPECT_LT(quantized, 0.05 * largest);
+  for (auto [precision, relative] : {std::pair{VulkanOptions::Precision::kFp32, 1e-4},
+                                     std::pair{VulkanOptions::Precision::kFp16, 2e-2}}) {
+    std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(precision);
+    ASSERT_NE(vulkan, nullptr);
+    const std::vector<float> edge = EdgeLogits(vulkan.get(), WeightFormat::kInt8);
+    EXPECT_LE(MaxError(edge, reference), relative * largest) << vulkan->Describe();
+    EXPECT_NE(vulkan->Describe().find("int8 weights: "), std::string::npos) << vulkan->Describe();
+    EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+  }
+}
+
+// The int8 perplexity within 1% of fp32's on the CPU, and the same on Vulkan as on the CPU.
+TEST_F(EdgeModelTest, Int8PerplexityIsWithinOnePercentOfFp32s) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  auto perplexity = [&](Backend* backend, WeightFormat weights) {
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, backend, kBatch, kSeq, weights);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    if (!runner.ok()) return 0.0;
+    absl::StatusOr<Perplexity> result = EvaluatePerplexity(**runner, corpus_);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->perplexity : 0.0;
+  };
+  const double fp32 = perplexity(cpu.get(), WeightFormat::kAuto);
+  const double int8 = perplexity(cpu.get(), WeightFormat::kInt8);
+  EXPECT_LT(fp32, 64.0);
+  EXPECT_NEAR(int8, fp32, 0.01 * fp32);
+  std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(VulkanOptions::Precision::kFp16);
+  ASSERT_NE(vulkan, nullptr);
+  EXPECT_NEAR(perplexity(vulkan.get(), WeightFormat::kInt8), int8, 4e-2 * int8);
+  EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+}
+
+// The weights' device bytes: each linear layer's and the head's int8 values padded to 16 bytes
+// and 2 bytes of scale per 32 inputs (padded to 4), the rest fp16 as before (padded to 4).
+TEST_F(EdgeModelTest, Int8WeightsTakeAboutHalfTheBytesOfFp16) {
+  std::unique_ptr<VulkanBackend> vulkan = testing::ValidatedVulkan(VulkanOptions::Precision::kFp16);
+  ASSERT_NE(vulkan, nullptr);
+  int64_t fp16_bytes = 0, int8_bytes = 0, linear_fp16 = 0, linear_int8 = 0;
+  for (const ExportedTensorShape& tensor : ExportedModelTensors(model_.config)) {
+    int64_t count = 1;
+    for (int64_t d : tensor.shape) count *= d;
+    const int64_t half = (count + 1) / 2 * 4;
+    fp16_bytes += half;
+    if (tensor.shape.size() != 2 || tensor.name == "embed.weight") {  // not a linear layer's
+      int8_bytes += half;
+      continue;
+    }
+    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+    const int64_t int8 = (count + 15) / 16 * 16 + (2 * rows * ((cols + 31) / 32) + 3) / 4 * 4;
+    int8_bytes += int8;
+    linear_fp16 += half;
+    linear_int8 += int8;
+  }
+  for (auto [weights, expected] :
+       {std::pair{WeightFormat::kAuto, fp16_bytes}, std::pair{WeightFormat::kInt8, int8_bytes}}) {
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, vulkan.get(), 1, kSeq, weights);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    EXPECT_EQ((*runner)->weight_bytes(), expected);
+  }
+  // 1 + 2/32 bytes a weight against 2.
+  EXPECT_NEAR(static_cast<double>(linear_int8) / static_cast<double>(linear_fp16), 1.0625 / 2,
+              1e-3);
+  EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+}
+
+// Decoding on int8 weights: the prefill on the tiled matmul, each new token on matvec_int8.comp
+// with the residual adds folded in. Greedy text on Vulkan (fp32 path) is the CPU's, and on both
+// Vulkan paths the qkv cache generates what a whole forward does, past the window.
+TEST_F(EdgeModelTest, Int8WeightsGenerateTheSameTextOnVulkanAndTheCpu) {
+  const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 10);
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  std::unique_ptr<VulkanBackend> fp32 = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
+  std::unique_ptr<VulkanBackend> fp16 = testing::ValidatedVulkan(VulkanOptions::Precision::kAuto);
+  ASSERT_NE(fp32, nullptr);
+  ASSERT_NE(fp16, nullptr);
+  GenerateOptions options;
+  options.new_tokens = kSeq + 8;
+  std::vector<std::vector<int32_t>> cached;
+  for (Backend* backend :
+       {cpu.get(), static_cast<Backend*>(fp32.get()), static_cast<Backend*>(fp16.get())}) {
+    SCOPED_TRACE(backend->Describe());
+    std::vector<std::vector<int32_t>> texts;
+    for (bool kv_cache : {false, true}) {
+      options.kv_cache = kv_cache;
+      absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+          ModelRunner::Create(model_, backend, 1, kSeq, WeightFormat::kInt8);
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
+      ASSERT_TRUE(text.ok()) << text.status();
+      ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
+      texts.push_back(*text);
+    }
+    EXPECT_EQ(texts[0], texts[1]);
+    cached.push_back(texts[1]);
+  }
+  EXPECT_EQ(cached[0], cached[1]);
   EXPECT_EQ(fp32->validation_errors(), 0) << fp32->last_validation_error();
   EXPECT_EQ(fp16->validation_errors(), 0) << fp16->last_validation_error();
 }

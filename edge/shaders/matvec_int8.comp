@@ -1,0 +1,159 @@
+#version 450
+// matvec.comp on int8 weights (edge/shaders/int8.glsl): out[M, N] = x[M, K] · w[N, K]ᵀ
+// (+ bias[N]), or out += it (LinearAdd), for M ≤ ROWS, w read as q · scale with one fp16 scale
+// per GROUP inputs of a row. Decoding reads every weight once a token: int8 halves the bytes
+// that fp16 weights take (plus 2 bytes of scale per 32 weights).
+//
+// The layouts are matvec.comp's, with a read of VEC weights a lane a step:
+//  - narrow (CPU devices): 8 columns of 8 lanes, one uint (4 weights) a lane a step;
+//  - wide (-DVECTOR_READS, GPUs): 4 columns of 32 lanes, a uvec4 (16 weights, 16 bytes, within
+//    one group) a lane a step, four such reads issued before any is used.
+// Where K is not a multiple of VEC, a lane reads one weight a step (its byte out of the word).
+// Each read's VEC products are summed in fp32, then times the group's scale (the same
+// products, summed in another order than q·scale·x one by one: fp32's dot-product bound).
+// x is fp32, or fp16 in memory with -DX_F16 (Backend::MatmulInput); it is not rounded. Sums
+// and the epilogue are fp32, as matvec.comp's: the product rounded to fp32, then added to out
+// (flags bit 1) as elementwise.comp's Add adds. Workgroups past the dispatch's x extent continue
+// in y.
+#extension GL_EXT_control_flow_attributes : require
+#include "int8.glsl"
+#ifndef COLUMNS
+#define COLUMNS 8
+#endif
+#ifndef LANES
+#define LANES 8
+#endif
+#define THREADS (COLUMNS * LANES)
+#define ROWS 4
+#define IN_FLIGHT 4  // reads a lane issues before using them (wide)
+#ifdef VECTOR_READS
+#define VEC 16
+#define READS_IN_FLIGHT IN_FLIGHT
+#else
+#define VEC 4
+#define READS_IN_FLIGHT 1
+#endif
+#define QUADS (VEC / 4)  // vec4s of weights a read
+layout(local_size_x = THREADS) in;
+// x: fp32 as floats and vec4s, or fp16 as uints of 2 halves and uvec2s of 4.
+#ifdef X_F16
+layout(std430, binding = 0) readonly buffer X { uint x_pairs[]; };
+layout(std430, binding = 0) readonly buffer X4 { uvec2 x_quads[]; };
+#else
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 0) readonly buffer X4 { vec4 x_quads[]; };
+#endif
+// Out is read as well where flags bit 1 asks to add into it (Backend::LinearAdd).
+layout(std430, binding = 3) buffer Out { float result[]; };
+layout(push_constant) uniform Push { uint m; uint n; uint k; uint flags; } p;
+shared float partial[ROWS][THREADS];  // [row][column · LANES + lane]
+
+struct Read {
+  vec4 q[QUADS];
+};
+// The VEC weights from element VEC·index on, as signed bytes.
+Read Weights(uint index) {
+  Read read;
+#ifdef VECTOR_READS
+  const uvec4 words = wq4[index];
+  [[unroll]] for (uint i = 0; i < 4; ++i) read.q[i] = Bytes4(words[i]);
+#else
+  read.q[0] = Bytes4(wq[index]);
+#endif
+  return read;
+}
+// Four inputs from element 4·index on.
+vec4 Quad(uint index) {
+#ifdef X_F16
+  const uvec2 pairs = x_quads[index];
+  return vec4(unpackHalf2x16(pairs.x), unpackHalf2x16(pairs.y));
+#else
+  return x_quads[index];
+#endif
+}
+float XValue(uint index) {
+#ifdef X_F16
+  const vec2 pair = unpackHalf2x16(x_pairs[index / 2u]);
+  return (index & 1u) != 0u ? pair.y : pair.x;
+#else
+  return x[index];
+#endif
+}
+
+void main() {
+  const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint slot = gl_LocalInvocationID.x / LANES;
+  const uint lane = gl_LocalInvocationID.x % LANES;
+  const uint column = group * COLUMNS + slot;
+  const bool in_range = column < p.n;
+  const uint scale_base = ScaleBase(p.n, p.k);
+  const uint groups = (p.k + GROUP - 1) / GROUP;  // a row's scales
+  float sums[ROWS];
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) sums[r] = 0.0;
+  if (in_range && p.k % VEC == 0) {
+    // Every row starts on a read's boundary (the buffer is bound at offset 0), and a read lies
+    // within one group (GROUP is a multiple of VEC).
+    const uint reads = p.k / VEC;  // a row's
+    const uint row_start = column * reads;
+    const uint scale_row = scale_base * 2u + column * groups;  // in halves
+    uint v = lane;
+    for (; v + (READS_IN_FLIGHT - 1) * LANES < reads; v += READS_IN_FLIGHT * LANES) {
+      Read weights[READS_IN_FLIGHT];
+      float scales[READS_IN_FLIGHT];
+      [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
+        weights[i] = Weights(row_start + v + i * LANES);
+        scales[i] = ScaleAt(0u, scale_row + (v + i * LANES) * VEC / GROUP);
+      }
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        if (r < p.m) {
+          [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
+            const uint x_quad = (r * p.k + (v + i * LANES) * VEC) / 4;
+            float dot_q = 0.0;
+            [[unroll]] for (uint j = 0; j < QUADS; ++j) {
+              dot_q += dot(weights[i].q[j], Quad(x_quad + j));
+            }
+            sums[r] += dot_q * scales[i];
+          }
+        }
+      }
+    }
+#if READS_IN_FLIGHT > 1
+    for (; v < reads; v += LANES) {
+      const Read weights = Weights(row_start + v);
+      const float scale = ScaleAt(0u, scale_row + v * VEC / GROUP);
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        if (r < p.m) {
+          const uint x_quad = (r * p.k + v * VEC) / 4;
+          float dot_q = 0.0;
+          [[unroll]] for (uint j = 0; j < QUADS; ++j) dot_q += dot(weights.q[j], Quad(x_quad + j));
+          sums[r] += dot_q * scale;
+        }
+      }
+    }
+#endif
+  } else if (in_range) {
+    for (uint kk = lane; kk < p.k; kk += LANES) {
+      const float weight =
+          ByteAt(column * p.k + kk) * ScaleAt(scale_base, column * groups + kk / GROUP);
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        if (r < p.m) sums[r] += weight * XValue(r * p.k + kk);
+      }
+    }
+  }
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) partial[r][gl_LocalInvocationID.x] = sums[r];
+  barrier();
+  [[unroll]] for (uint width = LANES / 2; width > 0; width /= 2) {
+    if (lane < width) {
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        partial[r][gl_LocalInvocationID.x] += partial[r][gl_LocalInvocationID.x + width];
+      }
+    }
+    barrier();
+  }
+  if (in_range && lane < p.m) {
+    const float value = partial[lane][slot * LANES] + BiasAt(column, p.flags);
+    // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
+    const uint at = lane * p.n + column;
+    result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+  }
+}
