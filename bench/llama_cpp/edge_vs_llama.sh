@@ -8,7 +8,7 @@
 # llama.cpp's gpt2, fp16 matrices), quantizes that to Q8_0 (llama-quantize) and runs
 #   - llama.cpp: llama-bench -p 512 -n 128 -ngl 99 -r REPS -fa 0,1 on the fp16 and the Q8_0
 #     file, with the Vulkan build and, when given, the CUDA build (bench/llama_cpp/build_cuda.sh);
-#   - fsdpd-edge (Vulkan, fp16): `eval` over REPS+1 windows of one sequence of 512 tokens (batch
+#   - fsdpd-edge (Vulkan, fp16 and --weights int8): `eval` over REPS+1 windows of one sequence of 512 tokens (batch
 #     1 × seq 512; the first window, which picks the matmul blocks, untimed) for pp512, and
 #     `generate --new-tokens 128` after an 8-token prompt (qkv cache, greedy) for tg128.
 #
@@ -165,27 +165,34 @@ import sys, numpy as np
 path, vocab, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 np.random.default_rng(1).integers(0, vocab, count, dtype=np.uint32).tofile(path)
 PY
-  pp_rate=failed
-  if "${edge_env[@]}" "$edge_bin" eval "$model" --tokens "$work/$name-tokens.u32" \
-      --token-bytes 4 --batch 1 --seq "$pp" --device "$edge_device" \
-      >"$logs/$name-edge-eval.log" 2>&1; then
-    pp_rate=$(sed -n 's/^forward \([0-9.]*\) tokens\/s.*/\1/p' "$logs/$name-edge-eval.log")
-  fi
-  grep -E "^backend:|^forward" "$logs/$name-edge-eval.log" || tail -5 "$logs/$name-edge-eval.log"
-  # fsdpd-edge tg: $tg new tokens after an 8-token prompt, through the qkv cache.
-  echo "== $name: fsdpd-edge generate --new-tokens $tg --seq $pp"
-  # (The generated text goes to stdout, bytes for a byte-level model; the rate to stderr.)
-  tg_rate=failed
-  if "${edge_env[@]}" "$edge_bin" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
-      --new-tokens "$tg" --seq "$pp" --device "$edge_device" \
-      >"$logs/$name-edge-generate.out" 2>"$logs/$name-edge-generate.log"; then
+  # fp16 weights (the default), then int8 (--weights int8: the linear layers and the head).
+  for weights in fp16 int8; do
+    flags=() tag=$name-edge
+    [ "$weights" = fp16 ] || { flags=(--weights "$weights"); tag=$name-edge-$weights; }
+    pp_rate=failed
+    if "${edge_env[@]}" "$edge_bin" eval "$model" --tokens "$work/$name-tokens.u32" \
+        --token-bytes 4 --batch 1 --seq "$pp" --device "$edge_device" "${flags[@]}" \
+        >"$logs/$tag-eval.log" 2>&1; then
+      pp_rate=$(sed -n 's/^forward \([0-9.]*\) tokens\/s.*/\1/p' "$logs/$tag-eval.log")
+    fi
+    grep -E "^backend:|^weights|^forward" "$logs/$tag-eval.log" || tail -5 "$logs/$tag-eval.log"
+    # tg: $tg new tokens after an 8-token prompt, through the qkv cache. (The generated text goes
+    # to stdout, bytes for a byte-level model; the rates to stderr.)
+    # Three runs; the table gives their median.
+    echo "== $name: fsdpd-edge generate --new-tokens $tg --seq $pp ${flags[*]} (3 runs)"
+    : >"$logs/$tag-generate.log"
+    for run in 1 2 3; do
+      "${edge_env[@]}" "$edge_bin" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
+        --new-tokens "$tg" --seq "$pp" --device "$edge_device" "${flags[@]}" \
+        >"$logs/$tag-generate.out" 2>>"$logs/$tag-generate.log" || true
+    done
     tg_rate=$(sed -n 's/^fsdpd-edge: decoding \([0-9.]*\) tokens\/s.*/\1/p' \
-      "$logs/$name-edge-generate.log")
-  fi
-  grep -E "tokens/s" "$logs/$name-edge-generate.log" || tail -5 "$logs/$name-edge-generate.log"
-  device=$(sed -n "s/^backend: vulkan device [0-9]* '\([^']*\)'.*/\1/p" "$logs/$name-edge-eval.log")
-  printf '%s\tfsdpd-edge Vulkan (MiniLLM)\tfp16\t%s\t%s\t%s\n' "$name" "${pp_rate:-failed}" \
-    "${tg_rate:-failed}" "${device:--}" >>"$results"
+      "$logs/$tag-generate.log" | sort -n | awk '{r[NR] = $1} END {print NR == 3 ? r[2] : ""}')
+    grep -E "tokens/s" "$logs/$tag-generate.log" || tail -5 "$logs/$tag-generate.log"
+    device=$(sed -n "s/^backend: vulkan device [0-9]* '\([^']*\)'.*/\1/p" "$logs/$tag-eval.log")
+    printf '%s\tfsdpd-edge Vulkan (MiniLLM)\t%s\t%s\t%s\t%s\n' "$name" "$weights" \
+      "${pp_rate:-failed}" "${tg_rate:-failed}" "${device:--}" >>"$results"
+  done
 done
 
 echo
@@ -199,4 +206,4 @@ echo "Shapes: $(printf '%s ' "${shapes[@]}")(NAME:DIM:LAYERS:HEADS:VOCAB, ffn ×
 echo "llama.cpp: llama-bench mean ± sd of $reps runs after a warm-up; pp$pp computes the head on"
 echo "the last position only. fsdpd-edge: pp = eval's forward (head and NLL on all $pp positions),"
 echo "$reps windows after an untimed one; tg = generate's decoding rate, tokens 2 to $tg after"
-echo "an 8-token prompt's prefill and the first token. Logs: $logs"
+echo "an 8-token prompt's prefill and the first token, the median of 3 runs. Logs: $logs"

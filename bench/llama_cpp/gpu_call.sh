@@ -1,0 +1,45 @@
+#!/bin/bash
+# One GPU call for the edge runtime's comparison with llama.cpp and its lifecycle check, from
+# the repository root on the GPU machine, with .gl (the Vulkan loader) and .device/llama carried:
+#   .device/llama/llama-vulkan.tar.xz  llama-bench, llama-quantize built here with GGML_VULKAN
+#   .device/llama/cuda/llama-bench-cuda.tar.xz  llama-bench built there by build_cuda.sh
+#   .device/llama/edge.tar.xz  fsdpd-edge, edge_bench, edge_lifecycle_test (and
+#       edge_lifecycle_test_before, built without the drivers kept loaded), their libraries in lib/
+#   .device/llama/whl  the gguf wheels for the converter
+# Writes its logs under $OUT. The parts, each with its own time limit:
+#   1. bench/llama_cpp/edge_vs_llama.sh on both default shapes (Vulkan and CUDA llama.cpp);
+#   2. the lifecycle test before the fix, 40 backends, with the loader's messages;
+#   3. the lifecycle test as committed, 200 backends.
+# The validation layer stays off on the GPU (FSDPD_EDGE_LIFECYCLE_VALIDATION=0): Debian 12's
+# layer predates VK_NV_cooperative_matrix2 and reports its use as errors.
+set -uo pipefail
+out=${OUT:?set OUT to a folder for the logs}
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+w=/tmp/evl
+mkdir -p "$w/cuda"
+tar -xJf .device/llama/llama-vulkan.tar.xz -C "$w"
+tar -xJf .device/llama/edge.tar.xz -C "$w"
+tar -xJf .device/llama/cuda/llama-bench-cuda.tar.xz -C "$w/cuda"
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
+
+timeout "${BENCH_SECONDS:-330}" bash bench/llama_cpp/edge_vs_llama.sh --vulkan "$w/vulkan" \
+  --cuda "$w/cuda" --edge "$w/edge" --wheels .device/llama/whl --work "$w/work" \
+  ${SHAPES:+--shape $SHAPES} 2>&1 | tee "$out/edge_vs_llama.txt"
+
+life() {  # NAME BINARY BACKENDS SECONDS [ENV...]
+  local name=$1 binary=$2 backends=$3 seconds=$4
+  shift 4
+  env "$@" LD_LIBRARY_PATH="$w/edge/lib" FSDPD_EDGE_LIFECYCLE_VALIDATION=0 \
+    FSDPD_EDGE_LIFECYCLE_BACKENDS="$backends" timeout "$seconds" "$w/edge/$binary" \
+    >"$out/$name.txt" 2>&1
+  echo "$name: exit $?"
+  grep -E "live backend|backends:|OK|FAILED|Failure|backend [0-9]+:" "$out/$name.txt" | head -8
+}
+life lifecycle_before edge_lifecycle_test_before 40 90 VK_LOADER_DEBUG=error,warn
+grep -iE "tls|dlopen|cannot|failed to|libGLX|libnvidia" "$out/lifecycle_before.txt" | sort |
+  uniq -c | sort -rn | head -12
+life lifecycle edge_lifecycle_test 200 "${LIFE_SECONDS:-200}"
+tar -czf "$out/logs.tgz" -C "$w/work" logs 2>/dev/null
+gzip -f "$out/lifecycle_before.txt"
