@@ -53,6 +53,26 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// The worst |gpu − cpu| over CheckMatmul's fp16 bound for one shape.
+absl::StatusOr<double> WorstOverBound(const std::vector<float>& x, const std::vector<float>& w,
+                                      const std::vector<float>& b, int64_t m, int64_t n, int64_t k,
+                                      bool has_bias, const std::vector<float>& gpu_out,
+                                      const std::vector<float>& cpu_out) {
+  double worst = 0.0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double magnitude = 0.0;
+      for (int64_t i = 0; i < k; ++i) magnitude += std::fabs(x[r * k + i] * w[c * k + i]);
+      const double bound = (2.0 / 2048 + 1.0 / (1 << 22) + 2.0 * k / (1 << 24)) * magnitude +
+                           (has_bias ? std::fabs(b[c]) / 2048 : 0.0) + 1e-30;
+      const double error = std::fabs(gpu_out[r * n + c] - cpu_out[r * n + c]);
+      if (!std::isfinite(gpu_out[r * n + c])) return absl::InternalError("non-finite output");
+      worst = std::max(worst, error / bound);
+    }
+  }
+  return worst;
+}
+
 // The matmul against the CPU reference, with edge_kernels_test's fp16 bound
 // (|Δ| ≤ (2·2^-11 + 2^-22 + 2·K·2^-24)·Σ|x·w| + 2^-11·|bias|): returns the worst error / bound
 // (≤ 1 passes). The shapes cover the shaders' edge handling on the device, which CI (lavapipe,
@@ -60,7 +80,10 @@ int Fail(const absl::Status& status) {
 // K not a multiple of 8 (scalar loads), tiny ones, whole blocks with and without bias (the
 // cooperative-matrix shader stores those directly), and a long K. With `int8`, the weights are
 // quantized (Backend::Int8Weight), both sides multiplying by q·scale: the int8
-// cooperative-matrix blocks round it to fp16 as fp16 weights are rounded, so the bound holds.
+// cooperative-matrix blocks round it to fp16 as fp16 weights are rounded, so the bound holds;
+// each shape runs twice on the device, x fp32 and x as the forward holds it (MatmulInput, fp16
+// where the matmul reads fp16 x: the int8 blocks' fp16-x builds), whose rounding the bound's
+// 2^-11 for x covers.
 absl::StatusOr<double> CheckMatmul(Backend& gpu, bool int8) {
   struct Shape {
     int64_t m, n, k;
@@ -80,33 +103,35 @@ absl::StatusOr<double> CheckMatmul(Backend& gpu, bool int8) {
     FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized, QuantizeInt8("w", w.data(), n, k));
     if (int8) w = quantized.Dequantize();
     std::vector<float> gpu_out(static_cast<size_t>(m * n)), cpu_out(gpu_out.size());
-    for (Backend* backend : {&gpu, cpu.get()}) {
-      auto weight = int8 ? backend->Int8Weight(quantized) : backend->Weight(w.data(), n * k);
-      auto bias = backend->Weight(b.data(), n);
-      auto input = backend->Floats(m * k);
-      auto output = backend->Floats(m * n);
-      if (!weight.ok() || !bias.ok() || !input.ok() || !output.ok()) {
-        return absl::InternalError("allocation");
+    for (const bool as_input : {false, true}) {
+      if (as_input && !int8) break;
+      for (Backend* backend : {&gpu, cpu.get()}) {
+        auto weight = int8 ? backend->Int8Weight(quantized) : backend->Weight(w.data(), n * k);
+        auto bias = backend->Weight(b.data(), n);
+        auto input = backend->Floats(m * k);
+        auto zeros = backend->Floats(m * k);
+        auto held = backend->MatmulInput(m * k);
+        auto output = backend->Floats(m * n);
+        if (!weight.ok() || !bias.ok() || !input.ok() || !zeros.ok() || !held.ok() ||
+            !output.ok()) {
+          return absl::InternalError("allocation");
+        }
+        std::vector<float>& out = backend == &gpu ? gpu_out : cpu_out;
+        const std::vector<float> zero(static_cast<size_t>(m * k), 0.0f);
+        absl::Status status = backend->WriteFloats(**input, x.data(), m * k);
+        if (status.ok()) status = backend->WriteFloats(**zeros, zero.data(), m * k);
+        if (status.ok()) status = backend->Add(**input, **zeros, m * k, **held);
+        Buffer& source = as_input && backend == &gpu ? **held : **input;
+        if (status.ok()) {
+          status = backend->Linear(source, **weight, has_bias ? bias->get() : nullptr, m, k, n,
+                                   **output);
+        }
+        if (status.ok()) status = backend->ReadFloats(**output, out.data(), m * n);
+        if (!status.ok()) return status;
       }
-      std::vector<float>& out = backend == &gpu ? gpu_out : cpu_out;
-      absl::Status status = backend->WriteFloats(**input, x.data(), m * k);
-      if (status.ok()) {
-        status =
-            backend->Linear(**input, **weight, has_bias ? bias->get() : nullptr, m, k, n, **output);
-      }
-      if (status.ok()) status = backend->ReadFloats(**output, out.data(), m * n);
-      if (!status.ok()) return status;
-    }
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = 0; c < n; ++c) {
-        double magnitude = 0.0;
-        for (int64_t i = 0; i < k; ++i) magnitude += std::fabs(x[r * k + i] * w[c * k + i]);
-        const double bound = (2.0 / 2048 + 1.0 / (1 << 22) + 2.0 * k / (1 << 24)) * magnitude +
-                             (has_bias ? std::fabs(b[c]) / 2048 : 0.0) + 1e-30;
-        const double error = std::fabs(gpu_out[r * n + c] - cpu_out[r * n + c]);
-        if (!std::isfinite(gpu_out[r * n + c])) return absl::InternalError("non-finite output");
-        worst = std::max(worst, error / bound);
-      }
+      FSDPD_ASSIGN_OR_RETURN(const double shape_worst,
+                             WorstOverBound(x, w, b, m, n, k, has_bias, gpu_out, cpu_out));
+      worst = std::max(worst, shape_worst);
     }
   }
   return worst;
