@@ -10,6 +10,8 @@
 #   1. bench/llama_cpp/edge_vs_llama.sh on both default shapes (Vulkan and CUDA llama.cpp);
 #   2. the lifecycle test before the fix, 40 backends, with the loader's messages;
 #   3. the lifecycle test as committed, 200 backends.
+# OP_TIMES=1 adds `generate --op-times` on the seed shape (fp16, int8) before 2; LIFECYCLE=0 skips
+# 2 and 3.
 # The validation layer stays off on the GPU (FSDPD_EDGE_LIFECYCLE_VALIDATION=0): Debian 12's
 # layer predates VK_NV_cooperative_matrix2 and reports its use as errors.
 set -uo pipefail
@@ -27,6 +29,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv | tee "$out/g
 timeout "${BENCH_SECONDS:-330}" bash bench/llama_cpp/edge_vs_llama.sh --vulkan "$w/vulkan" \
   --cuda "$w/cuda" --edge "$w/edge" --wheels .device/llama/whl --work "$w/work" \
   ${SHAPES:+--shape $SHAPES} 2>&1 | tee "$out/edge_vs_llama.txt"
+tar -czf "$out/logs.tgz" -C "$w/work" logs 2>/dev/null
 
 life() {  # NAME BINARY BACKENDS SECONDS [ENV...]
   local name=$1 binary=$2 backends=$3 seconds=$4
@@ -37,9 +40,16 @@ life() {  # NAME BINARY BACKENDS SECONDS [ENV...]
   echo "$name: exit $?"
   grep -E "live backend|backends:|OK|FAILED|Failure|backend [0-9]+:" "$out/$name.txt" | head -8
 }
+if [ "${OP_TIMES:-0}" = 1 ]; then  # where decoding's time goes, fp16 and int8, on the seed shape
+  for weights in auto int8; do
+    LD_LIBRARY_PATH="$w/edge/lib" "$w/edge/fsdpd-edge" generate "$w/work/seed.safetensors" \
+      --prompt-ids "1 2 3 4 5 6 7 8" --new-tokens 128 --seq 512 --weights "$weights" --op-times \
+      2>&1 >/dev/null | tee "$out/op_times_$weights.txt" | grep -E "decoding|matvec|rms|GPU"
+  done
+fi
+[ "${LIFECYCLE:-1}" = 1 ] || exit 0
 life lifecycle_before edge_lifecycle_test_before 40 90 VK_LOADER_DEBUG=error,warn
 grep -iE "tls|dlopen|cannot|failed to|libGLX|libnvidia" "$out/lifecycle_before.txt" | sort |
   uniq -c | sort -rn | head -12
 life lifecycle edge_lifecycle_test 200 "${LIFE_SECONDS:-200}"
-tar -czf "$out/logs.tgz" -C "$w/work" logs 2>/dev/null
 gzip -f "$out/lifecycle_before.txt"

@@ -1,9 +1,9 @@
 #version 450
 // nn.Linear for a few rows, as decoding runs it (one new position a step): out[M, N] =
 // x[M, K] · w[N, K]ᵀ (+ bias[N]) for M ≤ ROWS. A workgroup computes COLUMNS output columns for
-// every row, LANES invocations a column, and adds the lanes' partial sums in shared memory. The
-// tiled shader's block would spend its whole BM rows of work on one row and its grid would hold
-// a few workgroups.
+// every row, LANES invocations a column, and adds the lanes' partial sums (matvec_lanes.glsl).
+// The tiled shader's block would spend its whole BM rows of work on one row and its grid would
+// hold a few workgroups.
 //
 // Decoding reads every weight once a token, so on a GPU this shader is bound by how many bytes
 // it keeps in flight. Two layouts are built (VulkanOptions::matvec_layout):
@@ -40,6 +40,7 @@ const bool kVectorReads = false;
 #define XTYPE float
 #endif
 layout(local_size_x = THREADS) in;
+#include "matvec_lanes.glsl"
 // Each buffer is also read as 16-byte vectors (the same binding, another view).
 layout(std430, binding = 0) readonly buffer X { XTYPE x[]; };
 #ifdef X_F16
@@ -58,7 +59,6 @@ layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
 layout(std430, binding = 3) buffer Out { float result[]; };
 // flags: bit 0, a bias; bit 1, result += the product (+ bias) instead of result = it.
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint flags; } p;
-shared float partial[ROWS][THREADS];  // [row][column · LANES + lane]
 
 // Eight consecutive elements, from element 8·index, as two vec4.
 struct Eight {
@@ -97,8 +97,8 @@ float XValue(uint index) {
 
 void main() {
   const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-  const uint slot = gl_LocalInvocationID.x / LANES;
-  const uint lane = gl_LocalInvocationID.x % LANES;
+  const uint slot = MatvecSlot();
+  const uint lane = MatvecLane();
   const uint column = group * COLUMNS + slot;
   const bool in_range = column < p.n;
   float sums[ROWS];
@@ -136,19 +136,10 @@ void main() {
       }
     }
   }
-  [[unroll]] for (uint r = 0; r < ROWS; ++r) partial[r][gl_LocalInvocationID.x] = sums[r];
-  barrier();
-  [[unroll]] for (uint width = LANES / 2; width > 0; width /= 2) {
-    if (lane < width) {
-      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-        partial[r][gl_LocalInvocationID.x] += partial[r][gl_LocalInvocationID.x + width];
-      }
-    }
-    barrier();
-  }
+  const float total = SumOverLanes(sums, p.m, slot, lane);
   if (in_range && lane < p.m) {
     const float b = (p.flags & 1u) != 0 ? float(bias[column]) : 0.0;
-    const float value = partial[lane][slot * LANES] + b;
+    const float value = total + b;
     // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
     const uint at = lane * p.n + column;
     result[at] = (p.flags & 2u) != 0 ? result[at] + value : value;

@@ -35,6 +35,7 @@
 #endif
 #define QUADS (VEC / 4)  // vec4s of weights a read
 layout(local_size_x = THREADS) in;
+#include "matvec_lanes.glsl"
 // x: fp32 as floats and vec4s, or fp16 as uints of 2 halves and uvec2s of 4.
 #ifdef X_F16
 layout(std430, binding = 0) readonly buffer X { uint x_pairs[]; };
@@ -46,7 +47,6 @@ layout(std430, binding = 0) readonly buffer X4 { vec4 x_quads[]; };
 // Out is read as well where flags bit 1 asks to add into it (Backend::LinearAdd).
 layout(std430, binding = 3) buffer Out { float result[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint k; uint flags; } p;
-shared float partial[ROWS][THREADS];  // [row][column · LANES + lane]
 
 struct Read {
   vec4 q[QUADS];
@@ -82,8 +82,8 @@ float XValue(uint index) {
 
 void main() {
   const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-  const uint slot = gl_LocalInvocationID.x / LANES;
-  const uint lane = gl_LocalInvocationID.x % LANES;
+  const uint slot = MatvecSlot();
+  const uint lane = MatvecLane();
   const uint column = group * COLUMNS + slot;
   const bool in_range = column < p.n;
   const uint scale_base = ScaleBase(p.n, p.k);
@@ -140,18 +140,9 @@ void main() {
       }
     }
   }
-  [[unroll]] for (uint r = 0; r < ROWS; ++r) partial[r][gl_LocalInvocationID.x] = sums[r];
-  barrier();
-  [[unroll]] for (uint width = LANES / 2; width > 0; width /= 2) {
-    if (lane < width) {
-      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-        partial[r][gl_LocalInvocationID.x] += partial[r][gl_LocalInvocationID.x + width];
-      }
-    }
-    barrier();
-  }
+  const float total = SumOverLanes(sums, p.m, slot, lane);
   if (in_range && lane < p.m) {
-    const float value = partial[lane][slot * LANES] + BiasAt(column, p.flags);
+    const float value = total + BiasAt(column, p.flags);
     // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
     const uint at = lane * p.n + column;
     result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
