@@ -81,9 +81,10 @@ std::string ResultName(VkResult result) {
 // glibc never gives back the static TLS a closed library held, and NVIDIA's driver takes some
 // each time it is opened: after about thirty instances had come and gone in one process, its
 // next open failed and vkCreateInstance answered VK_ERROR_INCOMPATIBLE_DRIVER
-// (tests/edge/edge_lifecycle_test.cc; bench/RESULTS.md). One instance, made before the first
-// and never destroyed, keeps the drivers open for the process's life, so they are opened once.
-// Where it cannot be made, the instance asked for fails with the reason.
+// (tests/edge/edge_lifecycle_test.cc; the loader's own message, "libnvidia-tls.so: cannot
+// allocate memory in static TLS block", is in bench/RESULTS.md). One instance, made before the
+// first and never destroyed, keeps the drivers open for the process's life, so they are opened
+// once. Where it cannot be made, the instance asked for fails with the reason.
 void KeepDriversLoaded() {
   static VkInstance kept = [] {
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -150,8 +151,8 @@ absl::StatusOr<std::unique_ptr<Instance>> CreateInstance(bool validation) {
   if (validation) info.pNext = &messenger_info;
   const VkResult created = vkCreateInstance(&info, nullptr, &result->instance);
   if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
-    // The loader's answer is named: NVIDIA's driver once gave it mid-run, after some thirty
-    // instances had come and gone in one process (bench/RESULTS.md), where "no driver" misleads.
+    // The loader's answer is named: it is also what a driver that could not be opened again
+    // gives (KeepDriversLoaded), where "no driver" alone would mislead.
     return absl::NotFoundError(absl::StrCat(
         "no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)", kNoDeviceHelp));
   }
