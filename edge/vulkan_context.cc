@@ -397,15 +397,16 @@ absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
   vkCmdPushConstants(commands_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                      pipeline.push_bytes, push);
   vkCmdDispatch(commands_, x_groups, y_groups, 1);
-  // Each op reads what the one before wrote.
+  // Each op reads what the one before wrote. The host reads only after Finish, whose own
+  // barrier makes every write visible to it: a host stage here made NVIDIA's driver flush for
+  // the host after every dispatch (bench/RESULTS.md).
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
+  barrier.dstAccessMask =
+      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
   vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                           VK_PIPELINE_STAGE_HOST_BIT,
-                       0, 1, &barrier, 0, nullptr, 0, nullptr);
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                       &barrier, 0, nullptr, 0, nullptr);
   if (timer_ != nullptr) timer_->Stamp(commands_, pipeline.name);
   return absl::OkStatus();
 }
@@ -413,6 +414,14 @@ absl::Status VulkanContext::Dispatch(const Pipeline& pipeline,
 absl::Status VulkanContext::Finish() {
   if (!recording_) return absl::OkStatus();
   recording_ = false;
+  // Everything the submit wrote, visible to the host once the fence is waited for: once a
+  // submit, not after every command.
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(commands_,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
   VK_RETURN_IF_ERROR(vkEndCommandBuffer(commands_));
   {
     const HostSpan span(timer_.get(), "submitting and waiting");
@@ -462,12 +471,10 @@ absl::Status VulkanContext::RecordCopy(VulkanBuffer& from, VkDeviceSize from_off
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
   barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
-                          VK_ACCESS_HOST_READ_BIT;
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                           VK_PIPELINE_STAGE_HOST_BIT,
-                       0, 1, &barrier, 0, nullptr, 0, nullptr);
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                       &barrier, 0, nullptr, 0, nullptr);
   if (timer_ != nullptr) timer_->Stamp(commands_, "copy");
   return absl::OkStatus();
 }

@@ -2,7 +2,7 @@
 # One GPU call for the edge runtime's comparison with llama.cpp and its lifecycle check, from
 # the repository root on the GPU machine, with .gl (the Vulkan loader) and .device/llama carried:
 #   .device/llama/llama-vulkan.tar.xz  llama-bench, llama-quantize built here with GGML_VULKAN
-#   .device/llama/cuda/llama-bench-cuda.tar.xz  llama-bench built there by build_cuda.sh
+#   .device/llama/cuda/llama-bench-cuda.tar.xz  llama-bench built there by build_cuda.sh (optional)
 #   .device/llama/edge.tar.xz  fsdpd-edge, edge_bench, edge_lifecycle_test (and
 #       edge_lifecycle_test_before, built without the drivers kept loaded), their libraries in lib/
 #   .device/llama/whl  the gguf wheels for the converter
@@ -10,8 +10,9 @@
 #   1. bench/llama_cpp/edge_vs_llama.sh on both default shapes (Vulkan and CUDA llama.cpp);
 #   2. the lifecycle test before the fix, 40 backends, with the loader's messages;
 #   3. the lifecycle test as committed, 200 backends.
-# OP_TIMES=1 adds `generate --op-times` on the seed shape (fp16, int8) before 2; LIFECYCLE=0 skips
-# 2 and 3.
+# OP_TIMES=1 adds `generate --op-times` on the seed shape (fp16, int8) before 2; INT8_CHECK=1
+# edge_bench's int8 check against the CPU; .device/ppl (model.safetensors, heldout.txt), if
+# carried, a trained model's perplexity, fp16 and int8, GPU and CPU; LIFECYCLE=0 skips 2 and 3.
 # The validation layer stays off on the GPU (FSDPD_EDGE_LIFECYCLE_VALIDATION=0): Debian 12's
 # layer predates VK_NV_cooperative_matrix2 and reports its use as errors.
 set -uo pipefail
@@ -23,11 +24,14 @@ w=/tmp/evl
 mkdir -p "$w/cuda"
 tar -xJf .device/llama/llama-vulkan.tar.xz -C "$w"
 tar -xJf .device/llama/edge.tar.xz -C "$w"
-tar -xJf .device/llama/cuda/llama-bench-cuda.tar.xz -C "$w/cuda"
+cuda=()  # llama.cpp CUDA where its bundle was carried
+if [ -f .device/llama/cuda/llama-bench-cuda.tar.xz ]; then
+  tar -xJf .device/llama/cuda/llama-bench-cuda.tar.xz -C "$w/cuda" && cuda=(--cuda "$w/cuda")
+fi
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
 
 timeout "${BENCH_SECONDS:-330}" bash bench/llama_cpp/edge_vs_llama.sh --vulkan "$w/vulkan" \
-  --cuda "$w/cuda" --edge "$w/edge" --wheels .device/llama/whl --work "$w/work" \
+  "${cuda[@]}" --edge "$w/edge" --wheels .device/llama/whl --work "$w/work" \
   ${SHAPES:+--shape $SHAPES} 2>&1 | tee "$out/edge_vs_llama.txt"
 tar -czf "$out/logs.tgz" -C "$w/work" logs 2>/dev/null
 
@@ -46,6 +50,20 @@ if [ "${OP_TIMES:-0}" = 1 ]; then  # where decoding's time goes, fp16 and int8, 
       --prompt-ids "1 2 3 4 5 6 7 8" --new-tokens 128 --seq 512 --weights "$weights" --op-times \
       2>&1 >/dev/null | tee "$out/op_times_$weights.txt" | grep -E "decoding|matvec|rms|GPU"
   done
+fi
+if [ -f .device/ppl/model.safetensors ]; then  # a trained model: perplexity, GPU and CPU
+  for args in "--weights auto" "--weights int8" "--backend cpu" "--backend cpu --weights int8"; do
+    echo "== eval .device/ppl/model.safetensors $args"
+    LD_LIBRARY_PATH="$w/edge/lib" timeout 100 "$w/edge/fsdpd-edge" eval \
+      .device/ppl/model.safetensors --text .device/ppl/heldout.txt --seq 128 --batch 8 $args 2>&1 |
+      grep -E "perplexity|weights placed"
+  done
+fi
+if [ "${INT8_CHECK:-0}" = 1 ]; then  # the int8 blocks against the CPU, then timings
+  LD_LIBRARY_PATH="$w/edge/lib" timeout 200 "$w/edge/edge_bench" --causal --weights int8 \
+    --batch 1 --seq 512 --iters 3 --model /tmp/int8_check.safetensors >"$out/int8_check.txt" 2>&1
+  echo "int8 check: exit $?"
+  grep -E "pass|FAIL|forward|^\[|decoding" "$out/int8_check.txt" | head -40
 fi
 [ "${LIFECYCLE:-1}" = 1 ] || exit 0
 life lifecycle_before edge_lifecycle_test_before 40 90 VK_LOADER_DEBUG=error,warn
