@@ -60,7 +60,7 @@ if [ -f .device/ppl/model.safetensors ]; then  # a trained model: perplexity, GP
   done
 fi
 if [ "${INT8_CHECK:-0}" = 1 ]; then  # the int8 blocks against the CPU, then timings
-  LD_LIBRARY_PATH="$w/edge/lib" timeout 200 "$w/edge/edge_bench" --causal --weights int8 \
+  LD_LIBRARY_PATH="$w/edge/lib" timeout "${INT8_SECONDS:-150}" "$w/edge/edge_bench" --causal --weights int8 \
     --batch 1 --seq 512 --iters 3 --model /tmp/int8_check.safetensors >"$out/int8_check.txt" 2>&1
   echo "int8 check: exit $?"
   grep -E "pass|FAIL|forward|^\[|decoding" "$out/int8_check.txt" | head -40
