@@ -54,9 +54,9 @@ bool Validation() {
   return value == nullptr || std::string(value) != "0";
 }
 
-// One backend's life: created with validation (unless turned off), a weight and activations placed, a Linear run and
-// read back (so pipelines, memory, descriptor sets and a submit all happened), then destroyed.
-// `footprint`: the resident memory it added while it lived.
+// One backend's life: created with validation (unless turned off), a weight and activations
+// placed, a Linear run and read back (so pipelines, memory, descriptor sets and a submit all
+// happened), then destroyed. `footprint`: the resident memory it added while it lived.
 void OneBackend(int index, int64_t* footprint = nullptr) {
   const int64_t before = ResidentBytes();
   VulkanOptions options;
