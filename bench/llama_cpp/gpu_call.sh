@@ -10,8 +10,8 @@
 #   1. bench/llama_cpp/edge_vs_llama.sh on both default shapes (Vulkan and CUDA llama.cpp);
 #   2. the lifecycle test before the fix, 40 backends, with the loader's messages;
 #   3. the lifecycle test as committed, 200 backends.
-# AB=1 times `generate` (seed shape, fp16 and int8, AB_RUNS times each, default 2) with every edge/fsdpd-edge-* build
-# in the bundle and the bundle's own; OP_TIMES=1 adds `generate --op-times` on the seed shape (fp16, int8) before 2; INT8_CHECK=1
+# AB=1 times `generate` (seed shape, fp16 and int8, AB_RUNS times each, default 2) with every
+# edge/fsdpd-edge-* build in the bundle and the bundle's own; OP_TIMES=1 adds `generate --op-times` on the seed shape (fp16, int8) before 2; INT8_CHECK=1
 # edge_bench's int8 check against the CPU; .device/ppl (model.safetensors, heldout.txt), if
 # carried, a trained model's perplexity, fp16 and int8, GPU and CPU; LIFECYCLE=0 skips 2 and 3.
 # The validation layer stays off on the GPU (FSDPD_EDGE_LIFECYCLE_VALIDATION=0): Debian 12's
