@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "bench/edge_shaders/variants.h"
-#include "edge/half.h"
 #include "edge/shaders.h"
 #include "edge/vulkan_op_checks.h"
+#include "formats/half.h"
 
 namespace fsdpd::edge {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "edge/half.h"
+#include "formats/half.h"
 
 namespace fsdpd::edge {
 namespace {

@@ -11,11 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "edge/half.h"
 #include "edge/matmul_tuner.h"
 #include "edge/vulkan_context.h"
 #include "edge/vulkan_op_checks.h"
 #include "edge/vulkan_pipelines.h"
+#include "formats/half.h"
 
 namespace fsdpd::edge {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/durable_file.h"
+#include "formats/half.h"
 #include "formats/mapped_file.h"
 #include "nlohmann/json.hpp"
 
@@ -33,31 +34,6 @@ const DtypeInfo* FindDtype(const std::string& name) {
     if (name == dtype.name) return &dtype;
   }
   return nullptr;
-}
-
-float HalfToFloat(uint16_t half) {
-  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
-  const uint32_t exponent = (half >> 10) & 0x1Fu;
-  uint32_t mantissa = half & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);  // inf / nan
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal half: normalise into fp32's wider exponent range.
-    uint32_t shifted_exponent = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --shifted_exponent;
-    }
-    bits = sign | (shifted_exponent << 23) | ((mantissa & 0x3FFu) << 13);
-  }
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
 }
 
 template <typename T>

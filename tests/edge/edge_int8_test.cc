@@ -22,8 +22,8 @@
 
 #include "absl/strings/match.h"
 #include "edge/cpu_backend.h"
-#include "edge/half.h"
 #include "edge/quantize.h"
+#include "formats/half.h"
 #include "tests/edge/edge_test_support.h"
 
 namespace fsdpd::edge {

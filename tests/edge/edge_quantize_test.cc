@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "edge/half.h"
 #include "edge/quantize.h"
+#include "formats/half.h"
 #include "gtest/gtest.h"
 
 namespace fsdpd::edge {

@@ -1,8 +1,8 @@
-#include "edge/half.h"
+#include "formats/half.h"
 
 #include <cstring>
 
-namespace fsdpd::edge {
+namespace fsdpd {
 
 uint16_t FloatToHalf(float value) {
   uint32_t bits;
@@ -53,4 +53,4 @@ float HalfToFloat(uint16_t half) {
   return value;
 }
 
-}  // namespace fsdpd::edge
+}  // namespace fsdpd
