@@ -42,6 +42,20 @@ namespace {
 constexpr int64_t kBatch = 2;
 constexpr int64_t kSeq = 32;
 
+// The CPU reference and both Vulkan paths (fp32, and fp16 where the device has it), on which
+// the generation tests run the same text.
+struct GenerationBackends {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  std::unique_ptr<VulkanBackend> fp32 = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
+  std::unique_ptr<VulkanBackend> fp16 = testing::ValidatedVulkan(VulkanOptions::Precision::kAuto);
+
+  std::vector<Backend*> All() const { return {cpu.get(), fp32.get(), fp16.get()}; }
+  void ExpectNoValidationErrors() const {
+    EXPECT_EQ(fp32->validation_errors(), 0) << fp32->last_validation_error();
+    EXPECT_EQ(fp16->validation_errors(), 0) << fp16->last_validation_error();
+  }
+};
+
 class EdgeModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -89,6 +103,26 @@ class EdgeModelTest : public ::testing::Test {
     ASSERT_TRUE(corpus.ok()) << corpus.status();
     corpus_ = std::move(*corpus);
     tokens_.assign(corpus_.begin(), corpus_.begin() + kBatch * kSeq);
+  }
+
+  // The text Generate writes from `prompt` on `backend` with `weights`, without and then with the
+  // qkv cache, into `texts`; each of the full length and equal to the tokens streamed as chosen.
+  void GenerateBothWays(Backend* backend, const std::vector<int32_t>& prompt,
+                        GenerateOptions options, WeightFormat weights,
+                        std::vector<std::vector<int32_t>>* texts) {
+    for (bool kv_cache : {false, true}) {
+      options.kv_cache = kv_cache;
+      std::vector<int32_t> streamed;  // each token as it was chosen
+      options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
+      absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+          ModelRunner::Create(model_, backend, 1, kSeq, weights);
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
+      ASSERT_TRUE(text.ok()) << text.status();
+      ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
+      EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
+      texts->push_back(*text);
+    }
   }
 
   // The training engine's forward (worker/model on its CPU backend) on the exported weights.
@@ -298,13 +332,10 @@ TEST_F(EdgeModelTest, GreedyGenerationIsTheSameOnVulkanAndTheCpu) {
 // differences between the two (edge_decoding_test).
 TEST_F(EdgeModelTest, TheQkvCacheGeneratesWhatAWholeForwardDoes) {
   const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 10);
-  std::unique_ptr<Backend> cpu = CreateCpuBackend();
-  std::unique_ptr<VulkanBackend> fp32 = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
-  std::unique_ptr<VulkanBackend> fp16 = testing::ValidatedVulkan(VulkanOptions::Precision::kAuto);
-  ASSERT_NE(fp32, nullptr);
-  ASSERT_NE(fp16, nullptr);
-  for (Backend* backend :
-       {cpu.get(), static_cast<Backend*>(fp32.get()), static_cast<Backend*>(fp16.get())}) {
+  GenerationBackends backends;
+  ASSERT_NE(backends.fp32, nullptr);
+  ASSERT_NE(backends.fp16, nullptr);
+  for (Backend* backend : backends.All()) {
     for (int top_k : {1, 5}) {
       SCOPED_TRACE(::testing::Message() << backend->Describe() << ", top-k " << top_k);
       GenerateOptions options;
@@ -312,24 +343,12 @@ TEST_F(EdgeModelTest, TheQkvCacheGeneratesWhatAWholeForwardDoes) {
       options.top_k = top_k;
       options.seed = 7;
       std::vector<std::vector<int32_t>> texts;
-      for (bool kv_cache : {false, true}) {
-        options.kv_cache = kv_cache;
-        std::vector<int32_t> streamed;  // each token as it was chosen
-        options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
-        absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-            ModelRunner::Create(model_, backend, 1, kSeq);
-        ASSERT_TRUE(runner.ok()) << runner.status();
-        absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
-        ASSERT_TRUE(text.ok()) << text.status();
-        ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
-        EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
-        texts.push_back(*text);
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          GenerateBothWays(backend, prompt, options, WeightFormat::kAuto, &texts));
       EXPECT_EQ(texts[0], texts[1]);
     }
   }
-  EXPECT_EQ(fp32->validation_errors(), 0) << fp32->last_validation_error();
-  EXPECT_EQ(fp16->validation_errors(), 0) << fp16->last_validation_error();
+  backends.ExpectNoValidationErrors();
 }
 
 TEST_F(EdgeModelTest, Int8WeightsOnVulkanMatchTheCpuWithInt8Weights) {
@@ -413,34 +432,22 @@ TEST_F(EdgeModelTest, Int8WeightsTakeAboutHalfTheBytesOfFp16) {
 // Vulkan paths the qkv cache generates what a whole forward does, past the window.
 TEST_F(EdgeModelTest, Int8WeightsGenerateTheSameTextOnVulkanAndTheCpu) {
   const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 10);
-  std::unique_ptr<Backend> cpu = CreateCpuBackend();
-  std::unique_ptr<VulkanBackend> fp32 = testing::ValidatedVulkan(VulkanOptions::Precision::kFp32);
-  std::unique_ptr<VulkanBackend> fp16 = testing::ValidatedVulkan(VulkanOptions::Precision::kAuto);
-  ASSERT_NE(fp32, nullptr);
-  ASSERT_NE(fp16, nullptr);
+  GenerationBackends backends;
+  ASSERT_NE(backends.fp32, nullptr);
+  ASSERT_NE(backends.fp16, nullptr);
   GenerateOptions options;
   options.new_tokens = kSeq + 8;
   std::vector<std::vector<int32_t>> cached;
-  for (Backend* backend :
-       {cpu.get(), static_cast<Backend*>(fp32.get()), static_cast<Backend*>(fp16.get())}) {
+  for (Backend* backend : backends.All()) {
     SCOPED_TRACE(backend->Describe());
     std::vector<std::vector<int32_t>> texts;
-    for (bool kv_cache : {false, true}) {
-      options.kv_cache = kv_cache;
-      absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-          ModelRunner::Create(model_, backend, 1, kSeq, WeightFormat::kInt8);
-      ASSERT_TRUE(runner.ok()) << runner.status();
-      absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
-      ASSERT_TRUE(text.ok()) << text.status();
-      ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
-      texts.push_back(*text);
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        GenerateBothWays(backend, prompt, options, WeightFormat::kInt8, &texts));
     EXPECT_EQ(texts[0], texts[1]);
     cached.push_back(texts[1]);
   }
   EXPECT_EQ(cached[0], cached[1]);
-  EXPECT_EQ(fp32->validation_errors(), 0) << fp32->last_validation_error();
-  EXPECT_EQ(fp16->validation_errors(), 0) << fp16->last_validation_error();
+  backends.ExpectNoValidationErrors();
 }
 
 }  // namespace
