@@ -34,8 +34,8 @@
 namespace fsdpd::edge {
 namespace {
 
+using testing::kU32;
 using testing::RandomValues;
-constexpr double kU32 = 1.0 / (1 << 24);
 
 std::vector<float> ReadAll(Backend& backend, Buffer& buffer, int64_t count) {
   std::vector<float> values(static_cast<size_t>(count));

@@ -29,14 +29,11 @@
 namespace fsdpd::edge {
 namespace {
 
+using testing::kU16;
+using testing::kU32;
 using testing::RandomValues;
-constexpr double kU32 = 1.0 / (1 << 24);
-constexpr double kU16 = 1.0 / (1 << 11);
 
-struct LinearShape {
-  int64_t rows, in, out;
-  bool bias;
-};
+using testing::LinearShape;
 
 // [out, in] weights whose rows differ in magnitude by up to 3,000× (so the scales differ), the
 // first group of row 1 zero.

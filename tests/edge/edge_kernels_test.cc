@@ -37,15 +37,11 @@
 namespace fsdpd::edge {
 namespace {
 
+using testing::kU16;
+using testing::kU32;
 using testing::RandomValues;
-constexpr double kU32 = 1.0 / (1 << 24);
-constexpr double kU16 = 1.0 / (1 << 11);
 
-// A Linear's rows × in · (out × in)ᵀ, with or without a bias.
-struct LinearShape {
-  int64_t rows, in, out;
-  bool bias;
-};
+using testing::LinearShape;
 
 class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision> {
  protected:

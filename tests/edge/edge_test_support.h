@@ -15,6 +15,16 @@
 
 namespace fsdpd::edge::testing {
 
+// The unit roundoffs the kernel tests derive their bounds from: fp32's and fp16's.
+constexpr double kU32 = 1.0 / (1 << 24);
+constexpr double kU16 = 1.0 / (1 << 11);
+
+// A Linear's rows × in · (out × in)ᵀ, with or without a bias.
+struct LinearShape {
+  int64_t rows, in, out;
+  bool bias;
+};
+
 // The Vulkan backend on the first device, validation on. A machine without a usable Vulkan
 // device (lavapipe: mesa-vulkan-drivers) fails the test with the reason; it never skips.
 inline std::unique_ptr<VulkanBackend> ValidatedVulkan(
