@@ -313,10 +313,15 @@ class VulkanBackendImpl : public VulkanBackend {
       return Dispatch(matvec, {&x, &weight, &bias_buffer, &out}, push, static_cast<uint32_t>(width),
                       static_cast<uint32_t>(height));
     }
+    // Whether `matmul` can read this x: an fp16 x only a pipeline that reads fp16; an int8
+    // pipeline only the x it was built for (it does not cast through ToHalf).
+    auto reads_x = [&](const MatmulPipeline& matmul) {
+      return !(half_x && !matmul.half_input) && !(int8 && matmul.half_input != half_x);
+    };
     auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
       FSDPD_ASSIGN_OR_RETURN(const auto grid, BlockGrid(context_->limits(), "linear", rows,
                                                         out_features, matmul.block));
-      if ((half_x && !matmul.half_input) || (int8 && matmul.half_input != half_x)) {
+      if (!reads_x(matmul)) {
         return absl::InternalError(absl::StrCat("Linear: the matmul '", matmul.name, "' reads ",
                                                 matmul.half_input ? "fp16" : "fp32", " x, not ",
                                                 half_x ? "fp16" : "fp32"));
@@ -333,9 +338,7 @@ class VulkanBackendImpl : public VulkanBackend {
     // reads fp32 x never wins for an fp16 x.
     auto time = [&](int candidate) -> absl::StatusOr<double> {
       const MatmulPipeline& matmul = candidates[static_cast<size_t>(candidate)];
-      if ((half_x && !matmul.half_input) || (int8 && matmul.half_input != half_x)) {
-        return std::numeric_limits<double>::infinity();
-      }
+      if (!reads_x(matmul)) return std::numeric_limits<double>::infinity();
       return SecondsAlone([&] { return dispatch(matmul); });
     };
     MatmulTuner& tuner = int8 ? *int8_tuner_ : *tuner_;
