@@ -32,7 +32,7 @@ LIBRARY_SOURCES=(
   proto/spec/job_spec.cc proto/spec/job_spec_estimates.cc
   proto/spec/validate_sections.cc proto/spec/validate_parallel.cc proto/spec/spec_paths.cc
   proto/spec/spec_path_fields.cc proto/spec/validate_eval.cc proto/spec/validate_accumulation.cc
-  formats/durable_file.cc formats/mapped_file.cc formats/safetensors.cc
+  formats/durable_file.cc formats/half.cc formats/mapped_file.cc formats/safetensors.cc
   worker/data/data_loader.cc worker/data/path_policy.cc
   worker/data/synthetic_tokens.cc worker/data/window_data_loader.cc
   worker/data/sharded_data_loader.cc worker/data/token_shards.cc worker/data/sample_order.cc
