@@ -559,9 +559,9 @@ int main(int argc, char** argv) {
   bool op_times = false;
   app.add_flag("--op-times", op_times,
                "time every GPU command: decoding's GPU time by shader (and its host share)");
-  bool no_add_into_linear = false;
-  app.add_flag("--no-add-into-linear", no_add_into_linear,
-               "decode with each residual add as its own dispatch after the projection");
+  bool no_fuse_into_linear = false;
+  app.add_flag("--no-fuse-into-linear", no_fuse_into_linear,
+               "decode with each norm, SiLU, residual add and cache copy as its own dispatch");
   bool no_set_cache = false;
   app.add_flag("--no-set-cache", no_set_cache,
                "write a descriptor set for every dispatch instead of keeping one per "
@@ -641,7 +641,7 @@ int main(int argc, char** argv) {
     options.coop_block = coop_block;
     options.op_times = op_times;
     options.cache_descriptor_sets = !no_set_cache;
-    options.add_into_linear = !no_add_into_linear;
+    options.fuse_into_linear = !no_fuse_into_linear;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());

@@ -31,6 +31,20 @@ inline absl::Status CheckCopyRange(int64_t from_floats, int64_t from_offset, int
   return absl::OkStatus();
 }
 
+class Buffer;
+
+// What Backend::FusedLinear folds into a projection out = x · weightᵀ (+ bias):
+struct LinearFusion {
+  // RmsNorm(x, norm, eps) first: x is the fp32 residual, read unrounded (RmsNorm's output is
+  // fp16 where the matmul reads fp16 x), and the product of x·norm is scaled by x's rsqrt after.
+  Buffer* norm = nullptr;
+  double eps = 0.0;
+  bool silu = false;  // out = silu(x · weightᵀ (+ bias)), as Silu computes it
+  bool add = false;   // out += the result, as Add adds it (a residual)
+  // The rows are written from float out_offset of out on (decoding's qkv into its cache).
+  int64_t out_offset = 0;
+};
+
 class Buffer {
  public:
   virtual ~Buffer() = default;
@@ -46,7 +60,7 @@ class Backend {
   // A weight tensor from fp32 host values (count floats).
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Weight(const float* values, int64_t count) = 0;
   // A linear layer's weight quantized to int8 (edge/quantize.h), [tensor.rows, tensor.cols]: the
-  // int8 values and their fp16 scales, for Linear and LinearAdd alone (as `weight`, with
+  // int8 values and their fp16 scales, for Linear and FusedLinear alone (as `weight`, with
   // out_features = rows and in_features = cols), which multiply by q · scale dequantized in fp32
   // as they read it. Every other use is refused, as is a group size the backend does not read.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Int8Weight(const Int8Tensor& tensor) = 0;
@@ -80,14 +94,24 @@ class Backend {
   // out[rows, out_features] = x[rows, in_features] · weightᵀ (+ bias, may be null).
   virtual absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
                               int64_t in_features, int64_t out_features, Buffer& out) = 0;
+  // Decoding's projections with the ops around them folded in (LinearFusion), one op where the
+  // model would run two or three, for the few rows FusesIntoLinear(rows) allows; the model runs
+  // the ops apart otherwise. The result is what the ops apart compute, up to the rounding
+  // LinearFusion states; the CPU backend runs them apart and is the reference.
+  virtual bool FusesIntoLinear(int64_t rows) const { return false; }
+  virtual absl::Status FusedLinear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                                   int64_t in_features, int64_t out_features, Buffer& out,
+                                   const LinearFusion& fusion) {
+    return absl::FailedPreconditionError("this backend does not fold ops into Linear");
+  }
   // out[rows, out_features] += x · weightᵀ (+ bias): Linear's result, rounded to fp32, then
-  // added to what out holds as Add would add it (a residual), in one op. Only where
-  // AddsIntoLinear(rows) says the backend folds the add into the product; the model runs Linear
-  // and Add otherwise.
-  virtual bool AddsIntoLinear(int64_t rows) const { return false; }
-  virtual absl::Status LinearAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
-                                 int64_t in_features, int64_t out_features, Buffer& out) {
-    return absl::FailedPreconditionError("this backend does not add into Linear's output");
+  // added to what out holds as Add would add it (a residual), bit for bit.
+  bool AddsIntoLinear(int64_t rows) const { return FusesIntoLinear(rows); }
+  absl::Status LinearAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
+                         int64_t out_features, Buffer& out) {
+    LinearFusion add;
+    add.add = true;
+    return FusedLinear(x, weight, bias, rows, in_features, out_features, out, add);
   }
   // nn.MultiheadAttention's core on packed qkv[batch, seq, 3·dim] → out[batch, seq, dim].
   virtual absl::Status Attention(Buffer& qkv, int64_t batch, int64_t seq, int64_t heads,

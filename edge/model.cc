@@ -153,18 +153,54 @@ absl::Status ModelRunner::Layers(int64_t rows,
   const int64_t dim = config_.dim;
   const int64_t ffn = config_.ffn_mult * dim;
   Backend& b = *backend_;
+  const bool fused = b.FusesIntoLinear(rows);
   for (size_t index = 0; index < layers_.size(); ++index) {
     Layer& layer = layers_[index];
-    FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm1, rows, dim, config_.norm_eps, *normed_));
+    // Folded into the qkv projection where fused (Qkv).
+    if (!fused) {
+      FSDPD_RETURN_IF_ERROR(
+          b.RmsNorm(*hidden_, *layer.norm1, rows, dim, config_.norm_eps, *normed_));
+    }
     FSDPD_RETURN_IF_ERROR(attend(layer, index));
     FSDPD_RETURN_IF_ERROR(
         AddToHidden(*attention_, *layer.out_proj_weight, layer.out_proj_bias.get(), rows, dim));
+    if (fused) {
+      // RMSNorm, ffn.0 and SiLU in one op; ffn.2 and the residual add in another.
+      LinearFusion norm_silu;
+      norm_silu.norm = layer.norm2.get();
+      norm_silu.eps = config_.norm_eps;
+      norm_silu.silu = true;
+      FSDPD_RETURN_IF_ERROR(
+          b.FusedLinear(*hidden_, *layer.ffn0, nullptr, rows, dim, ffn, *ffn_hidden_, norm_silu));
+      FSDPD_RETURN_IF_ERROR(AddToHidden(*ffn_hidden_, *layer.ffn2, nullptr, rows, ffn));
+      continue;
+    }
     FSDPD_RETURN_IF_ERROR(b.RmsNorm(*hidden_, *layer.norm2, rows, dim, config_.norm_eps, *normed_));
     FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.ffn0, nullptr, rows, dim, ffn, *ffn_hidden_));
     FSDPD_RETURN_IF_ERROR(b.Silu(*ffn_hidden_, rows * ffn, *activated_));
     FSDPD_RETURN_IF_ERROR(AddToHidden(*activated_, *layer.ffn2, nullptr, rows, ffn));
   }
   return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Qkv(Layer& layer, int64_t rows, Buffer& out, int64_t out_offset) {
+  Backend& b = *backend_;
+  const int64_t dim = config_.dim;
+  if (b.FusesIntoLinear(rows)) {
+    LinearFusion norm;
+    norm.norm = layer.norm1.get();
+    norm.eps = config_.norm_eps;
+    norm.out_offset = out_offset;
+    return b.FusedLinear(*hidden_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows, dim,
+                         3 * dim, out, norm);
+  }
+  if (out_offset == 0) {
+    return b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows, dim, 3 * dim,
+                    out);
+  }
+  FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
+                                 dim, 3 * dim, *qkv_));
+  return b.CopyFloats(*qkv_, 0, out, out_offset, rows * 3 * dim);
 }
 
 absl::Status ModelRunner::AddToHidden(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
@@ -188,8 +224,7 @@ absl::Status ModelRunner::Forward(const std::vector<int32_t>& tokens) {
   FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens.data(), rows));
   FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
   FSDPD_RETURN_IF_ERROR(Layers(rows, [&](Layer& layer, size_t) -> absl::Status {
-    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
-                                   dim, 3 * dim, *qkv_));
+    FSDPD_RETURN_IF_ERROR(Qkv(layer, rows, *qkv_, 0));
     return b.Attention(*qkv_, batch_, seq_, config_.heads, dim, config_.causal, *attention_);
   }));
   return Head(*hidden_, rows);
@@ -199,6 +234,12 @@ absl::Status ModelRunner::Head(Buffer& input, int64_t rows) {
   const int64_t dim = config_.dim;
   Backend& b = *backend_;
   Buffer* head_input = &input;
+  if (final_norm_ != nullptr && b.FusesIntoLinear(rows)) {
+    LinearFusion norm;
+    norm.norm = final_norm_.get();
+    norm.eps = config_.norm_eps;
+    return b.FusedLinear(input, *head_, nullptr, rows, dim, config_.vocab, *logits_, norm);
+  }
   if (final_norm_ != nullptr) {
     FSDPD_RETURN_IF_ERROR(b.RmsNorm(input, *final_norm_, rows, dim, config_.norm_eps, *normed_));
     head_input = normed_.get();
@@ -261,16 +302,20 @@ absl::Status ModelRunner::Decode(const int32_t* tokens, int64_t first, int64_t r
   FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens, rows));
   FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
   FSDPD_RETURN_IF_ERROR(Layers(rows, [&](Layer& layer, size_t index) -> absl::Status {
+    // The new qkv rows go straight into the cache, after the cached ones.
     Buffer& cache = *cache_[index];
-    FSDPD_RETURN_IF_ERROR(b.Linear(*normed_, *layer.in_proj_weight, layer.in_proj_bias.get(), rows,
-                                   dim, 3 * dim, *qkv_));
-    FSDPD_RETURN_IF_ERROR(b.CopyFloats(*qkv_, 0, cache, first * 3 * dim, rows * 3 * dim));
+    FSDPD_RETURN_IF_ERROR(Qkv(layer, rows, cache, first * 3 * dim));
     // A new sequence takes the attention the forward takes (the same tuned shaders).
-    if (first == 0) return b.Attention(*qkv_, 1, rows, config_.heads, dim, true, *attention_);
+    if (first == 0) return b.Attention(cache, 1, rows, config_.heads, dim, true, *attention_);
     return b.CausalAttentionAt(cache, first, rows, config_.heads, dim, *attention_);
   }));
-  FSDPD_RETURN_IF_ERROR(b.CopyFloats(*hidden_, (rows - 1) * dim, *newest_, 0, dim));
-  FSDPD_RETURN_IF_ERROR(Head(*newest_, 1));
+  // The head reads the newest row: hidden_ itself when it is the only one.
+  Buffer* newest = hidden_.get();
+  if (rows > 1) {
+    FSDPD_RETURN_IF_ERROR(b.CopyFloats(*hidden_, (rows - 1) * dim, *newest_, 0, dim));
+    newest = newest_.get();
+  }
+  FSDPD_RETURN_IF_ERROR(Head(*newest, 1));
   // ReadFloats waits for the work before it; a Finish of its own here would be a second submit
   // and wait a token where the logits are read through staging.
   logits->resize(static_cast<size_t>(config_.vocab));

@@ -77,8 +77,14 @@ class ModelRunner {
       : config_(config), backend_(backend), batch_(batch), seq_(seq) {}
   absl::Status Forward(const std::vector<int32_t>& tokens);
   absl::Status CheckTokens(const int32_t* tokens, int64_t count) const;
-  // Every layer over the `rows` rows in hidden_; `attend` leaves attention_ from normed_.
+  // Every layer over the `rows` rows in hidden_; `attend` leaves attention_ from the layer's
+  // qkv (Qkv). Where the backend folds ops into Linear (Backend::FusesIntoLinear) each norm goes
+  // into the projection after it and the SiLU into ffn.0.
   absl::Status Layers(int64_t rows, const std::function<absl::Status(Layer&, size_t)>& attend);
+  // The layer's qkv of the `rows` rows, RmsNorm(hidden_) · in_projᵀ (+ bias), into `out` from
+  // float out_offset on: one FusedLinear, or the Linear of normed_ (which Layers wrote) and,
+  // where out_offset is not 0, a copy through qkv_.
+  absl::Status Qkv(Layer& layer, int64_t rows, Buffer& out, int64_t out_offset);
   // hidden_ += x · weightᵀ (+ bias) over `rows` rows: the residual add folded into the product
   // where the backend can (Backend::AddsIntoLinear), else through projected_.
   absl::Status AddToHidden(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,

@@ -34,9 +34,10 @@ constexpr VkDeviceSize kKeptStagingBytes = 16 << 20;
 constexpr int64_t kMatvecColumns = 8;
 constexpr int64_t kMatvecWideColumns = 4;
 // The flags word of the matmul and matvec push constants: a bias, an add into out (matvec.comp's
-// and matvec_int8.comp's), and, for the int8 shaders, which read the bias through uint words, an
-// fp16 bias (FLAG_BIAS_HALF in edge/shaders/int8.glsl).
-constexpr uint32_t kFlagBias = 1, kFlagAdd = 2, kFlagBiasHalf = 4;
+// and matvec_int8.comp's), and, for the int8 shaders, which read the bias (and the norm weight)
+// through uint words, fp16 ones (FLAG_BIAS_HALF in edge/shaders/int8.glsl).
+// The norm and SiLU folded in (FLAG_NORM, FLAG_SILU: Backend::FusedLinear).
+constexpr uint32_t kFlagBias = 1, kFlagAdd = 2, kFlagBiasHalf = 4, kFlagNorm = 8, kFlagSilu = 16;
 
 // attention.comp's push constants; the matrix-unit attention shaders read the first six.
 struct AttentionPush {
@@ -78,7 +79,7 @@ class VulkanBackendImpl : public VulkanBackend {
     zero_copy_ = !options.force_staging && context_->zero_copy_memory_type() != UINT32_MAX;
     FSDPD_ASSIGN_OR_RETURN(pipelines_, VulkanPipelines::Build(*context_, options));
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(pipelines_->matmuls.size()));
-    add_into_linear_ = options.add_into_linear;
+    fuse_into_linear_ = options.fuse_into_linear;
     if (!pipelines_->attentions.empty()) {
       attention_tuner_ =
           std::make_unique<MatmulTuner>(static_cast<int>(pipelines_->attentions.size()));
@@ -246,23 +247,44 @@ class VulkanBackendImpl : public VulkanBackend {
   }
   absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
                       int64_t out_features, Buffer& out) override {
-    return LinearOrAdd(x, weight, bias, rows, in_features, out_features, out, /*add=*/false);
+    return LinearWith(x, weight, bias, rows, in_features, out_features, out, LinearFusion{});
   }
-  bool AddsIntoLinear(int64_t rows) const override {
-    return add_into_linear_ && rows <= kMatvecRows;
+  bool FusesIntoLinear(int64_t rows) const override {
+    return fuse_into_linear_ && rows <= kMatvecRows;
   }
-  absl::Status LinearAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
-                         int64_t out_features, Buffer& out) override {
-    if (!AddsIntoLinear(rows)) {
+  absl::Status FusedLinear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                           int64_t in_features, int64_t out_features, Buffer& out,
+                           const LinearFusion& fusion) override {
+    if (!FusesIntoLinear(rows)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "LinearAdd: the add is folded only into matvec.comp's products of up to ", kMatvecRows,
-          " rows (decoding's), with VulkanOptions::add_into_linear; not ", rows));
+          "FusedLinear: ops are folded only into matvec.comp's products of up to ", kMatvecRows,
+          " rows (decoding's), with VulkanOptions::fuse_into_linear; not ", rows));
     }
-    return LinearOrAdd(x, weight, bias, rows, in_features, out_features, out, /*add=*/true);
+    if (fusion.norm != nullptr) {
+      FSDPD_RETURN_IF_ERROR(RequireFp32("FusedLinear", "x (the residual a norm reads)", x));
+      FSDPD_RETURN_IF_ERROR(RequireFp32("FusedLinear", "the norm weight", *fusion.norm));
+      if (Vk(x).half) {
+        return absl::InvalidArgumentError("FusedLinear: a folded RMSNorm reads an fp32 x");
+      }
+      if (Vk(*fusion.norm).bytes <
+          static_cast<VkDeviceSize>(in_features) * (context_->fp16() ? 2 : 4)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FusedLinear: the norm weight holds fewer than in_features (", in_features, ")"));
+      }
+    }
+    const int64_t out_floats = static_cast<int64_t>(Vk(out).bytes / 4);
+    if (fusion.out_offset < 0 || fusion.out_offset > out_floats - rows * out_features) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FusedLinear: ", rows, " × ", out_features, " outputs from float ",
+                       fusion.out_offset, " fall outside out (", out_floats, " floats)"));
+    }
+    FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", fusion.out_offset + rows * out_features));
+    return LinearWith(x, weight, bias, rows, in_features, out_features, out, fusion);
   }
-  // Linear, or with `add` (matvec.comp only) LinearAdd.
-  absl::Status LinearOrAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
-                           int64_t in_features, int64_t out_features, Buffer& out, bool add) {
+  // Linear, or with a fusion (matvec.comp only: FusedLinear checked it) FusedLinear.
+  absl::Status LinearWith(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
+                          int64_t in_features, int64_t out_features, Buffer& out,
+                          const LinearFusion& fusion) {
     // int8 weights (Int8Weight) run their own pipelines, which read them in the shape placed.
     const bool int8 = Vk(weight).int8_cols > 0;
     if (int8 && (Vk(weight).int8_rows != out_features || Vk(weight).int8_cols != in_features)) {
@@ -288,13 +310,22 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear input", rows * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear weight", out_features * in_features));
     FSDPD_RETURN_IF_ERROR(CheckIndex("linear output", rows * out_features));
-    // The flags (kFlagBias, kFlagAdd for matvec.comp's add, kFlagBiasHalf for the int8 shaders).
-    const uint32_t push[4] = {
-        static_cast<uint32_t>(rows), static_cast<uint32_t>(out_features),
-        static_cast<uint32_t>(in_features),
-        (bias != nullptr ? kFlagBias : 0u) | (add ? kFlagAdd : 0u) |
-            (int8 && bias != nullptr && context_->fp16() ? kFlagBiasHalf : 0u)};
+    // matvec.comp's push constants (the matmuls read the first four words): the flags, where
+    // the rows go in out, the norm's eps.
+    struct {
+      uint32_t rows, out_features, in_features, flags, out_offset;
+      float eps;
+    } push{static_cast<uint32_t>(rows),
+           static_cast<uint32_t>(out_features),
+           static_cast<uint32_t>(in_features),
+           (bias != nullptr ? kFlagBias : 0u) | (fusion.add ? kFlagAdd : 0u) |
+               (fusion.norm != nullptr ? kFlagNorm : 0u) | (fusion.silu ? kFlagSilu : 0u) |
+               (int8 && context_->fp16() ? kFlagBiasHalf : 0u),
+           static_cast<uint32_t>(fusion.out_offset),
+           static_cast<float>(fusion.eps)};
+    static_assert(sizeof(push) == 24, "matvec.comp's LAYOUT in edge/shaders/variants.cmake");
     Buffer& bias_buffer = bias != nullptr ? *bias : *dummy_;
+    Buffer& norm_buffer = fusion.norm != nullptr ? *fusion.norm : *dummy_;
     if (rows <= kMatvecRows) {
       // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
       // would hold a handful of workgroups.
@@ -310,8 +341,8 @@ class VulkanBackendImpl : public VulkanBackend {
       const Pipeline& matvec =
           int8 ? (half_x ? pipelines_->matvec_int8_half : pipelines_->matvec_int8)
                : (half_x ? pipelines_->matvec_half : pipelines_->matvec);
-      return Dispatch(matvec, {&x, &weight, &bias_buffer, &out}, push, static_cast<uint32_t>(width),
-                      static_cast<uint32_t>(height));
+      return Dispatch(matvec, {&x, &weight, &bias_buffer, &out, &norm_buffer}, &push,
+                      static_cast<uint32_t>(width), static_cast<uint32_t>(height));
     }
     // Whether `matmul` can read this x: an fp16 x only a pipeline that reads fp16; an int8
     // pipeline only the x it was built for (it does not cast through ToHalf).
@@ -330,7 +361,7 @@ class VulkanBackendImpl : public VulkanBackend {
       if (matmul.half_input && !half_x) {
         FSDPD_ASSIGN_OR_RETURN(input, ToHalf(x, rows * in_features));
       }
-      return Dispatch(matmul.pipeline, {input, &weight, &bias_buffer, &out}, push, grid.first,
+      return Dispatch(matmul.pipeline, {input, &weight, &bias_buffer, &out}, &push, grid.first,
                       grid.second);
     };
     // A new shape times each candidate alone on these buffers (what is recorded so far is
@@ -550,7 +581,7 @@ class VulkanBackendImpl : public VulkanBackend {
   int pipeline_threads_ = 0;                 // VulkanOptions::pipeline_threads, for BuildInt8
   std::unique_ptr<VulkanBuffer> dummy_;
   std::unique_ptr<VulkanBuffer> half_scratch_;  // the fp16 x ToHalf writes
-  bool add_into_linear_ = true;                 // VulkanOptions::add_into_linear
+  bool fuse_into_linear_ = true;                // VulkanOptions::fuse_into_linear
 };
 
 }  // namespace

@@ -68,9 +68,11 @@ struct VulkanOptions {
   // vectors (far more loads in flight). kAuto: narrow on a CPU device (lavapipe ran it
   // fastest), wide on every other.
   enum class MatvecLayout { kAuto, kNarrow, kWide } matvec_layout = MatvecLayout::kAuto;
-  // Decoding's residual adds folded into the projections before them (Backend::LinearAdd,
-  // matvec.comp): 24 fewer dispatches a token for 12 layers. Off: Linear, then Add.
-  bool add_into_linear = true;
+  // Decoding's ops folded into its projections (Backend::FusedLinear, matvec.comp): the RMSNorm
+  // before a projection, the SiLU after ffn.0, the residual add after out_proj and ffn.2, and the
+  // qkv written straight into the cache: 60 fewer dispatches a token for 12 layers. Off: each op
+  // on its own, as the forward runs them.
+  bool fuse_into_linear = true;
   // Threads that build the cooperative-matrix pipelines when the backend is created (the
   // driver compiles their shaders then); 0: one per core.
   int pipeline_threads = 0;

@@ -137,7 +137,7 @@ class VulkanContext {
   std::vector<OpTime> host_times() const;  // VulkanBackend::host_times
   void ResetOpTimes();
 
-  static constexpr uint32_t kMaxBindings = 4;
+  static constexpr uint32_t kMaxBindings = 5;
   static constexpr uint32_t kAttentionLanesPerQuery = 4;  // attention.comp's PARTS
 
  private:

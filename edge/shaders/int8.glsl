@@ -5,13 +5,16 @@
 // A weight is q · scale in fp32, exact (7 bits times 11), the value the CPU backend multiplies
 // by. Everything is read through uint views: no 8- or 16-bit storage feature is needed.
 //
-// The bias (binding 2) is an ordinary weight, fp16 or fp32 as the device's precision stores it:
-// read as uint words too, its type in the push constants' flags (FLAG_BIAS_HALF; kFlagBiasHalf
-// in edge/vulkan_backend.cc). The backend pads fp16 buffers to whole words for such reads.
+// The bias (binding 2) and matvec_int8.comp's norm weight are ordinary weights, fp16 or fp32 as
+// the device's precision stores them: read as uint words too, their type in the push constants'
+// flags (FLAG_BIAS_HALF; kFlagBiasHalf in edge/vulkan_backend.cc). The backend pads
+// fp16 buffers to whole words for such reads.
 #define GROUP 32  // kInt8Group in edge/quantize.h
 #define FLAG_BIAS 1u
 #define FLAG_ADD 2u
 #define FLAG_BIAS_HALF 4u
+#define FLAG_NORM 8u
+#define FLAG_SILU 16u
 layout(std430, binding = 1) readonly buffer WQ { uint wq[]; };
 layout(std430, binding = 1) readonly buffer WQ2 { uvec2 wq2[]; };
 layout(std430, binding = 1) readonly buffer WQ4 { uvec4 wq4[]; };

@@ -18,6 +18,15 @@
 // Numerics as matmul.comp: with -DWEIGHTS_F16 x is rounded to fp16 (-DX_F16: it is fp16 in
 // memory already), the products and sums fp32. Workgroups past the dispatch's x extent continue
 // in y (gl_WorkGroupID.y · gl_NumWorkGroups.x), for vocabularies above the device's limit.
+//
+// Decoding folds the ops around a projection into it (Backend::FusedLinear), each a flag:
+//  - FLAG_NORM: x is the fp32 residual and the product is RMSNorm(x) · wᵀ. Every column's lanes
+//    read all of x for their dot products anyway, so they also sum x² and multiply x by the norm
+//    weight (binding 4) as they read it; the column's sum is then scaled by rsqrt(mean(x²) + eps).
+//    x is not rounded to fp16 here (RmsNorm's fp16 output was): fp32 products of the same terms.
+//  - FLAG_SILU: out = silu(product + bias), as elementwise.comp's SiLU computes it.
+//  - FLAG_ADD: out += product (+ bias), the residual add.
+// and out_offset (floats) places the rows in out (decoding's qkv straight into the cache).
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #ifndef COLUMNS
@@ -55,10 +64,25 @@ layout(std430, binding = 1) readonly buffer WVectors { uvec4 w_vectors[]; };
 layout(std430, binding = 1) readonly buffer WVectors { vec4 w_vectors[]; };
 #endif
 layout(std430, binding = 2) readonly buffer Bias { WTYPE bias[]; };
-// Out is read as well where flags bit 1 asks to add into it (Backend::LinearAdd).
+// Out is read as well where FLAG_ADD asks to add into it.
 layout(std430, binding = 3) buffer Out { float result[]; };
-// flags: bit 0, a bias; bit 1, result += the product (+ bias) instead of result = it.
-layout(push_constant) uniform Push { uint m; uint n; uint k; uint flags; } p;
+// The norm weight FLAG_NORM multiplies x by, and its 8-element view.
+layout(std430, binding = 4) readonly buffer Norm { WTYPE norm_weight[]; };
+#ifdef WEIGHTS_F16
+layout(std430, binding = 4) readonly buffer NormVectors { uvec4 norm_vectors[]; };
+#else
+layout(std430, binding = 4) readonly buffer NormVectors { vec4 norm_vectors[]; };
+#endif
+// kFlag* in edge/vulkan_backend.cc.
+#define FLAG_BIAS 1u
+#define FLAG_ADD 2u
+#define FLAG_NORM 8u
+#define FLAG_SILU 16u
+layout(push_constant) uniform Push {
+  uint m, n, k, flags;
+  uint out_offset;  // floats before row 0 of out
+  float eps;        // FLAG_NORM's
+} p;
 
 // Eight consecutive elements, from element 8·index, as two vec4.
 struct Eight {
@@ -87,6 +111,22 @@ Eight Inputs(uint index) {
 #endif
 }
 
+// Eight fp32 inputs as they are (FLAG_NORM reads the residual unrounded).
+Eight RawInputs(uint index) {
+#ifdef X_F16
+  return Unpack(x_vectors[index]);
+#else
+  return Eight(x_vectors[2 * index], x_vectors[2 * index + 1]);
+#endif
+}
+Eight NormWeights(uint index) {
+#ifdef WEIGHTS_F16
+  return Unpack(norm_vectors[index]);
+#else
+  return Eight(norm_vectors[2 * index], norm_vectors[2 * index + 1]);
+#endif
+}
+
 float XValue(uint index) {
 #if defined(WEIGHTS_F16) && !defined(X_F16)
   return float(float16_t(x[index]));
@@ -101,8 +141,12 @@ void main() {
   const uint lane = MatvecLane();
   const uint column = group * COLUMNS + slot;
   const bool in_range = column < p.n;
-  float sums[ROWS];
-  [[unroll]] for (uint r = 0; r < ROWS; ++r) sums[r] = 0.0;
+  const bool norm = (p.flags & FLAG_NORM) != 0u;
+  float sums[ROWS], squares[ROWS];  // the products; x² for FLAG_NORM
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+    sums[r] = 0.0;
+    squares[r] = 0.0;
+  }
   if (in_range && kVectorReads && p.k % 8 == 0) {
     const uint vectors = p.k / 8;  // a row's, of 8 elements each
     const uint row_start = column * vectors;
@@ -113,7 +157,17 @@ void main() {
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) {
-            const Eight inputs = Inputs(r * vectors + v + i * LANES);
+            const uint at = r * vectors + v + i * LANES;
+            Eight inputs;
+            if (norm) {
+              inputs = RawInputs(at);
+              squares[r] += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
+              const Eight g = NormWeights(v + i * LANES);
+              inputs.low *= g.low;
+              inputs.high *= g.high;
+            } else {
+              inputs = Inputs(at);
+            }
             sums[r] += dot(weights[i].low, inputs.low) + dot(weights[i].high, inputs.high);
           }
         }
@@ -123,7 +177,16 @@ void main() {
       const Eight weights = Weights(row_start + v);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
-          const Eight inputs = Inputs(r * vectors + v);
+          Eight inputs;
+          if (norm) {
+            inputs = RawInputs(r * vectors + v);
+            squares[r] += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
+            const Eight g = NormWeights(v);
+            inputs.low *= g.low;
+            inputs.high *= g.high;
+          } else {
+            inputs = Inputs(r * vectors + v);
+          }
           sums[r] += dot(weights.low, inputs.low) + dot(weights.high, inputs.high);
         }
       }
@@ -132,16 +195,32 @@ void main() {
     for (uint kk = lane; kk < p.k; kk += LANES) {
       const float weight = float(w[column * p.k + kk]);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-        if (r < p.m) sums[r] += weight * XValue(r * p.k + kk);
+        if (r < p.m) {
+          if (norm) {
+            const float value_x = float(x[r * p.k + kk]);
+            squares[r] += value_x * value_x;
+            sums[r] += weight * (value_x * float(norm_weight[kk]));
+          } else {
+            sums[r] += weight * XValue(r * p.k + kk);
+          }
+        }
       }
     }
   }
   const float total = SumOverLanes(sums, p.m, slot, lane);
+  float square_total = 0.0;
+  if (norm) {  // uniform
+    barrier();  // the shared-memory path's partials are read before they are written again
+    square_total = SumOverLanes(squares, p.m, slot, lane);
+  }
   if (in_range && lane < p.m) {
-    const float b = (p.flags & 1u) != 0 ? float(bias[column]) : 0.0;
-    const float value = total + b;
+    float value = total;
+    // rmsnorm.comp's scale, of the same sum of squares in another order.
+    if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);
+    if ((p.flags & FLAG_BIAS) != 0u) value += float(bias[column]);
+    if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
     // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
-    const uint at = lane * p.n + column;
-    result[at] = (p.flags & 2u) != 0 ? result[at] + value : value;
+    const uint at = p.out_offset + lane * p.n + column;
+    result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
   }
 }

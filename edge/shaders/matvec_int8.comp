@@ -13,8 +13,9 @@
 // products, summed in another order than q·scale·x one by one: fp32's dot-product bound).
 // x is fp32, or fp16 in memory with -DX_F16 (Backend::MatmulInput); it is not rounded. Sums
 // and the epilogue are fp32, as matvec.comp's: the product rounded to fp32, then added to out
-// (flags bit 1) as elementwise.comp's Add adds. Workgroups past the dispatch's x extent continue
-// in y.
+// (FLAG_ADD) as elementwise.comp's Add adds. Workgroups past the dispatch's x extent continue
+// in y. FLAG_NORM, FLAG_SILU and out_offset fold decoding's ops into it as in matvec.comp; the
+// norm weight (binding 4) is an ordinary weight, read as the bias is (int8.glsl).
 #extension GL_EXT_control_flow_attributes : require
 #include "int8.glsl"
 #ifndef COLUMNS
@@ -44,9 +45,28 @@ layout(std430, binding = 0) readonly buffer X4 { uvec2 x_quads[]; };
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 0) readonly buffer X4 { vec4 x_quads[]; };
 #endif
-// Out is read as well where flags bit 1 asks to add into it (Backend::LinearAdd).
+// Out is read as well where FLAG_ADD asks to add into it.
 layout(std430, binding = 3) buffer Out { float result[]; };
-layout(push_constant) uniform Push { uint m; uint n; uint k; uint flags; } p;
+// The norm weight FLAG_NORM multiplies x by: an ordinary weight, read as int8.glsl reads the bias.
+layout(std430, binding = 4) readonly buffer NormWords { uint norm_words[]; };
+layout(std430, binding = 4) readonly buffer NormPairs { uvec2 norm_pairs[]; };  // 4 halves
+layout(std430, binding = 4) readonly buffer NormQuads { vec4 norm_quads[]; };   // 4 floats
+// Element `index` of the norm weight, and its four from element 4·quad on.
+float NormAt(uint index, uint flags) {
+  if ((flags & FLAG_BIAS_HALF) == 0u) return uintBitsToFloat(norm_words[index]);
+  const vec2 pair = unpackHalf2x16(norm_words[index / 2u]);
+  return (index & 1u) != 0u ? pair.y : pair.x;
+}
+vec4 NormQuad(uint quad, uint flags) {
+  if ((flags & FLAG_BIAS_HALF) == 0u) return norm_quads[quad];
+  const uvec2 halves = norm_pairs[quad];
+  return vec4(unpackHalf2x16(halves.x), unpackHalf2x16(halves.y));
+}
+layout(push_constant) uniform Push {
+  uint m, n, k, flags;
+  uint out_offset;  // floats before row 0 of out
+  float eps;        // FLAG_NORM's
+} p;
 
 struct Read {
   vec4 q[QUADS];
@@ -80,6 +100,13 @@ float XValue(uint index) {
 #endif
 }
 
+// Four fp32 inputs as they are and the norm weight's four at the same place (FLAG_NORM).
+vec4 NormedQuad(uint x_quad, uint weight_quad, inout float square) {
+  const vec4 quad = Quad(x_quad);
+  square += dot(quad, quad);
+  return quad * NormQuad(weight_quad, p.flags);
+}
+
 void main() {
   const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
   const uint slot = MatvecSlot();
@@ -88,8 +115,12 @@ void main() {
   const bool in_range = column < p.n;
   const uint scale_base = ScaleBase(p.n, p.k);
   const uint groups = (p.k + GROUP - 1) / GROUP;  // a row's scales
-  float sums[ROWS];
-  [[unroll]] for (uint r = 0; r < ROWS; ++r) sums[r] = 0.0;
+  const bool norm = (p.flags & FLAG_NORM) != 0u;
+  float sums[ROWS], squares[ROWS];  // the products; x² for FLAG_NORM
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+    sums[r] = 0.0;
+    squares[r] = 0.0;
+  }
   if (in_range && p.k % VEC == 0) {
     // Every row starts on a read's boundary (the buffer is bound at offset 0), and a read lies
     // within one group (GROUP is a multiple of VEC).
@@ -108,9 +139,12 @@ void main() {
         if (r < p.m) {
           [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
             const uint x_quad = (r * p.k + (v + i * LANES) * VEC) / 4;
+            const uint weight_quad = (v + i * LANES) * VEC / 4;
             float dot_q = 0.0;
             [[unroll]] for (uint j = 0; j < QUADS; ++j) {
-              dot_q += dot(weights[i].q[j], Quad(x_quad + j));
+              const vec4 quad =
+                  norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r]) : Quad(x_quad + j);
+              dot_q += dot(weights[i].q[j], quad);
             }
             sums[r] += dot_q * scales[i];
           }
@@ -124,8 +158,13 @@ void main() {
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           const uint x_quad = (r * p.k + v * VEC) / 4;
+          const uint weight_quad = v * VEC / 4;
           float dot_q = 0.0;
-          [[unroll]] for (uint j = 0; j < QUADS; ++j) dot_q += dot(weights.q[j], Quad(x_quad + j));
+          [[unroll]] for (uint j = 0; j < QUADS; ++j) {
+            const vec4 quad =
+                norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r]) : Quad(x_quad + j);
+            dot_q += dot(weights.q[j], quad);
+          }
           sums[r] += dot_q * scale;
         }
       }
@@ -136,15 +175,30 @@ void main() {
       const float weight =
           ByteAt(column * p.k + kk) * ScaleAt(scale_base, column * groups + kk / GROUP);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-        if (r < p.m) sums[r] += weight * XValue(r * p.k + kk);
+        if (r < p.m) {
+          float value_x = XValue(r * p.k + kk);
+          if (norm) {
+            squares[r] += value_x * value_x;
+            value_x *= NormAt(kk, p.flags);
+          }
+          sums[r] += weight * value_x;
+        }
       }
     }
   }
   const float total = SumOverLanes(sums, p.m, slot, lane);
+  float square_total = 0.0;
+  if (norm) {  // uniform
+    barrier();  // the shared-memory path's partials are read before they are written again
+    square_total = SumOverLanes(squares, p.m, slot, lane);
+  }
   if (in_range && lane < p.m) {
-    const float value = total + BiasAt(column, p.flags);
+    float value = total;
+    if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);  // rmsnorm.comp's scale
+    value += BiasAt(column, p.flags);
+    if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
     // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
-    const uint at = lane * p.n + column;
+    const uint at = p.out_offset + lane * p.n + column;
     result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
   }
 }

@@ -48,15 +48,15 @@ edge_shader(kMatmulF16HalfX matmul.comp "matmul (fp16, fp16 x)" LAYOUT 4 16
             DEFINES -DWEIGHTS_F16 -DX_F16 -DBM=128 -DBN=128)
 # Linear for a few rows (decoding's one new position), narrow and wide layouts
 # (VulkanOptions::matvec_layout); COLUMNS is edge/vulkan_backend.cc's kMatvecColumns.
-edge_shader(kMatvec matvec.comp "matvec" LAYOUT 4 16)
-edge_shader(kMatvecF16 matvec.comp "matvec (fp16)" LAYOUT 4 16 DEFINES -DWEIGHTS_F16)
-edge_shader(kMatvecF16HalfX matvec.comp "matvec (fp16, fp16 x)" LAYOUT 4 16
+edge_shader(kMatvec matvec.comp "matvec" LAYOUT 5 24)
+edge_shader(kMatvecF16 matvec.comp "matvec (fp16)" LAYOUT 5 24 DEFINES -DWEIGHTS_F16)
+edge_shader(kMatvecF16HalfX matvec.comp "matvec (fp16, fp16 x)" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DX_F16)
-edge_shader(kMatvecWide matvec.comp "matvec, wide" LAYOUT 4 16
+edge_shader(kMatvecWide matvec.comp "matvec, wide" LAYOUT 5 24
             DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
-edge_shader(kMatvecF16Wide matvec.comp "matvec (fp16), wide" LAYOUT 4 16
+edge_shader(kMatvecF16Wide matvec.comp "matvec (fp16), wide" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
-edge_shader(kMatvecF16HalfXWide matvec.comp "matvec (fp16, fp16 x), wide" LAYOUT 4 16
+edge_shader(kMatvecF16HalfXWide matvec.comp "matvec (fp16, fp16 x), wide" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
 
 # The cooperative-matrix matmul in several blocks: rows × columns (BM × BN) by WARPS_M × WARPS_N
@@ -167,12 +167,12 @@ edge_shader(kMatmulCm2128x128K64HS matmul_cm2.comp
 # both layouts, the tiled matmul, and the cooperative-matrix matmul that dequantizes to fp16 as it
 # stages (two blocks), each reading fp32 x or (-DX_F16) an fp16 MatmulInput. The cooperative
 # ones carry no MATMUL name: they are VulkanPipelines::int8_matmuls, not fp16 blocks.
-edge_shader(kMatvecInt8 matvec_int8.comp "matvec (int8)" LAYOUT 4 16)
-edge_shader(kMatvecInt8HalfX matvec_int8.comp "matvec (int8, fp16 x)" LAYOUT 4 16
+edge_shader(kMatvecInt8 matvec_int8.comp "matvec (int8)" LAYOUT 5 24)
+edge_shader(kMatvecInt8HalfX matvec_int8.comp "matvec (int8, fp16 x)" LAYOUT 5 24
             DEFINES -DX_F16)
-edge_shader(kMatvecInt8Wide matvec_int8.comp "matvec (int8), wide" LAYOUT 4 16
+edge_shader(kMatvecInt8Wide matvec_int8.comp "matvec (int8), wide" LAYOUT 5 24
             DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
-edge_shader(kMatvecInt8HalfXWide matvec_int8.comp "matvec (int8, fp16 x), wide" LAYOUT 4 16
+edge_shader(kMatvecInt8HalfXWide matvec_int8.comp "matvec (int8, fp16 x), wide" LAYOUT 5 24
             DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
 edge_shader(kMatmulInt8 matmul.comp "matmul (int8)" LAYOUT 4 16
             DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128)

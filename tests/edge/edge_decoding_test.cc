@@ -271,18 +271,20 @@ std::vector<float> EveryLogit(const HostModel& model, Backend& backend,
   return all;
 }
 
-// Decoding with the residual adds folded into the projections (VulkanOptions::add_into_linear,
-// the default) and without: the same bits, since LinearAdd is Linear then Add bit for bit
-// (edge_kernels_test); the prompt's rows, more than matvec.comp's, take Linear and Add either way.
-TEST_P(EdgeDecodingVulkanTest, FoldingTheResidualAddChangesNoLogit) {
-  ASSERT_TRUE(vulkan_->AddsIntoLinear(1));
+// Decoding with the ops folded into the projections (VulkanOptions::fuse_into_linear, the
+// default) and apart: the residual adds are bit for bit (edge_kernels_test), the folded norms
+// read the residual unrounded where RmsNorm wrote fp16 (edge_fused_linear_test), so the logits
+// agree within the decoding bound at the top of the file: 1e-4 of the largest |logit| in fp32,
+// 1e-3 in fp16. The prompt's rows, more than matvec.comp's, run apart either way.
+TEST_P(EdgeDecodingVulkanTest, FoldingOpsIntoTheProjectionsKeepsTheLogits) {
+  ASSERT_TRUE(vulkan_->FusesIntoLinear(1));
   VulkanOptions options;
   options.validation = true;
   options.precision = GetParam();
-  options.add_into_linear = false;
+  options.fuse_into_linear = false;
   std::unique_ptr<VulkanBackend> apart = testing::VulkanWith(options);
   ASSERT_NE(apart, nullptr);
-  ASSERT_FALSE(apart->AddsIntoLinear(1));
+  ASSERT_FALSE(apart->FusesIntoLinear(1));
   ExportedModelConfig config{97, 64, 3, 4, 2, /*causal=*/true, /*final_norm=*/true, 1e-5};
   fsdpd::testing::TempDir directory("edge-fold");
   const HostModel model = RandomHostModel(directory, "model", config, 28);
@@ -293,7 +295,19 @@ TEST_P(EdgeDecodingVulkanTest, FoldingTheResidualAddChangesNoLogit) {
   const std::vector<float> unfolded = EveryLogit(model, *apart, tokens);
   ASSERT_EQ(folded.size(), unfolded.size());
   ASSERT_FALSE(folded.empty());
-  for (size_t i = 0; i < folded.size(); ++i) ASSERT_EQ(folded[i], unfolded[i]) << "logit " << i;
+  double largest = 0.0, worst = 0.0;
+  size_t differ = 0;
+  for (size_t i = 0; i < folded.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(folded[i])) << "logit " << i;
+    largest = std::max(largest, std::fabs(double(unfolded[i])));
+    worst = std::max(worst, std::fabs(double(folded[i]) - unfolded[i]));
+    if (folded[i] != unfolded[i]) ++differ;
+  }
+  const double bound = (vulkan_->uses_fp16() ? 1e-3 : 1e-4) * largest;
+  EXPECT_LE(worst, bound) << "of the largest |logit| " << largest;
+  // The decoded positions' logits come from the folded ops: some must differ in their bits
+  // (the norms' rounding), or the fold did not run.
+  EXPECT_GT(differ, 0u);
   EXPECT_EQ(apart->validation_errors(), 0) << apart->last_validation_error();
 }
 
