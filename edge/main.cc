@@ -211,11 +211,18 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::string& prompt,
 }
 
 int RunGenerate(const RunOptions& options, const std::string& prompt, const std::string& prompt_ids,
-                const GenerateOptions& generate) {
+                const GenerateOptions& generate, int warmup) {
   absl::StatusOr<std::vector<int32_t>> tokens = PromptTokens(prompt, prompt_ids);
   if (!tokens.ok()) return Fail(tokens.status());
   absl::StatusOr<Loaded> loaded = Load(options, 1);
   if (!loaded.ok()) return Fail(loaded.status());
+  // Untimed runs of the same generation first, as llama-bench warms up before its tg: the first
+  // use of each shape and a GPU's clocks, which a run of 0.2 s otherwise measures too.
+  for (int run = 0; run < warmup; ++run) {
+    absl::StatusOr<std::vector<int32_t>> discarded = Generate(*loaded->runner, *tokens, generate);
+    if (!discarded.ok()) return Fail(discarded.status());
+  }
+  if (loaded->vulkan != nullptr) loaded->vulkan->ResetOpTimes();
   // The text streams out as it is generated: byte-level models as bytes (any byte, NUL
   // included), any other vocabulary as ids.
   const bool bytes = loaded->runner->config().vocab <= 256;
@@ -293,6 +300,9 @@ int main(int argc, char** argv) {
   gen->add_option("--new-tokens", generate.new_tokens, "tokens to generate (default 64)");
   gen->add_option("--top-k", generate.top_k, "sample among the k likeliest (1: greedy)");
   gen->add_option("--seed", generate.seed, "sampling seed");
+  int warmup = 0;
+  gen->add_option("--warmup", warmup, "untimed generations of the same prompt first (default 0)")
+      ->check(CLI::Range(0, 100));
   bool no_cache = false;
   gen->add_flag("--no-kv-cache", no_cache,
                 "a forward over the whole window for every token (the same predictions, slower)");
@@ -311,5 +321,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdpd-edge: generate needs --prompt TEXT or --prompt-ids IDS\n");
     return 1;
   }
-  return RunGenerate(generate_options, prompt, prompt_ids, generate);
+  return RunGenerate(generate_options, prompt, prompt_ids, generate, warmup);
 }

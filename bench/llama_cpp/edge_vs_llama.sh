@@ -178,12 +178,13 @@ PY
     grep -E "^backend:|^weights|^forward" "$logs/$tag-eval.log" || tail -5 "$logs/$tag-eval.log"
     # tg: $tg new tokens after an 8-token prompt, through the qkv cache. (The generated text goes
     # to stdout, bytes for a byte-level model; the rates to stderr.)
-    # Three runs; the table gives their median.
-    echo "== $name: fsdpd-edge generate --new-tokens $tg --seq $pp ${flags[*]} (3 runs)"
+    # Three runs, each after an untimed one in the same process (llama-bench's warm-up); the
+    # table gives their median.
+    echo "== $name: fsdpd-edge generate --new-tokens $tg --seq $pp --warmup 1 ${flags[*]} (3 runs)"
     : >"$logs/$tag-generate.log"
     for run in 1 2 3; do
       "${edge_env[@]}" "$edge_bin" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
-        --new-tokens "$tg" --seq "$pp" --device "$edge_device" "${flags[@]}" \
+        --new-tokens "$tg" --seq "$pp" --warmup 1 --device "$edge_device" "${flags[@]}" \
         >"$logs/$tag-generate.out" 2>>"$logs/$tag-generate.log" || true
     done
     tg_rate=$(sed -n 's/^fsdpd-edge: decoding \([0-9.]*\) tokens\/s.*/\1/p' \
@@ -206,4 +207,5 @@ echo "Shapes: $(printf '%s ' "${shapes[@]}")(NAME:DIM:LAYERS:HEADS:VOCAB, ffn ×
 echo "llama.cpp: llama-bench mean ± sd of $reps runs after a warm-up; pp$pp computes the head on"
 echo "the last position only. fsdpd-edge: pp = eval's forward (head and NLL on all $pp positions),"
 echo "$reps windows after an untimed one; tg = generate's decoding rate, tokens 2 to $tg after"
-echo "an 8-token prompt's prefill and the first token, the median of 3 runs. Logs: $logs"
+echo "an 8-token prompt's prefill and the first token, the median of 3 runs, each after an"
+echo "untimed run in its process. Logs: $logs"

@@ -4,11 +4,12 @@
 // first + rows rows, and attends to the keys 0 … first + r. One query row leaves a workgroup per
 // head far too little to do (16 workgroups on a GPU of 132 SMs, each walking every key), so the
 // keys are split into SPLIT-key slices and a workgroup takes one (slice, query row, head):
-//   1. scores: groups of PARTS invocations each take a key, every PARTS-th dimension a lane,
-//      their partial dot products summed by subgroup shuffles (as attention.comp does);
+//   1. scores: groups of PARTS invocations each take a key, every PARTS-th dimension a lane
+//      (every PARTS-th 16-byte vector where head_dim is a multiple of 16), their partial dot
+//      products summed by subgroup shuffles (as attention.comp does);
 //   2. the slice's max and the sum of exp(score − max) by tree reductions in shared memory;
 //   3. the unnormalised output: invocation d sums exp(score_j − max) · v_j[d] over the slice
-//      (consecutive invocations read consecutive values of a row).
+//      (consecutive invocations read consecutive values of a row), UNROLL reads in flight.
 // It writes those (head_dim values, then max and sum) to partials[((row·heads + head)·slices +
 // slice)·(head_dim + 2)]; attention_decode_combine.comp rescales and adds the slices. A slice
 // past a row's last key writes max −FLT_MAX and sum 0, which the combine weighs by 0.
@@ -23,7 +24,9 @@
 #define PARTS 4
 #define GROUPS (THREADS / PARTS)
 layout(local_size_x = THREADS) in;
+#define UNROLL 8  // value reads in flight an invocation
 layout(std430, binding = 0) readonly buffer Qkv { float qkv[]; };
+layout(std430, binding = 0) readonly buffer Qkv4 { vec4 qkv4[]; };
 layout(std430, binding = 1) writeonly buffer Partials { float partials[]; };
 layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head_dim; uint causal; float scale; uint first; } p;
 shared float q_row[MAX_HEAD_DIM];
@@ -87,7 +90,15 @@ void main() {
   for (uint j = group; j < count; j += GROUPS) {
     const uint k_base = (start + j) * stride + dim + h * hd;
     float partial = 0.0;
-    for (uint d = part; d < hd; d += PARTS) partial += q_row[d] * qkv[k_base + d];
+    if (hd % (4 * PARTS) == 0) {
+      // 16-byte reads, a lane every PARTS-th vec4 (k_base is a multiple of 4 here).
+      for (uint d = 4 * part; d < hd; d += 4 * PARTS) {
+        const vec4 key = qkv4[(k_base + d) / 4];
+        partial += dot(vec4(q_row[d], q_row[d + 1], q_row[d + 2], q_row[d + 3]), key);
+      }
+    } else {
+      for (uint d = part; d < hd; d += PARTS) partial += q_row[d] * qkv[k_base + d];
+    }
     partial += subgroupShuffleXor(partial, 1);
     partial += subgroupShuffleXor(partial, 2);
     if (part == 0) scores[j] = partial;
@@ -105,9 +116,17 @@ void main() {
   // ReduceSum's barriers also publish the weights written above.
   const float slice_sum = ReduceSum(local_sum);
   if (tid < hd) {
+    // UNROLL values read before any is used: one at a time, each key waited for its read, and
+    // a slice took SPLIT memory latencies in a row (bench/RESULTS.md). The sum's order is kept.
     float sum = 0.0;
     const uint v_base = start * stride + 2 * dim + h * hd + tid;
-    for (uint j = 0; j < count; ++j) sum += scores[j] * qkv[v_base + j * stride];
+    uint j = 0;
+    for (; j + UNROLL <= count; j += UNROLL) {
+      float values[UNROLL];
+      [[unroll]] for (uint u = 0; u < UNROLL; ++u) values[u] = qkv[v_base + (j + u) * stride];
+      [[unroll]] for (uint u = 0; u < UNROLL; ++u) sum += scores[j + u] * values[u];
+    }
+    for (; j < count; ++j) sum += scores[j] * qkv[v_base + j * stride];
     partials[out_base + tid] = sum;
   }
   if (tid == 0) {

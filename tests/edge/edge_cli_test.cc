@@ -114,7 +114,14 @@ TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
     EXPECT_NE(whole.output.find("a forward over the window per token"), std::string::npos)
         << whole.output;
     EXPECT_EQ(generated(dir_.File("whole.txt")), text);
+    // Untimed generations first (--warmup): the same text, printed once.
+    const Outcome warmed = run(command + " --warmup 2", dir_.File("warmed.txt"));
+    ASSERT_EQ(warmed.exit_code, 0) << warmed.output;
+    EXPECT_EQ(generated(dir_.File("warmed.txt")), text);
   }
+  const Outcome refused = RunEdge("generate " + model_ + " --prompt hi --warmup -1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--warmup"), std::string::npos) << refused.output;
 }
 
 // The pipelines built on one thread or on many: the same backend, the same text; the time the
