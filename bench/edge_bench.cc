@@ -562,6 +562,10 @@ int main(int argc, char** argv) {
   bool no_fuse_into_linear = false;
   app.add_flag("--no-fuse-into-linear", no_fuse_into_linear,
                "decode with each norm, SiLU, residual add and cache copy as its own dispatch");
+  int submit_every = VulkanOptions{}.submit_every;
+  app.add_option("--submit-every", submit_every,
+                 "commands recorded before they are submitted without waiting (0: one submit at "
+                 "each wait)");
   bool no_set_cache = false;
   app.add_flag("--no-set-cache", no_set_cache,
                "write a descriptor set for every dispatch instead of keeping one per "
@@ -642,6 +646,7 @@ int main(int argc, char** argv) {
     options.op_times = op_times;
     options.cache_descriptor_sets = !no_set_cache;
     options.fuse_into_linear = !no_fuse_into_linear;
+    options.submit_every = submit_every;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());

@@ -79,6 +79,10 @@ struct VulkanOptions {
   // Descriptor sets kept per (pipeline, buffers) pair and reused (VulkanContext::Dispatch);
   // off: one written for every dispatch, as before (edge_bench --no-set-cache compares).
   bool cache_descriptor_sets = true;
+  // Commands recorded before the batch is submitted without waiting, so that the device runs it
+  // while the host records the next (VulkanContext::MakeRoom); Finish waits for them all. 0: one
+  // submit, at Finish. Off while op_times runs.
+  int submit_every = 16;
   // Pipelines built with the driver's statistics kept (registers per invocation, shared memory
   // and the like: VulkanBackend::pipeline_statistics), where the device offers
   // VK_KHR_pipeline_executable_properties.

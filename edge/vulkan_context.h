@@ -128,7 +128,7 @@ class VulkanContext {
   // Records a copy of `bytes` between buffer offsets, then a barrier as Dispatch does.
   absl::Status RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset, VulkanBuffer& to,
                           VkDeviceSize to_offset, VkDeviceSize bytes);
-  // Submits what is recorded and waits for it.
+  // Submits what is recorded and waits for it, and for every batch submitted before it.
   absl::Status Finish();
   // Descriptor sets written so far (each a vkAllocateDescriptorSets and a vkUpdateDescriptorSets).
   int64_t descriptor_sets_written() const { return sets_written_; }
@@ -145,8 +145,11 @@ class VulkanContext {
   absl::Status Open(const VulkanOptions& options);
   uint32_t FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags required) const;
   absl::Status BeginRecording();
-  absl::Status SubmitAndWait();
-  // Before another command: submits what is recorded where the op timer's table is full.
+  // Submits the batch being recorded (its fence signals when it has run); with `wait`, waits for
+  // it and every batch before it, and resets them all.
+  absl::Status Submit(bool wait);
+  // Before another command: submits what is recorded where the op timer's table is full, or,
+  // without waiting, where options.submit_every commands are recorded since the last submit.
   absl::Status MakeRoom();
   // The set binding `buffers` for `pipeline`: kept from an earlier dispatch, or written now.
   // Where the pool is full, what is recorded is submitted and waited for first, then every kept
@@ -164,8 +167,21 @@ class VulkanContext {
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer commands_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
+  // Batches of commands, a command buffer and a fence each, used in turn: commands_ records into
+  // batches_[current_]; a batch submitted early stays pending until Finish (or until its turn
+  // comes round again) waits for its fence. Submission order and every command's barrier keep
+  // the batches in order on the queue.
+  static constexpr size_t kBatches = 8;
+  struct Batch {
+    VkCommandBuffer commands = VK_NULL_HANDLE;
+    VkFence fence = VK_NULL_HANDLE;
+    bool pending = false;
+  };
+  std::array<Batch, kBatches> batches_;
+  size_t current_ = 0;
+  VkCommandBuffer commands_ = VK_NULL_HANDLE;  // batches_[current_].commands
+  int submit_every_ = 0;                       // options.submit_every
+  int recorded_ = 0;                           // commands in the batch being recorded
   VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
   // Kept sets by (set layout, the bound buffers' ids; 0 past the last binding).
   using SetKey = std::pair<VkDescriptorSetLayout, std::array<uint64_t, kMaxBindings>>;
