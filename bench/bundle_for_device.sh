@@ -14,7 +14,8 @@ jobs=${JOBS:-2}
 size_limit_mib=${SIZE_LIMIT_MIB:-60}
 bundle_libs=${BUNDLE_LIBS:-$repo_root/../shared/device/bundle-libs.sh}
 
-binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench cuda_memory_probe gemm_power_bench)
+binaries=(fsdpd fsdpd-worker fsdpctl fsdpd-train cuda_kernels_bench cuda_memory_probe gemm_power_bench
+  fp8_gemm_bench)
 # The edge runtime and its benchmark, where Vulkan and glslc were found (bench/edge_bench.sh).
 extras=(fsdpd-edge edge_bench)
 gpu_tests=(cuda_kernels_test cuda_backend_test cuda_trainer_test cuda_llama_trainer_test

@@ -12,3 +12,9 @@ if(FSDPD_CUDA)
   target_link_libraries(gemm_power_bench PRIVATE CUDA::cublasLt CUDA::cudart absl::status absl::statusor
     absl::strings)
 endif()
+# bf16 against FP8 (with its casts) for each product of the seed's linear layers.
+if(FSDPD_CUDA)
+  add_executable(fp8_gemm_bench ${CMAKE_CURRENT_LIST_DIR}/fp8_gemm_bench.cc)
+  target_link_libraries(fp8_gemm_bench PRIVATE fsdpd_kernels_cuda CUDA::cublasLt CUDA::cudart
+    absl::status absl::statusor absl::strings)
+endif()

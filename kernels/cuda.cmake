@@ -1,4 +1,5 @@
-# The CUDA kernel families and the one owner of cuBLASLt (gemm.cu); only with FSDPD_CUDA.
+# The CUDA kernel families and the owners of cuBLASLt (gemm.cu, and fp8_gemm.cc for the FP8
+# products); only with FSDPD_CUDA.
 if(FSDPD_CUDA)
   add_library(fsdpd_kernels_cuda STATIC
     cuda/adamw.cu
@@ -8,6 +9,8 @@ if(FSDPD_CUDA)
     cuda/cross_entropy.cu
     cuda/elementwise.cu
     cuda/embedding.cu
+    cuda/fp8.cu
+    cuda/fp8_gemm.cc
     cuda/gemm.cu
     cuda/rmsnorm.cu
     cuda/rotary.cu
