@@ -535,6 +535,9 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters);
   app.add_option("--device", device);
   app.add_option("--model", model_path, "where the random export is written");
+  bool reuse_model = false;
+  app.add_flag("--reuse-model", reuse_model,
+               "read the export already at --model (its own shape) instead of writing one");
   app.add_flag("--fp32", fp32, "also time the fp32 path");
   app.add_flag("--coop-blocks", coop_sweep,
                "first check and time the matmul with every cooperative-matrix block shape");
@@ -591,10 +594,12 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once
 
   auto start = std::chrono::steady_clock::now();
-  if (absl::Status written =
-          WriteExportedModel(model_path, config, RandomModelTensors(config, 1, /*noise=*/0.0f));
-      !written.ok()) {
-    return Fail(written);
+  if (!reuse_model) {
+    if (absl::Status written = WriteExportedModel(model_path, config,
+                                                  RandomModelTensors(config, 1, /*noise=*/0.0f));
+        !written.ok()) {
+      return Fail(written);
+    }
   }
   if (export_only) {
     std::printf(
@@ -607,6 +612,7 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<HostModel> model = LoadHostModel(model_path);
   if (!model.ok()) return Fail(model.status());
+  if (reuse_model) config = model->config;  // the shapes below are the file's
   std::printf(
       "model dim %lld layers %lld heads %lld vocab %lld ffn_mult %lld, batch %lld × seq "
       "%lld; written and read back in %.1f s\n",

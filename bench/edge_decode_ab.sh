@@ -1,0 +1,39 @@
+#!/bin/bash
+# Decoding's levers side by side on one GPU, in one process each and interleaved: fsdpd-edge's
+# decoding rate on random models of the seed shape (dim 2048, 12 layers, 16 heads, vocab 32000)
+# and the small one (dim 1024, 8 layers, 8 heads), fp16 and int8 weights, through
+#   - edge_bench --causal --decode-only (a warm-up round, then seq/2 tokens after a prompt of
+#     seq/2; narrow and wide matvec layouts), by default and with each lever off:
+#     --submit-every 0 (one submit a token) and --no-fuse-into-linear (each norm, SiLU, add and
+#     cache copy its own dispatch);
+#   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it).
+# From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
+#   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
+# EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout.
+set -uo pipefail
+edge=${1:?EDGE_DIR}
+out=${2:?OUT_DIR}
+rounds=${3:-2}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$edge/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
+  IFS=: read -r name dim layers heads <<<"$spec"
+  model=$out/$name.safetensors
+  "$edge/edge_bench" --export-only --causal --dim "$dim" --layers "$layers" --heads "$heads" \
+    --vocab 32000 --model "$model" >/dev/null || exit 1
+  for round in $(seq "$rounds"); do
+    for weights in auto int8; do
+      for lever in "" "--submit-every 0" "--no-fuse-into-linear"; do
+        log=$out/$name-$weights-${lever// /}-$round.txt
+        # shellcheck disable=SC2086  # the lever is words
+        timeout 120 "$edge/edge_bench" --causal --decode-only --seq 256 --weights "$weights" \
+          --model "$model" --reuse-model $lever >"$log" 2>&1
+        sed -n "s|.*\] .*decoding's matvec \([a-z]*\).*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p" \
+          "$log" | paste -sd' ' | sed "s|^|$name $weights ${lever:-default} round $round: |"
+      done
+      timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
+        --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" 2>&1 >/dev/null |
+        sed -n "s|^fsdpd-edge: decoding|$name $weights generate round $round:|p"
+    done
+  done
+done
