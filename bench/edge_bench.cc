@@ -569,6 +569,9 @@ int main(int argc, char** argv) {
   app.add_option("--submit-every", submit_every,
                  "commands recorded before they are submitted without waiting (0: one submit at "
                  "each wait)");
+  bool stage_matvec_x = false;
+  app.add_flag("--stage-matvec-x", stage_matvec_x,
+               "the wide matvec reads one row's x once a workgroup into shared memory");
   bool no_set_cache = false;
   app.add_flag("--no-set-cache", no_set_cache,
                "write a descriptor set for every dispatch instead of keeping one per "
@@ -595,8 +598,8 @@ int main(int argc, char** argv) {
 
   auto start = std::chrono::steady_clock::now();
   if (!reuse_model) {
-    if (absl::Status written = WriteExportedModel(model_path, config,
-                                                  RandomModelTensors(config, 1, /*noise=*/0.0f));
+    if (absl::Status written =
+            WriteExportedModel(model_path, config, RandomModelTensors(config, 1, /*noise=*/0.0f));
         !written.ok()) {
       return Fail(written);
     }
@@ -653,6 +656,7 @@ int main(int argc, char** argv) {
     options.cache_descriptor_sets = !no_set_cache;
     options.fuse_into_linear = !no_fuse_into_linear;
     options.submit_every = submit_every;
+    options.stage_matvec_x = stage_matvec_x;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());

@@ -1,8 +1,10 @@
 // Backend::FusedLinear on Vulkan (lavapipe, validation on): decoding's RMSNorm folded into the
 // projection after it, SiLU into ffn.0's, the qkv rows written into the cache at an offset,
 // against the CPU reference running the ops apart (RmsNorm, Linear, Silu), on fp16 and int8
-// weights, in matvec.comp's two layouts, on the fp32 and the fp16 path. Each misuse is refused
-// with its reason. (The residual add, the other fold, is bit for bit: edge_kernels_test.)
+// weights, in matvec.comp's two layouts and the wide one with x staged in shared memory
+// (VulkanOptions::stage_matvec_x, which also takes a plain Linear of one row), on the fp32 and
+// the fp16 path. Each misuse is refused with its reason. (The residual add, the other fold, is
+// bit for bit: edge_kernels_test.)
 //
 // Tolerances, per element, with u32 = 2^-24 and u16 = 2^-11. Let z_k = x_k·g_k·r, r =
 // rsqrt(mean(x²) + eps), and M = Σ_k |w_k·z_k|, all in double:
@@ -17,6 +19,11 @@
 //    values on both sides (q · scale, exact); the norm weight and bias are fp16 as above.
 //  - SiLU after it: silu' ≤ 1.1, so the product's bound times 1.1, plus silu's own
 //    (8 + 2|y|)·2·u32·max(|silu(y)|, |y|) (edge_kernels_test).
+//  - Staged, x·rsqrt·g is rounded before the dot product (to fp16 with fp16 weights, as
+//    RmsNorm's fp16 output was): the same terms, one rounding of each z_k instead of the scale's
+//    at the end, inside the bound above (u16 per z_k is the fp16 weights' 2·u16 term's room).
+//  - A plain Linear (no norm): the matmul bound of edge_kernels_test, 2K·u32·Σ|x·w|, with
+//    (2·u16 + u16²)·Σ|x·w| for fp16 weights and x, and the bias terms above.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -39,24 +46,39 @@ constexpr double kEps = 1e-5;
 
 enum class Weights { kPlain, kInt8 };
 
+// The matvec a backend runs: its layout, and whether the wide one stages x.
+struct Matvec {
+  VulkanOptions::MatvecLayout layout;
+  bool staged;
+  const char* name;
+};
+
 class EdgeFusedLinearTest : public ::testing::TestWithParam<VulkanOptions::Precision> {
  protected:
   void SetUp() override {
     cpu_ = CreateCpuBackend();
-    Use(VulkanOptions::MatvecLayout::kAuto);
+    Use(Matvec{VulkanOptions::MatvecLayout::kAuto, false, "auto"});
   }
   void TearDown() override {
     if (vulkan_ != nullptr) {
       EXPECT_EQ(vulkan_->validation_errors(), 0) << vulkan_->last_validation_error();
     }
   }
-  void Use(VulkanOptions::MatvecLayout layout) {
+  void Use(const Matvec& matvec) {
     if (vulkan_ != nullptr) {
       EXPECT_EQ(vulkan_->validation_errors(), 0) << vulkan_->last_validation_error();
     }
     vulkan_.reset();
-    vulkan_ = testing::ValidatedVulkan(GetParam(), layout);
+    VulkanOptions options;
+    options.validation = true;
+    options.precision = GetParam();
+    options.matvec_layout = matvec.layout;
+    options.matmul_inputs = VulkanOptions::MatmulInputs::kFp16;
+    options.stage_matvec_x = matvec.staged;
+    vulkan_ = testing::VulkanWith(options);
     ASSERT_NE(vulkan_, nullptr);
+    ASSERT_EQ(vulkan_->Describe().find("x staged") != std::string::npos, matvec.staged)
+        << vulkan_->Describe();
     fp16_ = vulkan_->uses_fp16();
   }
   std::unique_ptr<Buffer> Upload(Backend& backend, const std::vector<float>& values) {
@@ -72,7 +94,9 @@ class EdgeFusedLinearTest : public ::testing::TestWithParam<VulkanOptions::Preci
 
   // FusedLinear with a norm (and SiLU where `silu`) against RmsNorm, Linear (and Silu) on the
   // CPU, on `weights` of shape s, outputs poisoned first.
-  void ExpectNormLinear(const LinearShape& s, bool silu, Weights weights, uint64_t seed);
+  // Without `norm`, Linear against Linear.
+  void ExpectNormLinear(const LinearShape& s, bool silu, Weights weights, uint64_t seed,
+                        bool norm = true);
 
   std::unique_ptr<VulkanBackend> vulkan_;
   std::unique_ptr<Backend> cpu_;
@@ -80,10 +104,10 @@ class EdgeFusedLinearTest : public ::testing::TestWithParam<VulkanOptions::Preci
 };
 
 void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weights weights,
-                                           uint64_t seed) {
+                                           uint64_t seed, bool norm) {
   SCOPED_TRACE(::testing::Message()
-               << s.rows << "x" << s.in << " · " << s.out << (silu ? ", silu" : "")
-               << (weights == Weights::kInt8 ? ", int8" : ""));
+               << s.rows << "x" << s.in << " · " << s.out << (norm ? "" : ", no norm")
+               << (silu ? ", silu" : "") << (weights == Weights::kInt8 ? ", int8" : ""));
   // A residual of a few units, as decoding's hidden state; norm weights near 1 but spread.
   const std::vector<float> x = RandomValues(s.rows * s.in, 3.0f, seed);
   std::vector<float> g = RandomValues(s.in, 0.3f, seed + 1);
@@ -112,7 +136,7 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
       Upload(*vulkan_, std::vector<float>(static_cast<size_t>(count), std::nanf("")));
 
   LinearFusion fusion;
-  fusion.norm = g_gpu.get();
+  fusion.norm = norm ? g_gpu.get() : nullptr;
   fusion.eps = kEps;
   fusion.silu = silu;
   ASSERT_TRUE(vulkan_
@@ -121,10 +145,12 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
                   .ok());
   std::unique_ptr<Buffer> normed = *cpu_->Floats(s.rows * s.in);
   std::unique_ptr<Buffer> product = *cpu_->Floats(count), want = *cpu_->Floats(count);
-  ASSERT_TRUE(cpu_->RmsNorm(*x_cpu, *g_cpu, s.rows, s.in, kEps, *normed).ok());
-  ASSERT_TRUE(
-      cpu_->Linear(*normed, *w_cpu, s.bias ? b_cpu.get() : nullptr, s.rows, s.in, s.out, *product)
-          .ok());
+  if (norm) {
+    ASSERT_TRUE(cpu_->RmsNorm(*x_cpu, *g_cpu, s.rows, s.in, kEps, *normed).ok());
+  }
+  ASSERT_TRUE(cpu_->Linear(norm ? *normed : *x_cpu, *w_cpu, s.bias ? b_cpu.get() : nullptr, s.rows,
+                           s.in, s.out, *product)
+                  .ok());
   if (silu) {
     ASSERT_TRUE(cpu_->Silu(*product, count, *want).ok());
   }
@@ -144,11 +170,13 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
     for (int64_t c = 0; c < s.out; ++c) {
       double magnitude = 0.0;
       for (int64_t k = 0; k < s.in; ++k) {
-        magnitude += std::fabs(double(w[c * s.in + k]) * x[r * s.in + k] * g[k] * rs);
+        const double z = norm ? double(x[r * s.in + k]) * g[k] * rs : double(x[r * s.in + k]);
+        magnitude += std::fabs(double(w[c * s.in + k]) * z);
       }
-      double bound = (4.0 * double(s.in) + 17.0) * kU32 * magnitude;
+      double bound = (norm ? 4.0 * double(s.in) + 17.0 : 2.0 * double(s.in)) * kU32 * magnitude;
       if (fp16_weights) bound += (2 * kU16 + kU16 * kU16) * magnitude;
-      if (fp16_small && !fp16_weights) bound += (kU16 + kU16 * kU16) * magnitude;  // g only
+      // g only (a norm's weight is fp16 on either kind of weights).
+      if (norm && fp16_small && !fp16_weights) bound += (kU16 + kU16 * kU16) * magnitude;
       if (s.bias) {
         bound +=
             2 * kU32 * (magnitude + std::fabs(b[c])) + (fp16_small ? kU16 * std::fabs(b[c]) : 0);
@@ -172,43 +200,65 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
                                << expected[worst] << ", bound " << worst_bound;
 }
 
-constexpr VulkanOptions::MatvecLayout kLayouts[] = {VulkanOptions::MatvecLayout::kNarrow,
-                                                    VulkanOptions::MatvecLayout::kWide};
+constexpr Matvec kMatvecs[] = {{VulkanOptions::MatvecLayout::kNarrow, false, "narrow"},
+                               {VulkanOptions::MatvecLayout::kWide, false, "wide"},
+                               {VulkanOptions::MatvecLayout::kWide, true, "wide, x staged"}};
 
 // The shapes cover matvec.comp's vector path (K a multiple of 8, whole rounds of reads and a
-// remainder), its element path (K ragged), 1 to 4 rows, with and without a bias.
+// remainder), its element path (K ragged), 1 to 4 rows, with and without a bias; staging takes
+// the one-row shapes on the vector path up to 6,144 inputs (and leaves 8,192 to the columns).
 const std::vector<LinearShape> kShapes = {
-    {1, 2048, 96, true}, {4, 1032, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}};
+    {1, 2048, 96, true},  {4, 1032, 65, false}, {3, 24, 5, true},    {2, 33, 70, true},
+    {1, 1032, 65, false}, {1, 8192, 24, true},  {1, 6144, 9, false}, {1, 24, 5, true}};
 
 TEST_P(EdgeFusedLinearTest, TheFoldedNormIsRmsNormThenLinear) {
-  for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
-    Use(layout);
+  for (const Matvec& matvec : kMatvecs) {
+    SCOPED_TRACE(matvec.name);
+    Use(matvec);
     uint64_t seed = 100;
-    for (const LinearShape& s : kShapes)
+    for (const LinearShape& s : kShapes) {
       ExpectNormLinear(s, /*silu=*/false, Weights::kPlain, seed += 10);
+    }
   }
 }
 
 TEST_P(EdgeFusedLinearTest, TheFoldedNormAndSiluAreRmsNormLinearThenSilu) {
-  for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
-    Use(layout);
+  for (const Matvec& matvec : kMatvecs) {
+    SCOPED_TRACE(matvec.name);
+    Use(matvec);
     uint64_t seed = 200;
-    for (const LinearShape& s : kShapes)
+    for (const LinearShape& s : kShapes) {
       ExpectNormLinear(s, /*silu=*/true, Weights::kPlain, seed += 10);
+    }
+  }
+}
+
+// A plain projection (no norm) of one row staged, and of several rows beside it.
+TEST_P(EdgeFusedLinearTest, AStagedLinearIsTheReferences) {
+  for (const Matvec& matvec : kMatvecs) {
+    SCOPED_TRACE(matvec.name);
+    Use(matvec);
+    uint64_t seed = 400;
+    for (const LinearShape& s : kShapes) {
+      ExpectNormLinear(s, /*silu=*/false, Weights::kPlain, seed += 10, /*norm=*/false);
+      ExpectNormLinear(s, /*silu=*/false, Weights::kInt8, seed += 10, /*norm=*/false);
+    }
   }
 }
 
 // int8 weights take matvec_int8.comp, whose vector path reads 16 weights a lane (K a multiple
 // of 16) and whose element path takes the rest.
 TEST_P(EdgeFusedLinearTest, TheFoldsHoldOnInt8Weights) {
-  for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
-    Use(layout);
+  for (const Matvec& matvec : kMatvecs) {
+    SCOPED_TRACE(matvec.name);
+    Use(matvec);
     uint64_t seed = 300;
-    for (const LinearShape& s :
-         std::vector<LinearShape>{{1, 2048, 96, true}, {4, 1040, 65, false}, {2, 33, 70, true}}) {
+    for (const LinearShape& s : std::vector<LinearShape>{{1, 2048, 96, true},
+                                                         {4, 1040, 65, false},
+                                                         {2, 33, 70, true},
+                                                         {1, 1040, 33, false},
+                                                         {1, 8192, 20, true},
+                                                         {1, 1032, 7, true}}) {
       ExpectNormLinear(s, /*silu=*/false, Weights::kInt8, seed += 10);
       ExpectNormLinear(s, /*silu=*/true, Weights::kInt8, seed += 10);
     }

@@ -77,9 +77,11 @@ void ExpectTableFollowsList(const std::string& list, int count) {
     EXPECT_EQ(variant.id, ids[static_cast<size_t>(i)]);
     EXPECT_STRNE(variant.name, "");
     EXPECT_TRUE(std::string(variant.source).find(".comp") != std::string::npos) << variant.source;
-    // VulkanContext binds at most 4 buffers; every device takes 128 bytes of push constants.
+    // VulkanContext binds at most 5 buffers (kMaxBindings in edge/vulkan_context.h, which this
+    // test, built without Vulkan's headers, does not include); every device takes 128 bytes of
+    // push constants.
     EXPECT_GE(variant.bindings, 1u);
-    EXPECT_LE(variant.bindings, 4u);
+    EXPECT_LE(variant.bindings, 5u);
     EXPECT_GE(variant.push_bytes, 4u);
     EXPECT_LE(variant.push_bytes, 128u);
     EXPECT_EQ(variant.push_bytes % 4, 0u);
