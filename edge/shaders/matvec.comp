@@ -108,11 +108,27 @@ Eight Unpack(uvec4 halves) {
                vec4(unpackHalf2x16(halves.z), unpackHalf2x16(halves.w)));
 }
 #endif
-Eight Weights(uint index) {
+// Eight weights as read: fp16 ones kept packed while in flight (4 registers, not 8) and
+// unpacked by Open where they are used.
+struct Packed {
 #ifdef WEIGHTS_F16
-  return Unpack(w_vectors[index]);
+  uvec4 halves;
 #else
-  return Eight(w_vectors[2 * index], w_vectors[2 * index + 1]);
+  vec4 low, high;
+#endif
+};
+Packed Weights(uint index) {
+#ifdef WEIGHTS_F16
+  return Packed(w_vectors[index]);
+#else
+  return Packed(w_vectors[2 * index], w_vectors[2 * index + 1]);
+#endif
+}
+Eight Open(Packed packed) {
+#ifdef WEIGHTS_F16
+  return Unpack(packed.halves);
+#else
+  return Eight(packed.low, packed.high);
 #endif
 }
 Eight Inputs(uint index) {
@@ -183,7 +199,7 @@ void main() {
     const uint row_start = column * vectors;
     uint v = lane;
     for (; v + (IN_FLIGHT - 1) * LANES < vectors; v += IN_FLIGHT * LANES) {
-      Eight weights[IN_FLIGHT];
+      Packed weights[IN_FLIGHT];
       [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) weights[i] = Weights(row_start + v + i * LANES);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
@@ -201,13 +217,14 @@ void main() {
             } else {
               inputs = Inputs(at);
             }
-            sums[r] += dot(weights[i].low, inputs.low) + dot(weights[i].high, inputs.high);
+            const Eight w8 = Open(weights[i]);
+            sums[r] += dot(w8.low, inputs.low) + dot(w8.high, inputs.high);
           }
         }
       }
     }
     for (; v < vectors; v += LANES) {
-      const Eight weights = Weights(row_start + v);
+      const Eight weights = Open(Weights(row_start + v));
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           Eight inputs;

@@ -70,19 +70,31 @@ layout(push_constant) uniform Push {
   float eps;        // FLAG_NORM's
 } p;
 
+// The VEC weights from element VEC·index on, as read: kept packed while in flight (4 registers a
+// read, not 16) and made floats by QuadOf where they are used.
 struct Read {
-  vec4 q[QUADS];
+#ifdef VECTOR_READS
+  uvec4 words;
+#else
+  uint word;
+#endif
 };
-// The VEC weights from element VEC·index on, as signed bytes.
 Read Weights(uint index) {
   Read read;
 #ifdef VECTOR_READS
-  const uvec4 words = wq4[index];
-  [[unroll]] for (uint i = 0; i < 4; ++i) read.q[i] = Bytes4(words[i]);
+  read.words = wq4[index];
 #else
-  read.q[0] = Bytes4(wq[index]);
+  read.word = wq[index];
 #endif
   return read;
+}
+// Weights 4·j … 4·j + 3 of a read, as signed bytes in fp32.
+vec4 QuadOf(Read read, uint j) {
+#ifdef VECTOR_READS
+  return Bytes4(read.words[j]);
+#else
+  return Bytes4(read.word);
+#endif
 }
 // Four inputs from element 4·index on.
 vec4 Quad(uint index) {
@@ -171,7 +183,7 @@ void main() {
                   staged ? StagedQuad(weight_quad + j)
                   : fold ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
                          : Quad(x_quad + j);
-              dot_q += dot(weights[i].q[j], quad);
+              dot_q += dot(QuadOf(weights[i], j), quad);
             }
             sums[r] += dot_q * scales[i];
           }
@@ -192,7 +204,7 @@ void main() {
                 staged ? StagedQuad(weight_quad + j)
                 : fold ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
                        : Quad(x_quad + j);
-            dot_q += dot(weights.q[j], quad);
+            dot_q += dot(QuadOf(weights, j), quad);
           }
           sums[r] += dot_q * scale;
         }
