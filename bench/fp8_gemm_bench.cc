@@ -223,7 +223,9 @@ absl::StatusOr<double> RelativeRmsDifference(const T* a, const T* b, int64_t cou
 
 // One tensor's FP8 form: the values, the transpose, amax, scale and descale.
 struct Fp8Tensor {
-  DeviceMemory data, transposed, scalars;  // scalars: amax, scale, descale
+  // scalars: amax, scale, descale, 16 bytes apart (cuBLASLt reads the descale only 16-byte
+  // aligned).
+  DeviceMemory data, transposed, scalars;
   cuda::Fp8Format format = cuda::Fp8Format::kE4M3;
   int64_t rows = 0, cols = 0;
 
@@ -231,13 +233,13 @@ struct Fp8Tensor {
     rows = r, cols = c, format = f;
     FSDPD_RETURN_IF_ERROR(data.Allocate(static_cast<size_t>(r * c)));
     FSDPD_RETURN_IF_ERROR(transposed.Allocate(static_cast<size_t>(r * c)));
-    FSDPD_RETURN_IF_ERROR(scalars.Allocate(3 * sizeof(float)));
-    CUDA_CHECK(cudaMemset(scalars.as<float>(), 0, 3 * sizeof(float)));
+    FSDPD_RETURN_IF_ERROR(scalars.Allocate(12 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(scalars.as<float>(), 0, 12 * sizeof(float)));
     return absl::OkStatus();
   }
   float* amax() const { return scalars.as<float>(); }
-  float* scale() const { return scalars.as<float>() + 1; }
-  float* descale() const { return scalars.as<float>() + 2; }
+  float* scale() const { return scalars.as<float>() + 4; }
+  float* descale() const { return scalars.as<float>() + 8; }
   cuda::Fp8Operand Plain() const { return {data.as<uint8_t>(), format, descale()}; }
   cuda::Fp8Operand Transposed() const { return {transposed.as<uint8_t>(), format, descale()}; }
 

@@ -59,7 +59,7 @@ fi
 if [ "${OP_TIMES:-0}" = 1 ]; then  # where decoding's time goes, fp16 and int8, on the seed shape
   for weights in auto int8; do
     LD_LIBRARY_PATH="$w/edge/lib" "$w/edge/fsdpd-edge" generate "$w/work/seed.safetensors" \
-      --prompt-ids "1 2 3 4 5 6 7 8" --new-tokens 128 --seq 512 --weights "$weights" --op-times \
+      --prompt-ids "1 2 3 4 5 6 7 8" --new-tokens 128 --seq 512 --weights "$weights" --warmup 1 --op-times \
       2>&1 >/dev/null | tee "$out/op_times_$weights.txt" | grep -E "decoding|matvec|rms|GPU"
   done
 fi

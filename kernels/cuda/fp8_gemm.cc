@@ -154,13 +154,15 @@ absl::Status Fp8Gemm::State::ChooseAlgorithm(const Problem& p, const void* a, co
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
   float best = -1.0f;
+  cublasStatus_t last_refusal = CUBLAS_STATUS_SUCCESS;
   for (int i = 0; i < returned && status.ok(); ++i) {
     auto launch = [&]() {
       return cublasLtMatmul(handle, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, scratch,
                             plan->d, scratch, plan->d, &results[i].algo, workspace,
                             static_cast<size_t>(config.workspace_bytes), stream);
     };
-    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may still refuse to run
+    last_refusal = launch();
+    if (last_refusal != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may still refuse to run
     cudaEventRecord(start, stream);
     bool ran = true;
     for (int r = 0; r < config.timing_repeats && ran; ++r) ran = launch() == CUBLAS_STATUS_SUCCESS;
@@ -181,6 +183,11 @@ absl::Status Fp8Gemm::State::ChooseAlgorithm(const Problem& p, const void* a, co
   if (stop != nullptr) cudaEventDestroy(stop);
   cudaStreamSynchronize(stream);
   cudaFree(scratch);
+  if (status.ok() && best < 0.0f) {
+    status = absl::InternalError(absl::StrCat(
+        "fp8 gemm: none of the heuristic's ", returned, " algorithms ran for m=", p.m, " n=", p.n,
+        " k=", p.k, " (the last said ", cublasLtGetStatusName(last_refusal), ")"));
+  }
   spdlog::debug("fp8 gemm: m={} n={} k={} chose among {} candidates: {:.3f} ms", p.m, p.n, p.k,
                 returned, best / static_cast<float>(std::max(config.timing_repeats, 1)));
   return status;
@@ -235,6 +242,14 @@ absl::Status Fp8Gemm::State::Product(const char* op, const Fp8Operand& left,
   if (!Aligned16(left.data) || !Aligned16(right.data) || !Aligned16(out)) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": FP8 operands and the output must be 16-byte aligned"));
+  }
+  // cuBLASLt runs none of its FP8 algorithms on a descale 8 bytes past a 16-byte boundary: each
+  // launch returns NOT_SUPPORTED although the heuristic offered them (measured on an H200 with
+  // cuBLASLt 13.1, bench/RESULTS.md).
+  if ((left.descale != nullptr && !Aligned16(left.descale)) ||
+      (right.descale != nullptr && !Aligned16(right.descale))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": cuBLASLt's FP8 products need 16-byte aligned descale pointers"));
   }
   // Row-major out[rows, cols] = left · rightᵀ is column-major outᵀ[cols, rows] =
   // op(right)[cols, depth] · leftᵀ[depth, rows], right stored depth × cols (transposed).

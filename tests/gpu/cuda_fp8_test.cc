@@ -265,13 +265,13 @@ TEST_F(CudaFp8Test, ScaleFromAmaxEdgeCases) {
 struct Quantized {
   uint8_t* data = nullptr;
   uint8_t* transposed = nullptr;
-  float* scalars = nullptr;  // amax, scale, descale
+  float* scalars = nullptr;  // amax, scale, descale, 16 bytes apart (cuBLASLt's alignment)
   Fp8Format format;
   std::vector<double> values;  // decoded row-major values, descale not applied
   double descale = 0.0;
 
-  cuda::Fp8Operand Plain() const { return {data, format, scalars + 2}; }
-  cuda::Fp8Operand Transposed() const { return {transposed, format, scalars + 2}; }
+  cuda::Fp8Operand Plain() const { return {data, format, scalars + 8}; }
+  cuda::Fp8Operand Transposed() const { return {transposed, format, scalars + 8}; }
 };
 
 struct GemmCase {
@@ -286,21 +286,21 @@ class CudaFp8GemmTest : public CudaFp8Test, public ::testing::WithParamInterface
     Quantized q;
     q.format = format;
     const __nv_bfloat16* in = UploadBf16(values);
-    q.scalars = UploadRaw(std::vector<float>{0.0f, 0.0f, 0.0f});
+    q.scalars = UploadRaw(std::vector<float>(12, 0.0f));
     q.data = Poisoned<uint8_t>(rows * cols);
     q.transposed = Poisoned<uint8_t>(rows * cols);
     EXPECT_TRUE(
         cuda::CastToFp8(in, rows, cols, format, nullptr, nullptr, nullptr, q.scalars, stream_)
             .ok());
     EXPECT_TRUE(
-        cuda::Fp8ScaleFromAmax(q.scalars, format, q.scalars + 1, q.scalars + 2, stream_).ok());
-    EXPECT_TRUE(cuda::CastToFp8(in, rows, cols, format, q.scalars + 1, q.data, q.transposed,
+        cuda::Fp8ScaleFromAmax(q.scalars, format, q.scalars + 4, q.scalars + 8, stream_).ok());
+    EXPECT_TRUE(cuda::CastToFp8(in, rows, cols, format, q.scalars + 4, q.data, q.transposed,
                                 nullptr, stream_)
                     .ok());
     const std::vector<uint8_t> bytes = DownloadRaw(q.data, rows * cols);
     q.values.resize(bytes.size());
     for (size_t i = 0; i < bytes.size(); ++i) q.values[i] = DecodeFp8(bytes[i], format);
-    q.descale = DownloadRaw(q.scalars, 3)[2];
+    q.descale = DownloadRaw(q.scalars, 12)[8];
     return q;
   }
 
@@ -438,7 +438,7 @@ TEST_F(CudaFp8Test, UnsupportedProductsAreRefusedWithAClearStatus) {
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   uint8_t* a = Poisoned<uint8_t>(64 * 64);
   uint8_t* b = Poisoned<uint8_t>(64 * 64);
-  float* descale = UploadRaw(std::vector<float>{1.0f});
+  float* descale = UploadRaw(std::vector<float>{1.0f, 1.0f, 1.0f});
   auto* out = Poisoned<__nv_bfloat16>(64 * 64 * 4);
   const cuda::Fp8Operand e4m3_a{a, Fp8Format::kE4M3, descale}, e4m3_b{b, Fp8Format::kE4M3, descale};
   const cuda::Fp8Operand e5m2_a{a, Fp8Format::kE5M2, descale}, e5m2_b{b, Fp8Format::kE5M2, descale};
@@ -458,6 +458,11 @@ TEST_F(CudaFp8Test, UnsupportedProductsAreRefusedWithAClearStatus) {
   const cuda::Fp8Operand shifted{a + 8, Fp8Format::kE4M3, descale};
   status = (*gemm)->Forward(shifted, e4m3_b, 32, 32, 32, out, stream_);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  // A descale 8 bytes past a 16-byte boundary, which cuBLASLt's FP8 algorithms do not run.
+  const cuda::Fp8Operand unaligned_descale{a, Fp8Format::kE4M3, descale + 2};
+  status = (*gemm)->Forward(unaligned_descale, e4m3_b, 32, 32, 32, out, stream_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("descale"), std::string::npos) << status;
   EXPECT_EQ((*gemm)->cached_plans(), 0);  // all refused before cuBLASLt was asked
   // Nothing was written.
   for (uint16_t bits : DownloadRaw(reinterpret_cast<uint16_t*>(out), 64 * 64)) {
