@@ -569,9 +569,6 @@ int main(int argc, char** argv) {
   app.add_option("--submit-every", submit_every,
                  "commands recorded before they are submitted without waiting (0: one submit at "
                  "each wait)");
-  bool stage_matvec_x = false;
-  app.add_flag("--stage-matvec-x", stage_matvec_x,
-               "the wide matvec reads one row's x once a workgroup into shared memory");
   bool no_set_cache = false;
   app.add_flag("--no-set-cache", no_set_cache,
                "write a descriptor set for every dispatch instead of keeping one per "
@@ -656,7 +653,6 @@ int main(int argc, char** argv) {
     options.cache_descriptor_sets = !no_set_cache;
     options.fuse_into_linear = !no_fuse_into_linear;
     options.submit_every = submit_every;
-    options.stage_matvec_x = stage_matvec_x;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());

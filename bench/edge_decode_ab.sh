@@ -4,8 +4,8 @@
 # and the small one (dim 1024, 8 layers, 8 heads), fp16 and int8 weights, through
 #   - edge_bench --causal --decode-only (a warm-up round, then seq/2 tokens after a prompt of
 #     seq/2; narrow and wide matvec layouts), by default and with each lever off:
-#     --submit-every 0 (one submit a token), --no-fuse-into-linear (each norm, SiLU, add and
-#     cache copy its own dispatch), and on: --stage-matvec-x (x read once a workgroup);
+#     --submit-every 0 (one submit a token) and --no-fuse-into-linear (each norm, SiLU, add and
+#     cache copy its own dispatch);
 #   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it).
 # From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
 #   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
@@ -23,7 +23,7 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
     --vocab 32000 --model "$model" >/dev/null || exit 1
   for round in $(seq "$rounds"); do
     for weights in auto int8; do
-      for lever in "" "--submit-every 0" "--no-fuse-into-linear" "--stage-matvec-x"; do
+      for lever in "" "--submit-every 0" "--no-fuse-into-linear"; do
         log=$out/$name-$weights-${lever// /}-$round.txt
         # shellcheck disable=SC2086  # the lever is words
         timeout 120 "$edge/edge_bench" --causal --decode-only --seq 256 --weights "$weights" \

@@ -97,7 +97,7 @@ class VulkanBackendImpl : public VulkanBackend {
         pipelines_->MatmulPath(), ", attention ", pipelines_->AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
         pipelines_->half_inputs ? ", matmul inputs fp16" : "", ", decoding's matvec ",
-        pipelines_->matvec_wide ? "wide" : "narrow", pipelines_->matvec_staged ? ", x staged" : "",
+        pipelines_->matvec_wide ? "wide" : "narrow",
         pipelines_->int8 ? absl::StrCat("; ", pipelines_->Int8Path()) : "");
   }
   int validation_errors() const override { return context_->validation_errors(); }

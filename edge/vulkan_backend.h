@@ -68,9 +68,6 @@ struct VulkanOptions {
   // vectors (far more loads in flight). kAuto: narrow on a CPU device (lavapipe ran it
   // fastest), wide on every other.
   enum class MatvecLayout { kAuto, kNarrow, kWide } matvec_layout = MatvecLayout::kAuto;
-  // In the wide layout, one row's x (decoding's) read once a workgroup into shared memory, the
-  // folded RMSNorm applied there (edge/shaders/matvec_stage.glsl), instead of by every column.
-  bool stage_matvec_x = false;
   // Decoding's ops folded into its projections (Backend::FusedLinear, matvec.comp): the RMSNorm
   // before a projection, the SiLU after ffn.0, the residual add after out_proj and ffn.2, and the
   // qkv written straight into the cache: 60 fewer dispatches a token for 12 layers. Off: each op

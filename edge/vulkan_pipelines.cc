@@ -116,13 +116,8 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     FSDPD_RETURN_IF_ERROR(
         Make(matvec_wide ? Shader::kMatvecF16HalfXWide : Shader::kMatvecF16HalfX, &matvec_half));
   }
-  matvec_staged = matvec_wide && options.stage_matvec_x;
-  const Shader narrow_or_wide = fp16 ? (matvec_staged ? Shader::kMatvecF16WideStaged
-                                        : matvec_wide ? Shader::kMatvecF16Wide
-                                                      : Shader::kMatvecF16)
-                                     : (matvec_staged ? Shader::kMatvecWideStaged
-                                        : matvec_wide ? Shader::kMatvecWide
-                                                      : Shader::kMatvec);
+  const Shader narrow_or_wide = fp16 ? (matvec_wide ? Shader::kMatvecF16Wide : Shader::kMatvecF16)
+                                     : (matvec_wide ? Shader::kMatvecWide : Shader::kMatvec);
   FSDPD_RETURN_IF_ERROR(Make(narrow_or_wide, &matvec));
   if (coop && context.info().subgroup_vote) {
     // Attention on the same fragments where the matmul has them (and subgroup votes); a
@@ -157,10 +152,8 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
 
 absl::Status VulkanPipelines::BuildInt8(int threads) {
   if (int8) return absl::OkStatus();
-  FSDPD_RETURN_IF_ERROR(Make(matvec_staged ? Shader::kMatvecInt8WideStaged
-                             : matvec_wide ? Shader::kMatvecInt8Wide
-                                           : Shader::kMatvecInt8,
-                             &matvec_int8));
+  FSDPD_RETURN_IF_ERROR(
+      Make(matvec_wide ? Shader::kMatvecInt8Wide : Shader::kMatvecInt8, &matvec_int8));
   if (half_inputs) {
     FSDPD_RETURN_IF_ERROR(Make(
         matvec_wide ? Shader::kMatvecInt8HalfXWide : Shader::kMatvecInt8HalfX, &matvec_int8_half));
@@ -208,8 +201,8 @@ std::string VulkanPipelines::Int8Path() const {
   std::vector<std::string> names;
   for (const MatmulPipeline& matmul : int8_matmuls) names.push_back(matmul.name);
   return absl::StrCat(
-      "int8 weights: matvec ", matvec_wide ? "wide" : "narrow", matvec_staged ? ", x staged" : "",
-      ", matmul ", absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
+      "int8 weights: matvec ", matvec_wide ? "wide" : "narrow", ", matmul ",
+      absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
       int8_coop_refused.empty()
           ? ""
           : absl::StrCat(" (the cooperative-matrix int8 pipeline was refused: ", int8_coop_refused,

@@ -72,7 +72,6 @@ struct VulkanPipelines {
   // narrow one (VulkanOptions::matvec_layout).
   Pipeline matvec, matvec_half;
   bool matvec_wide = false;
-  bool matvec_staged = false;  // matvec and matvec_int8 stage x (VulkanOptions::stage_matvec_x)
   // Whether the matmul runs on cooperative matrices (the extension is enabled and some block
   // was built); else why not, where a pipeline was refused.
   bool coop = false;

@@ -27,8 +27,6 @@
 //  - FLAG_SILU: out = silu(product + bias), as elementwise.comp's SiLU computes it.
 //  - FLAG_ADD: out += product (+ bias), the residual add.
 // and out_offset (floats) places the rows in out (decoding's qkv straight into the cache).
-// With -DSTAGE_X (wide only) one row's x is staged in shared memory, the norm folded in there
-// (matvec_stage.glsl).
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #ifndef COLUMNS
@@ -75,18 +73,6 @@ layout(std430, binding = 4) readonly buffer NormVectors { uvec4 norm_vectors[]; 
 #else
 layout(std430, binding = 4) readonly buffer NormVectors { vec4 norm_vectors[]; };
 #endif
-#ifdef STAGE_X
-float StageRead(uint index) { return float(x[index]); }
-float StageNorm(uint index) { return float(norm_weight[index]); }
-float StageRound(float value) {  // as Inputs rounds x
-#ifdef WEIGHTS_F16
-  return float(float16_t(value));
-#else
-  return value;
-#endif
-}
-#endif
-#include "matvec_stage.glsl"
 // kFlag* in edge/vulkan_backend.cc.
 #define FLAG_BIAS 1u
 #define FLAG_ADD 2u
@@ -157,15 +143,6 @@ Eight NormWeights(uint index) {
 #endif
 }
 
-// Eight inputs of row 0 from staged_x (already normalized and rounded).
-Eight StagedInputs(uint index) {
-#ifdef STAGE_X
-  return Eight(staged_x[2 * index], staged_x[2 * index + 1]);
-#else
-  return Eight(vec4(0.0), vec4(0.0));  // not called: nothing is staged
-#endif
-}
-
 float XValue(uint index) {
 #if defined(WEIGHTS_F16) && !defined(X_F16)
   return float(float16_t(x[index]));
@@ -181,14 +158,6 @@ void main() {
   const uint column = group * COLUMNS + slot;
   const bool in_range = column < p.n;
   const bool norm = (p.flags & FLAG_NORM) != 0u;
-#ifdef STAGE_X
-  // Decoding's one row, within shared memory, on the vector path (uniform): staged once.
-  const bool staged = kVectorReads && p.m == 1u && p.k <= STAGE_FLOATS && p.k % 8u == 0u;
-  if (staged) StageX(p.k, norm, p.eps);
-#else
-  const bool staged = false;
-#endif
-  const bool fold = norm && !staged;  // the norm folded column by column
   float sums[ROWS], squares[ROWS];  // the products; x² for FLAG_NORM
   [[unroll]] for (uint r = 0; r < ROWS; ++r) {
     sums[r] = 0.0;
@@ -206,9 +175,7 @@ void main() {
           [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) {
             const uint at = r * vectors + v + i * LANES;
             Eight inputs;
-            if (staged) {
-              inputs = StagedInputs(v + i * LANES);
-            } else if (fold) {
+            if (norm) {
               inputs = RawInputs(at);
               squares[r] += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
               const Eight g = NormWeights(v + i * LANES);
@@ -228,9 +195,7 @@ void main() {
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           Eight inputs;
-          if (staged) {
-            inputs = StagedInputs(v);
-          } else if (fold) {
+          if (norm) {
             inputs = RawInputs(r * vectors + v);
             squares[r] += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
             const Eight g = NormWeights(v);
@@ -248,7 +213,7 @@ void main() {
       const float weight = float(w[column * p.k + kk]);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
-          if (fold) {
+          if (norm) {
             const float value_x = float(x[r * p.k + kk]);
             squares[r] += value_x * value_x;
             sums[r] += weight * (value_x * float(norm_weight[kk]));
@@ -261,14 +226,14 @@ void main() {
   }
   const float total = SumOverLanes(sums, p.m, slot, lane);
   float square_total = 0.0;
-  if (fold) {  // uniform
+  if (norm) {  // uniform
     barrier();  // the shared-memory path's partials are read before they are written again
     square_total = SumOverLanes(squares, p.m, slot, lane);
   }
   if (in_range && lane < p.m) {
     float value = total;
     // rmsnorm.comp's scale, of the same sum of squares in another order.
-    if (fold) value *= inversesqrt(square_total / float(p.k) + p.eps);
+    if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);
     if ((p.flags & FLAG_BIAS) != 0u) value += float(bias[column]);
     if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
     // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.

@@ -15,9 +15,7 @@
 // and the epilogue are fp32, as matvec.comp's: the product rounded to fp32, then added to out
 // (FLAG_ADD) as elementwise.comp's Add adds. Workgroups past the dispatch's x extent continue
 // in y. FLAG_NORM, FLAG_SILU and out_offset fold decoding's ops into it as in matvec.comp; the
-// norm weight (binding 4) is an ordinary weight, read as the bias is (int8.glsl). With -DSTAGE_X
-// (wide only) one row's x is staged in shared memory, the norm folded in there
-// (matvec_stage.glsl).
+// norm weight (binding 4) is an ordinary weight, read as the bias is (int8.glsl).
 #extension GL_EXT_control_flow_attributes : require
 #include "int8.glsl"
 #ifndef COLUMNS
@@ -114,21 +112,6 @@ float XValue(uint index) {
 #endif
 }
 
-#ifdef STAGE_X
-float StageRead(uint index) { return XValue(index); }
-float StageNorm(uint index) { return NormAt(index, p.flags); }
-float StageRound(float value) { return value; }  // x is not rounded here
-#endif
-#include "matvec_stage.glsl"
-// Four inputs of row 0 from staged_x (already normalized).
-vec4 StagedQuad(uint index) {
-#ifdef STAGE_X
-  return staged_x[index];
-#else
-  return vec4(0.0);  // not called: nothing is staged
-#endif
-}
-
 // Four fp32 inputs as they are and the norm weight's four at the same place (FLAG_NORM).
 vec4 NormedQuad(uint x_quad, uint weight_quad, inout float square) {
   const vec4 quad = Quad(x_quad);
@@ -145,14 +128,6 @@ void main() {
   const uint scale_base = ScaleBase(p.n, p.k);
   const uint groups = (p.k + GROUP - 1) / GROUP;  // a row's scales
   const bool norm = (p.flags & FLAG_NORM) != 0u;
-#ifdef STAGE_X
-  // Decoding's one row, within shared memory, on the vector path (uniform): staged once.
-  const bool staged = p.m == 1u && p.k <= STAGE_FLOATS && p.k % VEC == 0u;
-  if (staged) StageX(p.k, norm, p.eps);
-#else
-  const bool staged = false;
-#endif
-  const bool fold = norm && !staged;  // the norm folded column by column
   float sums[ROWS], squares[ROWS];  // the products; x² for FLAG_NORM
   [[unroll]] for (uint r = 0; r < ROWS; ++r) {
     sums[r] = 0.0;
@@ -180,9 +155,7 @@ void main() {
             float dot_q = 0.0;
             [[unroll]] for (uint j = 0; j < QUADS; ++j) {
               const vec4 quad =
-                  staged ? StagedQuad(weight_quad + j)
-                  : fold ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
-                         : Quad(x_quad + j);
+                  norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r]) : Quad(x_quad + j);
               dot_q += dot(QuadOf(weights[i], j), quad);
             }
             sums[r] += dot_q * scales[i];
@@ -201,9 +174,7 @@ void main() {
           float dot_q = 0.0;
           [[unroll]] for (uint j = 0; j < QUADS; ++j) {
             const vec4 quad =
-                staged ? StagedQuad(weight_quad + j)
-                : fold ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
-                       : Quad(x_quad + j);
+                norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r]) : Quad(x_quad + j);
             dot_q += dot(QuadOf(weights, j), quad);
           }
           sums[r] += dot_q * scale;
@@ -218,7 +189,7 @@ void main() {
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           float value_x = XValue(r * p.k + kk);
-          if (fold) {
+          if (norm) {
             squares[r] += value_x * value_x;
             value_x *= NormAt(kk, p.flags);
           }
@@ -229,13 +200,13 @@ void main() {
   }
   const float total = SumOverLanes(sums, p.m, slot, lane);
   float square_total = 0.0;
-  if (fold) {  // uniform
+  if (norm) {  // uniform
     barrier();  // the shared-memory path's partials are read before they are written again
     square_total = SumOverLanes(squares, p.m, slot, lane);
   }
   if (in_range && lane < p.m) {
     float value = total;
-    if (fold) value *= inversesqrt(square_total / float(p.k) + p.eps);  // rmsnorm.comp's scale
+    if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);  // rmsnorm.comp's scale
     value += BiasAt(column, p.flags);
     if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
     // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.

@@ -58,12 +58,6 @@ edge_shader(kMatvecF16Wide matvec.comp "matvec (fp16), wide" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
 edge_shader(kMatvecF16HalfXWide matvec.comp "matvec (fp16, fp16 x), wide" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
-# The wide ones with one row's x staged in shared memory (VulkanOptions::stage_matvec_x,
-# edge/shaders/matvec_stage.glsl); fp32 x only.
-edge_shader(kMatvecWideStaged matvec.comp "matvec, wide, x staged" LAYOUT 5 24
-            DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSTAGE_X)
-edge_shader(kMatvecF16WideStaged matvec.comp "matvec (fp16), wide, x staged" LAYOUT 5 24
-            DEFINES -DWEIGHTS_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSTAGE_X)
 
 # The cooperative-matrix matmul in several blocks: rows × columns (BM × BN) by WARPS_M × WARPS_N
 # subgroups, K slice BK; -DGROUP_M=8 launches workgroups in groups of 8 block rows, for L2 reuse.
@@ -180,8 +174,6 @@ edge_shader(kMatvecInt8Wide matvec_int8.comp "matvec (int8), wide" LAYOUT 5 24
             DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
 edge_shader(kMatvecInt8HalfXWide matvec_int8.comp "matvec (int8, fp16 x), wide" LAYOUT 5 24
             DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
-edge_shader(kMatvecInt8WideStaged matvec_int8.comp "matvec (int8), wide, x staged" LAYOUT 5 24
-            DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSTAGE_X)
 edge_shader(kMatmulInt8 matmul.comp "matmul (int8)" LAYOUT 4 16
             DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128)
 edge_shader(kMatmulInt8HalfX matmul.comp "matmul (int8, fp16 x)" LAYOUT 4 16

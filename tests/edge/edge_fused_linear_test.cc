@@ -1,9 +1,8 @@
 // Backend::FusedLinear on Vulkan (lavapipe, validation on): decoding's RMSNorm folded into the
 // projection after it, SiLU into ffn.0's, the qkv rows written into the cache at an offset,
 // against the CPU reference running the ops apart (RmsNorm, Linear, Silu), on fp16 and int8
-// weights, in matvec.comp's two layouts and the wide one with x staged in shared memory
-// (VulkanOptions::stage_matvec_x, which also takes a plain Linear of one row), on the fp32 and
-// the fp16 path. Each misuse is refused with its reason. (The residual add, the other fold, is
+// weights, in matvec.comp's two layouts, on the fp32 and the fp16 path, and a plain Linear of
+// the same shapes. Each misuse is refused with its reason. (The residual add, the other fold, is
 // bit for bit: edge_kernels_test.)
 //
 // Tolerances, per element, with u32 = 2^-24 and u16 = 2^-11. Let z_k = x_k·g_k·r, r =
@@ -19,9 +18,6 @@
 //    values on both sides (q · scale, exact); the norm weight and bias are fp16 as above.
 //  - SiLU after it: silu' ≤ 1.1, so the product's bound times 1.1, plus silu's own
 //    (8 + 2|y|)·2·u32·max(|silu(y)|, |y|) (edge_kernels_test).
-//  - Staged, x·rsqrt·g is rounded before the dot product (to fp16 with fp16 weights, as
-//    RmsNorm's fp16 output was): the same terms, one rounding of each z_k instead of the scale's
-//    at the end, inside the bound above (u16 per z_k is the fp16 weights' 2·u16 term's room).
 //  - A plain Linear (no norm): the matmul bound of edge_kernels_test, 2K·u32·Σ|x·w|, with
 //    (2·u16 + u16²)·Σ|x·w| for fp16 weights and x, and the bias terms above.
 #include <algorithm>
@@ -46,10 +42,9 @@ constexpr double kEps = 1e-5;
 
 enum class Weights { kPlain, kInt8 };
 
-// The matvec a backend runs: its layout, and whether the wide one stages x.
+// The matvec layout a backend runs, and its name for traces.
 struct Matvec {
   VulkanOptions::MatvecLayout layout;
-  bool staged;
   const char* name;
 };
 
@@ -57,7 +52,7 @@ class EdgeFusedLinearTest : public ::testing::TestWithParam<VulkanOptions::Preci
  protected:
   void SetUp() override {
     cpu_ = CreateCpuBackend();
-    Use(Matvec{VulkanOptions::MatvecLayout::kAuto, false, "auto"});
+    Use(Matvec{VulkanOptions::MatvecLayout::kAuto, "auto"});
   }
   void TearDown() override {
     if (vulkan_ != nullptr) {
@@ -74,11 +69,8 @@ class EdgeFusedLinearTest : public ::testing::TestWithParam<VulkanOptions::Preci
     options.precision = GetParam();
     options.matvec_layout = matvec.layout;
     options.matmul_inputs = VulkanOptions::MatmulInputs::kFp16;
-    options.stage_matvec_x = matvec.staged;
     vulkan_ = testing::VulkanWith(options);
     ASSERT_NE(vulkan_, nullptr);
-    ASSERT_EQ(vulkan_->Describe().find("x staged") != std::string::npos, matvec.staged)
-        << vulkan_->Describe();
     fp16_ = vulkan_->uses_fp16();
   }
   std::unique_ptr<Buffer> Upload(Backend& backend, const std::vector<float>& values) {
@@ -200,13 +192,12 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
                                << expected[worst] << ", bound " << worst_bound;
 }
 
-constexpr Matvec kMatvecs[] = {{VulkanOptions::MatvecLayout::kNarrow, false, "narrow"},
-                               {VulkanOptions::MatvecLayout::kWide, false, "wide"},
-                               {VulkanOptions::MatvecLayout::kWide, true, "wide, x staged"}};
+constexpr Matvec kMatvecs[] = {{VulkanOptions::MatvecLayout::kNarrow, "narrow"},
+                               {VulkanOptions::MatvecLayout::kWide, "wide"}};
 
 // The shapes cover matvec.comp's vector path (K a multiple of 8, whole rounds of reads and a
-// remainder), its element path (K ragged), 1 to 4 rows, with and without a bias; staging takes
-// the one-row shapes on the vector path up to 6,144 inputs (and leaves 8,192 to the columns).
+// remainder), its element path (K ragged), 1 to 4 rows, with and without a bias, and one row of
+// K up to ffn.2's 8,192.
 const std::vector<LinearShape> kShapes = {
     {1, 2048, 96, true},  {4, 1032, 65, false}, {3, 24, 5, true},    {2, 33, 70, true},
     {1, 1032, 65, false}, {1, 8192, 24, true},  {1, 6144, 9, false}, {1, 24, 5, true}};
@@ -233,8 +224,9 @@ TEST_P(EdgeFusedLinearTest, TheFoldedNormAndSiluAreRmsNormLinearThenSilu) {
   }
 }
 
-// A plain projection (no norm) of one row staged, and of several rows beside it.
-TEST_P(EdgeFusedLinearTest, AStagedLinearIsTheReferences) {
+// A plain projection (no norm) at the same shapes, fp16 and int8 weights: the path the
+// residual-add folds (out_proj, ffn.2) take.
+TEST_P(EdgeFusedLinearTest, APlainLinearIsTheReferences) {
   for (const Matvec& matvec : kMatvecs) {
     SCOPED_TRACE(matvec.name);
     Use(matvec);
