@@ -18,8 +18,9 @@
 //    values on both sides (q · scale, exact); the norm weight and bias are fp16 as above.
 //  - SiLU after it: silu' ≤ 1.1, so the product's bound times 1.1, plus silu's own
 //    (8 + 2|y|)·2·u32·max(|silu(y)|, |y|) (edge_kernels_test).
-//  - A plain Linear (no norm): the matmul bound of edge_kernels_test, 2K·u32·Σ|x·w|, with
-//    (2·u16 + u16²)·Σ|x·w| for fp16 weights and x, and the bias terms above.
+//  - A plain Linear (no norm): the matmul bound of edge_kernels_test and edge_int8_test,
+//    (2K + 4)·u32·Σ|x·w| (the int8 shader rounds each read's sum times its scale once more),
+//    with (2·u16 + u16²)·Σ|x·w| for fp16 weights and x, and the bias terms above.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -165,7 +166,8 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
         const double z = norm ? double(x[r * s.in + k]) * g[k] * rs : double(x[r * s.in + k]);
         magnitude += std::fabs(double(w[c * s.in + k]) * z);
       }
-      double bound = (norm ? 4.0 * double(s.in) + 17.0 : 2.0 * double(s.in)) * kU32 * magnitude;
+      double bound =
+          (norm ? 4.0 * double(s.in) + 17.0 : 2.0 * double(s.in) + 4.0) * kU32 * magnitude;
       if (fp16_weights) bound += (2 * kU16 + kU16 * kU16) * magnitude;
       // g only (a norm's weight is fp16 on either kind of weights).
       if (norm && fp16_small && !fp16_weights) bound += (kU16 + kU16 * kU16) * magnitude;
