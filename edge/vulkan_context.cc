@@ -351,7 +351,7 @@ absl::Status VulkanContext::BeginRecording() {
 
 absl::Status VulkanContext::MakeRoom() {
   if (timer_ != nullptr && timer_->full()) FSDPD_RETURN_IF_ERROR(Finish());
-  // The device runs the batch while the host records the next: decoding records ~70 commands
+  // The device runs the batch while the host records the next: decoding records ~75 commands
   // a token, and the device idled while the host recorded all of them (bench/RESULTS.md).
   if (recording_ && submit_every_ > 0 && recorded_ >= submit_every_) {
     FSDPD_RETURN_IF_ERROR(Submit(/*wait=*/false));

@@ -121,7 +121,7 @@ class VulkanContext {
   // Records a dispatch of `pipeline` over `buffers` (bound 0, 1, …) with push_bytes of `push`,
   // then a barrier: every later command sees what it wrote. The descriptor set that binds the
   // buffers is written the first time the pair is dispatched and kept for the next (decoding
-  // runs the same ~110 dispatches over the same buffers every token).
+  // runs the same ~75 dispatches over the same buffers every token).
   // With options.cache_descriptor_sets off, a set is written for every dispatch instead.
   absl::Status Dispatch(const Pipeline& pipeline, std::initializer_list<Buffer*> buffers,
                         const void* push, uint32_t x_groups, uint32_t y_groups);
