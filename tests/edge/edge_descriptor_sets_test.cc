@@ -22,19 +22,10 @@ std::unique_ptr<VulkanBackend> Vulkan(bool cache, bool validation = true) {
 }
 
 std::unique_ptr<Buffer> Filled(VulkanBackend& backend, float value, int64_t floats = kFloats) {
-  absl::StatusOr<std::unique_ptr<Buffer>> buffer = backend.Floats(floats);
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  if (!buffer.ok()) return nullptr;
-  const std::vector<float> values(static_cast<size_t>(floats), value);
-  EXPECT_TRUE(backend.WriteFloats(**buffer, values.data(), floats).ok());
-  return std::move(*buffer);
+  return testing::Filled(backend, value, floats);
 }
-
-// Every element of `buffer` equals `expected` (sums of small integers: exact in fp32).
 void ExpectAll(VulkanBackend& backend, Buffer& buffer, float expected, int64_t floats = kFloats) {
-  std::vector<float> values(static_cast<size_t>(floats), -1.0f);
-  ASSERT_TRUE(backend.ReadFloats(buffer, values.data(), floats).ok());
-  for (int64_t i = 0; i < floats; ++i) ASSERT_EQ(values[i], expected) << "element " << i;
+  testing::ExpectAll(backend, buffer, expected, floats);
 }
 
 TEST(EdgeDescriptorSetsTest, APairThatRunsAgainReusesItsSet) {

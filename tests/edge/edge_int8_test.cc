@@ -221,28 +221,12 @@ TEST_P(EdgeInt8Test, LinearAddIsLinearThenAddBitForBit) {
       const std::vector<float> w = SpreadWeights(s.out, s.in, 42);
       const std::vector<float> b = RandomValues(s.out, 1.0f, 43);
       const std::vector<float> residual = RandomValues(s.rows * s.out, 4.0f, 44);
-      const int64_t count = s.rows * s.out;
-      const std::vector<float> poison(static_cast<size_t>(count), std::nanf(""));
       std::unique_ptr<Buffer> xs = *vulkan_->Floats(s.rows * s.in);
       ASSERT_TRUE(vulkan_->WriteFloats(*xs, x.data(), s.rows * s.in).ok());
       std::unique_ptr<Buffer> ws = *vulkan_->Int8Weight(*QuantizeInt8("w", w.data(), s.out, s.in));
       std::unique_ptr<Buffer> bs = *vulkan_->Weight(b.data(), s.out);
-      std::unique_ptr<Buffer> fused = *vulkan_->Floats(count), apart = *vulkan_->Floats(count);
-      std::unique_ptr<Buffer> product = *vulkan_->Floats(count);
-      ASSERT_TRUE(vulkan_->WriteFloats(*fused, residual.data(), count).ok());
-      ASSERT_TRUE(vulkan_->WriteFloats(*apart, residual.data(), count).ok());
-      ASSERT_TRUE(vulkan_->WriteFloats(*product, poison.data(), count).ok());
-      Buffer* bias = s.bias ? bs.get() : nullptr;
-      ASSERT_TRUE(vulkan_->LinearAdd(*xs, *ws, bias, s.rows, s.in, s.out, *fused).ok());
-      ASSERT_TRUE(vulkan_->Linear(*xs, *ws, bias, s.rows, s.in, s.out, *product).ok());
-      ASSERT_TRUE(vulkan_->Add(*apart, *product, count, *apart).ok());
-      std::vector<float> got(static_cast<size_t>(count)), want(got.size());
-      ASSERT_TRUE(vulkan_->ReadFloats(*fused, got.data(), count).ok());
-      ASSERT_TRUE(vulkan_->ReadFloats(*apart, want.data(), count).ok());
-      for (int64_t i = 0; i < count; ++i) {
-        ASSERT_EQ(got[i], want[i]) << "out[" << i << "], residual " << residual[i];
-        ASSERT_NE(got[i], residual[i]) << "out[" << i << "] kept its old value";
-      }
+      testing::ExpectLinearAddIsLinearThenAdd(*vulkan_, *xs, *ws, s.bias ? bs.get() : nullptr, s,
+                                              residual);
     }
   }
 }

@@ -199,21 +199,9 @@ TEST_P(EdgeKernelsTest, LinearAddIsLinearThenAddBitForBit) {
       const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 12);
       const std::vector<float> b = RandomValues(s.out, 1.0f, 13);
       const std::vector<float> residual = RandomValues(s.rows * s.out, 4.0f, 14);
-      const int64_t count = s.rows * s.out;
       Pair xs = Floats(x), ws = Weights(w), bs = Weights(b);
-      Pair fused = Floats(residual), apart = Floats(residual);
-      Pair product = Floats(std::vector<float>(static_cast<size_t>(count), std::nanf("")));
-      Buffer* bias = s.bias ? bs.gpu.get() : nullptr;
-      ASSERT_TRUE(vulkan_->LinearAdd(*xs.gpu, *ws.gpu, bias, s.rows, s.in, s.out, *fused.gpu).ok());
-      ASSERT_TRUE(vulkan_->Linear(*xs.gpu, *ws.gpu, bias, s.rows, s.in, s.out, *product.gpu).ok());
-      ASSERT_TRUE(vulkan_->Add(*apart.gpu, *product.gpu, count, *apart.gpu).ok());
-      std::vector<float> got(static_cast<size_t>(count)), want(got.size());
-      ASSERT_TRUE(vulkan_->ReadFloats(*fused.gpu, got.data(), count).ok());
-      ASSERT_TRUE(vulkan_->ReadFloats(*apart.gpu, want.data(), count).ok());
-      for (int64_t i = 0; i < count; ++i) {
-        ASSERT_EQ(got[i], want[i]) << "out[" << i << "], residual " << residual[i];
-        ASSERT_NE(got[i], residual[i]) << "out[" << i << "] kept its old value";
-      }
+      testing::ExpectLinearAddIsLinearThenAdd(*vulkan_, *xs.gpu, *ws.gpu,
+                                              s.bias ? bs.gpu.get() : nullptr, s, residual);
     }
   }
   EXPECT_FALSE(vulkan_->AddsIntoLinear(5));

@@ -2,6 +2,7 @@
 // validation layer on), and exported-model files with random weights.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +54,52 @@ inline std::unique_ptr<VulkanBackend> VulkanWith(const VulkanOptions& options) {
   EXPECT_TRUE(backend.ok()) << "no usable Vulkan device (CI runs on lavapipe): "
                             << backend.status();
   return backend.ok() ? std::move(*backend) : nullptr;
+}
+
+// `floats` activations on `backend`, every one `value`; null (and a failure) where they cannot be
+// made.
+inline std::unique_ptr<Buffer> Filled(Backend& backend, float value, int64_t floats) {
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer = backend.Floats(floats);
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  if (!buffer.ok()) return nullptr;
+  const std::vector<float> values(static_cast<size_t>(floats), value);
+  EXPECT_TRUE(backend.WriteFloats(**buffer, values.data(), floats).ok());
+  return std::move(*buffer);
+}
+
+// Every one of the `floats` elements of `buffer` equals `expected` (for sums of small integers,
+// exact in fp32).
+inline void ExpectAll(Backend& backend, Buffer& buffer, float expected, int64_t floats) {
+  std::vector<float> values(static_cast<size_t>(floats), -1.0f);
+  ASSERT_TRUE(backend.ReadFloats(buffer, values.data(), floats).ok());
+  for (int64_t i = 0; i < floats; ++i) ASSERT_EQ(values[i], expected) << "element " << i;
+}
+
+// LinearAdd against Linear then Add on the same backend and inputs (x, weight and bias already
+// placed; out starting as `residual`): bit for bit, since the product is rounded to fp32 and then
+// added as Add adds it, and no element may keep its residual value. The product's buffer is
+// poisoned first.
+inline void ExpectLinearAddIsLinearThenAdd(Backend& backend, Buffer& x, Buffer& weight,
+                                           Buffer* bias, const LinearShape& s,
+                                           const std::vector<float>& residual) {
+  const int64_t count = s.rows * s.out;
+  ASSERT_EQ(static_cast<int64_t>(residual.size()), count);
+  const std::vector<float> poison(static_cast<size_t>(count), std::nanf(""));
+  std::unique_ptr<Buffer> fused = *backend.Floats(count), apart = *backend.Floats(count);
+  std::unique_ptr<Buffer> product = *backend.Floats(count);
+  ASSERT_TRUE(backend.WriteFloats(*fused, residual.data(), count).ok());
+  ASSERT_TRUE(backend.WriteFloats(*apart, residual.data(), count).ok());
+  ASSERT_TRUE(backend.WriteFloats(*product, poison.data(), count).ok());
+  ASSERT_TRUE(backend.LinearAdd(x, weight, bias, s.rows, s.in, s.out, *fused).ok());
+  ASSERT_TRUE(backend.Linear(x, weight, bias, s.rows, s.in, s.out, *product).ok());
+  ASSERT_TRUE(backend.Add(*apart, *product, count, *apart).ok());
+  std::vector<float> got(static_cast<size_t>(count)), want(got.size());
+  ASSERT_TRUE(backend.ReadFloats(*fused, got.data(), count).ok());
+  ASSERT_TRUE(backend.ReadFloats(*apart, want.data(), count).ok());
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(got[i], want[i]) << "out[" << i << "], residual " << residual[i];
+    ASSERT_NE(got[i], residual[i]) << "out[" << i << "] kept its old value";
+  }
 }
 
 using edge::RandomValues;
