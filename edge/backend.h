@@ -105,8 +105,8 @@ class Backend {
     return absl::FailedPreconditionError("this backend does not fold ops into Linear");
   }
   // out[rows, out_features] += x · weightᵀ (+ bias): Linear's result, rounded to fp32, then
-  // added to what out holds as Add would add it (a residual), bit for bit.
-  bool AddsIntoLinear(int64_t rows) const { return FusesIntoLinear(rows); }
+  // added to what out holds as Add would add it (a residual), bit for bit. FusedLinear with
+  // LinearFusion::add alone.
   absl::Status LinearAdd(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
                          int64_t out_features, Buffer& out) {
     LinearFusion add;

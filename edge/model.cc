@@ -207,7 +207,8 @@ absl::Status ModelRunner::AddToHidden(Buffer& x, Buffer& weight, Buffer* bias, i
                                       int64_t in_features) {
   Backend& b = *backend_;
   const int64_t dim = config_.dim;
-  if (b.AddsIntoLinear(rows)) return b.LinearAdd(x, weight, bias, rows, in_features, dim, *hidden_);
+  if (b.FusesIntoLinear(rows))
+    return b.LinearAdd(x, weight, bias, rows, in_features, dim, *hidden_);
   FSDPD_RETURN_IF_ERROR(b.Linear(x, weight, bias, rows, in_features, dim, *projected_));
   return b.Add(*hidden_, *projected_, rows * dim, *hidden_);
 }

@@ -86,7 +86,7 @@ class ModelRunner {
   // where out_offset is not 0, a copy through qkv_.
   absl::Status Qkv(Layer& layer, int64_t rows, Buffer& out, int64_t out_offset);
   // hidden_ += x · weightᵀ (+ bias) over `rows` rows: the residual add folded into the product
-  // where the backend can (Backend::AddsIntoLinear), else through projected_.
+  // where the backend can (Backend::FusesIntoLinear), else through projected_.
   absl::Status AddToHidden(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows,
                            int64_t in_features);
   // The final norm (where the model has one) and the head over `rows` rows of `input`, into

@@ -216,7 +216,7 @@ TEST_P(EdgeInt8Test, LinearAddIsLinearThenAddBitForBit) {
     for (const LinearShape& s : std::vector<LinearShape>{
              {1, 2048, 300, true}, {4, 1040, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}}) {
       SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out);
-      ASSERT_TRUE(vulkan_->AddsIntoLinear(s.rows));
+      ASSERT_TRUE(vulkan_->FusesIntoLinear(s.rows));
       const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, 41);
       const std::vector<float> w = SpreadWeights(s.out, s.in, 42);
       const std::vector<float> b = RandomValues(s.out, 1.0f, 43);

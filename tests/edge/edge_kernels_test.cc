@@ -194,7 +194,7 @@ TEST_P(EdgeKernelsTest, LinearAddIsLinearThenAddBitForBit) {
     for (const LinearShape& s : std::vector<LinearShape>{
              {1, 2048, 300, true}, {4, 1032, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}}) {
       SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out);
-      ASSERT_TRUE(vulkan_->AddsIntoLinear(s.rows));
+      ASSERT_TRUE(vulkan_->FusesIntoLinear(s.rows));
       const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, 11);
       const std::vector<float> w = RandomValues(s.out * s.in, 1.0f, 12);
       const std::vector<float> b = RandomValues(s.out, 1.0f, 13);
@@ -204,13 +204,13 @@ TEST_P(EdgeKernelsTest, LinearAddIsLinearThenAddBitForBit) {
                                               s.bias ? bs.gpu.get() : nullptr, s, residual);
     }
   }
-  EXPECT_FALSE(vulkan_->AddsIntoLinear(5));
+  EXPECT_FALSE(vulkan_->FusesIntoLinear(5));
   Pair x = Floats(RandomValues(5 * 8, 1.0f, 15)), w = Weights(RandomValues(8 * 8, 1.0f, 16));
   Pair out = Outputs(5 * 8);
   absl::Status refused = vulkan_->LinearAdd(*x.gpu, *w.gpu, nullptr, 5, 8, 8, *out.gpu);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "up to 4 rows")) << refused;
-  EXPECT_FALSE(cpu_->AddsIntoLinear(1));
+  EXPECT_FALSE(cpu_->FusesIntoLinear(1));
   EXPECT_EQ(cpu_->LinearAdd(*x.cpu, *w.cpu, nullptr, 1, 8, 8, *out.cpu).code(),
             absl::StatusCode::kFailedPrecondition);
 }
