@@ -7,6 +7,7 @@ add_library(fsdpd_kernels_cpu STATIC
   cpu/elementwise.cc
   cpu/embedding.cc
   cpu/gemm.cc
+  cpu/fp8.cc
   cpu/linear.cc
   cpu/rmsnorm.cc
   cpu/rotary.cc

@@ -11,6 +11,7 @@ if(FSDPD_CUDA)
     cuda/embedding.cu
     cuda/fp8.cu
     cuda/fp8_gemm.cc
+    cuda/fp8_linear.cc
     cuda/gemm.cu
     cuda/rmsnorm.cu
     cuda/rotary.cu

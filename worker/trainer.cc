@@ -283,6 +283,7 @@ absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& conte
   ModelConfig config = ModelConfigFromSpec(spec.model());
   FSDPD_ASSIGN_OR_RETURN(config.activation_recompute,
                          ParseActivationRecompute(spec.parallel().activation_recompute()));
+  FSDPD_ASSIGN_OR_RETURN(config.matmul_dtype, ParseMatmulDtype(spec.parallel().matmul_dtype()));
   FSDPD_ASSIGN_OR_RETURN(run.paths, ResolveJobPaths(spec, context));
   FSDPD_ASSIGN_OR_RETURN(
       run.engine, BuildEngine(spec, context, runtime, config, run.paths.data, log, cancelled));

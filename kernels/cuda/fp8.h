@@ -25,16 +25,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/fp8_format.h"
 
 namespace fsdpd::cuda {
 
-enum class Fp8Format {
-  kE4M3,  // 4 exponent bits, 3 mantissa bits, largest finite 448: weights and activations
-  kE5M2,  // 5 exponent bits, 2 mantissa bits, largest finite 57344: gradients
-};
-
-// The largest finite value of the format, the target of the amax under current scaling.
-constexpr float Fp8Max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+using ::fsdpd::Fp8Format;
+using ::fsdpd::Fp8Max;
 
 const char* Fp8FormatName(Fp8Format format);
 

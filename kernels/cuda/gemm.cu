@@ -332,11 +332,8 @@ absl::Status Gemm::LinearForward(const __nv_bfloat16* x, const __nv_bfloat16* we
         "Gemm::LinearForward: cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k));
   }
   FSDPD_RETURN_IF_ERROR(state_->Run(p, **plan, weight, x, out, nullptr, stream));
-  if (bias != nullptr) {
-    AddBiasKernel<<<GridFor(m * n, kThreads), kThreads, 0, stream>>>(out, bias, m, n);
-    CUDA_CHECK_LAUNCH("AddBiasKernel");
-  }
-  return absl::OkStatus();
+  if (bias == nullptr) return absl::OkStatus();
+  return AddBiasBf16(out, bias, m, n, stream);
 }
 
 absl::Status Gemm::LinearInputGradient(const __nv_bfloat16* dout, const __nv_bfloat16* weight,
@@ -403,11 +400,25 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
         "Gemm::LinearWeightGradient: cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k));
   }
   FSDPD_RETURN_IF_ERROR(state_->Run(p, **plan, x, dout, dweight, nullptr, stream));
-  if (dbias != nullptr) {
-    ColumnSumKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        dout, m, n, accumulate, dbias);
-    CUDA_CHECK_LAUNCH("ColumnSumKernel");
-  }
+  if (dbias == nullptr) return absl::OkStatus();
+  return ColumnSumBf16(dout, m, n, accumulate, dbias, stream);
+}
+
+absl::Status AddBiasBf16(__nv_bfloat16* out, const __nv_bfloat16* bias, int64_t rows,
+                         int64_t columns, cudaStream_t stream) {
+  if (rows * columns == 0) return absl::OkStatus();
+  AddBiasKernel<<<GridFor(rows * columns, kThreads), kThreads, 0, stream>>>(out, bias, rows,
+                                                                            columns);
+  CUDA_CHECK_LAUNCH("AddBiasKernel");
+  return absl::OkStatus();
+}
+
+absl::Status ColumnSumBf16(const __nv_bfloat16* dout, int64_t rows, int64_t columns,
+                           bool accumulate, float* dbias, cudaStream_t stream) {
+  if (columns == 0) return absl::OkStatus();
+  ColumnSumKernel<<<static_cast<unsigned>((columns + kThreads - 1) / kThreads), kThreads, 0,
+                    stream>>>(dout, rows, columns, accumulate, dbias);
+  CUDA_CHECK_LAUNCH("ColumnSumKernel");
   return absl::OkStatus();
 }
 

@@ -220,6 +220,9 @@ const std::map<std::string, Setter>& FieldSetters() {
       {"parallel.activation_recompute",
        Text("parallel.activation_recompute",
             [](S* s, std::string v) { s->mutable_parallel()->set_activation_recompute(v); })},
+      {"parallel.matmul_dtype",
+       Text("parallel.matmul_dtype",
+            [](S* s, std::string v) { s->mutable_parallel()->set_matmul_dtype(v); })},
       {"checkpoint.every_steps",
        Number<int64_t>("checkpoint.every_steps",
                        [](S* s, int64_t v) { s->mutable_checkpoint()->set_every_steps(v); })},
@@ -367,6 +370,7 @@ v1::JobSpec DefaultJobSpec() {
   parallel->set_reduce_dtype("fp32");
   parallel->set_reshard_after_forward(true);
   parallel->set_activation_recompute("none");
+  parallel->set_matmul_dtype("bf16");
   v1::CheckpointSpec* checkpoint = spec.mutable_checkpoint();
   checkpoint->set_every_steps(200);
   checkpoint->set_keep(3);
@@ -451,7 +455,9 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
       << YAML::Value << p.device() << YAML::Key << "param_dtype" << YAML::Value << p.param_dtype()
       << YAML::Key << "reduce_dtype" << YAML::Value << p.reduce_dtype() << YAML::Key
       << "activation_recompute" << YAML::Value
-      << (p.activation_recompute().empty() ? "none" : p.activation_recompute()) << YAML::EndMap;
+      << (p.activation_recompute().empty() ? "none" : p.activation_recompute()) << YAML::Key
+      << "matmul_dtype" << YAML::Value << (p.matmul_dtype().empty() ? "bf16" : p.matmul_dtype())
+      << YAML::EndMap;
   const v1::CheckpointSpec& c = spec.checkpoint();
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << c.every_steps() << YAML::Key << "keep"

@@ -106,7 +106,11 @@ double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   if (recompute == "block")
     kept_per_token = model.layers() * d * activation_bytes + per_token_block;
   const double activations = tokens * (kept_per_token + 2 * d * 4);
-  return sharded_state + accumulators + unsharded + activations;
+  // fp8 products: the largest backward's fp8 copies (kernels/cuda/fp8_linear.h), ffn.0's: dout
+  // and its transpose [T, f], x [T, d] and the weight [f, d], a byte each.
+  const double fp8_scratch =
+      spec.parallel().matmul_dtype() == "fp8" ? 2 * tokens * f + tokens * d + f * d : 0.0;
+  return sharded_state + accumulators + unsharded + activations + fp8_scratch;
 }
 
 }  // namespace fsdpd

@@ -1,5 +1,6 @@
 // The parallel section and the rules that depend on the device: what the CUDA engine cannot
 // run is rejected here, at submission, instead of on a worker after scheduling.
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,41 @@ void ValidateCudaLimits(const v1::JobSpec& spec, FieldErrors& errors) {
     errors.Fail("train.batch_size",
                 absl::StrCat("the cuda attention kernels support batch_size · model.heads up to ",
                              kMaxCudaAttentionBatchHeads, " (got ", batch_heads, ")"));
+  }
+}
+
+// fp8 casts write each operand and its transpose with 16-byte stores, and cuBLASLt's FP8 products
+// want every reduction dimension a multiple of 16 (kernels/cuda/fp8_gemm.h): each dimension of a
+// block's linear layers, tokens included, must be one. The CPU backend emulates the same
+// products (kernels/cpu/fp8.h) and takes the same rule, so a spec means the same on both.
+void ValidateMatmulDtype(const v1::JobSpec& spec, FieldErrors& errors) {
+  const std::string& dtype = spec.parallel().matmul_dtype();
+  if (!dtype.empty() && dtype != "bf16" && dtype != "fp8") {
+    errors.Fail("parallel.matmul_dtype", "must be bf16 or fp8 (got '" +
+                                             dtype.substr(0, SpecLimits::kMaxKeywordLength) + "')");
+    return;
+  }
+  if (dtype != "fp8") return;
+  const v1::ModelSpec& model = spec.model();
+  if (model.heads() <= 0 || model.dim() % model.heads() != 0) return;  // reported elsewhere
+  const int64_t head_dim = model.dim() / model.heads();
+  const int64_t kv_heads = model.kv_heads() > 0 ? model.kv_heads() : model.heads();
+  const int64_t ffn = model.ffn_dim() > 0 ? model.ffn_dim() : model.ffn_mult() * model.dim();
+  const struct {
+    const char* what;
+    int64_t value;
+  } dimensions[] = {
+      {"model.dim", model.dim()},
+      {"the qkv width (heads + 2·kv_heads)·head_dim", (model.heads() + 2 * kv_heads) * head_dim},
+      {"the FFN width", ffn},
+      {"train.batch_size · data.seq_len", spec.train().batch_size() * spec.data().seq_len()},
+  };
+  for (const auto& dimension : dimensions) {
+    if (dimension.value % 16 != 0) {
+      errors.Fail("parallel.matmul_dtype",
+                  absl::StrCat("fp8 needs every dimension of the linear layers a multiple of 16: ",
+                               dimension.what, " is ", dimension.value));
+    }
   }
 }
 
@@ -53,6 +89,7 @@ void ValidateParallel(const v1::JobSpec& spec, FieldErrors& errors) {
                 "must be none, ffn or block (got '" +
                     recompute.substr(0, SpecLimits::kMaxKeywordLength) + "')");
   }
+  ValidateMatmulDtype(spec, errors);
   if (parallel.device() == "cuda") ValidateCudaLimits(spec, errors);
 }
 

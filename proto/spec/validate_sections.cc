@@ -77,6 +77,8 @@ void ValidateStringLengths(const v1::JobSpec& spec, FieldErrors& errors) {
             errors);
   MaxLength("parallel.activation_recompute", spec.parallel().activation_recompute(),
             SpecLimits::kMaxKeywordLength, errors);
+  MaxLength("parallel.matmul_dtype", spec.parallel().matmul_dtype(), SpecLimits::kMaxKeywordLength,
+            errors);
 }
 
 void ValidateName(const v1::JobSpec& spec, FieldErrors& errors) {

@@ -2,7 +2,9 @@
 // fp32 gradients) against the same step on the CPU backend (fp32) from the same bf16-rounded
 // parameters and the same batch: the loss and every unit's gradient must agree to within what
 // bf16 activations allow. This checks that the CUDA ops fit the model's calls (dtypes, aliasing,
-// optional outputs), not only each op alone.
+// optional outputs), not only each op alone. With matmul_dtype fp8 both sides run the blocks'
+// linear layers in FP8 (the CPU's emulation, kernels/cpu/fp8.h, against cuBLASLt's FP8
+// products), with bounds widened for it below.
 #include <cmath>
 #include <string>
 
@@ -12,7 +14,12 @@
 namespace fsdpd::testing {
 namespace {
 
-class CudaMiniLLMTest : public CudaTest, public ::testing::WithParamInterface<bool> {};
+struct MiniLLMCase {
+  bool causal;
+  bool fp8;
+};
+
+class CudaMiniLLMTest : public CudaTest, public ::testing::WithParamInterface<MiniLLMCase> {};
 
 // Relative Frobenius distance ‖a − b‖ / ‖b‖.
 double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
@@ -32,7 +39,16 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
   config.layers = 2;
   config.heads = 2;  // head_dim 128, the seed's: the tensor-core attention
   config.ffn_hidden = 1024;
-  config.causal = GetParam();
+  config.causal = GetParam().causal;
+  const bool fp8 = GetParam().fp8;
+  if (fp8) {
+    config.matmul_dtype = MatmulDtype::kFp8;
+    cudaDeviceProp properties;
+    ASSERT_EQ(cudaGetDeviceProperties(&properties, 0), cudaSuccess);
+    if (properties.major * 10 + properties.minor < 89) {
+      GTEST_SKIP() << properties.name << " has no FP8 tensor cores (sm_89 or newer)";
+    }
+  }
   const int64_t batch = 2, seq = 64, tokens = batch * seq;
 
   absl::StatusOr<std::unique_ptr<MiniLLM>> gpu_model =
@@ -98,13 +114,21 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
   // The loss is a mean over 128 tokens of terms near ln(512): bf16 activations move it by
   // well under 1%.
   EXPECT_NEAR(losses[0], losses[1], 0.01 * std::fabs(losses[1]));
+  // FP8: both sides quantize each operand with its own amax, but from inputs that differ by the
+  // bf16 roundings above; where such a difference straddles the midpoint between two fp8 values
+  // (about 2^-9 / 2^-4 = 1/32 of e4m3 elements, 1/64 of e5m2's) the two sides take neighbouring
+  // values, a step of 2^-3 (e4m3) or 2^-2 (e5m2) relative apart. That adds about
+  // sqrt(1/32)·2^-3 ≈ 0.022 per e4m3 operand and sqrt(1/64)·2^-2 ≈ 0.031 per e5m2 one, in
+  // quadrature over the two operands of each product and compounding through two blocks:
+  // bounds twice the bf16 ones still leave a wrong scale or transpose (O(1)) far outside.
+  const double widen = fp8 ? 2.0 : 1.0;
   // Gradients pass through bf16 activations in every op of two blocks (each rounding 2^-9
   // relative) and bf16 attention probabilities: a few percent in norm, against O(1) if any
   // op were wrong.
   for (size_t u = 0; u < units.size(); ++u) {
     const std::vector<float> gpu_gradient = Download(gpu_grads[u]);
     for (float value : gpu_gradient) ASSERT_TRUE(std::isfinite(value)) << units[u].name;
-    EXPECT_LT(RelativeDistance(gpu_gradient, host_grads[u]), 0.05) << units[u].name;
+    EXPECT_LT(RelativeDistance(gpu_gradient, host_grads[u]), 0.05 * widen) << units[u].name;
     for (const ParameterInfo& parameter : units[u].parameters) {
       std::vector<float> gpu_part(gpu_gradient.begin() + parameter.offset,
                                   gpu_gradient.begin() + parameter.offset + parameter.numel);
@@ -118,14 +142,17 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
       // (softmax − one-hot, RMSNorm's projection) amplify that by up to about 2, hence 0.05 for
       // a unit; a parameter with a few thousand elements is allowed 0.08. Any wrong op moves its
       // parameters' gradients by O(1).
-      EXPECT_LT(RelativeDistance(gpu_part, cpu_part), 0.08) << parameter.name;
+      EXPECT_LT(RelativeDistance(gpu_part, cpu_part), 0.08 * widen) << parameter.name;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, CudaMiniLLMTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Causal") : std::string("NoMask");
+INSTANTIATE_TEST_SUITE_P(MasksAndProducts, CudaMiniLLMTest,
+                         ::testing::Values(MiniLLMCase{false, false}, MiniLLMCase{true, false},
+                                           MiniLLMCase{false, true}, MiniLLMCase{true, true}),
+                         [](const ::testing::TestParamInfo<MiniLLMCase>& info) {
+                           return std::string(info.param.causal ? "Causal" : "NoMask") +
+                                  (info.param.fp8 ? "Fp8" : "");
                          });
 
 }  // namespace

@@ -3,6 +3,8 @@ fsdpd_test(kernels_cpu_gradient_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_cpu_gradient_test.cc LIBS fsdpd_kernels_cpu)
 fsdpd_test(kernels_cpu_llama_gradient_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_cpu_llama_gradient_test.cc LIBS fsdpd_kernels_cpu)
+fsdpd_test(kernels_cpu_fp8_test LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_cpu_fp8_test.cc LIBS fsdpd_kernels_cpu)
 fsdpd_test(kernels_cpu_elementwise_test LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_cpu_elementwise_test.cc LIBS fsdpd_kernels_cpu)
 fsdpd_test(model_backend_test LABEL unit

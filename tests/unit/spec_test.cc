@@ -196,6 +196,24 @@ TEST(JobSpec, ActivationRecomputeIsParsedCheckedAndShrinksTheEstimate) {
   EXPECT_GT(block, 12.0 * 735199232);  // master and AdamW state stay
 }
 
+TEST(JobSpec, MatmulDtypeIsParsedCheckedAndCountedInTheEstimate) {
+  v1::JobSpec spec = ParseOk("name: r\n");
+  EXPECT_EQ(spec.parallel().matmul_dtype(), "bf16");
+  spec = ParseOk("name: r\nparallel: {world_size: 1, matmul_dtype: fp8}\n");
+  EXPECT_EQ(spec.parallel().matmul_dtype(), "fp8");
+  EXPECT_EQ(Errors(spec), "");
+  EXPECT_EQ(ParseOk(JobSpecToYaml(spec)).parallel().matmul_dtype(), "fp8");
+  const double fp8 = EstimateRankDeviceBytes(spec);
+  spec.mutable_parallel()->set_matmul_dtype("");  // a spec stored before the field
+  EXPECT_EQ(Errors(spec), "");
+  // The seed: ffn.0's backward holds dout and its transpose [8192, 8192], x [8192, 2048] and
+  // the weight [8192, 2048] in fp8.
+  EXPECT_DOUBLE_EQ(fp8 - EstimateRankDeviceBytes(spec),
+                   2.0 * 8192 * 8192 + 8192.0 * 2048 + 8192.0 * 2048);
+  spec.mutable_parallel()->set_matmul_dtype("int4");
+  EXPECT_THAT(Errors(spec), HasSubstr("parallel.matmul_dtype: must be bf16 or fp8 (got 'int4')"));
+}
+
 TEST(JobSpec, ClippingKeepsTheWholeGradientShardInTheEstimate) {
   v1::JobSpec spec = ParseOk("name: r\nparallel: {world_size: 2}\n");
   const double in_backward = EstimateRankDeviceBytes(spec);

@@ -46,6 +46,29 @@ TEST(SpecValidate, CudaBoundsBatchTimesHeads) {
   EXPECT_THAT(Errors(spec), Not(HasSubstr("train.batch_size")));
 }
 
+// FP8 wants every dimension of the blocks' products a multiple of 16, on either device (the CPU
+// emulates the CUDA products and takes their rule).
+TEST(SpecValidate, Fp8NamesEachDimensionOffSixteen) {
+  v1::JobSpec spec = Seed();
+  spec.mutable_parallel()->set_matmul_dtype("fp8");
+  EXPECT_EQ(Errors(spec), "");
+  spec.mutable_model()->set_ffn_mult(3);
+  spec.mutable_model()->set_dim(200);  // 8 heads of 25; qkv 600; FFN 600
+  spec.mutable_model()->set_heads(8);
+  spec.mutable_data()->set_seq_len(100);
+  spec.mutable_train()->set_batch_size(2);  // 200 tokens
+  const std::string errors = Errors(spec);
+  EXPECT_THAT(errors, HasSubstr("parallel.matmul_dtype: fp8 needs every dimension of the linear "
+                                "layers a multiple of 16: model.dim is 200"));
+  EXPECT_THAT(errors, HasSubstr("qkv width (heads + 2·kv_heads)·head_dim is 600"));
+  EXPECT_THAT(errors, HasSubstr("the FFN width is 600"));
+  EXPECT_THAT(errors, HasSubstr("train.batch_size · data.seq_len is 200"));
+  spec.mutable_parallel()->set_device("cpu");
+  EXPECT_THAT(Errors(spec), HasSubstr("model.dim is 200"));
+  spec.mutable_parallel()->set_matmul_dtype("bf16");
+  EXPECT_THAT(Errors(spec), Not(HasSubstr("matmul_dtype")));
+}
+
 TEST(SpecValidate, LearningRateScheduleIsCheckedAtSubmission) {
   v1::TrainSpec train = Seed().train();
   FieldErrors errors;
@@ -115,6 +138,7 @@ TEST(SpecValidate, EveryStringFieldIsLengthLimitedByName) {
   spec.mutable_parallel()->set_param_dtype(long_keyword);
   spec.mutable_parallel()->set_reduce_dtype(long_keyword);
   spec.mutable_parallel()->set_activation_recompute(long_keyword);
+  spec.mutable_parallel()->set_matmul_dtype(long_keyword);
   spec.mutable_checkpoint()->set_init_from(long_path);
 
   FieldErrors lengths;
@@ -124,10 +148,11 @@ TEST(SpecValidate, EveryStringFieldIsLengthLimitedByName) {
     fields.push_back(error.field);
     EXPECT_THAT(error.message, HasSubstr("must be at most")) << error.field;
   }
-  EXPECT_THAT(fields, ::testing::UnorderedElementsAre(
-                          "name", "data.source", "data.path", "train.lr_schedule",
-                          "parallel.device", "parallel.param_dtype", "parallel.reduce_dtype",
-                          "parallel.activation_recompute", "checkpoint.init_from"));
+  EXPECT_THAT(fields,
+              ::testing::UnorderedElementsAre(
+                  "name", "data.source", "data.path", "train.lr_schedule", "parallel.device",
+                  "parallel.param_dtype", "parallel.reduce_dtype", "parallel.activation_recompute",
+                  "parallel.matmul_dtype", "checkpoint.init_from"));
 
   const std::string errors = Errors(spec);
   EXPECT_THAT(errors, HasSubstr("name: must be at most 128 characters (got 129)"));

@@ -46,6 +46,17 @@ absl::StatusOr<int64_t> CheckLinearInput(const OpArguments& check, const Tensor&
   return rows;
 }
 
+// The FP8 products' rule (ops.h): rows, in and out features all multiples of 16.
+absl::Status CheckFp8Dimensions(const OpArguments& check, int64_t rows, const Tensor& weight) {
+  if (rows % 16 != 0 || weight.shape[0] % 16 != 0 || weight.shape[1] % 16 != 0) {
+    return check.Error(
+        absl::StrCat("FP8 products need rows, in and out features multiples of 16, "
+                     "got ",
+                     rows, " rows and weight ", weight.Describe()));
+  }
+  return absl::OkStatus();
+}
+
 // The head counts of grouped-query attention: both positive, kv_heads dividing heads.
 absl::Status CheckHeads(const OpArguments& check, int64_t heads, int64_t kv_heads) {
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0) {
@@ -188,24 +199,24 @@ absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, co
                                  stream);
 }
 
-absl::Status CheckedOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                       const Tensor& out, Stream& stream) {
-  OpArguments check("LinearForward");
+namespace {
+
+// LinearForward's and Fp8LinearForward's arguments; `fp8` adds the FP8 products' rule.
+absl::Status CheckLinearForward(const OpArguments& check, const Tensor& x, const Tensor& weight,
+                                const Tensor& bias, const Tensor& out, bool fp8) {
   FSDPD_ASSIGN_OR_RETURN(const int64_t rows, CheckLinearInput(check, x, weight));
   const int64_t out_features = weight.shape[0];
   if (bias.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Shaped(bias, "bias", {out_features}));
   FSDPD_RETURN_IF_ERROR(
       check.Rows(out, "out", rows, out_features,
                  absl::StrCat("x is ", x.Describe(), ", weight is ", weight.Describe())));
-  FSDPD_RETURN_IF_ERROR(
-      NoOverlap(check, {{&out, "out"}}, {{&x, "x"}, {&weight, "weight"}, {&bias, "bias"}}));
-  return inner_->LinearForward(x, weight, bias, out, stream);
+  if (fp8) FSDPD_RETURN_IF_ERROR(CheckFp8Dimensions(check, rows, weight));
+  return NoOverlap(check, {{&out, "out"}}, {{&x, "x"}, {&weight, "weight"}, {&bias, "bias"}});
 }
 
-absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                        const Tensor& dx, const Tensor& dweight,
-                                        const Tensor& dbias, Write grad_write, Stream& stream) {
-  OpArguments check("LinearBackward");
+absl::Status CheckLinearBackward(const OpArguments& check, const Tensor& dout, const Tensor& x,
+                                 const Tensor& weight, const Tensor& dx, const Tensor& dweight,
+                                 const Tensor& dbias, bool fp8) {
   FSDPD_ASSIGN_OR_RETURN(const int64_t rows, CheckLinearInput(check, x, weight));
   const int64_t out_features = weight.shape[0];
   FSDPD_RETURN_IF_ERROR(
@@ -218,9 +229,42 @@ absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, con
     FSDPD_RETURN_IF_ERROR(check.Shaped(dweight, "dweight", weight.shape));
   }
   if (dbias.data != nullptr) FSDPD_RETURN_IF_ERROR(check.Shaped(dbias, "dbias", {out_features}));
-  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}, {&dbias, "dbias"}},
-                                  {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}}));
+  if (fp8) FSDPD_RETURN_IF_ERROR(CheckFp8Dimensions(check, rows, weight));
+  return NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}, {&dbias, "dbias"}},
+                   {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}});
+}
+
+}  // namespace
+
+absl::Status CheckedOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                       const Tensor& out, Stream& stream) {
+  FSDPD_RETURN_IF_ERROR(CheckLinearForward(OpArguments("LinearForward"), x, weight, bias, out,
+                                           /*fp8=*/false));
+  return inner_->LinearForward(x, weight, bias, out, stream);
+}
+
+absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                        const Tensor& dx, const Tensor& dweight,
+                                        const Tensor& dbias, Write grad_write, Stream& stream) {
+  FSDPD_RETURN_IF_ERROR(CheckLinearBackward(OpArguments("LinearBackward"), dout, x, weight, dx,
+                                            dweight, dbias, /*fp8=*/false));
   return inner_->LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
+}
+
+absl::Status CheckedOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                          const Tensor& out, Stream& stream) {
+  FSDPD_RETURN_IF_ERROR(CheckLinearForward(OpArguments("Fp8LinearForward"), x, weight, bias, out,
+                                           /*fp8=*/true));
+  return inner_->Fp8LinearForward(x, weight, bias, out, stream);
+}
+
+absl::Status CheckedOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x,
+                                           const Tensor& weight, const Tensor& dx,
+                                           const Tensor& dweight, const Tensor& dbias,
+                                           Write grad_write, Stream& stream) {
+  FSDPD_RETURN_IF_ERROR(CheckLinearBackward(OpArguments("Fp8LinearBackward"), dout, x, weight, dx,
+                                            dweight, dbias, /*fp8=*/true));
+  return inner_->Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
 }
 
 absl::Status CheckedOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,

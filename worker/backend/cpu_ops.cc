@@ -11,6 +11,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rotary.h"
@@ -114,6 +115,32 @@ absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const T
   cpu::LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
                       weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight), OrNull(dbias),
                       grad_write == Write::kAccumulate);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                      const Tensor& out, Stream&) {
+  OpArguments check("Fp8LinearForward");
+  FSDPD_RETURN_IF_ERROR(
+      AllFloat(check, {{&weight, "weight"}, {&x, "x"}, {&bias, "bias"}, {&out, "out"}}));
+  cpu::Fp8LinearForward(x.as<float>(), weight.as<float>(), OrNull(bias), RowsOf(x), weight.shape[1],
+                        weight.shape[0], out.as<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                       const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                       Write grad_write, Stream&) {
+  OpArguments check("Fp8LinearBackward");
+  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
+                                         {&x, "x"},
+                                         {&dout, "dout"},
+                                         {&dx, "dx"},
+                                         {&dweight, "dweight"},
+                                         {&dbias, "dbias"}}));
+  cpu::Fp8LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
+                         weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight),
+                         OrNull(dbias), grad_write == Write::kAccumulate);
   return absl::OkStatus();
 }
 

@@ -92,6 +92,7 @@ CudaBackend::~CudaBackend() {
   if (compute_stream_ != nullptr) compute_stream_->Synchronize().IgnoreError();
   if (comm_stream_ != nullptr) comm_stream_->Synchronize().IgnoreError();
   ops_.reset();
+  fp8_gemm_.reset();
   gemm_.reset();
   gemm_workspace_.reset();
 }
@@ -140,10 +141,23 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       cuda::Gemm::Create(backend->gemm_workspace_->data(), gemm_config);
   if (!gemm.ok()) return gemm.status();
   backend->gemm_ = std::move(*gemm);
-  backend->ops_ = std::make_unique<CheckedOps>(std::make_unique<CudaOps>(
-      backend->allocator_.get(), backend->gemm_.get(), config.optimizer_sms));
   cudaDeviceProp properties{};
-  if (cudaGetDeviceProperties(&properties, config.device) == cudaSuccess) {
+  const bool have_properties = cudaGetDeviceProperties(&properties, config.device) == cudaSuccess;
+  if (have_properties && properties.major * 10 + properties.minor >= 89) {
+    // The FP8 products share the bf16 products' workspace: both run on the compute stream, one
+    // at a time.
+    cuda::Fp8GemmConfig fp8_config;
+    fp8_config.workspace_bytes = gemm_config.workspace_bytes;
+    fp8_config.sm_count_target = gemm_config.sm_count_target;
+    absl::StatusOr<std::unique_ptr<cuda::Fp8Gemm>> fp8_gemm =
+        cuda::Fp8Gemm::Create(backend->gemm_workspace_->data(), fp8_config);
+    if (!fp8_gemm.ok()) return fp8_gemm.status();
+    backend->fp8_gemm_ = std::move(*fp8_gemm);
+  }
+  backend->ops_ = std::make_unique<CheckedOps>(
+      std::make_unique<CudaOps>(backend->allocator_.get(), backend->gemm_.get(),
+                                config.optimizer_sms, backend->fp8_gemm_.get()));
+  if (have_properties) {
     spdlog::info("cuda:{}: {} (sm_{}{}, {} MiB)", config.device, properties.name, properties.major,
                  properties.minor, properties.totalGlobalMem >> 20);
   }

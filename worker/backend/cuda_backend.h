@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/checked_ops.h"
@@ -88,6 +89,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaStream> comm_stream_;
   std::unique_ptr<Buffer> gemm_workspace_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // null without FP8 tensor cores
   // CudaOps behind the shared contract checks.
   std::unique_ptr<CheckedOps> ops_;
 };

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rotary.h"
 #include "kernels/cuda/silu.h"
@@ -46,6 +47,9 @@ absl::Status Dtypes(const OpArguments& check, std::initializer_list<Expected> te
 }
 
 constexpr DType kBf = DType::kBF16;
+constexpr const char* kNoFp8 =
+    "this device has no FP8 tensor cores (sm_89 or newer): parallel.matmul_dtype fp8 cannot run "
+    "here";
 constexpr DType kF = DType::kF32;
 
 const bf16* Bf16(const Tensor& t) { return static_cast<const bf16*>(t.data); }
@@ -53,8 +57,12 @@ bf16* MutableBf16(const Tensor& t) { return static_cast<bf16*>(t.data); }
 
 }  // namespace
 
-CudaOps::CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm, int64_t optimizer_grid_limit)
-    : allocator_(allocator), gemm_(gemm), optimizer_grid_limit_(optimizer_grid_limit) {}
+CudaOps::CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm, int64_t optimizer_grid_limit,
+                 cuda::Fp8Gemm* fp8_gemm)
+    : allocator_(allocator),
+      gemm_(gemm),
+      fp8_gemm_(fp8_gemm),
+      optimizer_grid_limit_(optimizer_grid_limit) {}
 
 cuda::AdamWStepParams CudaOps::StepParams(const AdamWParams& params) const {
   cuda::AdamWStepParams step{params.lr,  params.beta1,        params.beta2,
@@ -191,6 +199,47 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
         grad_write == Write::kAccumulate));
   }
   return absl::OkStatus();
+}
+
+absl::Status CudaOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                       const Tensor& out, Stream& stream) {
+  OpArguments check("Fp8LinearForward (cuda)");
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  FSDPD_RETURN_IF_ERROR(Dtypes(
+      check, {{&weight, "weight", kBf}, {&x, "x", kBf}, {&bias, "bias", kBf}, {&out, "out", kBf}}));
+  if (fp8_gemm_ == nullptr) return check.Error(kNoFp8);
+  const int64_t rows = RowsOf(x);
+  if (rows == 0) return absl::OkStatus();
+  const int64_t n = weight.shape[0], k = weight.shape[1];
+  FSDPD_ASSIGN_OR_RETURN(void* scratch,
+                         ScratchFor(cuda_stream, cuda::Fp8LinearForwardScratchBytes(rows, n, k)));
+  return cuda::Fp8LinearForward(*fp8_gemm_, Bf16(x), Bf16(weight),
+                                bias.data != nullptr ? Bf16(bias) : nullptr, rows, n, k,
+                                MutableBf16(out), scratch, cuda_stream);
+}
+
+absl::Status CudaOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                        const Tensor& dx, const Tensor& dweight,
+                                        const Tensor& dbias, Write grad_write, Stream& stream) {
+  OpArguments check("Fp8LinearBackward (cuda)");
+  FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
+  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&weight, "weight", kBf},
+                                       {&x, "x", kBf},
+                                       {&dout, "dout", kBf},
+                                       {&dx, "dx", kBf},
+                                       {&dweight, "dweight", kF},
+                                       {&dbias, "dbias", kF}}));
+  if (fp8_gemm_ == nullptr) return check.Error(kNoFp8);
+  const int64_t rows = RowsOf(x);
+  if (rows == 0) return absl::OkStatus();
+  const int64_t n = weight.shape[0], k = weight.shape[1];
+  FSDPD_ASSIGN_OR_RETURN(void* scratch,
+                         ScratchFor(cuda_stream, cuda::Fp8LinearBackwardScratchBytes(rows, n, k)));
+  return cuda::Fp8LinearBackward(*fp8_gemm_, Bf16(dout), Bf16(x), Bf16(weight), rows, n, k,
+                                 dx.data != nullptr ? MutableBf16(dx) : nullptr,
+                                 dweight.data != nullptr ? dweight.as<float>() : nullptr,
+                                 dbias.data != nullptr ? dbias.as<float>() : nullptr,
+                                 grad_write == Write::kAccumulate, scratch, cuda_stream);
 }
 
 namespace {

@@ -7,6 +7,8 @@
 //     FSDP layer reduce-scatters the fp32 buffer as it is;
 //   - statistics (rstd, lse) and the loss: fp32; token ids: int32, checked by the caller on
 //     the host (the model does, in BeginStep) since checking them here would need a sync;
+//   - the FP8 linear ops take the same dtypes as the bf16 ones; their fp8 copies and scales live
+//     in the stream's scratch (kernels/cuda/fp8_linear.h);
 //   - Cast, Fill, Scale, SumOfSquares, Add take fp32 or bf16; AdamW is fp32 throughout.
 // Ops that need temporary memory take it from a per-stream scratch buffer that only grows
 // (the stream is synchronised once when it does), so concurrent streams never share scratch.
@@ -23,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/adamw.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "worker/backend/cuda_allocator.h"
 #include "worker/backend/ops.h"
@@ -31,9 +34,11 @@ namespace fsdpd {
 
 class CudaOps : public Ops {
  public:
-  // The allocator and gemm outlive the ops (the backend owns all three). A positive
+  // The allocator and gemms outlive the ops (the backend owns them). A positive
   // optimizer_grid_limit caps the blocks of AdamW's kernels (CudaBackendConfig::optimizer_sms).
-  CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm, int64_t optimizer_grid_limit = 0);
+  // fp8_gemm is null on a device without FP8 tensor cores: the Fp8Linear ops then fail.
+  CudaOps(CudaAllocator* allocator, cuda::Gemm* gemm, int64_t optimizer_grid_limit = 0,
+          cuda::Fp8Gemm* fp8_gemm = nullptr);
   ~CudaOps() override;
 
   FSDPD_OPS_OVERRIDES
@@ -49,6 +54,7 @@ class CudaOps : public Ops {
 
   CudaAllocator* allocator_;
   cuda::Gemm* gemm_;
+  cuda::Fp8Gemm* fp8_gemm_;
   int64_t optimizer_grid_limit_;
   std::map<cudaStream_t, Scratch> scratch_;
 };

@@ -63,6 +63,18 @@ class Ops {
                                       const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                       Write grad_write, Stream& stream) = 0;
 
+  // The same products in FP8 (parallel.matmul_dtype fp8): x and weight quantized to e4m3, dout
+  // to e5m2, each with one scale per tensor from its own amax in this call (current scaling, so
+  // nothing carries over between steps), products accumulated in fp32. The bias is added to the
+  // output, and dbias summed from dout, unquantized. Every dimension (rows, in and out features)
+  // must be a multiple of 16. CUDA: cuBLASLt's FP8 GEMMs (sm_89 or newer); CPU: the same
+  // quantization, emulated in fp32 (kernels/cpu/fp8.h), the oracle of the CUDA side.
+  virtual absl::Status Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                        const Tensor& out, Stream& stream) = 0;
+  virtual absl::Status Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                         const Tensor& dx, const Tensor& dweight,
+                                         const Tensor& dbias, Write grad_write, Stream& stream) = 0;
+
   // Grouped-query attention. qkv[B, S, (heads + 2·kv_heads)·hd] packs each token's row as
   // q (heads·hd) | k (kv_heads·hd) | v (kv_heads·hd), each split into heads of hd values;
   // kv_heads divides heads, and query head h reads kv head h / (heads / kv_heads). With
@@ -169,6 +181,11 @@ class Ops {
   absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \
                               const Tensor& dx, const Tensor& dweight, const Tensor& dbias,       \
                               Write grad_write, Stream& stream) override;                         \
+  absl::Status Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,        \
+                                const Tensor& out, Stream& stream) override;                      \
+  absl::Status Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,       \
+                                 const Tensor& dx, const Tensor& dweight, const Tensor& dbias,    \
+                                 Write grad_write, Stream& stream) override;                      \
   absl::Status AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,  \
                                 const Tensor& out, const Tensor& lse, Stream& stream) override;   \
   absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,        \

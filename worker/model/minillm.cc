@@ -177,8 +177,8 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
     FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
   }
   FSDPD_RETURN_IF_ERROR(
-      ops_.LinearForward(activated_, Parameter(block_params, layer, BlockParameters(layer).ffn_out),
-                         no_bias, row_scratch_, stream_));
+      BlockLinearForward(activated_, Parameter(block_params, layer, BlockParameters(layer).ffn_out),
+                         no_bias, row_scratch_));
   FSDPD_RETURN_IF_ERROR(
       ops_.Add(saved.middle, row_scratch_, residuals_[static_cast<size_t>(layer) + 1], stream_));
   ++next_layer_;
@@ -202,8 +202,8 @@ absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_p
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, stream_));
   FSDPD_RETURN_IF_ERROR(
-      ops_.LinearForward(row_scratch_, Matrix(block_params, layer, names.qkv, config_.qkv_width()),
-                         bias(names.qkv_bias), saved.qkv, stream_));
+      BlockLinearForward(row_scratch_, Matrix(block_params, layer, names.qkv, config_.qkv_width()),
+                         bias(names.qkv_bias), saved.qkv));
   if (config_.llama()) {
     FSDPD_RETURN_IF_ERROR(ops_.Rotary(saved.qkv, config_.heads, config_.kv_heads,
                                       config_.rope_theta, /*inverse=*/false, stream_));
@@ -211,16 +211,34 @@ absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_p
   FSDPD_RETURN_IF_ERROR(ops_.AttentionForward(saved.qkv, config_.heads,
                                               config_.attention_kv_heads(), config_.causal,
                                               saved.attention, saved.lse, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearForward(saved.attention, weight(names.out), bias(names.out_bias),
-                                           row_scratch_, stream_));
+  FSDPD_RETURN_IF_ERROR(
+      BlockLinearForward(saved.attention, weight(names.out), bias(names.out_bias), row_scratch_));
   FSDPD_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));
 
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm), config_.norm_eps,
                                             row_scratch_, saved.ffn_rstd, stream_));
   const Tensor no_bias;
-  return ops_.LinearForward(row_scratch_,
+  return BlockLinearForward(row_scratch_,
                             Matrix(block_params, layer, names.ffn_in, config_.ffn_in_width()),
-                            no_bias, saved.ffn_hidden, stream_);
+                            no_bias, saved.ffn_hidden);
+}
+
+absl::Status BackendMiniLLM::BlockLinearForward(const Tensor& x, const Tensor& weight,
+                                                const Tensor& bias, const Tensor& out) {
+  if (config_.matmul_dtype == MatmulDtype::kFp8) {
+    return ops_.Fp8LinearForward(x, weight, bias, out, stream_);
+  }
+  return ops_.LinearForward(x, weight, bias, out, stream_);
+}
+
+absl::Status BackendMiniLLM::BlockLinearBackward(const Tensor& dout, const Tensor& x,
+                                                 const Tensor& weight, const Tensor& dx,
+                                                 const Tensor& dweight, const Tensor& dbias,
+                                                 Write grad_write) {
+  if (config_.matmul_dtype == MatmulDtype::kFp8) {
+    return ops_.Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream_);
+  }
+  return ops_.LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream_);
 }
 
 absl::Status BackendMiniLLM::FinalNormForward(const Tensor& root_params, Tensor* head_input) {

@@ -77,6 +77,13 @@ class BackendMiniLLM : public MiniLLM {
   // Block `layer`'s forward up to ffn.0's output into Saved(layer): everything its backward
   // reads. Leaves norm2's output in row_scratch_.
   absl::Status ForwardToFfnHidden(int layer, const Tensor& block_params);
+  // A block's linear layer in the products config_.matmul_dtype picks: Ops::LinearForward/
+  // LinearBackward, or their FP8 twins. The head keeps the backend's own products.
+  absl::Status BlockLinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& out);
+  absl::Status BlockLinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                   Write grad_write);
   // The input of the head: the last residual, or its final norm when enabled.
   absl::Status FinalNormForward(const Tensor& root_params, Tensor* head_input);
 

@@ -82,7 +82,7 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                                                 stream_));
       if (forwarded_layer_ != layer) {
         FSDPD_RETURN_IF_ERROR(
-            ops_.LinearForward(row_scratch_, ffn_in_weight, no_bias, saved.ffn_hidden, stream_));
+            BlockLinearForward(row_scratch_, ffn_in_weight, no_bias, saved.ffn_hidden));
       }
     }
     forwarded_layer_ = -1;  // the shared set is this block's now, and is consumed below
@@ -95,9 +95,9 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   // the gradient at ffn_hidden (in place; llama's over the saved gate and up) and recomputes
   // the activation, which ffn.2's weight gradient reads last.
   const Tensor& hidden_gradient = config_.llama() ? saved.ffn_hidden : activated_gradient_;
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
+  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             activated_gradient_, Tensor{}, no_bias,
-                                            Write::kOverwrite, stream_));
+                                            Write::kOverwrite));
   if (config_.llama()) {
     FSDPD_RETURN_IF_ERROR(ops_.SwigluBackward(activated_gradient_, saved.ffn_hidden,
                                               hidden_gradient, activated_, stream_));
@@ -105,18 +105,18 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
     FSDPD_RETURN_IF_ERROR(ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient,
                                             activated_, stream_));
   }
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
+  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             Tensor{}, gradient(names.ffn_out), no_bias,
-                                            Write::kOverwrite, stream_));
+                                            Write::kOverwrite));
   if (recompute == ActivationRecompute::kNone) {
     // norm2's output, recomputed (its rstd is rewritten with the very same values).
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm),
                                               config_.norm_eps, row_scratch_, saved.ffn_rstd,
                                               stream_));
   }
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(hidden_gradient, row_scratch_, ffn_in_weight,
+  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(hidden_gradient, row_scratch_, ffn_in_weight,
                                             normed_gradient_, ffn_in_weight_gradient, no_bias,
-                                            Write::kOverwrite, stream_));
+                                            Write::kOverwrite));
   // The norm's input gradient joins the residual stream's inside the norm's backward.
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight(names.ffn_norm),
                                              saved.ffn_rstd, residual_gradient_, Write::kAccumulate,
@@ -124,9 +124,9 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
 
   // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))) (llama: q and
   // k rotated between the qkv product and attention, so their gradients are rotated back).
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
-      residual_gradient_, saved.attention, weight(names.out), attention_gradient_,
-      gradient(names.out), bias_gradient(names.out_bias), Write::kOverwrite, stream_));
+  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, saved.attention, weight(names.out),
+                                            attention_gradient_, gradient(names.out),
+                                            bias_gradient(names.out_bias), Write::kOverwrite));
   FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(
       attention_gradient_, saved.qkv, saved.attention, saved.lse, config_.heads,
       config_.attention_kv_heads(), config_.causal, qkv_gradient_, stream_));
@@ -136,9 +136,9 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   }
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, stream_));
-  FSDPD_RETURN_IF_ERROR(ops_.LinearBackward(
-      qkv_gradient_, row_scratch_, qkv_weight, normed_gradient_, qkv_weight_gradient,
-      bias_gradient(names.qkv_bias), Write::kOverwrite, stream_));
+  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(qkv_gradient_, row_scratch_, qkv_weight,
+                                            normed_gradient_, qkv_weight_gradient,
+                                            bias_gradient(names.qkv_bias), Write::kOverwrite));
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight(names.attention_norm),
                                              saved.attention_rstd, residual_gradient_,
                                              Write::kAccumulate, gradient(names.attention_norm),

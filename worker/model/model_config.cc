@@ -63,6 +63,13 @@ absl::StatusOr<ActivationRecompute> ParseActivationRecompute(const std::string& 
       absl::StrCat("parallel.activation_recompute: must be none, ffn or block (got '", text, "')"));
 }
 
+absl::StatusOr<MatmulDtype> ParseMatmulDtype(const std::string& text) {
+  if (text.empty() || text == "bf16") return MatmulDtype::kBackend;
+  if (text == "fp8") return MatmulDtype::kFp8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("parallel.matmul_dtype: must be bf16 or fp8 (got '", text, "')"));
+}
+
 ModelConfig ModelConfigFromSpec(const v1::ModelSpec& spec) {
   ModelConfig config;
   config.vocab = spec.vocab();

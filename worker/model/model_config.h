@@ -25,6 +25,14 @@ enum class ActivationRecompute {
 // parallel.activation_recompute: none (or empty), ffn or block.
 absl::StatusOr<ActivationRecompute> ParseActivationRecompute(const std::string& text);
 
+// The products of the blocks' linear layers (parallel.matmul_dtype). kBackend: the backend's own
+// (bf16 on CUDA, fp32 on CPU); kFp8: Ops::Fp8LinearForward/Fp8LinearBackward, whose CPU side
+// emulates the CUDA one. The head stays with the backend's products either way.
+enum class MatmulDtype { kBackend, kFp8 };
+
+// parallel.matmul_dtype: bf16 (or empty) or fp8.
+absl::StatusOr<MatmulDtype> ParseMatmulDtype(const std::string& text);
+
 // model.arch: MiniLLM (docs/architecture.md) or Hugging Face's LlamaForCausalLM.
 enum class ModelArch { kMiniLLM, kLlama };
 
@@ -42,6 +50,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;               // llama
   bool tie_embeddings = false;               // llama: the head is the embedding
   ActivationRecompute activation_recompute = ActivationRecompute::kNone;
+  MatmulDtype matmul_dtype = MatmulDtype::kBackend;
 
   bool llama() const { return arch == ModelArch::kLlama; }
   int64_t head_dim() const { return dim / heads; }

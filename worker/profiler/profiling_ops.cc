@@ -58,6 +58,26 @@ absl::Status ProfilingOps::LinearBackward(const Tensor& dout, const Tensor& x, c
       [&] { return LinearBackwardCost(dout, x, weight, dx, dweight, dbias, grad_write); });
 }
 
+absl::Status ProfilingOps::Fp8LinearForward(const Tensor& x, const Tensor& weight,
+                                            const Tensor& bias, const Tensor& out, Stream& stream) {
+  return Run(
+      "fp8_linear_forward", stream, {&x, &weight, &bias},
+      [&] { return inner_->Fp8LinearForward(x, weight, bias, out, stream); },
+      [&] { return LinearForwardCost(x, weight, bias, out); });
+}
+
+absl::Status ProfilingOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x,
+                                             const Tensor& weight, const Tensor& dx,
+                                             const Tensor& dweight, const Tensor& dbias,
+                                             Write grad_write, Stream& stream) {
+  return Run(
+      "fp8_linear_backward", stream, {&dout, &x, &weight},
+      [&] {
+        return inner_->Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
+      },
+      [&] { return LinearBackwardCost(dout, x, weight, dx, dweight, dbias, grad_write); });
+}
+
 absl::Status ProfilingOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
                                             bool causal, const Tensor& out, const Tensor& lse,
                                             Stream& stream) {
