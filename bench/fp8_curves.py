@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The FP8 loss curves of bench/gpu_fp8.sh: a table and a picture.
+
+Reads fsdpd-train's JSON lines (one a step) for matmul_dtype bf16 and fp8 and prints, in
+markdown: the loss of both at every 100th step with |loss_fp8 - loss_bf16| against the bound
+max(1% of the bf16 loss, 0.02), then the median tokens/s, step time and peak memory over the
+steps after the first ten, with the ratio fp8 / bf16 (and against the anchor's RESULT line when
+given). With --svg PATH it also draws both curves, every step, as a plain SVG (no plotting
+library needed).
+
+  bench/fp8_curves.py --bf16 out/bf16.jsonl --fp8 out/fp8.jsonl \
+      [--anchor out/anchor_compiled.log] [--svg bench/fp8/loss_curves.svg] [--every 100]
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+
+
+def read_steps(path):
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            record = json.loads(line)
+            if "step" in record:
+                steps[record["step"]] = record
+    return steps
+
+
+def median_after(steps, key, skip=10):
+    values = [r[key] for s, r in sorted(steps.items()) if s > skip and key in r]
+    return statistics.median(values) if values else float("nan")
+
+
+def anchor_tokens_per_second(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("RESULT"):
+                fields = dict(re.findall(r"(\w+)=([^\s]+)", line))
+                batch, seq = (int(v) for v in fields["batch"].split("x"))
+                return batch * seq * int(fields.get("world", 1)) / (
+                    float(fields["median_step_ms"]) / 1e3)
+    return None
+
+
+def svg(bf16, fp8, path, width=760, height=420):
+    left, right, top, bottom = 70, 20, 30, 50
+    steps = sorted(set(bf16) | set(fp8))
+    losses = [r["loss"] for d in (bf16, fp8) for r in d.values()]
+    x_max, y_min, y_max = max(steps), min(losses), max(losses)
+    y_min = max(0.0, y_min - 0.05 * (y_max - y_min))
+
+    def x(step):
+        return left + (width - left - right) * step / x_max
+
+    def y(loss):
+        return top + (height - top - bottom) * (y_max - loss) / (y_max - y_min)
+
+    def polyline(data, colour):
+        points = " ".join(f"{x(s):.1f},{y(r['loss']):.1f}" for s, r in sorted(data.items()))
+        return (f'<polyline fill="none" stroke="{colour}" stroke-width="1" '
+                f'points="{points}"/>')
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'font-family="sans-serif" font-size="12">',
+             f'<rect width="{width}" height="{height}" fill="white"/>']
+    for i in range(6):
+        loss = y_min + (y_max - y_min) * i / 5
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(loss):.1f}" '
+                     f'y2="{y(loss):.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{left - 6}" y="{y(loss) + 4:.1f}" text-anchor="end">'
+                     f'{loss:.2f}</text>')
+    for i in range(5):
+        step = round(x_max * i / 4)
+        parts.append(f'<text x="{x(step):.1f}" y="{height - bottom + 18}" '
+                     f'text-anchor="middle">{step}</text>')
+    parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 10}" '
+                 f'text-anchor="middle">step</text>')
+    parts.append(f'<text x="14" y="{(top + height - bottom) / 2}" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {(top + height - bottom) / 2})">loss</text>')
+    parts.append(polyline(bf16, "#1f5fbf"))
+    parts.append(polyline(fp8, "#d9480f"))
+    parts.append(f'<text x="{width - right - 200}" y="{top}" fill="#1f5fbf">'
+                 f'matmul_dtype bf16</text>')
+    parts.append(f'<text x="{width - right - 200}" y="{top + 16}" fill="#d9480f">'
+                 f'matmul_dtype fp8</text>')
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bf16", required=True)
+    parser.add_argument("--fp8", required=True)
+    parser.add_argument("--anchor")
+    parser.add_argument("--svg")
+    parser.add_argument("--every", type=int, default=100)
+    args = parser.parse_args()
+    bf16, fp8 = read_steps(args.bf16), read_steps(args.fp8)
+    if not bf16 or not fp8:
+        sys.exit("fp8_curves: no steps in " + (args.bf16 if not bf16 else args.fp8))
+
+    print("| step | loss bf16 | loss fp8 | abs diff | bound | within |")
+    print("|---:|---:|---:|---:|---:|:---:|")
+    worst, failures, compared = 0.0, 0, 0
+    last = min(max(bf16), max(fp8))
+    for step in range(args.every, last + 1, args.every):
+        if step not in bf16 or step not in fp8:
+            continue
+        a, b = bf16[step]["loss"], fp8[step]["loss"]
+        bound = max(0.01 * a, 0.02)
+        within = abs(b - a) <= bound
+        compared += 1
+        failures += not within
+        worst = max(worst, abs(b - a) / bound)
+        print(f"| {step} | {a:.4f} | {b:.4f} | {abs(b - a):.4f} | {bound:.4f} | "
+              f"{'yes' if within else '**no**'} |")
+    print(f"\n{compared} checkpoints compared, {failures} outside the bound; the largest "
+          f"difference is {worst:.2f} of its bound.\n")
+
+    print("| run | tokens/s | step ms | peak memory MiB |")
+    print("|---|---:|---:|---:|")
+    rows = {}
+    for name, data in (("bf16", bf16), ("fp8", fp8)):
+        rows[name] = median_after(data, "tokens_per_second")
+        print(f"| fsdpd-train, matmul_dtype {name} | {rows[name]:,.0f} | "
+              f"{1e3 * median_after(data, 'step_seconds'):.1f} | "
+              f"{max(r['memory_peak_bytes'] for r in data.values()) / 2**20:,.0f} |")
+    anchor = anchor_tokens_per_second(args.anchor) if args.anchor else None
+    if anchor:
+        print(f"| FSDP2 + torch.compile | {anchor:,.0f} | | |")
+    print(f"\nfp8 / bf16: {rows['fp8'] / rows['bf16']:.3f}×", end="")
+    if anchor:
+        print(f"; bf16 / compiled anchor: {rows['bf16'] / anchor:.3f}×; "
+              f"fp8 / compiled anchor: {rows['fp8'] / anchor:.3f}×", end="")
+    print()
+    if args.svg:
+        svg(bf16, fp8, args.svg)
+
+
+if __name__ == "__main__":
+    main()
