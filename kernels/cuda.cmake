@@ -6,6 +6,7 @@ if(FSDPD_CUDA)
     cuda/attention.cu
     cuda/attention_cudnn.cc
     cuda/attention_tensor_core.cu
+    cuda/column_sum.cu
     cuda/cross_entropy.cu
     cuda/elementwise.cu
     cuda/embedding.cu

@@ -2,6 +2,7 @@
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "kernels/cuda/column_sum.h"
 #include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemm.h"
 
@@ -63,7 +64,8 @@ int64_t Fp8LinearForwardScratchBytes(int64_t m, int64_t n, int64_t k) {
 }
 
 int64_t Fp8LinearBackwardScratchBytes(int64_t m, int64_t n, int64_t k) {
-  return kSlotsBytes + 2 * Aligned(m * n) + Aligned(n * k) + Aligned(m * k);
+  return kSlotsBytes + 2 * Aligned(m * n) + Aligned(n * k) + Aligned(m * k) +
+         Aligned(ColumnSumScratchFloats(m, n) * 4);
 }
 
 absl::Status Fp8LinearForward(Fp8Gemm& gemm, const __nv_bfloat16* x, const __nv_bfloat16* weight,
@@ -93,6 +95,7 @@ absl::Status Fp8LinearBackward(Fp8Gemm& gemm, const __nv_bfloat16* dout, const _
   uint8_t* d8_transposed = carver.Take(m * n);
   uint8_t* w8_transposed = carver.Take(n * k);
   uint8_t* x8_transposed = carver.Take(m * k);
+  float* column_partials = reinterpret_cast<float*>(carver.Take(ColumnSumScratchFloats(m, n) * 4));
   if (dx != nullptr || dweight != nullptr) {
     FSDPD_RETURN_IF_ERROR(Quantize(dout, m, n, Fp8Format::kE5M2, d_slot,
                                    dx != nullptr ? d8 : nullptr,
@@ -113,7 +116,7 @@ absl::Status Fp8LinearBackward(Fp8Gemm& gemm, const __nv_bfloat16* dout, const _
                                               n, k, dweight, stream, accumulate));
   }
   if (dbias == nullptr) return absl::OkStatus();
-  return ColumnSumBf16(dout, m, n, accumulate, dbias, stream);
+  return ColumnSumBf16(dout, m, n, accumulate, dbias, column_partials, stream);
 }
 
 }  // namespace fsdpd::cuda

@@ -10,8 +10,9 @@
 // extra passes cost.
 //
 // `scratch` is device memory of at least the ...ScratchBytes of the shape, 256-byte aligned: the
-// operands' amax, scale and descale (16 bytes apart, as cuBLASLt wants the descales) and their
-// fp8 copies. Calls on one stream may share it; calls on different streams may not.
+// operands' amax, scale and descale (16 bytes apart, as cuBLASLt wants the descales), their
+// fp8 copies and the bias gradient's partial sums (kernels/cuda/column_sum.h). Calls on one stream
+// may share it; calls on different streams may not.
 #pragma once
 
 #include <cuda_bf16.h>

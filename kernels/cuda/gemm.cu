@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/cuda/column_sum.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
@@ -61,16 +62,6 @@ __global__ void AddBiasKernel(__nv_bfloat16* out, const __nv_bfloat16* bias, int
        i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + __bfloat162float(bias[i % columns]));
   }
-}
-
-// dbias[c] (+)= Σ_r dout[r, c]: one thread per column, rows in order (deterministic).
-__global__ void ColumnSumKernel(const __nv_bfloat16* dout, int64_t rows, int64_t columns,
-                                bool accumulate, float* dbias) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= columns) return;
-  float sum = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) sum += __bfloat162float(dout[r * columns + c]);
-  dbias[c] = accumulate ? dbias[c] + sum : sum;
 }
 
 }  // namespace
@@ -401,7 +392,8 @@ absl::Status Gemm::LinearWeightGradient(const __nv_bfloat16* dout, const __nv_bf
   }
   FSDPD_RETURN_IF_ERROR(state_->Run(p, **plan, x, dout, dweight, nullptr, stream));
   if (dbias == nullptr) return absl::OkStatus();
-  return ColumnSumBf16(dout, m, n, accumulate, dbias, stream);
+  FSDPD_RETURN_IF_ERROR(state_->EnsureBiasGradient(ColumnSumScratchFloats(m, n)));
+  return ColumnSumBf16(dout, m, n, accumulate, dbias, state_->bias_gradient, stream);
 }
 
 absl::Status AddBiasBf16(__nv_bfloat16* out, const __nv_bfloat16* bias, int64_t rows,
@@ -410,15 +402,6 @@ absl::Status AddBiasBf16(__nv_bfloat16* out, const __nv_bfloat16* bias, int64_t 
   AddBiasKernel<<<GridFor(rows * columns, kThreads), kThreads, 0, stream>>>(out, bias, rows,
                                                                             columns);
   CUDA_CHECK_LAUNCH("AddBiasKernel");
-  return absl::OkStatus();
-}
-
-absl::Status ColumnSumBf16(const __nv_bfloat16* dout, int64_t rows, int64_t columns,
-                           bool accumulate, float* dbias, cudaStream_t stream) {
-  if (columns == 0) return absl::OkStatus();
-  ColumnSumKernel<<<static_cast<unsigned>((columns + kThreads - 1) / kThreads), kThreads, 0,
-                    stream>>>(dout, rows, columns, accumulate, dbias);
-  CUDA_CHECK_LAUNCH("ColumnSumKernel");
   return absl::OkStatus();
 }
 

@@ -64,12 +64,10 @@ class Gemm {
   std::unique_ptr<State> state_;
 };
 
-// The epilogues' own kernels, for products without them (the fallbacks above, the FP8 products
-// of kernels/cuda/fp8_linear.h): out[r, c] += bias[c], rounded once to bf16; and
-// dbias[c] (+)= Σ_r dout[r, c] in fp32, rows in order (the same inputs give the same bits).
+// The bias epilogue's own kernel, for products without it (the fallback above, the FP8 products
+// of kernels/cuda/fp8_linear.h): out[r, c] += bias[c], rounded once to bf16. The bias
+// gradient's is kernels/cuda/column_sum.h.
 absl::Status AddBiasBf16(__nv_bfloat16* out, const __nv_bfloat16* bias, int64_t rows,
                          int64_t columns, cudaStream_t stream);
-absl::Status ColumnSumBf16(const __nv_bfloat16* dout, int64_t rows, int64_t columns,
-                           bool accumulate, float* dbias, cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

@@ -117,6 +117,37 @@ TEST_F(CudaFp8LinearTest, OptionalGradientsAreSkippedAndOverwriteWrites) {
   EXPECT_LT(RelativeDistance(Download(gdw), cdw), 1e-5);
 }
 
+// The bias gradient over many chunks of 256 rows and a partial warp of columns
+// (kernels/cuda/column_sum.h): the exact column sums within fp32's rounding of 1,008 terms, and
+// the same bits twice.
+TEST_F(CudaFp8LinearTest, BiasGradientOverManyChunksIsExactAndRepeatable) {
+  const int64_t rows = 1008, in = 16, out = 48;
+  std::vector<float> x = RoundedToBf16(RandomValues(random_, rows * in));
+  std::vector<float> w = RoundedToBf16(RandomValues(random_, out * in, 0.1f));
+  std::vector<float> dout = RoundedToBf16(RandomValues(random_, rows * out));
+  const Tensor gx = Upload(x, DType::kBF16, {rows, in});
+  const Tensor gw = Upload(w, DType::kBF16, {out, in});
+  const Tensor gdout = Upload(dout, DType::kBF16, {rows, out});
+  std::vector<float> runs[2];
+  for (std::vector<float>& run : runs) {
+    const Tensor gdb = Poisoned(DType::kF32, {out});
+    const absl::Status status = gpu().Fp8LinearBackward(gdout, gx, gw, Tensor{}, Tensor{}, gdb,
+                                                        Write::kOverwrite, gpu_stream());
+    ASSERT_TRUE(status.ok()) << status;
+    run = Download(gdb);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  for (int64_t c = 0; c < out; ++c) {
+    double sum = 0.0, magnitude = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += dout[r * out + c];
+      magnitude += std::fabs(dout[r * out + c]);
+    }
+    // fp32 sums of 1,008 terms: at most about 1,008 · 2^-24 of the sum of magnitudes.
+    EXPECT_NEAR(runs[0][c], sum, 1008 * std::ldexp(magnitude, -24)) << "column " << c;
+  }
+}
+
 TEST_F(CudaFp8LinearTest, ShapesOffSixteenAreRefusedWithAClearStatus) {
   const Tensor gx = Poisoned(DType::kBF16, {24, 32});  // 24 rows
   const Tensor gw = Poisoned(DType::kBF16, {16, 32});
