@@ -74,7 +74,8 @@ int RunStatus(const ClientOptions& options, const std::string& job_id) {
             << "model      vocab " << spec.model().vocab() << ", dim " << spec.model().dim()
             << ", layers " << spec.model().layers() << ", heads " << spec.model().heads() << "\n"
             << "parallel   " << spec.parallel().world_size() << " x " << spec.parallel().device()
-            << " (" << spec.parallel().param_dtype() << ")\n"
+            << " (" << spec.parallel().param_dtype()
+            << (spec.parallel().matmul_dtype() == "fp8" ? ", fp8 matmuls" : "") << ")\n"
             << "created    " << FormatTime(job.created_unix_millis()) << "\n"
             << "started    " << FormatTime(job.started_unix_millis()) << "\n"
             << "finished   " << FormatTime(job.finished_unix_millis()) << "\n";
