@@ -6,10 +6,11 @@ markdown: the loss of both at every 100th step with |loss_fp8 - loss_bf16| again
 max(1% of the bf16 loss, 0.02), then the median tokens/s, step time and peak memory over the
 steps after the first ten, with the ratio fp8 / bf16 (and against the anchor's RESULT line when
 given). With --svg PATH it also draws both curves, every step, as a plain SVG (no plotting
-library needed).
+library needed; --y-max L clips it at loss L); with --csv PATH it writes step, loss_bf16, loss_fp8 for every step.
 
   bench/fp8_curves.py --bf16 out/bf16.jsonl --fp8 out/fp8.jsonl \
-      [--anchor out/anchor_compiled.log] [--svg bench/fp8/loss_curves.svg] [--every 100]
+      [--anchor out/anchor_compiled.log] [--svg bench/fp8/loss_curves.svg] [--csv FILE]
+      [--every 100]
 """
 import argparse
 import json
@@ -47,18 +48,20 @@ def anchor_tokens_per_second(path):
     return None
 
 
-def svg(bf16, fp8, path, width=760, height=420):
+def svg(bf16, fp8, path, y_top=None, width=760, height=420):
     left, right, top, bottom = 70, 20, 30, 50
     steps = sorted(set(bf16) | set(fp8))
     losses = [r["loss"] for d in (bf16, fp8) for r in d.values()]
     x_max, y_min, y_max = max(steps), min(losses), max(losses)
+    if y_top is not None:
+        y_max = min(y_max, y_top)  # losses above it are drawn at the top edge
     y_min = max(0.0, y_min - 0.05 * (y_max - y_min))
 
     def x(step):
         return left + (width - left - right) * step / x_max
 
     def y(loss):
-        return top + (height - top - bottom) * (y_max - loss) / (y_max - y_min)
+        return top + (height - top - bottom) * (y_max - min(loss, y_max)) / (y_max - y_min)
 
     def polyline(data, colour):
         points = " ".join(f"{x(s):.1f},{y(r['loss']):.1f}" for s, r in sorted(data.items()))
@@ -99,6 +102,8 @@ def main():
     parser.add_argument("--fp8", required=True)
     parser.add_argument("--anchor")
     parser.add_argument("--svg")
+    parser.add_argument("--csv")
+    parser.add_argument("--y-max", type=float, help="the picture's top loss (higher ones clip)")
     parser.add_argument("--every", type=int, default=100)
     args = parser.parse_args()
     bf16, fp8 = read_steps(args.bf16), read_steps(args.fp8)
@@ -140,7 +145,12 @@ def main():
               f"fp8 / compiled anchor: {rows['fp8'] / anchor:.3f}×", end="")
     print()
     if args.svg:
-        svg(bf16, fp8, args.svg)
+        svg(bf16, fp8, args.svg, args.y_max)
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write("step,loss_bf16,loss_fp8\n")
+            for step in sorted(set(bf16) & set(fp8)):
+                f.write(f"{step},{bf16[step]['loss']:.5f},{fp8[step]['loss']:.5f}\n")
 
 
 if __name__ == "__main__":

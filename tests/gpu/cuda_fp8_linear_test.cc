@@ -3,12 +3,17 @@
 // on outputs poisoned with NaN.
 //
 // The inputs are bf16 values on both sides, so both quantize the same numbers with the same
-// amax, the same fp32 scale and the same rounding: the fp8 operands agree to the bit, and what
-// may differ is the order of the fp32 sums and the device's bf16 outputs. Hence tight bounds:
-// bf16 outputs within their bf16 roundings (the product, then the bias add) plus an fp32 sum's
-// worth of absolute slack, fp32 gradients within 1e-5 relative of the whole. A
-// wrong scale, a swapped transpose or a missed descale moves results by O(1); the check that the
-// FP8 output is not the bf16 one (2^-4-relative quantization steps) shows the FP8 path ran.
+// amax, the same fp32 scale and the same rounding: the fp8 operands agree to the bit. What
+// differs is the accumulation and the device's bf16 outputs:
+//   - a bf16 output is within half a unit in the last place of the exact value, at most 2^-8
+//     of it (8 significant bits), and the biased forward output is rounded twice;
+//   - Hopper's FP8 tensor cores keep fewer bits than fp32 in their partial sums before cuBLASLt
+//     promotes them: measured on an H100 (bench/RESULTS.md, "FP8 linear layers in the step"),
+//     fp32 weight gradients 4–6e-5 from the CPU's in relative distance, about 2^-14, where fp32
+//     alone would give ~1e-7. The bounds allow 2^-11 for that (2^-9 of the RMS per element).
+// A wrong scale, a swapped transpose, e4m3 read as e5m2 or a missed descale move results by
+// 3% or more; the check that the FP8 output is not the bf16 one (2^-4-relative quantization
+// steps) shows the FP8 path ran.
 #include <cmath>
 #include <limits>
 
@@ -75,15 +80,18 @@ TEST_F(CudaFp8LinearTest, ForwardAndBackwardMatchTheCpuEmulation) {
                                      cpu_stream())
                   .ok());
 
-  // out = bf16(bf16(p) + bias) for the product p: |error| <= 2^-9·|p| + 2^-9·|out| <=
-  // 2^-8·|out| + 2^-9·|bias|, plus the fp32 sums' order.
+  // out = bf16(bf16(p) + bias) for the product p: |error| <= 2^-8·|p| + 2^-8·|out| <=
+  // 2^-7·|out| + 2^-8·|bias|, plus the accumulation's share.
   double largest_bias = 0.0;
   for (float b : bias) largest_bias = std::max(largest_bias, std::fabs(static_cast<double>(b)));
   const std::vector<float> forward = Download(gout);
-  EXPECT_TRUE(AllClose(forward, cout, std::ldexp(largest_bias, -9) + 1e-5 * RootMeanSquare(cout),
-                       std::ldexp(1.0, -8)));
-  EXPECT_TRUE(AllClose(Download(gdx), cdx, 1e-5 * RootMeanSquare(cdx), std::ldexp(1.0, -9)));
-  EXPECT_LT(RelativeDistance(Download(gdw), cdw), 1e-5);
+  EXPECT_TRUE(AllClose(forward, cout,
+                       std::ldexp(largest_bias, -8) + std::ldexp(RootMeanSquare(cout), -9),
+                       std::ldexp(1.0, -7)));
+  EXPECT_TRUE(
+      AllClose(Download(gdx), cdx, std::ldexp(RootMeanSquare(cdx), -9), std::ldexp(1.0, -8)));
+  EXPECT_LT(RelativeDistance(Download(gdw), cdw), std::ldexp(1.0, -11));
+  // The bias gradient is no product: fp32 column sums, in another order than the CPU's.
   EXPECT_LT(RelativeDistance(Download(gdb), cdb), 1e-5);
 
   // The FP8 products are not the bf16 ones: quantizing x and w to 3 mantissa bits moves the
@@ -114,7 +122,7 @@ TEST_F(CudaFp8LinearTest, OptionalGradientsAreSkippedAndOverwriteWrites) {
                                      Host(w, {out, in}), Tensor{}, Host(cdw, {out, in}), Tensor{},
                                      Write::kOverwrite, cpu_stream())
                   .ok());
-  EXPECT_LT(RelativeDistance(Download(gdw), cdw), 1e-5);
+  EXPECT_LT(RelativeDistance(Download(gdw), cdw), std::ldexp(1.0, -11));
 }
 
 // The bias gradient over many chunks of 256 rows and a partial warp of columns
