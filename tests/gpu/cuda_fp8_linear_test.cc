@@ -27,23 +27,9 @@ class CudaFp8LinearTest : public CudaTest {
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    cudaDeviceProp properties;
-    ASSERT_EQ(cudaGetDeviceProperties(&properties, 0), cudaSuccess);
-    if (properties.major * 10 + properties.minor < 89) {
-      GTEST_SKIP() << properties.name << " has no FP8 tensor cores (sm_89 or newer)";
-    }
+    if (const std::string reason = WithoutFp8TensorCores(); !reason.empty()) GTEST_SKIP() << reason;
   }
 };
-
-double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
-  double difference = 0.0, norm = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double delta = static_cast<double>(a[i]) - b[i];
-    difference += delta * delta;
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(difference / std::max(norm, 1e-30));
-}
 
 TEST_F(CudaFp8LinearTest, ForwardAndBackwardMatchTheCpuEmulation) {
   const int64_t rows = 64, in = 96, out = 48;

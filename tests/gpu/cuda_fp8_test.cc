@@ -45,11 +45,7 @@ class CudaFp8Test : public CudaTest {
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    cudaDeviceProp properties;
-    ASSERT_EQ(cudaGetDeviceProperties(&properties, 0), cudaSuccess);
-    if (properties.major * 10 + properties.minor < 89) {
-      GTEST_SKIP() << properties.name << " has no FP8 tensor cores (sm_89 or newer)";
-    }
+    if (const std::string reason = WithoutFp8TensorCores(); !reason.empty()) GTEST_SKIP() << reason;
     stream_ = static_cast<CudaStream&>(gpu_stream()).get();
   }
 

@@ -21,17 +21,6 @@ struct MiniLLMCase {
 
 class CudaMiniLLMTest : public CudaTest, public ::testing::WithParamInterface<MiniLLMCase> {};
 
-// Relative Frobenius distance ‖a − b‖ / ‖b‖.
-double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
-  double difference = 0.0, norm = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double delta = static_cast<double>(a[i]) - b[i];
-    difference += delta * delta;
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(difference / std::max(norm, 1e-30));
-}
-
 TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
   ModelConfig config;
   config.vocab = 512;
@@ -43,11 +32,7 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
   const bool fp8 = GetParam().fp8;
   if (fp8) {
     config.matmul_dtype = MatmulDtype::kFp8;
-    cudaDeviceProp properties;
-    ASSERT_EQ(cudaGetDeviceProperties(&properties, 0), cudaSuccess);
-    if (properties.major * 10 + properties.minor < 89) {
-      GTEST_SKIP() << properties.name << " has no FP8 tensor cores (sm_89 or newer)";
-    }
+    if (const std::string reason = WithoutFp8TensorCores(); !reason.empty()) GTEST_SKIP() << reason;
   }
   const int64_t batch = 2, seq = 64, tokens = batch * seq;
 

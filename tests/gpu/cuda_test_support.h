@@ -4,6 +4,7 @@
 // the worst element.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -19,6 +20,26 @@
 #include "worker/backend/cuda_backend.h"
 
 namespace fsdpd::testing {
+
+// Relative Frobenius distance ‖a − b‖ / ‖b‖.
+inline double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
+  double difference = 0.0, norm = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double delta = static_cast<double>(a[i]) - b[i];
+    difference += delta * delta;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(difference / std::max(norm, 1e-30));
+}
+
+// Why device 0 cannot run the FP8 products (no FP8 tensor cores before sm_89), or "" when it
+// can: a test of them skips itself with this reason.
+inline std::string WithoutFp8TensorCores() {
+  cudaDeviceProp properties;
+  if (cudaGetDeviceProperties(&properties, 0) != cudaSuccess) return "no device properties";
+  if (properties.major * 10 + properties.minor >= 89) return "";
+  return absl::StrCat(properties.name, " has no FP8 tensor cores (sm_89 or newer)");
+}
 
 // The values a bf16 tensor holds for these floats.
 inline std::vector<float> RoundedToBf16(std::vector<float> values) {

@@ -16,7 +16,7 @@ import re
 import shutil
 import sys
 
-from local_cluster import Sandbox, check, wait_until
+from local_cluster import Sandbox, check
 
 import fsdpd
 
@@ -42,14 +42,7 @@ def main(source_dir, build_dir):
         tokens = os.path.join(sandbox.dir, "tokens.bin")
         shutil.copy(os.path.join(source_dir, "tests", "golden", "llama_tiny", "tokens.bin"),
                     tokens)
-        sandbox.start([sandbox.binary("fsdpd"), "--state-dir", os.path.join(sandbox.dir, "state")],
-                      "fsdpd.log")
-        wait_until(sandbox.serving, 30, "the coordinator")
-        for rank in range(2):
-            sandbox.start([sandbox.binary("fsdpd-worker"), "--device", "cpu", "--checkpoint-root",
-                           os.path.join(sandbox.dir, "checkpoints"), "--allowed-root",
-                           sandbox.dir], f"worker{rank}.log")
-        wait_until(lambda: sandbox.idle_workers() >= 2, 60, "two idle workers")
+        sandbox.start_cpu_cluster(2)
         client = fsdpd.Client(sandbox.address)
 
         # dim 40 (heads 2 of 20): dim, the qkv width and the FFN's all off 16.

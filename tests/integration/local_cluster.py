@@ -113,6 +113,18 @@ class Sandbox:
     def serving(self):
         return self.ctl("--json", "list", timeout=10).returncode == 0
 
+    def start_cpu_cluster(self, workers):
+        """fsdpd on a state folder of the sandbox, then `workers` CPU workers confined to the
+        sandbox, waited for until all are idle."""
+        self.start([self.binary("fsdpd"), "--state-dir", os.path.join(self.dir, "state")],
+                   "fsdpd.log")
+        wait_until(self.serving, 30, "the coordinator")
+        for rank in range(workers):
+            self.start([self.binary("fsdpd-worker"), "--device", "cpu", "--checkpoint-root",
+                        os.path.join(self.dir, "checkpoints"), "--allowed-root", self.dir],
+                       f"worker{rank}.log")
+        wait_until(lambda: self.idle_workers() >= workers, 60, f"{workers} idle workers")
+
     def log_text(self, log_name):
         with open(os.path.join(self.dir, log_name), errors="replace") as file:
             return file.read()

@@ -92,56 +92,65 @@ absl::Status CpuOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const 
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                   const Tensor& out, Stream&) {
-  OpArguments check("LinearForward");
+namespace {
+
+// nn.Linear's products, fp32 (kernels/cpu/linear.h) or FP8 emulated (kernels/cpu/fp8.h): the
+// same arguments, checked the same way.
+using LinearForwardFunction = void (*)(const float*, const float*, const float*, int64_t, int64_t,
+                                       int64_t, float*);
+using LinearBackwardFunction = void (*)(const float*, const float*, const float*, int64_t, int64_t,
+                                        int64_t, float*, float*, float*, bool);
+
+absl::Status RunLinearForward(const char* op, LinearForwardFunction forward, const Tensor& x,
+                              const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  OpArguments check(op);
   FSDPD_RETURN_IF_ERROR(
       AllFloat(check, {{&weight, "weight"}, {&x, "x"}, {&bias, "bias"}, {&out, "out"}}));
-  cpu::LinearForward(x.as<float>(), weight.as<float>(), OrNull(bias), RowsOf(x), weight.shape[1],
-                     weight.shape[0], out.as<float>());
+  forward(x.as<float>(), weight.as<float>(), OrNull(bias), RowsOf(x), weight.shape[1],
+          weight.shape[0], out.as<float>());
   return absl::OkStatus();
+}
+
+absl::Status RunLinearBackward(const char* op, LinearBackwardFunction backward, const Tensor& dout,
+                               const Tensor& x, const Tensor& weight, const Tensor& dx,
+                               const Tensor& dweight, const Tensor& dbias, Write grad_write) {
+  OpArguments check(op);
+  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
+                                         {&x, "x"},
+                                         {&dout, "dout"},
+                                         {&dx, "dx"},
+                                         {&dweight, "dweight"},
+                                         {&dbias, "dbias"}}));
+  backward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x), weight.shape[1],
+           weight.shape[0], OrNull(dx), OrNull(dweight), OrNull(dbias),
+           grad_write == Write::kAccumulate);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   const Tensor& out, Stream&) {
+  return RunLinearForward("LinearForward", cpu::LinearForward, x, weight, bias, out);
 }
 
 absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                     Write grad_write, Stream&) {
-  OpArguments check("LinearBackward");
-  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
-                                         {&x, "x"},
-                                         {&dout, "dout"},
-                                         {&dx, "dx"},
-                                         {&dweight, "dweight"},
-                                         {&dbias, "dbias"}}));
-  cpu::LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
-                      weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight), OrNull(dbias),
-                      grad_write == Write::kAccumulate);
-  return absl::OkStatus();
+  return RunLinearBackward("LinearBackward", cpu::LinearBackward, dout, x, weight, dx, dweight,
+                           dbias, grad_write);
 }
 
 absl::Status CpuOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                       const Tensor& out, Stream&) {
-  OpArguments check("Fp8LinearForward");
-  FSDPD_RETURN_IF_ERROR(
-      AllFloat(check, {{&weight, "weight"}, {&x, "x"}, {&bias, "bias"}, {&out, "out"}}));
-  cpu::Fp8LinearForward(x.as<float>(), weight.as<float>(), OrNull(bias), RowsOf(x), weight.shape[1],
-                        weight.shape[0], out.as<float>());
-  return absl::OkStatus();
+  return RunLinearForward("Fp8LinearForward", cpu::Fp8LinearForward, x, weight, bias, out);
 }
 
 absl::Status CpuOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                        const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                        Write grad_write, Stream&) {
-  OpArguments check("Fp8LinearBackward");
-  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
-                                         {&x, "x"},
-                                         {&dout, "dout"},
-                                         {&dx, "dx"},
-                                         {&dweight, "dweight"},
-                                         {&dbias, "dbias"}}));
-  cpu::Fp8LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
-                         weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight),
-                         OrNull(dbias), grad_write == Write::kAccumulate);
-  return absl::OkStatus();
+  return RunLinearBackward("Fp8LinearBackward", cpu::Fp8LinearBackward, dout, x, weight, dx,
+                           dweight, dbias, grad_write);
 }
 
 namespace {

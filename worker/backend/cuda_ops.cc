@@ -52,6 +52,24 @@ constexpr const char* kNoFp8 =
     "here";
 constexpr DType kF = DType::kF32;
 
+// The linear ops' dtypes, bf16 and FP8 alike: bf16 in and out, fp32 parameter gradients.
+absl::Status LinearForwardDtypes(const OpArguments& check, const Tensor& x, const Tensor& weight,
+                                 const Tensor& bias, const Tensor& out) {
+  return Dtypes(
+      check, {{&weight, "weight", kBf}, {&x, "x", kBf}, {&bias, "bias", kBf}, {&out, "out", kBf}});
+}
+
+absl::Status LinearBackwardDtypes(const OpArguments& check, const Tensor& dout, const Tensor& x,
+                                  const Tensor& weight, const Tensor& dx, const Tensor& dweight,
+                                  const Tensor& dbias) {
+  return Dtypes(check, {{&weight, "weight", kBf},
+                        {&x, "x", kBf},
+                        {&dout, "dout", kBf},
+                        {&dx, "dx", kBf},
+                        {&dweight, "dweight", kF},
+                        {&dbias, "dbias", kF}});
+}
+
 const bf16* Bf16(const Tensor& t) { return static_cast<const bf16*>(t.data); }
 bf16* MutableBf16(const Tensor& t) { return static_cast<bf16*>(t.data); }
 
@@ -159,8 +177,7 @@ absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const
                                     const Tensor& out, Stream& stream) {
   OpArguments check("LinearForward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_RETURN_IF_ERROR(Dtypes(
-      check, {{&weight, "weight", kBf}, {&x, "x", kBf}, {&bias, "bias", kBf}, {&out, "out", kBf}}));
+  FSDPD_RETURN_IF_ERROR(LinearForwardDtypes(check, x, weight, bias, out));
   const int64_t rows = RowsOf(x);
   if (rows == 0) return absl::OkStatus();
   return gemm_->LinearForward(Bf16(x), Bf16(weight), bias.data != nullptr ? Bf16(bias) : nullptr,
@@ -173,12 +190,7 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
                                      Write grad_write, Stream& stream) {
   OpArguments check("LinearBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&weight, "weight", kBf},
-                                       {&x, "x", kBf},
-                                       {&dout, "dout", kBf},
-                                       {&dx, "dx", kBf},
-                                       {&dweight, "dweight", kF},
-                                       {&dbias, "dbias", kF}}));
+  FSDPD_RETURN_IF_ERROR(LinearBackwardDtypes(check, dout, x, weight, dx, dweight, dbias));
   if (dbias.data != nullptr && dweight.data == nullptr) {
     return check.Error(
         "dbias without dweight is not supported: the bias gradient is fused "
@@ -205,8 +217,7 @@ absl::Status CudaOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, co
                                        const Tensor& out, Stream& stream) {
   OpArguments check("Fp8LinearForward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_RETURN_IF_ERROR(Dtypes(
-      check, {{&weight, "weight", kBf}, {&x, "x", kBf}, {&bias, "bias", kBf}, {&out, "out", kBf}}));
+  FSDPD_RETURN_IF_ERROR(LinearForwardDtypes(check, x, weight, bias, out));
   if (fp8_gemm_ == nullptr) return check.Error(kNoFp8);
   const int64_t rows = RowsOf(x);
   if (rows == 0) return absl::OkStatus();
@@ -223,12 +234,7 @@ absl::Status CudaOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, con
                                         const Tensor& dbias, Write grad_write, Stream& stream) {
   OpArguments check("Fp8LinearBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
-  FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&weight, "weight", kBf},
-                                       {&x, "x", kBf},
-                                       {&dout, "dout", kBf},
-                                       {&dx, "dx", kBf},
-                                       {&dweight, "dweight", kF},
-                                       {&dbias, "dbias", kF}}));
+  FSDPD_RETURN_IF_ERROR(LinearBackwardDtypes(check, dout, x, weight, dx, dweight, dbias));
   if (fp8_gemm_ == nullptr) return check.Error(kNoFp8);
   const int64_t rows = RowsOf(x);
   if (rows == 0) return absl::OkStatus();
