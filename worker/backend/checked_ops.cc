@@ -50,9 +50,8 @@ absl::StatusOr<int64_t> CheckLinearInput(const OpArguments& check, const Tensor&
 absl::Status CheckFp8Dimensions(const OpArguments& check, int64_t rows, const Tensor& weight) {
   if (rows % 16 != 0 || weight.shape[0] % 16 != 0 || weight.shape[1] % 16 != 0) {
     return check.Error(
-        absl::StrCat("FP8 products need rows, in and out features multiples of 16, "
-                     "got ",
-                     rows, " rows and weight ", weight.Describe()));
+        absl::StrCat("FP8 products need rows, in and out features multiples of 16, got ", rows,
+                     " rows and weight ", weight.Describe()));
   }
   return absl::OkStatus();
 }
