@@ -9,6 +9,9 @@
 # Run from the repository root with the binaries in .device/bin and their libraries in
 # .device/lib (bench/bundle_for_device.sh):
 #   OUT=/tmp/out TEXT=/path/to/text.txt bench/gpu_fp8.sh
+# Knobs, for a call short of device time: STEPS (2000), DTYPES ("fp8 bf16"), TEST_FILTER,
+# ANCHOR_STEPS (40; 0 skips the anchor), and the time limits TEST_SECONDS (120),
+# TRAIN_SECONDS (240 a run) and ANCHOR_SECONDS (150).
 set -uo pipefail
 repo_root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo_root" || exit 1
