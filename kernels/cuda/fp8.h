@@ -4,14 +4,13 @@
 //
 // Scaling is current, not delayed: the scale of a tensor comes from the amax of that same
 // tensor in this step, scale = fp8_max / amax, so nothing carries over between steps and a
-// sudden rise in a tensor's range cannot overflow. The amax is computed by the kernel that
-// produces the bf16 tensor, in the pass that writes it (an atomicMax per block into one device
-// float), not by a pass of its own. The order in the step is then: zero the amaxes, the
-// producer writes x and amax(x), Fp8ScaleFromAmax turns amax into scale and descale on the
-// device, and CastToFp8 reads x once more and writes q (and qᵀ). CastToFp8 can compute the amax
-// of its own input as well: that is the producer's part where no producer computes it yet
-// (bench/fp8_gemm_bench.cc times it so, as the producer's stand-in) and what a delayed scheme
-// would record for the next step.
+// sudden rise in a tensor's range cannot overflow. The order is: zero the amax, compute
+// amax(x), Fp8ScaleFromAmax turns it into scale and descale on the device, and CastToFp8 reads
+// x once more and writes q (and qᵀ). CastToFp8 computes the amax itself, in a pass of its own
+// (kernels/cuda/fp8_linear.h does so in the step today); the plan is for the kernel that
+// produces x to compute it in the pass that writes x (an atomicMax per block into one device
+// float), which bench/fp8_gemm_bench.cc times CastToFp8's amax as the stand-in for. It is also
+// what a delayed scheme would record for the next step.
 //
 // Layouts: row-major, as the model sees them. cuBLASLt's FP8 products on Hopper read both
 // operands K-contiguous (kernels/cuda/fp8_gemm.h), so the products of backward need the

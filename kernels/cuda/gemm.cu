@@ -71,7 +71,8 @@ struct Gemm::State {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::map<Problem, Plan> plans;
-  float* bias_gradient = nullptr;  // BGRADB's output before it is added to dbias
+  // BGRADB's output before it is added to dbias; without BGRADB, ColumnSumBf16's partials.
+  float* bias_gradient = nullptr;
   int64_t bias_gradient_floats = 0;
 
   ~State() {

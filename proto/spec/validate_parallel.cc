@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "proto/spec/job_spec.h"
 #include "proto/spec/spec_validate.h"
 
 namespace fsdpd {
@@ -43,8 +44,11 @@ void ValidateMatmulDtype(const v1::JobSpec& spec, FieldErrors& errors) {
   const v1::ModelSpec& model = spec.model();
   if (model.heads() <= 0 || model.dim() % model.heads() != 0) return;  // reported elsewhere
   const int64_t head_dim = model.dim() / model.heads();
-  const int64_t kv_heads = model.kv_heads() > 0 ? model.kv_heads() : model.heads();
-  const int64_t ffn = model.ffn_dim() > 0 ? model.ffn_dim() : model.ffn_mult() * model.dim();
+  // The widths the model builds (worker/model/model_config.h): MiniLLM's attention has as many
+  // kv heads as heads and its FFN ffn_mult · dim; llama's read kv_heads and ffn_dim.
+  const bool llama = model.arch() == "llama";
+  const int64_t kv_heads = llama ? LlamaKvHeads(model) : model.heads();
+  const int64_t ffn = llama ? LlamaFfnDim(model) : model.ffn_mult() * model.dim();
   const struct {
     const char* what;
     int64_t value;

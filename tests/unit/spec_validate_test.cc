@@ -67,6 +67,17 @@ TEST(SpecValidate, Fp8NamesEachDimensionOffSixteen) {
   EXPECT_THAT(Errors(spec), HasSubstr("model.dim is 200"));
   spec.mutable_parallel()->set_matmul_dtype("bf16");
   EXPECT_THAT(Errors(spec), Not(HasSubstr("matmul_dtype")));
+
+  // llama's widths come from kv_heads and ffn_dim.
+  spec = Seed();
+  spec.mutable_parallel()->set_matmul_dtype("fp8");
+  spec.mutable_model()->set_arch("llama");
+  spec.mutable_model()->set_kv_heads(4);
+  spec.mutable_model()->set_ffn_dim(5000);
+  EXPECT_THAT(Errors(spec), HasSubstr("parallel.matmul_dtype: fp8 needs every dimension of the "
+                                      "linear layers a multiple of 16: the FFN width is 5000"));
+  spec.mutable_model()->set_ffn_dim(5008);
+  EXPECT_THAT(Errors(spec), Not(HasSubstr("matmul_dtype")));
 }
 
 TEST(SpecValidate, LearningRateScheduleIsCheckedAtSubmission) {
