@@ -9,6 +9,7 @@
 # Run from the repository root with the binaries in .device/bin and their libraries in
 # .device/lib (bench/bundle_for_device.sh):
 #   OUT=/tmp/out TEXT=/path/to/text.txt bench/gpu_fp8.sh
+# SPEC is the recipe (bench/fp8/seed_text_warmup.yaml; call F2 ran bench/fp8/seed_text.yaml).
 # Knobs, for a call short of device time: STEPS (2000), DTYPES ("fp8 bf16"), TEST_FILTER,
 # ANCHOR_STEPS (40; 0 skips the anchor), and the time limits TEST_SECONDS (120),
 # TRAIN_SECONDS (240 a run) and ANCHOR_SECONDS (150).
@@ -25,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
 say() { echo "== $(date +%H:%M:%S) $*" | tee -a "$out/gpu_fp8.log"; }
 
 say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
-say "text: $text, $(wc -c <"$text") bytes"
+say "text: $text, $(wc -c <"$text") bytes; recipe ${SPEC:-bench/fp8/seed_text_warmup.yaml}"
 timeout -k 5 "${TEST_SECONDS:-120}" "$bin/cuda_kernels_test" --gtest_color=no \
   --gtest_filter="${TEST_FILTER:-*Fp8*:*MiniLLM*}" >"$out/cuda_kernels_test.log" 2>&1
 say "cuda_kernels_test: exit $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_kernels_test.log" | tr '\n' ' ')"
@@ -33,7 +34,7 @@ say "cuda_kernels_test: exit $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_ker
 for dtype in ${DTYPES:-fp8 bf16}; do
   spec=$work/$dtype.yaml
   sed -e "s|path: TEXT|path: $text|" -e "s|matmul_dtype: MATMUL|matmul_dtype: $dtype|" \
-    "$repo_root/bench/fp8/seed_text.yaml" >"$spec"
+    "${SPEC:-$repo_root/bench/fp8/seed_text_warmup.yaml}" >"$spec"
   say "fsdpd-train, matmul_dtype $dtype, $steps steps"
   timeout -k 5 "${TRAIN_SECONDS:-240}" "$bin/fsdpd-train" --spec "$spec" --device cuda:0 \
     --steps "$steps" --checkpoint-dir "$work/ckpt-$dtype" --store-dir "$work/store-$dtype" \

@@ -119,6 +119,7 @@ nlohmann::json WorkerToJson(const v1::Worker& worker) {
           {"gpu_index", worker.gpu_index()},
           {"gpu_name", worker.gpu_name()},
           {"gpu_uuid", worker.gpu_uuid()},
+          {"gpu_compute_capability", worker.gpu_compute_capability()},
           {"memory_bytes", worker.memory_bytes()},
           {"state", WorkerStateName(worker.state())},
           {"job_id", worker.job_id()},

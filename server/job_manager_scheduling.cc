@@ -87,7 +87,8 @@ void JobManager::ScheduleLocked() {
     const v1::JobSpec& spec = record.job.spec();
     if (state == v1::PENDING || state == v1::RETRYING) {
       waiting.push_back({id, spec.priority(), record.submit_order, spec.parallel().device(),
-                         spec.parallel().world_size(), RankMemoryBytes(spec)});
+                         spec.parallel().world_size(), RankMemoryBytes(spec),
+                         MinComputeCapability(spec)});
     } else if (record.active.has_value()) {
       running.push_back({id, spec.priority(), record.submit_order, spec.parallel().device(),
                          record.start_order, record.job.backfilled()});

@@ -17,12 +17,23 @@ bool Ahead(int priority_a, int64_t order_a, int priority_b, int64_t order_b) {
   return order_a < order_b;
 }
 
-// Whether the worker could run one rank of the job: its kind, and enough memory when both
-// figures are known.
+// Whether the worker could run one rank of the job: its kind, enough memory and a new enough
+// GPU, each when both figures are known.
 bool Fits(const FleetWorker& worker, const SchedulableJob& job) {
   if (worker.device_kind != job.device_kind) return false;
+  if (worker.compute_capability > 0 && job.min_compute_capability > 0 &&
+      worker.compute_capability < job.min_compute_capability) {
+    return false;
+  }
   return worker.memory_bytes <= 0 || job.rank_memory_bytes <= 0 ||
          worker.memory_bytes >= job.rank_memory_bytes;
+}
+
+// " and compute capability 8.9 or newer" when the job needs a newer GPU than any, for a reason.
+std::string GpuRequirement(const SchedulableJob& job) {
+  if (job.min_compute_capability <= 0) return "";
+  return absl::StrCat(" and compute capability ", job.min_compute_capability / 10, ".",
+                      job.min_compute_capability % 10, " or newer");
 }
 
 std::string Workers(int count, const std::string& kind) {
@@ -196,14 +207,16 @@ std::string WaitReason(const SchedulableJob& job, const ShapeTally& tally,
     } else {
       reason = absl::StrCat(kHeldPrefix, "needs ", Workers(job.world_size, job.device_kind),
                             " with at least ", job.rank_memory_bytes >> 20,
-                            " MiB each (one rank's estimate); the fleet has ", registered, ", ",
-                            fitting, " with that much");
+                            " MiB each (one rank's estimate)", GpuRequirement(job),
+                            "; the fleet has ", registered, ", ", fitting,
+                            job.min_compute_capability > 0 ? " that fit" : " with that much");
     }
   } else {
     reason = absl::StrCat(kWaitingPrefix, job.world_size, " idle ", job.device_kind,
                           job.world_size == 1 ? " worker" : " workers");
     if (tally.of_kind > fitting) {
-      absl::StrAppend(&reason, " with at least ", job.rank_memory_bytes >> 20, " MiB");
+      absl::StrAppend(&reason, " with at least ", job.rank_memory_bytes >> 20, " MiB",
+                      GpuRequirement(job));
     }
     parts.push_back(absl::StrCat(idle, " idle"));
     if (tally.reserved > 0) {
@@ -217,7 +230,9 @@ std::string WaitReason(const SchedulableJob& job, const ShapeTally& tally,
     }
     if (tally.lost > 0) parts.push_back(absl::StrCat(tally.lost, " lost"));
     if (tally.of_kind > fitting) {
-      parts.push_back(absl::StrCat(tally.of_kind - fitting, " too small"));
+      parts.push_back(absl::StrCat(tally.of_kind - fitting, job.min_compute_capability > 0
+                                                                ? " too small or too old"
+                                                                : " too small"));
     }
   }
   if (!tally.away.empty()) {
@@ -254,9 +269,10 @@ Schedule ScheduleGangs(std::vector<SchedulableJob> waiting, const std::vector<Fl
   std::set<std::string> taken;  // idle workers placed or reserved in this pass
   std::map<std::string, const SchedulableJob*> head_of;  // device kind → the head job
   // Tallies by shape, valid until `taken` next changes (then cleared).
-  std::map<std::pair<std::string, int64_t>, ShapeTally> tallies;
+  std::map<std::tuple<std::string, int64_t, int>, ShapeTally> tallies;
   auto tally_of = [&](const SchedulableJob& job) -> const ShapeTally& {
-    const std::pair<std::string, int64_t> shape{job.device_kind, job.rank_memory_bytes};
+    const std::tuple<std::string, int64_t, int> shape{job.device_kind, job.rank_memory_bytes,
+                                                      job.min_compute_capability};
     auto found = tallies.find(shape);
     if (found == tallies.end()) found = tallies.emplace(shape, TallyShape(job, fleet, taken)).first;
     return found->second;

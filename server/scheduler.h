@@ -30,9 +30,9 @@
 //   checkpoint root identity. A job that no group of workers sharing a root could run is held
 //   with that reason; otherwise it is placed within the largest such group of idle workers.
 // - Every waiting job that does not start says why (WaitReason in scheduler.cc, the one place
-//   that words it): the fleet has too few workers of its kind or with enough memory (held), the
-//   workers are busy with named jobs, finishing, away or lost, or it waits behind the head of its
-//   kind.
+//   that words it): the fleet has too few workers of its kind, or with enough memory and a new
+//   enough GPU (held), the workers are busy with named jobs, finishing, away or lost, or it
+//   waits behind the head of its kind.
 // - Ranks are packed onto as few hosts as possible: hosts with the most usable idle workers
 //   first; ranks follow that host order, then gpu_index within a host.
 #pragma once
@@ -50,6 +50,8 @@ struct SchedulableJob {
   std::string device_kind;   // cpu | cuda
   int world_size = 1;
   int64_t rank_memory_bytes = 0;  // what one rank needs (0: fits any worker)
+  // The oldest GPU it runs on, major · 10 + minor (89 for FP8 matmuls; 0: any).
+  int min_compute_capability = 0;
 };
 
 // A worker the coordinator knows.
@@ -66,6 +68,9 @@ struct FleetWorker {
   std::string device_kind;
   int gpu_index = 0;
   int64_t memory_bytes = 0;  // what the coordinator admits (0: unknown, fits any job)
+  // major · 10 + minor as registered (0: not said; fits any job, and the worker refuses a job
+  // its GPU cannot run when it starts it).
+  int compute_capability = 0;
   State state = State::kIdle;
   std::string job_id;  // kRunning
   int rank = -1;       // kRunning: the rank of job_id it was assigned

@@ -172,6 +172,7 @@ absl::StatusOr<std::pair<std::string, RankAssignment>> WorkerRegistry::Register(
   entry.info.set_gpu_index(request.gpu_index());
   entry.info.set_gpu_name(request.gpu_name());
   entry.info.set_gpu_uuid(request.gpu_uuid());
+  entry.info.set_gpu_compute_capability(request.gpu_compute_capability());
   AdmitMemoryLocked(entry, request.memory_bytes());
   entry.info.set_address(request.address());
   *entry.info.mutable_health() = request.health();
@@ -233,6 +234,7 @@ std::shared_ptr<const std::vector<FleetWorker>> WorkerRegistry::Fleet() const {
     worker.device_kind = info.device_kind();
     worker.gpu_index = info.gpu_index();
     worker.memory_bytes = info.memory_bytes();
+    worker.compute_capability = info.gpu_compute_capability();
     worker.root_id = info.health().checkpoint_root_id();
     if (info.state() == v1::LOST) {
       worker.state = FleetWorker::State::kLost;

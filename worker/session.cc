@@ -137,6 +137,7 @@ absl::Status WorkerSession::Register() {
   request.set_gpu_name(device_.gpu_name);
   request.set_gpu_uuid(device_.gpu_uuid);
   request.set_memory_bytes(device_.memory_bytes);
+  request.set_gpu_compute_capability(device_.compute_capability);
   request.set_address(config_.address);
   *request.mutable_health() = Health();
   if (previous_oom_kill_.has_value()) {

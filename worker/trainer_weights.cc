@@ -1,7 +1,9 @@
 #include "worker/trainer_weights.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,10 +31,38 @@ std::string NameList(const std::vector<std::string>& names) {
 }  // namespace
 
 absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed, FsdpState& state) {
-  for (int unit = 0; unit < state.num_units(); ++unit) {
-    std::vector<float> values(static_cast<size_t>(state.unit(unit).numel));
-    InitializeUnit(config, state.unit(unit), unit, seed, values.data());
-    FSDPD_RETURN_IF_ERROR(state.LoadMasterFromHost(unit, values));
+  // Each unit draws from its own generator (InitializeUnit), so units fill on threads of their
+  // own and the values do not depend on how many: a model of 10B parameters starts in seconds
+  // instead of a minute. Units are filled in waves of at most kThreads, holding at most
+  // kWaveValues floats on the host, and loaded in unit order on this thread.
+  constexpr int kThreads = 8;
+  constexpr int64_t kWaveValues = int64_t{1} << 30;  // 4 GiB of fp32
+  const int threads =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kThreads);
+  int next = 0;
+  while (next < state.num_units()) {
+    int end = next;
+    int64_t wave_values = 0;
+    while (end < state.num_units() && end - next < threads &&
+           (end == next || wave_values + state.unit(end).numel <= kWaveValues)) {
+      wave_values += state.unit(end).numel;
+      ++end;
+    }
+    std::vector<std::vector<float>> values(static_cast<size_t>(end - next));
+    std::vector<std::thread> workers;
+    for (int unit = next; unit < end; ++unit) {
+      workers.emplace_back([&, unit] {
+        std::vector<float>& unit_values = values[static_cast<size_t>(unit - next)];
+        unit_values.resize(static_cast<size_t>(state.unit(unit).numel));
+        InitializeUnit(config, state.unit(unit), unit, seed, unit_values.data());
+      });
+    }
+    for (std::thread& worker : workers) worker.join();
+    for (int unit = next; unit < end; ++unit) {
+      FSDPD_RETURN_IF_ERROR(
+          state.LoadMasterFromHost(unit, values[static_cast<size_t>(unit - next)]));
+    }
+    next = end;
   }
   return absl::OkStatus();
 }

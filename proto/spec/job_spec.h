@@ -71,4 +71,10 @@ double FlopsPerToken(const v1::JobSpec& spec);
 // parallel.activation_recompute.
 double EstimateRankDeviceBytes(const v1::JobSpec& spec);
 
+// The oldest GPU a rank of the spec runs on, as major · 10 + minor: 89 (Ada, Hopper and newer)
+// for parallel.matmul_dtype fp8 on cuda, whose products need FP8 tensor cores; 0 (any) otherwise.
+// The scheduler keeps the job off older workers (server/scheduler.h).
+inline constexpr int kFp8MinComputeCapability = 89;
+int MinComputeCapability(const v1::JobSpec& spec);
+
 }  // namespace fsdpd

@@ -113,4 +113,9 @@ double EstimateRankDeviceBytes(const v1::JobSpec& spec) {
   return sharded_state + accumulators + unsharded + activations + fp8_scratch;
 }
 
+int MinComputeCapability(const v1::JobSpec& spec) {
+  const bool fp8 = spec.parallel().matmul_dtype() == "fp8";
+  return spec.parallel().device() == "cuda" && fp8 ? kFp8MinComputeCapability : 0;
+}
+
 }  // namespace fsdpd

@@ -80,6 +80,23 @@ TEST(ProfilerRooflineTest, AnalyticRatiosAreAchievedRatesOverPeaks) {
   EXPECT_EQ(norm.verdict(), "memory-bound");
 }
 
+TEST(ProfilerRooflineTest, Fp8OpsAreHeldToTheFp8PeakWhereTheDeviceHasOne) {
+  // 1.5e12 FLOP/s: 75 % of a 2e12 FP8 peak, and the bf16 row of the same rate is clamped at 1.
+  v1::KernelStat fp8 = Row(1.5e12, 1e9, 1.0);
+  fp8.set_name("fp8_linear_forward");
+  ApplyAnalyticRoofline(RooflinePeaks{1e12, 1e11, 2e12}, &fp8);
+  EXPECT_DOUBLE_EQ(fp8.sm_throughput_ratio(), 0.75);
+  v1::KernelStat bf16 = Row(1.5e12, 1e9, 1.0);
+  bf16.set_name("linear_forward");
+  ApplyAnalyticRoofline(RooflinePeaks{1e12, 1e11, 2e12}, &bf16);
+  EXPECT_DOUBLE_EQ(bf16.sm_throughput_ratio(), 1.0);
+  // Without an FP8 peak (the CPU backend emulates the products) the bf16 peak holds.
+  v1::KernelStat emulated = Row(5e11, 1e9, 1.0);
+  emulated.set_name("fp8_linear_backward");
+  ApplyAnalyticRoofline(RooflinePeaks{1e12, 1e11}, &emulated);
+  EXPECT_DOUBLE_EQ(emulated.sm_throughput_ratio(), 0.5);
+}
+
 TEST(ProfilerRooflineTest, RatiosAreClampedToOne) {
   // Cache-resident data can move faster than the DRAM copy rate.
   v1::KernelStat row = Row(0.0, 5e11, 1.0);

@@ -294,6 +294,45 @@ TEST_F(JobManagerTest, AnAttemptTheOomKillerEndedFailsSayingSoAndLowersTheWorker
   EXPECT_LT(registry_->Find(w0)->info.memory_bytes(), needed);
 }
 
+// FP8 matmuls need FP8 tensor cores (compute capability 8.9): a worker that registered an older
+// GPU takes no rank of such a job, which says what it waits for, and a newer worker takes it.
+TEST_F(JobManagerTest, AnFp8JobGoesOnlyToAWorkerWhoseGpuHasFp8TensorCores) {
+  const auto add_gpu = [&](const std::string& host, int compute_capability) {
+    v1::RegisterRequest request;
+    request.set_hostname(host);
+    request.set_device_kind("cuda");
+    request.set_gpu_compute_capability(compute_capability);
+    request.set_memory_bytes(80 * kGiB);
+    absl::StatusOr<v1::RegisterResponse> registered = jobs_->RegisterWorker(request);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    sessions_[registered->worker_id()] = std::make_shared<FakeSession>();
+    EXPECT_TRUE(
+        jobs_->OpenSession(registered->worker_id(), sessions_[registered->worker_id()]).ok());
+    return registered->worker_id();
+  };
+  const std::string a100 = add_gpu("host-a", 80);
+  EXPECT_EQ(registry_->Find(a100)->info.gpu_compute_capability(), 80);
+  v1::JobSpec spec = SmallSpec(1, 0);
+  spec.mutable_parallel()->set_device("cuda");
+  spec.mutable_parallel()->set_param_dtype("bf16");
+  spec.mutable_parallel()->set_matmul_dtype("fp8");
+  absl::StatusOr<std::string> id = jobs_->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(GetJob(*id).state(), v1::PENDING);
+  EXPECT_THAT(GetJob(*id).reason(), HasSubstr("compute capability 8.9 or newer; the fleet has 1 "
+                                              "registered, 0 that fit"));
+  EXPECT_TRUE(sessions_[a100]->Assignments().empty());
+  // The same job in bf16 runs on the A100.
+  spec.mutable_parallel()->set_matmul_dtype("bf16");
+  const std::string bf16 = *jobs_->Submit(spec);
+  EXPECT_EQ(GetJob(bf16).state(), v1::SCHEDULED);
+
+  const std::string h100 = add_gpu("host-b", 90);
+  EXPECT_EQ(GetJob(*id).state(), v1::SCHEDULED);
+  ASSERT_EQ(sessions_[h100]->Assignments().size(), 1u);
+  EXPECT_EQ(sessions_[h100]->Assignments()[0].job_id(), *id);
+}
+
 // With a scheduling waker (the coordinator's ticker), Submit answers without running the pass
 // over the fleet itself: it asks for one, and the pass places the job.
 TEST_F(JobManagerTest, WithAWakerSubmitAsksForTheSchedulingPassInsteadOfRunningIt) {

@@ -215,6 +215,49 @@ TEST(SchedulerTest, RanksGoOnlyToWorkersWithEnoughMemoryAndTooFewOfThemHold) {
   EXPECT_EQ(Place({Job("none", 1, 0, 1, "cpu")}, {Worker("s", "h", 0, "cpu", 1)}).size(), 1u);
 }
 
+FleetWorker WithCapability(FleetWorker worker, int compute_capability) {
+  worker.compute_capability = compute_capability;
+  return worker;
+}
+
+SchedulableJob NeedingCapability(SchedulableJob job, int compute_capability) {
+  job.min_compute_capability = compute_capability;
+  return job;
+}
+
+TEST(SchedulerTest, AJobThatNeedsANewerGpuGoesOnlyToWorkersThatHaveOne) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // An A100 (8.0) host with two idle workers and an H100 (9.0) with one: the FP8 job (8.9)
+  // takes the H100 although the A100 host has more idle workers.
+  const std::vector<FleetWorker> fleet = {WithCapability(Worker("a100-0", "h1", 0), 80),
+                                          WithCapability(Worker("a100-1", "h1", 1), 80),
+                                          WithCapability(Worker("h100", "h2", 0), 90)};
+  std::vector<Placement> placements = Place({NeedingCapability(Job("fp8", 1), 89)}, fleet);
+  ASSERT_EQ(placements.size(), 1u);
+  EXPECT_THAT(placements[0].worker_ids, ElementsAre("h100"));
+  // Two ranks: one worker is new enough, so the job is held and says what it needs, while a
+  // bf16 job of the same size starts on the old ones.
+  Schedule schedule = ScheduleGangs({NeedingCapability(Job("fp8-2", 2, 5, 1, "cuda", kGiB), 89),
+                                     Job("bf16-2", 2, 0, 2, "cuda", kGiB)},
+                                    fleet);
+  ASSERT_EQ(schedule.holds.size(), 1u);
+  EXPECT_EQ(schedule.holds[0].reason,
+            "held: needs 2 cuda workers with at least 1024 MiB each (one rank's estimate) and "
+            "compute capability 8.9 or newer; the fleet has 3 registered, 1 that fit");
+  ASSERT_THAT(PlacedIds(schedule), ElementsAre("bf16-2"));
+  // While the new worker is busy, the job waits for it and counts the old ones as unfit.
+  schedule = ScheduleGangs({NeedingCapability(Job("fp8", 1), 89)},
+                           {WithCapability(Worker("a100", "h1", 0), 80),
+                            WithCapability(Busy("h100", "h2", "other"), 90)});
+  ASSERT_EQ(schedule.waits.size(), 1u);
+  EXPECT_EQ(schedule.waits[0].reason,
+            "waiting for 1 idle cuda worker with at least 0 MiB and compute capability 8.9 or "
+            "newer; 0 idle, 1 busy with other, 1 too small or too old");
+  // A worker that does not say (0, an older worker binary) fits; it refuses the job itself if
+  // its GPU cannot run it.
+  EXPECT_EQ(Place({NeedingCapability(Job("fp8", 1), 89)}, {Worker("quiet", "h", 0)}).size(), 1u);
+}
+
 TEST(SchedulerTest, TheHeadReservesIdleWorkersWhileDrainingOnesComeBack) {
   // The head needs two; one is idle and one drains (its attempt ended): nobody backfills onto
   // the idle one, and nothing needs preempting.

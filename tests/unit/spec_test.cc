@@ -214,6 +214,16 @@ TEST(JobSpec, MatmulDtypeIsParsedCheckedAndCountedInTheEstimate) {
   EXPECT_THAT(Errors(spec), HasSubstr("parallel.matmul_dtype: must be bf16 or fp8 (got 'int4')"));
 }
 
+TEST(JobSpec, OnlyFp8OnCudaNeedsANewerGpu) {
+  v1::JobSpec spec = ParseOk("name: r\nparallel: {device: cuda, matmul_dtype: fp8}\n");
+  EXPECT_EQ(MinComputeCapability(spec), 89);
+  spec.mutable_parallel()->set_matmul_dtype("bf16");
+  EXPECT_EQ(MinComputeCapability(spec), 0);
+  // The CPU backend emulates the FP8 products: any CPU worker runs them.
+  spec = ParseOk("name: r\nparallel: {device: cpu, matmul_dtype: fp8}\n");
+  EXPECT_EQ(MinComputeCapability(spec), 0);
+}
+
 TEST(JobSpec, ClippingKeepsTheWholeGradientShardInTheEstimate) {
   v1::JobSpec spec = ParseOk("name: r\nparallel: {world_size: 2}\n");
   const double in_backward = EstimateRankDeviceBytes(spec);

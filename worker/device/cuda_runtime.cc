@@ -41,6 +41,7 @@ absl::StatusOr<DeviceInfo> CudaRuntime::Describe() const {
   info.kind = "cuda";
   info.gpu_index = index_;
   info.gpu_name = properties.name;
+  info.compute_capability = properties.major * 10 + properties.minor;
   // What a job may use is what is free now: other processes on the device (and this one's
   // context) hold the rest.
   FSDPD_ASSIGN_OR_RETURN(const DriverMemory memory, QueryDriverMemory(index_));

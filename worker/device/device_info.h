@@ -13,6 +13,7 @@ struct DeviceInfo {
   std::string gpu_name;
   std::string gpu_uuid;
   int64_t memory_bytes = 0;
+  int compute_capability = 0;  // cuda: major · 10 + minor (90 for sm_90); cpu: 0
 };
 
 }  // namespace fsdpd

@@ -180,6 +180,13 @@ absl::StatusOr<std::unique_ptr<DeviceProfiler>> CreateCudaDeviceProfiler(
   if (!collector.ok()) return collector.status();
   RooflinePeaks peaks;
   peaks.flops_per_second = options.peak_flops_per_second;
+  int major = 0, minor = 0;
+  CUDA_CHECK(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device_index));
+  CUDA_CHECK(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device_index));
+  // FP8 tensor cores (sm_89 and newer) run dense FP8 products at twice the bf16 rate.
+  if (major * 10 + minor >= 89) peaks.fp8_flops_per_second = 2.0 * peaks.flops_per_second;
   absl::StatusOr<double> bandwidth = CudaPeakMemoryBandwidth(options.device_index);
   if (bandwidth.ok()) peaks.bytes_per_second = *bandwidth;
   return std::unique_ptr<DeviceProfiler>(new CudaDeviceProfiler(options, *collector, peaks));

@@ -149,6 +149,7 @@ std::vector<v1::ProfileReport> ProfileWindow::BuildReports() {
     const RooflinePeaks device = options_.device_profiler->peaks();
     if (device.flops_per_second > 0.0) peaks.flops_per_second = device.flops_per_second;
     peaks.bytes_per_second = device.bytes_per_second;
+    peaks.fp8_flops_per_second = device.fp8_flops_per_second;
   } else if (options_.peak_bytes_per_second <= 0.0) {
     // Measured after the window, so the measurement itself is never in the profile.
     absl::StatusOr<double> measured = MeasureHostMemoryBandwidth();

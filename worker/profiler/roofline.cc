@@ -7,6 +7,7 @@
 #include <memory>
 #include <new>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/elementwise.h"
 #include "worker/profiler/profile_event.h"
@@ -60,6 +61,12 @@ double Ratio(double achieved, double peak) { return std::clamp(achieved / peak, 
 
 }  // namespace
 
+double PeakFlopsFor(const RooflinePeaks& peaks, const std::string& op_name) {
+  const bool fp8 = absl::StartsWith(op_name, "fp8_");
+  return fp8 && peaks.fp8_flops_per_second > 0.0 ? peaks.fp8_flops_per_second
+                                                 : peaks.flops_per_second;
+}
+
 void ApplyAnalyticRoofline(const RooflinePeaks& peaks, v1::KernelStat* row) {
   row->set_tensor_pipe_ratio(-1.0);
   const bool known = row->flops() >= 0.0 && row->bytes() >= 0.0 && row->total_seconds() > 0.0 &&
@@ -73,7 +80,8 @@ void ApplyAnalyticRoofline(const RooflinePeaks& peaks, v1::KernelStat* row) {
     row->set_source(kSourceHostTimer);
     return;
   }
-  row->set_sm_throughput_ratio(Ratio(row->flops() / row->total_seconds(), peaks.flops_per_second));
+  row->set_sm_throughput_ratio(
+      Ratio(row->flops() / row->total_seconds(), PeakFlopsFor(peaks, row->name())));
   row->set_dram_throughput_ratio(
       Ratio(row->bytes() / row->total_seconds(), peaks.bytes_per_second));
   row->set_memory_throughput_ratio(row->dram_throughput_ratio());

@@ -4,6 +4,8 @@
 // ratios from counters and reuses ClassifyThroughput and the remedies.
 #pragma once
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "fsdpd/v1/profile.pb.h"
 
@@ -37,7 +39,14 @@ inline constexpr char kSourceDeviceActivity[] = "cupti-activity";
 struct RooflinePeaks {
   double flops_per_second = 0.0;
   double bytes_per_second = 0.0;
+  // The ops that run on FP8 tensor cores (named fp8_*: Ops::Fp8LinearForward/Backward) reach
+  // twice the dense bf16 rate on Ada, Hopper and Blackwell; 0 where they do not (the CPU backend
+  // emulates them in fp32): they are then held to flops_per_second like every other op.
+  double fp8_flops_per_second = 0.0;
 };
+
+// The FLOP/s peak a row's op is held to: fp8_flops_per_second for fp8_* ops where it is known.
+double PeakFlopsFor(const RooflinePeaks& peaks, const std::string& op_name);
 
 // Fills a row's throughput ratios, verdict, remedy and source from its flops, bytes and
 // total_seconds against `peaks`: ratio = achieved rate / peak, clamped to [0, 1] (timer noise

@@ -1,0 +1,152 @@
+#!/bin/bash
+# Capacity on one GPU: the largest MiniLLM of one width (DIM, default 4096; SEQ 1024, BATCH 8,
+# 16 heads) that trains, as a number of layers N, for each runner in RUNNERS:
+#   fsdpd    fsdpd-train with examples/seed.yaml's recipe and activation_recompute RECOMPUTE
+#            (block): no gradient clipping, so AdamW runs in backward;
+#   anchor   the PyTorch FSDP2 anchor (bench/anchor/seed_train_fsdp.py), eager;
+#   offload  the same with FSDP2's CPUOffloadPolicy (OFFLOAD=1).
+# A trial trains STEPS steps (3) at N layers and counts if it exits cleanly with every step's
+# loss finite; an out-of-memory error, a killed process or the time limit is a failure. The
+# search starts from a guess made from the card's memory (the estimate below), doubles its step
+# away from it until it brackets the boundary, then bisects: the result is the N that trained
+# with N + 1 failed, both run in this call. Every trial is a line of $OUT/capacity/trials.tsv:
+#   runner layers params ok tokens_per_s driver_peak_mib host_peak_gb seconds why
+# and bench/capacity_table.py turns it into the table of bench/RESULTS.md.
+#   OUT=/tmp/out bench/gpu_capacity.sh     # after bench/bundle_for_device.sh
+# Knobs: RUNNERS ("fsdpd anchor offload"), DIM, SEQ, BATCH, STEPS, RECOMPUTE, MAX_TRIALS (6 a
+# runner), TRIAL_SECONDS (150), BUDGET_SECONDS (560), GUESS_<runner> to start elsewhere.
+set -uo pipefail
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo_root" || exit 1
+out=${OUT:-$repo_root/bench-out}/capacity
+mkdir -p "$out"
+source "$repo_root/bench/device_env.sh" || exit 1
+dim=${DIM:-4096}
+seq_len=${SEQ:-1024}
+batch=${BATCH:-8}
+steps=${STEPS:-3}
+recompute=${RECOMPUTE:-block}
+max_trials=${MAX_TRIALS:-6}
+budget_seconds=${BUDGET_SECONDS:-560}
+started=$(date +%s)
+work=$(mktemp -d /tmp/fsdpd-gpu-capacity-XXXXXX)
+trap 'stop_memory_sampler; rm -rf "$work"' EXIT
+left() { echo $((budget_seconds - ($(date +%s) - started))); }
+say() { echo "== $(date +%H:%M:%S) $*" | tee -a "$out/gpu_capacity.log"; }
+trials=$out/trials.tsv
+[ -f "$trials" ] || printf 'runner\tlayers\tparams\tok\ttokens_per_s\tdriver_peak_mib\thost_peak_gb\tseconds\twhy\n' >"$trials"
+
+total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -n 1)
+host_gb=$(awk '/MemTotal/ {printf "%d", $2 / 1e6}' /proc/meminfo)
+say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader -i 0); host ${host_gb} GB"
+say "shape: dim $dim, seq $seq_len, batch $batch, 16 heads, $steps steps a trial; fsdpd recompute $recompute"
+
+# MiniLLM's parameters at L layers (proto/spec/job_spec_estimates.cc's count, the anchor's too).
+params_of() { echo $(($1 * (12 * dim * dim + 7 * dim) + 2 * 32000 * dim)); }
+
+# First guesses, from bytes a layer: fsdpd keeps 12 bytes a parameter (master and AdamW's m and
+# v; gradients only for the units in flight) plus a block's bf16 input; FSDP2 16 (fp32 params,
+# grads, m and v) plus its activations, ~24 bf16 [tokens, dim] tensors a block in eager mode;
+# with offload the host holds the 16 bytes and the GPU the activations. 8 GB are set aside for the
+# embedding, the head, the logits and the context. Only the starting point: the trials decide.
+guess() {
+  python3 - "$1" "$dim" "$seq_len" "$batch" "$total_mib" "$host_gb" <<'EOF'
+import sys
+runner, d, s, b, total_mib, host_gb = sys.argv[1], *map(int, sys.argv[2:])
+layer = 12 * d * d + 7 * d
+act = b * s * d * 2
+gpu = total_mib * 2**20 - 8e9
+per_layer = {"fsdpd": 12 * layer + act, "anchor": 16 * layer + 24 * act}
+if runner == "offload":
+    print(max(1, int(min(0.8 * host_gb * 1e9 / (16 * layer), gpu / (24 * act)))))
+else:
+    print(max(1, int(gpu / per_layer[runner])))
+EOF
+}
+
+# One trial: writes its line to $trials and returns 0 if it trained.
+trial() {
+  local runner=$1 layers=$2 limit log samples t0 ok=0 why="" tps="" host=""
+  limit=$(($(left) < ${TRIAL_SECONDS:-150} ? $(left) : ${TRIAL_SECONDS:-150}))
+  log=$out/${runner}_L${layers}.log
+  samples=$out/${runner}_L${layers}_memory.csv
+  say "$runner: $layers layers, $(params_of "$layers") parameters (limit $limit s)"
+  t0=$(date +%s)
+  start_memory_sampler "$samples"
+  if [ "$runner" = fsdpd ]; then
+    sed -E -e "s/^model: .*/model: {vocab: 32000, dim: $dim, layers: $layers, heads: 16, ffn_mult: 4}/" \
+      -e "s/^data: .*/data: {source: synthetic, seq_len: $seq_len}/" \
+      -e "s/batch_size: [0-9]+/batch_size: $batch/" \
+      -e "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" \
+      examples/seed.yaml >"$work/spec.yaml"
+    timeout -k 5 "$limit" "$bin/fsdpd-train" --spec "$work/spec.yaml" --device cuda:0 \
+      --steps "$steps" --checkpoint-dir "$work/ckpt" >"$log.jsonl" 2>"$log"
+    local code=$?
+    rm -rf "$work/ckpt"
+    read -r ok tps why < <(python3 - "$log.jsonl" "$steps" "$code" <<'EOF'
+import json, math, statistics, sys
+path, steps, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lines = [json.loads(l) for l in open(path) if l.startswith("{") and '"step"' in l]
+rates = [l["tokens_per_second"] for l in lines if l["step"] >= 2]
+finite = all(math.isfinite(l["loss"]) for l in lines)
+ok = code == 0 and len(lines) == steps and finite
+why = "-" if ok else f"exit_{code}_after_{len(lines)}_steps" + ("" if finite else "_nonfinite")
+print(int(ok), f"{statistics.median(rates):.0f}" if rates else "-", why)
+EOF
+    )
+  else
+    OFFLOAD=$([ "$runner" = offload ] && echo 1 || echo 0) DIM=$dim LAYERS=$layers SEQ=$seq_len \
+      BATCH=$batch STEPS=$steps WARM=1 COMPILE=0 timeout -k 5 "$limit" "$torchrun_bin" \
+      --standalone --nproc_per_node=1 "$anchor" >"$log" 2>&1
+    local code=$?
+    local result
+    result=$(grep RESULT "$log")
+    if [ "$code" = 0 ] && [ -n "$result" ] && ! grep -q "Loss: nan\|Loss: inf" "$log"; then
+      ok=1
+      why="-"
+      tps=$(sed -E 's/.*tokens_per_s=([0-9]+).*/\1/' <<<"$result")
+      host=$(sed -E 's/.*host_peak_gb=([0-9.]+).*/\1/' <<<"$result")
+    else
+      why="exit_$code"
+      grep -q "OutOfMemoryError\|out of memory" "$log" && why="${why}_cuda_oom"
+      [ "$code" = 137 ] && why="${why}_killed"
+      [ "$code" = 124 ] && why="${why}_time_limit"
+      tps="-"
+    fi
+  fi
+  stop_memory_sampler
+  local peak
+  peak=$(awk -F', *' 'BEGIN {m = 0} $1 + 0 > m {m = $1 + 0} END {print m}' "$samples" 2>/dev/null)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$runner" "$layers" "$(params_of "$layers")" "$ok" \
+    "${tps:--}" "${peak:--}" "${host:--}" "$(($(date +%s) - t0))" "$why" >>"$trials"
+  say "$runner L$layers: ok=$ok tokens/s=${tps:--} driver peak ${peak:--} MiB ($why)"
+  [ "$ok" = 1 ]
+}
+
+# The boundary for one runner: the largest N that trained with N + 1 failed, both tried here.
+search() {
+  local runner=$1 n lo=0 hi=0 step=2 count=0 var
+  var=GUESS_$runner
+  n=${!var:-$(guess "$runner")}
+  while [ "$count" -lt "$max_trials" ] && [ "$(left)" -gt 40 ]; do
+    count=$((count + 1))
+    if trial "$runner" "$n"; then lo=$n; else hi=$n; fi
+    if [ "$hi" -gt 0 ] && [ "$hi" -eq $((lo + 1)) ]; then break; fi
+    if [ "$hi" -eq 0 ]; then
+      n=$((lo + step))
+    elif [ "$lo" -eq 0 ]; then
+      n=$((hi - step > 1 ? hi - step : 1))
+      [ "$n" -eq "$hi" ] && break
+    else
+      n=$(((lo + hi) / 2))
+    fi
+    step=$((step * 2))
+  done
+  say "$runner: largest that trained $lo layers, first that failed ${hi:-none} ($count trials)"
+}
+
+for runner in ${RUNNERS:-fsdpd anchor offload}; do
+  search "$runner"
+done
+python3 bench/capacity_table.py "$trials" | tee "$out/table.md"
+say "total $(($(date +%s) - started)) s"
