@@ -160,6 +160,35 @@ TEST(FsdpStateTest, ThePrefetchedRootIsUsedUnlessALoadedMasterReplacesIt) {
   });
 }
 
+// InitializeWeightsFromSeed fills units on threads, in waves of at most eight: with more units
+// than that (19 blocks and the root), every unit still holds exactly what its own generator
+// draws, one unit at a time, on each rank's shard.
+TEST(FsdpStateTest, WeightsInitialisedOnThreadsAreEachUnitsOwnDraw) {
+  ModelConfig config = TinyConfig();
+  config.layers = 19;
+  testing::RunRanks(2, [&](Communicator& communicator) {
+    CpuBackend backend;
+    auto model = MiniLLM::Create(config, 1, kSeq, &backend);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto state = FsdpState::Create((*model)->units(), &backend, &communicator, FsdpOptions{});
+    ASSERT_TRUE(state.ok()) << state.status();
+    ASSERT_TRUE(InitializeWeightsFromSeed(config, 5, **state).ok());
+    for (int unit = 0; unit < (*state)->num_units(); ++unit) {
+      const UnitLayout& parameters = (*state)->unit(unit);
+      const FlatShardLayout& layout = (*state)->shard(unit).layout;
+      std::vector<float> expected(static_cast<size_t>(parameters.numel));
+      InitializeUnit(config, parameters, unit, 5, expected.data());
+      std::vector<float> shard(static_cast<size_t>(layout.shard_numel));
+      ASSERT_TRUE((*state)->CopyMasterShardToHost(unit, shard.data()).ok());
+      const int64_t begin = communicator.rank() * layout.shard_numel;
+      for (int64_t i = 0; i < layout.shard_numel && begin + i < parameters.numel; ++i) {
+        ASSERT_EQ(shard[static_cast<size_t>(i)], expected[static_cast<size_t>(begin + i)])
+            << "unit " << unit << " value " << begin + i << " on rank " << communicator.rank();
+      }
+    }
+  });
+}
+
 TEST(FsdpStateTest, Bf16ParametersChangeTheLossButNotItsWorldInvariance) {
   FsdpOptions bf16;
   bf16.round_params_to_bf16 = true;
