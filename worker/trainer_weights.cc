@@ -32,9 +32,10 @@ std::string NameList(const std::vector<std::string>& names) {
 
 absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed, FsdpState& state) {
   // Each unit draws from its own generator (InitializeUnit), so units fill on threads of their
-  // own and the values do not depend on how many: a model of 10B parameters starts in seconds
-  // instead of a minute. Units are filled in waves of at most kThreads, holding at most
-  // kWaveValues floats on the host, and loaded in unit order on this thread.
+  // own and the values do not depend on how many (engine_fsdp_test), which matters for models of
+  // billions of parameters (bench/gpu_capacity.sh). Units are filled in waves of at most kThreads,
+  // holding at most kWaveValues floats (or one unit, if larger) on the host per rank, and are
+  // loaded in unit order on this thread.
   constexpr int kThreads = 8;
   constexpr int64_t kWaveValues = int64_t{1} << 30;  // 4 GiB of fp32
   const int threads =
