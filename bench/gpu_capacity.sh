@@ -5,8 +5,10 @@
 #            (block): no gradient clipping, so AdamW runs in backward;
 #   anchor   the PyTorch FSDP2 anchor (bench/anchor/seed_train_fsdp.py), eager;
 #   offload  the same with FSDP2's CPUOffloadPolicy (OFFLOAD=1).
-# A trial trains STEPS steps (3) at N layers and counts if it exits cleanly with every step's
-# loss finite; an out-of-memory error, a killed process or the time limit is a failure. The
+# A trial trains STEPS steps (3) at N layers and counts if every step reports a finite loss
+# (fsdpd-train is stopped after its last step instead of waiting for its export) and the
+# process exits cleanly (the anchor); an out-of-memory error, a killed process or the time limit
+# is a failure. The
 # search starts from a guess made from the card's memory (the estimate below), doubles its step
 # away from it until it brackets the boundary, then bisects: the result is the N that trained
 # with N + 1 failed, both run in this call. Every trial is a line of $OUT/capacity/trials.tsv:
@@ -79,9 +81,27 @@ trial() {
       -e "s/batch_size: [0-9]+/batch_size: $batch/" \
       -e "s/activation_recompute: [a-z]+/activation_recompute: $recompute/" \
       examples/seed.yaml >"$work/spec.yaml"
-    timeout -k 5 "$limit" "$bin/fsdpd-train" --spec "$work/spec.yaml" --device cuda:0 \
-      --steps "$steps" --checkpoint-dir "$work/ckpt" >"$log.jsonl" 2>"$log"
-    local code=$?
+    # Once the last step has reported, the run is stopped: what follows is the export of the
+    # final model, which takes a minute for 6B parameters and says nothing about capacity.
+    "$bin/fsdpd-train" --spec "$work/spec.yaml" --device cuda:0 --steps "$steps" \
+      --checkpoint-dir "$work/ckpt" >"$log.jsonl" 2>"$log" &
+    local pid=$! code="" deadline=$((SECONDS + limit))
+    while kill -0 "$pid" 2>/dev/null; do
+      if [ "$(grep -c '"step":' "$log.jsonl")" -ge "$steps" ]; then
+        kill -9 "$pid" 2>/dev/null  # SIGTERM would only cancel the run at a step boundary
+        code=0
+        break
+      fi
+      if [ "$SECONDS" -ge "$deadline" ]; then
+        kill -9 "$pid" 2>/dev/null
+        code=124
+        break
+      fi
+      sleep 1
+    done
+    wait "$pid"
+    local exited=$?
+    code=${code:-$exited}
     rm -rf "$work/ckpt"
     read -r ok tps why < <(python3 - "$log.jsonl" "$steps" "$code" <<'EOF'
 import json, math, statistics, sys
