@@ -189,6 +189,41 @@ TEST(FsdpStateTest, WeightsInitialisedOnThreadsAreEachUnitsOwnDraw) {
   });
 }
 
+// A split master is loaded from fp32 values in slices on threads once a shard holds more than
+// 2 · 2^22 values: a 9.6M-parameter block comes back to the bit, whatever the slice borders.
+TEST(FsdpStateTest, ALargeSplitMasterLoadedOnThreadsReadsBackExactly) {
+  ModelConfig config = TinyConfig();
+  config.dim = 896;
+  config.heads = 8;
+  config.ffn_hidden = 4 * 896;
+  config.layers = 1;
+  testing::RunRanks(1, [&](Communicator& communicator) {
+    CpuBackend backend;
+    auto model = MiniLLM::Create(config, 1, kSeq, &backend);
+    ASSERT_TRUE(model.ok()) << model.status();
+    FsdpOptions options;
+    options.split_master = true;
+    options.param_storage_dtype = DType::kBF16;
+    auto state = FsdpState::Create((*model)->units(), &backend, &communicator, options);
+    ASSERT_TRUE(state.ok()) << state.status();
+    const int block = 0;
+    ASSERT_TRUE((*state)->shard(block).split_master());
+    const int64_t numel = (*state)->unit(block).numel;
+    ASSERT_GT(numel, int64_t{2} << 22);
+    std::vector<float> values(static_cast<size_t>(numel));
+    for (int64_t i = 0; i < numel; ++i) {
+      values[static_cast<size_t>(i)] =
+          std::ldexp(static_cast<float>(i % 8191) - 4095.5f, -(i % 37));
+    }
+    ASSERT_TRUE((*state)->LoadMasterFromHost(block, values).ok());
+    std::vector<float> back(static_cast<size_t>((*state)->shard(block).layout.shard_numel));
+    ASSERT_TRUE((*state)->CopyMasterShardToHost(block, back.data()).ok());
+    for (int64_t i = 0; i < numel; ++i) {
+      ASSERT_EQ(back[static_cast<size_t>(i)], values[static_cast<size_t>(i)]) << "value " << i;
+    }
+  });
+}
+
 TEST(FsdpStateTest, Bf16ParametersChangeTheLossButNotItsWorldInvariance) {
   FsdpOptions bf16;
   bf16.round_params_to_bf16 = true;

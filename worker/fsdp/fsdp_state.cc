@@ -1,6 +1,7 @@
 #include "worker/fsdp/fsdp_state.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -414,6 +415,10 @@ absl::Status FsdpState::LoadMasterFromHost(int unit, const std::vector<float>& v
                                                    layout.numel, " parameters, got ", values.size(),
                                                    " values"));
   }
+  // A shard without padding is read in place; one with padding is copied out, zero-filled.
+  if (layout.valid_shard_numel == layout.shard_numel) {
+    return CopyMasterShardFromHost(unit, values.data() + layout.shard_offset);
+  }
   std::vector<float> slice(static_cast<size_t>(layout.shard_numel), 0.0f);
   std::copy(values.begin() + layout.shard_offset,
             values.begin() + layout.shard_offset + layout.valid_shard_numel, slice.begin());
@@ -441,11 +446,24 @@ absl::Status FsdpState::CopyMasterShardFromHost(int unit, const float* values) {
   const size_t count = static_cast<size_t>(shard.layout.shard_numel);
   std::vector<uint16_t> high(count);
   std::vector<uint16_t> low(count);
-  for (size_t i = 0; i < count; ++i) {
-    const SplitHalves halves = SplitFloat(values[i]);
-    high[i] = halves.high;
-    low[i] = halves.low;
+  // Split in slices on up to kThreads threads: a unit of a large model is hundreds of millions
+  // of values, loaded at every start and restore.
+  constexpr size_t kThreads = 8;
+  constexpr size_t kMinSlice = size_t{1} << 22;
+  const size_t threads = std::clamp<size_t>(
+      std::min<size_t>(std::thread::hardware_concurrency(), count / kMinSlice), 1, kThreads);
+  const size_t slice = (count + threads - 1) / threads;
+  std::vector<std::thread> workers;
+  for (size_t begin = 0; begin < count; begin += slice) {
+    workers.emplace_back([&, begin] {
+      for (size_t i = begin; i < std::min(count, begin + slice); ++i) {
+        const SplitHalves halves = SplitFloat(values[i]);
+        high[i] = halves.high;
+        low[i] = halves.low;
+      }
+    });
   }
+  for (std::thread& worker : workers) worker.join();
   FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(high.data(), shard.MasterHigh(), stream));
   return backend_->CopyToDevice(low.data(), shard.MasterLow(), stream);
 }
