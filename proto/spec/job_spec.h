@@ -71,10 +71,13 @@ double FlopsPerToken(const v1::JobSpec& spec);
 // parallel.activation_recompute.
 double EstimateRankDeviceBytes(const v1::JobSpec& spec);
 
-// The oldest GPU a rank of the spec runs on, as major · 10 + minor: 89 (Ada, Hopper and newer)
-// for parallel.matmul_dtype fp8 on cuda, whose products need FP8 tensor cores; 0 (any) otherwise.
-// The scheduler keeps the job off older workers (server/scheduler.h).
+// The first GPUs with FP8 tensor cores, as major · 10 + minor: sm_89 (Ada), then Hopper and newer.
+// The one threshold for the scheduler, the CUDA backend's FP8 GEMM and the roofline's FP8 peak.
 inline constexpr int kFp8MinComputeCapability = 89;
+
+// The oldest GPU a rank of the spec runs on, as major · 10 + minor: kFp8MinComputeCapability for
+// parallel.matmul_dtype fp8 on cuda, whose products need FP8 tensor cores; 0 (any) otherwise.
+// The scheduler keeps the job off older workers (server/scheduler.h).
 int MinComputeCapability(const v1::JobSpec& spec);
 
 }  // namespace fsdpd

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/elementwise.h"
+#include "proto/spec/job_spec.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/backend/cuda_backend.h"
 
@@ -37,7 +38,7 @@ inline double RelativeDistance(const std::vector<float>& a, const std::vector<fl
 inline std::string WithoutFp8TensorCores() {
   cudaDeviceProp properties;
   if (cudaGetDeviceProperties(&properties, 0) != cudaSuccess) return "no device properties";
-  if (properties.major * 10 + properties.minor >= 89) return "";
+  if (properties.major * 10 + properties.minor >= kFp8MinComputeCapability) return "";
   return absl::StrCat(properties.name, " has no FP8 tensor cores (sm_89 or newer)");
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "proto/spec/job_spec.h"
 #include "spdlog/spdlog.h"
 
 namespace fsdpd {
@@ -143,7 +144,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   backend->gemm_ = std::move(*gemm);
   cudaDeviceProp properties{};
   const bool have_properties = cudaGetDeviceProperties(&properties, config.device) == cudaSuccess;
-  if (have_properties && properties.major * 10 + properties.minor >= 89) {
+  if (have_properties && properties.major * 10 + properties.minor >= kFp8MinComputeCapability) {
     // The FP8 products share the bf16 products' workspace: both run on the compute stream, one
     // at a time.
     cuda::Fp8GemmConfig fp8_config;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/cuda_check.h"
+#include "proto/spec/job_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/profiler/cupti_activity.h"
 #include "worker/profiler/cupti_range_profiler.h"
@@ -186,7 +187,9 @@ absl::StatusOr<std::unique_ptr<DeviceProfiler>> CreateCudaDeviceProfiler(
   CUDA_CHECK(
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device_index));
   // FP8 tensor cores (sm_89 and newer) run dense FP8 products at twice the bf16 rate.
-  if (major * 10 + minor >= 89) peaks.fp8_flops_per_second = 2.0 * peaks.flops_per_second;
+  if (major * 10 + minor >= kFp8MinComputeCapability) {
+    peaks.fp8_flops_per_second = 2.0 * peaks.flops_per_second;
+  }
   absl::StatusOr<double> bandwidth = CudaPeakMemoryBandwidth(options.device_index);
   if (bandwidth.ok()) peaks.bytes_per_second = *bandwidth;
   return std::unique_ptr<DeviceProfiler>(new CudaDeviceProfiler(options, *collector, peaks));
