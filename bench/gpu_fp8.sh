@@ -19,7 +19,7 @@ cd "$repo_root" || exit 1
 out=${OUT:-$repo_root/bench-out}
 mkdir -p "$out"
 source "$repo_root/bench/device_env.sh" || exit 1
-text=${TEXT:?TEXT must name a text file of at least 1 MB}
+text=$(realpath "${TEXT:?TEXT must name a text file of at least 1 MB}") || exit 1  # the spec wants an absolute path
 steps=${STEPS:-2000}
 work=$(mktemp -d /tmp/fsdpd-gpu-fp8-XXXXXX)
 trap 'rm -rf "$work"' EXIT
