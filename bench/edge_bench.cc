@@ -574,7 +574,8 @@ int main(int argc, char** argv) {
                "write a descriptor set for every dispatch instead of keeping one per "
                "(pipeline, buffers) pair");
   app.add_flag("--decode-only", decode_only,
-               "with --causal: only decoding, in matvec.comp's narrow and wide layouts");
+               "with --causal: only decoding, in matvec.comp's narrow and wide layouts (and wide "
+               "words with --weights int8)");
   bool export_only = false;
   app.add_flag("--export-only", export_only,
                "only write the random export to --model (for fsdpd-edge and other runtimes) and "
@@ -655,7 +656,14 @@ int main(int argc, char** argv) {
     options.submit_every = submit_every;
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
-    std::printf("\n[%s] %s\n", variant.name, (*backend)->Describe().c_str());
+    // The layout by name: the backend line names the int8 matvec only once int8 weights are
+    // placed, after it is printed.
+    const char* layout_name = layout == VulkanOptions::MatvecLayout::kNarrow ? ", matvec narrow"
+                              : layout == VulkanOptions::MatvecLayout::kWide ? ", matvec wide"
+                              : layout == VulkanOptions::MatvecLayout::kWideWords
+                                  ? ", matvec wide words"
+                                  : "";
+    std::printf("\n[%s%s] %s\n", variant.name, layout_name, (*backend)->Describe().c_str());
     if (decode_only) {  // on the matrix units where the device has them, else tiled
       absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), weights);
       return timed.ok() ? 0 : Fail(timed);
@@ -723,9 +731,11 @@ int main(int argc, char** argv) {
     variants.clear();
   }
   if (decode_only && !variants.empty()) {  // (a --sweep-only run has no variant left)
-    for (const auto layout :
-         {VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide})
-      failures += run_variant(variants.front(), layout);
+    std::vector<VulkanOptions::MatvecLayout> layouts = {VulkanOptions::MatvecLayout::kNarrow,
+                                                        VulkanOptions::MatvecLayout::kWide};
+    // Words a lane change only the int8 matvec (edge/shaders/matvec_int8.comp).
+    if (int8) layouts.push_back(VulkanOptions::MatvecLayout::kWideWords);
+    for (const auto layout : layouts) failures += run_variant(variants.front(), layout);
     return failures == 0 ? 0 : 1;
   }
   for (const Variant& variant : variants) {

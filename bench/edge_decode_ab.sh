@@ -5,8 +5,9 @@
 #   - edge_bench --causal --decode-only (a warm-up round, then seq/2 tokens after a prompt of
 #     seq/2; narrow and wide matvec layouts), by default and with each lever off:
 #     --submit-every 0 (one submit a token) and --no-fuse-into-linear (each norm, SiLU, add and
-#     cache copy its own dispatch);
-#   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it).
+#     cache copy its own dispatch); with int8 weights also the wide-words matvec;
+#   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it;
+#     int8 also with --matvec wide-words).
 # From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
 #   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
 # EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout.
@@ -28,12 +29,15 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
         # shellcheck disable=SC2086  # the lever is words
         timeout 120 "$edge/edge_bench" --causal --decode-only --seq 256 --weights "$weights" \
           --model "$model" --reuse-model $lever >"$log" 2>&1
-        sed -n "s|.*\] .*decoding's matvec \([a-z]*\).*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p" \
+        sed -n "s|^\[.*, matvec \([a-z ]*\)\] .*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p" \
           "$log" | paste -sd' ' | sed "s|^|$name $weights ${lever:-default} round $round: |"
       done
-      timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
-        --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" 2>&1 >/dev/null |
-        sed -n "s|^fsdpd-edge: decoding|$name $weights generate round $round:|p"
+      for matvec in auto $([ "$weights" = int8 ] && echo wide-words); do
+        timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
+          --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" --matvec "$matvec" \
+          2>&1 >/dev/null |
+          sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec) round $round:|p"
+      done
     done
   done
 done

@@ -56,6 +56,7 @@ struct RunOptions {
   int device = 0;
   std::string precision = "auto";
   std::string weights = "auto";
+  std::string matvec = "auto";
   bool no_coop = false;
   bool staging = false;
   bool validate = false;
@@ -79,6 +80,11 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
                    "auto (as --precision stores them) or int8 (the linear layers and the head "
                    "quantized on load: groups of 32, fp16 scales)")
       ->check(CLI::IsMember({"auto", "int8"}));
+  command
+      ->add_option("--matvec", options->matvec,
+                   "decoding's matvec layout: auto (narrow on a CPU device, wide elsewhere), "
+                   "narrow, wide, or wide-words (wide, with int8 weights read a word a lane)")
+      ->check(CLI::IsMember({"auto", "narrow", "wide", "wide-words"}));
   command->add_flag("--no-coop-matrix", options->no_coop,
                     "use the tiled matmul even where cooperative matrices exist");
   command->add_flag("--staging", options->staging,
@@ -119,6 +125,11 @@ absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
     vulkan.precision = options.precision == "fp16"   ? VulkanOptions::Precision::kFp16
                        : options.precision == "fp32" ? VulkanOptions::Precision::kFp32
                                                      : VulkanOptions::Precision::kAuto;
+    vulkan.matvec_layout = options.matvec == "narrow" ? VulkanOptions::MatvecLayout::kNarrow
+                           : options.matvec == "wide" ? VulkanOptions::MatvecLayout::kWide
+                           : options.matvec == "wide-words"
+                               ? VulkanOptions::MatvecLayout::kWideWords
+                               : VulkanOptions::MatvecLayout::kAuto;
     vulkan.cooperative_matrix = !options.no_coop;
     vulkan.force_staging = options.staging;
     vulkan.validation = options.validate;

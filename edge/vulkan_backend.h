@@ -65,9 +65,11 @@ struct VulkanOptions {
   enum class MatmulInputs { kAuto, kFp16, kFp32 } matmul_inputs = MatmulInputs::kAuto;
   // The layout of matvec.comp, which runs Linear for decoding's few rows: kNarrow, 8 columns of
   // 8 lanes a workgroup, an element a lane a step; kWide, 4 columns of 32 lanes reading 16-byte
-  // vectors (far more loads in flight). kAuto: narrow on a CPU device (lavapipe ran it
+  // vectors (far more loads in flight); kWideWords, the wide layout whose int8 matvec reads a
+  // 4-byte word a lane instead, so that the lanes' x reads are contiguous (fp16 weights read
+  // as in kWide; edge/shaders/matvec_int8.comp). kAuto: narrow on a CPU device (lavapipe ran it
   // fastest), wide on every other.
-  enum class MatvecLayout { kAuto, kNarrow, kWide } matvec_layout = MatvecLayout::kAuto;
+  enum class MatvecLayout { kAuto, kNarrow, kWide, kWideWords } matvec_layout = MatvecLayout::kAuto;
   // Decoding's ops folded into its projections (Backend::FusedLinear, matvec.comp): the RMSNorm
   // before a projection, the SiLU after ffn.0, the residual add after out_proj and ffn.2, and the
   // qkv written straight into the cache: 60 fewer dispatches a token for 12 layers. Off: each op

@@ -109,8 +109,9 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     FSDPD_RETURN_IF_ERROR(Make(Shader::kRmsNormF16HalfOut, &rmsnorm_half));
     FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwiseHalfOut, &elementwise_half));
   }
+  int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords;
   matvec_wide =
-      options.matvec_layout == VulkanOptions::MatvecLayout::kWide ||
+      options.matvec_layout == VulkanOptions::MatvecLayout::kWide || int8_words ||
       (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto && context.info().type != "cpu");
   if (half_inputs) {
     FSDPD_RETURN_IF_ERROR(
@@ -152,12 +153,14 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
 
 absl::Status VulkanPipelines::BuildInt8(int threads) {
   if (int8) return absl::OkStatus();
-  FSDPD_RETURN_IF_ERROR(
-      Make(matvec_wide ? Shader::kMatvecInt8Wide : Shader::kMatvecInt8, &matvec_int8));
-  if (half_inputs) {
-    FSDPD_RETURN_IF_ERROR(Make(
-        matvec_wide ? Shader::kMatvecInt8HalfXWide : Shader::kMatvecInt8HalfX, &matvec_int8_half));
-  }
+  const Shader fp32_x = int8_words    ? Shader::kMatvecInt8Words
+                        : matvec_wide ? Shader::kMatvecInt8Wide
+                                      : Shader::kMatvecInt8;
+  const Shader fp16_x = int8_words    ? Shader::kMatvecInt8HalfXWords
+                        : matvec_wide ? Shader::kMatvecInt8HalfXWide
+                                      : Shader::kMatvecInt8HalfX;
+  FSDPD_RETURN_IF_ERROR(Make(fp32_x, &matvec_int8));
+  if (half_inputs) FSDPD_RETURN_IF_ERROR(Make(fp16_x, &matvec_int8_half));
   if (coop) {
     std::vector<MatmulPipeline> candidates;
     std::vector<Shader> shaders;
@@ -201,8 +204,11 @@ std::string VulkanPipelines::Int8Path() const {
   std::vector<std::string> names;
   for (const MatmulPipeline& matmul : int8_matmuls) names.push_back(matmul.name);
   return absl::StrCat(
-      "int8 weights: matvec ", matvec_wide ? "wide" : "narrow", ", matmul ",
-      absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
+      "int8 weights: matvec ",
+      int8_words    ? "wide words"
+      : matvec_wide ? "wide"
+                    : "narrow",
+      ", matmul ", absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
       int8_coop_refused.empty()
           ? ""
           : absl::StrCat(" (the cooperative-matrix int8 pipeline was refused: ", int8_coop_refused,

@@ -72,6 +72,7 @@ struct VulkanPipelines {
   // narrow one (VulkanOptions::matvec_layout).
   Pipeline matvec, matvec_half;
   bool matvec_wide = false;
+  bool int8_words = false;  // the int8 matvec reads a word a lane (MatvecLayout::kWideWords)
   // Whether the matmul runs on cooperative matrices (the extension is enabled and some block
   // was built); else why not, where a pipeline was refused.
   bool coop = false;

@@ -7,7 +7,13 @@
 // The layouts are matvec.comp's, with a read of VEC weights a lane a step:
 //  - narrow (CPU devices): 8 columns of 8 lanes, one uint (4 weights) a lane a step;
 //  - wide (-DVECTOR_READS, GPUs): 4 columns of 32 lanes, a uvec4 (16 weights, 16 bytes, within
-//    one group) a lane a step, four such reads issued before any is used.
+//    one group) a lane a step, four such reads issued before any is used;
+//  - wide words (-DWORD_READS): 4 columns of 32 lanes, one uint (4 weights) a lane a step,
+//    sixteen reads issued before any is used: the same 64 bytes in flight a lane as wide. A
+//    lane's x is then the 4 values beside its neighbours', so a subgroup's x reads are one
+//    contiguous 512 bytes (fp32) a read. With 16 weights a read (wide), the lanes' x reads lie
+//    64 bytes apart, and each of the four x reads a step touches 2 KiB of cache lines:
+//    four times the L1 traffic of the weights' own, for half the weight bytes of fp16.
 // Where K is not a multiple of VEC, a lane reads one weight a step (its byte out of the word).
 // Each read's VEC products are summed in fp32, then times the group's scale (the same
 // products, summed in another order than q·scale·x one by one: fp32's dot-product bound).
@@ -26,10 +32,13 @@
 #endif
 #define THREADS (COLUMNS * LANES)
 #define ROWS 4
-#define IN_FLIGHT 4  // reads a lane issues before using them (wide)
+#define IN_FLIGHT 4  // uvec4 reads a lane issues before using them (wide; 4× as many words)
 #ifdef VECTOR_READS
 #define VEC 16
 #define READS_IN_FLIGHT IN_FLIGHT
+#elif defined(WORD_READS)
+#define VEC 4
+#define READS_IN_FLIGHT (4 * IN_FLIGHT)
 #else
 #define VEC 4
 #define READS_IN_FLIGHT 1
@@ -139,49 +148,38 @@ void main() {
     const uint reads = p.k / VEC;  // a row's
     const uint row_start = column * reads;
     const uint scale_row = scale_base * 2u + column * groups;  // in halves
-    uint v = lane;
-    for (; v + (READS_IN_FLIGHT - 1) * LANES < reads; v += READS_IN_FLIGHT * LANES) {
+    // READS_IN_FLIGHT reads a lane, all issued before any is used; on a row's last pass the
+    // reads past its end are skipped. The products are added in the order of the reads (v,
+    // then i), whatever READS_IN_FLIGHT is.
+    for (uint v = lane; v < reads; v += READS_IN_FLIGHT * LANES) {
       Read weights[READS_IN_FLIGHT];
       float scales[READS_IN_FLIGHT];
       [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
-        weights[i] = Weights(row_start + v + i * LANES);
-        scales[i] = ScaleAt(0u, scale_row + (v + i * LANES) * VEC / GROUP);
+        const uint at = v + i * LANES;
+        if (at < reads) {
+          weights[i] = Weights(row_start + at);
+          scales[i] = ScaleAt(0u, scale_row + at * VEC / GROUP);
+        }
       }
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
-            const uint x_quad = (r * p.k + (v + i * LANES) * VEC) / 4;
-            const uint weight_quad = (v + i * LANES) * VEC / 4;
-            float dot_q = 0.0;
-            [[unroll]] for (uint j = 0; j < QUADS; ++j) {
-              const vec4 quad =
-                  norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r]) : Quad(x_quad + j);
-              dot_q += dot(QuadOf(weights[i], j), quad);
+            const uint at = v + i * LANES;
+            if (at < reads) {
+              const uint x_quad = (r * p.k + at * VEC) / 4;
+              const uint weight_quad = at * VEC / 4;
+              float dot_q = 0.0;
+              [[unroll]] for (uint j = 0; j < QUADS; ++j) {
+                const vec4 quad = norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
+                                       : Quad(x_quad + j);
+                dot_q += dot(QuadOf(weights[i], j), quad);
+              }
+              sums[r] += dot_q * scales[i];
             }
-            sums[r] += dot_q * scales[i];
           }
         }
       }
     }
-#if READS_IN_FLIGHT > 1
-    for (; v < reads; v += LANES) {
-      const Read weights = Weights(row_start + v);
-      const float scale = ScaleAt(0u, scale_row + v * VEC / GROUP);
-      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-        if (r < p.m) {
-          const uint x_quad = (r * p.k + v * VEC) / 4;
-          const uint weight_quad = v * VEC / 4;
-          float dot_q = 0.0;
-          [[unroll]] for (uint j = 0; j < QUADS; ++j) {
-            const vec4 quad =
-                norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r]) : Quad(x_quad + j);
-            dot_q += dot(QuadOf(weights, j), quad);
-          }
-          sums[r] += dot_q * scale;
-        }
-      }
-    }
-#endif
   } else if (in_range) {
     for (uint kk = lane; kk < p.k; kk += LANES) {
       const float weight =

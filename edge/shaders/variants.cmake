@@ -164,7 +164,7 @@ edge_shader(kMatmulCm2128x128K64HS matmul_cm2.comp
             DEFINES -DBM=128 -DBN=128 -DBK=64 -DX_F16 -DSTAGED)
 
 # int8 weights (Backend::Int8Weight; the layout in edge/shaders/int8.glsl): decoding's matvec in
-# both layouts, the tiled matmul, and the cooperative-matrix matmul that dequantizes to fp16 as it
+# each layout, the tiled matmul, and the cooperative-matrix matmul that dequantizes to fp16 as it
 # stages (two blocks), each reading fp32 x or (-DX_F16) an fp16 MatmulInput. The cooperative
 # ones carry no MATMUL name: they are VulkanPipelines::int8_matmuls, not fp16 blocks.
 edge_shader(kMatvecInt8 matvec_int8.comp "matvec (int8)" LAYOUT 5 24)
@@ -174,6 +174,11 @@ edge_shader(kMatvecInt8Wide matvec_int8.comp "matvec (int8), wide" LAYOUT 5 24
             DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
 edge_shader(kMatvecInt8HalfXWide matvec_int8.comp "matvec (int8, fp16 x), wide" LAYOUT 5 24
             DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
+# The wide layout reading a word a lane (VulkanOptions::MatvecLayout::kWideWords).
+edge_shader(kMatvecInt8Words matvec_int8.comp "matvec (int8), wide words" LAYOUT 5 24
+            DEFINES -DCOLUMNS=4 -DLANES=32 -DWORD_READS)
+edge_shader(kMatvecInt8HalfXWords matvec_int8.comp "matvec (int8, fp16 x), wide words"
+            LAYOUT 5 24 DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DWORD_READS)
 edge_shader(kMatmulInt8 matmul.comp "matmul (int8)" LAYOUT 4 16
             DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128)
 edge_shader(kMatmulInt8HalfX matmul.comp "matmul (int8, fp16 x)" LAYOUT 4 16

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/edge/edge_test_support.h"
 #include "tests/support/run_command.h"
@@ -185,6 +187,30 @@ TEST_F(EdgeCliTest, WeightsInt8QuantizesOnLoadAndABadValueIsRefused) {
   const Outcome refused = RunEdge(eval + " --weights int4");
   EXPECT_NE(refused.exit_code, 0);
   for (const char* part : {"--weights", "int4", "int8"}) {
+    EXPECT_NE(refused.output.find(part), std::string::npos) << part << " in:\n" << refused.output;
+  }
+}
+
+// --matvec picks decoding's matvec layout, which the backend line names, and each decodes the
+// tokens asked for (edge_int8_test holds each layout's products to the CPU reference). Another
+// value is refused, naming the flag and the choices.
+TEST_F(EdgeCliTest, MatvecPicksTheLayoutAndABadValueIsRefused) {
+  const std::string generate = "generate " + model_ +
+                               " --prompt 'the quick' --new-tokens 8 --seq 16 --validate "
+                               "--weights int8 --matvec ";
+  for (const auto& [layout, named] : std::vector<std::pair<std::string, std::string>>{
+           {"narrow", "int8 weights: matvec narrow,"},
+           {"wide", "int8 weights: matvec wide,"},
+           {"wide-words", "int8 weights: matvec wide words,"}}) {
+    const Outcome outcome = RunEdge(generate + layout);
+    ASSERT_EQ(outcome.exit_code, 0) << layout << ":\n" << outcome.output;
+    EXPECT_NE(outcome.output.find(named), std::string::npos) << layout << ":\n" << outcome.output;
+    EXPECT_NE(outcome.output.find("(tokens 2 to 8, "), std::string::npos) << layout << ":\n"
+                                                                          << outcome.output;
+  }
+  const Outcome refused = RunEdge(generate + "diagonal");
+  EXPECT_NE(refused.exit_code, 0);
+  for (const char* part : {"--matvec", "diagonal", "wide-words"}) {
     EXPECT_NE(refused.output.find(part), std::string::npos) << part << " in:\n" << refused.output;
   }
 }

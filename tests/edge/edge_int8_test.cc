@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "edge/cpu_backend.h"
 #include "edge/quantize.h"
 #include "formats/half.h"
@@ -85,7 +86,20 @@ class EdgeInt8Test : public ::testing::TestWithParam<VulkanOptions::Precision> {
 };
 
 constexpr VulkanOptions::MatvecLayout kLayouts[] = {VulkanOptions::MatvecLayout::kNarrow,
-                                                    VulkanOptions::MatvecLayout::kWide};
+                                                    VulkanOptions::MatvecLayout::kWide,
+                                                    VulkanOptions::MatvecLayout::kWideWords};
+
+// How Describe() names the int8 matvec of each layout.
+const char* LayoutName(VulkanOptions::MatvecLayout layout) {
+  switch (layout) {
+    case VulkanOptions::MatvecLayout::kWide:
+      return "wide";
+    case VulkanOptions::MatvecLayout::kWideWords:
+      return "wide words";
+    default:
+      return "narrow";
+  }
+}
 
 void EdgeInt8Test::ExpectLinearsWithin(const std::vector<LinearShape>& shapes, bool half_x) {
   for (const LinearShape& s : shapes) {
@@ -163,12 +177,15 @@ const std::vector<LinearShape> kMatmulShapes = {
     {77, 45, 70, true},    {130, 256, 129, false}, {128, 128, 128, true}, {200, 520, 131, true},
     {129, 36, 257, false}, {33, 2, 300, false},    {5, 64, 70, true},     {9, 48, 17, false}};
 // matvec_int8.comp (up to 4 rows): K a multiple of 16 (the wide layout's 16-byte reads: whole
-// rounds of four, a remainder, fewer reads than lanes, a short last group at 1040), a multiple
-// of 4 only (the narrow layout's words; the wide one's element loop), ragged K, and more
-// columns than one dispatch dimension holds on lavapipe (65,535).
+// rounds of four, a remainder, fewer reads than lanes, a short last group at 1040; the wide
+// words layout's rounds of sixteen words a lane: one whole round at 2048, two and a part at
+// 4160, parts alone below), a multiple of 4 only (the narrow layout's words; the wide one's
+// element loop), ragged K, and more columns than one dispatch dimension holds on lavapipe
+// (65,535).
 const std::vector<LinearShape> kMatvecShapes = {
-    {4, 1024, 33, true}, {1, 2048, 300, false}, {3, 1040, 65, true}, {2, 16, 70001, true},
-    {4, 24, 5, false},   {3, 1030, 33, true},   {1, 5, 9, false},    {1, 48, 3, true}};
+    {4, 1024, 33, true},  {1, 2048, 300, false}, {3, 1040, 65, true},
+    {2, 16, 70001, true}, {4, 24, 5, false},     {3, 1030, 33, true},
+    {1, 5, 9, false},     {1, 48, 3, true},      {2, 4160, 17, true}};
 
 TEST_P(EdgeInt8Test, TheTiledMatmulMatchesTheReference) {
   ExpectLinearsWithin(kMatmulShapes, /*half_x=*/false);
@@ -177,20 +194,19 @@ TEST_P(EdgeInt8Test, TheTiledMatmulMatchesTheReference) {
   EXPECT_TRUE(absl::StrContains(vulkan_->Describe(), "matmul int8 tiled")) << vulkan_->Describe();
 }
 
-TEST_P(EdgeInt8Test, TheMatvecMatchesTheReferenceInBothLayouts) {
+TEST_P(EdgeInt8Test, TheMatvecMatchesTheReferenceInEachLayout) {
   for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    SCOPED_TRACE(LayoutName(layout));
     Use(layout);
     ExpectLinearsWithin(kMatvecShapes, /*half_x=*/false);
-    EXPECT_TRUE(absl::StrContains(vulkan_->Describe(), layout == VulkanOptions::MatvecLayout::kWide
-                                                           ? "int8 weights: matvec wide"
-                                                           : "int8 weights: matvec narrow"))
+    EXPECT_TRUE(absl::StrContains(vulkan_->Describe(),
+                                  absl::StrCat("int8 weights: matvec ", LayoutName(layout), ",")))
         << vulkan_->Describe();
   }
 }
 
 // An fp16 x (MatmulInput, as RmsNorm and Silu write it where the matmul reads fp16) on the
-// int8 shaders' fp16-x builds: the tiled matmul and the matvec in both layouts. The fp32 path
+// int8 shaders' fp16-x builds: the tiled matmul and the matvec in each layout. The fp32 path
 // has no fp16 inputs.
 TEST_P(EdgeInt8Test, AnFp16MatmulInputIsReadAsItIs) {
   if (!fp16_) {
@@ -201,17 +217,17 @@ TEST_P(EdgeInt8Test, AnFp16MatmulInputIsReadAsItIs) {
   ExpectLinearsWithin({{77, 45, 70, true}, {130, 256, 129, false}, {9, 48, 17, false}},
                       /*half_x=*/true);
   for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    SCOPED_TRACE(LayoutName(layout));
     Use(layout);
     ExpectLinearsWithin(kMatvecShapes, /*half_x=*/true);
   }
 }
 
 // LinearAdd on int8 weights is Linear then Add, bit for bit (the product rounded to fp32, then
-// added), in both layouts, with and without a bias.
+// added), in each layout, with and without a bias.
 TEST_P(EdgeInt8Test, LinearAddIsLinearThenAddBitForBit) {
   for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    SCOPED_TRACE(LayoutName(layout));
     Use(layout);
     for (const LinearShape& s : std::vector<LinearShape>{
              {1, 2048, 300, true}, {4, 1040, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}}) {
