@@ -2,6 +2,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -266,7 +267,11 @@ absl::Status LoadWeights(const v1::JobSpec& spec, const ModelConfig& config, Loa
     FSDPD_RETURN_IF_ERROR(InitializeWeightsFromFile(run.paths.init_path, state));
     log("info", absl::StrCat("initial weights from ", run.paths.init_path));
   } else {
-    FSDPD_RETURN_IF_ERROR(InitializeWeightsFromSeed(config, spec.train().seed(), state));
+    FSDPD_ASSIGN_OR_RETURN(const WeightInitTimes times,
+                           InitializeWeightsFromSeed(config, spec.train().seed(), state));
+    log("info", absl::StrFormat("initial weights drawn from seed %d in %.1f s, loaded into the "
+                                "shards in %.1f s",
+                                spec.train().seed(), times.draw_seconds, times.load_seconds));
   }
   FSDPD_ASSIGN_OR_RETURN(run.start_step,
                          ResumeFromCheckpoint(run.paths.job_dir, run.checkpoint_identity, state,
@@ -285,8 +290,13 @@ absl::StatusOr<LoadedRun> Load(const v1::JobSpec& spec, const RankContext& conte
                          ParseActivationRecompute(spec.parallel().activation_recompute()));
   FSDPD_ASSIGN_OR_RETURN(config.matmul_dtype, ParseMatmulDtype(spec.parallel().matmul_dtype()));
   FSDPD_ASSIGN_OR_RETURN(run.paths, ResolveJobPaths(spec, context));
+  const auto building = std::chrono::steady_clock::now();
   FSDPD_ASSIGN_OR_RETURN(
       run.engine, BuildEngine(spec, context, runtime, config, run.paths.data, log, cancelled));
+  log("info",
+      absl::StrFormat(
+          "engine built in %.1f s (shards, optimizer state, data, communicator)",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - building).count()));
   run.checkpoint_identity =
       CheckpointIdentityFor(spec, context.job_uid, context.attempt, context.world_size);
   FSDPD_RETURN_IF_ERROR(LoadWeights(spec, config, run, log));

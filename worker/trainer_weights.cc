@@ -1,6 +1,7 @@
 #include "worker/trainer_weights.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <thread>
@@ -30,7 +31,8 @@ std::string NameList(const std::vector<std::string>& names) {
 
 }  // namespace
 
-absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed, FsdpState& state) {
+absl::StatusOr<WeightInitTimes> InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
+                                                          FsdpState& state) {
   // Each unit draws from its own generator (InitializeUnit), so units fill on threads of their
   // own and the values do not depend on how many (engine_fsdp_test), which matters for models of
   // billions of parameters (bench/gpu_capacity.sh). Units are filled in waves of at most kThreads,
@@ -40,8 +42,13 @@ absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
   constexpr int64_t kWaveValues = int64_t{1} << 30;  // 4 GiB of fp32
   const int threads =
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kThreads);
+  WeightInitTimes times;
+  auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   int next = 0;
   while (next < state.num_units()) {
+    const auto drawing = std::chrono::steady_clock::now();
     int end = next;
     int64_t wave_values = 0;
     while (end < state.num_units() && end - next < threads &&
@@ -59,13 +66,16 @@ absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
       });
     }
     for (std::thread& worker : workers) worker.join();
+    times.draw_seconds += seconds_since(drawing);
+    const auto loading = std::chrono::steady_clock::now();
     for (int unit = next; unit < end; ++unit) {
       FSDPD_RETURN_IF_ERROR(
           state.LoadMasterFromHost(unit, values[static_cast<size_t>(unit - next)]));
     }
+    times.load_seconds += seconds_since(loading);
     next = end;
   }
-  return absl::OkStatus();
+  return times;
 }
 
 absl::Status InitializeWeightsFromFile(const std::string& path, FsdpState& state) {

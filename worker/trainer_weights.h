@@ -14,9 +14,19 @@
 
 namespace fsdpd {
 
+// Where InitializeWeightsFromSeed's time went, in wall-clock seconds: drawing the values (on
+// threads) and loading them into the rank's shards (FsdpState::LoadMasterFromHost, the copies to
+// the device included). The trainer logs both: a model of billions of parameters spends most of
+// its start here (bench/RESULTS.md, "Capacity at width 4096").
+struct WeightInitTimes {
+  double draw_seconds = 0.0;
+  double load_seconds = 0.0;
+};
+
 // PyTorch's default initialisation of every unit, seeded with `seed`; independent of the
 // world size. Not collective.
-absl::Status InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed, FsdpState& state);
+absl::StatusOr<WeightInitTimes> InitializeWeightsFromSeed(const ModelConfig& config, uint64_t seed,
+                                                          FsdpState& state);
 
 // Loads every parameter from a safetensors file with PyTorch's names (the path is already
 // confined). Names the model does not have, parameters the file lacks, and wrong shapes are
