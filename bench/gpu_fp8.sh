@@ -9,7 +9,8 @@
 # Run from the repository root with the binaries in .device/bin and their libraries in
 # .device/lib (bench/bundle_for_device.sh):
 #   OUT=/tmp/out TEXT=/path/to/text.txt bench/gpu_fp8.sh
-# SPEC is the recipe (bench/fp8/seed_text_warmup.yaml; call F2 ran bench/fp8/seed_text.yaml).
+# SPEC is the recipe (bench/fp8/seed_text_warmup.yaml, call F3; F2 ran bench/fp8/seed_text.yaml;
+# bench/fp8/seed_text_warmup_clip.yaml also clips gradients at 1.0).
 # Knobs, for a call short of device time: STEPS (2000), DTYPES ("fp8 bf16"), TEST_FILTER,
 # ANCHOR_STEPS (40; 0 skips the anchor), and the time limits TEST_SECONDS (120),
 # TRAIN_SECONDS (240 a run) and ANCHOR_SECONDS (150).
