@@ -658,12 +658,8 @@ int main(int argc, char** argv) {
     if (!backend.ok()) return Fail(backend.status());
     // The layout by name: the backend line names the int8 matvec only once int8 weights are
     // placed, after it is printed.
-    const char* layout_name = layout == VulkanOptions::MatvecLayout::kNarrow ? ", matvec narrow"
-                              : layout == VulkanOptions::MatvecLayout::kWide ? ", matvec wide"
-                              : layout == VulkanOptions::MatvecLayout::kWideWords
-                                  ? ", matvec wide words"
-                                  : "";
-    std::printf("\n[%s%s] %s\n", variant.name, layout_name, (*backend)->Describe().c_str());
+    std::printf("\n[%s, matvec %s] %s\n", variant.name, MatvecLayoutName(layout),
+                (*backend)->Describe().c_str());
     if (decode_only) {  // on the matrix units where the device has them, else tiled
       absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), weights);
       return timed.ok() ? 0 : Fail(timed);

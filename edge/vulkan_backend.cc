@@ -586,6 +586,20 @@ class VulkanBackendImpl : public VulkanBackend {
 
 }  // namespace
 
+const char* MatvecLayoutName(VulkanOptions::MatvecLayout layout) {
+  switch (layout) {
+    case VulkanOptions::MatvecLayout::kNarrow:
+      return "narrow";
+    case VulkanOptions::MatvecLayout::kWide:
+      return "wide";
+    case VulkanOptions::MatvecLayout::kWideWords:
+      return "wide words";
+    case VulkanOptions::MatvecLayout::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options) {
   auto backend = std::make_unique<VulkanBackendImpl>();
   FSDPD_RETURN_IF_ERROR(backend->Init(options));

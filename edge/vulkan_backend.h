@@ -140,4 +140,8 @@ class VulkanBackend : public Backend {
 
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);
 
+// A matvec layout as the backend line names it once int8 weights are placed ("int8 weights:
+// matvec wide words, …"): "narrow", "wide", "wide words"; "auto" for kAuto.
+const char* MatvecLayoutName(VulkanOptions::MatvecLayout layout);
+
 }  // namespace fsdpd::edge

@@ -89,18 +89,6 @@ constexpr VulkanOptions::MatvecLayout kLayouts[] = {VulkanOptions::MatvecLayout:
                                                     VulkanOptions::MatvecLayout::kWide,
                                                     VulkanOptions::MatvecLayout::kWideWords};
 
-// How Describe() names the int8 matvec of each layout.
-const char* LayoutName(VulkanOptions::MatvecLayout layout) {
-  switch (layout) {
-    case VulkanOptions::MatvecLayout::kWide:
-      return "wide";
-    case VulkanOptions::MatvecLayout::kWideWords:
-      return "wide words";
-    default:
-      return "narrow";
-  }
-}
-
 void EdgeInt8Test::ExpectLinearsWithin(const std::vector<LinearShape>& shapes, bool half_x) {
   for (const LinearShape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out << "x" << s.in
@@ -196,11 +184,11 @@ TEST_P(EdgeInt8Test, TheTiledMatmulMatchesTheReference) {
 
 TEST_P(EdgeInt8Test, TheMatvecMatchesTheReferenceInEachLayout) {
   for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(LayoutName(layout));
+    SCOPED_TRACE(MatvecLayoutName(layout));
     Use(layout);
     ExpectLinearsWithin(kMatvecShapes, /*half_x=*/false);
-    EXPECT_TRUE(absl::StrContains(vulkan_->Describe(),
-                                  absl::StrCat("int8 weights: matvec ", LayoutName(layout), ",")))
+    EXPECT_TRUE(absl::StrContains(
+        vulkan_->Describe(), absl::StrCat("int8 weights: matvec ", MatvecLayoutName(layout), ",")))
         << vulkan_->Describe();
   }
 }
@@ -217,7 +205,7 @@ TEST_P(EdgeInt8Test, AnFp16MatmulInputIsReadAsItIs) {
   ExpectLinearsWithin({{77, 45, 70, true}, {130, 256, 129, false}, {9, 48, 17, false}},
                       /*half_x=*/true);
   for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(LayoutName(layout));
+    SCOPED_TRACE(MatvecLayoutName(layout));
     Use(layout);
     ExpectLinearsWithin(kMatvecShapes, /*half_x=*/true);
   }
@@ -227,7 +215,7 @@ TEST_P(EdgeInt8Test, AnFp16MatmulInputIsReadAsItIs) {
 // added), in each layout, with and without a bias.
 TEST_P(EdgeInt8Test, LinearAddIsLinearThenAddBitForBit) {
   for (const VulkanOptions::MatvecLayout layout : kLayouts) {
-    SCOPED_TRACE(LayoutName(layout));
+    SCOPED_TRACE(MatvecLayoutName(layout));
     Use(layout);
     for (const LinearShape& s : std::vector<LinearShape>{
              {1, 2048, 300, true}, {4, 1040, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}}) {
