@@ -30,7 +30,8 @@ TEST(JobSpec, DefaultsAreTheSeedWorkload) {
   EXPECT_TRUE(spec.parallel().reshard_after_forward());
   EXPECT_EQ(spec.max_restarts(), 3);
   EXPECT_EQ(Errors(spec), "");
-  // The seed's MiniLLM has 735,199,232 parameters (anchors/README.md).
+  // The seed's MiniLLM has 735,199,232 parameters, as the PyTorch anchor counts them
+  // (bench/anchor/seed_train_fsdp.py's RESULT line: params=735199232).
   EXPECT_EQ(ParameterCount(spec.model()), 735199232);
 }
 
