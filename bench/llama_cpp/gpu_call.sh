@@ -10,9 +10,11 @@
 #   1. bench/llama_cpp/edge_vs_llama.sh on both default shapes (Vulkan and CUDA llama.cpp);
 #   2. the lifecycle test before the fix, 40 backends, with the loader's messages;
 #   3. the lifecycle test as committed, 200 backends.
-# AB=1 times `generate` (seed shape, fp16 and int8, AB_RUNS times each, default 2) with every
-# edge/fsdpd-edge-* build in the bundle and the bundle's own; OP_TIMES=1 adds `generate --op-times` on the seed shape (fp16, int8) before 2; INT8_CHECK=1
-# edge_bench's int8 check against the CPU; .device/ppl (model.safetensors, heldout.txt), if
+# AB=1 times `generate` (seed shape, fp16, int8 and int8 with `--matvec wide-words`, AB_RUNS times
+# each, default 2) with every edge/fsdpd-edge-* build in the bundle and the bundle's own (a
+# build older than --matvec refuses the flag: keep such builds out of the bundle); OP_TIMES=1
+# adds `generate --op-times` on the seed shape (fp16, int8) before 2; INT8_CHECK=1 edge_bench's
+# int8 check against the CPU; .device/ppl (model.safetensors, heldout.txt), if
 # carried, a trained model's perplexity, fp16 and int8, GPU and CPU; LIFECYCLE=0 skips 2 and 3.
 # The validation layer stays off on the GPU (FSDPD_EDGE_LIFECYCLE_VALIDATION=0): Debian 12's
 # layer predates VK_NV_cooperative_matrix2 and reports its use as errors.
@@ -47,11 +49,13 @@ life() {  # NAME BINARY BACKENDS SECONDS [ENV...]
 }
 if [ "${AB:-0}" = 1 ]; then  # fsdpd-edge builds beside the bundle's own (edge/fsdpd-edge-*), seed
   for binary in "$w"/edge/fsdpd-edge-* "$w/edge/fsdpd-edge"; do
-    for weights in auto int8; do
+    for config in auto:auto int8:auto int8:wide-words; do  # weights:matvec layout
+      IFS=: read -r weights matvec <<<"$config"
       for run in $(seq "${AB_RUNS:-2}"); do
         LD_LIBRARY_PATH="$w/edge/lib" "$binary" generate "$w/work/seed.safetensors" \
           --prompt-ids "1 2 3 4 5 6 7 8" --new-tokens 128 --seq 512 --weights "$weights" \
-          2>&1 >/dev/null | sed -n "s|^fsdpd-edge: decoding|$(basename "$binary") $weights:|p"
+          --matvec "$matvec" 2>&1 >/dev/null |
+          sed -n "s|^fsdpd-edge: decoding|$(basename "$binary") $weights (matvec $matvec):|p"
       done
     done
   done | tee "$out/ab.txt"
