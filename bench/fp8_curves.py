@@ -6,11 +6,14 @@ markdown: the loss of both at every 100th step with |loss_fp8 - loss_bf16| again
 max(1% of the bf16 loss, 0.02), then the median tokens/s, step time and peak memory over the
 steps after the first ten, with the ratio fp8 / bf16 (and against the anchor's RESULT line when
 given). With --svg PATH it also draws both curves, every step, as a plain SVG (no plotting
-library needed; --y-max L clips it at loss L); with --csv PATH it writes step, loss_bf16, loss_fp8 for every step.
+library needed; --y-max L clips it at loss L); with --csv PATH it writes step, loss_bf16,
+loss_fp8 for every step. With --control FILE (a second bf16 run, bench/gpu_fp8.sh's
+bf16-control) the table also gives that run's distance from bf16 against the same bound: how
+far two bf16 runs part on the recipe, beside fp8's distance.
 
   bench/fp8_curves.py --bf16 out/bf16.jsonl --fp8 out/fp8.jsonl \
-      [--anchor out/anchor_compiled.log] [--svg bench/fp8/loss_curves.svg] [--csv FILE]
-      [--every 100]
+      [--anchor out/anchor_compiled.log] [--control out/bf16-control.jsonl]
+      [--svg bench/fp8/loss_curves.svg] [--csv FILE] [--every 100]
 """
 import argparse
 import json
@@ -101,6 +104,8 @@ def main():
     parser.add_argument("--bf16", required=True)
     parser.add_argument("--fp8", required=True)
     parser.add_argument("--anchor")
+    parser.add_argument("--control", help="a second bf16 run (bench/gpu_fp8.sh's bf16-control): "
+                        "its distance from bf16 at each checkpoint, beside fp8's")
     parser.add_argument("--svg")
     parser.add_argument("--csv")
     parser.add_argument("--y-max", type=float, help="the picture's top loss (higher ones clip)")
@@ -109,13 +114,17 @@ def main():
     bf16, fp8 = read_steps(args.bf16), read_steps(args.fp8)
     if not bf16 or not fp8:
         sys.exit("fp8_curves: no steps in " + (args.bf16 if not bf16 else args.fp8))
+    control = read_steps(args.control) if args.control else None
+    if args.control and not control:
+        sys.exit("fp8_curves: no steps in " + args.control)
 
-    print("| step | loss bf16 | loss fp8 | abs diff | bound | within |")
-    print("|---:|---:|---:|---:|---:|:---:|")
-    worst, failures, compared = 0.0, 0, 0
-    last = min(max(bf16), max(fp8))
+    extra = " control | its diff | within |" if control else ""
+    print("| step | loss bf16 | loss fp8 | abs diff | bound | within |" + extra)
+    print("|---:|---:|---:|---:|---:|:---:|" + ("---:|---:|:---:|" if control else ""))
+    worst, failures, compared, control_failures = 0.0, 0, 0, 0
+    last = min(max(bf16), max(fp8), max(control) if control else max(fp8))
     for step in range(args.every, last + 1, args.every):
-        if step not in bf16 or step not in fp8:
+        if step not in bf16 or step not in fp8 or (control and step not in control):
             continue
         a, b = bf16[step]["loss"], fp8[step]["loss"]
         bound = max(0.01 * a, 0.02)
@@ -123,10 +132,20 @@ def main():
         compared += 1
         failures += not within
         worst = max(worst, abs(b - a) / bound)
-        print(f"| {step} | {a:.4f} | {b:.4f} | {abs(b - a):.4f} | {bound:.4f} | "
-              f"{'yes' if within else '**no**'} |")
+        row = (f"| {step} | {a:.4f} | {b:.4f} | {abs(b - a):.4f} | {bound:.4f} | "
+               f"{'yes' if within else '**no**'} |")
+        if control:
+            c = control[step]["loss"]
+            control_within = abs(c - a) <= bound
+            control_failures += not control_within
+            row += f" {c:.4f} | {abs(c - a):.4f} | {'yes' if control_within else '**no**'} |"
+        print(row)
     print(f"\n{compared} checkpoints compared, {failures} outside the bound; the largest "
-          f"difference is {worst:.2f} of its bound.\n")
+          f"difference is {worst:.2f} of its bound.", end="")
+    if control:
+        print(f" The bf16 control (the same run, another attention kernel): {control_failures} "
+              f"outside the same bound.", end="")
+    print("\n")
 
     print("| run | tokens/s | step ms | peak memory MiB |")
     print("|---|---:|---:|---:|")
