@@ -5,13 +5,14 @@
 #            (block): no gradient clipping, so AdamW runs in backward;
 #   anchor   the PyTorch FSDP2 anchor (bench/anchor/seed_train_fsdp.py), eager;
 #   offload  the same with FSDP2's CPUOffloadPolicy (OFFLOAD=1).
-# A trial trains STEPS steps (3) at N layers and counts if every step reports a finite loss
-# (fsdpd-train is stopped after its last step instead of waiting for its export) and the
-# process exits cleanly (the anchor); an out-of-memory error, a killed process or the time limit
-# is a failure. The
-# search starts from a guess made from the card's memory (the estimate below), doubles its step
-# away from it until it brackets the boundary, then bisects: the result is the N that trained
-# with N + 1 failed, both run in this call. Every trial is a line of $OUT/capacity/trials.tsv:
+# A trial trains STEPS steps (3) at N layers and counts if every step reports a finite loss:
+# fsdpd-train is stopped after its last step instead of waiting for its export, and the anchor
+# (EXIT_AFTER_RESULT=1) exits after its RESULT line instead of tearing down. An out-of-memory
+# error or a killed process is a failure; a trial stopped by the time limit is undecided
+# (bench/capacity_table.py). The search starts from a guess made from the card's memory (the
+# estimate below), steps one layer away from it, then two, four... until it brackets the
+# boundary, then bisects: the result is the N that trained with N + 1 failed, both run in this
+# call. Every trial is a line of $OUT/capacity/trials.tsv:
 #   runner layers params ok tokens_per_s driver_peak_mib host_peak_gb seconds why
 # and bench/capacity_table.py turns it into the table of bench/RESULTS.md.
 #   OUT=/tmp/out bench/gpu_capacity.sh     # after bench/bundle_for_device.sh
