@@ -152,6 +152,9 @@ EOF
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$runner" "$layers" "$(params_of "$layers")" "$ok" \
     "${tps:--}" "${peak:--}" "${host:--}" "$(($(date +%s) - t0))" "$why" >>"$trials"
   say "$runner L$layers: ok=$ok tokens/s=${tps:--} driver peak ${peak:--} MiB ($why)"
+  # fsdpd's start, as its log divides it (engine, weights drawn, weights loaded).
+  [ "$runner" = fsdpd ] && grep -oE "engine built in [0-9.]+ s|drawn from seed [0-9]+ in [0-9.]+ s, loaded into the shards in [0-9.]+ s" "$log" |
+    paste -sd';' | sed 's/^/   start: /' | tee -a "$out/gpu_capacity.log"
   [ "$ok" = 1 ]
 }
 
