@@ -153,8 +153,11 @@ EOF
     "${tps:--}" "${peak:--}" "${host:--}" "$(($(date +%s) - t0))" "$why" >>"$trials"
   say "$runner L$layers: ok=$ok tokens/s=${tps:--} driver peak ${peak:--} MiB ($why)"
   # fsdpd's start, as its log divides it (engine, weights drawn, weights loaded).
-  [ "$runner" = fsdpd ] && grep -oE "engine built in [0-9.]+ s|drawn from seed [0-9]+ in [0-9.]+ s, loaded into the shards in [0-9.]+ s" "$log" |
-    paste -sd';' | sed 's/^/   start: /' | tee -a "$out/gpu_capacity.log"
+  if [ "$runner" = fsdpd ]; then
+    local parts="engine built in [0-9.]+ s|drawn from seed [0-9]+ in [0-9.]+ s"
+    parts+="|loaded into the shards in [0-9.]+ s"
+    grep -oE "$parts" "$log" | paste -sd';' | sed 's/^/   start: /' | tee -a "$out/gpu_capacity.log"
+  fi
   [ "$ok" = 1 ]
 }
 
