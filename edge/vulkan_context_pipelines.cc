@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/run_on_threads.h"
 #include "base/status_macros.h"
 #include "edge/vulkan_context.h"
 
@@ -137,10 +138,7 @@ std::vector<absl::Status> VulkanContext::MakePipelines(const std::vector<Pipelin
       made[i] = MakePipeline(*r.shader, r.out);
     }
   };
-  std::vector<std::thread> workers;
-  for (int t = 1; t < threads; ++t) workers.emplace_back(work);
-  work();
-  for (std::thread& worker : workers) worker.join();
+  RunOnThreads(threads, [&](int) { work(); });
   return made;
 }
 

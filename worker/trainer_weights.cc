@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/run_on_threads.h"
 #include "base/status_macros.h"
 #include "formats/model_metadata.h"
 #include "formats/safetensors.h"
@@ -57,15 +58,12 @@ absl::StatusOr<WeightInitTimes> InitializeWeightsFromSeed(const ModelConfig& con
       ++end;
     }
     std::vector<std::vector<float>> values(static_cast<size_t>(end - next));
-    std::vector<std::thread> workers;
-    for (int unit = next; unit < end; ++unit) {
-      workers.emplace_back([&, unit] {
-        std::vector<float>& unit_values = values[static_cast<size_t>(unit - next)];
-        unit_values.resize(static_cast<size_t>(state.unit(unit).numel));
-        InitializeUnit(config, state.unit(unit), unit, seed, unit_values.data());
-      });
-    }
-    for (std::thread& worker : workers) worker.join();
+    RunOnThreads(end - next, [&](int index) {
+      const int unit = next + index;
+      std::vector<float>& unit_values = values[static_cast<size_t>(index)];
+      unit_values.resize(static_cast<size_t>(state.unit(unit).numel));
+      InitializeUnit(config, state.unit(unit), unit, seed, unit_values.data());
+    });
     times.draw_seconds += seconds_since(drawing);
     const auto loading = std::chrono::steady_clock::now();
     for (int unit = next; unit < end; ++unit) {

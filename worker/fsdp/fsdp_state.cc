@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/run_on_threads.h"
 #include "base/status_macros.h"
 #include "kernels/split_master.h"
 
@@ -453,17 +454,14 @@ absl::Status FsdpState::CopyMasterShardFromHost(int unit, const float* values) {
   const size_t threads = std::clamp<size_t>(
       std::min<size_t>(std::thread::hardware_concurrency(), count / kMinSlice), 1, kThreads);
   const size_t slice = (count + threads - 1) / threads;
-  std::vector<std::thread> workers;
-  for (size_t begin = 0; begin < count; begin += slice) {
-    workers.emplace_back([&, begin] {
-      for (size_t i = begin; i < std::min(count, begin + slice); ++i) {
-        const SplitHalves halves = SplitFloat(values[i]);
-        high[i] = halves.high;
-        low[i] = halves.low;
-      }
-    });
-  }
-  for (std::thread& worker : workers) worker.join();
+  RunOnThreads(static_cast<int>((count + slice - 1) / slice), [&](int index) {
+    const size_t begin = static_cast<size_t>(index) * slice;
+    for (size_t i = begin; i < std::min(count, begin + slice); ++i) {
+      const SplitHalves halves = SplitFloat(values[i]);
+      high[i] = halves.high;
+      low[i] = halves.low;
+    }
+  });
   FSDPD_RETURN_IF_ERROR(backend_->CopyToDevice(high.data(), shard.MasterHigh(), stream));
   return backend_->CopyToDevice(low.data(), shard.MasterLow(), stream);
 }
