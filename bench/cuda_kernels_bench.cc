@@ -214,7 +214,7 @@ void RunMemoryBound(Bench& bench) {
   Tensor dweight = bench.New(DType::kF32, {kDim}, 0.0f);
   std::printf("memory-bound kernels on [T=8192, D=2048] bf16 (F=8192 for SiLU)\n");
   bench.Bytes("  rmsnorm forward", td * 4 + kTokens * 4.0, [&] {
-    return ops.RmsNormForward(x, weight, 1.1920928955078125e-07, y, rstd, stream);
+    return ops.RmsNormForward(x, weight, 1.1920928955078125e-07, y, rstd, Tensor{}, stream);
   });
   bench.Bytes("  rmsnorm backward", td * 6 + kTokens * 4.0, [&] {
     return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kOverwrite, dweight,
@@ -229,13 +229,16 @@ void RunMemoryBound(Bench& bench) {
   Tensor hidden = bench.New(DType::kBF16, {kTokens, kHidden});
   Tensor activated = bench.New(DType::kBF16, {kTokens, kHidden});
   Tensor hidden_gradient = bench.New(DType::kBF16, {kTokens, kHidden});
-  bench.Bytes("  silu forward", tf * 4, [&] { return ops.SiluForward(hidden, activated, stream); });
+  bench.Bytes("  silu forward", tf * 4,
+              [&] { return ops.SiluForward(hidden, activated, Tensor{}, stream); });
   bench.Bytes("  silu backward", tf * 6, [&] {
-    return ops.SiluBackward(activated, hidden, hidden_gradient, Tensor{}, stream);
+    return ops.SiluBackward(activated, hidden, hidden_gradient, Tensor{}, Tensor{}, Tensor{},
+                            stream);
   });
   // In place, with silu's output recomputed in the same pass (the FFN backward's form).
   bench.Bytes("  silu backward + forward, in place", tf * 8, [&] {
-    return ops.SiluBackward(hidden_gradient, hidden, hidden_gradient, activated, stream);
+    return ops.SiluBackward(hidden_gradient, hidden, hidden_gradient, activated, Tensor{}, Tensor{},
+                            stream);
   });
 
   Tensor embedding = bench.New(DType::kBF16, {kVocab, kDim});

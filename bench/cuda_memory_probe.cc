@@ -151,12 +151,12 @@ int Main(int device, bool cupti) {
         cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError("sync"),
         "sync");
     ExitOnError(ops.HeadCrossEntropy(x, head, targets, 1.0, loss, dx, dhead, stream), "head");
-    ExitOnError(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, stream), "rmsnorm");
+    ExitOnError(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, Tensor{}, stream), "rmsnorm");
     Tensor dout = t.New(DType::kBF16, {kTokens, kDim});
     ExitOnError(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight,
                                     Write::kOverwrite, stream),
                 "rmsnorm backward");
-    ExitOnError(ops.SiluForward(x, dx, stream), "silu");
+    ExitOnError(ops.SiluForward(x, dx, Tensor{}, stream), "silu");
     Tensor master = t.New(DType::kF32, {kDim * kDim});
     Tensor grad = t.New(DType::kF32, {kDim * kDim});
     Tensor m = t.New(DType::kF32, {kDim * kDim}, 0.0f);

@@ -12,7 +12,8 @@
 # SPEC is the recipe (bench/fp8/seed_text_warmup.yaml, call F3; F2 ran bench/fp8/seed_text.yaml;
 # bench/fp8/seed_text_warmup_clip.yaml also clips gradients at 1.0).
 # DTYPES="fp8 bf16 bf16-control" adds a bf16 run with CONTROL_ATTENTION (tensor-core) as its
-# attention kernel: how far two bf16 runs part on the recipe, beside fp8's distance.
+# attention kernel: how far two bf16 runs part on the recipe, beside fp8's distance; "fp8-separate"
+# is fp8 with FSDPD_FP8_AMAX=separate (each product measures its operands itself).
 # Knobs, for a call short of device time: STEPS (2000), DTYPES ("fp8 bf16"), TEST_FILTER,
 # ANCHOR_STEPS (40; 0 skips the anchor), and the time limits TEST_SECONDS (120; 0 skips the tests),
 # TRAIN_SECONDS (240 a run) and ANCHOR_SECONDS (150).
@@ -41,12 +42,16 @@ for dtype in ${DTYPES:-fp8 bf16}; do
   # bf16-control: bf16 again with another attention kernel, a perturbation of bf16's own
   # rounding size, to show how far two bf16 runs part on this recipe (bench/fp8_curves.py
   # --control).
+  # fp8-separate: fp8 with every linear layer measuring its operands' amax itself
+  # (FSDPD_FP8_AMAX=separate), beside fp8's amax from RMSNorm's and SiLU's kernels.
   attention=${FSDPD_ATTENTION_KERNEL:-}
+  amax=${FSDPD_FP8_AMAX:-fused}
   [ "$dtype" = bf16-control ] && attention=${CONTROL_ATTENTION:-tensor-core}
-  sed -e "s|path: TEXT|path: $text|" -e "s|matmul_dtype: MATMUL|matmul_dtype: ${dtype%-control}|" \
+  [ "$dtype" = fp8-separate ] && amax=separate
+  sed -e "s|path: TEXT|path: $text|" -e "s|matmul_dtype: MATMUL|matmul_dtype: ${dtype%%-*}|" \
     "${SPEC:-$repo_root/bench/fp8/seed_text_warmup.yaml}" >"$spec"
   say "fsdpd-train, $dtype${attention:+ (attention $attention)}, $steps steps"
-  FSDPD_ATTENTION_KERNEL=$attention \
+  FSDPD_ATTENTION_KERNEL=$attention FSDPD_FP8_AMAX=$amax \
   timeout -k 5 "${TRAIN_SECONDS:-240}" "$bin/fsdpd-train" --spec "$spec" --device cuda:0 \
     --steps "$steps" --checkpoint-dir "$work/ckpt-$dtype" --store-dir "$work/store-$dtype" \
     --allowed-root "$(dirname "$text")" --allowed-root "$work" \

@@ -15,9 +15,13 @@ int MantissaBits(Fp8Format format) { return format == Fp8Format::kE4M3 ? 3 : 2; 
 // The exponent of the smallest normal value: 2^-6 (e4m3), 2^-14 (e5m2).
 int MinExponent(Fp8Format format) { return format == Fp8Format::kE4M3 ? -6 : -14; }
 
-std::vector<float> Quantized(const float* in, int64_t count, Fp8Format format) {
+// in quantized and dequantized with the scale of known_amax[0], or of its own amax where
+// known_amax is nullptr.
+std::vector<float> Quantized(const float* in, int64_t count, Fp8Format format,
+                             const float* known_amax) {
   std::vector<float> out(static_cast<size_t>(count));
-  QuantizeDequantize(in, count, format, out.data());
+  QuantizeDequantizeWithAmax(in, count, known_amax != nullptr ? *known_amax : MaxAbs(in, count),
+                             format, out.data());
   return out;
 }
 
@@ -45,7 +49,7 @@ float Fp8ScaleFromAmax(float amax, Fp8Format format) {
   return std::isinf(scale) ? FLT_MAX : scale;
 }
 
-void QuantizeDequantize(const float* in, int64_t count, Fp8Format format, float* out) {
+float MaxAbs(const float* in, int64_t count) {
   float amax = 0.0f;
   for (int64_t i = 0; i < count; ++i) {
     const float magnitude = std::fabs(in[i]);
@@ -53,29 +57,40 @@ void QuantizeDequantize(const float* in, int64_t count, Fp8Format format, float*
     if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
     if (std::isnan(amax)) break;
   }
+  return amax;
+}
+
+void QuantizeDequantizeWithAmax(const float* in, int64_t count, float amax, Fp8Format format,
+                                float* out) {
   const float scale = Fp8ScaleFromAmax(amax, format);
   const float descale = 1.0f / scale;
   for (int64_t i = 0; i < count; ++i) out[i] = RoundToFp8(in[i] * scale, format) * descale;
 }
 
+void QuantizeDequantize(const float* in, int64_t count, Fp8Format format, float* out) {
+  QuantizeDequantizeWithAmax(in, count, MaxAbs(in, count), format, out);
+}
+
 void Fp8LinearForward(const float* x, const float* weight, const float* bias, int64_t rows,
-                      int64_t in_features, int64_t out_features, float* out) {
-  const std::vector<float> x8 = Quantized(x, rows * in_features, Fp8Format::kE4M3);
-  const std::vector<float> w8 = Quantized(weight, out_features * in_features, Fp8Format::kE4M3);
+                      int64_t in_features, int64_t out_features, float* out, const float* x_amax) {
+  const std::vector<float> x8 = Quantized(x, rows * in_features, Fp8Format::kE4M3, x_amax);
+  const std::vector<float> w8 =
+      Quantized(weight, out_features * in_features, Fp8Format::kE4M3, nullptr);
   LinearForward(x8.data(), w8.data(), bias, rows, in_features, out_features, out);
 }
 
 void Fp8LinearBackward(const float* dout, const float* x, const float* weight, int64_t rows,
                        int64_t in_features, int64_t out_features, float* dx, float* dweight,
-                       float* dbias, bool accumulate) {
-  const std::vector<float> d8 = Quantized(dout, rows * out_features, Fp8Format::kE5M2);
+                       float* dbias, bool accumulate, const float* dout_amax, const float* x_amax) {
+  const std::vector<float> d8 = Quantized(dout, rows * out_features, Fp8Format::kE5M2, dout_amax);
   if (dx != nullptr) {
-    const std::vector<float> w8 = Quantized(weight, out_features * in_features, Fp8Format::kE4M3);
+    const std::vector<float> w8 =
+        Quantized(weight, out_features * in_features, Fp8Format::kE4M3, nullptr);
     LinearBackward(d8.data(), nullptr, w8.data(), rows, in_features, out_features, dx, nullptr,
                    nullptr, accumulate);
   }
   if (dweight != nullptr) {
-    const std::vector<float> x8 = Quantized(x, rows * in_features, Fp8Format::kE4M3);
+    const std::vector<float> x8 = Quantized(x, rows * in_features, Fp8Format::kE4M3, x_amax);
     LinearBackward(d8.data(), x8.data(), nullptr, rows, in_features, out_features, nullptr, dweight,
                    nullptr, accumulate);
   }

@@ -27,18 +27,28 @@ float RoundToFp8(float x, Fp8Format format);
 // all-zero tensor, FLT_MAX where Fp8Max / amax overflows, NaN for an infinite or NaN amax.
 float Fp8ScaleFromAmax(float amax, Fp8Format format);
 
+// max |in[i]|, NaN if any in[i] is NaN (as the device's max on the float's bits): the amax.
+float MaxAbs(const float* in, int64_t count);
+
 // out[i] = RoundToFp8(in[i] · scale) · (1 / scale), the scale from max |in| (NaN if any in[i]
 // is NaN). out may be in.
 void QuantizeDequantize(const float* in, int64_t count, Fp8Format format, float* out);
+// The same with the scale of a given amax (its producer's, Fp8OperandAmax in
+// worker/backend/ops.h).
+void QuantizeDequantizeWithAmax(const float* in, int64_t count, float amax, Fp8Format format,
+                                float* out);
 
-// As cpu::LinearForward, on x and weight quantized to e4m3.
+// As cpu::LinearForward, on x and weight quantized to e4m3. x_amax: the amax to scale x with,
+// or nullptr for x's own.
 void Fp8LinearForward(const float* x, const float* weight, const float* bias, int64_t rows,
-                      int64_t in_features, int64_t out_features, float* out);
+                      int64_t in_features, int64_t out_features, float* out,
+                      const float* x_amax = nullptr);
 
 // As cpu::LinearBackward: dx from dout (e5m2) and weight (e4m3), dweight from dout (e5m2) and
-// x (e4m3); dbias from dout unquantized.
+// x (e4m3); dbias from dout unquantized. dout_amax, x_amax as x_amax above.
 void Fp8LinearBackward(const float* dout, const float* x, const float* weight, int64_t rows,
                        int64_t in_features, int64_t out_features, float* dx, float* dweight,
-                       float* dbias, bool accumulate);
+                       float* dbias, bool accumulate, const float* dout_amax = nullptr,
+                       const float* x_amax = nullptr);
 
 }  // namespace fsdpd::cpu

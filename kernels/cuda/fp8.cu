@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/fp8.h"
 
@@ -20,16 +21,11 @@ constexpr int kChunk = 16;
 constexpr int kChunksPerRow = kTile / kChunk;
 constexpr int kCastThreads = kTile * kChunksPerRow;  // 256: one chunk a thread in each phase
 
-__device__ __forceinline__ int WarpMaxInt(int value) {
-  return __reduce_max_sync(0xffffffffu, value);
-}
-
 template <__nv_fp8_interpretation_t kKind, bool kWrite>
 __global__ void __launch_bounds__(kCastThreads)
     CastToFp8Kernel(const __nv_bfloat16* in, int64_t rows, int64_t cols, const float* scale,
                     uint8_t* out, uint8_t* out_transposed, float* amax) {
   __shared__ __align__(16) uint8_t tile[kTile][kTile];
-  __shared__ int warp_max[kCastThreads / 32];
   const int64_t row0 = int64_t{blockIdx.y} * kTile;
   const int64_t col0 = int64_t{blockIdx.x} * kTile;
 
@@ -79,15 +75,7 @@ __global__ void __launch_bounds__(kCastThreads)
     }
   }
 
-  if (amax != nullptr) {
-    max_bits = WarpMaxInt(max_bits);
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_bits;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kCastThreads / 32; ++w) max_bits = max(max_bits, warp_max[w]);
-      if (max_bits > 0) atomicMax(reinterpret_cast<int*>(amax), max_bits);
-    }
-  }
+  BlockAmaxToGlobal(max_bits, amax);
 }
 
 __global__ void Fp8ScaleKernel(const float* amax, float fp8_max, float* scale,

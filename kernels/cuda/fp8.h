@@ -6,11 +6,11 @@
 // tensor in this step, scale = fp8_max / amax, so nothing carries over between steps and a
 // sudden rise in a tensor's range cannot overflow. The order is: zero the amax, compute
 // amax(x), Fp8ScaleFromAmax turns it into scale and descale on the device, and CastToFp8 reads
-// x once more and writes q (and qᵀ). CastToFp8 computes the amax itself, in a pass of its own
-// (kernels/cuda/fp8_linear.h does so in the step today); the plan is for the kernel that
-// produces x to compute it in the pass that writes x (an atomicMax per block into one device
-// float), which bench/fp8_gemm_bench.cc times CastToFp8's amax as the stand-in for. It is also
-// what a delayed scheme would record for the next step.
+// x once more and writes q (and qᵀ). The amax comes either from the kernel that produced x, in
+// the pass that wrote it (an atomicMax a block into one device float: kernels/cuda/amax.cuh, used
+// by RMSNorm's and SiLU's kernels), or from CastToFp8 in a pass of its own where the producer
+// does not compute it (kernels/cuda/fp8_linear.h). It is also what a delayed scheme would
+// record for the next step.
 //
 // Layouts: row-major, as the model sees them. cuBLASLt's FP8 products on Hopper read both
 // operands K-contiguous (kernels/cuda/fp8_gemm.h), so the products of backward need the

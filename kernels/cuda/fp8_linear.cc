@@ -42,13 +42,18 @@ class Carver {
   uint8_t* next_;
 };
 
-// amax of in (a pass of its own), scale and descale, then the fp8 copies asked for.
+// The amax of in (known_amax where the producer of in left it, else a pass of its own), scale
+// and descale, then the fp8 copies asked for.
 absl::Status Quantize(const __nv_bfloat16* in, int64_t rows, int64_t cols, Fp8Format format,
-                      const Slot& slot, uint8_t* out, uint8_t* out_transposed,
-                      cudaStream_t stream) {
-  FSDPD_RETURN_IF_ERROR(
-      CastToFp8(in, rows, cols, format, nullptr, nullptr, nullptr, slot.amax, stream));
-  FSDPD_RETURN_IF_ERROR(Fp8ScaleFromAmax(slot.amax, format, slot.scale, slot.descale, stream));
+                      const Slot& slot, const float* known_amax, uint8_t* out,
+                      uint8_t* out_transposed, cudaStream_t stream) {
+  const float* amax = known_amax;
+  if (amax == nullptr) {
+    FSDPD_RETURN_IF_ERROR(
+        CastToFp8(in, rows, cols, format, nullptr, nullptr, nullptr, slot.amax, stream));
+    amax = slot.amax;
+  }
+  FSDPD_RETURN_IF_ERROR(Fp8ScaleFromAmax(amax, format, slot.scale, slot.descale, stream));
   return CastToFp8(in, rows, cols, format, slot.scale, out, out_transposed, nullptr, stream);
 }
 
@@ -70,14 +75,16 @@ int64_t Fp8LinearBackwardScratchBytes(int64_t m, int64_t n, int64_t k) {
 
 absl::Status Fp8LinearForward(Fp8Gemm& gemm, const __nv_bfloat16* x, const __nv_bfloat16* weight,
                               const __nv_bfloat16* bias, int64_t m, int64_t n, int64_t k,
-                              __nv_bfloat16* out, void* scratch, cudaStream_t stream) {
+                              __nv_bfloat16* out, const float* x_amax, void* scratch,
+                              cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(ZeroAmaxes(scratch, stream));
   Carver carver(scratch);
   const Slot x_slot = SlotAt(scratch, 0), w_slot = SlotAt(scratch, 1);
   uint8_t* x8 = carver.Take(m * k);
   uint8_t* w8 = carver.Take(n * k);
-  FSDPD_RETURN_IF_ERROR(Quantize(x, m, k, Fp8Format::kE4M3, x_slot, x8, nullptr, stream));
-  FSDPD_RETURN_IF_ERROR(Quantize(weight, n, k, Fp8Format::kE4M3, w_slot, w8, nullptr, stream));
+  FSDPD_RETURN_IF_ERROR(Quantize(x, m, k, Fp8Format::kE4M3, x_slot, x_amax, x8, nullptr, stream));
+  FSDPD_RETURN_IF_ERROR(
+      Quantize(weight, n, k, Fp8Format::kE4M3, w_slot, nullptr, w8, nullptr, stream));
   FSDPD_RETURN_IF_ERROR(gemm.Forward({x8, Fp8Format::kE4M3, x_slot.descale},
                                      {w8, Fp8Format::kE4M3, w_slot.descale}, m, n, k, out, stream));
   if (bias == nullptr) return absl::OkStatus();
@@ -87,7 +94,8 @@ absl::Status Fp8LinearForward(Fp8Gemm& gemm, const __nv_bfloat16* x, const __nv_
 absl::Status Fp8LinearBackward(Fp8Gemm& gemm, const __nv_bfloat16* dout, const __nv_bfloat16* x,
                                const __nv_bfloat16* weight, int64_t m, int64_t n, int64_t k,
                                __nv_bfloat16* dx, float* dweight, float* dbias, bool accumulate,
-                               void* scratch, cudaStream_t stream) {
+                               const float* dout_amax, const float* x_amax, void* scratch,
+                               cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(ZeroAmaxes(scratch, stream));
   Carver carver(scratch);
   const Slot d_slot = SlotAt(scratch, 0), w_slot = SlotAt(scratch, 1), x_slot = SlotAt(scratch, 2);
@@ -97,20 +105,20 @@ absl::Status Fp8LinearBackward(Fp8Gemm& gemm, const __nv_bfloat16* dout, const _
   uint8_t* x8_transposed = carver.Take(m * k);
   float* column_partials = reinterpret_cast<float*>(carver.Take(ColumnSumScratchFloats(m, n) * 4));
   if (dx != nullptr || dweight != nullptr) {
-    FSDPD_RETURN_IF_ERROR(Quantize(dout, m, n, Fp8Format::kE5M2, d_slot,
+    FSDPD_RETURN_IF_ERROR(Quantize(dout, m, n, Fp8Format::kE5M2, d_slot, dout_amax,
                                    dx != nullptr ? d8 : nullptr,
                                    dweight != nullptr ? d8_transposed : nullptr, stream));
   }
   if (dx != nullptr) {
     FSDPD_RETURN_IF_ERROR(
-        Quantize(weight, n, k, Fp8Format::kE4M3, w_slot, nullptr, w8_transposed, stream));
+        Quantize(weight, n, k, Fp8Format::kE4M3, w_slot, nullptr, nullptr, w8_transposed, stream));
     FSDPD_RETURN_IF_ERROR(gemm.InputGradient({d8, Fp8Format::kE5M2, d_slot.descale},
                                              {w8_transposed, Fp8Format::kE4M3, w_slot.descale}, m,
                                              n, k, dx, stream));
   }
   if (dweight != nullptr) {
     FSDPD_RETURN_IF_ERROR(
-        Quantize(x, m, k, Fp8Format::kE4M3, x_slot, nullptr, x8_transposed, stream));
+        Quantize(x, m, k, Fp8Format::kE4M3, x_slot, x_amax, nullptr, x8_transposed, stream));
     FSDPD_RETURN_IF_ERROR(gemm.WeightGradient({d8_transposed, Fp8Format::kE5M2, d_slot.descale},
                                               {x8_transposed, Fp8Format::kE4M3, x_slot.descale}, m,
                                               n, k, dweight, stream, accumulate));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/rmsnorm.h"
 
@@ -15,7 +16,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kBackwardBlocks = 528;  // 4 per SM on an H100/H200: enough loads in flight
 
 __global__ void RmsNormForwardKernel(const __nv_bfloat16* x, const __nv_bfloat16* weight,
-                                     int64_t dim, float eps, __nv_bfloat16* out, float* rstd) {
+                                     int64_t dim, float eps, __nv_bfloat16* out, float* rstd,
+                                     float* out_amax) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* input = x + row * dim;
@@ -28,10 +30,13 @@ __global__ void RmsNormForwardKernel(const __nv_bfloat16* x, const __nv_bfloat16
   const float inverse_rms = rsqrtf(sum / static_cast<float>(dim) + eps);
   if (threadIdx.x == 0) rstd[row] = inverse_rms;
   __nv_bfloat16* output = out + row * dim;
+  unsigned amax_bits = 0;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
     output[d] =
         __float2bfloat16_rn(__bfloat162float(input[d]) * inverse_rms * __bfloat162float(weight[d]));
+    RaiseAmax(amax_bits, output[d]);
   }
+  BlockAmaxToGlobal(AmaxFloatBits(amax_bits), out_amax);
 }
 
 __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x,
@@ -92,7 +97,8 @@ __device__ __forceinline__ Bf16x8 Pack(const float (&values)[8]) {
 
 template <int kChunks>
 __global__ void RmsNormForwardVectorKernel(const Bf16x8* x, const Bf16x8* weight, int64_t chunks,
-                                           float inverse_dim, float eps, Bf16x8* out, float* rstd) {
+                                           float inverse_dim, float eps, Bf16x8* out, float* rstd,
+                                           float* out_amax) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   float values[kChunks][8];
@@ -109,6 +115,7 @@ __global__ void RmsNormForwardVectorKernel(const Bf16x8* x, const Bf16x8* weight
   sum = BlockSum(sum, scratch);
   const float inverse_rms = rsqrtf(sum * inverse_dim + eps);
   if (threadIdx.x == 0) rstd[row] = inverse_rms;
+  unsigned amax_bits = 0;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int64_t chunk = c * int64_t{blockDim.x} + threadIdx.x;
@@ -117,9 +124,13 @@ __global__ void RmsNormForwardVectorKernel(const Bf16x8* x, const Bf16x8* weight
       Unpack(weight[chunk], scale);
 #pragma unroll
       for (int i = 0; i < 8; ++i) values[c][i] = values[c][i] * inverse_rms * scale[i];
-      out[row * chunks + chunk] = Pack(values[c]);
+      const Bf16x8 packed = Pack(values[c]);
+      out[row * chunks + chunk] = packed;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) RaiseAmax(amax_bits, packed.pairs[i]);
     }
   }
+  BlockAmaxToGlobal(AmaxFloatBits(amax_bits), out_amax);
 }
 
 // Calls launch(std::integral_constant<int, K>{}) with K = value, for 1 ≤ value ≤ kMax: the
@@ -283,7 +294,7 @@ absl::Status CheckShape(const char* op, int64_t rows, int64_t dim) {
 
 absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight, int64_t rows,
                             int64_t dim, float eps, __nv_bfloat16* out, float* rstd,
-                            cudaStream_t stream) {
+                            float* out_amax, cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormForward", rows, dim));
   if (rows == 0) return absl::OkStatus();
   const unsigned grid = static_cast<unsigned>(rows);
@@ -294,11 +305,11 @@ absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight,
   const int chunks = VectorChunks(dim, {x, weight, out});
   if (chunks > 0) {
     WithConstant<kMaxChunks>(chunks, [&](auto k) {
-      RmsNormForwardVectorKernel<decltype(k)::value>
-          <<<grid, kThreads, 0, stream>>>(x8, weight8, dim / 8, inverse_dim, eps, out8, rstd);
+      RmsNormForwardVectorKernel<decltype(k)::value><<<grid, kThreads, 0, stream>>>(
+          x8, weight8, dim / 8, inverse_dim, eps, out8, rstd, out_amax);
     });
   } else {
-    RmsNormForwardKernel<<<grid, kThreads, 0, stream>>>(x, weight, dim, eps, out, rstd);
+    RmsNormForwardKernel<<<grid, kThreads, 0, stream>>>(x, weight, dim, eps, out, rstd, out_amax);
   }
   CUDA_CHECK_LAUNCH("RmsNormForwardKernel");
   return absl::OkStatus();

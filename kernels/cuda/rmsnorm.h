@@ -11,10 +11,12 @@
 
 namespace fsdpd::cuda {
 
-// x, out [rows, dim] bf16; weight [dim] bf16; rstd [rows] fp32.
+// x, out [rows, dim] bf16; weight [dim] bf16; rstd [rows] fp32. Where out_amax != nullptr,
+// out_amax[0] = max(out_amax[0], max |out|), the amax of the stored bf16 values, for the FP8
+// linear layer that reads out (kernels/cuda/amax.cuh; out_amax must start non-negative).
 absl::Status RmsNormForward(const __nv_bfloat16* x, const __nv_bfloat16* weight, int64_t rows,
                             int64_t dim, float eps, __nv_bfloat16* out, float* rstd,
-                            cudaStream_t stream);
+                            float* out_amax, cudaStream_t stream);
 
 // Device scratch (floats) that RmsNormBackward needs for rows × dim.
 int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim);

@@ -49,20 +49,20 @@ TEST_F(CudaFp8LinearTest, ForwardAndBackwardMatchTheCpuEmulation) {
   const Tensor gdx = Poisoned(DType::kBF16, {rows, in});
   const Tensor gdw = Upload(dweight, DType::kF32, {out, in});
   const Tensor gdb = Upload(dbias, DType::kF32, {out});
-  ASSERT_TRUE(gpu().Fp8LinearForward(gx, gw, gb, gout, gpu_stream()).ok());
+  ASSERT_TRUE(gpu().Fp8LinearForward(gx, gw, gb, gout, {}, gpu_stream()).ok());
   absl::Status status =
-      gpu().Fp8LinearBackward(gdout, gx, gw, gdx, gdw, gdb, Write::kAccumulate, gpu_stream());
+      gpu().Fp8LinearBackward(gdout, gx, gw, gdx, gdw, gdb, Write::kAccumulate, {}, gpu_stream());
   ASSERT_TRUE(status.ok()) << status;
 
   std::vector<float> cout(rows * out), cdx(rows * in), cdw = dweight, cdb = dbias;
   ASSERT_TRUE(cpu_ops()
                   .Fp8LinearForward(Host(x, {rows, in}), Host(w, {out, in}), Host(bias, {out}),
-                                    Host(cout, {rows, out}), cpu_stream())
+                                    Host(cout, {rows, out}), {}, cpu_stream())
                   .ok());
   ASSERT_TRUE(cpu_ops()
                   .Fp8LinearBackward(Host(dout, {rows, out}), Host(x, {rows, in}),
                                      Host(w, {out, in}), Host(cdx, {rows, in}),
-                                     Host(cdw, {out, in}), Host(cdb, {out}), Write::kAccumulate,
+                                     Host(cdw, {out, in}), Host(cdb, {out}), Write::kAccumulate, {},
                                      cpu_stream())
                   .ok());
 
@@ -100,13 +100,13 @@ TEST_F(CudaFp8LinearTest, OptionalGradientsAreSkippedAndOverwriteWrites) {
   // Only dweight, overwritten: the NaN it held must be gone.
   const Tensor gdw = Poisoned(DType::kF32, {out, in});
   absl::Status status = gpu().Fp8LinearBackward(gdout, gx, gw, Tensor{}, gdw, Tensor{},
-                                                Write::kOverwrite, gpu_stream());
+                                                Write::kOverwrite, {}, gpu_stream());
   ASSERT_TRUE(status.ok()) << status;
   std::vector<float> cdw(out * in, 0.0f);
   ASSERT_TRUE(cpu_ops()
                   .Fp8LinearBackward(Host(dout, {rows, out}), Host(x, {rows, in}),
                                      Host(w, {out, in}), Tensor{}, Host(cdw, {out, in}), Tensor{},
-                                     Write::kOverwrite, cpu_stream())
+                                     Write::kOverwrite, {}, cpu_stream())
                   .ok());
   EXPECT_LT(RelativeDistance(Download(gdw), cdw), std::ldexp(1.0, -11));
 }
@@ -126,7 +126,7 @@ TEST_F(CudaFp8LinearTest, BiasGradientOverManyChunksIsExactAndRepeatable) {
   for (std::vector<float>& run : runs) {
     const Tensor gdb = Poisoned(DType::kF32, {out});
     const absl::Status status = gpu().Fp8LinearBackward(gdout, gx, gw, Tensor{}, Tensor{}, gdb,
-                                                        Write::kOverwrite, gpu_stream());
+                                                        Write::kOverwrite, {}, gpu_stream());
     ASSERT_TRUE(status.ok()) << status;
     run = Download(gdb);
   }
@@ -146,7 +146,7 @@ TEST_F(CudaFp8LinearTest, ShapesOffSixteenAreRefusedWithAClearStatus) {
   const Tensor gx = Poisoned(DType::kBF16, {24, 32});  // 24 rows
   const Tensor gw = Poisoned(DType::kBF16, {16, 32});
   const Tensor gout = Poisoned(DType::kBF16, {24, 16});
-  const absl::Status status = gpu().Fp8LinearForward(gx, gw, Tensor{}, gout, gpu_stream());
+  const absl::Status status = gpu().Fp8LinearForward(gx, gw, Tensor{}, gout, {}, gpu_stream());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("multiples of 16"), std::string::npos) << status;
 }

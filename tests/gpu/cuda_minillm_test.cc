@@ -6,6 +6,9 @@
 // linear layers in FP8 (the CPU's emulation, kernels/cpu/fp8.h, against cuBLASLt's FP8
 // products), with bounds widened for it below.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <string>
 
 #include "tests/gpu/cuda_test_support.h"
@@ -20,6 +23,28 @@ struct MiniLLMCase {
 };
 
 class CudaMiniLLMTest : public CudaTest, public ::testing::WithParamInterface<MiniLLMCase> {};
+
+// One training step (forward, head, backward into zeroed gradients); the loss in *loss.
+void RunStep(MiniLLM& model, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+             const std::vector<int32_t>& ids, const std::vector<int32_t>& targets, float* loss) {
+  const int root = model.root_unit();
+  const int layers = static_cast<int>(model.config().layers);
+  ASSERT_TRUE(model.BeginStep(ids.data(), targets.data()).ok());
+  ASSERT_TRUE(model.EmbedForward(params[root]).ok());
+  for (int layer = 0; layer < layers; ++layer) {
+    absl::Status status = model.BlockForward(layer, params[layer]);
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  ASSERT_TRUE(model.HeadForwardBackward(params[root], grads[root], 1.0).ok());
+  for (int layer = layers - 1; layer >= 0; --layer) {
+    absl::Status status = model.BlockBackward(layer, params[layer], grads[layer]);
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  ASSERT_TRUE(model.EmbedBackward(grads[root]).ok());
+  absl::StatusOr<float> result = model.Loss();
+  ASSERT_TRUE(result.ok()) << result.status();
+  *loss = *result;
+}
 
 TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
   ModelConfig config;
@@ -74,28 +99,8 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
   }
 
   float losses[2] = {0.0f, 0.0f};
-  int index = 0;
-  for (MiniLLM* model : {gpu_model->get(), cpu_model->get()}) {
-    const std::vector<Tensor>& params = index == 0 ? gpu_params : cpu_params;
-    const std::vector<Tensor>& grads = index == 0 ? gpu_grads : cpu_grads;
-    const int root = model->root_unit();
-    ASSERT_TRUE(model->BeginStep(ids.data(), targets.data()).ok());
-    ASSERT_TRUE(model->EmbedForward(params[root]).ok());
-    for (int layer = 0; layer < config.layers; ++layer) {
-      absl::Status status = model->BlockForward(layer, params[layer]);
-      ASSERT_TRUE(status.ok()) << status;
-    }
-    ASSERT_TRUE(model->HeadForwardBackward(params[root], grads[root], 1.0).ok());
-    for (int layer = static_cast<int>(config.layers) - 1; layer >= 0; --layer) {
-      absl::Status status = model->BlockBackward(layer, params[layer], grads[layer]);
-      ASSERT_TRUE(status.ok()) << status;
-    }
-    ASSERT_TRUE(model->EmbedBackward(grads[root]).ok());
-    absl::StatusOr<float> loss = model->Loss();
-    ASSERT_TRUE(loss.ok()) << loss.status();
-    losses[index] = *loss;
-    ++index;
-  }
+  RunStep(**gpu_model, gpu_params, gpu_grads, ids, targets, &losses[0]);
+  RunStep(**cpu_model, cpu_params, cpu_grads, ids, targets, &losses[1]);
   // The loss is a mean over 128 tokens of terms near ln(512): bf16 activations move it by
   // well under 1%.
   EXPECT_NEAR(losses[0], losses[1], 0.01 * std::fabs(losses[1]));
@@ -129,6 +134,63 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
       // a unit; a parameter with a few thousand elements is allowed 0.08. Any wrong op moves its
       // parameters' gradients by O(1).
       EXPECT_LT(RelativeDistance(gpu_part, cpu_part), 0.08 * widen) << parameter.name;
+    }
+  }
+}
+
+// FP8 products that take their operands' amax from RMSNorm's and SiLU's kernels (the default)
+// against products that measure every operand themselves (FSDPD_FP8_AMAX=separate): the amax is
+// the same float either way, so the step's loss and every gradient are the same bits, under each
+// recompute mode (each changes which kernels produce the operands in backward).
+TEST_F(CudaTest, Fp8ProducersAmaxChangesNoBitOfTheStep) {
+  if (const std::string reason = WithoutFp8TensorCores(); !reason.empty()) GTEST_SKIP() << reason;
+  ModelConfig config;
+  config.vocab = 512;
+  config.dim = 256;
+  config.layers = 3;
+  config.heads = 2;
+  config.ffn_hidden = 1024;
+  config.causal = true;
+  config.matmul_dtype = MatmulDtype::kFp8;
+  const int64_t batch = 2, seq = 64;
+  std::vector<int32_t> ids(batch * seq), targets(batch * seq);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    ids[t] = static_cast<int32_t>((t * 37 + 5) % config.vocab);
+    targets[t] = static_cast<int32_t>((t * 11 + 3) % config.vocab);
+  }
+  for (const ActivationRecompute recompute :
+       {ActivationRecompute::kNone, ActivationRecompute::kFfn, ActivationRecompute::kBlock}) {
+    config.activation_recompute = recompute;
+    std::vector<std::vector<float>> gradients[2];
+    float losses[2] = {0.0f, 0.0f};
+    for (int run = 0; run < 2; ++run) {
+      if (run == 0) {
+        ASSERT_EQ(setenv("FSDPD_FP8_AMAX", "separate", 1), 0);
+      } else {
+        ASSERT_EQ(unsetenv("FSDPD_FP8_AMAX"), 0);
+      }
+      absl::StatusOr<std::unique_ptr<MiniLLM>> model =
+          MiniLLM::Create(config, batch, seq, cuda_.get());
+      ASSERT_EQ(unsetenv("FSDPD_FP8_AMAX"), 0);
+      ASSERT_TRUE(model.ok()) << model.status();
+      std::mt19937 draw(7);  // the same parameters for both runs
+      std::vector<Tensor> params, grads;
+      for (const UnitLayout& unit : (*model)->units()) {
+        params.push_back(Upload(RoundedToBf16(RandomValues(draw, unit.numel, 0.05f)), DType::kBF16,
+                                {unit.numel}));
+        grads.push_back(Upload(std::vector<float>(unit.numel, 0.0f), DType::kF32, {unit.numel}));
+      }
+      RunStep(**model, params, grads, ids, targets, &losses[run]);
+      for (const Tensor& grad : grads) gradients[run].push_back(Download(grad));
+    }
+    const int mode = static_cast<int>(recompute);
+    ASSERT_TRUE(std::isfinite(losses[0])) << mode;
+    EXPECT_EQ(losses[0], losses[1]) << "recompute " << mode;
+    for (size_t u = 0; u < gradients[0].size(); ++u) {
+      EXPECT_EQ(std::memcmp(gradients[0][u].data(), gradients[1][u].data(),
+                            gradients[0][u].size() * sizeof(float)),
+                0)
+          << "recompute " << mode << ", unit " << u;
     }
   }
 }

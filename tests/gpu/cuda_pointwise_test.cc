@@ -92,16 +92,20 @@ TEST_F(CudaPointwiseTest, SiluForwardAndBackward) {
     Tensor device_dout = Upload(dout, DType::kBF16, {rows, width});
     Tensor out = Poisoned(DType::kBF16, {rows, width});
     Tensor dx = Poisoned(DType::kBF16, {rows, width});
-    ASSERT_TRUE(gpu().SiluForward(device_x, out, gpu_stream()).ok());
-    ASSERT_TRUE(gpu().SiluBackward(device_dout, device_x, dx, Tensor{}, gpu_stream()).ok());
-    std::vector<float> expected_out(rows * width), expected_dx(rows * width);
+    ASSERT_TRUE(gpu().SiluForward(device_x, out, Tensor{}, gpu_stream()).ok());
     ASSERT_TRUE(
-        cpu_ops()
-            .SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}), cpu_stream())
+        gpu()
+            .SiluBackward(device_dout, device_x, dx, Tensor{}, Tensor{}, Tensor{}, gpu_stream())
             .ok());
+    std::vector<float> expected_out(rows * width), expected_dx(rows * width);
+    ASSERT_TRUE(cpu_ops()
+                    .SiluForward(Host(x, {rows, width}), Host(expected_out, {rows, width}),
+                                 Tensor{}, cpu_stream())
+                    .ok());
     ASSERT_TRUE(cpu_ops()
                     .SiluBackward(Host(dout, {rows, width}), Host(x, {rows, width}),
-                                  Host(expected_dx, {rows, width}), Tensor{}, cpu_stream())
+                                  Host(expected_dx, {rows, width}), Tensor{}, Tensor{}, Tensor{},
+                                  cpu_stream())
                     .ok());
     // __expf differs from expf by a couple of ulps, far below one bf16 rounding.
     EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-5, kBf16Relative));
@@ -120,14 +124,17 @@ TEST_F(CudaPointwiseTest, SiluBackwardInPlaceWithForwardEqualsTheSeparateKernels
     Tensor device_x = Upload(x, DType::kBF16, {rows, width});
     Tensor separate_out = Poisoned(DType::kBF16, {rows, width});
     Tensor separate_dx = Poisoned(DType::kBF16, {rows, width});
-    ASSERT_TRUE(gpu().SiluForward(device_x, separate_out, gpu_stream()).ok());
+    ASSERT_TRUE(gpu().SiluForward(device_x, separate_out, Tensor{}, gpu_stream()).ok());
     ASSERT_TRUE(gpu()
                     .SiluBackward(Upload(dout, DType::kBF16, {rows, width}), device_x, separate_dx,
-                                  Tensor{}, gpu_stream())
+                                  Tensor{}, Tensor{}, Tensor{}, gpu_stream())
                     .ok());
     Tensor in_place = Upload(dout, DType::kBF16, {rows, width});
     Tensor fused_out = Poisoned(DType::kBF16, {rows, width});
-    ASSERT_TRUE(gpu().SiluBackward(in_place, device_x, in_place, fused_out, gpu_stream()).ok());
+    ASSERT_TRUE(
+        gpu()
+            .SiluBackward(in_place, device_x, in_place, fused_out, Tensor{}, Tensor{}, gpu_stream())
+            .ok());
     const std::vector<float> out = Download(fused_out), dx = Download(in_place);
     EXPECT_EQ(out, Download(separate_out));
     EXPECT_EQ(dx, Download(separate_dx));
@@ -136,7 +143,8 @@ TEST_F(CudaPointwiseTest, SiluBackwardInPlaceWithForwardEqualsTheSeparateKernels
     Tensor host_dx = Host(expected_dx, {rows, width});
     ASSERT_TRUE(cpu_ops()
                     .SiluBackward(host_dx, Host(x, {rows, width}), host_dx,
-                                  Host(expected_out, {rows, width}), cpu_stream())
+                                  Host(expected_out, {rows, width}), Tensor{}, Tensor{},
+                                  cpu_stream())
                     .ok());
     EXPECT_TRUE(AllClose(out, expected_out, 1e-5, kBf16Relative));
     EXPECT_TRUE(AllClose(dx, expected_dx, 1e-5, kBf16Relative));
@@ -163,7 +171,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   Tensor rstd = Poisoned(DType::kF32, {rows});
   Tensor dx = Poisoned(DType::kBF16, {rows, dim});
   Tensor dweight = Upload(dweight_start, DType::kF32, {dim});
-  ASSERT_TRUE(gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, gpu_stream()).ok());
+  ASSERT_TRUE(
+      gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, Tensor{}, gpu_stream()).ok());
   ASSERT_TRUE(gpu()
                   .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx,
                                    Write::kOverwrite, dweight, Write::kAccumulate, gpu_stream())
@@ -174,7 +183,7 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   ASSERT_TRUE(cpu_ops()
                   .RmsNormForward(Host(x, {rows, dim}), Host(weight, {dim}), eps,
                                   Host(expected_out, {rows, dim}), Host(expected_rstd, {rows}),
-                                  cpu_stream())
+                                  Tensor{}, cpu_stream())
                   .ok());
   ASSERT_TRUE(cpu_ops()
                   .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
@@ -441,7 +450,7 @@ TEST_F(CudaPointwiseTest, WrongDtypesAreRejectedWithTheArgumentNamed) {
   Tensor weight = NewDevice(DType::kBF16, {8});
   Tensor out = NewDevice(DType::kBF16, {4, 8});
   Tensor rstd = NewDevice(DType::kF32, {4});
-  absl::Status status = gpu().RmsNormForward(x, weight, 1e-6, out, rstd, gpu_stream());
+  absl::Status status = gpu().RmsNormForward(x, weight, 1e-6, out, rstd, Tensor{}, gpu_stream());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("x must be bf16"), std::string::npos) << status;
   // A stream of another backend is refused rather than misused.

@@ -5,6 +5,7 @@ if(FSDPD_CUDA AND TARGET fsdpd_cuda_backend)
             ${CMAKE_CURRENT_LIST_DIR}/cuda_matmul_test.cc
             ${CMAKE_CURRENT_LIST_DIR}/cuda_fp8_test.cc
             ${CMAKE_CURRENT_LIST_DIR}/cuda_fp8_linear_test.cc
+            ${CMAKE_CURRENT_LIST_DIR}/cuda_amax_test.cc
             ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
             ${CMAKE_CURRENT_LIST_DIR}/cuda_gqa_attention_test.cc
             ${CMAKE_CURRENT_LIST_DIR}/cuda_llama_ops_test.cc

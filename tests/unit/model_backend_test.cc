@@ -143,7 +143,7 @@ TEST_F(ModelCpuOpsTest, LinearShapeMismatchNamesTheTensors) {
 TEST_F(ModelCpuOpsTest, DTypeMismatch) {
   Tensor bf16 = Floats({4, 6});
   bf16.dtype = DType::kBF16;
-  ExpectInvalid(ops().SiluForward(bf16, Floats({4, 6}), stream()),
+  ExpectInvalid(ops().SiluForward(bf16, Floats({4, 6}), Tensor{}, stream()),
                 {"SiluForward", "x must be f32", "bf16[4, 6]"});
   ExpectInvalid(ops().EmbeddingForward(Floats({5, 2}), Floats({3}), Floats({3, 2}), stream()),
                 {"EmbeddingForward", "tokens must be i32"});
@@ -172,10 +172,10 @@ TEST_F(ModelCpuOpsTest, AttentionAndNormShapes) {
                                        Floats({2, 2, 3}), stream()),
                 {"qkv must be [batch, seq, (heads + 2·kv_heads)·head_dim]"});
   ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({5}), 1e-6, Floats({3, 4}), Floats({3}),
-                                     stream()),
+                                     Tensor{}, stream()),
                 {"RmsNormForward", "weight must be f32[4]", "f32[5]"});
   ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({4}), 1e-6, Floats({3, 4}), Floats({2}),
-                                     stream()),
+                                     Tensor{}, stream()),
                 {"rstd"});
 }
 

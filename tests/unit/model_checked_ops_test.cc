@@ -2,6 +2,9 @@
 // violation (absent data, shapes that do not fit, dtypes the contract fixes, scalar arguments,
 // outputs overlapping inputs) is rejected as INVALID_ARGUMENT naming the op and the argument,
 // before the backend runs; the in-place forms the contract allows still run.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -56,8 +59,9 @@ TEST_F(CheckedOpsTest, TheBackendHandsOutCheckedOps) {
 }
 
 TEST_F(CheckedOpsTest, AbsentAndNegativeTensorsAreRejected) {
-  ExpectInvalid(ops().SiluForward(Tensor{nullptr, DType::kF32, {4}}, Floats({4}), stream()),
-                {"SiluForward", "x has no data"});
+  ExpectInvalid(
+      ops().SiluForward(Tensor{nullptr, DType::kF32, {4}}, Floats({4}), Tensor{}, stream()),
+      {"SiluForward", "x has no data"});
   Tensor negative = Floats({4});
   negative.shape = {-4};
   ExpectInvalid(ops().Fill(negative, 1.0f, stream()), {"Fill", "x has a negative dimension"});
@@ -71,7 +75,7 @@ TEST_F(CheckedOpsTest, ShapesThatDoNotFitAreRejected) {
                                      Tensor{}, Tensor{}, Write::kAccumulate, stream()),
                 {"LinearBackward", "dx must hold 4 rows of 6"});
   ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({5}), 1e-6, Floats({3, 4}), Floats({3}),
-                                     stream()),
+                                     Tensor{}, stream()),
                 {"RmsNormForward", "weight must be f32[4]"});
   ExpectInvalid(ops().RmsNormBackward(Floats({3, 4}), Floats({3, 4}), Floats({4}), Floats({2}),
                                       Floats({3, 4}), Write::kOverwrite, Floats({4}),
@@ -107,7 +111,7 @@ TEST_F(CheckedOpsTest, DtypesTheContractFixesAreChecked) {
 
 TEST_F(CheckedOpsTest, ScalarArgumentsAreChecked) {
   ExpectInvalid(ops().RmsNormForward(Floats({3, 4}), Floats({4}), -1.0, Floats({3, 4}), Floats({3}),
-                                     stream()),
+                                     Tensor{}, stream()),
                 {"RmsNormForward", "eps must be >= 0"});
   AdamWParams params;
   params.step = 0;
@@ -134,7 +138,7 @@ TEST_F(CheckedOpsTest, OutputsOverlappingInputsAreRejectedAndNothingIsWritten) {
   // An output that starts inside an input.
   Tensor big = Floats({16}, 2.0f);
   ExpectInvalid(ops().RmsNormForward(ViewInto(big, 0, {2, 4}), Floats({4}), 1e-6,
-                                     ViewInto(big, 4, {2, 4}), Floats({2}), stream()),
+                                     ViewInto(big, 4, {2, 4}), Floats({2}), Tensor{}, stream()),
                 {"RmsNormForward", "out", "overlaps x"});
   // Two outputs sharing memory.
   Tensor grads = Floats({8});
@@ -174,14 +178,16 @@ TEST_F(CheckedOpsTest, ElementWiseOpsRunInPlaceButNotOnPartialOverlaps) {
   ExpectInvalid(ops().Add(ViewInto(shifted, 0, {4}), b, ViewInto(shifted, 1, {4}), stream()),
                 {"Add", "out", "partly overlaps a"});
   Tensor x = Floats({4}, 0.0f);
-  ASSERT_TRUE(ops().SiluForward(x, x, stream()).ok());
+  ASSERT_TRUE(ops().SiluForward(x, x, Tensor{}, stream()).ok());
   EXPECT_EQ(x.as<float>()[0], 0.0f);
-  ASSERT_TRUE(ops().SiluBackward(b, x, b, Tensor{}, stream()).ok());
+  ASSERT_TRUE(ops().SiluBackward(b, x, b, Tensor{}, Tensor{}, Tensor{}, stream()).ok());
   // silu's output written beside the gradient must not overlap any other tensor.
-  ExpectInvalid(ops().SiluBackward(b, x, b, x, stream()), {"SiluBackward", "out", "overlaps x"});
-  ExpectInvalid(ops().SiluBackward(b, x, Floats({4}, 0.0f), b, stream()),
+  ExpectInvalid(ops().SiluBackward(b, x, b, x, Tensor{}, Tensor{}, stream()),
+                {"SiluBackward", "out", "overlaps x"});
+  ExpectInvalid(ops().SiluBackward(b, x, Floats({4}, 0.0f), b, Tensor{}, Tensor{}, stream()),
                 {"SiluBackward", "out", "overlaps dout"});
-  ExpectInvalid(ops().SiluBackward(b, x, b, Floats({3}, 0.0f), stream()), {"SiluBackward", "out"});
+  ExpectInvalid(ops().SiluBackward(b, x, b, Floats({3}, 0.0f), Tensor{}, Tensor{}, stream()),
+                {"SiluBackward", "out"});
   // A same-dtype copy may be in place; a conversion, which changes element sizes, may not.
   ASSERT_TRUE(ops().Cast(a, a, stream()).ok());
   ExpectInvalid(ops().Cast(a, ViewInto(a, 0, {4}, DType::kBF16), stream()),
@@ -202,4 +208,88 @@ TEST(OpArgumentsTest, OverlapsIsExactAboutByteRanges) {
 }
 
 }  // namespace
+// The amax an op leaves for an FP8 product (Fp8OperandAmax): one f32 value apart from every
+// other tensor of the call, and only where the op writes the output it measures.
+TEST_F(CheckedOpsTest, AmaxTensorsAreOneFloatApartFromTheRest) {
+  Tensor x = Floats({4, 16}), weight = Floats({16}), out = Floats({4, 16}), rstd = Floats({4});
+  ExpectInvalid(ops().RmsNormForward(x, weight, 1e-6, out, rstd, Floats({2}), stream()),
+                {"RmsNormForward", "out_amax", "single value"});
+  ExpectInvalid(ops().RmsNormForward(x, weight, 1e-6, out, rstd, ViewInto(out, 3, {1}), stream()),
+                {"RmsNormForward", "out_amax", "overlaps out"});
+  Tensor amax = Floats({1}, 0.0f);
+  ExpectInvalid(ops().RmsNormForward(x, weight, 1e-6, out, rstd,
+                                     ViewInto(amax, 0, {1}, DType::kBF16), stream()),
+                {"RmsNormForward", "out_amax"});
+  ExpectInvalid(ops().SiluBackward(x, x, out, Tensor{}, Tensor{}, amax, stream()),
+                {"SiluBackward", "out_amax needs out"});
+  ExpectInvalid(ops().SiluBackward(x, Floats({4, 16}), out, Floats({4, 16}), amax, amax, stream()),
+                {"SiluBackward", "dx_amax", "overlaps out_amax"});
+  // FP8 products take rows, in and out features in multiples of 16.
+  Tensor rows = Floats({16, 16}), w = Floats({16, 16}), product = Floats({16, 16});
+  ExpectInvalid(ops().Fp8LinearForward(rows, w, Tensor{}, product, {amax, Floats({1})}, stream()),
+                {"Fp8LinearForward", "no dout amax"});
+  ExpectInvalid(ops().Fp8LinearBackward(product, rows, w, Tensor{}, Floats({16, 16}), Tensor{},
+                                        Write::kOverwrite, {Tensor{}, Floats({1, 2})}, stream()),
+                {"Fp8LinearBackward", "dout amax", "single value"});
+  Tensor dx = Floats({16, 16});
+  ExpectInvalid(ops().Fp8LinearBackward(product, rows, w, dx, Tensor{}, Tensor{}, Write::kOverwrite,
+                                        {ViewInto(dx, 5, {1})}, stream()),
+                {"Fp8LinearBackward", "dx", "overlaps x amax"});
+}
+
+// A producer raises its amax to max |output| and never lowers it: several producers may share
+// one, and a value left above it stays (the model zeroes the slots first).
+TEST_F(CheckedOpsTest, ProducersRaiseTheirAmax) {
+  Tensor x = Floats({2, 16}), weight = Floats({16}, 1.0f), out = Floats({2, 16});
+  for (int i = 0; i < 32; ++i) x.as<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  x.as<float>()[21] = -3.0f;  // the largest |value|, negative
+  Tensor amax = Floats({1}, 0.0f);
+  ASSERT_TRUE(ops().RmsNormForward(x, weight, 1e-6, out, Floats({2}), amax, stream()).ok());
+  float expected = 0.0f;
+  for (int i = 0; i < 32; ++i) expected = std::max(expected, std::fabs(out.as<float>()[i]));
+  EXPECT_GT(expected, 0.0f);
+  EXPECT_EQ(amax.as<float>()[0], expected);
+  amax.as<float>()[0] = 100.0f;
+  ASSERT_TRUE(ops().RmsNormForward(x, weight, 1e-6, out, Floats({2}), amax, stream()).ok());
+  EXPECT_EQ(amax.as<float>()[0], 100.0f);
+
+  Tensor silu = Floats({2, 16}), dx = Floats({2, 16}), dout = Floats({2, 16}, -2.0f);
+  Tensor silu_amax = Floats({1}, 0.0f), dx_amax = Floats({1}, 0.0f), out_amax = Floats({1}, 0.0f);
+  ASSERT_TRUE(ops().SiluForward(x, silu, silu_amax, stream()).ok());
+  ASSERT_TRUE(ops().SiluBackward(dout, x, dx, out, dx_amax, out_amax, stream()).ok());
+  float silu_max = 0.0f, dx_max = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    silu_max = std::max(silu_max, std::fabs(silu.as<float>()[i]));
+    dx_max = std::max(dx_max, std::fabs(dx.as<float>()[i]));
+  }
+  EXPECT_EQ(silu_amax.as<float>()[0], silu_max);
+  EXPECT_EQ(out_amax.as<float>()[0], silu_max);  // the same silu, recomputed
+  EXPECT_EQ(dx_amax.as<float>()[0], dx_max);
+  EXPECT_NE(dx_max, silu_max);
+
+  // A NaN wins, as on the device.
+  x.as<float>()[5] = std::nanf("");
+  ASSERT_TRUE(ops().SiluForward(x, silu, silu_amax, stream()).ok());
+  EXPECT_TRUE(std::isnan(silu_amax.as<float>()[0]));
+}
+
+// An FP8 product scales with the amax it is given: the exact one changes no bit, one three times
+// larger (another grid of steps: a power of two would only shift exponents) changes the product.
+TEST_F(CheckedOpsTest, Fp8ProductsScaleWithTheGivenAmax) {
+  Tensor x = Floats({16, 16}), w = Floats({16, 16});
+  for (int i = 0; i < 256; ++i) {
+    x.as<float>()[i] = 0.01f * static_cast<float>((i * 37) % 101) - 0.5f;
+    w.as<float>()[i] = 0.02f * static_cast<float>((i * 11) % 53) - 0.5f;
+  }
+  float exact = 0.0f;
+  for (int i = 0; i < 256; ++i) exact = std::max(exact, std::fabs(x.as<float>()[i]));
+  Tensor own = Floats({16, 16}), given = Floats({16, 16}), coarse = Floats({16, 16});
+  ASSERT_TRUE(ops().Fp8LinearForward(x, w, Tensor{}, own, {}, stream()).ok());
+  ASSERT_TRUE(ops().Fp8LinearForward(x, w, Tensor{}, given, {Floats({1}, exact)}, stream()).ok());
+  ASSERT_TRUE(
+      ops().Fp8LinearForward(x, w, Tensor{}, coarse, {Floats({1}, 3.0f * exact)}, stream()).ok());
+  EXPECT_EQ(std::memcmp(own.data, given.data, 256 * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(own.data, coarse.data, 256 * sizeof(float)), 0);
+}
+
 }  // namespace fsdpd

@@ -2,7 +2,10 @@
 // CPU backend it must change no bit: losses and weights after several training steps are
 // identical, with the causal mask and the final norm too. What it must change is the memory
 // the model keeps: the workspace shrinks by exactly the tensors no longer kept.
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -151,6 +154,40 @@ TEST_P(Fp8TrainingTest, StaysNearTheBackendsProducts) {
   for (size_t i = 0; i < exact.losses.size(); ++i) {
     EXPECT_NEAR(fp8.losses[i], exact.losses[i], 0.02 * exact.losses[i]) << "step " << i + 1;
   }
+}
+
+// The amaxes RMSNorm and SiLU leave for the products that read their outputs (Fp8OperandAmax in
+// worker/backend/ops.h) equal what each product would measure itself, so taking them changes no
+// bit, under every recompute mode. A producer that left its slot short (a missed raise, a slot
+// not zeroed between blocks, the wrong slot read) changes a scale, and with it the bits.
+TEST_P(Fp8TrainingTest, ProducersAmaxChangesNoBit) {
+  ModelConfig config = TinyFp8Config(GetParam());
+  config.matmul_dtype = MatmulDtype::kFp8;
+  const std::pair<ActivationRecompute, const char*> modes[] = {
+      {ActivationRecompute::kNone, "none"},
+      {ActivationRecompute::kFfn, "ffn"},
+      {ActivationRecompute::kBlock, "block"}};
+  for (const auto& [recompute, name] : modes) {
+    ASSERT_EQ(setenv("FSDPD_FP8_AMAX", "separate", 1), 0);
+    const Trained separate = Train(config, recompute);
+    ASSERT_EQ(unsetenv("FSDPD_FP8_AMAX"), 0);
+    const Trained fused = Train(config, recompute);
+    ASSERT_EQ(separate.losses.size(), static_cast<size_t>(kSteps));
+    ExpectBitIdentical(fused, separate, name);
+  }
+}
+
+TEST(Fp8TrainingTest, AnUnknownAmaxModeFailsTheModel) {
+  ModelConfig config = TinyFp8Config(false);
+  config.matmul_dtype = MatmulDtype::kFp8;
+  ASSERT_EQ(setenv("FSDPD_FP8_AMAX", "delayed", 1), 0);
+  CpuBackend backend;
+  const auto model = MiniLLM::Create(config, kBatch, kSeq, &backend);
+  ASSERT_EQ(unsetenv("FSDPD_FP8_AMAX"), 0);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("FSDPD_FP8_AMAX must be fused or separate"),
+            std::string::npos)
+      << model.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(SeedAndCausalFinalNorm, Fp8TrainingTest, ::testing::Bool());

@@ -26,6 +26,13 @@ absl::Status NoOverlap(const OpArguments& check, std::initializer_list<Named> ou
   return absl::OkStatus();
 }
 
+// An Fp8OperandAmax tensor (worker/backend/ops.h), where present: one fp32 value.
+absl::Status CheckAmax(const OpArguments& check, const Tensor& amax, const char* name) {
+  if (amax.data == nullptr) return absl::OkStatus();
+  FSDPD_RETURN_IF_ERROR(check.Typed(amax, name, DType::kF32));
+  return check.Scalar(amax, name);
+}
+
 absl::Status CheckRstd(const OpArguments& check, const Tensor& rstd, int64_t rows) {
   FSDPD_RETURN_IF_ERROR(check.Typed(rstd, "rstd", DType::kF32));
   if (rstd.numel() != rows) {
@@ -166,7 +173,8 @@ absl::Status CheckedOps::EmbeddingBackward(const Tensor& dout, const Tensor& tok
 }
 
 absl::Status CheckedOps::RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
-                                        const Tensor& out, const Tensor& rstd, Stream& stream) {
+                                        const Tensor& out, const Tensor& rstd,
+                                        const Tensor& out_amax, Stream& stream) {
   OpArguments check("RmsNormForward");
   FSDPD_ASSIGN_OR_RETURN(const int64_t dim, check.Width(x, "x"));
   const int64_t rows = RowsOf(x);
@@ -176,7 +184,11 @@ absl::Status CheckedOps::RmsNormForward(const Tensor& x, const Tensor& weight, d
   if (!(eps >= 0.0)) return check.Error(absl::StrCat("eps must be >= 0, got ", eps));
   FSDPD_RETURN_IF_ERROR(
       NoOverlap(check, {{&out, "out"}, {&rstd, "rstd"}}, {{&x, "x"}, {&weight, "weight"}}));
-  return inner_->RmsNormForward(x, weight, eps, out, rstd, stream);
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, out_amax, "out_amax"));
+  FSDPD_RETURN_IF_ERROR(
+      NoOverlap(check, {{&out_amax, "out_amax"}},
+                {{&x, "x"}, {&weight, "weight"}, {&out, "out"}, {&rstd, "rstd"}}));
+  return inner_->RmsNormForward(x, weight, eps, out, rstd, out_amax, stream);
 }
 
 absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -251,19 +263,29 @@ absl::Status CheckedOps::LinearBackward(const Tensor& dout, const Tensor& x, con
 }
 
 absl::Status CheckedOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                          const Tensor& out, Stream& stream) {
-  FSDPD_RETURN_IF_ERROR(CheckLinearForward(OpArguments("Fp8LinearForward"), x, weight, bias, out,
-                                           /*fp8=*/true));
-  return inner_->Fp8LinearForward(x, weight, bias, out, stream);
+                                          const Tensor& out, const Fp8OperandAmax& amax,
+                                          Stream& stream) {
+  const OpArguments check("Fp8LinearForward");
+  FSDPD_RETURN_IF_ERROR(CheckLinearForward(check, x, weight, bias, out, /*fp8=*/true));
+  if (amax.dout.data != nullptr) return check.Error("a forward has no dout amax");
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, amax.x, "x amax"));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&out, "out"}}, {{&amax.x, "x amax"}}));
+  return inner_->Fp8LinearForward(x, weight, bias, out, amax, stream);
 }
 
 absl::Status CheckedOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x,
                                            const Tensor& weight, const Tensor& dx,
                                            const Tensor& dweight, const Tensor& dbias,
-                                           Write grad_write, Stream& stream) {
-  FSDPD_RETURN_IF_ERROR(CheckLinearBackward(OpArguments("Fp8LinearBackward"), dout, x, weight, dx,
-                                            dweight, dbias, /*fp8=*/true));
-  return inner_->Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
+                                           Write grad_write, const Fp8OperandAmax& amax,
+                                           Stream& stream) {
+  const OpArguments check("Fp8LinearBackward");
+  FSDPD_RETURN_IF_ERROR(
+      CheckLinearBackward(check, dout, x, weight, dx, dweight, dbias, /*fp8=*/true));
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, amax.x, "x amax"));
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, amax.dout, "dout amax"));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}, {&dbias, "dbias"}},
+                                  {{&amax.x, "x amax"}, {&amax.dout, "dout amax"}}));
+  return inner_->Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, amax, stream);
 }
 
 absl::Status CheckedOps::AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads,
@@ -324,16 +346,20 @@ absl::Status CheckedOps::SwigluBackward(const Tensor& dout, const Tensor& gate_u
   return inner_->SwigluBackward(dout, gate_up, dgate_up, out, stream);
 }
 
-absl::Status CheckedOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {
+absl::Status CheckedOps::SiluForward(const Tensor& x, const Tensor& out, const Tensor& out_amax,
+                                     Stream& stream) {
   OpArguments check("SiluForward");
   FSDPD_RETURN_IF_ERROR(check.Present(x, "x"));
   FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", x, "x"));
   FSDPD_RETURN_IF_ERROR(check.SameOrDisjoint(out, "out", x, "x"));
-  return inner_->SiluForward(x, out, stream);
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, out_amax, "out_amax"));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&out_amax, "out_amax"}}, {{&x, "x"}, {&out, "out"}}));
+  return inner_->SiluForward(x, out, out_amax, stream);
 }
 
 absl::Status CheckedOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                      const Tensor& out, Stream& stream) {
+                                      const Tensor& out, const Tensor& dx_amax,
+                                      const Tensor& out_amax, Stream& stream) {
   OpArguments check("SiluBackward");
   FSDPD_RETURN_IF_ERROR(check.Present(x, "x"));
   FSDPD_RETURN_IF_ERROR(check.SameCount(dout, "dout", x, "x"));
@@ -344,8 +370,14 @@ absl::Status CheckedOps::SiluBackward(const Tensor& dout, const Tensor& x, const
     FSDPD_RETURN_IF_ERROR(check.SameCount(out, "out", x, "x"));
     FSDPD_RETURN_IF_ERROR(
         NoOverlap(check, {{&out, "out"}}, {{&dout, "dout"}, {&x, "x"}, {&dx, "dx"}}));
+  } else if (out_amax.data != nullptr) {
+    return check.Error("out_amax needs out");
   }
-  return inner_->SiluBackward(dout, x, dx, out, stream);
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, dx_amax, "dx_amax"));
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, out_amax, "out_amax"));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dx_amax, "dx_amax"}, {&out_amax, "out_amax"}},
+                                  {{&dout, "dout"}, {&x, "x"}, {&dx, "dx"}, {&out, "out"}}));
+  return inner_->SiluBackward(dout, x, dx, out, dx_amax, out_amax, stream);
 }
 
 absl::Status CheckedOps::Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {

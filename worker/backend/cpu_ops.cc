@@ -1,5 +1,6 @@
 #include "worker/backend/cpu_ops.h"
 
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -48,6 +49,15 @@ absl::Status ValidIds(const OpArguments& check, const Tensor& ids, const char* n
 
 float* OrNull(const Tensor& t) { return t.data != nullptr ? t.as<float>() : nullptr; }
 
+// amax[0] = max(amax[0], max |values|) where amax is present, a NaN winning as on the device
+// (Fp8OperandAmax in worker/backend/ops.h).
+void RaiseAmax(const Tensor& amax, const Tensor& values) {
+  if (amax.data == nullptr) return;
+  const float found = cpu::MaxAbs(values.as<float>(), values.numel());
+  float& target = *amax.as<float>();
+  if (std::isnan(found) || found > target) target = found;
+}
+
 }  // namespace
 
 absl::Status CpuOps::EmbeddingForward(const Tensor& weight, const Tensor& tokens, const Tensor& out,
@@ -71,11 +81,13 @@ absl::Status CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens,
 }
 
 absl::Status CpuOps::RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
-                                    const Tensor& out, const Tensor& rstd, Stream&) {
+                                    const Tensor& out, const Tensor& rstd, const Tensor& out_amax,
+                                    Stream&) {
   OpArguments check("RmsNormForward");
   FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&x, "x"}, {&weight, "weight"}, {&out, "out"}}));
   cpu::RmsNormForward(x.as<float>(), weight.as<float>(), RowsOf(x), x.shape.back(), eps,
                       out.as<float>(), rstd.as<float>());
+  RaiseAmax(out_amax, out);
   return absl::OkStatus();
 }
 
@@ -142,15 +154,30 @@ absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const T
 }
 
 absl::Status CpuOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                      const Tensor& out, Stream&) {
-  return RunLinearForward("Fp8LinearForward", cpu::Fp8LinearForward, x, weight, bias, out);
+                                      const Tensor& out, const Fp8OperandAmax& amax, Stream&) {
+  OpArguments check("Fp8LinearForward");
+  FSDPD_RETURN_IF_ERROR(
+      AllFloat(check, {{&weight, "weight"}, {&x, "x"}, {&bias, "bias"}, {&out, "out"}}));
+  cpu::Fp8LinearForward(x.as<float>(), weight.as<float>(), OrNull(bias), RowsOf(x), weight.shape[1],
+                        weight.shape[0], out.as<float>(), OrNull(amax.x));
+  return absl::OkStatus();
 }
 
 absl::Status CpuOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                        const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                                       Write grad_write, Stream&) {
-  return RunLinearBackward("Fp8LinearBackward", cpu::Fp8LinearBackward, dout, x, weight, dx,
-                           dweight, dbias, grad_write);
+                                       Write grad_write, const Fp8OperandAmax& amax, Stream&) {
+  OpArguments check("Fp8LinearBackward");
+  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
+                                         {&x, "x"},
+                                         {&dout, "dout"},
+                                         {&dx, "dx"},
+                                         {&dweight, "dweight"},
+                                         {&dbias, "dbias"}}));
+  cpu::Fp8LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
+                         weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight),
+                         OrNull(dbias), grad_write == Write::kAccumulate, OrNull(amax.dout),
+                         OrNull(amax.x));
+  return absl::OkStatus();
 }
 
 namespace {
@@ -211,19 +238,24 @@ absl::Status CpuOps::SwigluBackward(const Tensor& dout, const Tensor& gate_up,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::SiluForward(const Tensor& x, const Tensor& out, Stream&) {
+absl::Status CpuOps::SiluForward(const Tensor& x, const Tensor& out, const Tensor& out_amax,
+                                 Stream&) {
   OpArguments check("SiluForward");
   FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&x, "x"}, {&out, "out"}}));
   cpu::SiluForward(x.as<float>(), x.numel(), out.as<float>());
+  RaiseAmax(out_amax, out);
   return absl::OkStatus();
 }
 
 absl::Status CpuOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                  const Tensor& out, Stream&) {
+                                  const Tensor& out, const Tensor& dx_amax, const Tensor& out_amax,
+                                  Stream&) {
   OpArguments check("SiluBackward");
   FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&x, "x"}, {&dout, "dout"}, {&dx, "dx"}, {&out, "out"}}));
   cpu::SiluBackward(dout.as<float>(), x.as<float>(), x.numel(), dx.as<float>());
   if (out.data != nullptr) cpu::SiluForward(x.as<float>(), x.numel(), out.as<float>());
+  RaiseAmax(dx_amax, dx);
+  if (out.data != nullptr) RaiseAmax(out_amax, out);
   return absl::OkStatus();
 }
 

@@ -72,6 +72,8 @@ absl::Status LinearBackwardDtypes(const OpArguments& check, const Tensor& dout, 
 
 const bf16* Bf16(const Tensor& t) { return static_cast<const bf16*>(t.data); }
 bf16* MutableBf16(const Tensor& t) { return static_cast<bf16*>(t.data); }
+// An Fp8OperandAmax's device float, or nullptr where the tensor is absent.
+float* AmaxOrNull(const Tensor& t) { return t.data != nullptr ? t.as<float>() : nullptr; }
 
 }  // namespace
 
@@ -137,7 +139,8 @@ absl::Status CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens
 }
 
 absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
-                                     const Tensor& out, const Tensor& rstd, Stream& stream) {
+                                     const Tensor& out, const Tensor& rstd, const Tensor& out_amax,
+                                     Stream& stream) {
   OpArguments check("RmsNormForward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(
@@ -147,7 +150,7 @@ absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, doub
   }
   return cuda::RmsNormForward(Bf16(x), Bf16(weight), RowsOf(x), x.shape.back(),
                               static_cast<float>(eps), MutableBf16(out), rstd.as<float>(),
-                              cuda_stream);
+                              AmaxOrNull(out_amax), cuda_stream);
 }
 
 absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -214,7 +217,8 @@ absl::Status CudaOps::LinearBackward(const Tensor& dout, const Tensor& x, const 
 }
 
 absl::Status CudaOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                       const Tensor& out, Stream& stream) {
+                                       const Tensor& out, const Fp8OperandAmax& amax,
+                                       Stream& stream) {
   OpArguments check("Fp8LinearForward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(LinearForwardDtypes(check, x, weight, bias, out));
@@ -226,12 +230,13 @@ absl::Status CudaOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, co
                          ScratchFor(cuda_stream, cuda::Fp8LinearForwardScratchBytes(rows, n, k)));
   return cuda::Fp8LinearForward(*fp8_gemm_, Bf16(x), Bf16(weight),
                                 bias.data != nullptr ? Bf16(bias) : nullptr, rows, n, k,
-                                MutableBf16(out), scratch, cuda_stream);
+                                MutableBf16(out), AmaxOrNull(amax.x), scratch, cuda_stream);
 }
 
 absl::Status CudaOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                         const Tensor& dx, const Tensor& dweight,
-                                        const Tensor& dbias, Write grad_write, Stream& stream) {
+                                        const Tensor& dbias, Write grad_write,
+                                        const Fp8OperandAmax& amax, Stream& stream) {
   OpArguments check("Fp8LinearBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(LinearBackwardDtypes(check, dout, x, weight, dx, dweight, dbias));
@@ -245,7 +250,8 @@ absl::Status CudaOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, con
                                  dx.data != nullptr ? MutableBf16(dx) : nullptr,
                                  dweight.data != nullptr ? dweight.as<float>() : nullptr,
                                  dbias.data != nullptr ? dbias.as<float>() : nullptr,
-                                 grad_write == Write::kAccumulate, scratch, cuda_stream);
+                                 grad_write == Write::kAccumulate, AmaxOrNull(amax.dout),
+                                 AmaxOrNull(amax.x), scratch, cuda_stream);
 }
 
 namespace {
@@ -344,21 +350,23 @@ absl::Status CudaOps::SwigluBackward(const Tensor& dout, const Tensor& gate_up,
                               out.data != nullptr ? MutableBf16(out) : nullptr, cuda_stream);
 }
 
-absl::Status CudaOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {
+absl::Status CudaOps::SiluForward(const Tensor& x, const Tensor& out, const Tensor& out_amax,
+                                  Stream& stream) {
   OpArguments check("SiluForward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&x, "x", kBf}, {&out, "out", kBf}}));
-  return cuda::SiluForward(Bf16(x), x.numel(), MutableBf16(out), cuda_stream);
+  return cuda::SiluForward(Bf16(x), x.numel(), MutableBf16(out), AmaxOrNull(out_amax), cuda_stream);
 }
 
 absl::Status CudaOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                   const Tensor& out, Stream& stream) {
+                                   const Tensor& out, const Tensor& dx_amax, const Tensor& out_amax,
+                                   Stream& stream) {
   OpArguments check("SiluBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(
       Dtypes(check, {{&x, "x", kBf}, {&dout, "dout", kBf}, {&dx, "dx", kBf}, {&out, "out", kBf}}));
   return cuda::SiluBackward(Bf16(dout), Bf16(x), x.numel(), MutableBf16(dx), MutableBf16(out),
-                            cuda_stream);
+                            AmaxOrNull(dx_amax), AmaxOrNull(out_amax), cuda_stream);
 }
 
 absl::Status CudaOps::Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {

@@ -31,6 +31,17 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
+// The amax (max |value|) of an FP8 linear layer's operand, left by the op that produced the
+// operand in the pass that wrote it, so that Fp8LinearForward/Backward skip a pass of their own
+// over it. A producer given an amax tensor (an fp32 scalar on its device) raises it to
+// max |output| over the values it stores: the tensor must hold 0 before the producer runs, and
+// then equals what the consumer would compute itself, bit for bit. An absent tensor
+// (data == nullptr) asks for nothing, and a consumer given none computes the amax itself.
+struct Fp8OperandAmax {
+  Tensor x;     // max |x|
+  Tensor dout;  // max |dout|, backward only
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -42,9 +53,11 @@ class Ops {
   virtual absl::Status EmbeddingBackward(const Tensor& dout, const Tensor& tokens,
                                          const Tensor& dweight, Stream& stream) = 0;
 
-  // out = x · rsqrt(mean(x²) + eps) · weight over the last dim; rstd[T] saved (fp32).
+  // out = x · rsqrt(mean(x²) + eps) · weight over the last dim; rstd[T] saved (fp32); out_amax,
+  // where present, raised to max |out| (Fp8OperandAmax).
   virtual absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
-                                      const Tensor& out, const Tensor& rstd, Stream& stream) = 0;
+                                      const Tensor& out, const Tensor& rstd, const Tensor& out_amax,
+                                      Stream& stream) = 0;
   // dx overwritten, or with dx_write kAccumulate added to (the residual stream's gradient,
   // without a separate add: on bf16 backends the sum is rounded once); dweight written as
   // dweight_write says.
@@ -68,12 +81,16 @@ class Ops {
   // nothing carries over between steps), products accumulated in fp32. The bias is added to the
   // output, and dbias summed from dout, unquantized. Every dimension (rows, in and out features)
   // must be a multiple of 16. CUDA: cuBLASLt's FP8 GEMMs (sm_89 or newer); CPU: the same
-  // quantization, emulated in fp32 (kernels/cpu/fp8.h), the oracle of the CUDA side.
+  // quantization, emulated in fp32 (kernels/cpu/fp8.h), the oracle of the CUDA side. `amax`
+  // holds the operands' amaxes their producers left (Fp8OperandAmax); the scales come from
+  // those where present.
   virtual absl::Status Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                        const Tensor& out, Stream& stream) = 0;
+                                        const Tensor& out, const Fp8OperandAmax& amax,
+                                        Stream& stream) = 0;
   virtual absl::Status Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                          const Tensor& dx, const Tensor& dweight,
-                                         const Tensor& dbias, Write grad_write, Stream& stream) = 0;
+                                         const Tensor& dbias, Write grad_write,
+                                         const Fp8OperandAmax& amax, Stream& stream) = 0;
 
   // Grouped-query attention. qkv[B, S, (heads + 2·kv_heads)·hd] packs each token's row as
   // q (heads·hd) | k (kv_heads·hd) | v (kv_heads·hd), each split into heads of hd values;
@@ -111,12 +128,16 @@ class Ops {
                                       const Tensor& dgate_up, const Tensor& out,
                                       Stream& stream) = 0;
 
-  virtual absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) = 0;
+  // out_amax, where present, raised to max |out| (Fp8OperandAmax).
+  virtual absl::Status SiluForward(const Tensor& x, const Tensor& out, const Tensor& out_amax,
+                                   Stream& stream) = 0;
   // dx overwritten (dx may be dout itself). With out.data != nullptr also out = silu(x), as
   // SiluForward writes it, from the same pass: the backward that recomputes the activation the
-  // next product needs (the FFN's down projection's weight gradient).
+  // next product needs (the FFN's down projection's weight gradient). dx_amax and out_amax, where
+  // present, raised to max |dx| and max |out| (out_amax needs out).
   virtual absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                    const Tensor& out, Stream& stream) = 0;
+                                    const Tensor& out, const Tensor& dx_amax,
+                                    const Tensor& out_amax, Stream& stream) = 0;
 
   // out = a + b (out may alias a or b).
   virtual absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) = 0;
@@ -171,7 +192,8 @@ class Ops {
   absl::Status EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dweight, \
                                  Stream& stream) override;                                        \
   absl::Status RmsNormForward(const Tensor& x, const Tensor& weight, double eps,                  \
-                              const Tensor& out, const Tensor& rstd, Stream& stream) override;    \
+                              const Tensor& out, const Tensor& rstd, const Tensor& out_amax,      \
+                              Stream& stream) override;                                           \
   absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,         \
                                const Tensor& rstd, const Tensor& dx, Write dx_write,              \
                                const Tensor& dweight, Write dweight_write, Stream& stream)        \
@@ -182,10 +204,12 @@ class Ops {
                               const Tensor& dx, const Tensor& dweight, const Tensor& dbias,       \
                               Write grad_write, Stream& stream) override;                         \
   absl::Status Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,        \
-                                const Tensor& out, Stream& stream) override;                      \
+                                const Tensor& out, const Fp8OperandAmax& amax, Stream& stream)    \
+      override;                                                                                   \
   absl::Status Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,       \
                                  const Tensor& dx, const Tensor& dweight, const Tensor& dbias,    \
-                                 Write grad_write, Stream& stream) override;                      \
+                                 Write grad_write, const Fp8OperandAmax& amax, Stream& stream)    \
+      override;                                                                                   \
   absl::Status AttentionForward(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,  \
                                 const Tensor& out, const Tensor& lse, Stream& stream) override;   \
   absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,        \
@@ -196,9 +220,11 @@ class Ops {
   absl::Status SwigluForward(const Tensor& gate_up, const Tensor& out, Stream& stream) override;  \
   absl::Status SwigluBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up,  \
                               const Tensor& out, Stream& stream) override;                        \
-  absl::Status SiluForward(const Tensor& x, const Tensor& out, Stream& stream) override;          \
+  absl::Status SiluForward(const Tensor& x, const Tensor& out, const Tensor& out_amax,            \
+                           Stream& stream) override;                                              \
   absl::Status SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,                \
-                            const Tensor& out, Stream& stream) override;                          \
+                            const Tensor& out, const Tensor& dx_amax, const Tensor& out_amax,     \
+                            Stream& stream) override;                                             \
   absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) override; \
   absl::Status HeadCrossEntropy(const Tensor& x, const Tensor& head, const Tensor& targets,       \
                                 double loss_scale, const Tensor& loss, const Tensor& dx,          \

@@ -2,6 +2,7 @@
 #include "worker/model/minillm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -89,8 +90,31 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   attention_gradient_ = view(sequence_by_dim, 0);
   qkv_gradient_ = view(sequence_by_qkv, tokens_ * dim);
   FSDPD_NEW(row_scratch_, act, rows_by_dim);
+  if (config_.matmul_dtype == MatmulDtype::kFp8) {
+    // FSDPD_FP8_AMAX=separate has every FP8 linear layer measure its operands itself, for
+    // comparison (docs/operations.md, "GPU engine variables").
+    const char* amax_mode = std::getenv("FSDPD_FP8_AMAX");
+    const std::string mode = amax_mode != nullptr ? amax_mode : "fused";
+    if (mode != "fused" && mode != "separate") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FSDPD_FP8_AMAX must be fused or separate, got \"", mode, "\""));
+    }
+    if (mode == "fused") {
+      FSDPD_NEW(fp8_amax_, DType::kF32, (std::vector<int64_t>{kAmaxSlots}));
+    }
+  }
 #undef FSDPD_NEW
   return absl::OkStatus();
+}
+
+Tensor BackendMiniLLM::Amax(AmaxSlot slot) const {
+  if (fp8_amax_.data == nullptr) return Tensor{};
+  return Tensor{fp8_amax_.as<float>() + slot, DType::kF32, {1}};
+}
+
+absl::Status BackendMiniLLM::ZeroAmaxes() {
+  if (fp8_amax_.data == nullptr) return absl::OkStatus();
+  return ops_.Fill(fp8_amax_, 0.0f, stream_);
 }
 
 absl::Status BackendMiniLLM::CheckUnitTensor(const Tensor& flat, int unit_index,
@@ -174,11 +198,11 @@ absl::Status BackendMiniLLM::BlockForward(int layer, const Tensor& block_params)
   if (config_.llama()) {
     FSDPD_RETURN_IF_ERROR(ops_.SwigluForward(saved.ffn_hidden, activated_, stream_));
   } else {
-    FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, stream_));
+    FSDPD_RETURN_IF_ERROR(ops_.SiluForward(saved.ffn_hidden, activated_, Amax(kFfnOutX), stream_));
   }
   FSDPD_RETURN_IF_ERROR(
       BlockLinearForward(activated_, Parameter(block_params, layer, BlockParameters(layer).ffn_out),
-                         no_bias, row_scratch_));
+                         no_bias, row_scratch_, {config_.llama() ? Tensor{} : Amax(kFfnOutX)}));
   FSDPD_RETURN_IF_ERROR(
       ops_.Add(saved.middle, row_scratch_, residuals_[static_cast<size_t>(layer) + 1], stream_));
   ++next_layer_;
@@ -198,12 +222,14 @@ absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_p
   BlockActivations& saved = Saved(layer);
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   forwarded_layer_ = layer;
+  FSDPD_RETURN_IF_ERROR(ZeroAmaxes());
 
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
-                                            row_scratch_, saved.attention_rstd, stream_));
+                                            row_scratch_, saved.attention_rstd, Amax(kQkvX),
+                                            stream_));
   FSDPD_RETURN_IF_ERROR(
       BlockLinearForward(row_scratch_, Matrix(block_params, layer, names.qkv, config_.qkv_width()),
-                         bias(names.qkv_bias), saved.qkv));
+                         bias(names.qkv_bias), saved.qkv, {Amax(kQkvX)}));
   if (config_.llama()) {
     FSDPD_RETURN_IF_ERROR(ops_.Rotary(saved.qkv, config_.heads, config_.kv_heads,
                                       config_.rope_theta, /*inverse=*/false, stream_));
@@ -216,17 +242,18 @@ absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_p
   FSDPD_RETURN_IF_ERROR(ops_.Add(input, row_scratch_, saved.middle, stream_));
 
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm), config_.norm_eps,
-                                            row_scratch_, saved.ffn_rstd, stream_));
+                                            row_scratch_, saved.ffn_rstd, Amax(kFfnInX), stream_));
   const Tensor no_bias;
   return BlockLinearForward(row_scratch_,
                             Matrix(block_params, layer, names.ffn_in, config_.ffn_in_width()),
-                            no_bias, saved.ffn_hidden);
+                            no_bias, saved.ffn_hidden, {Amax(kFfnInX)});
 }
 
 absl::Status BackendMiniLLM::BlockLinearForward(const Tensor& x, const Tensor& weight,
-                                                const Tensor& bias, const Tensor& out) {
+                                                const Tensor& bias, const Tensor& out,
+                                                const Fp8OperandAmax& amax) {
   if (config_.matmul_dtype == MatmulDtype::kFp8) {
-    return ops_.Fp8LinearForward(x, weight, bias, out, stream_);
+    return ops_.Fp8LinearForward(x, weight, bias, out, amax, stream_);
   }
   return ops_.LinearForward(x, weight, bias, out, stream_);
 }
@@ -234,9 +261,9 @@ absl::Status BackendMiniLLM::BlockLinearForward(const Tensor& x, const Tensor& w
 absl::Status BackendMiniLLM::BlockLinearBackward(const Tensor& dout, const Tensor& x,
                                                  const Tensor& weight, const Tensor& dx,
                                                  const Tensor& dweight, const Tensor& dbias,
-                                                 Write grad_write) {
+                                                 Write grad_write, const Fp8OperandAmax& amax) {
   if (config_.matmul_dtype == MatmulDtype::kFp8) {
-    return ops_.Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream_);
+    return ops_.Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, amax, stream_);
   }
   return ops_.LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream_);
 }
@@ -249,7 +276,8 @@ absl::Status BackendMiniLLM::FinalNormForward(const Tensor& root_params, Tensor*
   }
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(last,
                                             Parameter(root_params, root_unit(), root_names_.norm),
-                                            config_.norm_eps, final_normed_, final_rstd_, stream_));
+                                            config_.norm_eps, final_normed_, final_rstd_,
+                                            /*out_amax=*/Tensor{}, stream_));
   *head_input = final_normed_;
   return absl::OkStatus();
 }

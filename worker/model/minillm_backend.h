@@ -35,6 +35,14 @@ struct BlockActivations {
                           // which SwiGLU's backward overwrites with their gradient
 };
 
+// The FP8 operands whose producing op leaves their amax (Fp8OperandAmax in worker/backend/ops.h):
+// norm1's output (qkv's x), norm2's (ffn.0's x), SiLU's (ffn.2's x) and SiLU's backward's
+// (ffn.0's dout). The other operands (attention's output, the residual stream's gradient,
+// attention's input gradient, the weights, and llama's SwiGLU tensors) are measured by the
+// linear layer itself. One device float each, zeroed at the start of each block's forward and
+// backward.
+enum AmaxSlot { kQkvX, kFfnInX, kFfnOutX, kFfnInDout, kAmaxSlots };
+
 class BackendMiniLLM : public MiniLLM {
  public:
   BackendMiniLLM(const ModelConfig& config, int64_t batch, int64_t seq, Backend* backend)
@@ -79,11 +87,17 @@ class BackendMiniLLM : public MiniLLM {
   absl::Status ForwardToFfnHidden(int layer, const Tensor& block_params);
   // A block's linear layer in the products config_.matmul_dtype picks: Ops::LinearForward/
   // LinearBackward, or their FP8 twins. The head keeps the backend's own products.
+  // `amax` is what the operands' producers left (FP8 only).
   absl::Status BlockLinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& out);
+                                  const Tensor& out, const Fp8OperandAmax& amax = {});
   absl::Status BlockLinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                                   Write grad_write);
+                                   Write grad_write, const Fp8OperandAmax& amax = {});
+  // The device float of `slot`, or an absent tensor where the producers leave no amax (bf16
+  // products, or FSDPD_FP8_AMAX=separate).
+  Tensor Amax(AmaxSlot slot) const;
+  // Zeroes every slot before a block's producers raise them (nothing without slots).
+  absl::Status ZeroAmaxes();
   // The input of the head: the last residual, or its final norm when enabled.
   absl::Status FinalNormForward(const Tensor& root_params, Tensor* head_input);
 
@@ -119,6 +133,7 @@ class BackendMiniLLM : public MiniLLM {
   // [T, D], holding in turn: a norm's output (forward, and recomputed in backward), then the
   // out_proj or ffn.2 output before its residual add.
   Tensor row_scratch_;
+  Tensor fp8_amax_;  // [kAmaxSlots] fp32, where FP8 products take their producers' amax
 
   Phase phase_ = Phase::kIdle;
   int next_layer_ = 0;

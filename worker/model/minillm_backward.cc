@@ -69,6 +69,8 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   const Tensor no_bias;
 
+  // The FP8 slots start at zero for the producers below (ForwardToFfnHidden zeroes them again).
+  FSDPD_RETURN_IF_ERROR(ZeroAmaxes());
   // Recompute what was not kept. Both ways leave norm2's output in row_scratch_ and rewrite
   // the saved statistics with the very same values. The block whose forward ran last still has
   // its shared set (its backward comes first): it needs only norm2 again.
@@ -79,10 +81,10 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
     } else {
       FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm),
                                                 config_.norm_eps, row_scratch_, saved.ffn_rstd,
-                                                stream_));
+                                                Amax(kFfnInX), stream_));
       if (forwarded_layer_ != layer) {
-        FSDPD_RETURN_IF_ERROR(
-            BlockLinearForward(row_scratch_, ffn_in_weight, no_bias, saved.ffn_hidden));
+        FSDPD_RETURN_IF_ERROR(BlockLinearForward(row_scratch_, ffn_in_weight, no_bias,
+                                                 saved.ffn_hidden, {Amax(kFfnInX)}));
       }
     }
     forwarded_layer_ = -1;  // the shared set is this block's now, and is consumed below
@@ -95,6 +97,10 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   // the gradient at ffn_hidden (in place; llama's over the saved gate and up) and recomputes
   // the activation, which ffn.2's weight gradient reads last.
   const Tensor& hidden_gradient = config_.llama() ? saved.ffn_hidden : activated_gradient_;
+  // SiLU's backward measures its two outputs for the products that read them; llama's SwiGLU
+  // leaves that to the products.
+  const Tensor silu_out_amax = config_.llama() ? Tensor{} : Amax(kFfnOutX);
+  const Tensor silu_dx_amax = config_.llama() ? Tensor{} : Amax(kFfnInDout);
   FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             activated_gradient_, Tensor{}, no_bias,
                                             Write::kOverwrite));
@@ -103,20 +109,20 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                                               hidden_gradient, activated_, stream_));
   } else {
     FSDPD_RETURN_IF_ERROR(ops_.SiluBackward(activated_gradient_, saved.ffn_hidden, hidden_gradient,
-                                            activated_, stream_));
+                                            activated_, silu_dx_amax, silu_out_amax, stream_));
   }
   FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             Tensor{}, gradient(names.ffn_out), no_bias,
-                                            Write::kOverwrite));
+                                            Write::kOverwrite, {silu_out_amax}));
   if (recompute == ActivationRecompute::kNone) {
     // norm2's output, recomputed (its rstd is rewritten with the very same values).
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm),
                                               config_.norm_eps, row_scratch_, saved.ffn_rstd,
-                                              stream_));
+                                              Amax(kFfnInX), stream_));
   }
   FSDPD_RETURN_IF_ERROR(BlockLinearBackward(hidden_gradient, row_scratch_, ffn_in_weight,
                                             normed_gradient_, ffn_in_weight_gradient, no_bias,
-                                            Write::kOverwrite));
+                                            Write::kOverwrite, {Amax(kFfnInX), silu_dx_amax}));
   // The norm's input gradient joins the residual stream's inside the norm's backward.
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight(names.ffn_norm),
                                              saved.ffn_rstd, residual_gradient_, Write::kAccumulate,
@@ -135,10 +141,11 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                                       config_.rope_theta, /*inverse=*/true, stream_));
   }
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
-                                            row_scratch_, saved.attention_rstd, stream_));
-  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(qkv_gradient_, row_scratch_, qkv_weight,
-                                            normed_gradient_, qkv_weight_gradient,
-                                            bias_gradient(names.qkv_bias), Write::kOverwrite));
+                                            row_scratch_, saved.attention_rstd, Amax(kQkvX),
+                                            stream_));
+  FSDPD_RETURN_IF_ERROR(BlockLinearBackward(
+      qkv_gradient_, row_scratch_, qkv_weight, normed_gradient_, qkv_weight_gradient,
+      bias_gradient(names.qkv_bias), Write::kOverwrite, {Amax(kQkvX)}));
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight(names.attention_norm),
                                              saved.attention_rstd, residual_gradient_,
                                              Write::kAccumulate, gradient(names.attention_norm),

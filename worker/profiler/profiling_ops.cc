@@ -19,10 +19,11 @@ absl::Status ProfilingOps::EmbeddingBackward(const Tensor& dout, const Tensor& t
 }
 
 absl::Status ProfilingOps::RmsNormForward(const Tensor& x, const Tensor& weight, double eps,
-                                          const Tensor& out, const Tensor& rstd, Stream& stream) {
+                                          const Tensor& out, const Tensor& rstd,
+                                          const Tensor& out_amax, Stream& stream) {
   return Run(
       "rmsnorm_forward", stream, {&x, &weight},
-      [&] { return inner_->RmsNormForward(x, weight, eps, out, rstd, stream); },
+      [&] { return inner_->RmsNormForward(x, weight, eps, out, rstd, out_amax, stream); },
       [&] { return RmsNormForwardCost(x, weight, out, rstd); });
 }
 
@@ -59,21 +60,24 @@ absl::Status ProfilingOps::LinearBackward(const Tensor& dout, const Tensor& x, c
 }
 
 absl::Status ProfilingOps::Fp8LinearForward(const Tensor& x, const Tensor& weight,
-                                            const Tensor& bias, const Tensor& out, Stream& stream) {
+                                            const Tensor& bias, const Tensor& out,
+                                            const Fp8OperandAmax& amax, Stream& stream) {
   return Run(
       "fp8_linear_forward", stream, {&x, &weight, &bias},
-      [&] { return inner_->Fp8LinearForward(x, weight, bias, out, stream); },
+      [&] { return inner_->Fp8LinearForward(x, weight, bias, out, amax, stream); },
       [&] { return LinearForwardCost(x, weight, bias, out); });
 }
 
 absl::Status ProfilingOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x,
                                              const Tensor& weight, const Tensor& dx,
                                              const Tensor& dweight, const Tensor& dbias,
-                                             Write grad_write, Stream& stream) {
+                                             Write grad_write, const Fp8OperandAmax& amax,
+                                             Stream& stream) {
   return Run(
       "fp8_linear_backward", stream, {&dout, &x, &weight},
       [&] {
-        return inner_->Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, stream);
+        return inner_->Fp8LinearBackward(dout, x, weight, dx, dweight, dbias, grad_write, amax,
+                                         stream);
       },
       [&] { return LinearBackwardCost(dout, x, weight, dx, dweight, dbias, grad_write); });
 }
@@ -124,17 +128,19 @@ absl::Status ProfilingOps::SwigluBackward(const Tensor& dout, const Tensor& gate
       [&] { return SwigluBackwardCost(dout, gate_up, dgate_up, out); });
 }
 
-absl::Status ProfilingOps::SiluForward(const Tensor& x, const Tensor& out, Stream& stream) {
+absl::Status ProfilingOps::SiluForward(const Tensor& x, const Tensor& out, const Tensor& out_amax,
+                                       Stream& stream) {
   return Run(
-      "silu_forward", stream, {&x}, [&] { return inner_->SiluForward(x, out, stream); },
+      "silu_forward", stream, {&x}, [&] { return inner_->SiluForward(x, out, out_amax, stream); },
       [&] { return SiluForwardCost(x, out); });
 }
 
 absl::Status ProfilingOps::SiluBackward(const Tensor& dout, const Tensor& x, const Tensor& dx,
-                                        const Tensor& out, Stream& stream) {
+                                        const Tensor& out, const Tensor& dx_amax,
+                                        const Tensor& out_amax, Stream& stream) {
   return Run(
       "silu_backward", stream, {&dout, &x},
-      [&] { return inner_->SiluBackward(dout, x, dx, out, stream); },
+      [&] { return inner_->SiluBackward(dout, x, dx, out, dx_amax, out_amax, stream); },
       [&] { return SiluBackwardCost(dout, x, dx, out); });
 }
 
