@@ -51,10 +51,11 @@ def anchor_tokens_per_second(path):
     return None
 
 
-def svg(bf16, fp8, path, y_top=None, width=760, height=420):
+def svg(bf16, fp8, path, y_top=None, control=None, width=760, height=420):
     left, right, top, bottom = 70, 20, 30, 50
-    steps = sorted(set(bf16) | set(fp8))
-    losses = [r["loss"] for d in (bf16, fp8) for r in d.values()]
+    runs = (bf16, fp8) + ((control,) if control else ())
+    steps = sorted(set().union(*runs))
+    losses = [r["loss"] for d in runs for r in d.values()]
     x_max, y_min, y_max = max(steps), min(losses), max(losses)
     if y_top is not None:
         y_max = min(y_max, y_top)  # losses above it are drawn at the top edge
@@ -88,6 +89,10 @@ def svg(bf16, fp8, path, y_top=None, width=760, height=420):
                  f'text-anchor="middle">step</text>')
     parts.append(f'<text x="14" y="{(top + height - bottom) / 2}" text-anchor="middle" '
                  f'transform="rotate(-90 14 {(top + height - bottom) / 2})">loss</text>')
+    if control:  # drawn first, beneath the two it is measured against
+        parts.append(polyline(control, "#2b8a3e"))
+        parts.append(f'<text x="{width - right - 200}" y="{top + 32}" fill="#2b8a3e">'
+                     f'bf16 control</text>')
     parts.append(polyline(bf16, "#1f5fbf"))
     parts.append(polyline(fp8, "#d9480f"))
     parts.append(f'<text x="{width - right - 200}" y="{top}" fill="#1f5fbf">'
@@ -121,10 +126,12 @@ def main():
     extra = " control | its diff | within |" if control else ""
     print("| step | loss bf16 | loss fp8 | abs diff | bound | within |" + extra)
     print("|---:|---:|---:|---:|---:|:---:|" + ("---:|---:|:---:|" if control else ""))
-    worst, failures, compared, control_failures = 0.0, 0, 0, 0
-    last = min(max(bf16), max(fp8), max(control) if control else max(fp8))
+    # Every checkpoint both bf16 and fp8 reached; a control that stopped early (its time limit)
+    # leaves its columns empty from there on.
+    worst, failures, compared, control_failures, control_compared = 0.0, 0, 0, 0, 0
+    last = min(max(bf16), max(fp8))
     for step in range(args.every, last + 1, args.every):
-        if step not in bf16 or step not in fp8 or (control and step not in control):
+        if step not in bf16 or step not in fp8:
             continue
         a, b = bf16[step]["loss"], fp8[step]["loss"]
         bound = max(0.01 * a, 0.02)
@@ -134,17 +141,20 @@ def main():
         worst = max(worst, abs(b - a) / bound)
         row = (f"| {step} | {a:.4f} | {b:.4f} | {abs(b - a):.4f} | {bound:.4f} | "
                f"{'yes' if within else '**no**'} |")
-        if control:
+        if control and step in control:
             c = control[step]["loss"]
             control_within = abs(c - a) <= bound
+            control_compared += 1
             control_failures += not control_within
             row += f" {c:.4f} | {abs(c - a):.4f} | {'yes' if control_within else '**no**'} |"
+        elif control:
+            row += " | | |"
         print(row)
     print(f"\n{compared} checkpoints compared, {failures} outside the bound; the largest "
           f"difference is {worst:.2f} of its bound.", end="")
     if control:
         print(f" The bf16 control (the same run, another attention kernel): {control_failures} "
-              f"outside the same bound.", end="")
+              f"of its {control_compared} outside the same bound.", end="")
     print("\n")
 
     print("| run | tokens/s | step ms | peak memory MiB |")
@@ -164,12 +174,15 @@ def main():
               f"fp8 / compiled anchor: {rows['fp8'] / anchor:.3f}×", end="")
     print()
     if args.svg:
-        svg(bf16, fp8, args.svg, args.y_max)
+        svg(bf16, fp8, args.svg, args.y_max, control)
     if args.csv:
         with open(args.csv, "w") as f:
-            f.write("step,loss_bf16,loss_fp8\n")
+            f.write("step,loss_bf16,loss_fp8" + (",loss_bf16_control" if control else "") + "\n")
             for step in sorted(set(bf16) & set(fp8)):
-                f.write(f"{step},{bf16[step]['loss']:.5f},{fp8[step]['loss']:.5f}\n")
+                row = f"{step},{bf16[step]['loss']:.5f},{fp8[step]['loss']:.5f}"
+                if control:
+                    row += f",{control[step]['loss']:.5f}" if step in control else ","
+                f.write(row + "\n")
 
 
 if __name__ == "__main__":
