@@ -218,12 +218,12 @@ void RunMemoryBound(Bench& bench) {
   });
   bench.Bytes("  rmsnorm backward", td * 6 + kTokens * 4.0, [&] {
     return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kOverwrite, dweight,
-                               Write::kAccumulate, stream);
+                               Write::kAccumulate, Tensor{}, stream);
   });
   // Into the residual stream's gradient: dx is read as well, and the model's add is gone.
   bench.Bytes("  rmsnorm backward, dx accumulated", td * 8 + kTokens * 4.0, [&] {
     return ops.RmsNormBackward(y, x, weight, rstd, z, Write::kAccumulate, dweight,
-                               Write::kAccumulate, stream);
+                               Write::kAccumulate, Tensor{}, stream);
   });
   bench.Bytes("  residual add", td * 6, [&] { return ops.Add(x, y, z, stream); });
   Tensor hidden = bench.New(DType::kBF16, {kTokens, kHidden});

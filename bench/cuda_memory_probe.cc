@@ -154,7 +154,7 @@ int Main(int device, bool cupti) {
     ExitOnError(ops.RmsNormForward(x, weight, 1e-6, dx, rstd, Tensor{}, stream), "rmsnorm");
     Tensor dout = t.New(DType::kBF16, {kTokens, kDim});
     ExitOnError(ops.RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight,
-                                    Write::kOverwrite, stream),
+                                    Write::kOverwrite, Tensor{}, stream),
                 "rmsnorm backward");
     ExitOnError(ops.SiluForward(x, dx, Tensor{}, stream), "silu");
     Tensor master = t.New(DType::kF32, {kDim * kDim});

@@ -42,8 +42,9 @@ __global__ void RmsNormForwardKernel(const __nv_bfloat16* x, const __nv_bfloat16
 __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                                       const __nv_bfloat16* weight, const float* rstd, int64_t rows,
                                       int64_t dim, bool accumulate, __nv_bfloat16* dx,
-                                      float* partials) {
+                                      float* partials, float* dx_amax) {
   __shared__ float scratch[32];
+  unsigned amax_bits = 0;
   float* partial = partials + blockIdx.x * dim;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) partial[d] = 0.0f;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -67,8 +68,10 @@ __global__ void RmsNormBackwardKernel(const __nv_bfloat16* dout, const __nv_bflo
       input_gradient[d] =
           __float2bfloat16_rn(prior + (inverse_rms * g * __bfloat162float(weight[d]) -
                                        __bfloat162float(input[d]) * correction));
+      RaiseAmax(amax_bits, input_gradient[d]);
     }
   }
+  BlockAmaxToGlobal(AmaxFloatBits(amax_bits), dx_amax);
 }
 
 // Vectorised variants for rows of at most kThreads · 8 · kMaxChunks values, dim a multiple of 8
@@ -177,8 +180,9 @@ template <int kChunks, bool kAccumulate>
 __global__ void RmsNormBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x,
                                             const Bf16x8* weight, const float* rstd, int64_t rows,
                                             int64_t chunks, float inverse_dim, Bf16x8* dx,
-                                            float* partials) {
+                                            float* partials, float* dx_amax) {
   __shared__ float scratch[32];
+  unsigned amax_bits = 0;
   float scale[kChunks][8];
   float partial[kChunks][8];
 #pragma unroll
@@ -228,7 +232,10 @@ __global__ void RmsNormBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x,
 #pragma unroll
           for (int i = 0; i < 8; ++i) result[i] += prior[i];
         }
-        dx[row * chunks + chunk] = Pack(result);
+        const Bf16x8 packed = Pack(result);
+        dx[row * chunks + chunk] = packed;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) RaiseAmax(amax_bits, packed.pairs[i]);
       }
     }
   }
@@ -241,6 +248,7 @@ __global__ void RmsNormBackwardVectorKernel(const Bf16x8* dout, const Bf16x8* x,
       for (int i = 0; i < 8; ++i) block_partial[chunk * 8 + i] = partial[c][i];
     }
   }
+  BlockAmaxToGlobal(AmaxFloatBits(amax_bits), dx_amax);
 }
 
 // The chunks of 8 per thread a vectorised kernel needs, or 0 when the scalar kernels must run.
@@ -322,7 +330,8 @@ int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim) {
 absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              const __nv_bfloat16* weight, const float* rstd, int64_t rows,
                              int64_t dim, bool accumulate_dx, __nv_bfloat16* dx, float* dweight,
-                             bool accumulate_dweight, float* scratch, cudaStream_t stream) {
+                             bool accumulate_dweight, float* scratch, float* dx_amax,
+                             cudaStream_t stream) {
   FSDPD_RETURN_IF_ERROR(CheckShape("RmsNormBackward", rows, dim));
   if (rows == 0) return absl::OkStatus();
   const int64_t blocks = std::min(rows, kBackwardBlocks);
@@ -338,15 +347,15 @@ absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
       constexpr int kChunks = decltype(k)::value;
       if (accumulate_dx) {
         RmsNormBackwardVectorKernel<kChunks, true><<<grid, kThreads, 0, stream>>>(
-            dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
+            dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch, dx_amax);
       } else {
         RmsNormBackwardVectorKernel<kChunks, false><<<grid, kThreads, 0, stream>>>(
-            dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch);
+            dout8, x8, weight8, rstd, rows, dim / 8, inverse_dim, dx8, scratch, dx_amax);
       }
     });
   } else {
     RmsNormBackwardKernel<<<grid, kThreads, 0, stream>>>(dout, x, weight, rstd, rows, dim,
-                                                         accumulate_dx, dx, scratch);
+                                                         accumulate_dx, dx, scratch, dx_amax);
   }
   CUDA_CHECK_LAUNCH("RmsNormBackwardKernel");
   SumPartialRowsKernel<<<static_cast<unsigned>((dim + kSumColumns - 1) / kSumColumns),

@@ -24,10 +24,12 @@ int64_t RmsNormBackwardScratchFloats(int64_t rows, int64_t dim);
 // dx [rows, dim] bf16 overwritten, or with accumulate_dx added to (the sum computed in fp32
 // and rounded once); dweight [dim] fp32 accumulated, or overwritten with accumulate_dweight
 // false. The weight gradient is summed per block of rows into `scratch`, then over blocks in a
-// fixed order: deterministic.
+// fixed order: deterministic. Where dx_amax != nullptr it is raised to max |dx| over the values
+// stored (the sum, with accumulate_dx), as RmsNormForward's out_amax.
 absl::Status RmsNormBackward(const __nv_bfloat16* dout, const __nv_bfloat16* x,
                              const __nv_bfloat16* weight, const float* rstd, int64_t rows,
                              int64_t dim, bool accumulate_dx, __nv_bfloat16* dx, float* dweight,
-                             bool accumulate_dweight, float* scratch, cudaStream_t stream);
+                             bool accumulate_dweight, float* scratch, float* dx_amax,
+                             cudaStream_t stream);
 
 }  // namespace fsdpd::cuda

@@ -26,7 +26,7 @@ float MaxAbs(const std::vector<float>& values) {
   return largest;
 }
 
-TEST_F(CudaAmaxTest, RmsNormLeavesTheExactAmaxOfItsOutput) {
+TEST_F(CudaAmaxTest, RmsNormForwardAndBackwardLeaveTheExactAmaxOfTheirOutput) {
   // 2048 and 256: the vectorised kernel (whole rows in registers); 100: the scalar one.
   for (const int64_t dim : {int64_t{2048}, int64_t{256}, int64_t{100}}) {
     const int64_t rows = 300;
@@ -44,6 +44,27 @@ TEST_F(CudaAmaxTest, RmsNormLeavesTheExactAmaxOfItsOutput) {
     const Tensor higher = Amax(4.0f * expected);
     ASSERT_TRUE(gpu().RmsNormForward(x, weight, 1e-6, out, rstd, higher, gpu_stream()).ok());
     EXPECT_EQ(Read(higher), 4.0f * expected) << "dim " << dim;
+
+    // The backward's dx, overwritten and added into the residual stream's gradient: the amax
+    // of what is stored, the sum in the second case.
+    const Tensor dout =
+        Upload(RoundedToBf16(RandomValues(random_, rows * dim)), DType::kBF16, {rows, dim});
+    const Tensor dweight = Poisoned(DType::kF32, {dim});
+    const Tensor dx = Poisoned(DType::kBF16, {rows, dim});
+    const Tensor dx_amax = Amax();
+    ASSERT_TRUE(gpu()
+                    .RmsNormBackward(dout, x, weight, rstd, dx, Write::kOverwrite, dweight,
+                                     Write::kOverwrite, dx_amax, gpu_stream())
+                    .ok());
+    EXPECT_EQ(Read(dx_amax), MaxAbs(Download(dx))) << "dim " << dim;
+    const Tensor residual =
+        Upload(RoundedToBf16(RandomValues(random_, rows * dim, 3.0f)), DType::kBF16, {rows, dim});
+    const Tensor residual_amax = Amax();
+    ASSERT_TRUE(gpu()
+                    .RmsNormBackward(dout, x, weight, rstd, residual, Write::kAccumulate, dweight,
+                                     Write::kOverwrite, residual_amax, gpu_stream())
+                    .ok());
+    EXPECT_EQ(Read(residual_amax), MaxAbs(Download(residual))) << "dim " << dim;
   }
 }
 

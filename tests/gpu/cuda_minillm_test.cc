@@ -141,7 +141,8 @@ TEST_P(CudaMiniLLMTest, OneStepMatchesTheCpu) {
 // FP8 products that take their operands' amax from RMSNorm's and SiLU's kernels (the default)
 // against products that measure every operand themselves (FSDPD_FP8_AMAX=separate): the amax is
 // the same float either way, so the step's loss and every gradient are the same bits, under each
-// recompute mode (each changes which kernels produce the operands in backward).
+// recompute mode (each changes which kernels produce the operands in backward), with and
+// without the final norm (whose backward leaves the top block's residual gradient amax).
 TEST_F(CudaTest, Fp8ProducersAmaxChangesNoBitOfTheStep) {
   if (const std::string reason = WithoutFp8TensorCores(); !reason.empty()) GTEST_SKIP() << reason;
   ModelConfig config;
@@ -158,9 +159,12 @@ TEST_F(CudaTest, Fp8ProducersAmaxChangesNoBitOfTheStep) {
     ids[t] = static_cast<int32_t>((t * 37 + 5) % config.vocab);
     targets[t] = static_cast<int32_t>((t * 11 + 3) % config.vocab);
   }
-  for (const ActivationRecompute recompute :
-       {ActivationRecompute::kNone, ActivationRecompute::kFfn, ActivationRecompute::kBlock}) {
+  for (const int mode : {0, 1, 2, 3}) {  // recompute none, ffn, block; then none, final norm
+    const ActivationRecompute recompute = mode == 1   ? ActivationRecompute::kFfn
+                                          : mode == 2 ? ActivationRecompute::kBlock
+                                                      : ActivationRecompute::kNone;
     config.activation_recompute = recompute;
+    config.final_norm = mode == 3;
     std::vector<std::vector<float>> gradients[2];
     float losses[2] = {0.0f, 0.0f};
     for (int run = 0; run < 2; ++run) {
@@ -183,14 +187,13 @@ TEST_F(CudaTest, Fp8ProducersAmaxChangesNoBitOfTheStep) {
       RunStep(**model, params, grads, ids, targets, &losses[run]);
       for (const Tensor& grad : grads) gradients[run].push_back(Download(grad));
     }
-    const int mode = static_cast<int>(recompute);
     ASSERT_TRUE(std::isfinite(losses[0])) << mode;
-    EXPECT_EQ(losses[0], losses[1]) << "recompute " << mode;
+    EXPECT_EQ(losses[0], losses[1]) << "case " << mode;
     for (size_t u = 0; u < gradients[0].size(); ++u) {
       EXPECT_EQ(std::memcmp(gradients[0][u].data(), gradients[1][u].data(),
                             gradients[0][u].size() * sizeof(float)),
                 0)
-          << "recompute " << mode << ", unit " << u;
+          << "case " << mode << ", unit " << u;
     }
   }
 }

@@ -175,7 +175,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
       gpu().RmsNormForward(device_x, device_weight, eps, out, rstd, Tensor{}, gpu_stream()).ok());
   ASSERT_TRUE(gpu()
                   .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx,
-                                   Write::kOverwrite, dweight, Write::kAccumulate, gpu_stream())
+                                   Write::kOverwrite, dweight, Write::kAccumulate, Tensor{},
+                                   gpu_stream())
                   .ok());
 
   std::vector<float> expected_out(rows * dim), expected_rstd(rows), expected_dx(rows * dim);
@@ -189,7 +190,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
                   .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
                                    Host(weight, {dim}), Host(expected_rstd, {rows}),
                                    Host(expected_dx, {rows, dim}), Write::kOverwrite,
-                                   Host(expected_dweight, {dim}), Write::kAccumulate, cpu_stream())
+                                   Host(expected_dweight, {dim}), Write::kAccumulate, Tensor{},
+                                   cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(rstd), expected_rstd, 0.0, 1e-5));  // fp32 throughout
   EXPECT_TRUE(AllClose(Download(out), expected_out, 1e-4, kBf16Relative));
@@ -204,7 +206,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   Tensor again = Upload(dweight_start, DType::kF32, {dim});
   ASSERT_TRUE(gpu()
                   .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx,
-                                   Write::kOverwrite, again, Write::kAccumulate, gpu_stream())
+                                   Write::kOverwrite, again, Write::kAccumulate, Tensor{},
+                                   gpu_stream())
                   .ok());
   EXPECT_EQ(std::memcmp(once.data(), Download(again).data(), dim * sizeof(float)), 0);
 
@@ -215,7 +218,7 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   Tensor dweight_summed = Upload(dweight_start, DType::kF32, {dim});
   ASSERT_TRUE(gpu()
                   .RmsNormBackward(device_dout, device_x, device_weight, rstd, summed,
-                                   Write::kAccumulate, dweight_summed, Write::kAccumulate,
+                                   Write::kAccumulate, dweight_summed, Write::kAccumulate, Tensor{},
                                    gpu_stream())
                   .ok());
   std::vector<float> expected_summed = residual;
@@ -224,7 +227,8 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
                   .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
                                    Host(weight, {dim}), Host(expected_rstd, {rows}),
                                    Host(expected_summed, {rows, dim}), Write::kAccumulate,
-                                   Host(unused_dweight, {dim}), Write::kAccumulate, cpu_stream())
+                                   Host(unused_dweight, {dim}), Write::kAccumulate, Tensor{},
+                                   cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(summed), expected_summed, 2e-2, kBf16Relative));
   // The weight gradient does not depend on where dx goes: the same bits.
@@ -235,14 +239,16 @@ TEST_P(CudaRmsNormTest, ForwardAndBackwardMatchTheCpu) {
   Tensor fresh = Poisoned(DType::kF32, {dim});
   ASSERT_TRUE(gpu()
                   .RmsNormBackward(device_dout, device_x, device_weight, rstd, dx,
-                                   Write::kOverwrite, fresh, Write::kOverwrite, gpu_stream())
+                                   Write::kOverwrite, fresh, Write::kOverwrite, Tensor{},
+                                   gpu_stream())
                   .ok());
   std::vector<float> expected_fresh(dim, 12345.0f);
   ASSERT_TRUE(cpu_ops()
                   .RmsNormBackward(Host(dout, {rows, dim}), Host(x, {rows, dim}),
                                    Host(weight, {dim}), Host(expected_rstd, {rows}),
                                    Host(expected_dx, {rows, dim}), Write::kOverwrite,
-                                   Host(expected_fresh, {dim}), Write::kOverwrite, cpu_stream())
+                                   Host(expected_fresh, {dim}), Write::kOverwrite, Tensor{},
+                                   cpu_stream())
                   .ok());
   EXPECT_TRUE(AllClose(Download(fresh), expected_fresh, 1e-3, 1e-4));
 }

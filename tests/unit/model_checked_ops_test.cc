@@ -79,7 +79,7 @@ TEST_F(CheckedOpsTest, ShapesThatDoNotFitAreRejected) {
                 {"RmsNormForward", "weight must be f32[4]"});
   ExpectInvalid(ops().RmsNormBackward(Floats({3, 4}), Floats({3, 4}), Floats({4}), Floats({2}),
                                       Floats({3, 4}), Write::kOverwrite, Floats({4}),
-                                      Write::kAccumulate, stream()),
+                                      Write::kAccumulate, Tensor{}, stream()),
                 {"RmsNormBackward", "rstd must have one value per row of x (3)"});
   ExpectInvalid(ops().AttentionForward(Floats({2, 3, 12}), 3, 3, false, Floats({2, 3, 4}),
                                        Floats({2, 3, 3}), stream()),
@@ -220,6 +220,10 @@ TEST_F(CheckedOpsTest, AmaxTensorsAreOneFloatApartFromTheRest) {
   ExpectInvalid(ops().RmsNormForward(x, weight, 1e-6, out, rstd,
                                      ViewInto(amax, 0, {1}, DType::kBF16), stream()),
                 {"RmsNormForward", "out_amax"});
+  ExpectInvalid(
+      ops().RmsNormBackward(x, Floats({4, 16}), weight, rstd, out, Write::kAccumulate, Floats({16}),
+                            Write::kOverwrite, ViewInto(out, 0, {1}), stream()),
+      {"RmsNormBackward", "dx_amax", "overlaps dx"});
   ExpectInvalid(ops().SiluBackward(x, x, out, Tensor{}, Tensor{}, amax, stream()),
                 {"SiluBackward", "out_amax needs out"});
   ExpectInvalid(ops().SiluBackward(x, Floats({4, 16}), out, Floats({4, 16}), amax, amax, stream()),
@@ -252,6 +256,20 @@ TEST_F(CheckedOpsTest, ProducersRaiseTheirAmax) {
   amax.as<float>()[0] = 100.0f;
   ASSERT_TRUE(ops().RmsNormForward(x, weight, 1e-6, out, Floats({2}), amax, stream()).ok());
   EXPECT_EQ(amax.as<float>()[0], 100.0f);
+
+  // The backward's amax is of dx as stored: with kAccumulate, of the sum.
+  Tensor rstd = Floats({2}), residual = Floats({2, 16}, 7.0f), residual_amax = Floats({1}, 0.0f);
+  ASSERT_TRUE(ops().RmsNormForward(x, weight, 1e-6, out, rstd, Tensor{}, stream()).ok());
+  ASSERT_TRUE(ops()
+                  .RmsNormBackward(Floats({2, 16}, 0.01f), x, weight, rstd, residual,
+                                   Write::kAccumulate, Floats({16}), Write::kOverwrite,
+                                   residual_amax, stream())
+                  .ok());
+  float residual_max = 0.0f;
+  for (int i = 0; i < 32; ++i)
+    residual_max = std::max(residual_max, std::fabs(residual.as<float>()[i]));
+  EXPECT_GT(residual_max, 6.9f);
+  EXPECT_EQ(residual_amax.as<float>()[0], residual_max);
 
   Tensor silu = Floats({2, 16}), dx = Floats({2, 16}), dout = Floats({2, 16}, -2.0f);
   Tensor silu_amax = Floats({1}, 0.0f), dx_amax = Floats({1}, 0.0f), out_amax = Floats({1}, 0.0f);

@@ -194,7 +194,7 @@ absl::Status CheckedOps::RmsNormForward(const Tensor& x, const Tensor& weight, d
 absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                          const Tensor& rstd, const Tensor& dx, Write dx_write,
                                          const Tensor& dweight, Write dweight_write,
-                                         Stream& stream) {
+                                         const Tensor& dx_amax, Stream& stream) {
   OpArguments check("RmsNormBackward");
   FSDPD_ASSIGN_OR_RETURN(const int64_t dim, check.Width(x, "x"));
   const int64_t rows = RowsOf(x);
@@ -206,8 +206,16 @@ absl::Status CheckedOps::RmsNormBackward(const Tensor& dout, const Tensor& x, co
   FSDPD_RETURN_IF_ERROR(
       NoOverlap(check, {{&dx, "dx"}, {&dweight, "dweight"}},
                 {{&dout, "dout"}, {&x, "x"}, {&weight, "weight"}, {&rstd, "rstd"}}));
+  FSDPD_RETURN_IF_ERROR(CheckAmax(check, dx_amax, "dx_amax"));
+  FSDPD_RETURN_IF_ERROR(NoOverlap(check, {{&dx_amax, "dx_amax"}},
+                                  {{&dout, "dout"},
+                                   {&x, "x"},
+                                   {&weight, "weight"},
+                                   {&rstd, "rstd"},
+                                   {&dx, "dx"},
+                                   {&dweight, "dweight"}}));
   return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, dweight_write,
-                                 stream);
+                                 dx_amax, stream);
 }
 
 namespace {

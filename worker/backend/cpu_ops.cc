@@ -93,7 +93,8 @@ absl::Status CpuOps::RmsNormForward(const Tensor& x, const Tensor& weight, doubl
 
 absl::Status CpuOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                      const Tensor& rstd, const Tensor& dx, Write dx_write,
-                                     const Tensor& dweight, Write dweight_write, Stream&) {
+                                     const Tensor& dweight, Write dweight_write,
+                                     const Tensor& dx_amax, Stream&) {
   OpArguments check("RmsNormBackward");
   FSDPD_RETURN_IF_ERROR(AllFloat(
       check,
@@ -101,6 +102,7 @@ absl::Status CpuOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const 
   cpu::RmsNormBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), rstd.as<float>(),
                        RowsOf(x), x.shape.back(), dx_write == Write::kAccumulate, dx.as<float>(),
                        dweight.as<float>(), dweight_write == Write::kAccumulate);
+  RaiseAmax(dx_amax, dx);
   return absl::OkStatus();
 }
 

@@ -155,7 +155,8 @@ absl::Status CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, doub
 
 absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                       const Tensor& rstd, const Tensor& dx, Write dx_write,
-                                      const Tensor& dweight, Write dweight_write, Stream& stream) {
+                                      const Tensor& dweight, Write dweight_write,
+                                      const Tensor& dx_amax, Stream& stream) {
   OpArguments check("RmsNormBackward (cuda)");
   FSDPD_CUDA_OPS_STREAM(cuda_stream, stream);
   FSDPD_RETURN_IF_ERROR(Dtypes(check, {{&x, "x", kBf},
@@ -173,7 +174,7 @@ absl::Status CudaOps::RmsNormBackward(const Tensor& dout, const Tensor& x, const
   return cuda::RmsNormBackward(Bf16(dout), Bf16(x), Bf16(weight), rstd.as<float>(), rows, dim,
                                dx_write == Write::kAccumulate, MutableBf16(dx), dweight.as<float>(),
                                dweight_write == Write::kAccumulate, static_cast<float*>(scratch),
-                               cuda_stream);
+                               AmaxOrNull(dx_amax), cuda_stream);
 }
 
 absl::Status CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,

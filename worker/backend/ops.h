@@ -60,11 +60,11 @@ class Ops {
                                       Stream& stream) = 0;
   // dx overwritten, or with dx_write kAccumulate added to (the residual stream's gradient,
   // without a separate add: on bf16 backends the sum is rounded once); dweight written as
-  // dweight_write says.
+  // dweight_write says; dx_amax, where present, raised to max |dx| as stored (Fp8OperandAmax).
   virtual absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                        const Tensor& rstd, const Tensor& dx, Write dx_write,
                                        const Tensor& dweight, Write dweight_write,
-                                       Stream& stream) = 0;
+                                       const Tensor& dx_amax, Stream& stream) = 0;
 
   // out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N] if bias.data != nullptr)
   virtual absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -196,8 +196,8 @@ class Ops {
                               Stream& stream) override;                                           \
   absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,         \
                                const Tensor& rstd, const Tensor& dx, Write dx_write,              \
-                               const Tensor& dweight, Write dweight_write, Stream& stream)        \
-      override;                                                                                   \
+                               const Tensor& dweight, Write dweight_write, const Tensor& dx_amax, \
+                               Stream& stream) override;                                          \
   absl::Status LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,           \
                              const Tensor& out, Stream& stream) override;                         \
   absl::Status LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,          \

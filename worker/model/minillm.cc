@@ -112,9 +112,18 @@ Tensor BackendMiniLLM::Amax(AmaxSlot slot) const {
   return Tensor{fp8_amax_.as<float>() + slot, DType::kF32, {1}};
 }
 
-absl::Status BackendMiniLLM::ZeroAmaxes() {
+Tensor BackendMiniLLM::ResidualAmax(int layer) const {
+  return Amax((layer & 1) == 0 ? kResidualEven : kResidualOdd);
+}
+
+Tensor BackendMiniLLM::IncomingResidualAmax(int layer) const {
+  if (layer == config_.layers - 1 && !config_.final_norm) return Tensor{};
+  return ResidualAmax(layer);
+}
+
+absl::Status BackendMiniLLM::ZeroAmaxes(AmaxSlot first, int count) {
   if (fp8_amax_.data == nullptr) return absl::OkStatus();
-  return ops_.Fill(fp8_amax_, 0.0f, stream_);
+  return ops_.Fill(Tensor{fp8_amax_.as<float>() + first, DType::kF32, {count}}, 0.0f, stream_);
 }
 
 absl::Status BackendMiniLLM::CheckUnitTensor(const Tensor& flat, int unit_index,
@@ -222,7 +231,8 @@ absl::Status BackendMiniLLM::ForwardToFfnHidden(int layer, const Tensor& block_p
   BlockActivations& saved = Saved(layer);
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   forwarded_layer_ = layer;
-  FSDPD_RETURN_IF_ERROR(ZeroAmaxes());
+  // The five middle slots; the residual gradient's two are backward's (AmaxSlot).
+  FSDPD_RETURN_IF_ERROR(ZeroAmaxes(kQkvX, kResidualOdd - kQkvX));
 
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(input, weight(names.attention_norm), config_.norm_eps,
                                             row_scratch_, saved.attention_rstd, Amax(kQkvX),

@@ -36,12 +36,25 @@ struct BlockActivations {
 };
 
 // The FP8 operands whose producing op leaves their amax (Fp8OperandAmax in worker/backend/ops.h):
-// norm1's output (qkv's x), norm2's (ffn.0's x), SiLU's (ffn.2's x) and SiLU's backward's
-// (ffn.0's dout). The other operands (attention's output, the residual stream's gradient,
-// attention's input gradient, the weights, and llama's SwiGLU tensors) are measured by the
-// linear layer itself. One device float each, zeroed at the start of each block's forward and
-// backward.
-enum AmaxSlot { kQkvX, kFfnInX, kFfnOutX, kFfnInDout, kAmaxSlots };
+// norm1's output (qkv's x), norm2's (ffn.0's x), SiLU's (ffn.2's x), SiLU's backward's (ffn.0's
+// dout), norm2's backward's (the residual stream's gradient that out_proj's backward reads) and
+// norm1's backward's (the one the block below reads, ffn.2's dout there; the final norm's for
+// the top block). The other operands (attention's output and input gradient, which cuDNN
+// writes; the head's input gradient without a final norm; the weights; llama's SwiGLU tensors)
+// are measured by the linear layer itself. One device float each. The residual gradient's
+// amax crosses from one block's backward to the next, so it alternates between two slots by
+// the parity of the block that reads it, at either end of the range: a block's backward zeroes
+// the six contiguous slots other than the one it reads, its forward the five in the middle.
+enum AmaxSlot {
+  kResidualEven,
+  kQkvX,
+  kFfnInX,
+  kFfnOutX,
+  kFfnInDout,
+  kOutDout,
+  kResidualOdd,
+  kAmaxSlots
+};
 
 class BackendMiniLLM : public MiniLLM {
  public:
@@ -96,8 +109,13 @@ class BackendMiniLLM : public MiniLLM {
   // The device float of `slot`, or an absent tensor where the producers leave no amax (bf16
   // products, or FSDPD_FP8_AMAX=separate).
   Tensor Amax(AmaxSlot slot) const;
-  // Zeroes every slot before a block's producers raise them (nothing without slots).
-  absl::Status ZeroAmaxes();
+  // The slot of the residual stream's gradient that block `layer`'s backward reads (layer -1:
+  // the embedding's, unused), and the same where that gradient's producer leaves it: absent for
+  // the top block without a final norm (the head's input gradient).
+  Tensor ResidualAmax(int layer) const;
+  Tensor IncomingResidualAmax(int layer) const;
+  // Zeroes slots [first, first + count) before producers raise them (nothing without slots).
+  absl::Status ZeroAmaxes(AmaxSlot first, int count);
   // The input of the head: the last residual, or its final norm when enabled.
   absl::Status FinalNormForward(const Tensor& root_params, Tensor* head_input);
 

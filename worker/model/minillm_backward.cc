@@ -20,6 +20,7 @@ absl::Status BackendMiniLLM::HeadForwardBackward(const Tensor& root_params,
   Tensor head_input;
   FSDPD_RETURN_IF_ERROR(FinalNormForward(root_params, &head_input));
   const Tensor& head_input_gradient = config_.final_norm ? normed_gradient_ : residual_gradient_;
+  FSDPD_RETURN_IF_ERROR(ZeroAmaxes(kResidualEven, kAmaxSlots));
   // A tied head's gradient joins the embedding's (both accumulate into the root's gradients).
   FSDPD_RETURN_IF_ERROR(ops_.HeadCrossEntropy(
       head_input, Parameter(root_params, root_unit(), root_names_.head), target_ids_, loss_scale,
@@ -28,7 +29,8 @@ absl::Status BackendMiniLLM::HeadForwardBackward(const Tensor& root_params,
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
         normed_gradient_, residuals_.back(), Parameter(root_params, root_unit(), root_names_.norm),
         final_rstd_, residual_gradient_, Write::kOverwrite,
-        Parameter(root_grads, root_unit(), root_names_.norm), Write::kAccumulate, stream_));
+        Parameter(root_grads, root_unit(), root_names_.norm), Write::kAccumulate,
+        IncomingResidualAmax(static_cast<int>(config_.layers) - 1), stream_));
   }
   phase_ = Phase::kBackward;
   next_layer_ = static_cast<int>(config_.layers) - 1;
@@ -69,8 +71,10 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   const Tensor& input = residuals_[static_cast<size_t>(layer)];
   const Tensor no_bias;
 
-  // The FP8 slots start at zero for the producers below (ForwardToFfnHidden zeroes them again).
-  FSDPD_RETURN_IF_ERROR(ZeroAmaxes());
+  // The FP8 slots start at zero for the producers below (ForwardToFfnHidden zeroes the middle
+  // five again), all but the one holding the amax of the residual gradient this block reads.
+  const Tensor residual_amax = IncomingResidualAmax(layer);
+  FSDPD_RETURN_IF_ERROR(ZeroAmaxes((layer & 1) == 0 ? kQkvX : kResidualEven, kAmaxSlots - 1));
   // Recompute what was not kept. Both ways leave norm2's output in row_scratch_ and rewrite
   // the saved statistics with the very same values. The block whose forward ran last still has
   // its shared set (its backward comes first): it needs only norm2 again.
@@ -103,7 +107,7 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   const Tensor silu_dx_amax = config_.llama() ? Tensor{} : Amax(kFfnInDout);
   FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             activated_gradient_, Tensor{}, no_bias,
-                                            Write::kOverwrite));
+                                            Write::kOverwrite, {Tensor{}, residual_amax}));
   if (config_.llama()) {
     FSDPD_RETURN_IF_ERROR(ops_.SwigluBackward(activated_gradient_, saved.ffn_hidden,
                                               hidden_gradient, activated_, stream_));
@@ -113,7 +117,7 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   }
   FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, activated_, weight(names.ffn_out),
                                             Tensor{}, gradient(names.ffn_out), no_bias,
-                                            Write::kOverwrite, {silu_out_amax}));
+                                            Write::kOverwrite, {silu_out_amax, residual_amax}));
   if (recompute == ActivationRecompute::kNone) {
     // norm2's output, recomputed (its rstd is rewritten with the very same values).
     FSDPD_RETURN_IF_ERROR(ops_.RmsNormForward(saved.middle, weight(names.ffn_norm),
@@ -124,15 +128,16 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
                                             normed_gradient_, ffn_in_weight_gradient, no_bias,
                                             Write::kOverwrite, {Amax(kFfnInX), silu_dx_amax}));
   // The norm's input gradient joins the residual stream's inside the norm's backward.
-  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, saved.middle, weight(names.ffn_norm),
-                                             saved.ffn_rstd, residual_gradient_, Write::kAccumulate,
-                                             gradient(names.ffn_norm), Write::kOverwrite, stream_));
+  FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(
+      normed_gradient_, saved.middle, weight(names.ffn_norm), saved.ffn_rstd, residual_gradient_,
+      Write::kAccumulate, gradient(names.ffn_norm), Write::kOverwrite, Amax(kOutDout), stream_));
 
   // Attention branch: middle = input + out_proj(attention(in_proj(norm1(input)))) (llama: q and
   // k rotated between the qkv product and attention, so their gradients are rotated back).
   FSDPD_RETURN_IF_ERROR(BlockLinearBackward(residual_gradient_, saved.attention, weight(names.out),
                                             attention_gradient_, gradient(names.out),
-                                            bias_gradient(names.out_bias), Write::kOverwrite));
+                                            bias_gradient(names.out_bias), Write::kOverwrite,
+                                            {Tensor{}, Amax(kOutDout)}));
   FSDPD_RETURN_IF_ERROR(ops_.AttentionBackward(
       attention_gradient_, saved.qkv, saved.attention, saved.lse, config_.heads,
       config_.attention_kv_heads(), config_.causal, qkv_gradient_, stream_));
@@ -149,7 +154,7 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   FSDPD_RETURN_IF_ERROR(ops_.RmsNormBackward(normed_gradient_, input, weight(names.attention_norm),
                                              saved.attention_rstd, residual_gradient_,
                                              Write::kAccumulate, gradient(names.attention_norm),
-                                             Write::kOverwrite, stream_));
+                                             Write::kOverwrite, ResidualAmax(layer - 1), stream_));
   --next_layer_;
   return absl::OkStatus();
 }

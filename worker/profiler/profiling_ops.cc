@@ -30,12 +30,13 @@ absl::Status ProfilingOps::RmsNormForward(const Tensor& x, const Tensor& weight,
 absl::Status ProfilingOps::RmsNormBackward(const Tensor& dout, const Tensor& x,
                                            const Tensor& weight, const Tensor& rstd,
                                            const Tensor& dx, Write dx_write, const Tensor& dweight,
-                                           Write dweight_write, Stream& stream) {
+                                           Write dweight_write, const Tensor& dx_amax,
+                                           Stream& stream) {
   return Run(
       "rmsnorm_backward", stream, {&dout, &x, &weight, &rstd},
       [&] {
         return inner_->RmsNormBackward(dout, x, weight, rstd, dx, dx_write, dweight, dweight_write,
-                                       stream);
+                                       dx_amax, stream);
       },
       [&] { return RmsNormBackwardCost(dout, x, weight, rstd, dx, dx_write, dweight); });
 }
