@@ -177,6 +177,25 @@ TEST_P(Fp8TrainingTest, ProducersAmaxChangesNoBit) {
   }
 }
 
+// Llama's blocks: the norms and their backward leave amaxes, SwiGLU leaves none (its products
+// measure their operands), and the final norm's backward leaves the top block's.
+TEST(Fp8TrainingTest, ProducersAmaxChangesNoBitOfLlama) {
+  ModelConfig config = TinyConfig(true);
+  config.arch = ModelArch::kLlama;
+  config.heads = 4;
+  config.kv_heads = 2;  // qkv rows of (4 + 2·2)·4 = 32
+  config.ffn_hidden = 48;
+  config.rope_theta = 100.0;
+  config.matmul_dtype = MatmulDtype::kFp8;
+  ASSERT_EQ(setenv("FSDPD_FP8_AMAX", "separate", 1), 0);
+  const Trained separate = Train(config, ActivationRecompute::kNone);
+  ASSERT_EQ(unsetenv("FSDPD_FP8_AMAX"), 0);
+  const Trained fused = Train(config, ActivationRecompute::kNone);
+  ASSERT_EQ(separate.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(separate.losses.back(), separate.losses.front());
+  ExpectBitIdentical(fused, separate, "llama");
+}
+
 TEST(Fp8TrainingTest, AnUnknownAmaxModeFailsTheModel) {
   ModelConfig config = TinyFp8Config(false);
   config.matmul_dtype = MatmulDtype::kFp8;
