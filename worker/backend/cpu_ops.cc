@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/adamw.h"
@@ -110,10 +111,11 @@ namespace {
 
 // nn.Linear's products, fp32 (kernels/cpu/linear.h) or FP8 emulated (kernels/cpu/fp8.h): the
 // same arguments, checked the same way.
-using LinearForwardFunction = void (*)(const float*, const float*, const float*, int64_t, int64_t,
-                                       int64_t, float*);
-using LinearBackwardFunction = void (*)(const float*, const float*, const float*, int64_t, int64_t,
-                                        int64_t, float*, float*, float*, bool);
+using LinearForwardFunction = absl::FunctionRef<void(const float*, const float*, const float*,
+                                                     int64_t, int64_t, int64_t, float*)>;
+using LinearBackwardFunction =
+    absl::FunctionRef<void(const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                           float*, float*, float*, bool)>;
 
 absl::Status RunLinearForward(const char* op, LinearForwardFunction forward, const Tensor& x,
                               const Tensor& weight, const Tensor& bias, const Tensor& out) {
@@ -157,29 +159,30 @@ absl::Status CpuOps::LinearBackward(const Tensor& dout, const Tensor& x, const T
 
 absl::Status CpuOps::Fp8LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                       const Tensor& out, const Fp8OperandAmax& amax, Stream&) {
-  OpArguments check("Fp8LinearForward");
-  FSDPD_RETURN_IF_ERROR(
-      AllFloat(check, {{&weight, "weight"}, {&x, "x"}, {&bias, "bias"}, {&out, "out"}}));
-  cpu::Fp8LinearForward(x.as<float>(), weight.as<float>(), OrNull(bias), RowsOf(x), weight.shape[1],
-                        weight.shape[0], out.as<float>(), OrNull(amax.x));
-  return absl::OkStatus();
+  const float* x_amax = OrNull(amax.x);
+  return RunLinearForward(
+      "Fp8LinearForward",
+      [x_amax](const float* in, const float* w, const float* b, int64_t rows, int64_t in_features,
+               int64_t out_features, float* product) {
+        cpu::Fp8LinearForward(in, w, b, rows, in_features, out_features, product, x_amax);
+      },
+      x, weight, bias, out);
 }
 
 absl::Status CpuOps::Fp8LinearBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                        const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                        Write grad_write, const Fp8OperandAmax& amax, Stream&) {
-  OpArguments check("Fp8LinearBackward");
-  FSDPD_RETURN_IF_ERROR(AllFloat(check, {{&weight, "weight"},
-                                         {&x, "x"},
-                                         {&dout, "dout"},
-                                         {&dx, "dx"},
-                                         {&dweight, "dweight"},
-                                         {&dbias, "dbias"}}));
-  cpu::Fp8LinearBackward(dout.as<float>(), x.as<float>(), weight.as<float>(), RowsOf(x),
-                         weight.shape[1], weight.shape[0], OrNull(dx), OrNull(dweight),
-                         OrNull(dbias), grad_write == Write::kAccumulate, OrNull(amax.dout),
-                         OrNull(amax.x));
-  return absl::OkStatus();
+  const float* dout_amax = OrNull(amax.dout);
+  const float* x_amax = OrNull(amax.x);
+  return RunLinearBackward(
+      "Fp8LinearBackward",
+      [dout_amax, x_amax](const float* d, const float* in, const float* w, int64_t rows,
+                          int64_t in_features, int64_t out_features, float* din, float* dw,
+                          float* db, bool accumulate) {
+        cpu::Fp8LinearBackward(d, in, w, rows, in_features, out_features, din, dw, db, accumulate,
+                               dout_amax, x_amax);
+      },
+      dout, x, weight, dx, dweight, dbias, grad_write);
 }
 
 namespace {
