@@ -4,7 +4,8 @@
 // TFLOP/s, each with cooperative matrices and with the tiled shader, and the time to place the
 // weights zero-copy and through staging; with --causal also decoding's tokens/s through the
 // qkv cache (the `generate` work); --decode-only times decoding alone, in both of matvec.comp's
-// layouts, with cooperative matrices and zero-copy weights; --export-only writes the export and
+// layouts (and int8's third), with cooperative matrices and zero-copy weights, then each of
+// decoding's products alone (TimeMatvecs); --export-only writes the export and
 // stops (bench/llama_cpp/edge_vs_llama.sh converts it for llama.cpp). Random weights time the
 // same as trained ones.
 //
@@ -193,6 +194,57 @@ absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int6
                   (long long)n, (long long)k, what, 2.0 * m * n * k / each * 1e-12, each * 1e3);
     }
   }
+  return absl::OkStatus();
+}
+
+// Decoding's products alone: M = 1, so the backend runs matvec.comp (matvec_int8.comp with int8
+// weights) in its layout, on each of a block's four weight shapes and the head's, 64 dispatches
+// a round (the backend batches them into few submits): the time of one, and the rate it streams
+// its weights (int8: a byte a weight and 2 of scale per 32). Then a token's worth of them back to
+// back (layers × the block's four, and the head), to hold against decoding's time a token: what
+// is left of that is the rest of the token (attention, the small ops, the host).
+absl::Status TimeMatvecs(VulkanBackend& backend, const ExportedModelConfig& config, bool int8) {
+  const int64_t d = config.dim, f = config.ffn_mult * config.dim;
+  const double weight_bytes = int8 ? 1.0 + 2.0 / kInt8Group : backend.uses_fp16() ? 2.0 : 4.0;
+  struct Shape {
+    const char* name;
+    int64_t n, k, per_token;
+  };
+  const Shape shapes[] = {{"qkv", 3 * d, d, config.layers},
+                          {"out_proj", d, d, config.layers},
+                          {"ffn.0", f, d, config.layers},
+                          {"ffn.2", d, f, config.layers},
+                          {"head", config.vocab, d, 1}};
+  double token_seconds = 0.0, token_bytes = 0.0;
+  for (const Shape& shape : shapes) {
+    const std::vector<float> w = RandomValues(shape.n * shape.k, 0.02f, 7);
+    FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized,
+                           QuantizeInt8("w", w.data(), shape.n, shape.k));
+    auto weight = int8 ? backend.Int8Weight(quantized) : backend.Weight(w.data(), w.size());
+    auto x = backend.Floats(shape.k);
+    auto zeros = backend.Floats(shape.k);
+    auto x_input = backend.MatmulInput(shape.k);
+    auto y = backend.Floats(shape.n);
+    if (!weight.ok() || !x.ok() || !zeros.ok() || !x_input.ok() || !y.ok()) {
+      return absl::InternalError("allocation failed");
+    }
+    const std::vector<float> input = RandomValues(shape.k, 1.0f, 8);
+    const std::vector<float> zero(static_cast<size_t>(shape.k), 0.0f);
+    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), shape.k));
+    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**zeros, zero.data(), shape.k));
+    FSDPD_RETURN_IF_ERROR(backend.Add(**x, **zeros, shape.k, **x_input));  // x as decoding holds it
+    FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 64, [&] {
+                             return backend.Linear(**x_input, **weight, nullptr, 1, shape.k,
+                                                   shape.n, **y);
+                           }));
+    const double bytes = weight_bytes * static_cast<double>(shape.n * shape.k);
+    std::printf("  matvec %s 1x%lldx%lld: %.1f us, %.3g GB/s of weights\n", shape.name,
+                (long long)shape.n, (long long)shape.k, each * 1e6, bytes / each * 1e-9);
+    token_seconds += each * static_cast<double>(shape.per_token);
+    token_bytes += bytes * static_cast<double>(shape.per_token);
+  }
+  std::printf("  a token's matvecs back to back: %.3f ms, %.3g GB/s of weights\n",
+              token_seconds * 1e3, token_bytes / token_seconds * 1e-9);
   return absl::OkStatus();
 }
 
@@ -662,6 +714,7 @@ int main(int argc, char** argv) {
                 (*backend)->Describe().c_str());
     if (decode_only) {  // on the matrix units where the device has them, else tiled
       absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), weights);
+      if (timed.ok()) timed = TimeMatvecs(**backend, config, int8);
       return timed.ok() ? 0 : Fail(timed);
     }
     if (variant.coop && !variant.staging && !(*backend)->uses_cooperative_matrix()) {

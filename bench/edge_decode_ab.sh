@@ -3,7 +3,8 @@
 # decoding rate on random models of the seed shape (dim 2048, 12 layers, 16 heads, vocab 32000)
 # and the small one (dim 1024, 8 layers, 8 heads), fp16 and int8 weights, through
 #   - edge_bench --causal --decode-only (a warm-up round, then seq/2 tokens after a prompt of
-#     seq/2; narrow and wide matvec layouts), by default and with each lever off:
+#     seq/2; narrow and wide matvec layouts; then a token's matvecs alone, back to back), by
+#     default and with each lever off:
 #     --submit-every 0 (one submit a token) and --no-fuse-into-linear (each norm, SiLU, add and
 #     cache copy its own dispatch); with int8 weights also the wide-words matvec;
 #   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it;
@@ -29,7 +30,8 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
         # shellcheck disable=SC2086  # the lever is words
         timeout 120 "$edge/edge_bench" --causal --decode-only --seq 256 --weights "$weights" \
           --model "$model" --reuse-model $lever >"$log" 2>&1
-        sed -n "s|^\[.*, matvec \([a-z ]*\)\] .*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p" \
+        sed -n "s|^\[.*, matvec \([a-z ]*\)\] .*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p
+                s|^  a token's matvecs back to back: \([0-9.]*\) ms.*|(matvecs alone \1 ms)|p" \
           "$log" | paste -sd' ' | sed "s|^|$name $weights ${lever:-default} round $round: |"
       done
       for matvec in auto $([ "$weights" = int8 ] && echo wide-words); do
