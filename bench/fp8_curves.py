@@ -60,6 +60,8 @@ def svg(bf16, fp8, path, y_top=None, control=None, width=760, height=420):
     if y_top is not None:
         y_max = min(y_max, y_top)  # losses above it are drawn at the top edge
     y_min = max(0.0, y_min - 0.05 * (y_max - y_min))
+    if y_max <= y_min:  # flat curves, or every loss above the clip: a unit range below the top
+        y_min = y_max - 1.0
 
     def x(step):
         return left + (width - left - right) * step / x_max
