@@ -14,3 +14,9 @@ set_tests_properties(bench_export_to_gguf PROPERTIES LABELS unit TIMEOUT 120
 add_test(NAME bench_fp8_curves COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/fp8_curves_test.py)
 set_tests_properties(bench_fp8_curves PROPERTIES LABELS unit TIMEOUT 60
   ENVIRONMENT "FSDPD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+# bench/capacity_table.py (the capacity boundaries, undecided trials and ratios) on trials built
+# by hand.
+add_test(NAME bench_capacity_table COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/capacity_table_test.py)
+set_tests_properties(bench_capacity_table PROPERTIES LABELS unit TIMEOUT 60
+  ENVIRONMENT "FSDPD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
