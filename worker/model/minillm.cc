@@ -90,18 +90,17 @@ absl::Status BackendMiniLLM::AllocateWorkspace() {
   attention_gradient_ = view(sequence_by_dim, 0);
   qkv_gradient_ = view(sequence_by_qkv, tokens_ * dim);
   FSDPD_NEW(row_scratch_, act, rows_by_dim);
-  if (config_.matmul_dtype == MatmulDtype::kFp8) {
-    // FSDPD_FP8_AMAX=separate has every FP8 linear layer measure its operands itself, for
-    // comparison (docs/operations.md, "GPU engine variables").
-    const char* amax_mode = std::getenv("FSDPD_FP8_AMAX");
-    const std::string mode = amax_mode != nullptr ? amax_mode : "fused";
-    if (mode != "fused" && mode != "separate") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FSDPD_FP8_AMAX must be fused or separate, got \"", mode, "\""));
-    }
-    if (mode == "fused") {
-      FSDPD_NEW(fp8_amax_, DType::kF32, (std::vector<int64_t>{kAmaxSlots}));
-    }
+  // FSDPD_FP8_AMAX=separate has every FP8 linear layer measure its operands itself, for
+  // comparison (docs/operations.md, "GPU engine variables"). A value it does not know fails
+  // every model, FP8 or not, as the other engine variables do.
+  const char* amax_mode = std::getenv("FSDPD_FP8_AMAX");
+  const std::string mode = amax_mode != nullptr ? amax_mode : "fused";
+  if (mode != "fused" && mode != "separate") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FSDPD_FP8_AMAX must be fused or separate, got \"", mode, "\""));
+  }
+  if (config_.matmul_dtype == MatmulDtype::kFp8 && mode == "fused") {
+    FSDPD_NEW(fp8_amax_, DType::kF32, (std::vector<int64_t>{kAmaxSlots}));
   }
 #undef FSDPD_NEW
   return absl::OkStatus();
