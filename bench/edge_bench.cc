@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -162,6 +163,33 @@ absl::StatusOr<double> SecondsPerCall(Backend& backend, int repeats,
   return rounds[rounds.size() / 2];
 }
 
+// The operands of a timed product y[m, n] = x[m, k] · w[n, k]ᵀ: random weights (int8 quantized
+// where asked), x in fp32, and x again as the forward holds it (Backend::MatmulInput: fp16 where
+// the matmul reads fp16 x, written once by an Add).
+struct ProductOperands {
+  std::unique_ptr<Buffer> weight, x, x_input, y;
+};
+
+absl::StatusOr<ProductOperands> MakeProductOperands(VulkanBackend& backend, int64_t m, int64_t n,
+                                                    int64_t k, bool int8) {
+  const std::vector<float> w = RandomValues(n * k, 0.02f, 7);
+  FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized, QuantizeInt8("w", w.data(), n, k));
+  auto weight = int8 ? backend.Int8Weight(quantized) : backend.Weight(w.data(), n * k);
+  auto x = backend.Floats(m * k);
+  auto zeros = backend.Floats(m * k);
+  auto x_input = backend.MatmulInput(m * k);
+  auto y = backend.Floats(m * n);
+  if (!weight.ok() || !x.ok() || !zeros.ok() || !x_input.ok() || !y.ok()) {
+    return absl::InternalError("allocation failed");
+  }
+  const std::vector<float> input = RandomValues(m * k, 1.0f, 8);
+  FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), m * k));
+  const std::vector<float> zero(static_cast<size_t>(m * k), 0.0f);
+  FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**zeros, zero.data(), m * k));
+  FSDPD_RETURN_IF_ERROR(backend.Add(**x, **zeros, m * k, **x_input));
+  return ProductOperands{std::move(*weight), std::move(*x), std::move(*x_input), std::move(*y)};
+}
+
 // The matmul alone on the forward's two FFN shapes: TFLOP/s each, printed twice: with x in fp32
 // (a block that reads fp16 x casts it first, and the cast is timed), and with x as the forward
 // holds it (Backend::MatmulInput: fp16 where the matmul reads fp16 x, written once by an Add), the
@@ -170,25 +198,14 @@ absl::Status TimeMatmuls(VulkanBackend& backend, int64_t rows, int64_t dim, int6
                          bool int8) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{rows, ffn_mult * dim, dim},
                          {rows, dim, ffn_mult * dim}}) {
-    std::vector<float> w = RandomValues(n * k, 0.02f, 7);
-    FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized, QuantizeInt8("w", w.data(), n, k));
-    auto weight = int8 ? backend.Int8Weight(quantized) : backend.Weight(w.data(), n * k);
-    auto x = backend.Floats(m * k);
-    auto zeros = backend.Floats(m * k);
-    auto x_input = backend.MatmulInput(m * k);
-    auto y = backend.Floats(m * n);
-    if (!weight.ok() || !x.ok() || !zeros.ok() || !x_input.ok() || !y.ok()) {
-      return absl::InternalError("allocation failed");
-    }
-    std::vector<float> input = RandomValues(m * k, 1.0f, 8);
-    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), m * k));
-    const std::vector<float> zero(static_cast<size_t>(m * k), 0.0f);
-    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**zeros, zero.data(), m * k));
-    FSDPD_RETURN_IF_ERROR(backend.Add(**x, **zeros, m * k, **x_input));
-    for (auto [source, what] : {std::pair<Buffer*, const char*>{x->get(), "x fp32, cast timed"},
-                                {x_input->get(), "x as the forward holds it"}}) {
+    FSDPD_ASSIGN_OR_RETURN(const ProductOperands operands,
+                           MakeProductOperands(backend, m, n, k, int8));
+    for (auto [source, what] :
+         {std::pair<Buffer*, const char*>{operands.x.get(), "x fp32, cast timed"},
+          {operands.x_input.get(), "x as the forward holds it"}}) {
       FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 10, [&] {
-                               return backend.Linear(*source, **weight, nullptr, m, k, n, **y);
+                               return backend.Linear(*source, *operands.weight, nullptr, m, k, n,
+                                                     *operands.y);
                              }));
       std::printf("  matmul %lldx%lldx%lld (%s): %.4g TFLOP/s (%.3f ms)\n", (long long)m,
                   (long long)n, (long long)k, what, 2.0 * m * n * k / each * 1e-12, each * 1e3);
@@ -217,25 +234,11 @@ absl::Status TimeMatvecs(VulkanBackend& backend, const ExportedModelConfig& conf
                           {"head", config.vocab, d, 1}};
   double token_seconds = 0.0, token_bytes = 0.0;
   for (const Shape& shape : shapes) {
-    const std::vector<float> w = RandomValues(shape.n * shape.k, 0.02f, 7);
-    FSDPD_ASSIGN_OR_RETURN(const Int8Tensor quantized,
-                           QuantizeInt8("w", w.data(), shape.n, shape.k));
-    auto weight = int8 ? backend.Int8Weight(quantized) : backend.Weight(w.data(), w.size());
-    auto x = backend.Floats(shape.k);
-    auto zeros = backend.Floats(shape.k);
-    auto x_input = backend.MatmulInput(shape.k);
-    auto y = backend.Floats(shape.n);
-    if (!weight.ok() || !x.ok() || !zeros.ok() || !x_input.ok() || !y.ok()) {
-      return absl::InternalError("allocation failed");
-    }
-    const std::vector<float> input = RandomValues(shape.k, 1.0f, 8);
-    const std::vector<float> zero(static_cast<size_t>(shape.k), 0.0f);
-    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**x, input.data(), shape.k));
-    FSDPD_RETURN_IF_ERROR(backend.WriteFloats(**zeros, zero.data(), shape.k));
-    FSDPD_RETURN_IF_ERROR(backend.Add(**x, **zeros, shape.k, **x_input));  // x as decoding holds it
+    FSDPD_ASSIGN_OR_RETURN(const ProductOperands operands,
+                           MakeProductOperands(backend, 1, shape.n, shape.k, int8));
     FSDPD_ASSIGN_OR_RETURN(const double each, SecondsPerCall(backend, 64, [&] {
-                             return backend.Linear(**x_input, **weight, nullptr, 1, shape.k,
-                                                   shape.n, **y);
+                             return backend.Linear(*operands.x_input, *operands.weight, nullptr, 1,
+                                                   shape.k, shape.n, *operands.y);
                            }));
     const double bytes = weight_bytes * static_cast<double>(shape.n * shape.k);
     std::printf("  matvec %s 1x%lldx%lld: %.1f us, %.3g GB/s of weights\n", shape.name,
