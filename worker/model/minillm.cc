@@ -111,9 +111,11 @@ Tensor BackendMiniLLM::Amax(AmaxSlot slot) const {
   return Tensor{fp8_amax_.as<float>() + slot, DType::kF32, {1}};
 }
 
-Tensor BackendMiniLLM::ResidualAmax(int layer) const {
-  return Amax((layer & 1) == 0 ? kResidualEven : kResidualOdd);
+AmaxSlot BackendMiniLLM::ResidualSlot(int layer) {
+  return (layer & 1) == 0 ? kResidualEven : kResidualOdd;
 }
+
+Tensor BackendMiniLLM::ResidualAmax(int layer) const { return Amax(ResidualSlot(layer)); }
 
 Tensor BackendMiniLLM::IncomingResidualAmax(int layer) const {
   if (layer == config_.layers - 1 && !config_.final_norm) return Tensor{};

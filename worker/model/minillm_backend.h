@@ -110,8 +110,10 @@ class BackendMiniLLM : public MiniLLM {
   // products, or FSDPD_FP8_AMAX=separate).
   Tensor Amax(AmaxSlot slot) const;
   // The slot of the residual stream's gradient that block `layer`'s backward reads (layer -1:
-  // the embedding's, unused), and the same where that gradient's producer leaves it: absent for
-  // the top block without a final norm (the head's input gradient).
+  // the embedding's, unused): one of the two at the ends of the range, by the layer's parity.
+  // ResidualAmax is its float; IncomingResidualAmax the same where that gradient's producer
+  // leaves it: absent for the top block without a final norm (the head's input gradient).
+  static AmaxSlot ResidualSlot(int layer);
   Tensor ResidualAmax(int layer) const;
   Tensor IncomingResidualAmax(int layer) const;
   // Zeroes slots [first, first + count) before producers raise them (nothing without slots).

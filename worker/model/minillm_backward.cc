@@ -74,7 +74,8 @@ absl::Status BackendMiniLLM::BlockBackward(int layer, const Tensor& block_params
   // The FP8 slots start at zero for the producers below (ForwardToFfnHidden zeroes the middle
   // five again), all but the one holding the amax of the residual gradient this block reads.
   const Tensor residual_amax = IncomingResidualAmax(layer);
-  FSDPD_RETURN_IF_ERROR(ZeroAmaxes((layer & 1) == 0 ? kQkvX : kResidualEven, kAmaxSlots - 1));
+  FSDPD_RETURN_IF_ERROR(
+      ZeroAmaxes(ResidualSlot(layer) == kResidualEven ? kQkvX : kResidualEven, kAmaxSlots - 1));
   // Recompute what was not kept. Both ways leave norm2's output in row_scratch_ and rewrite
   // the saved statistics with the very same values. The block whose forward ran last still has
   // its shared set (its backward comes first): it needs only norm2 again.
