@@ -3,8 +3,8 @@
 // forward tokens/s (forward plus log-softmax NLL, the `eval` work) and the matmul shader's
 // TFLOP/s, each with cooperative matrices and with the tiled shader, and the time to place the
 // weights zero-copy and through staging; with --causal also decoding's tokens/s through the
-// qkv cache (the `generate` work); --decode-only times decoding alone, in both of matvec.comp's
-// layouts (and int8's third), with cooperative matrices and zero-copy weights, then each of
+// qkv cache (the `generate` work); --decode-only times decoding alone, in each of matvec.comp's
+// layouts (and int8's wide words), with cooperative matrices and zero-copy weights, then each of
 // decoding's products alone (TimeMatvecs); --export-only writes the export and
 // stops (bench/llama_cpp/edge_vs_llama.sh converts it for llama.cpp). Random weights time the
 // same as trained ones.
@@ -629,8 +629,8 @@ int main(int argc, char** argv) {
                "write a descriptor set for every dispatch instead of keeping one per "
                "(pipeline, buffers) pair");
   app.add_flag("--decode-only", decode_only,
-               "with --causal: only decoding, in matvec.comp's narrow and wide layouts (and wide "
-               "words with --weights int8)");
+               "with --causal: only decoding, in each of matvec.comp's layouts (narrow, wide, "
+               "and wide with 2 and 4 columns a subgroup; also wide words with --weights int8)");
   bool export_only = false;
   app.add_flag("--export-only", export_only,
                "only write the random export to --model (for fsdpd-edge and other runtimes) and "
@@ -783,8 +783,9 @@ int main(int argc, char** argv) {
     variants.clear();
   }
   if (decode_only && !variants.empty()) {  // (a --sweep-only run has no variant left)
-    std::vector<VulkanOptions::MatvecLayout> layouts = {VulkanOptions::MatvecLayout::kNarrow,
-                                                        VulkanOptions::MatvecLayout::kWide};
+    std::vector<VulkanOptions::MatvecLayout> layouts = {
+        VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide,
+        VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4};
     // Words a lane change only the int8 matvec (edge/shaders/matvec_int8.comp).
     if (int8) layouts.push_back(VulkanOptions::MatvecLayout::kWideWords);
     for (const auto layout : layouts) failures += run_variant(variants.front(), layout);

@@ -7,10 +7,12 @@
 #     default and with each lever off:
 #     --submit-every 0 (one submit a token) and --no-fuse-into-linear (each norm, SiLU, add and
 #     cache copy its own dispatch); with int8 weights also the wide-words matvec;
-#   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it;
-#     int8 also with --matvec wide-words).
+#   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it)
+#     with each --matvec of MATVECS (default "auto wide-2 wide-4"; int8 also wide-words).
 # From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
 #   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
+# LEVERS="default" runs edge_bench by default only (the levers' names: default, submit-every-0,
+# no-fuse).
 # EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout.
 set -uo pipefail
 edge=${1:?EDGE_DIR}
@@ -25,16 +27,22 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
     --vocab 32000 --model "$model" >/dev/null || exit 1
   for round in $(seq "$rounds"); do
     for weights in auto int8; do
-      for lever in "" "--submit-every 0" "--no-fuse-into-linear"; do
+      for lever_name in ${LEVERS:-default submit-every-0 no-fuse}; do
+        case $lever_name in
+          default) lever="" ;;
+          submit-every-0) lever="--submit-every 0" ;;
+          no-fuse) lever="--no-fuse-into-linear" ;;
+          *) echo "edge_decode_ab.sh: unknown lever $lever_name" >&2; exit 2 ;;
+        esac
         log=$out/$name-$weights-${lever// /}-$round.txt
         # shellcheck disable=SC2086  # the lever is words
-        timeout 120 "$edge/edge_bench" --causal --decode-only --seq 256 --weights "$weights" \
+        timeout 180 "$edge/edge_bench" --causal --decode-only --seq 256 --weights "$weights" \
           --model "$model" --reuse-model $lever >"$log" 2>&1
-        sed -n "s|^\[.*, matvec \([a-z ]*\)\] .*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p
+        sed -n "s|^\[.*, matvec \([a-z0-9, ]*\)\] .*|\1|p; s|^  decoding (batch 1): .*then \([0-9]*\) tokens/s.*|\1|p
                 s|^  a token's matvecs back to back: \([0-9.]*\) ms.*|(matvecs alone \1 ms)|p" \
           "$log" | paste -sd' ' | sed "s|^|$name $weights ${lever:-default} round $round: |"
       done
-      for matvec in auto $([ "$weights" = int8 ] && echo wide-words); do
+      for matvec in ${MATVECS:-auto wide-2 wide-4} $([ "$weights" = int8 ] && echo wide-words); do
         timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
           --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" --matvec "$matvec" \
           2>&1 >/dev/null |

@@ -83,8 +83,9 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
   command
       ->add_option("--matvec", options->matvec,
                    "decoding's matvec layout: auto (narrow on a CPU device, wide elsewhere), "
-                   "narrow, wide, or wide-words (wide, with int8 weights read a word a lane)")
-      ->check(CLI::IsMember({"auto", "narrow", "wide", "wide-words"}));
+                   "narrow, wide, wide-words (wide, with int8 weights read a word a lane), or "
+                   "wide-2 and wide-4 (wide, 2 or 4 output columns a subgroup)")
+      ->check(CLI::IsMember({"auto", "narrow", "wide", "wide-words", "wide-2", "wide-4"}));
   command->add_flag("--no-coop-matrix", options->no_coop,
                     "use the tiled matmul even where cooperative matrices exist");
   command->add_flag("--staging", options->staging,
@@ -129,7 +130,9 @@ absl::StatusOr<Loaded> Load(const RunOptions& options, int64_t batch) {
                            : options.matvec == "wide" ? VulkanOptions::MatvecLayout::kWide
                            : options.matvec == "wide-words"
                                ? VulkanOptions::MatvecLayout::kWideWords
-                               : VulkanOptions::MatvecLayout::kAuto;
+                           : options.matvec == "wide-2" ? VulkanOptions::MatvecLayout::kWide2
+                           : options.matvec == "wide-4" ? VulkanOptions::MatvecLayout::kWide4
+                                                        : VulkanOptions::MatvecLayout::kAuto;
     vulkan.cooperative_matrix = !options.no_coop;
     vulkan.force_staging = options.staging;
     vulkan.validation = options.validate;

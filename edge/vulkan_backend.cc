@@ -97,7 +97,7 @@ class VulkanBackendImpl : public VulkanBackend {
         pipelines_->MatmulPath(), ", attention ", pipelines_->AttentionPath(), ", weights ",
         zero_copy_ ? "zero-copy (device-local host-visible heap)" : "uploaded through staging",
         pipelines_->half_inputs ? ", matmul inputs fp16" : "", ", decoding's matvec ",
-        pipelines_->matvec_wide ? "wide" : "narrow",
+        pipelines_->MatvecPath(),
         pipelines_->int8 ? absl::StrCat("; ", pipelines_->Int8Path()) : "");
   }
   int validation_errors() const override { return context_->validation_errors(); }
@@ -329,7 +329,9 @@ class VulkanBackendImpl : public VulkanBackend {
     if (rows <= kMatvecRows) {
       // matvec.comp: a block of the matmul would compute BM rows for these few, and its grid
       // would hold a handful of workgroups.
-      const int64_t columns = pipelines_->matvec_wide ? kMatvecWideColumns : kMatvecColumns;
+      const int64_t columns = pipelines_->matvec_wide
+                                  ? kMatvecWideColumns * pipelines_->subgroup_columns
+                                  : kMatvecColumns;
       const int64_t groups = (out_features + columns - 1) / columns;
       const int64_t width =
           std::min<int64_t>(groups, context_->limits().maxComputeWorkGroupCount[0]);
@@ -594,6 +596,10 @@ const char* MatvecLayoutName(VulkanOptions::MatvecLayout layout) {
       return "wide";
     case VulkanOptions::MatvecLayout::kWideWords:
       return "wide words";
+    case VulkanOptions::MatvecLayout::kWide2:
+      return "wide, 2 columns a subgroup";
+    case VulkanOptions::MatvecLayout::kWide4:
+      return "wide, 4 columns a subgroup";
     case VulkanOptions::MatvecLayout::kAuto:
       break;
   }

@@ -67,9 +67,17 @@ struct VulkanOptions {
   // 8 lanes a workgroup, an element a lane a step; kWide, 4 columns of 32 lanes reading 16-byte
   // vectors (far more loads in flight); kWideWords, the wide layout whose int8 matvec reads a
   // 4-byte word a lane instead, so that the lanes' x reads are contiguous (fp16 weights read
-  // as in kWide; edge/shaders/matvec_int8.comp). kAuto: narrow on a CPU device (lavapipe ran it
-  // fastest), wide on every other.
-  enum class MatvecLayout { kAuto, kNarrow, kWide, kWideWords } matvec_layout = MatvecLayout::kAuto;
+  // as in kWide; edge/shaders/matvec_int8.comp); kWide2 and kWide4, the wide layout computing 2
+  // or 4 output columns a subgroup, each read of x serving all of them. kAuto: narrow on a CPU
+  // device (lavapipe ran it fastest), wide on every other.
+  enum class MatvecLayout {
+    kAuto,
+    kNarrow,
+    kWide,
+    kWideWords,
+    kWide2,
+    kWide4
+  } matvec_layout = MatvecLayout::kAuto;
   // Decoding's ops folded into its projections (Backend::FusedLinear, matvec.comp): the RMSNorm
   // before a projection, the SiLU after ffn.0, the residual add after out_proj and ffn.2, and the
   // qkv written straight into the cache: 60 fewer dispatches a token for 12 layers. Off: each op
@@ -141,7 +149,8 @@ class VulkanBackend : public Backend {
 absl::StatusOr<std::unique_ptr<VulkanBackend>> CreateVulkanBackend(const VulkanOptions& options);
 
 // A matvec layout as the backend line names it once int8 weights are placed ("int8 weights:
-// matvec wide words, …"): "narrow", "wide", "wide words"; "auto" for kAuto.
+// matvec wide words, …"): "narrow", "wide", "wide words", "wide, 2 columns a subgroup", "wide, 4
+// columns a subgroup"; "auto" for kAuto.
 const char* MatvecLayoutName(VulkanOptions::MatvecLayout layout);
 
 }  // namespace fsdpd::edge

@@ -1,6 +1,7 @@
 #include "edge/vulkan_pipelines.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -110,16 +111,25 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwiseHalfOut, &elementwise_half));
   }
   int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords;
+  subgroup_columns = options.matvec_layout == VulkanOptions::MatvecLayout::kWide2   ? 2
+                     : options.matvec_layout == VulkanOptions::MatvecLayout::kWide4 ? 4
+                                                                                    : 1;
   matvec_wide =
       options.matvec_layout == VulkanOptions::MatvecLayout::kWide || int8_words ||
+      subgroup_columns > 1 ||
       (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto && context.info().type != "cpu");
   if (half_inputs) {
     FSDPD_RETURN_IF_ERROR(
-        Make(matvec_wide ? Shader::kMatvecF16HalfXWide : Shader::kMatvecF16HalfX, &matvec_half));
+        Make(MatvecVariant({Shader::kMatvecF16HalfX, Shader::kMatvecF16HalfXWide,
+                            Shader::kMatvecF16HalfXWide2, Shader::kMatvecF16HalfXWide4}),
+             &matvec_half));
   }
-  const Shader narrow_or_wide = fp16 ? (matvec_wide ? Shader::kMatvecF16Wide : Shader::kMatvecF16)
-                                     : (matvec_wide ? Shader::kMatvecWide : Shader::kMatvec);
-  FSDPD_RETURN_IF_ERROR(Make(narrow_or_wide, &matvec));
+  FSDPD_RETURN_IF_ERROR(Make(fp16
+                                 ? MatvecVariant({Shader::kMatvecF16, Shader::kMatvecF16Wide,
+                                                  Shader::kMatvecF16Wide2, Shader::kMatvecF16Wide4})
+                                 : MatvecVariant({Shader::kMatvec, Shader::kMatvecWide,
+                                                  Shader::kMatvecWide2, Shader::kMatvecWide4}),
+                             &matvec));
   if (coop && context.info().subgroup_vote) {
     // Attention on the same fragments where the matmul has them (and subgroup votes); a
     // refusal keeps the vector shader, and Describe() says so.
@@ -153,12 +163,14 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
 
 absl::Status VulkanPipelines::BuildInt8(int threads) {
   if (int8) return absl::OkStatus();
-  const Shader fp32_x = int8_words    ? Shader::kMatvecInt8Words
-                        : matvec_wide ? Shader::kMatvecInt8Wide
-                                      : Shader::kMatvecInt8;
-  const Shader fp16_x = int8_words    ? Shader::kMatvecInt8HalfXWords
-                        : matvec_wide ? Shader::kMatvecInt8HalfXWide
-                                      : Shader::kMatvecInt8HalfX;
+  const Shader fp32_x = int8_words
+                            ? Shader::kMatvecInt8Words
+                            : MatvecVariant({Shader::kMatvecInt8, Shader::kMatvecInt8Wide,
+                                             Shader::kMatvecInt8Wide2, Shader::kMatvecInt8Wide4});
+  const Shader fp16_x =
+      int8_words ? Shader::kMatvecInt8HalfXWords
+                 : MatvecVariant({Shader::kMatvecInt8HalfX, Shader::kMatvecInt8HalfXWide,
+                                  Shader::kMatvecInt8HalfXWide2, Shader::kMatvecInt8HalfXWide4});
   FSDPD_RETURN_IF_ERROR(Make(fp32_x, &matvec_int8));
   if (half_inputs) FSDPD_RETURN_IF_ERROR(Make(fp16_x, &matvec_int8_half));
   if (coop) {
@@ -199,16 +211,24 @@ absl::Status VulkanPipelines::BuildInt8(int threads) {
   return absl::OkStatus();
 }
 
+Shader VulkanPipelines::MatvecVariant(const std::array<Shader, 4>& variants) const {
+  if (!matvec_wide) return variants[0];
+  return variants[subgroup_columns == 4 ? 3 : subgroup_columns == 2 ? 2 : 1];
+}
+
+std::string VulkanPipelines::MatvecPath() const {
+  if (!matvec_wide) return "narrow";
+  if (subgroup_columns == 1) return "wide";
+  return absl::StrCat("wide, ", subgroup_columns, " columns a subgroup");
+}
+
 std::string VulkanPipelines::Int8Path() const {
   if (!int8) return "";
   std::vector<std::string> names;
   for (const MatmulPipeline& matmul : int8_matmuls) names.push_back(matmul.name);
   return absl::StrCat(
-      "int8 weights: matvec ",
-      int8_words    ? "wide words"
-      : matvec_wide ? "wide"
-                    : "narrow",
-      ", matmul ", absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
+      "int8 weights: matvec ", int8_words ? "wide words" : MatvecPath(), ", matmul ",
+      absl::StrJoin(names, ", "), int8_matmuls.size() > 1 ? " (tuned per shape)" : "",
       int8_coop_refused.empty()
           ? ""
           : absl::StrCat(" (the cooperative-matrix int8 pipeline was refused: ", int8_coop_refused,

@@ -6,6 +6,7 @@
 // edge/.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +57,11 @@ struct VulkanPipelines {
   // Describe()'s parts: how the matmul and attention run, and why not faster where refused.
   std::string MatmulPath() const;
   std::string AttentionPath() const;
+  // The matvec's layout as MatvecLayoutName names it (int8's wide words aside).
+  std::string MatvecPath() const;
+  // Of a matvec shader's {narrow, wide, wide 2 columns, wide 4 columns} variants, the one this
+  // layout runs.
+  Shader MatvecVariant(const std::array<Shader, 4>& variants) const;
   // VulkanBackend::pipeline_statistics: each matmul candidate's, or one line saying why none.
   std::vector<std::string> Statistics() const;
 
@@ -73,6 +79,8 @@ struct VulkanPipelines {
   Pipeline matvec, matvec_half;
   bool matvec_wide = false;
   bool int8_words = false;  // the int8 matvec reads a word a lane (MatvecLayout::kWideWords)
+  // Output columns a subgroup of the wide matvec computes (MatvecLayout::kWide2, kWide4).
+  int subgroup_columns = 1;
   // Whether the matmul runs on cooperative matrices (the extension is enabled and some block
   // was built); else why not, where a pipeline was refused.
   bool coop = false;

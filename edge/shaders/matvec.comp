@@ -14,6 +14,11 @@
 //    used, so that a column's lanes cover 512 consecutive bytes a read; four times the
 //    invocations and far more bytes in flight. A K not a multiple of 8 takes the narrow one's
 //    element loop. On lavapipe the vector reads ran slower (unpacking halves on the CPU).
+//  - wide, several columns a subgroup (-DVECTOR_READS -DSUBGROUP_COLUMNS=C, C of 2 or 4): the
+//    wide reads, but a column group of 32 lanes computes C consecutive output columns, each x
+//    read (and, with FLAG_NORM, its square and norm weight) serving the C rows of weights beside
+//    it. Each column's products are added in the wide layout's order: the same bits. A column
+//    past N reads the last row again, and writes nothing.
 //
 // Numerics as matmul.comp: with -DWEIGHTS_F16 x is rounded to fp16 (-DX_F16: it is fp16 in
 // memory already), the products and sums fp32. Workgroups past the dispatch's x extent continue
@@ -35,6 +40,10 @@
 #ifndef LANES
 #define LANES 8
 #endif
+#ifndef SUBGROUP_COLUMNS
+#define SUBGROUP_COLUMNS 1
+#endif
+#define NC SUBGROUP_COLUMNS  // output columns a column group computes (its "slot")
 #define THREADS (COLUMNS * LANES)
 #define ROWS 4
 #define IN_FLIGHT 4  // vector reads a lane issues before using them
@@ -151,93 +160,101 @@ float XValue(uint index) {
 #endif
 }
 
+// Eight inputs of row r from element 8·index on, as the products read them: with FLAG_NORM the
+// fp32 residual times the norm weight, its squares added to `square`.
+Eight ProductInputs(uint r, uint vectors, uint index, bool norm, inout float square) {
+  if (!norm) return Inputs(r * vectors + index);
+  Eight inputs = RawInputs(r * vectors + index);
+  square += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
+  const Eight g = NormWeights(index);
+  inputs.low *= g.low;
+  inputs.high *= g.high;
+  return inputs;
+}
+
 void main() {
   const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
   const uint slot = MatvecSlot();
   const uint lane = MatvecLane();
-  const uint column = group * COLUMNS + slot;
-  const bool in_range = column < p.n;
+  const uint first = (group * COLUMNS + slot) * NC;  // the slot's first column
+  const bool in_range = first < p.n;
   const bool norm = (p.flags & FLAG_NORM) != 0u;
-  float sums[ROWS], squares[ROWS];  // the products; x² for FLAG_NORM
+  // The slot's columns, the last row standing in for those past N (read, never written).
+  uint columns[NC];
+  [[unroll]] for (uint c = 0; c < NC; ++c) columns[c] = min(first + c, p.n - 1u);
+  float sums[NC][ROWS], squares[ROWS];  // the products a column; x² for FLAG_NORM
   [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-    sums[r] = 0.0;
+    [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] = 0.0;
     squares[r] = 0.0;
   }
   if (in_range && kVectorReads && p.k % 8 == 0) {
     const uint vectors = p.k / 8;  // a row's, of 8 elements each
-    const uint row_start = column * vectors;
     uint v = lane;
     for (; v + (IN_FLIGHT - 1) * LANES < vectors; v += IN_FLIGHT * LANES) {
-      Packed weights[IN_FLIGHT];
-      [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) weights[i] = Weights(row_start + v + i * LANES);
+      Packed weights[NC][IN_FLIGHT];
+      [[unroll]] for (uint c = 0; c < NC; ++c) {
+        [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) {
+          weights[c][i] = Weights(columns[c] * vectors + v + i * LANES);
+        }
+      }
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           [[unroll]] for (uint i = 0; i < IN_FLIGHT; ++i) {
-            const uint at = r * vectors + v + i * LANES;
-            Eight inputs;
-            if (norm) {
-              inputs = RawInputs(at);
-              squares[r] += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
-              const Eight g = NormWeights(v + i * LANES);
-              inputs.low *= g.low;
-              inputs.high *= g.high;
-            } else {
-              inputs = Inputs(at);
+            const Eight inputs = ProductInputs(r, vectors, v + i * LANES, norm, squares[r]);
+            [[unroll]] for (uint c = 0; c < NC; ++c) {
+              const Eight w8 = Open(weights[c][i]);
+              sums[c][r] += dot(w8.low, inputs.low) + dot(w8.high, inputs.high);
             }
-            const Eight w8 = Open(weights[i]);
-            sums[r] += dot(w8.low, inputs.low) + dot(w8.high, inputs.high);
           }
         }
       }
     }
     for (; v < vectors; v += LANES) {
-      const Eight weights = Open(Weights(row_start + v));
+      Eight weights[NC];
+      [[unroll]] for (uint c = 0; c < NC; ++c) weights[c] = Open(Weights(columns[c] * vectors + v));
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
-          Eight inputs;
-          if (norm) {
-            inputs = RawInputs(r * vectors + v);
-            squares[r] += dot(inputs.low, inputs.low) + dot(inputs.high, inputs.high);
-            const Eight g = NormWeights(v);
-            inputs.low *= g.low;
-            inputs.high *= g.high;
-          } else {
-            inputs = Inputs(r * vectors + v);
+          const Eight inputs = ProductInputs(r, vectors, v, norm, squares[r]);
+          [[unroll]] for (uint c = 0; c < NC; ++c) {
+            sums[c][r] += dot(weights[c].low, inputs.low) + dot(weights[c].high, inputs.high);
           }
-          sums[r] += dot(weights.low, inputs.low) + dot(weights.high, inputs.high);
         }
       }
     }
   } else if (in_range) {
     for (uint kk = lane; kk < p.k; kk += LANES) {
-      const float weight = float(w[column * p.k + kk]);
+      float weight[NC];
+      [[unroll]] for (uint c = 0; c < NC; ++c) weight[c] = float(w[columns[c] * p.k + kk]);
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           if (norm) {
             const float value_x = float(x[r * p.k + kk]);
             squares[r] += value_x * value_x;
-            sums[r] += weight * (value_x * float(norm_weight[kk]));
+            const float normed = value_x * float(norm_weight[kk]);
+            [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += weight[c] * normed;
           } else {
-            sums[r] += weight * XValue(r * p.k + kk);
+            const float value_x = XValue(r * p.k + kk);
+            [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += weight[c] * value_x;
           }
         }
       }
     }
   }
-  const float total = SumOverLanes(sums, p.m, slot, lane);
   float square_total = 0.0;
-  if (norm) {  // uniform
-    barrier();  // the shared-memory path's partials are read before they are written again
-    square_total = SumOverLanes(squares, p.m, slot, lane);
-  }
-  if (in_range && lane < p.m) {
-    float value = total;
-    // rmsnorm.comp's scale, of the same sum of squares in another order.
-    if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);
-    if ((p.flags & FLAG_BIAS) != 0u) value += float(bias[column]);
-    if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
-    // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
-    const uint at = p.out_offset + lane * p.n + column;
-    result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+  if (norm) square_total = SumOverLanes(squares, p.m, slot, lane);  // uniform
+  [[unroll]] for (uint c = 0; c < NC; ++c) {
+    // The shared-memory path's partials are read before they are written again (uniform).
+    if (!LanesInSubgroup() && (norm || c > 0)) barrier();
+    const float total = SumOverLanes(sums[c], p.m, slot, lane);
+    if (in_range && first + c < p.n && lane < p.m) {
+      float value = total;
+      // rmsnorm.comp's scale, of the same sum of squares in another order.
+      if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);
+      if ((p.flags & FLAG_BIAS) != 0u) value += float(bias[first + c]);
+      if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
+      // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
+      const uint at = p.out_offset + lane * p.n + first + c;
+      result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+    }
   }
 }

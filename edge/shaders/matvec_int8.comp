@@ -14,6 +14,10 @@
 //    contiguous 512 bytes (fp32) a read. With 16 weights a read (wide), the lanes' x reads lie
 //    64 bytes apart, and each of the four x reads a step touches 2 KiB of cache lines:
 //    four times the L1 traffic of the weights' own, for half the weight bytes of fp16.
+//  - wide, several columns a subgroup (-DVECTOR_READS -DSUBGROUP_COLUMNS=C, C of 2 or 4): the
+//    wide reads, but a column group of 32 lanes computes C consecutive output columns; each x
+//    read serves the C rows of weights beside it, so x is read once per C columns. A column
+//    past N reads the last row again, and writes nothing.
 // Where K is not a multiple of VEC, a lane reads one weight a step (its byte out of the word).
 // Each read's VEC products are summed in fp32, then times the group's scale (the same
 // products, summed in another order than q·scale·x one by one: fp32's dot-product bound).
@@ -30,6 +34,10 @@
 #ifndef LANES
 #define LANES 8
 #endif
+#ifndef SUBGROUP_COLUMNS
+#define SUBGROUP_COLUMNS 1
+#endif
+#define NC SUBGROUP_COLUMNS  // output columns a column group computes (its "slot")
 #define THREADS (COLUMNS * LANES)
 #define ROWS 4
 #define IN_FLIGHT 4  // uvec4 reads a lane issues before using them (wide; 4× as many words)
@@ -132,33 +140,37 @@ void main() {
   const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
   const uint slot = MatvecSlot();
   const uint lane = MatvecLane();
-  const uint column = group * COLUMNS + slot;
-  const bool in_range = column < p.n;
+  const uint first = (group * COLUMNS + slot) * NC;  // the slot's first column
+  const bool in_range = first < p.n;
   const uint scale_base = ScaleBase(p.n, p.k);
   const uint groups = (p.k + GROUP - 1) / GROUP;  // a row's scales
   const bool norm = (p.flags & FLAG_NORM) != 0u;
-  float sums[ROWS], squares[ROWS];  // the products; x² for FLAG_NORM
+  // The slot's columns, the last row standing in for those past N (read, never written).
+  uint columns[NC];
+  [[unroll]] for (uint c = 0; c < NC; ++c) columns[c] = min(first + c, p.n - 1u);
+  float sums[NC][ROWS], squares[ROWS];  // the products a column; x² for FLAG_NORM
   [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-    sums[r] = 0.0;
+    [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] = 0.0;
     squares[r] = 0.0;
   }
   if (in_range && p.k % VEC == 0) {
     // Every row starts on a read's boundary (the buffer is bound at offset 0), and a read lies
     // within one group (GROUP is a multiple of VEC).
     const uint reads = p.k / VEC;  // a row's
-    const uint row_start = column * reads;
-    const uint scale_row = scale_base * 2u + column * groups;  // in halves
-    // READS_IN_FLIGHT reads a lane, all issued before any is used; on a row's last pass the
-    // reads past its end are skipped. The products are added in the order of the reads (v,
-    // then i), whatever READS_IN_FLIGHT is.
+    // READS_IN_FLIGHT reads a lane and column, all issued before any is used; on a row's last
+    // pass the reads past its end are skipped. A column's products are added in the order of
+    // the reads (v, then i), whatever READS_IN_FLIGHT and NC are.
     for (uint v = lane; v < reads; v += READS_IN_FLIGHT * LANES) {
-      Read weights[READS_IN_FLIGHT];
-      float scales[READS_IN_FLIGHT];
-      [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
-        const uint at = v + i * LANES;
-        if (at < reads) {
-          weights[i] = Weights(row_start + at);
-          scales[i] = ScaleAt(0u, scale_row + at * VEC / GROUP);
+      Read weights[NC][READS_IN_FLIGHT];
+      float scales[NC][READS_IN_FLIGHT];
+      [[unroll]] for (uint c = 0; c < NC; ++c) {
+        const uint scale_row = scale_base * 2u + columns[c] * groups;  // in halves
+        [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
+          const uint at = v + i * LANES;
+          if (at < reads) {
+            weights[c][i] = Weights(columns[c] * reads + at);
+            scales[c][i] = ScaleAt(0u, scale_row + at * VEC / GROUP);
+          }
         }
       }
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
@@ -168,13 +180,16 @@ void main() {
             if (at < reads) {
               const uint x_quad = (r * p.k + at * VEC) / 4;
               const uint weight_quad = at * VEC / 4;
-              float dot_q = 0.0;
+              float dot_q[NC];
+              [[unroll]] for (uint c = 0; c < NC; ++c) dot_q[c] = 0.0;
               [[unroll]] for (uint j = 0; j < QUADS; ++j) {
                 const vec4 quad = norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
                                        : Quad(x_quad + j);
-                dot_q += dot(QuadOf(weights[i], j), quad);
+                [[unroll]] for (uint c = 0; c < NC; ++c) {
+                  dot_q[c] += dot(QuadOf(weights[c][i], j), quad);
+                }
               }
-              sums[r] += dot_q * scales[i];
+              [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += dot_q[c] * scales[c][i];
             }
           }
         }
@@ -182,8 +197,11 @@ void main() {
     }
   } else if (in_range) {
     for (uint kk = lane; kk < p.k; kk += LANES) {
-      const float weight =
-          ByteAt(column * p.k + kk) * ScaleAt(scale_base, column * groups + kk / GROUP);
+      float weight[NC];
+      [[unroll]] for (uint c = 0; c < NC; ++c) {
+        weight[c] = ByteAt(columns[c] * p.k + kk) *
+                    ScaleAt(scale_base, columns[c] * groups + kk / GROUP);
+      }
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           float value_x = XValue(r * p.k + kk);
@@ -191,24 +209,25 @@ void main() {
             squares[r] += value_x * value_x;
             value_x *= NormAt(kk, p.flags);
           }
-          sums[r] += weight * value_x;
+          [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += weight[c] * value_x;
         }
       }
     }
   }
-  const float total = SumOverLanes(sums, p.m, slot, lane);
   float square_total = 0.0;
-  if (norm) {  // uniform
-    barrier();  // the shared-memory path's partials are read before they are written again
-    square_total = SumOverLanes(squares, p.m, slot, lane);
-  }
-  if (in_range && lane < p.m) {
-    float value = total;
-    if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);  // rmsnorm.comp's scale
-    value += BiasAt(column, p.flags);
-    if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
-    // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
-    const uint at = p.out_offset + lane * p.n + column;
-    result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+  if (norm) square_total = SumOverLanes(squares, p.m, slot, lane);  // uniform
+  [[unroll]] for (uint c = 0; c < NC; ++c) {
+    // The shared-memory path's partials are read before they are written again (uniform).
+    if (!LanesInSubgroup() && (norm || c > 0)) barrier();
+    const float total = SumOverLanes(sums[c], p.m, slot, lane);
+    if (in_range && first + c < p.n && lane < p.m) {
+      float value = total;
+      if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);  // rmsnorm.comp's scale
+      value += BiasAt(first + c, p.flags);
+      if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
+      // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
+      const uint at = p.out_offset + lane * p.n + first + c;
+      result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+    }
   }
 }

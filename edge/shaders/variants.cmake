@@ -58,6 +58,22 @@ edge_shader(kMatvecF16Wide matvec.comp "matvec (fp16), wide" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
 edge_shader(kMatvecF16HalfXWide matvec.comp "matvec (fp16, fp16 x), wide" LAYOUT 5 24
             DEFINES -DWEIGHTS_F16 -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS)
+# The wide layout with 2 or 4 output columns a subgroup, one x read serving them all
+# (VulkanOptions::MatvecLayout::kWide2, kWide4).
+edge_shader(kMatvecWide2 matvec.comp "matvec, wide, 2 columns a subgroup" LAYOUT 5 24
+            DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=2)
+edge_shader(kMatvecF16Wide2 matvec.comp "matvec (fp16), wide, 2 columns a subgroup" LAYOUT 5 24
+            DEFINES -DWEIGHTS_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=2)
+edge_shader(kMatvecF16HalfXWide2 matvec.comp "matvec (fp16, fp16 x), wide, 2 columns a subgroup"
+            LAYOUT 5 24
+            DEFINES -DWEIGHTS_F16 -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=2)
+edge_shader(kMatvecWide4 matvec.comp "matvec, wide, 4 columns a subgroup" LAYOUT 5 24
+            DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=4)
+edge_shader(kMatvecF16Wide4 matvec.comp "matvec (fp16), wide, 4 columns a subgroup" LAYOUT 5 24
+            DEFINES -DWEIGHTS_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=4)
+edge_shader(kMatvecF16HalfXWide4 matvec.comp "matvec (fp16, fp16 x), wide, 4 columns a subgroup"
+            LAYOUT 5 24
+            DEFINES -DWEIGHTS_F16 -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=4)
 
 # The cooperative-matrix matmul in several blocks: rows × columns (BM × BN) by WARPS_M × WARPS_N
 # subgroups, K slice BK; -DGROUP_M=8 launches workgroups in groups of 8 block rows, for L2 reuse.
@@ -179,6 +195,18 @@ edge_shader(kMatvecInt8Words matvec_int8.comp "matvec (int8), wide words" LAYOUT
             DEFINES -DCOLUMNS=4 -DLANES=32 -DWORD_READS)
 edge_shader(kMatvecInt8HalfXWords matvec_int8.comp "matvec (int8, fp16 x), wide words"
             LAYOUT 5 24 DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DWORD_READS)
+# The wide layout with 2 or 4 output columns a subgroup, one x read serving them all
+# (VulkanOptions::MatvecLayout::kWide2, kWide4).
+edge_shader(kMatvecInt8Wide2 matvec_int8.comp "matvec (int8), wide, 2 columns a subgroup"
+            LAYOUT 5 24 DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=2)
+edge_shader(kMatvecInt8HalfXWide2 matvec_int8.comp
+            "matvec (int8, fp16 x), wide, 2 columns a subgroup"
+            LAYOUT 5 24 DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=2)
+edge_shader(kMatvecInt8Wide4 matvec_int8.comp "matvec (int8), wide, 4 columns a subgroup"
+            LAYOUT 5 24 DEFINES -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=4)
+edge_shader(kMatvecInt8HalfXWide4 matvec_int8.comp
+            "matvec (int8, fp16 x), wide, 4 columns a subgroup"
+            LAYOUT 5 24 DEFINES -DX_F16 -DCOLUMNS=4 -DLANES=32 -DVECTOR_READS -DSUBGROUP_COLUMNS=4)
 edge_shader(kMatmulInt8 matmul.comp "matmul (int8)" LAYOUT 4 16
             DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128)
 edge_shader(kMatmulInt8HalfX matmul.comp "matmul (int8, fp16 x)" LAYOUT 4 16

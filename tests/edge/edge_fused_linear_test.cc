@@ -195,7 +195,9 @@ void EdgeFusedLinearTest::ExpectNormLinear(const LinearShape& s, bool silu, Weig
 }
 
 constexpr Matvec kMatvecs[] = {{VulkanOptions::MatvecLayout::kNarrow, "narrow"},
-                               {VulkanOptions::MatvecLayout::kWide, "wide"}};
+                               {VulkanOptions::MatvecLayout::kWide, "wide"},
+                               {VulkanOptions::MatvecLayout::kWide2, "wide, 2 columns"},
+                               {VulkanOptions::MatvecLayout::kWide4, "wide, 4 columns"}};
 
 // The shapes cover matvec.comp's vector path (K a multiple of 8, whole rounds of reads and a
 // remainder), its element path (K ragged), 1 to 4 rows, with and without a bias, and one row of

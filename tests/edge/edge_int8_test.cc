@@ -1,7 +1,7 @@
 // Linear on int8 weights (Backend::Int8Weight) on Vulkan (lavapipe, validation on) against the
 // CPU reference, which multiplies by the same dequantized weights (q · scale in fp32, exact) in
 // fp32: the tiled matmul (matmul.comp -DWEIGHTS_INT8) and decoding's matvec
-// (matvec_int8.comp) in both layouts, with fp32 x and with an fp16 MatmulInput x, on the fp32
+// (matvec_int8.comp) in each layout, with fp32 x and with an fp16 MatmulInput x, on the fp32
 // and the fp16 path; LinearAdd bit for bit against Linear then Add; the buffer's bytes; and each
 // misuse refused with its reason. (The cooperative-matrix int8 blocks cannot run on lavapipe:
 // bench/edge_bench.cc --int8 checks them on a GPU.)
@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "edge/cpu_backend.h"
@@ -85,9 +86,10 @@ class EdgeInt8Test : public ::testing::TestWithParam<VulkanOptions::Precision> {
   bool fp16_ = false;
 };
 
-constexpr VulkanOptions::MatvecLayout kLayouts[] = {VulkanOptions::MatvecLayout::kNarrow,
-                                                    VulkanOptions::MatvecLayout::kWide,
-                                                    VulkanOptions::MatvecLayout::kWideWords};
+constexpr VulkanOptions::MatvecLayout kLayouts[] = {
+    VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide,
+    VulkanOptions::MatvecLayout::kWideWords, VulkanOptions::MatvecLayout::kWide2,
+    VulkanOptions::MatvecLayout::kWide4};
 
 void EdgeInt8Test::ExpectLinearsWithin(const std::vector<LinearShape>& shapes, bool half_x) {
   for (const LinearShape& s : shapes) {
@@ -190,6 +192,50 @@ TEST_P(EdgeInt8Test, TheMatvecMatchesTheReferenceInEachLayout) {
     EXPECT_TRUE(absl::StrContains(
         vulkan_->Describe(), absl::StrCat("int8 weights: matvec ", MatvecLayoutName(layout), ",")))
         << vulkan_->Describe();
+  }
+}
+
+// Linear of shape s on int8 weights in the current backend, its output (poisoned first).
+std::vector<float> LinearOnInt8(Backend& backend, const LinearShape& s, uint64_t seed) {
+  const std::vector<float> x = RandomValues(s.rows * s.in, 1.0f, seed);
+  const std::vector<float> w = SpreadWeights(s.out, s.in, seed + 1);
+  const std::vector<float> b = RandomValues(s.out, 1.0f, seed + 2);
+  std::unique_ptr<Buffer> xs = *backend.Floats(s.rows * s.in);
+  EXPECT_TRUE(backend.WriteFloats(*xs, x.data(), s.rows * s.in).ok());
+  std::unique_ptr<Buffer> ws = *backend.Int8Weight(*QuantizeInt8("w", w.data(), s.out, s.in));
+  std::unique_ptr<Buffer> bs = *backend.Weight(b.data(), s.out);
+  const int64_t count = s.rows * s.out;
+  std::vector<float> out(static_cast<size_t>(count), std::nanf(""));
+  std::unique_ptr<Buffer> outs = *backend.Floats(count);
+  EXPECT_TRUE(backend.WriteFloats(*outs, out.data(), count).ok());
+  const absl::Status linear =
+      backend.Linear(*xs, *ws, s.bias ? bs.get() : nullptr, s.rows, s.in, s.out, *outs);
+  EXPECT_TRUE(linear.ok()) << linear;
+  EXPECT_TRUE(backend.ReadFloats(*outs, out.data(), count).ok());
+  return out;
+}
+
+// Several columns a subgroup read x once for all of them, but add each column's products in the
+// wide layout's order: the wide layout's bits, in every column of every shape (N odd, and
+// columns past the last whole workgroup of 4·C).
+TEST_P(EdgeInt8Test, SubgroupColumnsGiveTheWideLayoutsBits) {
+  Use(VulkanOptions::MatvecLayout::kWide);
+  std::vector<std::vector<float>> wide;
+  for (const LinearShape& s : kMatvecShapes) wide.push_back(LinearOnInt8(*vulkan_, s, 51));
+  for (const auto layout :
+       {VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4}) {
+    SCOPED_TRACE(MatvecLayoutName(layout));
+    Use(layout);
+    for (size_t i = 0; i < kMatvecShapes.size(); ++i) {
+      const LinearShape& s = kMatvecShapes[i];
+      SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out);
+      const std::vector<float> got = LinearOnInt8(*vulkan_, s, 51);
+      ASSERT_EQ(got.size(), wide[i].size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(absl::bit_cast<uint32_t>(got[j]), absl::bit_cast<uint32_t>(wide[i][j]))
+            << "out[" << j << "]: " << got[j] << " against the wide layout's " << wide[i][j];
+      }
+    }
   }
 }
 

@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "edge/cpu_backend.h"
@@ -132,9 +133,8 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
     vulkan_.reset();
     vulkan_ = testing::ValidatedVulkan(GetParam(), layout);
     ASSERT_NE(vulkan_, nullptr);
-    const bool wide = layout == VulkanOptions::MatvecLayout::kWide;
     EXPECT_TRUE(absl::StrContains(vulkan_->Describe(),
-                                  wide ? "decoding's matvec wide" : "decoding's matvec narrow"))
+                                  absl::StrCat("decoding's matvec ", MatvecLayoutName(layout))))
         << vulkan_->Describe();
   }
 
@@ -143,8 +143,9 @@ class EdgeKernelsTest : public ::testing::TestWithParam<VulkanOptions::Precision
   bool fp16_ = false;
 };
 
-constexpr VulkanOptions::MatvecLayout kMatvecLayouts[] = {VulkanOptions::MatvecLayout::kNarrow,
-                                                          VulkanOptions::MatvecLayout::kWide};
+constexpr VulkanOptions::MatvecLayout kMatvecLayouts[] = {
+    VulkanOptions::MatvecLayout::kNarrow, VulkanOptions::MatvecLayout::kWide,
+    VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4};
 
 TEST_P(EdgeKernelsTest, LinearMatchesTheReferenceAtTileAndRaggedShapes) {
   // Against the matmul shaders' 128×128 output blocks, 16-deep K slices and vector loads: whole
@@ -166,12 +167,12 @@ TEST_P(EdgeKernelsTest, LinearMatchesTheReferenceAtTileAndRaggedShapes) {
                        {5, 64, 70, true}});
 }
 
-TEST_P(EdgeKernelsTest, MatvecMatchesTheReferenceInBothLayouts) {
+TEST_P(EdgeKernelsTest, MatvecMatchesTheReferenceInEachLayout) {
   // matvec.comp's vector path (K a multiple of 8): whole rounds of four reads a lane, a
   // remainder after them, fewer vectors than lanes, a column count past one dispatch dimension;
-  // then its element path (K ragged). Each in both layouts, outputs poisoned first.
+  // then its element path (K ragged). Each in every layout, outputs poisoned first.
   for (const VulkanOptions::MatvecLayout layout : kMatvecLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    SCOPED_TRACE(MatvecLayoutName(layout));
     UseMatvecLayout(layout);
     ExpectLinearsWithin({{4, 1024, 33, true},
                          {1, 2048, 300, false},
@@ -183,13 +184,51 @@ TEST_P(EdgeKernelsTest, MatvecMatchesTheReferenceInBothLayouts) {
   }
 }
 
+// Several columns a subgroup read x once for all of them, but add each column's products in the
+// wide layout's order: the wide layout's bits, in every column (N odd, columns past the last
+// whole workgroup of 4·C, the vector path with a remainder and the element path).
+TEST_P(EdgeKernelsTest, SubgroupColumnsGiveTheWideLayoutsBits) {
+  const std::vector<LinearShape> shapes = {
+      {1, 2048, 300, true}, {4, 1032, 65, false}, {3, 1030, 33, true}, {2, 8, 70001, true}};
+  auto run = [&](const LinearShape& s) {
+    Pair x = Floats(RandomValues(s.rows * s.in, 1.0f, 61));
+    Pair w = Weights(RandomValues(s.out * s.in, 1.0f, 62)),
+         b = Weights(RandomValues(s.out, 1.0f, 63));
+    Pair out = Outputs(s.rows * s.out);
+    const absl::Status linear = vulkan_->Linear(*x.gpu, *w.gpu, s.bias ? b.gpu.get() : nullptr,
+                                                s.rows, s.in, s.out, *out.gpu);
+    EXPECT_TRUE(linear.ok()) << linear;
+    std::vector<float> got(static_cast<size_t>(s.rows * s.out), std::nanf(""));
+    EXPECT_TRUE(vulkan_->ReadFloats(*out.gpu, got.data(), s.rows * s.out).ok());
+    return got;
+  };
+  UseMatvecLayout(VulkanOptions::MatvecLayout::kWide);
+  std::vector<std::vector<float>> wide;
+  for (const LinearShape& s : shapes) wide.push_back(run(s));
+  for (const auto layout :
+       {VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4}) {
+    SCOPED_TRACE(MatvecLayoutName(layout));
+    UseMatvecLayout(layout);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      SCOPED_TRACE(::testing::Message()
+                   << shapes[i].rows << "x" << shapes[i].in << " · " << shapes[i].out);
+      const std::vector<float> got = run(shapes[i]);
+      ASSERT_EQ(got.size(), wide[i].size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(absl::bit_cast<uint32_t>(got[j]), absl::bit_cast<uint32_t>(wide[i][j]))
+            << "out[" << j << "]: " << got[j] << " against the wide layout's " << wide[i][j];
+      }
+    }
+  }
+}
+
 // LinearAdd folds the residual add into matvec.comp: for the same inputs its out is, bit for
 // bit, Linear's result added to out's old values by Add (the product rounded to fp32 first, then
-// one fp32 add in the same order), in both layouts, with and without a bias. More rows than
+// one fp32 add in the same order), in each layout, with and without a bias. More rows than
 // matvec.comp's, and the CPU backend, are refused with the reason.
 TEST_P(EdgeKernelsTest, LinearAddIsLinearThenAddBitForBit) {
   for (const VulkanOptions::MatvecLayout layout : kMatvecLayouts) {
-    SCOPED_TRACE(layout == VulkanOptions::MatvecLayout::kWide ? "wide" : "narrow");
+    SCOPED_TRACE(MatvecLayoutName(layout));
     UseMatvecLayout(layout);
     for (const LinearShape& s : std::vector<LinearShape>{
              {1, 2048, 300, true}, {4, 1032, 65, false}, {3, 24, 5, true}, {2, 33, 70, true}}) {
