@@ -25,9 +25,29 @@ absl::StatusOr<std::unique_ptr<VulkanContext>> VulkanContext::Create(const Vulka
   return context;
 }
 
+VulkanBuffer::~VulkanBuffer() {
+  if (context != nullptr) context->Release(buffer, memory, std::move(charge));
+}
+
+void VulkanContext::Release(VkBuffer buffer, VkDeviceMemory memory, ByteLedger::Charge charge) {
+  released_.push_back({buffer, memory, std::move(charge)});
+  const bool pending = recording_ || std::any_of(batches_.begin(), batches_.end(),
+                                                 [](const Batch& batch) { return batch.pending; });
+  if (!pending) DestroyReleased();
+}
+
+void VulkanContext::DestroyReleased() {
+  for (Released& released : released_) {
+    if (released.buffer != VK_NULL_HANDLE) vkDestroyBuffer(device_, released.buffer, nullptr);
+    if (released.memory != VK_NULL_HANDLE) vkFreeMemory(device_, released.memory, nullptr);
+  }
+  released_.clear();  // and with them their charges
+}
+
 VulkanContext::~VulkanContext() {
   if (device_ == VK_NULL_HANDLE) return;
   vkDeviceWaitIdle(device_);
+  DestroyReleased();
   timer_.reset();
   for (Batch& batch : batches_) {
     if (batch.fence != VK_NULL_HANDLE) vkDestroyFence(device_, batch.fence, nullptr);
@@ -250,7 +270,7 @@ absl::StatusOr<std::unique_ptr<VulkanBuffer>> VulkanContext::CreateBuffer(VkDevi
                                                    " bytes; use a smaller batch or sequence"));
   }
   auto buffer = std::make_unique<VulkanBuffer>();
-  buffer->device = device_;
+  buffer->context = this;
   buffer->id = next_buffer_id_++;
   buffer->bytes = bytes;
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -455,6 +475,7 @@ absl::Status VulkanContext::Finish() {
     const HostSpan span(timer_.get(), "submitting and waiting");
     FSDPD_RETURN_IF_ERROR(Submit(/*wait=*/true));
   }
+  DestroyReleased();
   // Without kept sets, each submit's are dropped once it has run.
   if (!cache_sets_) FSDPD_RETURN_IF_ERROR(ResetDescriptorSets());
   if (timer_ != nullptr) FSDPD_RETURN_IF_ERROR(timer_->Collect());

@@ -36,8 +36,10 @@ struct Pipeline {
   const char* name = "";  // its shader's (ShaderVariant::name), for op times
 };
 
+class VulkanContext;
+
 struct VulkanBuffer : Buffer {
-  VkDevice device = VK_NULL_HANDLE;
+  VulkanContext* context = nullptr;  // which releases it (VulkanContext::Release)
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkDeviceSize bytes = 0;
@@ -48,10 +50,7 @@ struct VulkanBuffer : Buffer {
   // int8 weights (Backend::Int8Weight) of [int8_rows, int8_cols]; 0 for every other buffer.
   int64_t int8_rows = 0;
   int64_t int8_cols = 0;
-  ~VulkanBuffer() override {
-    if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
-    if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
-  }
+  ~VulkanBuffer() override;  // hands the buffer, its memory and charge to context->Release
 };
 
 inline VulkanBuffer& Vk(Buffer& buffer) { return static_cast<VulkanBuffer&>(buffer); }
@@ -128,8 +127,15 @@ class VulkanContext {
   // Records a copy of `bytes` between buffer offsets, then a barrier as Dispatch does.
   absl::Status RecordCopy(VulkanBuffer& from, VkDeviceSize from_offset, VulkanBuffer& to,
                           VkDeviceSize to_offset, VkDeviceSize bytes);
-  // Submits what is recorded and waits for it, and for every batch submitted before it.
+  // Submits what is recorded and waits for it, and for every batch submitted before it; then
+  // destroys the buffers released while commands were pending.
   absl::Status Finish();
+  // Destroys a buffer, frees its memory and returns its bytes to the ledger once no command
+  // that uses it can still run: at once where nothing is recorded or in flight, else at the
+  // next Finish (or when the context closes). Destroying a buffer a pending command reads is
+  // undefined in Vulkan: on lavapipe it corrupted the process's heap (edge_bench freed an
+  // operand whose recorded Add had not been submitted). ~VulkanBuffer calls it.
+  void Release(VkBuffer buffer, VkDeviceMemory memory, ByteLedger::Charge charge);
   // Descriptor sets written so far (each a vkAllocateDescriptorSets and a vkUpdateDescriptorSets).
   int64_t descriptor_sets_written() const { return sets_written_; }
   // The GPU time of each operation Finish has seen run (options.op_times); empty otherwise.
@@ -194,6 +200,14 @@ class VulkanContext {
   // device runs a discrete GPU's path: activations read and written through staging.
   bool map_device_local_ = true;
   uint64_t next_buffer_id_ = 1;
+  // Buffers released while commands were pending (Release), destroyed after the next wait.
+  struct Released {
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    ByteLedger::Charge charge;
+  };
+  std::vector<Released> released_;
+  void DestroyReleased();
   bool recording_ = false;
   bool fp16_ = false;
   bool coop_ = false;

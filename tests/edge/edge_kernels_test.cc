@@ -222,6 +222,32 @@ TEST_P(EdgeKernelsTest, SubgroupColumnsGiveTheWideLayoutsBits) {
   }
 }
 
+// A buffer destroyed while a recorded command still reads it: the command runs on its values,
+// since the context frees its memory only after the next wait (VulkanContext::Release), and the
+// validation layer sees no destroyed buffer in a submitted command. New buffers written before
+// that wait must not take its memory. Destroying it at once corrupted lavapipe's heap
+// (edge_bench's matvec timings aborted in glibc's free).
+TEST_P(EdgeKernelsTest, ABufferDestroyedWithPendingWorkLivesUntilTheWait) {
+  const int64_t count = 4096;
+  const std::vector<float> a = RandomValues(count, 1.0f, 71), b = RandomValues(count, 1.0f, 72);
+  std::unique_ptr<Buffer> out = *vulkan_->Floats(count);
+  {
+    std::unique_ptr<Buffer> x = *vulkan_->Floats(count), y = *vulkan_->Floats(count);
+    ASSERT_TRUE(vulkan_->WriteFloats(*x, a.data(), count).ok());
+    ASSERT_TRUE(vulkan_->WriteFloats(*y, b.data(), count).ok());
+    ASSERT_TRUE(vulkan_->Add(*x, *y, count, *out).ok());  // recorded, not yet submitted
+  }
+  std::vector<std::unique_ptr<Buffer>> others;
+  const std::vector<float> other(static_cast<size_t>(count), 1e6f);
+  for (int i = 0; i < 4; ++i) {
+    others.push_back(*vulkan_->Floats(count));
+    ASSERT_TRUE(vulkan_->WriteFloats(*others.back(), other.data(), count).ok());
+  }
+  std::vector<float> got(static_cast<size_t>(count));
+  ASSERT_TRUE(vulkan_->ReadFloats(*out, got.data(), count).ok());
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "out[" << i << "]";
+}
+
 // LinearAdd folds the residual add into matvec.comp: for the same inputs its out is, bit for
 // bit, Linear's result added to out's old values by Add (the product rounded to fp32 first, then
 // one fp32 add in the same order), in each layout, with and without a bias. More rows than
