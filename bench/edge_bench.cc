@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "base/status_macros.h"
 #include "bench/edge_probes.h"
 #include "edge/cpu_backend.h"
@@ -709,6 +710,7 @@ int main(int argc, char** argv) {
     options.cache_descriptor_sets = !no_set_cache;
     options.fuse_into_linear = !no_fuse_into_linear;
     options.submit_every = submit_every;
+    options.pipeline_statistics = decode_only;  // the matvecs' registers, printed after them
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);
     if (!backend.ok()) return Fail(backend.status());
     // The layout by name: the backend line names the int8 matvec only once int8 weights are
@@ -718,6 +720,10 @@ int main(int argc, char** argv) {
     if (decode_only) {  // on the matrix units where the device has them, else tiled
       absl::Status timed = TimeDecoding(*model, **backend, seq, gemm_flops / (2.0 * rows), weights);
       if (timed.ok()) timed = TimeMatvecs(**backend, config, int8);
+      for (const std::string& line : (*backend)->pipeline_statistics()) {
+        if (absl::StartsWith(line, "matvec"))
+          std::printf("  pipeline statistics, %s\n", line.c_str());
+      }
       return timed.ok() ? 0 : Fail(timed);
     }
     if (variant.coop && !variant.staging && !(*backend)->uses_cooperative_matrix()) {

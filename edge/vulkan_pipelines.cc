@@ -308,6 +308,15 @@ std::vector<std::string> VulkanPipelines::Statistics() const {
     if (!statistics.ok()) return {std::string(statistics.status().message())};
     lines.push_back(absl::StrCat(matmul.name, ": ", *statistics));
   }
+  // Decoding's matvec in its layout, and the int8 one where int8 weights were placed.
+  for (const auto& [name, pipeline] :
+       {std::pair<std::string, const Pipeline*>{"matvec " + MatvecPath(), &matvec},
+        {"matvec int8 " + (int8_words ? std::string("wide words") : MatvecPath()),
+         int8 ? &matvec_int8 : nullptr}}) {
+    if (pipeline == nullptr) continue;
+    absl::StatusOr<std::string> statistics = context.Statistics(*pipeline);
+    if (statistics.ok()) lines.push_back(absl::StrCat(name, ": ", *statistics));
+  }
   return lines;
 }
 

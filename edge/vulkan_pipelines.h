@@ -62,7 +62,8 @@ struct VulkanPipelines {
   // Of a matvec shader's {narrow, wide, wide 2 columns, wide 4 columns} variants, the one this
   // layout runs.
   Shader MatvecVariant(const std::array<Shader, 4>& variants) const;
-  // VulkanBackend::pipeline_statistics: each matmul candidate's, or one line saying why none.
+  // VulkanBackend::pipeline_statistics: each matmul candidate's and the matvecs', or one line
+  // saying why none.
   std::vector<std::string> Statistics() const;
 
   VulkanContext& context;
