@@ -86,29 +86,22 @@ layout(push_constant) uniform Push {
 } p;
 
 // The VEC weights from element VEC·index on, as read: kept packed while in flight (4 registers a
-// read, not 16) and made floats by QuadOf where they are used.
-struct Read {
+// read, not 16) and made floats by QuadOf where they are used. A plain vector, not a struct, and
+// its words picked by constant components, never indexed by a variable: the driver kept an
+// array of structs indexed so in local memory (its statistics showed 112 bytes of it a lane).
 #ifdef VECTOR_READS
-  uvec4 words;
+#define Read uvec4
+Read Weights(uint index) { return wq4[index]; }
 #else
-  uint word;
+#define Read uint
+Read Weights(uint index) { return wq[index]; }
 #endif
-};
-Read Weights(uint index) {
-  Read read;
-#ifdef VECTOR_READS
-  read.words = wq4[index];
-#else
-  read.word = wq[index];
-#endif
-  return read;
-}
 // Weights 4·j … 4·j + 3 of a read, as signed bytes in fp32.
 vec4 QuadOf(Read read, uint j) {
 #ifdef VECTOR_READS
-  return Bytes4(read.words[j]);
+  return Bytes4(j == 0u ? read.x : j == 1u ? read.y : j == 2u ? read.z : read.w);
 #else
-  return Bytes4(read.word);
+  return Bytes4(read);
 #endif
 }
 // Four inputs from element 4·index on.
@@ -158,19 +151,19 @@ void main() {
     // within one group (GROUP is a multiple of VEC).
     const uint reads = p.k / VEC;  // a row's
     // READS_IN_FLIGHT reads a lane and column, all issued before any is used; on a row's last
-    // pass the reads past its end are skipped. A column's products are added in the order of
-    // the reads (v, then i), whatever READS_IN_FLIGHT and NC are.
+    // pass those past its end read its last one again and are not used (every element of the
+    // arrays is written: no undefined one to keep the driver from holding them in registers).
+    // A column's products are added in the order of the reads (v, then i), whatever
+    // READS_IN_FLIGHT and NC are.
     for (uint v = lane; v < reads; v += READS_IN_FLIGHT * LANES) {
       Read weights[NC][READS_IN_FLIGHT];
       float scales[NC][READS_IN_FLIGHT];
       [[unroll]] for (uint c = 0; c < NC; ++c) {
         const uint scale_row = scale_base * 2u + columns[c] * groups;  // in halves
         [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
-          const uint at = v + i * LANES;
-          if (at < reads) {
-            weights[c][i] = Weights(columns[c] * reads + at);
-            scales[c][i] = ScaleAt(0u, scale_row + at * VEC / GROUP);
-          }
+          const uint at = min(v + i * LANES, reads - 1u);
+          weights[c][i] = Weights(columns[c] * reads + at);
+          scales[c][i] = ScaleAt(0u, scale_row + at * VEC / GROUP);
         }
       }
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
