@@ -13,7 +13,8 @@
 #   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
 # LEVERS="default" runs edge_bench by default only (the levers' names: default, submit-every-0,
 # no-fuse).
-# EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout.
+# EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout;
+# the generate lines also in OUT_DIR/generate.txt, and each edge_bench log in OUT_DIR.
 set -uo pipefail
 edge=${1:?EDGE_DIR}
 out=${2:?OUT_DIR}
@@ -46,7 +47,8 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
         timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
           --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" --matvec "$matvec" \
           2>&1 >/dev/null |
-          sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec) round $round:|p"
+          sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec) round $round:|p" |
+          tee -a "$out/generate.txt"
       done
     done
   done
