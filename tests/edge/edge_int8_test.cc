@@ -20,7 +20,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/base/casts.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "edge/cpu_backend.h"
@@ -219,24 +218,9 @@ std::vector<float> LinearOnInt8(Backend& backend, const LinearShape& s, uint64_t
 // wide layout's order: the wide layout's bits, in every column of every shape (N odd, and
 // columns past the last whole workgroup of 4·C).
 TEST_P(EdgeInt8Test, SubgroupColumnsGiveTheWideLayoutsBits) {
-  Use(VulkanOptions::MatvecLayout::kWide);
-  std::vector<std::vector<float>> wide;
-  for (const LinearShape& s : kMatvecShapes) wide.push_back(LinearOnInt8(*vulkan_, s, 51));
-  for (const auto layout :
-       {VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4}) {
-    SCOPED_TRACE(MatvecLayoutName(layout));
-    Use(layout);
-    for (size_t i = 0; i < kMatvecShapes.size(); ++i) {
-      const LinearShape& s = kMatvecShapes[i];
-      SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out);
-      const std::vector<float> got = LinearOnInt8(*vulkan_, s, 51);
-      ASSERT_EQ(got.size(), wide[i].size());
-      for (size_t j = 0; j < got.size(); ++j) {
-        ASSERT_EQ(absl::bit_cast<uint32_t>(got[j]), absl::bit_cast<uint32_t>(wide[i][j]))
-            << "out[" << j << "]: " << got[j] << " against the wide layout's " << wide[i][j];
-      }
-    }
-  }
+  testing::ExpectSubgroupColumnsGiveTheWideBits(
+      kMatvecShapes, [&](VulkanOptions::MatvecLayout layout) { Use(layout); },
+      [&](const LinearShape& s) { return LinearOnInt8(*vulkan_, s, 51); });
 }
 
 // An fp16 x (MatmulInput, as RmsNorm and Silu write it where the matmul reads fp16) on the

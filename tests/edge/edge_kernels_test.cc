@@ -28,7 +28,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/base/casts.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "edge/cpu_backend.h"
@@ -202,24 +201,8 @@ TEST_P(EdgeKernelsTest, SubgroupColumnsGiveTheWideLayoutsBits) {
     EXPECT_TRUE(vulkan_->ReadFloats(*out.gpu, got.data(), s.rows * s.out).ok());
     return got;
   };
-  UseMatvecLayout(VulkanOptions::MatvecLayout::kWide);
-  std::vector<std::vector<float>> wide;
-  for (const LinearShape& s : shapes) wide.push_back(run(s));
-  for (const auto layout :
-       {VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4}) {
-    SCOPED_TRACE(MatvecLayoutName(layout));
-    UseMatvecLayout(layout);
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      SCOPED_TRACE(::testing::Message()
-                   << shapes[i].rows << "x" << shapes[i].in << " · " << shapes[i].out);
-      const std::vector<float> got = run(shapes[i]);
-      ASSERT_EQ(got.size(), wide[i].size());
-      for (size_t j = 0; j < got.size(); ++j) {
-        ASSERT_EQ(absl::bit_cast<uint32_t>(got[j]), absl::bit_cast<uint32_t>(wide[i][j]))
-            << "out[" << j << "]: " << got[j] << " against the wide layout's " << wide[i][j];
-      }
-    }
-  }
+  testing::ExpectSubgroupColumnsGiveTheWideBits(
+      shapes, [&](VulkanOptions::MatvecLayout layout) { UseMatvecLayout(layout); }, run);
 }
 
 // A buffer destroyed while a recorded command still reads it: the command runs on its values,

@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "edge/random_model.h"
 #include "edge/vulkan_backend.h"
 #include "formats/model_metadata.h"
@@ -99,6 +101,34 @@ inline void ExpectLinearAddIsLinearThenAdd(Backend& backend, Buffer& x, Buffer& 
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_EQ(got[i], want[i]) << "out[" << i << "], residual " << residual[i];
     ASSERT_NE(got[i], residual[i]) << "out[" << i << "] kept its old value";
+  }
+}
+
+// The columns-a-subgroup layouts (kWide2, kWide4) against the wide one: `use` switches the
+// backend to a layout, `run` returns a shape's Linear output on it (fresh inputs from the same
+// seeds each time). Each column adds its products in the wide layout's order, so every output
+// must be the wide layout's bits.
+inline void ExpectSubgroupColumnsGiveTheWideBits(
+    const std::vector<LinearShape>& shapes,
+    const std::function<void(VulkanOptions::MatvecLayout)>& use,
+    const std::function<std::vector<float>(const LinearShape&)>& run) {
+  use(VulkanOptions::MatvecLayout::kWide);
+  std::vector<std::vector<float>> wide;
+  for (const LinearShape& s : shapes) wide.push_back(run(s));
+  for (const auto layout :
+       {VulkanOptions::MatvecLayout::kWide2, VulkanOptions::MatvecLayout::kWide4}) {
+    SCOPED_TRACE(MatvecLayoutName(layout));
+    use(layout);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const LinearShape& s = shapes[i];
+      SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.in << " · " << s.out);
+      const std::vector<float> got = run(s);
+      ASSERT_EQ(got.size(), wide[i].size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(absl::bit_cast<uint32_t>(got[j]), absl::bit_cast<uint32_t>(wide[i][j]))
+            << "out[" << j << "]: " << got[j] << " against the wide layout's " << wide[i][j];
+      }
+    }
   }
 }
 
