@@ -13,11 +13,12 @@
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
 //              [--fp32] [--mma-peak] [--staged-breakdown] [--causal [--decode-only]]
-//              [--op-times] [--export-only] [--weights int8]
+//              [--op-times] [--export-only] [--weights int8 [--int8-block NAME]]
 //
 // --weights int8: the linear layers and the head quantized to int8 on load (edge/quantize.h),
 // in the check against the CPU (whose weights are the same dequantized values), the forward, the
-// matmul timings and decoding.
+// matmul timings and decoding. --int8-block pins their matmul to one candidate
+// (VulkanOptions::int8_block), so that each can be checked and timed by name.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -640,6 +641,10 @@ int main(int argc, char** argv) {
   app.add_option("--weights", weights_name,
                  "auto, or int8: the linear layers and the head quantized on load")
       ->check(CLI::IsMember({"auto", "int8"}));
+  std::string int8_block;
+  app.add_option("--int8-block", int8_block,
+                 "with --weights int8: the int8 matmul by name (\"int8 128x256k32cm2h-s\", \"int8 "
+                 "tiled\"; default: each, the fastest per shape)");
   CLI11_PARSE(app, argc, argv);
   const bool int8 = weights_name == "int8";
   const WeightFormat weights = int8 ? WeightFormat::kInt8 : WeightFormat::kAuto;
@@ -691,6 +696,8 @@ int main(int argc, char** argv) {
       {"tiled fp16, zero-copy", false, false, VulkanOptions::Precision::kFp16},
       {"fp16, staging (coop-matrix where present)", true, true, VulkanOptions::Precision::kFp16}};
   if (fp32) variants.push_back({"tiled fp32", false, false, VulkanOptions::Precision::kFp32});
+  // A pinned int8 matmul is one of the first variant's (the others would refuse its name).
+  if (!int8_block.empty()) variants.resize(1);
   std::vector<int32_t> tokens(static_cast<size_t>(rows)), targets(tokens.size());
   std::mt19937 random(1);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -706,6 +713,7 @@ int main(int argc, char** argv) {
     options.force_staging = variant.staging;
     options.precision = variant.precision;
     options.coop_block = coop_block;
+    options.int8_block = int8_block;
     options.op_times = op_times;
     options.cache_descriptor_sets = !no_set_cache;
     options.fuse_into_linear = !no_fuse_into_linear;

@@ -87,6 +87,8 @@ function(edge_shader id source name)
 
   set(output ${edge_table_spirv_dir}/${id}.spv.inc)
   set(built ON)
+  # The headers the shaders include (common.glsl, …): a change rebuilds them all.
+  file(GLOB includes CONFIGURE_DEPENDS ${source_dir}/*.glsl)
   if(ARG_MATRICES STREQUAL "workgroup")
     if(TARGET edge_glsl_to_spirv)
       get_target_property(glslang edge_glsl_to_spirv EDGE_GLSLANG_LIBRARY)
@@ -95,15 +97,13 @@ function(edge_shader id source name)
         # The leak checker of a sanitizer build would fail the tool on glslang's own allocations.
         COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=0
                 $<TARGET_FILE:edge_glsl_to_spirv> ${glslang} ${source} ${output} ${ARG_DEFINES}
-        DEPENDS ${source} edge_glsl_to_spirv
+        DEPENDS ${source} ${includes} edge_glsl_to_spirv
         COMMENT "glslang (slang) ${source_name} ${ARG_DEFINES}"
         VERBATIM)
     else()
       set(built OFF)
     endif()
   else()
-    # The headers the shaders include (common.glsl, …): a change rebuilds them all.
-    file(GLOB includes CONFIGURE_DEPENDS ${source_dir}/*.glsl)
     add_custom_command(
       OUTPUT ${output}
       COMMAND ${Vulkan_GLSLC_EXECUTABLE} --target-env=vulkan1.1 -O -mfmt=c ${ARG_DEFINES}

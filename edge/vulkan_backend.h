@@ -52,6 +52,11 @@ struct VulkanOptions {
   // empty: every block, the fastest chosen per matmul shape when it first runs. An unknown
   // name is refused.
   std::string coop_block;
+  // int8 weights' matmul by the name Describe() gives it ("int8 128x256k32cm2h-s", "int8
+  // tiled"); empty: every candidate, the fastest chosen per shape. A name not built here is
+  // refused when the first int8 weight is placed. A matmul of the other x (fp32 or fp16) than
+  // the named one reads falls back to the tiled int8 shader.
+  std::string int8_block;
   // Where attention runs on cooperative matrices, its shader by name: "subgroup"
   // (attention_coop.comp) or a workgroup-scope one of AttentionCm2Shaders() in edge/shaders.h;
   // empty: each, the fastest chosen per shape. A name not built, or not usable on the device,

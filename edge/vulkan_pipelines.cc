@@ -110,6 +110,7 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     FSDPD_RETURN_IF_ERROR(Make(Shader::kRmsNormF16HalfOut, &rmsnorm_half));
     FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwiseHalfOut, &elementwise_half));
   }
+  int8_block = options.int8_block;
   int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords;
   subgroup_columns = options.matvec_layout == VulkanOptions::MatvecLayout::kWide2   ? 2
                      : options.matvec_layout == VulkanOptions::MatvecLayout::kWide4 ? 4
@@ -173,22 +174,33 @@ absl::Status VulkanPipelines::BuildInt8(int threads) {
                                   Shader::kMatvecInt8HalfXWide2, Shader::kMatvecInt8HalfXWide4});
   FSDPD_RETURN_IF_ERROR(Make(fp32_x, &matvec_int8));
   if (half_inputs) FSDPD_RETURN_IF_ERROR(Make(fp16_x, &matvec_int8_half));
+  std::vector<std::string> names;  // every candidate's, for a refused int8_block
   if (coop) {
     std::vector<MatmulPipeline> candidates;
     std::vector<Shader> shaders;
     for (const Shader shader :
          {Shader::kMatmulCoopInt8, Shader::kMatmulCoopInt8256x128, Shader::kMatmulCoopInt8HalfX,
-          Shader::kMatmulCoopInt8256x128HalfX}) {
+          Shader::kMatmulCoopInt8256x128HalfX, Shader::kMatmulCm2Int8128x256HS,
+          Shader::kMatmulCm2Int8256x128HS, Shader::kMatmulCm2Int8128x128K64HS}) {
       const ShaderVariant& variant = VariantOf(shader);
       if (variant.half_input && !half_inputs) continue;
-      candidates.push_back({{},
-                            variant.block,
-                            absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols, "k",
-                                         variant.slice, variant.half_input ? "h" : ""),
-                            variant.half_input});
+      const bool workgroup = variant.matrices == Matrices::kWorkgroup;
+      if (workgroup && (!context.cm2() || !variant.built())) continue;
+      const std::string name =
+          absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols, "k", variant.slice,
+                       workgroup ? "cm2" : "", variant.half_input ? "h" : "", workgroup ? "-s" : "");
+      names.push_back(name);
+      if (!int8_block.empty() && name != int8_block) continue;
+      candidates.push_back({{}, variant.block, name, variant.half_input});
       shaders.push_back(shader);
     }
     int8_matmuls = BuildEach(std::move(candidates), shaders, threads, &int8_coop_refused);
+  }
+  for (const char* tiled : {"int8 tiled", "int8 tiled-h"}) names.push_back(tiled);
+  if (!int8_block.empty() && std::find(names.begin(), names.end(), int8_block) == names.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("int8 matmul '", int8_block,
+                                                   "' is not built here; the int8 matmuls are ",
+                                                   absl::StrJoin(names, ", ")));
   }
   // The tiled shader for each x the blocks above leave without a candidate (all of them where
   // there are no cooperative matrices).

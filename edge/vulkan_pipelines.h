@@ -99,13 +99,16 @@ struct VulkanPipelines {
   // int8 weights (Backend::Int8Weight), built by BuildInt8 when the first one is placed: the
   // matvec in the layout above (and its fp16-x twin where half_inputs), and the matmul's int8
   // candidates, tuned per shape as the others: where the matmul runs on cooperative matrices,
-  // the subgroup blocks that dequantize to fp16 as they stage (matmul_coop.comp -DWEIGHTS_INT8),
-  // else (or where the driver refused them) the tiled shader; each reading fp32 x and, where
-  // half_inputs, fp16 x (an int8 candidate reads the x it is given: no ToHalf in front).
+  // the subgroup blocks that dequantize to fp16 as they stage (matmul_coop.comp -DWEIGHTS_INT8)
+  // and, with workgroup-scope matrices and fp16 x, the staged workgroup-scope blocks
+  // (matmul_cm2.comp -DWEIGHTS_INT8), else (or where the driver refused them) the tiled shader;
+  // each reading fp32 x and, where half_inputs, fp16 x (an int8 candidate reads the x it is
+  // given: no ToHalf in front). VulkanOptions::int8_block pins one by name.
   bool int8 = false;
   Pipeline matvec_int8, matvec_int8_half;
   std::vector<MatmulPipeline> int8_matmuls;
   std::string int8_coop_refused;
+  std::string int8_block;  // VulkanOptions::int8_block
   absl::Status BuildInt8(int threads);
   // Describe()'s part for int8 weights, once built: how their matmul runs.
   std::string Int8Path() const;

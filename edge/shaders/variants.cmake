@@ -180,9 +180,10 @@ edge_shader(kMatmulCm2128x128K64HS matmul_cm2.comp
             DEFINES -DBM=128 -DBN=128 -DBK=64 -DX_F16 -DSTAGED)
 
 # int8 weights (Backend::Int8Weight; the layout in edge/shaders/int8.glsl): decoding's matvec in
-# each layout, the tiled matmul, and the cooperative-matrix matmul that dequantizes to fp16 as it
-# stages (two blocks), each reading fp32 x or (-DX_F16) an fp16 MatmulInput. The cooperative
-# ones carry no MATMUL name: they are VulkanPipelines::int8_matmuls, not fp16 blocks.
+# each layout, the tiled matmul, and the cooperative-matrix matmuls that dequantize to fp16 as
+# they stage (two subgroup-scope blocks, each reading fp32 x or (-DX_F16) an fp16 MatmulInput;
+# three workgroup-scope blocks, staged by the shader, fp16 x). The cooperative ones carry no
+# MATMUL name: they are VulkanPipelines::int8_matmuls, not fp16 blocks.
 edge_shader(kMatvecInt8 matvec_int8.comp "matvec (int8)" LAYOUT 5 24)
 edge_shader(kMatvecInt8HalfX matvec_int8.comp "matvec (int8, fp16 x)" LAYOUT 5 24
             DEFINES -DX_F16)
@@ -225,3 +226,15 @@ edge_shader(kMatmulCoopInt8256x128HalfX matmul_coop.comp
             "matmul (cooperative matrix, int8, 256x128 block, fp16 x)"
             LAYOUT 4 16 MATRICES subgroup
             DEFINES -DWEIGHTS_INT8 -DX_F16 -DBM=256 -DBN=128 -DWARPS_M=4 -DWARPS_N=2 -DBK=32)
+edge_shader(kMatmulCm2Int8128x256HS matmul_cm2.comp
+            "matmul (workgroup-scope cooperative matrix, int8, 128x256 block, fp16 x, staged by the shader)"
+            LAYOUT 4 16 MATRICES workgroup
+            DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=256 -DBK=32 -DX_F16 -DSTAGED)
+edge_shader(kMatmulCm2Int8256x128HS matmul_cm2.comp
+            "matmul (workgroup-scope cooperative matrix, int8, 256x128 block, fp16 x, staged by the shader)"
+            LAYOUT 4 16 MATRICES workgroup
+            DEFINES -DWEIGHTS_INT8 -DBM=256 -DBN=128 -DBK=32 -DX_F16 -DSTAGED)
+edge_shader(kMatmulCm2Int8128x128K64HS matmul_cm2.comp
+            "matmul (workgroup-scope cooperative matrix, int8, 128x128 block, K slice 64, fp16 x, staged by the shader)"
+            LAYOUT 4 16 MATRICES workgroup
+            DEFINES -DWEIGHTS_INT8 -DBM=128 -DBN=128 -DBK=64 -DX_F16 -DSTAGED)

@@ -5,7 +5,9 @@
 //
 //   edge_glsl_to_spirv LIBRARY SOURCE OUTPUT [-DNAME=VALUE ...]
 //
-// The defines are inserted after the #version line; #include is not supported.
+// The defines are inserted after the #version line. An `#include "name"` line is replaced by the
+// file of that name beside the source (as glslc resolves it; nested ones too), with #line
+// directives that keep diagnostics' line numbers those of the including file after it.
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -53,6 +55,46 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// `text` with each `#include "name"` line replaced by the file `directory`/name, expanded in
+// turn; false with *error set for a file that cannot be read or includes nested too deep (a
+// cycle).
+bool ExpandIncludes(const std::string& text, const std::string& directory, int depth,
+                    std::string* out, std::string* error) {
+  if (depth > 16) {
+    *error = "#include nested deeper than 16 (a cycle?)";
+    return false;
+  }
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    const size_t hash = line.find_first_not_of(" \t");
+    if (hash == std::string::npos || line.compare(hash, 8, "#include") != 0) {
+      *out += line + "\n";
+      continue;
+    }
+    const size_t open = line.find('"', hash + 8);
+    const size_t close = open == std::string::npos ? open : line.find('"', open + 1);
+    if (close == std::string::npos) {
+      *error = "not an #include \"name\" line: " + line;
+      return false;
+    }
+    const std::string path = directory + "/" + line.substr(open + 1, close - open - 1);
+    std::ifstream in(path);
+    if (!in) {
+      *error = "cannot read " + path;
+      return false;
+    }
+    std::stringstream included;
+    included << in.rdbuf();
+    *out += "#line 1\n";
+    if (!ExpandIncludes(included.str(), directory, depth + 1, out, error)) return false;
+    *out += "#line " + std::to_string(number + 1) + "\n";
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,9 +108,12 @@ int main(int argc, char** argv) {
   if (!in) return Fail(std::string("cannot read ") + argv[2]);
   std::stringstream text;
   text << in.rdbuf();
-  std::string source = text.str();
-  if (source.find("#include") != std::string::npos) {
-    return Fail(std::string(argv[2]) + ": #include is not supported by this tool");
+  const std::string path = argv[2];
+  const size_t slash = path.rfind('/');
+  std::string source, error;
+  if (!ExpandIncludes(text.str(), slash == std::string::npos ? "." : path.substr(0, slash), 0,
+                      &source, &error)) {
+    return Fail(path + ": " + error);
   }
   const size_t version_end = source.find('\n');
   if (source.rfind("#version", 0) != 0 || version_end == std::string::npos) {

@@ -319,6 +319,36 @@ TEST_P(EdgeInt8Test, MisusesAreRefusedWithTheReason) {
   EXPECT_TRUE(vulkan_->Finish().ok());
 }
 
+// VulkanOptions::int8_block pins the int8 matmul by the name Describe() gives it, and refuses a
+// name not built here, with the list, when the first int8 weight is placed. (lavapipe has no
+// cooperative matrices: the GPU's blocks are checked by name by edge_bench --int8-block.)
+TEST_P(EdgeInt8Test, TheInt8MatmulIsPinnedByNameOrRefusedWithTheList) {
+  const int64_t out = 8, in = 64;
+  const std::vector<float> w = SpreadWeights(out, in, 53);
+  const Int8Tensor tensor = *QuantizeInt8("w", w.data(), out, in);
+  VulkanOptions options;
+  options.validation = true;
+  options.precision = GetParam();
+  options.int8_block = "int8 128x512k32cm2h-s";
+  std::unique_ptr<VulkanBackend> refusing = testing::VulkanWith(options);
+  ASSERT_NE(refusing, nullptr);
+  const absl::Status refused = refusing->Int8Weight(tensor).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(),
+                                "int8 matmul 'int8 128x512k32cm2h-s' is not built here; the int8 "
+                                "matmuls are "))
+      << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "int8 tiled, int8 tiled-h")) << refused;
+  EXPECT_EQ(refusing->validation_errors(), 0) << refusing->last_validation_error();
+
+  options.int8_block = "int8 tiled";
+  vulkan_ = testing::VulkanWith(options);
+  ASSERT_NE(vulkan_, nullptr);
+  ExpectLinearsWithin({kMatmulShapes[0], kMatmulShapes[3]}, /*half_x=*/false);
+  EXPECT_TRUE(absl::StrContains(vulkan_->Describe(), "matmul int8 tiled"))
+      << vulkan_->Describe();
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeInt8Test,
                          ::testing::Values(VulkanOptions::Precision::kFp32,
                                            VulkanOptions::Precision::kFp16),
