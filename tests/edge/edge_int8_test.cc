@@ -345,8 +345,7 @@ TEST_P(EdgeInt8Test, TheInt8MatmulIsPinnedByNameOrRefusedWithTheList) {
   vulkan_ = testing::VulkanWith(options);
   ASSERT_NE(vulkan_, nullptr);
   ExpectLinearsWithin({kMatmulShapes[0], kMatmulShapes[3]}, /*half_x=*/false);
-  EXPECT_TRUE(absl::StrContains(vulkan_->Describe(), "matmul int8 tiled"))
-      << vulkan_->Describe();
+  EXPECT_TRUE(absl::StrContains(vulkan_->Describe(), "matmul int8 tiled")) << vulkan_->Describe();
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, EdgeInt8Test,
