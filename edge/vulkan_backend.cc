@@ -299,8 +299,9 @@ class VulkanBackendImpl : public VulkanBackend {
     const std::vector<MatmulPipeline>& candidates =
         int8 ? pipelines_->int8_matmuls : pipelines_->matmuls;
     // An fp16 x (MatmulInput) is bound as it is, so only the pipelines that read fp16 x can
-    // take it; an fp32 x reaches those through ToHalf (the fp16 weights' ones; an int8 one
-    // reads the x it is given).
+    // take it; an fp32 x reaches those through ToHalf: the fp16 weights' ones, and the int8
+    // ones on cooperative matrices, whose every block rounds x to fp16 as it stages it anyway
+    // (the tiled int8 shader multiplies an fp32 x as it is, and only its own build reads it).
     const bool half_x = Vk(x).half;
     if (half_x && std::none_of(candidates.begin(), candidates.end(),
                                [](const MatmulPipeline& matmul) { return matmul.half_input; })) {
@@ -346,10 +347,11 @@ class VulkanBackendImpl : public VulkanBackend {
       return Dispatch(matvec, {&x, &weight, &bias_buffer, &out, &norm_buffer}, &push,
                       static_cast<uint32_t>(width), static_cast<uint32_t>(height));
     }
-    // Whether `matmul` can read this x: an fp16 x only a pipeline that reads fp16; an int8
-    // pipeline only the x it was built for (it does not cast through ToHalf).
+    // Whether `matmul` can read this x: an fp16 x only a pipeline that reads fp16; off the
+    // matrix units, an int8 pipeline only the x it was built for (no cast through ToHalf).
+    const bool int8_exact = int8 && !pipelines_->int8_on_matrices;
     auto reads_x = [&](const MatmulPipeline& matmul) {
-      return !(half_x && !matmul.half_input) && !(int8 && matmul.half_input != half_x);
+      return !(half_x && !matmul.half_input) && !(int8_exact && matmul.half_input != half_x);
     };
     auto dispatch = [&](const MatmulPipeline& matmul) -> absl::Status {
       FSDPD_ASSIGN_OR_RETURN(const auto grid, BlockGrid(context_->limits(), "linear", rows,

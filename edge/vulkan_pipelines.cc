@@ -111,7 +111,11 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwiseHalfOut, &elementwise_half));
   }
   int8_block = options.int8_block;
-  int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords;
+  // int8's matvec reads a word a lane wherever the wide layout is automatic: it ran faster than
+  // the uvec4 reads in two H100 calls (bench/RESULTS.md, calls E4 and E7).
+  int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords ||
+               (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto &&
+                context.info().type != "cpu");
   subgroup_columns = options.matvec_layout == VulkanOptions::MatvecLayout::kWide2   ? 2
                      : options.matvec_layout == VulkanOptions::MatvecLayout::kWide4 ? 4
                                                                                     : 1;
@@ -195,6 +199,7 @@ absl::Status VulkanPipelines::BuildInt8(int threads) {
       shaders.push_back(shader);
     }
     int8_matmuls = BuildEach(std::move(candidates), shaders, threads, &int8_coop_refused);
+    int8_on_matrices = !int8_matmuls.empty();
   }
   for (const char* tiled : {"int8 tiled", "int8 tiled-h"}) names.push_back(tiled);
   if (!int8_block.empty() && std::find(names.begin(), names.end(), int8_block) == names.end()) {

@@ -102,9 +102,12 @@ struct VulkanPipelines {
   // the subgroup blocks that dequantize to fp16 as they stage (matmul_coop.comp -DWEIGHTS_INT8)
   // and, with workgroup-scope matrices and fp16 x, the staged workgroup-scope blocks
   // (matmul_cm2.comp -DWEIGHTS_INT8), else (or where the driver refused them) the tiled shader;
-  // each reading fp32 x and, where half_inputs, fp16 x (an int8 candidate reads the x it is
-  // given: no ToHalf in front). VulkanOptions::int8_block pins one by name.
+  // each reading fp32 x and, where half_inputs, fp16 x. On the matrix units an fp32 x may
+  // reach the fp16-x ones through ToHalf (every such block rounds x to fp16 as it stages it);
+  // the tiled int8 shader reads only the x it was built for. VulkanOptions::int8_block pins one
+  // by name.
   bool int8 = false;
+  bool int8_on_matrices = false;  // some cooperative-matrix int8 block was built
   Pipeline matvec_int8, matvec_int8_half;
   std::vector<MatmulPipeline> int8_matmuls;
   std::string int8_coop_refused;
