@@ -111,11 +111,7 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
     FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwiseHalfOut, &elementwise_half));
   }
   int8_block = options.int8_block;
-  // int8's matvec reads a word a lane wherever the wide layout is automatic: it ran faster than
-  // the uvec4 reads in two H100 calls (bench/RESULTS.md, calls E4 and E7).
-  int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords ||
-               (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto &&
-                context.info().type != "cpu");
+  int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords;
   subgroup_columns = options.matvec_layout == VulkanOptions::MatvecLayout::kWide2   ? 2
                      : options.matvec_layout == VulkanOptions::MatvecLayout::kWide4 ? 4
                                                                                     : 1;
