@@ -129,6 +129,18 @@ vec4 NormedQuad(uint x_quad, uint weight_quad, inout float square) {
   return quad * NormQuad(weight_quad, p.flags);
 }
 
+// Read `at` of the slot's columns against row r's x: each column's VEC products summed in fp32
+// (x times the norm weight with FLAG_NORM, its squares added to `square`).
+void ReadDots(uint r, uint at, Read weights[NC], bool norm, inout float square, out float dots[NC]) {
+  const uint x_quad = (r * p.k + at * VEC) / 4;
+  const uint weight_quad = at * VEC / 4;
+  [[unroll]] for (uint c = 0; c < NC; ++c) dots[c] = 0.0;
+  [[unroll]] for (uint j = 0; j < QUADS; ++j) {
+    const vec4 quad = norm ? NormedQuad(x_quad + j, weight_quad + j, square) : Quad(x_quad + j);
+    [[unroll]] for (uint c = 0; c < NC; ++c) dots[c] += dot(QuadOf(weights[c], j), quad);
+  }
+}
+
 void main() {
   const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
   const uint slot = MatvecSlot();
@@ -150,41 +162,45 @@ void main() {
     // Every row starts on a read's boundary (the buffer is bound at offset 0), and a read lies
     // within one group (GROUP is a multiple of VEC).
     const uint reads = p.k / VEC;  // a row's
-    // READS_IN_FLIGHT reads a lane and column, all issued before any is used; on a row's last
-    // pass those past its end read its last one again and are not used (every element of the
-    // arrays is written: no undefined one to keep the driver from holding them in registers).
-    // A column's products are added in the order of the reads (v, then i), whatever
-    // READS_IN_FLIGHT and NC are.
-    for (uint v = lane; v < reads; v += READS_IN_FLIGHT * LANES) {
-      Read weights[NC][READS_IN_FLIGHT];
-      float scales[NC][READS_IN_FLIGHT];
-      [[unroll]] for (uint c = 0; c < NC; ++c) {
-        const uint scale_row = scale_base * 2u + columns[c] * groups;  // in halves
-        [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
-          const uint at = min(v + i * LANES, reads - 1u);
-          weights[c][i] = Weights(columns[c] * reads + at);
-          scales[c][i] = ScaleAt(0u, scale_row + at * VEC / GROUP);
+    // A lane's reads are added in the order of their index, `lane`, `lane + LANES`, …, in both
+    // loops, whatever READS_IN_FLIGHT and NC are. No array is indexed by a variable, nor
+    // written under a condition inside an unrolled loop: glslc left such loops rolled, and the
+    // driver then held their arrays in local memory (bench/RESULTS.md, call E7).
+    uint v = lane;
+    // Whole rounds: READS_IN_FLIGHT reads a lane and column, all issued before any is used.
+    for (; v + (READS_IN_FLIGHT - 1) * LANES < reads; v += READS_IN_FLIGHT * LANES) {
+      Read weights[READS_IN_FLIGHT][NC];
+      float scales[READS_IN_FLIGHT][NC];
+      [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
+        [[unroll]] for (uint c = 0; c < NC; ++c) {
+          weights[i][c] = Weights(columns[c] * reads + v + i * LANES);
+          scales[i][c] = ScaleAt(0u, scale_base * 2u + columns[c] * groups +
+                                         (v + i * LANES) * VEC / GROUP);
         }
       }
       [[unroll]] for (uint r = 0; r < ROWS; ++r) {
         if (r < p.m) {
           [[unroll]] for (uint i = 0; i < READS_IN_FLIGHT; ++i) {
-            const uint at = v + i * LANES;
-            if (at < reads) {
-              const uint x_quad = (r * p.k + at * VEC) / 4;
-              const uint weight_quad = at * VEC / 4;
-              float dot_q[NC];
-              [[unroll]] for (uint c = 0; c < NC; ++c) dot_q[c] = 0.0;
-              [[unroll]] for (uint j = 0; j < QUADS; ++j) {
-                const vec4 quad = norm ? NormedQuad(x_quad + j, weight_quad + j, squares[r])
-                                       : Quad(x_quad + j);
-                [[unroll]] for (uint c = 0; c < NC; ++c) {
-                  dot_q[c] += dot(QuadOf(weights[c][i], j), quad);
-                }
-              }
-              [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += dot_q[c] * scales[c][i];
-            }
+            float dots[NC];
+            ReadDots(r, v + i * LANES, weights[i], norm, squares[r], dots);
+            [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += dots[c] * scales[i][c];
           }
+        }
+      }
+    }
+    // The rest of the row: one read a lane at a time.
+    for (; v < reads; v += LANES) {
+      Read weights[NC];
+      float scales[NC];
+      [[unroll]] for (uint c = 0; c < NC; ++c) {
+        weights[c] = Weights(columns[c] * reads + v);
+        scales[c] = ScaleAt(0u, scale_base * 2u + columns[c] * groups + v * VEC / GROUP);
+      }
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+        if (r < p.m) {
+          float dots[NC];
+          ReadDots(r, v, weights, norm, squares[r], dots);
+          [[unroll]] for (uint c = 0; c < NC; ++c) sums[c][r] += dots[c] * scales[c];
         }
       }
     }
