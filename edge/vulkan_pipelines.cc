@@ -186,9 +186,9 @@ absl::Status VulkanPipelines::BuildInt8(int threads) {
       if (variant.half_input && !half_inputs) continue;
       const bool workgroup = variant.matrices == Matrices::kWorkgroup;
       if (workgroup && (!context.cm2() || !variant.built())) continue;
-      const std::string name =
-          absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols, "k", variant.slice,
-                       workgroup ? "cm2" : "", variant.half_input ? "h" : "", workgroup ? "-s" : "");
+      const std::string name = absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols,
+                                            "k", variant.slice, workgroup ? "cm2" : "",
+                                            variant.half_input ? "h" : "", workgroup ? "-s" : "");
       names.push_back(name);
       if (!int8_block.empty() && name != int8_block) continue;
       candidates.push_back({{}, variant.block, name, variant.half_input});

@@ -42,6 +42,33 @@ TEST_F(GlslToSpirvTest, CompilesTheWorkgroupScopeMatmulToSpirv16Words) {
   EXPECT_EQ(text.str().substr(text.str().size() - 2), "}\n");
 }
 
+// `#include "name"` is the file beside the source, nested includes too (as glslc resolves them),
+// and a diagnostic after an include still names the including file's line.
+TEST_F(GlslToSpirvTest, IncludesAreExpandedAndLineNumbersKept) {
+  const std::string out = dir_.File("int8.inc");
+  CommandOutcome outcome =
+      RunTool(Library() + " " + EDGE_SHADER_DIR + "/matmul_cm2.comp " + out +
+              " -DBM=128 -DBN=256 -DBK=32 -DX_F16 -DSTAGED -DWEIGHTS_INT8");  // int8.glsl
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(std::filesystem::exists(out));
+
+  Write("inner.glsl", "const float kInner = 2.0;\n");
+  Write("outer.glsl", "#include \"inner.glsl\"\nconst float kOuter = kInner * 3.0;\n");
+  const std::string nested = Write(
+      "nested.comp",
+      "#version 450\nlayout(local_size_x = 1) in;\n#include \"outer.glsl\"\n"
+      "layout(std430, binding = 0) buffer B { float b[]; };\nvoid main() { b[0] = kOuter; }\n");
+  outcome = RunTool(Library() + " " + nested + " " + dir_.File("nested.inc"));
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+
+  const std::string broken = Write("broken_after.comp",
+                                   "#version 450\nlayout(local_size_x = 1) in;\n#include "
+                                   "\"outer.glsl\"\nvoid main() { x = ; }\n");
+  outcome = RunTool(Library() + " " + broken + " " + dir_.File("broken.inc"));
+  EXPECT_NE(outcome.exit_code, 0);
+  EXPECT_NE(outcome.output.find(":4:"), std::string::npos) << outcome.output;  // main's line
+}
+
 TEST_F(GlslToSpirvTest, BadInputFailsWithAMessageAndWritesNothing) {
   const std::string out = dir_.File("out.inc");
   CommandOutcome outcome = RunTool(Library() + " " + dir_.File("missing.comp") + " " + out);
@@ -51,7 +78,14 @@ TEST_F(GlslToSpirvTest, BadInputFailsWithAMessageAndWritesNothing) {
   const std::string include = Write("include.comp", "#version 450\n#include \"x.glsl\"\n");
   outcome = RunTool(Library() + " " + include + " " + out);
   EXPECT_NE(outcome.exit_code, 0);
-  EXPECT_NE(outcome.output.find("#include is not supported"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("cannot read " + dir_.File("x.glsl")), std::string::npos)
+      << outcome.output;
+
+  Write("self.glsl", "#include \"self.glsl\"\n");
+  const std::string cycle = Write("cycle.comp", "#version 450\n#include \"self.glsl\"\n");
+  outcome = RunTool(Library() + " " + cycle + " " + out);
+  EXPECT_NE(outcome.exit_code, 0);
+  EXPECT_NE(outcome.output.find("nested deeper than 16"), std::string::npos) << outcome.output;
 
   const std::string broken =
       Write("broken.comp", "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { x = ; }\n");
