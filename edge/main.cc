@@ -82,7 +82,7 @@ void AddRunOptions(CLI::App* command, RunOptions* options) {
       ->check(CLI::IsMember({"auto", "int8"}));
   command
       ->add_option("--matvec", options->matvec,
-                   "decoding's matvec layout: auto (narrow on a CPU device, wide elsewhere), "
+                   "decoding's matvec layout: auto (narrow on a CPU device, wide-2 elsewhere), "
                    "narrow, wide, wide-words (wide, with int8 weights read a word a lane), or "
                    "wide-2 and wide-4 (wide, 2 or 4 output columns a subgroup)")
       ->check(CLI::IsMember({"auto", "narrow", "wide", "wide-words", "wide-2", "wide-4"}));

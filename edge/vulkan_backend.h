@@ -74,7 +74,7 @@ struct VulkanOptions {
   // 4-byte word a lane instead, so that the lanes' x reads are contiguous (fp16 weights read
   // as in kWide; edge/shaders/matvec_int8.comp); kWide2 and kWide4, the wide layout computing 2
   // or 4 output columns a subgroup, each read of x serving all of them. kAuto: narrow on a CPU
-  // device (lavapipe ran it fastest), wide on every other.
+  // device (lavapipe ran it fastest), kWide2 on every other.
   enum class MatvecLayout {
     kAuto,
     kNarrow,

@@ -112,13 +112,17 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
   }
   int8_block = options.int8_block;
   int8_words = options.matvec_layout == VulkanOptions::MatvecLayout::kWideWords;
-  subgroup_columns = options.matvec_layout == VulkanOptions::MatvecLayout::kWide2   ? 2
+  // kAuto on a GPU is the wide layout with 2 columns a subgroup: on an H100 it decoded the seed
+  // shape's int8 weights 17% faster than one column, its fp16 ones as fast, and the small shape
+  // 1–4% slower (bench/RESULTS.md, calls E5, E8 and E9).
+  const bool automatic_wide =
+      options.matvec_layout == VulkanOptions::MatvecLayout::kAuto && context.info().type != "cpu";
+  subgroup_columns = options.matvec_layout == VulkanOptions::MatvecLayout::kWide2 || automatic_wide
+                         ? 2
                      : options.matvec_layout == VulkanOptions::MatvecLayout::kWide4 ? 4
                                                                                     : 1;
-  matvec_wide =
-      options.matvec_layout == VulkanOptions::MatvecLayout::kWide || int8_words ||
-      subgroup_columns > 1 ||
-      (options.matvec_layout == VulkanOptions::MatvecLayout::kAuto && context.info().type != "cpu");
+  matvec_wide = options.matvec_layout == VulkanOptions::MatvecLayout::kWide || int8_words ||
+                subgroup_columns > 1;
   if (half_inputs) {
     FSDPD_RETURN_IF_ERROR(
         Make(MatvecVariant({Shader::kMatvecF16HalfX, Shader::kMatvecF16HalfXWide,
