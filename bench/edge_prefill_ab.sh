@@ -5,9 +5,10 @@
 #   - fsdpd-edge eval --batch 1 --seq 512 over 6 windows (the first untimed), fp16 weights and
 #     --weights int8, as bench/llama_cpp/edge_vs_llama.sh measures pp512;
 #   - edge_bench --weights int8 --int8-block NAME --batch 1 --seq 512 for each NAME of BLOCKS
-#     (default: the subgroup-scope int8 blocks that read fp16 x and the workgroup-scope staged
-#     ones): the matmul against the CPU reference first (worst error over the fp16 bound), then
-#     the forward's tokens/s and each FFN product's TFLOP/s with that block alone.
+#     (names separated by "|"; unset: the subgroup-scope int8 blocks that read fp16 x and the
+#     workgroup-scope staged ones; empty: none): the matmul against the CPU reference first
+#     (worst error over the fp16 bound), then the forward's tokens/s and each FFN product's
+#     TFLOP/s with that block alone.
 # From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
 #   bench/edge_prefill_ab.sh EDGE_DIR OUT_DIR      (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
 # EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). A summary line a run on
@@ -17,7 +18,7 @@ edge=${1:?EDGE_DIR}
 out=${2:?OUT_DIR}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$edge/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-blocks=${BLOCKS:-int8 128x128k32h|int8 256x128k32h|int8 128x256k32cm2h-s|int8 256x128k32cm2h-s|int8 128x128k64cm2h-s}
+blocks=${BLOCKS-int8 128x128k32h|int8 256x128k32h|int8 128x256k32cm2h-s|int8 256x128k32cm2h-s|int8 128x128k64cm2h-s}
 for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
   IFS=: read -r name dim layers heads <<<"$spec"
   model=$out/$name.safetensors
