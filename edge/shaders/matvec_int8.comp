@@ -163,9 +163,10 @@ void main() {
     // within one group (GROUP is a multiple of VEC).
     const uint reads = p.k / VEC;  // a row's
     // A lane's reads are added in the order of their index, `lane`, `lane + LANES`, …, in both
-    // loops, whatever READS_IN_FLIGHT and NC are. No array is indexed by a variable, nor
-    // written under a condition inside an unrolled loop: glslc left such loops rolled, and the
-    // driver then held their arrays in local memory (bench/RESULTS.md, call E7).
+    // loops, whatever READS_IN_FLIGHT and NC are. The reads in flight are used under no
+    // condition: glslc left the loop that guarded each read rolled, so the arrays of reads and
+    // scales were indexed by a variable, and the driver held them in local memory
+    // (bench/RESULTS.md, calls E7 and E8).
     uint v = lane;
     // Whole rounds: READS_IN_FLIGHT reads a lane and column, all issued before any is used.
     for (; v + (READS_IN_FLIGHT - 1) * LANES < reads; v += READS_IN_FLIGHT * LANES) {
