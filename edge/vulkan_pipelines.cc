@@ -168,6 +168,33 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
 
 absl::Status VulkanPipelines::BuildInt8(int threads) {
   if (int8) return absl::OkStatus();
+  // The cooperative-matrix candidates this device can run, by name; a pinned name is checked
+  // before anything is built.
+  std::vector<MatmulPipeline> candidates;
+  std::vector<Shader> shaders;
+  std::vector<std::string> names;
+  for (const Shader shader :
+       {Shader::kMatmulCoopInt8, Shader::kMatmulCoopInt8256x128, Shader::kMatmulCoopInt8HalfX,
+        Shader::kMatmulCoopInt8256x128HalfX, Shader::kMatmulCm2Int8128x256HS,
+        Shader::kMatmulCm2Int8256x128HS, Shader::kMatmulCm2Int8128x128K64HS}) {
+    const ShaderVariant& variant = VariantOf(shader);
+    const bool workgroup = variant.matrices == Matrices::kWorkgroup;
+    if (!coop || (variant.half_input && !half_inputs)) continue;
+    if (workgroup && (!context.cm2() || !variant.built())) continue;
+    const std::string name =
+        absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols, "k", variant.slice,
+                     workgroup ? "cm2" : "", variant.half_input ? "h" : "", workgroup ? "-s" : "");
+    names.push_back(name);
+    if (!int8_block.empty() && name != int8_block) continue;
+    candidates.push_back({{}, variant.block, name, variant.half_input});
+    shaders.push_back(shader);
+  }
+  for (const char* tiled : {"int8 tiled", "int8 tiled-h"}) names.push_back(tiled);
+  if (!int8_block.empty() && std::find(names.begin(), names.end(), int8_block) == names.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("int8 matmul '", int8_block,
+                                                   "' is not built here; the int8 matmuls are ",
+                                                   absl::StrJoin(names, ", ")));
+  }
   const Shader fp32_x = int8_words
                             ? Shader::kMatvecInt8Words
                             : MatvecVariant({Shader::kMatvecInt8, Shader::kMatvecInt8Wide,
@@ -178,34 +205,9 @@ absl::Status VulkanPipelines::BuildInt8(int threads) {
                                   Shader::kMatvecInt8HalfXWide2, Shader::kMatvecInt8HalfXWide4});
   FSDPD_RETURN_IF_ERROR(Make(fp32_x, &matvec_int8));
   if (half_inputs) FSDPD_RETURN_IF_ERROR(Make(fp16_x, &matvec_int8_half));
-  std::vector<std::string> names;  // every candidate's, for a refused int8_block
-  if (coop) {
-    std::vector<MatmulPipeline> candidates;
-    std::vector<Shader> shaders;
-    for (const Shader shader :
-         {Shader::kMatmulCoopInt8, Shader::kMatmulCoopInt8256x128, Shader::kMatmulCoopInt8HalfX,
-          Shader::kMatmulCoopInt8256x128HalfX, Shader::kMatmulCm2Int8128x256HS,
-          Shader::kMatmulCm2Int8256x128HS, Shader::kMatmulCm2Int8128x128K64HS}) {
-      const ShaderVariant& variant = VariantOf(shader);
-      if (variant.half_input && !half_inputs) continue;
-      const bool workgroup = variant.matrices == Matrices::kWorkgroup;
-      if (workgroup && (!context.cm2() || !variant.built())) continue;
-      const std::string name = absl::StrCat("int8 ", variant.block.rows, "x", variant.block.cols,
-                                            "k", variant.slice, workgroup ? "cm2" : "",
-                                            variant.half_input ? "h" : "", workgroup ? "-s" : "");
-      names.push_back(name);
-      if (!int8_block.empty() && name != int8_block) continue;
-      candidates.push_back({{}, variant.block, name, variant.half_input});
-      shaders.push_back(shader);
-    }
+  if (!candidates.empty()) {
     int8_matmuls = BuildEach(std::move(candidates), shaders, threads, &int8_coop_refused);
     int8_on_matrices = !int8_matmuls.empty();
-  }
-  for (const char* tiled : {"int8 tiled", "int8 tiled-h"}) names.push_back(tiled);
-  if (!int8_block.empty() && std::find(names.begin(), names.end(), int8_block) == names.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("int8 matmul '", int8_block,
-                                                   "' is not built here; the int8 matmuls are ",
-                                                   absl::StrJoin(names, ", ")));
   }
   // The tiled shader for each x the blocks above leave without a candidate (all of them where
   // there are no cooperative matrices).

@@ -339,6 +339,8 @@ TEST_P(EdgeInt8Test, TheInt8MatmulIsPinnedByNameOrRefusedWithTheList) {
                                 "matmuls are "))
       << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "int8 tiled, int8 tiled-h")) << refused;
+  // Refused before any pipeline is built: the next placement is refused the same way.
+  EXPECT_EQ(refusing->Int8Weight(tensor).status(), refused);
   EXPECT_EQ(refusing->validation_errors(), 0) << refusing->last_validation_error();
 
   options.int8_block = "int8 tiled";
