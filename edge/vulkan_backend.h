@@ -54,8 +54,9 @@ struct VulkanOptions {
   std::string coop_block;
   // int8 weights' matmul by the name Describe() gives it ("int8 128x256k32cm2h-s", "int8
   // tiled"); empty: every candidate, the fastest chosen per shape. A name not built here is
-  // refused when the first int8 weight is placed. A matmul of the other x (fp32 or fp16) than
-  // the named one reads falls back to the tiled int8 shader.
+  // refused when the first int8 weight is placed. An x the named block cannot read (fp16 x for
+  // a block of fp32 x) runs the tiled int8 shader; on the matrix units an fp32 x may also reach
+  // a named fp16-x block through the cast (the faster of the two per shape).
   std::string int8_block;
   // Where attention runs on cooperative matrices, its shader by name: "subgroup"
   // (attention_coop.comp) or a workgroup-scope one of AttentionCm2Shaders() in edge/shaders.h;
