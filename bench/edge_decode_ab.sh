@@ -12,7 +12,8 @@
 # From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
 #   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
 # LEVERS="default" runs edge_bench by default only (the levers' names: default, submit-every-0,
-# no-fuse).
+# no-fuse); LEVERS="" runs no edge_bench. PICKS="device host" runs each generate also with
+# --pick-on-host (every token's logits read back and picked on the host; default "device").
 # EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout;
 # the generate lines also in OUT_DIR/generate.txt, and each edge_bench log in OUT_DIR.
 set -uo pipefail
@@ -28,7 +29,7 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
     --vocab 32000 --model "$model" >/dev/null || exit 1
   for round in $(seq "$rounds"); do
     for weights in auto int8; do
-      for lever_name in ${LEVERS:-default submit-every-0 no-fuse}; do
+      for lever_name in ${LEVERS-default submit-every-0 no-fuse}; do
         case $lever_name in
           default) lever="" ;;
           submit-every-0) lever="--submit-every 0" ;;
@@ -44,11 +45,15 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
           "$log" | paste -sd' ' | sed "s|^|$name $weights ${lever:-default} round $round: |"
       done
       for matvec in ${MATVECS:-auto wide-2 wide-4} $([ "$weights" = int8 ] && echo wide-words); do
-        timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
-          --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" --matvec "$matvec" \
-          2>&1 >/dev/null |
-          sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec) round $round:|p" |
-          tee -a "$out/generate.txt"
+        for pick in ${PICKS:-device}; do
+          flag=$([ "$pick" = host ] && echo --pick-on-host)
+          # shellcheck disable=SC2086  # the flag is a word or none
+          timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
+            --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" --matvec "$matvec" $flag \
+            2>&1 >/dev/null |
+            sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec, pick $pick) round $round:|p" |
+            tee -a "$out/generate.txt"
+        done
       done
     done
   done

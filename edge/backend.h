@@ -31,6 +31,17 @@ inline absl::Status CheckCopyRange(int64_t from_floats, int64_t from_offset, int
   return absl::OkStatus();
 }
 
+// Argmax's arguments against the buffers' sizes (floats of logits, ids of next and history).
+inline absl::Status CheckArgmax(int64_t vocab, int64_t logits_floats, int64_t next_ids,
+                                int64_t history_ids, int64_t index) {
+  if (vocab < 1 || vocab > logits_floats || next_ids < 1 || index < 0 || index >= history_ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Argmax: a vocab of ", vocab, " in ", logits_floats, " logits, into ",
+                     next_ids, " next ids and history[", index, "] of ", history_ids));
+  }
+  return absl::OkStatus();
+}
+
 class Buffer;
 
 // What Backend::FusedLinear folds into a projection out = x · weightᵀ (+ bias):
@@ -84,6 +95,7 @@ class Backend {
   virtual absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) = 0;
   virtual absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) = 0;
   virtual absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) = 0;
+  virtual absl::Status ReadInts(Buffer& buffer, int32_t* values, int64_t count) = 0;
 
   // out[count, dim] = table[tokens[t]]; ids already checked against the table's rows.
   virtual absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
@@ -131,6 +143,11 @@ class Backend {
   // nll[r] = logsumexp(logits[r]) − logits[r][targets[r]] (log-softmax, cross-entropy).
   virtual absl::Status TokenNll(Buffer& logits, Buffer& targets, int64_t rows, int64_t vocab,
                                 Buffer& nll) = 0;
+  // Greedy decoding's pick of logits[0, vocab) by edge/argmax.h's rule, into the int32 ids
+  // next[0] and history[index], in order with the other operations: the next step's Embedding
+  // reads `next` with no wait for the host, which reads `history` once for several steps.
+  virtual absl::Status Argmax(Buffer& logits, int64_t vocab, Buffer& next, Buffer& history,
+                              int64_t index) = 0;
 
   virtual absl::Status Finish() = 0;
 };

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "edge/argmax.h"
 #include "edge/byte_ledger.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
@@ -117,6 +118,15 @@ class CpuBackend : public Backend {
     std::memcpy(values, Host(buffer).floats.data(), static_cast<size_t>(count) * sizeof(float));
     return absl::OkStatus();
   }
+  absl::Status ReadInts(Buffer& buffer, int32_t* values, int64_t count) override {
+    const std::vector<int32_t>& ints = Host(buffer).ints;
+    if (count < 0 || count > static_cast<int64_t>(ints.size())) {
+      return absl::OutOfRangeError(
+          absl::StrCat("ReadInts of ", count, " ids from a buffer of ", ints.size()));
+    }
+    std::memcpy(values, ints.data(), static_cast<size_t>(count) * sizeof(int32_t));
+    return absl::OkStatus();
+  }
   absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
                          Buffer& out) override {
     cpu::EmbeddingForward(Host(table).floats.data(), Host(tokens).ints.data(), count, dim,
@@ -180,6 +190,16 @@ class CpuBackend : public Backend {
       Host(nll).floats[static_cast<size_t>(r)] = static_cast<float>(
           std::log(sum) + best - row[Host(targets).ints[static_cast<size_t>(r)]]);
     }
+    return absl::OkStatus();
+  }
+  absl::Status Argmax(Buffer& logits, int64_t vocab, Buffer& next, Buffer& history,
+                      int64_t index) override {
+    FSDPD_RETURN_IF_ERROR(CheckArgmax(vocab, static_cast<int64_t>(Host(logits).floats.size()),
+                                      static_cast<int64_t>(Host(next).ints.size()),
+                                      static_cast<int64_t>(Host(history).ints.size()), index));
+    const int32_t pick = GreedyPick(Host(logits).floats.data(), vocab);
+    Host(next).ints[0] = pick;
+    Host(history).ints[static_cast<size_t>(index)] = pick;
     return absl::OkStatus();
   }
   absl::Status Finish() override { return absl::OkStatus(); }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "base/status_macros.h"
+#include "edge/argmax.h"
 #include "formats/mapped_file.h"
 
 namespace fsdpd::edge {
@@ -122,8 +123,22 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
   std::mt19937_64 random(options.seed);
   std::vector<int32_t> text = prompt;
   std::vector<float> logits;
-  for (int64_t n = 0; n < options.new_tokens; ++n) {
+  const bool greedy_on_device = options.kv_cache && options.top_k == 1 && options.pick_on_device;
+  for (int64_t n = 0; n < options.new_tokens;) {
     const int64_t length = std::min<int64_t>(seq, static_cast<int64_t>(text.size()));
+    if (greedy_on_device && n > 0 && runner.cached() < seq) {
+      // Up to kGreedySteps tokens with one wait, as far as the window's end (then a prefill).
+      const int64_t count =
+          std::min({ModelRunner::kGreedySteps, options.new_tokens - n, seq - runner.cached()});
+      std::vector<int32_t> picked;
+      FSDPD_RETURN_IF_ERROR(runner.AppendGreedy(text.back(), count, &picked));
+      for (int32_t token : picked) {
+        text.push_back(token);
+        if (options.on_token) options.on_token(token);
+      }
+      n += count;
+      continue;
+    }
     const float* row = nullptr;
     if (!options.kv_cache) {
       // The window holds the last (up to) seq tokens from position 0, padded after them; with
@@ -142,13 +157,14 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
           runner.Prefill(std::vector<int32_t>(text.end() - length, text.end()), &logits));
       row = logits.data();
     }
-    std::vector<int32_t> order(static_cast<size_t>(config.vocab));
-    for (int32_t v = 0; v < config.vocab; ++v) order[static_cast<size_t>(v)] = v;
+    // Greedy: the rule Backend::Argmax follows on the device (the smallest of equal indices).
+    int32_t next = GreedyPick(row, config.vocab);
     const int k = static_cast<int>(std::min<int64_t>(options.top_k, config.vocab));
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-    int32_t next = order[0];
     if (k > 1) {
+      std::vector<int32_t> order(static_cast<size_t>(config.vocab));
+      for (int32_t v = 0; v < config.vocab; ++v) order[static_cast<size_t>(v)] = v;
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int32_t a, int32_t b) { return row[a] > row[b]; });
       std::vector<double> weights(static_cast<size_t>(k));
       for (int i = 0; i < k; ++i)
         weights[static_cast<size_t>(i)] = std::exp(row[order[i]] - row[order[0]]);
@@ -157,6 +173,7 @@ absl::StatusOr<std::vector<int32_t>> Generate(ModelRunner& runner,
     }
     text.push_back(next);
     if (options.on_token) options.on_token(next);
+    ++n;
   }
   return text;
 }

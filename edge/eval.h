@@ -44,6 +44,10 @@ struct GenerateOptions {
   // Decode through the runner's cache of qkv rows (one position a token) instead of a whole
   // forward over the window for every token. The predictions are the same either way.
   bool kv_cache = true;
+  // Greedy decoding through the cache picks each token on the device (Backend::Argmax) and
+  // reads the picks back every ModelRunner::kGreedySteps tokens, so the device never waits
+  // for the host between tokens. The same tokens as the host's pick, which false keeps.
+  bool pick_on_device = true;
   // Called with each new token as soon as it is chosen (the CLI streams the text so).
   std::function<void(int32_t)> on_token;
 };

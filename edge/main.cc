@@ -320,6 +320,10 @@ int main(int argc, char** argv) {
   bool no_cache = false;
   gen->add_flag("--no-kv-cache", no_cache,
                 "a forward over the whole window for every token (the same predictions, slower)");
+  bool pick_on_host = false;
+  gen->add_flag("--pick-on-host", pick_on_host,
+                "greedy: read every token's logits back and pick on the host (the same tokens; "
+                "by default the device picks and the host reads 16 picks at a time)");
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("devices")) return RunDevices();
@@ -331,6 +335,7 @@ int main(int argc, char** argv) {
     return RunEval(eval_options, text, tokens_path, token_bytes);
   }
   generate.kv_cache = !no_cache;
+  generate.pick_on_device = !pick_on_host;
   if (prompt.empty() && prompt_ids.empty()) {
     std::fprintf(stderr, "fsdpd-edge: generate needs --prompt TEXT or --prompt-ids IDS\n");
     return 1;

@@ -296,11 +296,48 @@ absl::Status ModelRunner::Append(int32_t token, std::vector<float>* logits) {
   return absl::OkStatus();
 }
 
+absl::Status ModelRunner::AppendGreedy(int32_t token, int64_t count, std::vector<int32_t>* picked) {
+  if (cached_ == 0) return absl::FailedPreconditionError("append before prefill: no sequence");
+  if (count < 1 || count > kGreedySteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("greedy steps come 1 to ", kGreedySteps, " at a time, not ", count));
+  }
+  if (cached_ + count > seq_) {
+    return absl::FailedPreconditionError(absl::StrCat("the cache holds ", cached_, " of seq (",
+                                                      seq_, ") positions: no room for ", count,
+                                                      " more; prefill a window to go on"));
+  }
+  FSDPD_RETURN_IF_ERROR(CheckTokens(&token, 1));
+  if (picks_ == nullptr) {
+    FSDPD_ASSIGN_OR_RETURN(picks_, backend_->Ints(kGreedySteps));
+  }
+  const int64_t first = cached_;
+  cached_ = 0;  // a failure below ends the sequence
+  FSDPD_RETURN_IF_ERROR(backend_->WriteInts(*tokens_, &token, 1));
+  for (int64_t step = 0; step < count; ++step) {
+    FSDPD_RETURN_IF_ERROR(DecodeOnDevice(first + step, 1));
+    // The pick is the next step's input (tokens_[0]) without a round trip through the host.
+    FSDPD_RETURN_IF_ERROR(backend_->Argmax(*logits_, config_.vocab, *tokens_, *picks_, step));
+  }
+  picked->resize(static_cast<size_t>(count));
+  FSDPD_RETURN_IF_ERROR(backend_->ReadInts(*picks_, picked->data(), count));
+  cached_ = first + count;
+  return absl::OkStatus();
+}
+
 absl::Status ModelRunner::Decode(const int32_t* tokens, int64_t first, int64_t rows,
                                  std::vector<float>* logits) {
+  FSDPD_RETURN_IF_ERROR(backend_->WriteInts(*tokens_, tokens, rows));
+  FSDPD_RETURN_IF_ERROR(DecodeOnDevice(first, rows));
+  // ReadFloats waits for the work before it; a Finish of its own here would be a second submit
+  // and wait a token where the logits are read through staging.
+  logits->resize(static_cast<size_t>(config_.vocab));
+  return backend_->ReadFloats(*logits_, logits->data(), config_.vocab);
+}
+
+absl::Status ModelRunner::DecodeOnDevice(int64_t first, int64_t rows) {
   const int64_t dim = config_.dim;
   Backend& b = *backend_;
-  FSDPD_RETURN_IF_ERROR(b.WriteInts(*tokens_, tokens, rows));
   FSDPD_RETURN_IF_ERROR(b.Embedding(*embed_, *tokens_, rows, dim, *hidden_));
   FSDPD_RETURN_IF_ERROR(Layers(rows, [&](Layer& layer, size_t index) -> absl::Status {
     // The new qkv rows go straight into the cache, after the cached ones.
@@ -316,11 +353,7 @@ absl::Status ModelRunner::Decode(const int32_t* tokens, int64_t first, int64_t r
     FSDPD_RETURN_IF_ERROR(b.CopyFloats(*hidden_, (rows - 1) * dim, *newest_, 0, dim));
     newest = newest_.get();
   }
-  FSDPD_RETURN_IF_ERROR(Head(*newest, 1));
-  // ReadFloats waits for the work before it; a Finish of its own here would be a second submit
-  // and wait a token where the logits are read through staging.
-  logits->resize(static_cast<size_t>(config_.vocab));
-  return b.ReadFloats(*logits_, logits->data(), config_.vocab);
+  return Head(*newest, 1);
 }
 
 absl::Status ModelRunner::Logits(const std::vector<int32_t>& tokens, std::vector<float>* logits) {

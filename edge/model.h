@@ -66,6 +66,14 @@ class ModelRunner {
   // floats on the backend, allocated by the first Prefill.
   absl::Status Prefill(const std::vector<int32_t>& tokens, std::vector<float>* logits);
   absl::Status Append(int32_t token, std::vector<float>* logits);
+  // Greedy decoding with no wait for the host between tokens: `count` positions after the
+  // cached ones, the first from `token`, each next one the pick (edge/argmax.h) of the one
+  // before, which stays on the device as the next step's input (Backend::Argmax). The count
+  // picks come back together in *picked, the last of them not yet in the cache: what Append
+  // and a host pick would give, count times, with one wait instead of count. 1 ≤ count ≤
+  // kGreedySteps, and the cache must have room for all of them.
+  static constexpr int64_t kGreedySteps = 16;
+  absl::Status AppendGreedy(int32_t token, int64_t count, std::vector<int32_t>* picked);
   int64_t cached() const { return cached_; }  // positions in the cache
 
  private:
@@ -95,6 +103,8 @@ class ModelRunner {
   // `rows` new positions from `first` on, through the cache; the newest one's logits.
   absl::Status Decode(const int32_t* tokens, int64_t first, int64_t rows,
                       std::vector<float>* logits);
+  // Decode's work from the ids already in tokens_, leaving the logits in logits_.
+  absl::Status DecodeOnDevice(int64_t first, int64_t rows);
 
   ExportedModelConfig config_;
   Backend* backend_;
@@ -106,6 +116,7 @@ class ModelRunner {
       ffn_hidden_, activated_, logits_, nll_;
   std::vector<std::unique_ptr<Buffer>> cache_;  // per layer: qkv rows of positions [0, seq)
   std::unique_ptr<Buffer> newest_;              // the newest position's hidden row
+  std::unique_ptr<Buffer> picks_;               // AppendGreedy's picks, kGreedySteps ids
   int64_t cached_ = 0;
   int64_t weight_bytes_ = 0;
 };

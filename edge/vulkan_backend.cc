@@ -221,6 +221,19 @@ class VulkanBackendImpl : public VulkanBackend {
     return absl::OkStatus();
   }
 
+  absl::Status ReadInts(Buffer& buffer, int32_t* values, int64_t count) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("ReadInts", "the buffer", buffer));
+    const VkDeviceSize bytes = static_cast<VkDeviceSize>(count) * 4;
+    if (count < 0 || bytes > Vk(buffer).bytes || Vk(buffer).mapped == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ReadInts of ", count, " ids from a buffer of ", Vk(buffer).bytes / 4,
+          Vk(buffer).mapped == nullptr ? " that the host cannot read (not from Ints)" : ""));
+    }
+    FSDPD_RETURN_IF_ERROR(Finish());
+    std::memcpy(values, Vk(buffer).mapped, bytes);
+    return absl::OkStatus();
+  }
+
   absl::Status Embedding(Buffer& table, Buffer& tokens, int64_t count, int64_t dim,
                          Buffer& out) override {
     FSDPD_RETURN_IF_ERROR(RequireFp32("Embedding", "the table", table));
@@ -528,6 +541,19 @@ class VulkanBackendImpl : public VulkanBackend {
     const uint32_t push[2] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(vocab)};
     auto [x_groups, y_groups] = RowGrid(rows);
     return Dispatch(pipelines_->token_nll, {&logits, &targets, &nll}, push, x_groups, y_groups);
+  }
+
+  absl::Status Argmax(Buffer& logits, int64_t vocab, Buffer& next, Buffer& history,
+                      int64_t index) override {
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Argmax", "the logits", logits));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Argmax", "next", next));
+    FSDPD_RETURN_IF_ERROR(RequireFp32("Argmax", "the history", history));
+    FSDPD_RETURN_IF_ERROR(CheckArgmax(vocab, static_cast<int64_t>(Vk(logits).bytes / 4),
+                                      static_cast<int64_t>(Vk(next).bytes / 4),
+                                      static_cast<int64_t>(Vk(history).bytes / 4), index));
+    FSDPD_RETURN_IF_ERROR(CheckIndex("argmax", vocab));
+    const uint32_t push[2] = {static_cast<uint32_t>(vocab), static_cast<uint32_t>(index)};
+    return Dispatch(pipelines_->argmax, {&logits, &next, &history}, push, 1, 1);
   }
 
   absl::Status Finish() override { return context_->Finish(); }

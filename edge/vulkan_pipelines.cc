@@ -32,9 +32,9 @@ absl::StatusOr<std::unique_ptr<VulkanPipelines>> VulkanPipelines::Build(
 }
 
 VulkanPipelines::~VulkanPipelines() {
-  for (Pipeline* p : {&embedding, &elementwise, &rmsnorm, &token_nll, &attention, &attention_decode,
-                      &attention_decode_combine, &to_half, &rmsnorm_half, &elementwise_half,
-                      &matvec, &matvec_half, &matvec_int8, &matvec_int8_half}) {
+  for (Pipeline* p : {&embedding, &elementwise, &rmsnorm, &token_nll, &argmax, &attention,
+                      &attention_decode, &attention_decode_combine, &to_half, &rmsnorm_half,
+                      &elementwise_half, &matvec, &matvec_half, &matvec_int8, &matvec_int8_half}) {
     context.DestroyPipeline(p);
   }
   for (MatmulPipeline& matmul : matmuls) context.DestroyPipeline(&matmul.pipeline);
@@ -53,6 +53,7 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
   FSDPD_RETURN_IF_ERROR(Make(Shader::kElementwise, &elementwise));
   FSDPD_RETURN_IF_ERROR(Make(fp16 ? Shader::kRmsNormF16 : Shader::kRmsNorm, &rmsnorm));
   FSDPD_RETURN_IF_ERROR(Make(Shader::kTokenNll, &token_nll));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kArgmax, &argmax));
   FSDPD_RETURN_IF_ERROR(Make(Shader::kAttention, &attention));
   FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecode, &attention_decode));
   FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecodeCombine, &attention_decode_combine));

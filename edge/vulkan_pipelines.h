@@ -67,7 +67,7 @@ struct VulkanPipelines {
   std::vector<std::string> Statistics() const;
 
   VulkanContext& context;
-  Pipeline embedding, elementwise, rmsnorm, token_nll, attention;
+  Pipeline embedding, elementwise, rmsnorm, token_nll, argmax, attention;
   Pipeline attention_decode;  // CausalAttentionAt of a few rows (decoding)
   Pipeline attention_decode_combine;
   Pipeline to_half;  // wherever fp16 is on

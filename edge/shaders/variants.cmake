@@ -31,6 +31,7 @@ edge_shader(kRmsNormF16 rmsnorm.comp "rmsnorm (fp16)" LAYOUT 3 12 DEFINES -DWEIG
 edge_shader(kRmsNormF16HalfOut rmsnorm.comp "rmsnorm (fp16, fp16 out)" LAYOUT 3 12
             DEFINES -DWEIGHTS_F16 -DOUT_F16)
 edge_shader(kTokenNll token_nll.comp "token_nll" LAYOUT 3 8)
+edge_shader(kArgmax argmax.comp "argmax" LAYOUT 3 8)
 # Attention's push constants are edge/vulkan_backend.cc's AttentionPush (28 bytes); the shaders on
 # matrices read its first 24. attention_decode.comp takes a few new positions against a cache,
 # a slice of keys a workgroup; attention_decode_combine.comp adds its slices.

@@ -21,6 +21,8 @@ if(TARGET fsdpd_edge)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_int8_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_kernels_test LABEL integration TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_kernels_test.cc LIBS fsdpd_edge)
+  fsdpd_test(edge_argmax_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_argmax_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_batches_test LABEL integration
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_batches_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_fused_linear_test LABEL integration TIMEOUT 300

@@ -234,7 +234,10 @@ TEST_F(EdgeCliTest, OpTimesPrintEachShadersGpuTimeAfterTheRun) {
 }
 
 TEST_F(EdgeCliTest, NoVulkanDeviceIsAClearError) {
-  const std::string none = "VK_ICD_FILENAMES=" + dir_.File("no_such_icd.json");
+  // Both names of the loader's driver list: VK_DRIVER_FILES, where the caller set it (as the
+  // GPU machine's scripts do), takes precedence over VK_ICD_FILENAMES.
+  const std::string absent = dir_.File("no_such_icd.json");
+  const std::string none = "VK_ICD_FILENAMES=" + absent + " VK_DRIVER_FILES=" + absent;
   ExpectError(RunEdge("devices", none),
               "no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)");
   ExpectError(RunEdge("eval " + model_ + " --text " + text_, none), "mesa-vulkan-drivers");

@@ -26,6 +26,7 @@
 #include <map>
 #include <vector>
 
+#include "edge/argmax.h"
 #include "edge/cpu_backend.h"
 #include "edge/eval.h"
 #include "edge/model.h"
@@ -324,6 +325,98 @@ TEST_F(EdgeModelTest, GreedyGenerationIsTheSameOnVulkanAndTheCpu) {
   }
   EXPECT_EQ(texts[0], texts[1]);
   EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
+}
+
+// Greedy decoding with the picks left on the device (ModelRunner::AppendGreedy, 16 tokens a
+// wait) writes the text that reading every token's logits back writes: across a run of 16,
+// to the window's end (a shorter run) and past it (the window slides and every token is a
+// prefill), on the CPU and both Vulkan paths, each token streamed as it is read back.
+TEST_F(EdgeModelTest, PicksLeftOnTheDeviceWriteTheTextOfPicksOnTheHost) {
+  const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 3);
+  GenerationBackends backends;
+  ASSERT_NE(backends.fp32, nullptr);
+  ASSERT_NE(backends.fp16, nullptr);
+  for (Backend* backend : backends.All()) {
+    SCOPED_TRACE(backend->Describe());
+    std::vector<std::vector<int32_t>> texts;
+    for (bool on_device : {false, true}) {
+      GenerateOptions options;
+      options.new_tokens = kSeq + 4;  // 1 from the prefill, 16, 12 to the window's end, then 7
+      options.pick_on_device = on_device;
+      std::vector<int32_t> streamed;
+      options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
+      absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+          ModelRunner::Create(model_, backend, 1, kSeq);
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
+      ASSERT_TRUE(text.ok()) << text.status();
+      ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
+      EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
+      texts.push_back(*text);
+    }
+    EXPECT_EQ(texts[0], texts[1]);
+  }
+  backends.ExpectNoValidationErrors();
+}
+
+// AppendGreedy leaves the cache that Append and the host's picks leave: the logits of the
+// next token appended to each are the same bits (the same operations in the same order). A
+// text alone would not show a misplaced cache row: this small model's greedy picks mostly
+// follow the last token.
+TEST_F(EdgeModelTest, GreedyStepsLeaveTheCacheThatAppendLeaves) {
+  const std::vector<int32_t> prompt(corpus_.begin(), corpus_.begin() + 5);
+  GenerationBackends backends;
+  ASSERT_NE(backends.fp32, nullptr);
+  ASSERT_NE(backends.fp16, nullptr);
+  for (Backend* backend : backends.All()) {
+    SCOPED_TRACE(backend->Describe());
+    absl::StatusOr<std::unique_ptr<ModelRunner>> device =
+        ModelRunner::Create(model_, backend, 1, kSeq);
+    absl::StatusOr<std::unique_ptr<ModelRunner>> host =
+        ModelRunner::Create(model_, backend, 1, kSeq);
+    ASSERT_TRUE(device.ok() && host.ok());
+    std::vector<float> logits, device_logits, host_logits;
+    ASSERT_TRUE((*device)->Prefill(prompt, &logits).ok());
+    ASSERT_TRUE((*host)->Prefill(prompt, &logits).ok());
+    const int32_t token = corpus_[5];
+    std::vector<int32_t> picked;
+    ASSERT_TRUE((*device)->AppendGreedy(token, 7, &picked).ok());
+    std::vector<int32_t> host_picked;
+    int32_t next = token;
+    for (int step = 0; step < 7; ++step) {
+      ASSERT_TRUE((*host)->Append(next, &logits).ok());
+      next = GreedyPick(logits.data(), static_cast<int64_t>(logits.size()));
+      host_picked.push_back(next);
+    }
+    EXPECT_EQ(picked, host_picked);
+    ASSERT_EQ((*device)->cached(), (*host)->cached());
+    ASSERT_TRUE((*device)->Append(corpus_[20], &device_logits).ok());
+    ASSERT_TRUE((*host)->Append(corpus_[20], &host_logits).ok());
+    EXPECT_EQ(device_logits, host_logits);
+  }
+  backends.ExpectNoValidationErrors();
+}
+
+// AppendGreedy's refusals leave the sequence as it was: no room in the cache, a count out of
+// range, a token past the vocabulary; before any prefill there is no sequence.
+TEST_F(EdgeModelTest, GreedyStepsOutsideTheCacheAreRefused) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      ModelRunner::Create(model_, cpu.get(), 1, 8);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  std::vector<int32_t> picked;
+  EXPECT_EQ((*runner)->AppendGreedy(1, 1, &picked).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<float> logits;
+  ASSERT_TRUE((*runner)->Prefill({1, 2, 3}, &logits).ok());
+  EXPECT_EQ((*runner)->AppendGreedy(1, 6, &picked).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*runner)->AppendGreedy(1, 0, &picked).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*runner)->AppendGreedy(1, ModelRunner::kGreedySteps + 1, &picked).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*runner)->AppendGreedy(256, 1, &picked).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*runner)->cached(), 3);
+  ASSERT_TRUE((*runner)->AppendGreedy(1, 5, &picked).ok());
+  EXPECT_EQ(picked.size(), 5u);
+  EXPECT_EQ((*runner)->cached(), 8);
 }
 
 // The qkv cache changes the cost, not the predictions: greedy and top-k text with and without
