@@ -122,7 +122,8 @@ fi
 [ -f "$src/ggml/src/ggml-vulkan/CMakeLists.txt" ] ||
   die "$src is not a llama.cpp source tree with ggml-vulkan"
 
-# ggml-vulkan finds SPIRV-Headers by its CMake package: the pinned ones, installed (headers only).
+# ggml-vulkan asks for SPIRV-Headers' CMake package and then includes spirv.hpp from the
+# include path (where a Vulkan SDK puts it): the pinned ones, installed, on both.
 prefix=$work/prefix
 if [ ! -d "$prefix/share/cmake/SPIRV-Headers" ]; then
   cmake -S "$tp/spirv-headers" -B "$work/spirv-headers-build" -DCMAKE_INSTALL_PREFIX="$prefix" \
@@ -134,6 +135,7 @@ build=$work/llama-build
 if [ ! -f "$build/build.ninja" ]; then
   say "llama.cpp configure"
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_CXX_FLAGS="-isystem $prefix/include" \
     -DGGML_VULKAN=ON -DVulkan_GLSLC_EXECUTABLE="$glslc" \
     -DVulkan_INCLUDE_DIR="$vk_include" \
     -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
@@ -146,9 +148,9 @@ fi
 say "llama.cpp build"
 ninja -C "$build" -j "$jobs" llama-bench llama-quantize
 
-# Which shader paths the configure accepted (GGML_VULKAN_*_GLSLC_SUPPORT in its cache).
-grep -E "^GGML_VULKAN_[A-Z0-9_]*GLSLC_SUPPORT" "$build/CMakeCache.txt" |
-  tee "$work/shader_paths.txt" || echo "no GLSLC_SUPPORT entries in the cache" >&2
+# Which shader paths the configure's tests of glslc accepted ("GL_… supported by glslc").
+grep -E "supported by glslc" "$work/configure.log" | sed 's/^-- //' | tee "$work/shader_paths.txt" ||
+  echo "build_vulkan.sh: the configure log names no shader path glslc supports" >&2
 
 out=$work/vulkan
 rm -rf "$out" && mkdir -p "$out/lib"
