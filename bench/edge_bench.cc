@@ -622,6 +622,9 @@ int main(int argc, char** argv) {
   bool no_fuse_into_linear = false;
   app.add_flag("--no-fuse-into-linear", no_fuse_into_linear,
                "decode with each norm, SiLU, residual add and cache copy as its own dispatch");
+  bool separate_combine = false;
+  app.add_flag("--separate-combine", separate_combine,
+               "decode with the attention's slices added by a dispatch of their own");
   int submit_every = VulkanOptions{}.submit_every;
   app.add_option("--submit-every", submit_every,
                  "commands recorded before they are submitted without waiting (0: one submit at "
@@ -717,6 +720,7 @@ int main(int argc, char** argv) {
     options.op_times = op_times;
     options.cache_descriptor_sets = !no_set_cache;
     options.fuse_into_linear = !no_fuse_into_linear;
+    options.combine_in_attention = !separate_combine;
     options.submit_every = submit_every;
     options.pipeline_statistics = decode_only;  // the matvecs' registers, printed after them
     absl::StatusOr<std::unique_ptr<VulkanBackend>> backend = CreateVulkanBackend(options);

@@ -5,15 +5,18 @@
 #   - edge_bench --causal --decode-only (a warm-up round, then seq/2 tokens after a prompt of
 #     seq/2; narrow and wide matvec layouts; then a token's matvecs alone, back to back), by
 #     default and with each lever off:
-#     --submit-every 0 (one submit a token) and --no-fuse-into-linear (each norm, SiLU, add and
-#     cache copy its own dispatch); with int8 weights also the wide-words matvec;
+#     --submit-every 0 (one submit a token), --no-fuse-into-linear (each norm, SiLU, add and
+#     cache copy its own dispatch) and, when LEVERS names it, --separate-combine (attention's
+#     slices added by a dispatch of their own); with int8 weights also the wide-words matvec;
 #   - fsdpd-edge generate --warmup 1 (tg128 after an 8-token prompt, as edge_vs_llama.sh runs it)
-#     with each --matvec of MATVECS (default "auto wide-2 wide-4"; int8 also wide-words).
+#     with each --matvec of MATVECS (default "auto wide-2 wide-4", and int8 also wide-words; "":
+#     no generate).
 # From the repository root on the GPU machine, the Vulkan loader set up as edge_bench.sh says:
 #   bench/edge_decode_ab.sh EDGE_DIR OUT_DIR [ROUNDS]     (SPECS="NAME:DIM:LAYERS:HEADS ..." for others)
 # LEVERS="default" runs edge_bench by default only (the levers' names: default, submit-every-0,
-# no-fuse); LEVERS="" runs no edge_bench. PICKS="device host" runs each generate also with
-# --pick-on-host (every token's logits read back and picked on the host; default "device").
+# no-fuse, separate-combine); LEVERS="" runs no edge_bench. PICKS="device host" runs each
+# generate also with --pick-on-host (every token's logits read back and picked on the host;
+# default "device").
 # EDGE_DIR holds fsdpd-edge and edge_bench (libraries in EDGE_DIR/lib). One line a run on stdout;
 # the generate lines also in OUT_DIR/generate.txt, and each edge_bench log in OUT_DIR.
 set -uo pipefail
@@ -34,6 +37,7 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
           default) lever="" ;;
           submit-every-0) lever="--submit-every 0" ;;
           no-fuse) lever="--no-fuse-into-linear" ;;
+          separate-combine) lever="--separate-combine" ;;
           *) echo "edge_decode_ab.sh: unknown lever $lever_name" >&2; exit 2 ;;
         esac
         log=$out/$name-$weights-${lever// /}-$round.txt
@@ -44,7 +48,8 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
                 s|^  a token's matvecs back to back: \([0-9.]*\) ms.*|(matvecs alone \1 ms)|p" \
           "$log" | paste -sd' ' | sed "s|^|$name $weights ${lever:-default} round $round: |"
       done
-      for matvec in ${MATVECS:-auto wide-2 wide-4} $([ "$weights" = int8 ] && echo wide-words); do
+      extra=$([ "$weights" = int8 ] && [ -z "${MATVECS+set}" ] && echo wide-words)
+      for matvec in ${MATVECS-auto wide-2 wide-4} $extra; do
         for pick in ${PICKS:-device}; do
           flag=$([ "$pick" = host ] && echo --pick-on-host)
           # shellcheck disable=SC2086  # the flag is a word or none

@@ -66,6 +66,7 @@ class VulkanBackendImpl : public VulkanBackend {
     dummy_.reset();
     half_scratch_.reset();
     decode_partials_.reset();
+    decode_arrivals_.reset();
     staging_.reset();
     pipelines_.reset();
   }
@@ -80,6 +81,7 @@ class VulkanBackendImpl : public VulkanBackend {
     FSDPD_ASSIGN_OR_RETURN(pipelines_, VulkanPipelines::Build(*context_, options));
     tuner_ = std::make_unique<MatmulTuner>(static_cast<int>(pipelines_->matmuls.size()));
     fuse_into_linear_ = options.fuse_into_linear;
+    combine_in_attention_ = options.combine_in_attention;
     if (!pipelines_->attentions.empty()) {
       attention_tuner_ =
           std::make_unique<MatmulTuner>(static_cast<int>(pipelines_->attentions.size()));
@@ -489,11 +491,17 @@ class VulkanBackendImpl : public VulkanBackend {
     const AttentionPush push = MakeAttentionPush(1, rows, heads, head_dim, true, first);
     if (rows <= kDecodeAttentionRows) {
       // attention_decode.comp: a workgroup a (slice of keys, row, head), each slice's softmax
-      // and output then added by attention_decode_combine.comp; the 64-query workgroups below
-      // would run these rows on 4 invocations each, one after another through every key.
+      // and output then added by the last workgroup of its (row, head) to finish (or by
+      // attention_decode_combine.comp, without combine_in_attention); the 64-query workgroups
+      // below would run these rows on 4 invocations each, one after another through every key.
       const int64_t slices = (first + rows + kDecodeAttentionSplit - 1) / kDecodeAttentionSplit;
       FSDPD_ASSIGN_OR_RETURN(VulkanBuffer * partials,
                              DecodePartials(rows * heads * slices * (head_dim + 2)));
+      if (combine_in_attention_) {
+        FSDPD_ASSIGN_OR_RETURN(VulkanBuffer * arrivals, DecodeArrivals(rows * heads));
+        return Dispatch(pipelines_->attention_decode_in_place, {&qkv, partials, &out, arrivals},
+                        &push, static_cast<uint32_t>(slices), static_cast<uint32_t>(rows * heads));
+      }
       FSDPD_RETURN_IF_ERROR(Dispatch(pipelines_->attention_decode, {&qkv, partials}, &push,
                                      static_cast<uint32_t>(slices),
                                      static_cast<uint32_t>(rows * heads)));
@@ -598,10 +606,28 @@ class VulkanBackendImpl : public VulkanBackend {
     }
     return decode_partials_.get();
   }
+  // attention_decode.comp's counts of the slices done per (row, head) when it combines them in
+  // place, at least `count`, zero between dispatches (each dispatch's last workgroup of a pair
+  // sets its count back). Made zero through staging; a larger one waits for the commands
+  // recorded, as DecodePartials does.
+  absl::StatusOr<VulkanBuffer*> DecodeArrivals(int64_t count) {
+    const auto bytes = static_cast<VkDeviceSize>(count) * 4;
+    if (decode_arrivals_ == nullptr || decode_arrivals_->bytes < bytes) {
+      FSDPD_RETURN_IF_ERROR(Finish());
+      decode_arrivals_.reset();
+      FSDPD_ASSIGN_OR_RETURN(decode_arrivals_, CreateBuffer(bytes, false));
+      std::unique_ptr<VulkanBuffer> one_off;
+      FSDPD_ASSIGN_OR_RETURN(VulkanBuffer * staging, Staging(bytes, &one_off));
+      std::memset(staging->mapped, 0, bytes);
+      FSDPD_RETURN_IF_ERROR(context_->CopyNow(*staging, *decode_arrivals_, bytes));
+    }
+    return decode_arrivals_.get();
+  }
   std::unique_ptr<VulkanContext> context_;
   std::unique_ptr<VulkanPipelines> pipelines_;
   bool zero_copy_ = false;
   std::unique_ptr<VulkanBuffer> decode_partials_;  // DecodePartials
+  std::unique_ptr<VulkanBuffer> decode_arrivals_;  // DecodeArrivals
   std::unique_ptr<VulkanBuffer> staging_;          // Staging
   // The tuners that pick a matmul candidate per shape and an attention one per (batch·heads,
   // seq, head_dim, causal), where there are several (VulkanPipelines::matmuls, attentions).
@@ -612,6 +638,7 @@ class VulkanBackendImpl : public VulkanBackend {
   std::unique_ptr<VulkanBuffer> dummy_;
   std::unique_ptr<VulkanBuffer> half_scratch_;  // the fp16 x ToHalf writes
   bool fuse_into_linear_ = true;                // VulkanOptions::fuse_into_linear
+  bool combine_in_attention_ = true;            // VulkanOptions::combine_in_attention
 };
 
 }  // namespace

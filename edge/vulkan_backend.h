@@ -89,6 +89,10 @@ struct VulkanOptions {
   // qkv written straight into the cache: 60 fewer dispatches a token for 12 layers. Off: each op
   // on its own, as the forward runs them.
   bool fuse_into_linear = true;
+  // Decoding's attention adds its slices of keys in the dispatch that computes them (the last
+  // workgroup of a head to finish adds them all): 12 fewer dispatches a token for 12 layers.
+  // Off: attention_decode_combine.comp adds them in a dispatch of its own. The same bits.
+  bool combine_in_attention = true;
   // Threads that build the cooperative-matrix pipelines when the backend is created (the
   // driver compiles their shaders then); 0: one per core.
   int pipeline_threads = 0;

@@ -32,9 +32,10 @@ absl::StatusOr<std::unique_ptr<VulkanPipelines>> VulkanPipelines::Build(
 }
 
 VulkanPipelines::~VulkanPipelines() {
-  for (Pipeline* p : {&embedding, &elementwise, &rmsnorm, &token_nll, &argmax, &attention,
-                      &attention_decode, &attention_decode_combine, &to_half, &rmsnorm_half,
-                      &elementwise_half, &matvec, &matvec_half, &matvec_int8, &matvec_int8_half}) {
+  for (Pipeline* p :
+       {&embedding, &elementwise, &rmsnorm, &token_nll, &argmax, &attention, &attention_decode,
+        &attention_decode_combine, &attention_decode_in_place, &to_half, &rmsnorm_half,
+        &elementwise_half, &matvec, &matvec_half, &matvec_int8, &matvec_int8_half}) {
     context.DestroyPipeline(p);
   }
   for (MatmulPipeline& matmul : matmuls) context.DestroyPipeline(&matmul.pipeline);
@@ -57,6 +58,7 @@ absl::Status VulkanPipelines::BuildAll(const VulkanOptions& options) {
   FSDPD_RETURN_IF_ERROR(Make(Shader::kAttention, &attention));
   FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecode, &attention_decode));
   FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecodeCombine, &attention_decode_combine));
+  FSDPD_RETURN_IF_ERROR(Make(Shader::kAttentionDecodeInPlace, &attention_decode_in_place));
   if (fp16) {
     // The fp16 cast in front of the half_input matmuls when x is fp32 (and of the
     // workgroup-scope attention); without it those pipelines are left out.

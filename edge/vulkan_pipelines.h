@@ -70,7 +70,8 @@ struct VulkanPipelines {
   Pipeline embedding, elementwise, rmsnorm, token_nll, argmax, attention;
   Pipeline attention_decode;  // CausalAttentionAt of a few rows (decoding)
   Pipeline attention_decode_combine;
-  Pipeline to_half;  // wherever fp16 is on
+  Pipeline attention_decode_in_place;  // the two above in one dispatch (-DCOMBINE_IN_PLACE)
+  Pipeline to_half;                    // wherever fp16 is on
   // Whether MatmulInput buffers are fp16 (some matmul reads fp16 x), and the producers that
   // write them.
   bool half_inputs = false;

@@ -13,6 +13,11 @@
 // It writes those (head_dim values, then max and sum) to partials[((row·heads + head)·slices +
 // slice)·(head_dim + 2)]; attention_decode_combine.comp rescales and adds the slices. A slice
 // past a row's last key writes max −FLT_MAX and sum 0, which the combine weighs by 0.
+// -DCOMBINE_IN_PLACE: no second dispatch. Each workgroup publishes its slice and counts itself
+// in arrivals[row·heads + head] (zero before the dispatch); the one that counts the last slice
+// reads them all back (partials is coherent: not from a cache another SM's writes miss), adds
+// them as attention_decode_combine.comp does, in the same order, into out, and sets the count
+// back to zero for the next dispatch. Bindings 2 and 3 are out and arrivals.
 // fp32 throughout; head_dim ≤ MAX_HEAD_DIM (the host refuses larger), the subgroup size a
 // multiple of PARTS (the host checks). The push constants are attention.comp's; the slices are
 // ceil((first + rows) / SPLIT), the grid {slices, rows · heads}.
@@ -27,8 +32,15 @@ layout(local_size_x = THREADS) in;
 #define UNROLL 8  // value reads in flight an invocation
 layout(std430, binding = 0) readonly buffer Qkv { float qkv[]; };
 layout(std430, binding = 0) readonly buffer Qkv4 { vec4 qkv4[]; };
-layout(std430, binding = 1) writeonly buffer Partials { float partials[]; };
 layout(push_constant) uniform Push { uint batch; uint seq; uint heads; uint head_dim; uint causal; float scale; uint first; } p;
+#ifdef COMBINE_IN_PLACE
+layout(std430, binding = 1) coherent buffer Partials { float partials[]; };
+layout(std430, binding = 2) writeonly buffer Out { float result[]; };
+layout(std430, binding = 3) coherent buffer Arrivals { uint arrivals[]; };
+shared bool last_arrival;
+#else
+layout(std430, binding = 1) writeonly buffer Partials { float partials[]; };
+#endif
 shared float q_row[MAX_HEAD_DIM];
 shared float scores[SPLIT];
 shared float scratch[THREADS];
@@ -59,7 +71,8 @@ float ReduceSum(float value) {
   return result;
 }
 
-void main() {
+// This workgroup's slice: its unnormalised output, max and sum into partials.
+void WriteSlice() {
   const uint slice = gl_WorkGroupID.x;
   const uint slices = gl_NumWorkGroups.x;
   const uint row = gl_WorkGroupID.y / p.heads;
@@ -133,4 +146,37 @@ void main() {
     partials[out_base + hd] = slice_max;
     partials[out_base + hd + 1] = slice_sum;
   }
+}
+
+void main() {
+  WriteSlice();
+#ifdef COMBINE_IN_PLACE
+  const uint row = gl_WorkGroupID.y / p.heads;
+  const uint h = gl_WorkGroupID.y % p.heads;
+  const uint hd = p.head_dim;
+  const uint tid = gl_LocalInvocationID.x;
+  const uint slices = gl_NumWorkGroups.x;
+  const uint pair = row * p.heads + h;
+  // Every invocation's writes to partials are made visible before the count is taken.
+  memoryBarrierBuffer();
+  barrier();
+  if (tid == 0) last_arrival = atomicAdd(arrivals[pair], 1u) == slices - 1;
+  barrier();
+  if (!last_arrival) return;
+  memoryBarrierBuffer();
+  if (tid == 0) arrivals[pair] = 0u;  // every other slice has counted itself in
+  // attention_decode_combine.comp's sum, in its order.
+  const uint base = pair * slices * (hd + 2);
+  float largest = -FLT_MAX;
+  for (uint s = 0; s < slices; ++s) largest = max(largest, partials[base + s * (hd + 2) + hd]);
+  if (tid >= hd) return;
+  float total = 0.0, acc = 0.0;
+  for (uint s = 0; s < slices; ++s) {
+    const uint slice_base = base + s * (hd + 2);
+    const float weight = exp(partials[slice_base + hd] - largest);
+    total += weight * partials[slice_base + hd + 1];
+    acc += weight * partials[slice_base + tid];
+  }
+  result[row * p.heads * hd + h * hd + tid] = acc / total;
+#endif
 }

@@ -38,7 +38,9 @@ edge_shader(kArgmax argmax.comp "argmax" LAYOUT 3 8)
 edge_shader(kAttention attention.comp "attention" LAYOUT 2 28)
 edge_shader(kAttentionCoop attention_coop.comp "attention (cooperative matrix)" LAYOUT 2 24
             MATRICES subgroup)
-edge_shader(kAttentionDecode attention_decode.comp "attention (decoding)" LAYOUT 2 28)
+edge_shader(kAttentionDecode attention_decode.comp "attention (decoding, slices apart)" LAYOUT 2 28)
+edge_shader(kAttentionDecodeInPlace attention_decode.comp "attention (decoding)" LAYOUT 4 28
+            DEFINES -DCOMBINE_IN_PLACE)
 edge_shader(kAttentionDecodeCombine attention_decode_combine.comp
             "attention (decoding, slices added)" LAYOUT 2 28)
 # The tiled matmul; matmul_f16_h reads x as fp16.

@@ -152,6 +152,46 @@ TEST_P(EdgeDecodingVulkanTest, CausalAttentionAtMatchesTheReference) {
   EXPECT_NE(wide.message().find("limit of 128"), std::string::npos) << wide;
 }
 
+// VulkanOptions::combine_in_attention: the last workgroup of a (row, head) adds the slices in
+// the dispatch that computes them, in the order attention_decode_combine.comp adds them, so the
+// outputs are its bits. Each shape runs twice on the same backend: a count of arrivals left
+// nonzero by one dispatch would leave the next one's outputs unwritten (poisoned).
+TEST_P(EdgeDecodingVulkanTest, CombiningTheSlicesInPlaceGivesTheSeparateCombinesBits) {
+  VulkanOptions options;
+  options.validation = true;
+  options.precision = GetParam();
+  options.combine_in_attention = false;
+  std::unique_ptr<VulkanBackend> apart = testing::VulkanWith(options);
+  ASSERT_NE(apart, nullptr);
+  struct Shape {
+    int64_t first, rows, heads, head_dim;
+  };
+  for (const Shape& s : {Shape{0, 1, 2, 16}, Shape{63, 4, 3, 48}, Shape{64, 1, 2, 64},
+                         Shape{1023, 2, 2, 20}, Shape{2047, 3, 5, 64}, Shape{200, 1, 16, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "first " << s.first << " rows " << s.rows << " heads "
+                                      << s.heads << " head_dim " << s.head_dim);
+    const int64_t dim = s.heads * s.head_dim;
+    const std::vector<float> qkv = RandomValues((s.first + s.rows) * 3 * dim, 1.0f, 23);
+    const std::vector<float> poison(s.rows * dim, std::nanf(""));
+    std::unique_ptr<Buffer> apart_qkv = Upload(*apart, qkv), apart_out = Upload(*apart, poison);
+    ASSERT_TRUE(
+        apart->CausalAttentionAt(*apart_qkv, s.first, s.rows, s.heads, dim, *apart_out).ok());
+    const std::vector<float> expected = ReadAll(*apart, *apart_out, s.rows * dim);
+    std::unique_ptr<Buffer> in_place_qkv = Upload(*vulkan_, qkv);
+    for (int run = 0; run < 2; ++run) {
+      std::unique_ptr<Buffer> out = Upload(*vulkan_, poison);
+      ASSERT_TRUE(
+          vulkan_->CausalAttentionAt(*in_place_qkv, s.first, s.rows, s.heads, dim, *out).ok());
+      const std::vector<float> got = ReadAll(*vulkan_, *out, s.rows * dim);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(expected[i])) << "out[" << i << "]";
+        ASSERT_EQ(got[i], expected[i]) << "run " << run << ", out[" << i << "]";
+      }
+    }
+  }
+  EXPECT_EQ(apart->validation_errors(), 0) << apart->last_validation_error();
+}
+
 TEST_P(EdgeDecodingVulkanTest, CopyFloatsMovesARangeInOrderWithTheOtherOps) {
   const std::vector<float> a = RandomValues(64, 1.0f, 23), b = RandomValues(64, 1.0f, 24);
   for (Backend* backend : {static_cast<Backend*>(vulkan_.get()), cpu_.get()}) {
