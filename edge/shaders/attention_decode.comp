@@ -38,6 +38,7 @@ layout(std430, binding = 1) coherent buffer Partials { float partials[]; };
 layout(std430, binding = 2) writeonly buffer Out { float result[]; };
 layout(std430, binding = 3) coherent buffer Arrivals { uint arrivals[]; };
 shared bool last_arrival;
+#include "attention_decode_add.glsl"
 #else
 layout(std430, binding = 1) writeonly buffer Partials { float partials[]; };
 #endif
@@ -165,18 +166,6 @@ void main() {
   if (!last_arrival) return;
   memoryBarrierBuffer();
   if (tid == 0) arrivals[pair] = 0u;  // every other slice has counted itself in
-  // attention_decode_combine.comp's sum, in its order.
-  const uint base = pair * slices * (hd + 2);
-  float largest = -FLT_MAX;
-  for (uint s = 0; s < slices; ++s) largest = max(largest, partials[base + s * (hd + 2) + hd]);
-  if (tid >= hd) return;
-  float total = 0.0, acc = 0.0;
-  for (uint s = 0; s < slices; ++s) {
-    const uint slice_base = base + s * (hd + 2);
-    const float weight = exp(partials[slice_base + hd] - largest);
-    total += weight * partials[slice_base + hd + 1];
-    acc += weight * partials[slice_base + tid];
-  }
-  result[row * p.heads * hd + h * hd + tid] = acc / total;
+  AddSlices(pair * slices * (hd + 2), slices, hd, tid, row * p.heads * hd + h * hd);
 #endif
 }
