@@ -56,7 +56,8 @@ for spec in ${SPECS:-seed:2048:12:16 small:1024:8:8}; do
           timeout 60 "$edge/fsdpd-edge" generate "$model" --prompt-ids "1 2 3 4 5 6 7 8" \
             --new-tokens 128 --seq 512 --warmup 1 --weights "$weights" --matvec "$matvec" $flag \
             2>&1 >/dev/null |
-            sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec, pick $pick) round $round:|p" |
+            sed -n "s|^fsdpd-edge: decoding|$name $weights generate (matvec $matvec, pick $pick)|p" |
+            sed "s|)|) round $round:|" |
             tee -a "$out/generate.txt"
         done
       done

@@ -142,24 +142,32 @@ if [ ! -f "$build/build.ninja" ]; then
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF >"$work/configure.log" 2>&1 ||
-    { grep -A5 "CMake Error" "$work/configure.log"; rm -f "$build/build.ninja"; die "configure failed"; }
+    {
+      grep -A5 "CMake Error" "$work/configure.log"
+      rm -f "$build/build.ninja"
+      die "configure failed"
+    }
   grep -iE "glslc|coopmat|cooperative|integer_dot|bfloat16" "$work/configure.log" || true
 fi
 say "llama.cpp build"
 ninja -C "$build" -j "$jobs" llama-bench llama-quantize
 
 # Which shader paths the configure's tests of glslc accepted ("GL_… supported by glslc").
-grep -E "supported by glslc" "$work/configure.log" | sed 's/^-- //' | tee "$work/shader_paths.txt" ||
+grep -E "supported by glslc" "$work/configure.log" | sed 's/^-- //' |
+  tee "$work/shader_paths.txt" ||
   echo "build_vulkan.sh: the configure log names no shader path glslc supports" >&2
 
 out=$work/vulkan
 rm -rf "$out" && mkdir -p "$out/lib"
 cp "$build/bin/llama-bench" "$build/bin/llama-quantize" "$out/"
 strip "$out/llama-bench" "$out/llama-quantize"
-skip='libvulkan|libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl\.|librt\.|linux-vdso'
+skip='libvulkan|libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl\.|librt\.'
+skip+='|linux-vdso'
 for binary in "$out/llama-bench" "$out/llama-quantize"; do
   ldd "$binary" | awk '/=>/ && $3 ~ /^\// {print $3}'
-done | sort -u | { grep -vE "$skip" || true; } | while read -r lib; do cp -Lu "$lib" "$out/lib/"; done
+done | sort -u | { grep -vE "$skip" || true; } | while read -r lib; do
+  cp -Lu "$lib" "$out/lib/"
+done
 cp "$work/shader_paths.txt" "$out/"
 (cd "$work" && tar -cf - vulkan | xz -T"$jobs" -6 >llama-vulkan.tar.xz)
 say "done: $out, $work/llama-vulkan.tar.xz ($(du -h "$work/llama-vulkan.tar.xz" | cut -f1))"
