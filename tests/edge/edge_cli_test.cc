@@ -116,6 +116,10 @@ TEST_F(EdgeCliTest, GenerateContinuesAPromptGreedilyAndWithTopK) {
     EXPECT_NE(whole.output.find("a forward over the window per token"), std::string::npos)
         << whole.output;
     EXPECT_EQ(generated(dir_.File("whole.txt")), text);
+    // Every token's logits read back and picked on the host: the device's picks.
+    const Outcome host = run(command + " --pick-on-host", dir_.File("host.txt"));
+    ASSERT_EQ(host.exit_code, 0) << host.output;
+    EXPECT_EQ(generated(dir_.File("host.txt")), text);
     // Untimed generations first (--warmup): the same text, printed once.
     const Outcome warmed = run(command + " --warmup 2", dir_.File("warmed.txt"));
     ASSERT_EQ(warmed.exit_code, 0) << warmed.output;

@@ -106,23 +106,28 @@ class EdgeModelTest : public ::testing::Test {
     tokens_.assign(corpus_.begin(), corpus_.begin() + kBatch * kSeq);
   }
 
-  // The text Generate writes from `prompt` on `backend` with `weights`, without and then with the
-  // qkv cache, into `texts`; each of the full length and equal to the tokens streamed as chosen.
+  // The text Generate writes from `prompt` on `backend` with `weights`, appended to `texts`: of
+  // the full length and equal to the tokens streamed as chosen.
+  void GenerateText(Backend* backend, const std::vector<int32_t>& prompt, GenerateOptions options,
+                    WeightFormat weights, std::vector<std::vector<int32_t>>* texts) {
+    std::vector<int32_t> streamed;  // each token as it was chosen
+    options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
+    absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+        ModelRunner::Create(model_, backend, 1, kSeq, weights);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
+    ASSERT_TRUE(text.ok()) << text.status();
+    ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
+    EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
+    texts->push_back(*text);
+  }
+  // GenerateText without and then with the qkv cache.
   void GenerateBothWays(Backend* backend, const std::vector<int32_t>& prompt,
                         GenerateOptions options, WeightFormat weights,
                         std::vector<std::vector<int32_t>>* texts) {
     for (bool kv_cache : {false, true}) {
       options.kv_cache = kv_cache;
-      std::vector<int32_t> streamed;  // each token as it was chosen
-      options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
-      absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-          ModelRunner::Create(model_, backend, 1, kSeq, weights);
-      ASSERT_TRUE(runner.ok()) << runner.status();
-      absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
-      ASSERT_TRUE(text.ok()) << text.status();
-      ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
-      EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
-      texts->push_back(*text);
+      ASSERT_NO_FATAL_FAILURE(GenerateText(backend, prompt, options, weights, texts));
     }
   }
 
@@ -343,16 +348,7 @@ TEST_F(EdgeModelTest, PicksLeftOnTheDeviceWriteTheTextOfPicksOnTheHost) {
       GenerateOptions options;
       options.new_tokens = kSeq + 4;  // 1 from the prefill, 16, 12 to the window's end, then 7
       options.pick_on_device = on_device;
-      std::vector<int32_t> streamed;
-      options.on_token = [&streamed](int32_t token) { streamed.push_back(token); };
-      absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-          ModelRunner::Create(model_, backend, 1, kSeq);
-      ASSERT_TRUE(runner.ok()) << runner.status();
-      absl::StatusOr<std::vector<int32_t>> text = Generate(**runner, prompt, options);
-      ASSERT_TRUE(text.ok()) << text.status();
-      ASSERT_EQ(text->size(), prompt.size() + options.new_tokens);
-      EXPECT_EQ(streamed, std::vector<int32_t>(text->begin() + prompt.size(), text->end()));
-      texts.push_back(*text);
+      ASSERT_NO_FATAL_FAILURE(GenerateText(backend, prompt, options, WeightFormat::kAuto, &texts));
     }
     EXPECT_EQ(texts[0], texts[1]);
   }
