@@ -5,14 +5,16 @@
 // weights zero-copy and through staging; with --causal also decoding's tokens/s through the
 // qkv cache (the `generate` work); --decode-only times decoding alone, in each of matvec.comp's
 // layouts (and int8's wide words), with cooperative matrices and zero-copy weights, then each of
-// decoding's products alone (TimeMatvecs); --export-only writes the export and
+// decoding's products alone (TimeMatvecs); --sync-floor times a dependent dispatch against a
+// grid-wide barrier (what one dispatch an op costs decoding); --export-only writes the export and
 // stops (bench/llama_cpp/edge_vs_llama.sh converts it for llama.cpp). Random weights time the
 // same as trained ones.
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32] [--mma-peak] [--staged-breakdown] [--causal [--decode-only]]
+//              [--fp32] [--mma-peak] [--staged-breakdown] [--sync-floor]
+//              [--causal [--decode-only]]
 //              [--op-times] [--export-only] [--weights int8 [--int8-block NAME]]
 //
 // --weights int8: the linear layers and the head quantized to int8 on load (edge/quantize.h),
@@ -522,6 +524,42 @@ int ReportMatrixUnitPeak(int device) {
   return 0;
 }
 
+// What ordering decoding's ops costs (bench/edge_probes.h), twice each: a dependent dispatch of
+// one workgroup and of a matvec's grid (the seed's qkv at 2 columns a subgroup: 768 workgroups),
+// as decoding pays once an op; and a grid-wide barrier inside one dispatch across 66, 132 and
+// 264 workgroups (half, one and two a streaming multiprocessor on an H100 or H200), as a
+// persistent kernel would pay instead.
+int ReportSyncFloor(int device) {
+  VulkanOptions options;
+  options.device = device;
+  absl::StatusOr<std::unique_ptr<VulkanContext>> context = VulkanContext::Create(options);
+  if (!context.ok()) return Fail(context.status());
+  int failures = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const uint32_t groups : {1u, 132u, 768u}) {
+      absl::StatusOr<double> us = DependentDispatchMicroseconds(**context, groups);
+      if (!us.ok()) {
+        std::printf("a dependent dispatch of %u workgroups: %s\n", groups,
+                    std::string(us.status().message()).c_str());
+        ++failures;
+        continue;
+      }
+      std::printf("a dependent dispatch of %u workgroups of 128: %.2f us\n", groups, *us);
+    }
+    for (const uint32_t groups : {66u, 132u, 264u}) {
+      absl::StatusOr<double> us = GridBarrierMicroseconds(**context, groups);
+      if (!us.ok()) {
+        std::printf("a grid-wide barrier across %u workgroups: %s\n", groups,
+                    std::string(us.status().message()).c_str());
+        if (us.status().code() != absl::StatusCode::kFailedPrecondition) ++failures;
+        continue;
+      }
+      std::printf("a grid-wide barrier across %u workgroups of 128: %.2f us\n", groups, *us);
+    }
+  }
+  return failures;
+}
+
 // What bounds the staged workgroup-scope blocks on the FFN's two shapes (StagedMatmulBreakdown,
 // bench/edge_probes.h), twice each, and every matmul pipeline's statistics from the driver where
 // it keeps them (registers per invocation, shared memory): the backend's, then the probes' own.
@@ -608,6 +646,10 @@ int main(int argc, char** argv) {
   app.add_flag("--mma-peak", mma_peak,
                "first time the matrix units alone through workgroup-scope cooperative matrices "
                "(the ceiling of every matmul block; with --sweep-only nothing else)");
+  bool sync_floor = false;
+  app.add_flag("--sync-floor", sync_floor,
+               "first time what ordering decoding's ops costs: a dependent dispatch against a "
+               "grid-wide barrier inside one dispatch (with --sweep-only nothing else)");
   bool staged_breakdown = false;
   app.add_flag("--staged-breakdown", staged_breakdown,
                "first time the staged workgroup-scope blocks' feed and products apart on the FFN "
@@ -651,6 +693,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const bool int8 = weights_name == "int8";
   const WeightFormat weights = int8 ? WeightFormat::kInt8 : WeightFormat::kAuto;
+  // Alone (with --sweep-only), the ordering probes need no model.
+  if (sync_floor && sweep_only && !coop_sweep && !attention_sweep && !mma_peak &&
+      !staged_breakdown) {
+    return ReportSyncFloor(device) == 0 ? 0 : 1;
+  }
   if (decode_only && !config.causal) {
     std::fprintf(stderr,
                  "edge_bench: --decode-only needs --causal (decoding is for causal models)\n");
@@ -793,11 +840,12 @@ int main(int argc, char** argv) {
     return 0;
   };
   int failures = mma_peak ? ReportMatrixUnitPeak(device) : 0;
+  if (sync_floor) failures += ReportSyncFloor(device);  // beside other probes
   if (staged_breakdown)
     failures += ReportStagedBreakdown(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep) failures += SweepCoopBlocks(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep || attention_sweep) failures += SweepAttention(device, batch, seq, config);
-  if ((coop_sweep || attention_sweep || mma_peak || staged_breakdown) && sweep_only) {
+  if ((coop_sweep || attention_sweep || mma_peak || staged_breakdown || sync_floor) && sweep_only) {
     variants.clear();
   }
   if (decode_only && !variants.empty()) {  // (a --sweep-only run has no variant left)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -64,6 +65,19 @@ class ScopedPipeline {
   VulkanContext& context_;
   Pipeline pipeline_;
 };
+
+// The ordering probes' workgroups: one dimension, under the device's limit, at least one.
+absl::Status CheckGroups(const VulkanContext& context, uint32_t groups) {
+  const uint32_t limit = context.limits().maxComputeWorkGroupCount[0];
+  if (groups == 0 || groups > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ordering probes take 1 to ", limit, " workgroups (the device's limit); got ", groups));
+  }
+  return absl::OkStatus();
+}
+
+constexpr uint32_t kProbeThreads = 128;    // sync_chain.comp's and grid_barrier.comp's local size
+constexpr uint32_t kSpinLimit = 1u << 22;  // a few seconds of reads of the count on a GPU
 
 }  // namespace
 
@@ -153,6 +167,108 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
         {probe.what, 2.0 * m * n * k / seconds / 1e12, statistics.ok() ? *statistics : ""});
   }
   return rates;
+}
+
+absl::StatusOr<double> DependentDispatchMicroseconds(VulkanContext& context, uint32_t groups,
+                                                     int links) {
+  FSDPD_RETURN_IF_ERROR(CheckGroups(context, groups));
+  if (links < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a chain needs a link or more; got ", links));
+  }
+  ScopedPipeline link(context);
+  FSDPD_RETURN_IF_ERROR(link.Make(VariantOf(ProbeShader::kSyncChain)));
+  const uint32_t n = groups * kProbeThreads;
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> counts,
+                         context.CreateBuffer(uint64_t{n} * 4, /*host_visible=*/true));
+  if (counts->mapped == nullptr) return absl::InternalError("a host-visible buffer is not mapped");
+  std::memset(counts->mapped, 0, uint64_t{n} * 4);
+  uint32_t recorded = 0;  // links recorded, which every count must equal (modulo 2^32)
+  auto chain = [&](int length) {
+    return [&, length]() -> absl::Status {
+      for (int i = 0; i < length; ++i) {
+        FSDPD_RETURN_IF_ERROR(context.Dispatch(link.get(), {counts.get()}, &n, groups, 1));
+        ++recorded;
+      }
+      return absl::OkStatus();
+    };
+  };
+  FSDPD_ASSIGN_OR_RETURN(const double once, BestSeconds(context, chain(links)));
+  FSDPD_ASSIGN_OR_RETURN(const double twice, BestSeconds(context, chain(2 * links)));
+  const auto* values = static_cast<const uint32_t*>(counts->mapped);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (values[i] != recorded) {
+      return absl::InternalError(absl::StrCat("after ", recorded, " dependent dispatches count ", i,
+                                              " is ", values[i], ": a link did not see the last"));
+    }
+  }
+  return (twice - once) / links * 1e6;
+}
+
+absl::StatusOr<GridBarrierRun> RunGridBarriers(VulkanContext& context, uint32_t groups,
+                                               uint32_t expected_groups, uint32_t barriers,
+                                               uint32_t spin_limit) {
+  FSDPD_RETURN_IF_ERROR(CheckGroups(context, groups));
+  // The count must not wrap: b · expected_groups for every barrier b.
+  if (barriers == 0 || expected_groups == 0 || spin_limit == 0 ||
+      uint64_t{barriers} * expected_groups >= (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grid-wide barriers need barriers, expected workgroups and a spin limit above 0, and "
+        "barriers × expected workgroups below 2^32; got ",
+        barriers, ", ", expected_groups, " and ", spin_limit));
+  }
+  ScopedPipeline pipeline(context);
+  FSDPD_RETURN_IF_ERROR(pipeline.Make(VariantOf(ProbeShader::kGridBarrier)));
+  FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<VulkanBuffer> sync,
+                         context.CreateBuffer(8, /*host_visible=*/true));
+  if (sync->mapped == nullptr) return absl::InternalError("a host-visible buffer is not mapped");
+  FSDPD_RETURN_IF_ERROR(context.Finish());
+  std::memset(sync->mapped, 0, 8);  // host-coherent: the submit below makes it visible
+  const uint32_t push[3] = {barriers, expected_groups, spin_limit};
+  const auto start = std::chrono::steady_clock::now();
+  FSDPD_RETURN_IF_ERROR(context.Dispatch(pipeline.get(), {sync.get()}, push, groups, 1));
+  FSDPD_RETURN_IF_ERROR(context.Finish());
+  GridBarrierRun run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto* words = static_cast<const uint32_t*>(sync->mapped);
+  run.arrivals = words[0];
+  run.timed_out = words[1] != 0;
+  return run;
+}
+
+absl::StatusOr<double> GridBarrierMicroseconds(VulkanContext& context, uint32_t groups,
+                                               int barriers) {
+  if (barriers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a barrier or more; got ", barriers));
+  }
+  // The best of three runs at `count` barriers, after one run untimed (the pipeline's first).
+  auto best = [&](uint32_t count) -> absl::StatusOr<double> {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int run = 0; run < 4; ++run) {
+      FSDPD_ASSIGN_OR_RETURN(const GridBarrierRun done,
+                             RunGridBarriers(context, groups, groups, count, kSpinLimit));
+      // A spin that gave up, or a dispatch that ended short of every arrival (lavapipe ends one
+      // whose workgroups wait on others that never run), says the same: not all at once.
+      if (done.timed_out || done.arrivals < groups * count) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the ", groups, " workgroups did not all run at once on this device (",
+                         done.timed_out ? "a grid-wide barrier gave up waiting"
+                                        : absl::StrCat("the dispatch ended with ", done.arrivals,
+                                                       " of ", groups * count, " arrivals"),
+                         "): a persistent kernel cannot use that many here"));
+      }
+      if (done.arrivals != groups * count) {
+        return absl::InternalError(absl::StrCat(groups, " workgroups crossing ", count,
+                                                " barriers left the count at ", done.arrivals,
+                                                ", not ", groups * count));
+      }
+      if (run > 0) fastest = std::min(fastest, done.seconds);
+    }
+    return fastest;
+  };
+  const auto count = static_cast<uint32_t>(barriers);
+  FSDPD_ASSIGN_OR_RETURN(const double once, best(count));
+  FSDPD_ASSIGN_OR_RETURN(const double twice, best(2 * count));
+  return (twice - once) / barriers * 1e6;
 }
 
 }  // namespace fsdpd::edge

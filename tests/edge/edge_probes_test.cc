@@ -1,8 +1,11 @@
-// The edge bench's probes (bench/edge_probes.h) on lavapipe with the validation layer: both need
-// workgroup-scope cooperative matrices, which lavapipe lacks, so both are refused with the
-// reason; where a device has them (the H200, edge_bench --mma-peak and --staged-breakdown) they
-// are positive rates. On any device the breakdown refuses a shape of partial blocks, or one whose
-// grid exceeds the device's workgroup counts, by name.
+// The edge bench's probes (bench/edge_probes.h) on lavapipe with the validation layer. The two
+// matrix probes need workgroup-scope cooperative matrices, which lavapipe lacks, so both are
+// refused with the reason; where a device has them (the H200, edge_bench --mma-peak and
+// --staged-breakdown) they are positive rates. On any device the breakdown refuses a shape of
+// partial blocks, or one whose grid exceeds the device's workgroup counts, by name. The ordering
+// probes run here: a chain of dependent dispatches whose every link saw the last, and grid-wide
+// barriers that count every arrival, and that give up, saying so, where a workgroup they wait
+// for never comes (one workgroup only: lavapipe need not run several at once).
 #include "bench/edge_probes.h"
 
 #include <memory>
@@ -89,6 +92,69 @@ TEST(EdgeStagedMatmulBreakdownTest, RefusesPartialBlocksAndGridsPastTheDeviceLim
   ASSERT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument) << wide.status();
   EXPECT_TRUE(absl::StrContains(wide.status().message(), "more than the device allows"))
       << wide.status();
+  EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
+}
+
+TEST(EdgeDependentDispatchTest, EveryLinkSeesTheLastAndTakesTime) {
+  std::unique_ptr<VulkanContext> context = ValidatedContext();
+  ASSERT_NE(context, nullptr);
+  // The probe checks every count against the links recorded, and fails where one lags.
+  for (const uint32_t groups : {1u, 4u}) {
+    absl::StatusOr<double> us = DependentDispatchMicroseconds(*context, groups, 100);
+    ASSERT_TRUE(us.ok()) << us.status();
+    EXPECT_GT(*us, 0.0) << groups << " workgroups";
+  }
+  EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
+}
+
+TEST(EdgeGridBarrierTest, CountsEveryArrivalOfEveryBarrier) {
+  std::unique_ptr<VulkanContext> context = ValidatedContext();
+  ASSERT_NE(context, nullptr);
+  absl::StatusOr<GridBarrierRun> run = RunGridBarriers(*context, 1, 1, 64, 1u << 12);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_FALSE(run->timed_out);
+  EXPECT_EQ(run->arrivals, 64u);
+  EXPECT_GT(run->seconds, 0.0);
+  absl::StatusOr<double> us = GridBarrierMicroseconds(*context, 1, 100);
+  EXPECT_TRUE(us.ok()) << us.status();
+  EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
+}
+
+TEST(EdgeGridBarrierTest, GivesUpWhereAWorkgroupItWaitsForNeverComes) {
+  std::unique_ptr<VulkanContext> context = ValidatedContext();
+  ASSERT_NE(context, nullptr);
+  // One workgroup waits for two arrivals: its first spin gives up and it crosses no more.
+  absl::StatusOr<GridBarrierRun> run = RunGridBarriers(*context, 1, 2, 5, 1u << 12);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(run->timed_out);
+  EXPECT_EQ(run->arrivals, 1u);
+  EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
+}
+
+TEST(EdgeOrderingProbesTest, RefuseCountsOutOfRange) {
+  std::unique_ptr<VulkanContext> context = ValidatedContext();
+  ASSERT_NE(context, nullptr);
+  const uint32_t past = context->limits().maxComputeWorkGroupCount[0] + 1;
+  for (const uint32_t groups : {0u, past}) {
+    EXPECT_EQ(DependentDispatchMicroseconds(*context, groups).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << groups;
+    EXPECT_EQ(GridBarrierMicroseconds(*context, groups).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << groups;
+  }
+  EXPECT_EQ(DependentDispatchMicroseconds(*context, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GridBarrierMicroseconds(*context, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunGridBarriers(*context, 1, 1, 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunGridBarriers(*context, 1, 1, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The count would wrap: 2^31 barriers of 2 arrivals each.
+  absl::Status wraps = RunGridBarriers(*context, 1, 2, 1u << 31, 1).status();
+  EXPECT_EQ(wraps.code(), absl::StatusCode::kInvalidArgument) << wraps;
+  EXPECT_TRUE(absl::StrContains(wraps.message(), "below 2^32")) << wraps;
   EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
 }
 
