@@ -8,8 +8,10 @@
 # llama.cpp's gpt2, fp16 matrices), quantizes that to Q8_0 (llama-quantize) and runs
 #   - llama.cpp: llama-bench -p 512 -n 128 -ngl 99 -r REPS -fa 0,1 on the fp16 and the Q8_0
 #     file, with the Vulkan build and, when given, the CUDA build (bench/llama_cpp/build_cuda.sh);
-#   - fsdpd-edge (Vulkan, fp16 and --weights int8): `eval` over REPS+1 windows of one sequence of 512 tokens (batch
-#     1 × seq 512; the first window, which picks the matmul blocks, untimed) for pp512, and
+#   - fsdpd-edge (Vulkan, fp16 and --weights int8): `eval` over PP_WINDOWS windows of one
+#     sequence of 512 tokens (batch 1 × seq 512; the first window, which picks the matmul
+#     blocks, untimed; 41 by default: at 5, as before, the seed's timed part lasted 0.07 s and its
+#     rate swung between calls by a third, bench/RESULTS.md, call E11) for pp512, and
 #     `generate --new-tokens 128` after an 8-token prompt (qkv cache, greedy) for tg128.
 #
 # What the figures measure differs in ways the table's notes repeat: llama-bench's pp512 runs the
@@ -22,6 +24,7 @@
 #
 #   bench/llama_cpp/edge_vs_llama.sh --vulkan DIR --edge DIR [--cuda DIR] [--work DIR]
 #       [--shape NAME:DIM:LAYERS:HEADS:VOCAB]... [--reps 5] [--pp 512] [--tg 128]
+#       [--pp-windows 41]
 #       [--wheels DIR] [--vk-device N] [--edge-device N] [--skip-q8]
 #
 # DIRs: --vulkan holds llama-bench and llama-quantize built with GGML_VULKAN (strip and the
@@ -44,7 +47,7 @@ set -euo pipefail
 die() { echo "edge_vs_llama.sh: $*" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 vulkan="" cuda="" edge="" work=/tmp/edge_vs_llama wheels="" vk_device="" edge_device=0
-reps=5 pp=512 tg=128 skip_q8=0
+reps=5 pp=512 tg=128 skip_q8=0 pp_windows=41
 shapes=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --pp) pp=$2; shift 2 ;;
     --tg) tg=$2; shift 2 ;;
+    --pp-windows) pp_windows=$2; shift 2 ;;
     --wheels) wheels=$2; shift 2 ;;
     --vk-device) vk_device=$2; shift 2 ;;
     --edge-device) edge_device=$2; shift 2 ;;
@@ -65,6 +69,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$vulkan" ] || [ -n "$cuda" ] || die "need --vulkan or --cuda"
 [ -n "$edge" ] || die "need --edge DIR (fsdpd-edge, edge_bench)"
+[[ "$pp_windows" =~ ^[0-9]+$ ]] && [ "$pp_windows" -ge 2 ] ||
+  die "--pp-windows takes 2 or more (the first is untimed); got '$pp_windows'"
 [ ${#shapes[@]} -gt 0 ] || shapes=(seed:2048:12:16:32000 small:1024:8:8:32000)
 
 find_bin() {  # DIR NAME: DIR/NAME, DIR/bin/NAME, DIR/edge/NAME or DIR/bench/NAME
@@ -158,9 +164,9 @@ for spec in "${shapes[@]}"; do
   [ -z "$vulkan" ] || run_llama Vulkan "$vulkan" "$name" "${ggufs[@]}"
   [ -z "$cuda" ] || run_llama CUDA "$cuda" "$name" "${ggufs[@]}"
 
-  # fsdpd-edge pp: one sequence of $pp tokens a forward, reps+1 windows (overlapping by one).
-  echo "== $name: fsdpd-edge eval --batch 1 --seq $pp over $((reps + 1)) windows"
-  python3 - "$work/$name-tokens.u32" "$vocab" $(((reps + 1) * pp + 1)) <<'PY'
+  # fsdpd-edge pp: one sequence of $pp tokens a forward, $pp_windows windows (overlapping by one).
+  echo "== $name: fsdpd-edge eval --batch 1 --seq $pp over $pp_windows windows"
+  python3 - "$work/$name-tokens.u32" "$vocab" $((pp_windows * pp + 1)) <<'PY'
 import sys, numpy as np
 path, vocab, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 np.random.default_rng(1).integers(0, vocab, count, dtype=np.uint32).tofile(path)
@@ -206,6 +212,6 @@ echo
 echo "Shapes: $(printf '%s ' "${shapes[@]}")(NAME:DIM:LAYERS:HEADS:VOCAB, ffn ×4, causal)."
 echo "llama.cpp: llama-bench mean ± sd of $reps runs after a warm-up; pp$pp computes the head on"
 echo "the last position only. fsdpd-edge: pp = eval's forward (head and NLL on all $pp positions),"
-echo "$reps windows after an untimed one; tg = generate's decoding rate, tokens 2 to $tg after"
+echo "$((pp_windows - 1)) windows after an untimed one; tg = generate's decoding rate, tokens 2 to $tg after"
 echo "an 8-token prompt's prefill and the first token, the median of 3 runs, each after an"
 echo "untimed run in its process. Logs: $logs"
