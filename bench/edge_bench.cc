@@ -6,14 +6,15 @@
 // qkv cache (the `generate` work); --decode-only times decoding alone, in each of matvec.comp's
 // layouts (and int8's wide words), with cooperative matrices and zero-copy weights, then each of
 // decoding's products alone (TimeMatvecs); --sync-floor times a dependent dispatch against a
-// grid-wide barrier (what one dispatch an op costs decoding); --export-only writes the export and
+// grid-wide barrier (what one dispatch an op costs decoding), and --matvec-chain decoding's
+// projections a dispatch each against one persistent dispatch; --export-only writes the export and
 // stops (bench/llama_cpp/edge_vs_llama.sh converts it for llama.cpp). Random weights time the
 // same as trained ones.
 //
 //   edge_bench [--dim 2048 --layers 12 --heads 16 --vocab 32000 --ffn-mult 4]
 //              [--batch 8 --seq 1024 --iters 5 --device 0 --model /tmp/edge_bench.safetensors]
 //              [--coop-blocks] [--attention-sweep] [--sweep-only] [--coop-block 128x128k32]
-//              [--fp32] [--mma-peak] [--staged-breakdown] [--sync-floor]
+//              [--fp32] [--mma-peak] [--staged-breakdown] [--sync-floor] [--matvec-chain]
 //              [--causal [--decode-only]]
 //              [--op-times] [--export-only] [--weights int8 [--int8-block NAME]]
 //
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -35,7 +37,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/edge_matvec_chain.h"
 #include "bench/edge_probes.h"
 #include "edge/cpu_backend.h"
 #include "edge/model.h"
@@ -539,22 +543,89 @@ int ReportSyncFloor(int device) {
     for (const uint32_t groups : {1u, 132u, 768u}) {
       absl::StatusOr<double> us = DependentDispatchMicroseconds(**context, groups);
       if (!us.ok()) {
-        std::printf("a dependent dispatch of %u workgroups: %s\n", groups,
+        std::printf("a dependent dispatch, %u workgroups:\n    %s\n", groups,
                     std::string(us.status().message()).c_str());
         ++failures;
         continue;
       }
-      std::printf("a dependent dispatch of %u workgroups of 128: %.2f us\n", groups, *us);
+      std::printf("a dependent dispatch, %u workgroups of 128: %.2f us\n", groups, *us);
     }
     for (const uint32_t groups : {66u, 132u, 264u}) {
       absl::StatusOr<double> us = GridBarrierMicroseconds(**context, groups);
       if (!us.ok()) {
-        std::printf("a grid-wide barrier across %u workgroups: %s\n", groups,
+        std::printf("a grid-wide barrier, %u workgroups:\n    %s\n", groups,
                     std::string(us.status().message()).c_str());
         if (us.status().code() != absl::StatusCode::kFailedPrecondition) ++failures;
         continue;
       }
-      std::printf("a grid-wide barrier across %u workgroups of 128: %.2f us\n", groups, *us);
+      std::printf("a grid-wide barrier, %u workgroups of 128: %.2f us\n", groups, *us);
+    }
+  }
+  return failures;
+}
+
+// Decoding's projections as a chain (bench/edge_matvec_chain.h), fp16 then int8: the model's
+// layers (as many as one buffer holds), a dispatch a stage against one dispatch with grid-wide
+// barriers on 132 and 264 workgroups (one and two a streaming multiprocessor on an H100 or
+// H200), with and without each stage's first weights read before its barrier; each order's
+// output against a dispatch a stage's, bit for bit, first.
+int ReportMatvecChain(int device, const ExportedModelConfig& config) {
+  VulkanOptions options;
+  options.device = device;
+  absl::StatusOr<std::unique_ptr<VulkanContext>> context = VulkanContext::Create(options);
+  if (!context.ok()) return Fail(context.status());
+  int failures = 0;
+  for (const bool int8 : {false, true}) {
+    const char* weights = int8 ? "int8" : "fp16";
+    // qkv, out_proj, ffn.0 and ffn.2: (4 + 2 · ffn_mult) · dim² weights a layer.
+    const double layer_bytes = (4.0 + 2.0 * static_cast<double>(config.ffn_mult)) *
+                               static_cast<double>(config.dim * config.dim) * (int8 ? 1 : 2);
+    const int64_t layers = std::clamp<int64_t>(
+        static_cast<int64_t>((*context)->limits().maxStorageBufferRange / layer_bytes), 1,
+        config.layers);
+    const MatvecChain chain =
+        RandomMatvecChain(DecodingStages(config.dim, config.ffn_mult, layers), int8, 1);
+    absl::StatusOr<std::unique_ptr<MatvecChainOnDevice>> on_device =
+        MatvecChainOnDevice::Create(**context, chain);
+    if (!on_device.ok()) {
+      std::printf("matvec chain, %s weights: %s\n", weights,
+                  std::string(on_device.status().message()).c_str());
+      ++failures;
+      continue;
+    }
+    const double bytes = layer_bytes * static_cast<double>(layers);
+    std::vector<float> x(static_cast<size_t>(config.dim));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+    absl::StatusOr<std::vector<float>> expected =
+        (*on_device)->Run(x, ChainOrder::kDispatchEach, 1);
+    if (!expected.ok()) return Fail(expected.status());
+    std::printf("matvec chain, %s weights: %lld layers x 4 stages, %.0f MB\n", weights,
+                (long long)layers, bytes / 1e6);
+    auto report = [&](ChainOrder order, uint32_t groups) {
+      const std::string what = order == ChainOrder::kDispatchEach
+                                   ? ChainOrderName(order)
+                                   : absl::StrCat(ChainOrderName(order), ", ", groups, " groups");
+      absl::StatusOr<std::vector<float>> out = (*on_device)->Run(x, order, groups);
+      absl::StatusOr<double> us =
+          out.ok() ? (*on_device)->Time(order, groups) : absl::StatusOr<double>(out.status());
+      if (!us.ok()) {
+        std::printf("  %s:\n    %s\n", what.c_str(), std::string(us.status().message()).c_str());
+        if (us.status().code() != absl::StatusCode::kFailedPrecondition) ++failures;
+        return;
+      }
+      const bool same = out->size() == expected->size() &&
+                        std::memcmp(out->data(), expected->data(), out->size() * 4) == 0;
+      if (!same) ++failures;
+      std::printf("  %s: %.1f us, %.2f a stage, %.0f GB/s%s\n", what.c_str(), *us,
+                  *us / static_cast<double>(chain.stages.size()), bytes / *us / 1e3,
+                  same ? "" : "; OTHER BITS than a dispatch a stage");
+    };
+    for (int round = 0; round < 2; ++round) {
+      report(ChainOrder::kDispatchEach, 1);
+      for (const uint32_t groups : {132u, 264u}) {
+        report(ChainOrder::kPersistent, groups);
+        report(ChainOrder::kPersistentPrefetch, groups);
+      }
     }
   }
   return failures;
@@ -650,6 +721,10 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-floor", sync_floor,
                "first time what ordering decoding's ops costs: a dependent dispatch against a "
                "grid-wide barrier inside one dispatch (with --sweep-only nothing else)");
+  bool matvec_chain = false;
+  app.add_flag("--matvec-chain", matvec_chain,
+               "first time decoding's projections as a chain: a dispatch a stage against one "
+               "dispatch with grid-wide barriers (with --sweep-only nothing else)");
   bool staged_breakdown = false;
   app.add_flag("--staged-breakdown", staged_breakdown,
                "first time the staged workgroup-scope blocks' feed and products apart on the FFN "
@@ -694,9 +769,11 @@ int main(int argc, char** argv) {
   const bool int8 = weights_name == "int8";
   const WeightFormat weights = int8 ? WeightFormat::kInt8 : WeightFormat::kAuto;
   // Alone (with --sweep-only), the ordering probes need no model.
-  if (sync_floor && sweep_only && !coop_sweep && !attention_sweep && !mma_peak &&
+  if ((sync_floor || matvec_chain) && sweep_only && !coop_sweep && !attention_sweep && !mma_peak &&
       !staged_breakdown) {
-    return ReportSyncFloor(device) == 0 ? 0 : 1;
+    int failures = sync_floor ? ReportSyncFloor(device) : 0;
+    if (matvec_chain) failures += ReportMatvecChain(device, config);
+    return failures == 0 ? 0 : 1;
   }
   if (decode_only && !config.causal) {
     std::fprintf(stderr,
@@ -841,6 +918,7 @@ int main(int argc, char** argv) {
   };
   int failures = mma_peak ? ReportMatrixUnitPeak(device) : 0;
   if (sync_floor) failures += ReportSyncFloor(device);  // beside other probes
+  if (matvec_chain) failures += ReportMatvecChain(device, config);
   if (staged_breakdown)
     failures += ReportStagedBreakdown(device, rows, config.dim, config.ffn_mult);
   if (coop_sweep) failures += SweepCoopBlocks(device, rows, config.dim, config.ffn_mult);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "bench/edge_probe_support.h"
 #include "bench/edge_shaders/variants.h"
 #include "edge/shaders.h"
 #include "edge/vulkan_op_checks.h"
@@ -22,49 +23,6 @@ namespace {
 
 constexpr const char* kNoCm2 =
     "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)";
-
-// The fastest of three runs of `record`, each submitted and waited for alone, after a quarter
-// second of the same work for an idle GPU's clock to rise (the H200 measured 120 TFLOP/s cold,
-// 600 warm; a quarter second does not always cover it there, so callers read a rate more than
-// once: bench/edge_bench.cc).
-absl::StatusOr<double> BestSeconds(VulkanContext& context,
-                                   const std::function<absl::Status()>& record) {
-  FSDPD_RETURN_IF_ERROR(context.Finish());
-  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-  while (std::chrono::steady_clock::now() < warm_until) {
-    FSDPD_RETURN_IF_ERROR(record());
-    FSDPD_RETURN_IF_ERROR(context.Finish());
-  }
-  double best = std::numeric_limits<double>::infinity();
-  for (int run = 0; run < 3; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    FSDPD_RETURN_IF_ERROR(record());
-    FSDPD_RETURN_IF_ERROR(context.Finish());
-    best = std::min(
-        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
-}
-
-// `shader`'s pipeline for as long as it lives; nothing recorded may name it when it goes.
-class ScopedPipeline {
- public:
-  explicit ScopedPipeline(VulkanContext& context) : context_(context) {}
-  ~ScopedPipeline() {
-    context_.Finish().IgnoreError();  // after a failed dispatch something may still be recorded
-    context_.DestroyPipeline(&pipeline_);
-  }
-  ScopedPipeline(const ScopedPipeline&) = delete;
-  ScopedPipeline& operator=(const ScopedPipeline&) = delete;
-  absl::Status Make(const ShaderVariant& shader) {
-    return context_.MakePipeline(shader, &pipeline_);
-  }
-  const Pipeline& get() const { return pipeline_; }
-
- private:
-  VulkanContext& context_;
-  Pipeline pipeline_;
-};
 
 // The ordering probes' workgroups: one dimension, under the device's limit, at least one.
 absl::Status CheckGroups(const VulkanContext& context, uint32_t groups) {
@@ -249,12 +207,11 @@ absl::StatusOr<double> GridBarrierMicroseconds(VulkanContext& context, uint32_t 
       // A spin that gave up, or a dispatch that ended short of every arrival (lavapipe ends one
       // whose workgroups wait on others that never run), says the same: not all at once.
       if (done.timed_out || done.arrivals < groups * count) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the ", groups, " workgroups did not all run at once on this device (",
-                         done.timed_out ? "a grid-wide barrier gave up waiting"
-                                        : absl::StrCat("the dispatch ended with ", done.arrivals,
-                                                       " of ", groups * count, " arrivals"),
-                         "): a persistent kernel cannot use that many here"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "not all ", groups, " workgroups ran at once here (",
+            done.timed_out ? "a barrier gave up"
+                           : absl::StrCat(done.arrivals, " of ", groups * count, " arrivals"),
+            ")"));
       }
       if (done.arrivals != groups * count) {
         return absl::InternalError(absl::StrCat(groups, " workgroups crossing ", count,

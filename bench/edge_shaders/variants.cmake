@@ -33,3 +33,22 @@ edge_shader(kMmaPeakCm2 mma_peak_cm2.comp
 # grid-wide barriers inside one dispatch.
 edge_shader(kSyncChain sync_chain.comp "a link of a chain of dependent dispatches" LAYOUT 1 4)
 edge_shader(kGridBarrier grid_barrier.comp "grid-wide barriers in one dispatch" LAYOUT 1 12)
+# Decoding's projections as a chain (bench/edge_matvec_chain.h): one stage a dispatch, as
+# decoding runs them; all in one dispatch with grid-wide barriers between them (-DPERSISTENT);
+# and that with the next stage's first weights read before each barrier (-DPREFETCH).
+edge_shader(kMatvecChainF16 matvec_chain.comp "matvec chain (fp16), a dispatch a stage"
+            LAYOUT 5 24)
+edge_shader(kMatvecChainF16Persistent matvec_chain.comp
+            "matvec chain (fp16), one dispatch, grid-wide barriers" LAYOUT 5 24
+            DEFINES -DPERSISTENT)
+edge_shader(kMatvecChainF16Prefetch matvec_chain.comp
+            "matvec chain (fp16), one dispatch, grid-wide barriers, weights read before them"
+            LAYOUT 5 24 DEFINES -DPERSISTENT -DPREFETCH)
+edge_shader(kMatvecChainInt8 matvec_chain.comp "matvec chain (int8), a dispatch a stage"
+            LAYOUT 5 24 DEFINES -DWEIGHTS_INT8)
+edge_shader(kMatvecChainInt8Persistent matvec_chain.comp
+            "matvec chain (int8), one dispatch, grid-wide barriers" LAYOUT 5 24
+            DEFINES -DWEIGHTS_INT8 -DPERSISTENT)
+edge_shader(kMatvecChainInt8Prefetch matvec_chain.comp
+            "matvec chain (int8), one dispatch, grid-wide barriers, weights read before them"
+            LAYOUT 5 24 DEFINES -DWEIGHTS_INT8 -DPERSISTENT -DPREFETCH)

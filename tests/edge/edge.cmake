@@ -42,6 +42,8 @@ if(TARGET fsdpd_edge)
     EDGE_HAVE_CM2=$<BOOL:$<TARGET_EXISTS:edge_glsl_to_spirv>>)
   fsdpd_test(edge_probes_test LABEL integration
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_probes_test.cc LIBS fsdpd_edge_probes)
+  fsdpd_test(edge_matvec_chain_test LABEL integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_matvec_chain_test.cc LIBS fsdpd_edge_probes)
   fsdpd_test(edge_op_times_test LABEL integration
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/edge_op_times_test.cc LIBS fsdpd_edge)
   fsdpd_test(edge_descriptor_sets_test LABEL integration
