@@ -566,9 +566,9 @@ int ReportSyncFloor(int device) {
 
 // Decoding's projections as a chain (bench/edge_matvec_chain.h), fp16 then int8: the model's
 // layers (as many as one buffer holds), a dispatch a stage against one dispatch with grid-wide
-// barriers on 132 and 264 workgroups (one and two a streaming multiprocessor on an H100 or
-// H200), with and without each stage's first weights read before its barrier; each order's
-// output against a dispatch a stage's, bit for bit, first.
+// barriers on 132, 264 and 528 workgroups (one, two and four a streaming multiprocessor on an
+// H100 or H200), with and without each stage's first weights read before its barrier; each
+// order's output against a dispatch a stage's, bit for bit, first.
 int ReportMatvecChain(int device, const ExportedModelConfig& config) {
   VulkanOptions options;
   options.device = device;
@@ -622,7 +622,7 @@ int ReportMatvecChain(int device, const ExportedModelConfig& config) {
     };
     for (int round = 0; round < 2; ++round) {
       report(ChainOrder::kDispatchEach, 1);
-      for (const uint32_t groups : {132u, 264u}) {
+      for (const uint32_t groups : {132u, 264u, 528u}) {
         report(ChainOrder::kPersistent, groups);
         report(ChainOrder::kPersistentPrefetch, groups);
       }
