@@ -281,8 +281,10 @@ absl::Status TimeAttention(VulkanBackend& backend, int64_t batch, int64_t seq,
 }
 
 // Decoding through the qkv cache (a causal model, batch 1): a prompt of seq/2 tokens, then one
-// position a token up to the window's end, against a whole-window forward a token
-// (`generate --no-kv-cache`). A first round picks every shape's blocks and is not timed. The
+// position a token up to the window's end (Append: logits read back each token, checked against
+// the forward's), then the same positions with greedy picks left on the device (AppendGreedy,
+// `generate`'s path), against a whole-window forward a token (`generate --no-kv-cache`). A
+// first round picks every shape's blocks and is not timed. The
 // products' weights (`matmul_weights` of them, the head's included; the embedding reads one row)
 // over the time a token give the rate they are read at: decoding reads each of them once a
 // token, so on a GPU it is bound by memory, not by the matrix units.
@@ -318,7 +320,19 @@ absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_
   const std::vector<OpTime> op_times = backend.op_times();
   const std::vector<OpTime> host_times = backend.host_times();
   const std::vector<float> decoded = logits;  // the last position's, through the cache
+  // The same positions as `generate` decodes them: greedy picks left on the device
+  // (ModelRunner::AppendGreedy), read back kGreedySteps at a time, after the same prompt.
+  FSDPD_RETURN_IF_ERROR(runner->Prefill(prompt, &logits));
+  std::vector<int32_t> picked;
   auto start = std::chrono::steady_clock::now();
+  for (int64_t done = 0; done < steps;) {
+    const int64_t count = std::min(ModelRunner::kGreedySteps, steps - done);
+    FSDPD_RETURN_IF_ERROR(
+        runner->AppendGreedy(done == 0 ? window[seq / 2] : picked.back(), count, &picked));
+    done += count;
+  }
+  const double greedy = Seconds(start);
+  start = std::chrono::steady_clock::now();
   constexpr int kWholeWindows = 3;
   for (int i = 0; i < kWholeWindows; ++i) FSDPD_RETURN_IF_ERROR(runner->Logits(window, &logits));
   const double whole = Seconds(start) / kWholeWindows;
@@ -344,6 +358,10 @@ absl::Status TimeDecoding(const HostModel& model, VulkanBackend& backend, int64_
       "weights read at %.3g GB/s); a whole-window forward a token: %.1f tokens/s (%.1f ms)\n",
       (long long)prompt.size(), prefill * 1e3, 1.0 / per_token, per_token * 1e3,
       matmul_weights * weight_bytes / per_token * 1e-9, 1.0 / whole, whole * 1e3);
+  std::printf(
+      "  decoding with greedy picks on the device (generate's path): %.0f tokens/s "
+      "(%.3f ms a token)\n",
+      static_cast<double>(steps) / greedy, greedy / static_cast<double>(steps) * 1e3);
   std::printf("  descriptor sets written while decoding: %lld (%.2f a token)\n",
               (long long)sets_written, static_cast<double>(sets_written) / steps);
   if (!op_times.empty()) {
