@@ -91,7 +91,8 @@ class Backend {
   // backend knows they cannot (asked before a batch of allocations, so that a window far too
   // large is refused before any of it is allocated). The default cannot tell and says yes.
   virtual absl::Status CheckRoom(double bytes) { return absl::OkStatus(); }
-  // Host ↔ buffer copies; both wait for the work enqueued before them.
+  // Host ↔ buffer copies; both wait for the work enqueued before them. ReadInts of a count
+  // below 0 or past the buffer is INVALID_ARGUMENT on every backend.
   virtual absl::Status WriteInts(Buffer& buffer, const int32_t* values, int64_t count) = 0;
   virtual absl::Status WriteFloats(Buffer& buffer, const float* values, int64_t count) = 0;
   virtual absl::Status ReadFloats(Buffer& buffer, float* values, int64_t count) = 0;

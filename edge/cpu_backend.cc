@@ -121,7 +121,7 @@ class CpuBackend : public Backend {
   absl::Status ReadInts(Buffer& buffer, int32_t* values, int64_t count) override {
     const std::vector<int32_t>& ints = Host(buffer).ints;
     if (count < 0 || count > static_cast<int64_t>(ints.size())) {
-      return absl::OutOfRangeError(
+      return absl::InvalidArgumentError(
           absl::StrCat("ReadInts of ", count, " ids from a buffer of ", ints.size()));
     }
     std::memcpy(values, ints.data(), static_cast<size_t>(count) * sizeof(int32_t));

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "edge/argmax.h"
 #include "edge/cpu_backend.h"
 #include "tests/edge/edge_test_support.h"
@@ -133,7 +135,13 @@ TEST(EdgeArgmaxTest, ArgumentsOutsideTheBuffersAreRefused) {
       EXPECT_NE(status.message().find("Argmax: a vocab of"), std::string::npos) << status;
     }
     std::vector<int32_t> ids(5);
-    EXPECT_FALSE(backend->ReadInts(*history, ids.data(), 5).ok());
+    for (const int64_t count : {int64_t{5}, int64_t{-1}}) {
+      const absl::Status read = backend->ReadInts(*history, ids.data(), count);
+      EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument) << count;
+      EXPECT_NE(read.message().find(absl::StrCat("ReadInts of ", count, " ids from a buffer of 4")),
+                std::string::npos)
+          << read;
+    }
     EXPECT_TRUE(backend->Finish().ok());
   }
   EXPECT_EQ(vulkan->validation_errors(), 0) << vulkan->last_validation_error();
