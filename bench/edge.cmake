@@ -11,6 +11,7 @@ if(TARGET fsdpd_edge)
               ${CMAKE_CURRENT_LIST_DIR}/edge_probe_support.cc
               ${CMAKE_CURRENT_LIST_DIR}/edge_matvec_chain.cc)
   target_link_libraries(fsdpd_edge_probes PUBLIC fsdpd_edge fsdpd_edge_probe_shaders)
-  add_executable(edge_bench ${CMAKE_CURRENT_LIST_DIR}/edge_bench.cc)
+  add_executable(edge_bench ${CMAKE_CURRENT_LIST_DIR}/edge_bench.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/edge_probe_reports.cc)
   target_link_libraries(edge_bench PRIVATE fsdpd_edge fsdpd_edge_probes CLI11::CLI11)
 endif()
