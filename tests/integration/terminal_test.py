@@ -218,12 +218,20 @@ def check_logs_follow_restarts(sandbox, coordinator, workers):
     wait_until(lambda: len(read_lines(all_out)) >= 6, 180, "the first log lines")
     tailed, tail_out, tail_err = follow_logs(sandbox, job, "follow-tail", "--tail", "2")
     wait_until(lambda: len(read_lines(tail_out)) >= 2, 60, "the tail")
+    def reconnected(times):
+        # New lines alone do not show that logs -f reached the new coordinator: lines already
+        # sent before the SIGTERM can arrive after it. A second restart while logs -f still
+        # waits out its backoff from the first goes unseen (one loss, one reconnection).
+        return lambda: open(all_err).read().count("reconnected to") >= times
+
     before = len(read_lines(all_out))
     coordinator = restart(signal.SIGTERM)
+    wait_until(reconnected(1), 180, "logs -f to reconnect after the first restart")
     wait_until(lambda: len(read_lines(all_out)) >= before + 4, 180,
                "log lines after the first restart")
     before = len(read_lines(all_out))
     coordinator = restart(signal.SIGKILL)
+    wait_until(reconnected(2), 180, "logs -f to reconnect after the second restart")
     wait_until(lambda: len(read_lines(all_out)) >= before + 4, 180,
                "log lines after the second restart")
     for process, name in ((everything, "logs -f"), (tailed, "logs -f --tail 2")):
