@@ -268,6 +268,10 @@ absl::Status MatvecChainOnDevice::Record(ChainOrder order, uint32_t groups) {
         absl::StrCat("a persistent chain takes 1 to ", limit, " workgroups; got ", groups));
   }
   const uint64_t arrivals = uint64_t{count - 1} * groups;
+  if (arrivals >= (uint64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("a persistent chain of ", count, " stages on ",
+                                                   groups, " workgroups counts past 2^31"));
+  }
   if (impl.base + arrivals >= (uint64_t{1} << 31)) {  // zero the count before it could wrap
     FSDPD_RETURN_IF_ERROR(impl.context.Finish());
     FSDPD_RETURN_IF_ERROR(CheckGridBarriers(groups));

@@ -24,12 +24,13 @@ namespace {
 constexpr const char* kNoCm2 =
     "no workgroup-scope cooperative matrices here (VK_NV_cooperative_matrix2 with fp16)";
 
-// The ordering probes' workgroups: one dimension, under the device's limit, at least one.
+// The ordering probes' workgroups: one dimension, at least one, under the device's limit and
+// under 2^24 (a count of one uint32 an invocation: 2^31 of them at most).
 absl::Status CheckGroups(const VulkanContext& context, uint32_t groups) {
-  const uint32_t limit = context.limits().maxComputeWorkGroupCount[0];
+  const uint32_t limit = std::min(context.limits().maxComputeWorkGroupCount[0], 1u << 24);
   if (groups == 0 || groups > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the ordering probes take 1 to ", limit, " workgroups (the device's limit); got ", groups));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ordering probes take 1 to ", limit, " workgroups; got ", groups));
   }
   return absl::OkStatus();
 }

@@ -48,7 +48,7 @@ absl::StatusOr<std::vector<StagedMatmulRate>> StagedMatmulBreakdown(VulkanContex
 // Microseconds a link: the best of three chains of 2·links less the best of three of `links`,
 // over `links`, so that the submit and the wait cancel (after a quarter second of warm-up).
 // Every count is then checked to have grown by each link recorded: INTERNAL if one did not.
-// groups of 0 or past maxComputeWorkGroupCount[0], or links < 1: INVALID_ARGUMENT.
+// groups of 0, past maxComputeWorkGroupCount[0] or past 2^24, or links < 1: INVALID_ARGUMENT.
 absl::StatusOr<double> DependentDispatchMicroseconds(VulkanContext& context, uint32_t groups,
                                                      int links = 200);
 
