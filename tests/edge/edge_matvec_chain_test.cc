@@ -7,9 +7,11 @@
 // refused by name.
 #include "bench/edge_matvec_chain.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
