@@ -14,9 +14,8 @@
 namespace fsdpd::edge {
 namespace {
 
-constexpr uint32_t kThreads = 128;         // matvec_chain.comp's local size
-constexpr int64_t kInFlight = 4;           // its IN_FLIGHT
-constexpr uint32_t kSpinLimit = 1u << 22;  // a few seconds of reads of the count on a GPU
+constexpr uint32_t kThreads = 128;  // matvec_chain.comp's local size
+constexpr int64_t kInFlight = 4;    // its IN_FLIGHT
 
 // matvec_chain.comp's Stage.
 struct StageRecord {
@@ -189,7 +188,6 @@ struct MatvecChainOnDevice::Impl {
         pipelines{ScopedPipeline(context), ScopedPipeline(context), ScopedPipeline(context)} {}
   VulkanContext& context;
   std::vector<ChainStage> stages;
-  bool int8 = false;
   uint32_t span = 0;
   std::unique_ptr<VulkanBuffer> records, weights, scales, x, sync;
   ScopedPipeline pipelines[3];  // by ChainOrder
@@ -199,7 +197,6 @@ struct MatvecChainOnDevice::Impl {
 MatvecChainOnDevice::MatvecChainOnDevice(VulkanContext& context, const MatvecChain& chain)
     : impl_(std::make_unique<Impl>(context)) {
   impl_->stages = chain.stages;
-  impl_->int8 = chain.int8;
   impl_->span = static_cast<uint32_t>(Span(chain.stages));
 }
 
@@ -259,14 +256,11 @@ absl::Status MatvecChainOnDevice::Record(ChainOrder order, uint32_t groups) {
     for (uint32_t s = 0; s < count; ++s) {
       const auto grid = static_cast<uint32_t>(
           std::min<int64_t>((impl.stages[s].n + rows_a_group - 1) / rows_a_group, limit));
-      FSDPD_RETURN_IF_ERROR(dispatch({s, 1, impl.span, 0, 1, kSpinLimit}, grid));
+      FSDPD_RETURN_IF_ERROR(dispatch({s, 1, impl.span, 0, 1, kGridSpinLimit}, grid));
     }
     return absl::OkStatus();
   }
-  if (groups == 0 || groups > limit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a persistent chain takes 1 to ", limit, " workgroups; got ", groups));
-  }
+  FSDPD_RETURN_IF_ERROR(CheckProbeGroups(impl.context, groups));
   const uint64_t arrivals = uint64_t{count - 1} * groups;
   if (arrivals >= (uint64_t{1} << 31)) {
     return absl::InvalidArgumentError(absl::StrCat("a persistent chain of ", count, " stages on ",
@@ -277,7 +271,7 @@ absl::Status MatvecChainOnDevice::Record(ChainOrder order, uint32_t groups) {
     FSDPD_RETURN_IF_ERROR(CheckGridBarriers(groups));
     ZeroCount();
   }
-  FSDPD_RETURN_IF_ERROR(dispatch({0, count, impl.span, impl.base, groups, kSpinLimit}, groups));
+  FSDPD_RETURN_IF_ERROR(dispatch({0, count, impl.span, impl.base, groups, kGridSpinLimit}, groups));
   impl.base += static_cast<uint32_t>(arrivals);
   return absl::OkStatus();
 }
@@ -289,18 +283,7 @@ void MatvecChainOnDevice::ZeroCount() {
 
 absl::Status MatvecChainOnDevice::CheckGridBarriers(uint32_t groups) const {
   const auto* words = static_cast<const uint32_t*>(impl_->sync->mapped);
-  if (words[1] != 0 || words[0] < impl_->base) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("not all ", groups, " workgroups ran at once here (",
-                     words[1] != 0 ? "a barrier gave up"
-                                   : absl::StrCat(words[0], " of ", impl_->base, " arrivals"),
-                     ")"));
-  }
-  if (words[0] != impl_->base) {
-    return absl::InternalError(absl::StrCat("the chain's grid-wide barriers counted ", words[0],
-                                            " arrivals, not ", impl_->base));
-  }
-  return absl::OkStatus();
+  return GridBarrierOutcome(groups, words[0], words[1] != 0, impl_->base);
 }
 
 absl::StatusOr<std::vector<float>> MatvecChainOnDevice::Run(const std::vector<float>& x,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
 namespace fsdpd::edge {
@@ -30,6 +31,31 @@ absl::StatusOr<double> BestSeconds(VulkanContext& context,
 ScopedPipeline::~ScopedPipeline() {
   context_.Finish().IgnoreError();  // after a failed dispatch something may still be recorded
   context_.DestroyPipeline(&pipeline_);
+}
+
+absl::Status CheckProbeGroups(const VulkanContext& context, uint32_t groups) {
+  const uint32_t limit = std::min(context.limits().maxComputeWorkGroupCount[0], 1u << 24);
+  if (groups == 0 || groups > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ordering probes take 1 to ", limit, " workgroups; got ", groups));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GridBarrierOutcome(uint32_t groups, uint32_t arrivals, bool timed_out,
+                                uint64_t expected) {
+  if (timed_out || arrivals < expected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not all ", groups, " workgroups ran at once here (",
+        timed_out ? "a barrier gave up" : absl::StrCat(arrivals, " of ", expected, " arrivals"),
+        ")"));
+  }
+  if (arrivals != expected) {
+    return absl::InternalError(absl::StrCat("grid-wide barriers of ", groups,
+                                            " workgroups counted ", arrivals, " arrivals, not ",
+                                            expected));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fsdpd::edge

@@ -4,15 +4,12 @@
 // of a dispatch and a pipeline barrier each. Every workgroup crosses p.barriers barriers of
 // p.groups arrivals each (grid_barrier.glsl), and stops at the first that gives up.
 layout(local_size_x = 128) in;
-layout(std430, binding = 0) coherent buffer Sync {
-  uint arrived;    // arrivals so far, over every barrier
-  uint timed_out;  // set by a spin that gave up
-};
 layout(push_constant) uniform Push {
   uint barriers;    // to cross
   uint groups;      // the arrivals each barrier waits for (the dispatch's workgroups)
   uint spin_limit;  // reads of the count before a spin gives up
 } p;
+#define GRID_BARRIER_BINDING 0
 #include "grid_barrier.glsl"
 
 void main() {

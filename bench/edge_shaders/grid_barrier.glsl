@@ -1,7 +1,7 @@
 // A grid-wide barrier inside one dispatch (grid_barrier.comp times it, matvec_chain.comp orders
-// its stages with it). The includer declares, before including this file:
-//   a coherent buffer with `uint arrived` (arrivals so far) and `uint timed_out` (set by a spin
-//   that gave up), and a push constant `p.spin_limit` (reads of the count before giving up).
+// its stages with it). Its count is the buffer at binding GRID_BARRIER_BINDING, which the
+// includer defines, as it declares a push constant `p.spin_limit` (reads of the count before
+// giving up), before including this file.
 // Every invocation of the workgroup calls GridBarrier with the same target: invocation 0 adds its
 // workgroup's arrival to the count at device scope (release: the workgroup's writes before the
 // barrier are visible first), spins until the count reaches `target`, and acquires (it then sees
@@ -13,6 +13,10 @@
 // false in every workgroup that sees it, which then stops: the host reports that the workgroups
 // did not all run at once.
 #extension GL_KHR_memory_scope_semantics : require
+layout(std430, binding = GRID_BARRIER_BINDING) coherent buffer GridBarrierCount {
+  uint arrived;    // arrivals so far, over every barrier since the host zeroed it
+  uint timed_out;  // set by a spin that gave up
+};
 
 shared bool grid_give_up;
 

@@ -41,10 +41,6 @@ layout(std430, binding = 1) readonly buffer W { uvec4 w4[]; };
 layout(std430, binding = 2) readonly buffer Scales { float scales[]; };
 layout(std430, binding = 3) coherent buffer X { vec4 x4[]; };
 layout(std430, binding = 3) coherent buffer XFloats { float x[]; };
-layout(std430, binding = 4) coherent buffer Sync {
-  uint arrived;    // grid-wide barriers' arrivals so far, over every dispatch since the reset
-  uint timed_out;  // set by a spin that gave up
-};
 layout(push_constant) uniform Push {
   uint first, count;  // the stages this dispatch runs
   uint span;          // floats in each half of x (a multiple of 4)
@@ -52,6 +48,7 @@ layout(push_constant) uniform Push {
   uint groups;        // the arrivals each grid-wide barrier waits for: the dispatch's workgroups
   uint spin_limit;    // reads of the count before a spin gives up
 } p;
+#define GRID_BARRIER_BINDING 4  // over every dispatch since the host zeroed it
 #include "grid_barrier.glsl"
 
 // Four inputs from element 4·quad of the half at `half_base` (a multiple of 4).
