@@ -24,7 +24,8 @@
 // memory already), the products and sums fp32. Workgroups past the dispatch's x extent continue
 // in y (gl_WorkGroupID.y · gl_NumWorkGroups.x), for vocabularies above the device's limit.
 //
-// Decoding folds the ops around a projection into it (Backend::FusedLinear), each a flag:
+// Decoding folds the ops around a projection into it (Backend::FusedLinear), each a flag
+// (applied at the column's end by matvec_epilogue.glsl, which matvec_int8.comp shares):
 //  - FLAG_NORM: x is the fp32 residual and the product is RMSNorm(x) · wᵀ. Every column's lanes
 //    read all of x for their dot products anyway, so they also sum x² and multiply x by the norm
 //    weight (binding 4) as they read it; the column's sum is then scaled by rsqrt(mean(x²) + eps).
@@ -92,6 +93,7 @@ layout(push_constant) uniform Push {
   uint out_offset;  // floats before row 0 of out
   float eps;        // FLAG_NORM's
 } p;
+#include "matvec_epilogue.glsl"
 
 // Eight consecutive elements, from element 8·index, as two vec4.
 struct Eight {
@@ -247,14 +249,8 @@ void main() {
     if (!LanesInSubgroup() && (norm || c > 0)) barrier();
     const float total = SumOverLanes(sums[c], p.m, slot, lane);
     if (in_range && first + c < p.n && lane < p.m) {
-      float value = total;
-      // rmsnorm.comp's scale, of the same sum of squares in another order.
-      if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);
-      if ((p.flags & FLAG_BIAS) != 0u) value += float(bias[first + c]);
-      if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
-      // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
-      const uint at = p.out_offset + lane * p.n + first + c;
-      result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+      const float column_bias = (p.flags & FLAG_BIAS) != 0u ? float(bias[first + c]) : 0.0;
+      StoreColumn(total, square_total, column_bias, lane, first + c);
     }
   }
 }

@@ -84,6 +84,7 @@ layout(push_constant) uniform Push {
   uint out_offset;  // floats before row 0 of out
   float eps;        // FLAG_NORM's
 } p;
+#include "matvec_epilogue.glsl"
 
 // The VEC weights from element VEC·index on, as read: kept packed while in flight (4 registers a
 // read, not 16) and made floats by QuadOf where they are used. A plain vector, not a struct, and
@@ -231,13 +232,7 @@ void main() {
     if (!LanesInSubgroup() && (norm || c > 0)) barrier();
     const float total = SumOverLanes(sums[c], p.m, slot, lane);
     if (in_range && first + c < p.n && lane < p.m) {
-      float value = total;
-      if (norm) value *= inversesqrt(square_total / float(p.k) + p.eps);  // rmsnorm.comp's scale
-      value += BiasAt(first + c, p.flags);
-      if ((p.flags & FLAG_SILU) != 0u) value = value / (1.0 + exp(-value));
-      // Rounded to fp32 first, then added as elementwise.comp's Add adds: the same bits.
-      const uint at = p.out_offset + lane * p.n + first + c;
-      result[at] = (p.flags & FLAG_ADD) != 0u ? result[at] + value : value;
+      StoreColumn(total, square_total, BiasAt(first + c, p.flags), lane, first + c);
     }
   }
 }
