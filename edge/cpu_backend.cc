@@ -13,6 +13,7 @@
 #include "base/status_macros.h"
 #include "edge/argmax.h"
 #include "edge/byte_ledger.h"
+#include "edge/quantize.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -27,6 +28,7 @@ struct HostBuffer : Buffer {
   std::vector<float> floats;
   std::vector<int32_t> ints;
   ByteLedger::Charge charge;  // its bytes, on the backend's ledger
+  bool int8 = false;          // int8 weights, held dequantized (Int8Weight)
 };
 
 HostBuffer& Host(Buffer& buffer) { return static_cast<HostBuffer&>(buffer); }
@@ -80,8 +82,9 @@ absl::StatusOr<std::unique_ptr<Buffer>> NewHostBuffer(ByteLedger& ledger, double
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int64_t memory_bytes)
-      : memory_(memory_bytes > 0 ? static_cast<double>(memory_bytes) : PhysicalMemoryBytes()) {}
+  CpuBackend(int64_t memory_bytes, bool int8_activations)
+      : memory_(memory_bytes > 0 ? static_cast<double>(memory_bytes) : PhysicalMemoryBytes()),
+        int8_activations_(int8_activations) {}
   std::string Describe() const override { return "cpu (fp32 reference, kernels/cpu)"; }
 
   absl::Status CheckRoom(double bytes) override { return CheckHostRoom(ledger_, memory_, bytes); }
@@ -93,8 +96,11 @@ class CpuBackend : public Backend {
   // weights do.
   absl::StatusOr<std::unique_ptr<Buffer>> Int8Weight(const Int8Tensor& tensor) override {
     const std::vector<float> values = tensor.Dequantize();
-    return NewHostBuffer(ledger_, memory_, static_cast<int64_t>(values.size()), &HostBuffer::floats,
-                         values.data());
+    FSDPD_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer,
+                           NewHostBuffer(ledger_, memory_, static_cast<int64_t>(values.size()),
+                                         &HostBuffer::floats, values.data()));
+    Host(*buffer).int8 = true;
+    return buffer;
   }
   int64_t Bytes(Buffer& buffer) override {
     return static_cast<int64_t>(Host(buffer).floats.size() * sizeof(float) +
@@ -142,7 +148,13 @@ class CpuBackend : public Backend {
   }
   absl::Status Linear(Buffer& x, Buffer& weight, Buffer* bias, int64_t rows, int64_t in_features,
                       int64_t out_features, Buffer& out) override {
-    cpu::LinearForward(Host(x).floats.data(), Host(weight).floats.data(),
+    const float* inputs = Host(x).floats.data();
+    if (int8_activations_ && Host(weight).int8) {
+      quantized_x_.assign(inputs, inputs + rows * in_features);
+      QuantizeActivationsInPlace(quantized_x_.data(), rows, in_features);
+      inputs = quantized_x_.data();
+    }
+    cpu::LinearForward(inputs, Host(weight).floats.data(),
                        bias != nullptr ? Host(*bias).floats.data() : nullptr, rows, in_features,
                        out_features, Host(out).floats.data());
     return absl::OkStatus();
@@ -206,15 +218,17 @@ class CpuBackend : public Backend {
 
  private:
   double memory_;  // what the buffers may hold together
+  bool int8_activations_;
   ByteLedger ledger_;
-  std::vector<float> rstd_;  // what the training kernels save for backward; unused here
+  std::vector<float> quantized_x_;  // Linear's x, quantized where int8_activations_ asks
+  std::vector<float> rstd_;         // what the training kernels save for backward; unused here
   std::vector<float> lse_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int64_t memory_bytes) {
-  return std::make_unique<CpuBackend>(memory_bytes);
+std::unique_ptr<Backend> CreateCpuBackend(int64_t memory_bytes, bool int8_activations) {
+  return std::make_unique<CpuBackend>(memory_bytes, int8_activations);
 }
 
 }  // namespace fsdpd::edge

@@ -90,4 +90,25 @@ absl::StatusOr<Int8Tensor> QuantizeInt8(const std::string& name, const float* va
   return tensor;
 }
 
+void QuantizeActivationsInPlace(float* x, int64_t rows, int64_t cols, int64_t group) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t first = 0; first < cols; first += group) {
+      float* in = x + r * cols;
+      const int64_t last = std::min(cols, first + group);
+      float largest = 0.0f;
+      bool finite = true;
+      for (int64_t c = first; c < last; ++c) {
+        finite = finite && std::isfinite(in[c]);
+        largest = std::max(largest, std::fabs(in[c]));
+      }
+      if (!finite || largest == 0.0f) continue;
+      const float scale = largest / 127.0f;
+      for (int64_t c = first; c < last; ++c) {
+        const float q = std::clamp(std::round(in[c] / scale), -127.0f, 127.0f);
+        in[c] = q * scale;
+      }
+    }
+  }
+}
+
 }  // namespace fsdpd::edge

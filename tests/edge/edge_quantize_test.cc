@@ -1,7 +1,8 @@
 // The int8 quantizer (edge/quantize.h) on the host: every weight reads back within half its
 // group's scale, the scales are fp16 values (the smallest with max|w| ≤ 127 · scale), a group of
 // zeros stays zero, a group's largest magnitude takes ±127, a short last group, and every bad
-// input refused with the tensor and element named. No Vulkan.
+// input refused with the tensor and element named; activations quantized per group of 32 the
+// same way (QuantizeActivationsInPlace). No Vulkan.
 #include <cmath>
 #include <limits>
 #include <random>
@@ -142,6 +143,55 @@ TEST(EdgeQuantizeTest, BadWeightsAreRefusedNamingTheTensorAndElement) {
   ASSERT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(tensor.status().message(), "every size must be positive"))
       << tensor.status();
+}
+
+// Activations per row and group of 32 (QuantizeActivationsInPlace): each value becomes q · scale
+// with q a whole number in [-127, 127] and scale = max|x| / 127 of its group, within scale / 2
+// of what it was (and a few fp32 roundings of it: q · scale is rounded once, scale once); the
+// group's largest magnitude takes ±127; a short last group, a group of zeros and a group with a
+// NaN or an infinity (left as it was).
+TEST(EdgeQuantizeTest, ActivationsReadBackWithinHalfTheirGroupsScale) {
+  constexpr int64_t kRows = 3, kCols = 70;  // two whole groups and a short one of 6
+  std::vector<float> values = RandomValues(kRows * kCols, 3.0f, 11);
+  for (int64_t c = 32; c < 64; ++c) values[static_cast<size_t>(kCols + c)] = 0.0f;  // row 1
+  values[2 * kCols + 3] = std::numeric_limits<float>::quiet_NaN();                  // row 2
+  values[2 * kCols + 40] = std::numeric_limits<float>::infinity();
+  values[kCols + 5] = 1e-30f;  // a tiny group member beside ordinary ones
+  std::vector<float> quantized = values;
+  QuantizeActivationsInPlace(quantized.data(), kRows, kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t first = 0; first < kCols; first += kInt8Group) {
+      const int64_t last = std::min(kCols, first + kInt8Group);
+      float largest = 0.0f;
+      bool finite = true;
+      for (int64_t c = first; c < last; ++c) {
+        const float value = values[static_cast<size_t>(r * kCols + c)];
+        finite = finite && std::isfinite(value);
+        largest = std::max(largest, std::fabs(value));
+      }
+      const float scale = largest / 127.0f;
+      for (int64_t c = first; c < last; ++c) {
+        const size_t at = static_cast<size_t>(r * kCols + c);
+        if (!finite || largest == 0.0f) {  // left as it was
+          if (std::isnan(values[at])) {
+            EXPECT_TRUE(std::isnan(quantized[at]));
+          } else {
+            EXPECT_EQ(quantized[at], values[at]) << "[" << r << ", " << c << "]";
+          }
+          continue;
+        }
+        const double q = quantized[at] / scale;
+        ASSERT_NEAR(q, std::round(q), 1e-4) << "[" << r << ", " << c << "]: not q · scale";
+        ASSERT_LE(std::fabs(std::round(q)), 127.0);
+        EXPECT_LE(std::fabs(values[at] - quantized[at]), scale / 2 * (1 + 1e-5))
+            << "[" << r << ", " << c << "]: " << values[at] << " → " << quantized[at];
+        if (std::fabs(values[at]) == largest) {
+          EXPECT_EQ(std::fabs(std::round(q)), 127.0);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(quantized[kCols + 5], 0.0f);  // far below its group's step
 }
 
 TEST(EdgeQuantizeTest, HalfToFloatInvertsFloatToHalf) {
