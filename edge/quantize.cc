@@ -101,8 +101,9 @@ void QuantizeActivationsInPlace(float* x, int64_t rows, int64_t cols, int64_t gr
         finite = finite && std::isfinite(in[c]);
         largest = std::max(largest, std::fabs(in[c]));
       }
-      if (!finite || largest == 0.0f) continue;
       const float scale = largest / 127.0f;
+      // Zeros, a NaN or an infinity, or values so small that the scale underflows to zero.
+      if (!finite || scale == 0.0f) continue;
       for (int64_t c = first; c < last; ++c) {
         const float q = std::clamp(std::round(in[c] / scale), -127.0f, 127.0f);
         in[c] = q * scale;

@@ -48,8 +48,9 @@ absl::StatusOr<Int8Tensor> QuantizeInt8(const std::string& name, const float* va
 // group of `group` consecutive inputs, scale = max|x| / 127 in fp32 and q = round(x / scale)
 // (half away from zero) in [-127, 127], and each x is replaced by q · scale, within scale / 2 of
 // it. A group of zeros stays zero; a group holding a NaN or an infinity is left as it is, so
-// that it propagates as it would unquantized. The CPU backend applies it before each product
-// with int8 weights when created with int8_activations (edge/cpu_backend.h).
+// that it propagates as it would unquantized, and so is one whose scale underflows to zero
+// (max|x| below 127 times fp32's smallest subnormal). The CPU backend applies it before each
+// product with int8 weights when created with int8_activations (edge/cpu_backend.h).
 void QuantizeActivationsInPlace(float* x, int64_t rows, int64_t cols, int64_t group = kInt8Group);
 
 }  // namespace fsdpd::edge

@@ -148,15 +148,18 @@ TEST(EdgeQuantizeTest, BadWeightsAreRefusedNamingTheTensorAndElement) {
 // Activations per row and group of 32 (QuantizeActivationsInPlace): each value becomes q · scale
 // with q a whole number in [-127, 127] and scale = max|x| / 127 of its group, within scale / 2
 // of what it was (and a few fp32 roundings of it: q · scale is rounded once, scale once); the
-// group's largest magnitude takes ±127; a short last group, a group of zeros and a group with a
-// NaN or an infinity (left as it was).
+// group's largest magnitude takes ±127; a short last group, a group of zeros, a group with a
+// NaN or an infinity and one too small for a scale (each left as it was).
 TEST(EdgeQuantizeTest, ActivationsReadBackWithinHalfTheirGroupsScale) {
   constexpr int64_t kRows = 3, kCols = 70;  // two whole groups and a short one of 6
   std::vector<float> values = RandomValues(kRows * kCols, 3.0f, 11);
   for (int64_t c = 32; c < 64; ++c) values[static_cast<size_t>(kCols + c)] = 0.0f;  // row 1
   values[2 * kCols + 3] = std::numeric_limits<float>::quiet_NaN();                  // row 2
   values[2 * kCols + 40] = std::numeric_limits<float>::infinity();
-  values[kCols + 5] = 1e-30f;  // a tiny group member beside ordinary ones
+  values[kCols + 5] = 1e-30f;          // a tiny group member beside ordinary ones
+  for (int64_t c = 64; c < 70; ++c) {  // row 1's last group: its scale underflows to zero
+    values[static_cast<size_t>(kCols + c)] = (c % 2 == 0 ? 1 : -1) * 1e-44f;
+  }
   std::vector<float> quantized = values;
   QuantizeActivationsInPlace(quantized.data(), kRows, kCols);
   for (int64_t r = 0; r < kRows; ++r) {
@@ -172,7 +175,7 @@ TEST(EdgeQuantizeTest, ActivationsReadBackWithinHalfTheirGroupsScale) {
       const float scale = largest / 127.0f;
       for (int64_t c = first; c < last; ++c) {
         const size_t at = static_cast<size_t>(r * kCols + c);
-        if (!finite || largest == 0.0f) {  // left as it was
+        if (!finite || scale == 0.0f) {  // left as it was
           if (std::isnan(values[at])) {
             EXPECT_TRUE(std::isnan(quantized[at]));
           } else {
